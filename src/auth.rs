@@ -1,0 +1,182 @@
+//! Bearer authentication (spec section 5, RFC 6750): parsing the `Authorization` header and the
+//! `WWW-Authenticate` challenges of a 401.
+
+use http::header::{HeaderMap, HeaderValue, AUTHORIZATION};
+
+use crate::key::is_valid_key;
+
+/// Why a request is not authenticated; each answer is a 401.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AuthFailure {
+    /// No `Authorization` header.
+    Missing,
+    /// An `Authorization` header with another scheme than `Bearer`.
+    OtherScheme,
+    /// A `Bearer` credential that is not one well-formed token, or several headers.
+    Malformed,
+    /// A well-formed token that no store knows, or one that was revoked: one answer for both.
+    UnknownKey,
+}
+
+impl AuthFailure {
+    /// RFC 6750 section 3: an error code only when a bearer token was presented.
+    pub(crate) fn token_presented(self) -> bool {
+        matches!(self, Self::Malformed | Self::UnknownKey)
+    }
+}
+
+/// The token of the request's one `Authorization: Bearer <token>` header.
+///
+/// The scheme is case-insensitive (RFC 9110 section 11.1) and separated from the token by one
+/// or more spaces; the token must be an RFC 6750 `b64token` of at most
+/// [`MAX_KEY_LEN`](crate::key::MAX_KEY_LEN) bytes. Anything else is refused before any store
+/// is asked.
+pub(crate) fn bearer_token(headers: &HeaderMap) -> Result<&str, AuthFailure> {
+    let mut values = headers.get_all(AUTHORIZATION).iter();
+    let value = values.next().ok_or(AuthFailure::Missing)?;
+    if values.next().is_some() {
+        return Err(AuthFailure::Malformed);
+    }
+    // Not visible ASCII (control characters, obs-text): no valid credential of any scheme.
+    let value = value.to_str().map_err(|_| AuthFailure::Malformed)?;
+    let value = value.trim_matches([' ', '\t']);
+    let scheme = value.split([' ', '\t']).next().unwrap_or_default();
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(AuthFailure::OtherScheme);
+    }
+    // RFC 6750: `Bearer 1*SP b64token`. A tab is no separator, and neither an empty token nor
+    // two tokens are a token; `is_valid_key` refuses what is left over.
+    let separated = &value[scheme.len()..];
+    let token = separated.trim_start_matches(' ');
+    if token.len() == separated.len() || !is_valid_key(token) {
+        return Err(AuthFailure::Malformed);
+    }
+    Ok(token)
+}
+
+/// The two `WWW-Authenticate` values of a realm, built once when the service is configured.
+#[derive(Clone, Debug)]
+pub(crate) struct Challenges {
+    without_token: HeaderValue,
+    with_token: HeaderValue,
+}
+
+impl Challenges {
+    /// # Panics
+    ///
+    /// When `realm` cannot be an RFC 9110 quoted-string without escapes (it holds `"`, `\`
+    /// or a character that is not visible ASCII or space).
+    pub(crate) fn new(realm: &str) -> Self {
+        assert!(
+            realm
+                .bytes()
+                .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\'),
+            "the realm must be printable ASCII without '\"' or '\\'"
+        );
+        let header = |text: String| {
+            HeaderValue::from_str(&text).expect("a printable ASCII realm makes a valid header")
+        };
+        Self {
+            without_token: header(format!("Bearer realm=\"{realm}\"")),
+            with_token: header(format!("Bearer realm=\"{realm}\", error=\"invalid_token\"")),
+        }
+    }
+
+    pub(crate) fn for_failure(&self, failure: AuthFailure) -> HeaderValue {
+        if failure.token_presented() {
+            self.with_token.clone()
+        } else {
+            self.without_token.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(values: &[&[u8]]) -> Result<String, AuthFailure> {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append(AUTHORIZATION, HeaderValue::from_bytes(value).unwrap());
+        }
+        bearer_token(&headers).map(str::to_owned)
+    }
+
+    #[test]
+    fn accepts_one_bearer_token_with_any_scheme_case() {
+        for value in [
+            &b"Bearer abc"[..],
+            b"bearer abc",
+            b"BEARER abc",
+            b"Bearer   abc",
+            b"Bearer abc ",
+            b" Bearer abc",
+        ] {
+            assert_eq!(parse(&[value]).as_deref(), Ok("abc"), "{value:?}");
+        }
+        assert_eq!(
+            parse(&[b"Bearer a-b.c_d~e+f/g=="]).as_deref(),
+            Ok("a-b.c_d~e+f/g==")
+        );
+    }
+
+    #[test]
+    fn tells_missing_from_other_schemes_from_malformed() {
+        assert_eq!(parse(&[]), Err(AuthFailure::Missing));
+        for value in [
+            &b"Basic YWxhZGRpbjpvcGVuc2VzYW1l"[..],
+            b"abc",
+            b"Bearerabc",
+            b"Token abc",
+        ] {
+            assert_eq!(parse(&[value]), Err(AuthFailure::OtherScheme), "{value:?}");
+        }
+        for value in [
+            &b"Bearer"[..],
+            b"Bearer ",
+            b"Bearer\tabc",
+            b"Bearer \tabc",
+            b"Bearer abc def",
+            b"Bearer abc\tdef",
+            b"Bearer ab=c",
+            b"Bearer \"abc\"",
+            b"Bearer caf\xc3\xa9",
+        ] {
+            assert_eq!(parse(&[value]), Err(AuthFailure::Malformed), "{value:?}");
+        }
+        assert_eq!(
+            parse(&[b"Bearer abc", b"Bearer abc"]),
+            Err(AuthFailure::Malformed)
+        );
+        let long = format!("Bearer {}", "k".repeat(crate::key::MAX_KEY_LEN + 1));
+        assert_eq!(parse(&[long.as_bytes()]), Err(AuthFailure::Malformed));
+    }
+
+    #[test]
+    fn challenges_name_the_realm_and_the_error_only_for_tokens() {
+        let challenges = Challenges::new("partners");
+        assert_eq!(
+            challenges.for_failure(AuthFailure::Missing),
+            "Bearer realm=\"partners\""
+        );
+        assert_eq!(
+            challenges.for_failure(AuthFailure::OtherScheme),
+            "Bearer realm=\"partners\""
+        );
+        assert_eq!(
+            challenges.for_failure(AuthFailure::UnknownKey),
+            "Bearer realm=\"partners\", error=\"invalid_token\""
+        );
+        assert_eq!(
+            challenges.for_failure(AuthFailure::Malformed),
+            "Bearer realm=\"partners\", error=\"invalid_token\""
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "realm")]
+    fn rejects_a_realm_that_needs_escaping() {
+        let _ = Challenges::new("a\"b");
+    }
+}

@@ -1,0 +1,68 @@
+//! A read-only, versioned partner API over an organization's media-buy orders, to mount in a
+//! hyper, axum or tonic application.
+//!
+//! Partners call `GET /v1/me` and `GET /v1/orders` with `Authorization: Bearer <API_KEY>`;
+//! each key reaches only its own organization's data. The crate gives:
+//!
+//! - [`PartnerApi`], the API as a tower [`Service`](tower::Service) (`Error = Infallible`, so
+//!   `axum::Router::nest_service` takes it);
+//! - [`PartnerApiLayer`], which mounts it under its prefix (default `/v1`) in front of a host's
+//!   own service and passes every other request through;
+//! - the store traits [`KeyStore`] and [`OrderStore`] it reads through, and [`MemoryStore`],
+//!   an in-memory implementation of both for tests and demos.
+//!
+//! ```
+//! use partner_api::{MemoryStore, Organization, PartnerApi};
+//! use tower::ServiceExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = MemoryStore::new();
+//! store.add_organization(Organization { id: "org_1".into(), name: "Acme".into() })?;
+//! store.add_key("pk_test_acme", "org_1")?;
+//!
+//! let api = PartnerApi::from_store(store);
+//! let request = http::Request::get("/v1/me")
+//!     .header("authorization", "Bearer pk_test_acme")
+//!     .body(())?;
+//! let response = api.oneshot(request).await?;
+//! assert_eq!(response.status(), 200);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Feature flags
+//!
+//! | feature   | default | what it adds                                                       |
+//! |-----------|---------|--------------------------------------------------------------------|
+//! | `testing` | no      | [`testing`](crate#feature-flags): the conformance suite for stores |
+//!
+//! # Logging
+//!
+//! The crate logs through [`tracing`]: store failures at error level with their source chain,
+//! never a key or its digest. When the host's request span declares a field
+//! `organization_id` (as `tracing::field::Empty`), the API records the authenticated
+//! organization's id in it.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+mod auth;
+pub mod body;
+pub mod key;
+pub mod layer;
+pub mod model;
+mod response;
+mod routes;
+pub mod seed;
+pub mod service;
+pub mod store;
+
+pub use body::ApiBody;
+pub use key::KeyDigest;
+pub use layer::PartnerApiLayer;
+pub use model::{EncodedOrder, Order, Organization, Timestamp};
+pub use routes::MAX_ORDERS;
+pub use service::PartnerApi;
+pub use store::{KeyStore, MemoryStore, OrderStore, Principal, StoreError, StoreErrorKind};

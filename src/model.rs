@@ -1,0 +1,296 @@
+//! The resources of spec section 2: [`Organization`], [`Order`] and their wire formats.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use chrono::{DateTime, Datelike, NaiveDate, SecondsFormat, Timelike, Utc};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::store::StoreError;
+
+/// The largest budget the API serves: 2^53 - 1, the largest integer that every JSON
+/// client (JavaScript's `Number` included) represents exactly.
+pub const MAX_BUDGET_DKK: u64 = (1 << 53) - 1;
+
+/// An organization: the owner of API keys and orders (spec 2.2).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Organization {
+    /// Identifier of the organization.
+    pub id: String,
+    /// Name of the organization.
+    pub name: String,
+}
+
+/// A media buy (spec 2.3): exactly the ten fields the spec names, in its camelCase.
+///
+/// Every field is required and never `null`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Order {
+    /// Identifier of the order, unique within its organization.
+    pub id: String,
+    /// The media providers of the buy, as opaque provider identifiers.
+    pub providers: Vec<String>,
+    /// Name of the advertiser.
+    pub advertiser_name: String,
+    /// Name of the campaign.
+    pub campaign_name: String,
+    /// Budget in whole Danish kroner, at most [`MAX_BUDGET_DKK`].
+    pub budget_dkk: u64,
+    /// First day of the buy, served as `YYYY-MM-DD`.
+    pub start_date: NaiveDate,
+    /// Last day of the buy, served as `YYYY-MM-DD`.
+    pub end_date: NaiveDate,
+    /// Status of the order, an opaque string (the spec does not fix its values).
+    pub status: String,
+    /// Reference used by an external party.
+    pub external_reference: String,
+    /// When the order was created; orders are served newest first by this field.
+    pub created_at: Timestamp,
+}
+
+impl Order {
+    /// The order in which the API serves orders, newest first: `createdAt` descending, ties
+    /// broken by `id` descending in byte order (in SQL: `ORDER BY created_at DESC,
+    /// id COLLATE "C" DESC`).
+    pub fn cmp_newest_first(&self, other: &Self) -> std::cmp::Ordering {
+        other
+            .created_at
+            .cmp(&self.created_at)
+            .then_with(|| other.id.as_bytes().cmp(self.id.as_bytes()))
+    }
+}
+
+/// A UTC instant with millisecond precision, served as `2026-03-01T08:00:00.000Z`.
+///
+/// Construction truncates to whole milliseconds, so two timestamps that are served alike also
+/// compare equal and the id tie-break of the newest-first order is what a reader sees.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(DateTime<Utc>);
+
+impl Timestamp {
+    /// Wraps `instant`, truncated to whole milliseconds.
+    pub fn from_datetime(instant: DateTime<Utc>) -> Self {
+        let millis = instant.nanosecond() / 1_000_000 * 1_000_000;
+        Self(instant.with_nanosecond(millis).unwrap_or(instant))
+    }
+
+    /// The instant `millis` milliseconds after the Unix epoch, if chrono can represent it.
+    pub fn from_unix_millis(millis: i64) -> Option<Self> {
+        DateTime::from_timestamp_millis(millis).map(Self)
+    }
+
+    /// The wrapped instant.
+    pub fn as_datetime(&self) -> DateTime<Utc> {
+        self.0
+    }
+}
+
+impl From<DateTime<Utc>> for Timestamp {
+    fn from(instant: DateTime<Utc>) -> Self {
+        Self::from_datetime(instant)
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.to_rfc3339_opts(SecondsFormat::Millis, true))
+    }
+}
+
+impl fmt::Debug for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// The error of parsing a [`Timestamp`] from text that is not RFC 3339.
+#[derive(Debug, Clone)]
+pub struct TimestampParseError(chrono::ParseError);
+
+impl fmt::Display for TimestampParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "not an RFC 3339 timestamp: {}", self.0)
+    }
+}
+
+impl std::error::Error for TimestampParseError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+impl FromStr for Timestamp {
+    type Err = TimestampParseError;
+
+    /// Parses any RFC 3339 timestamp (any offset, any precision) and converts it to UTC.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        DateTime::parse_from_rfc3339(text)
+            .map(|instant| Self::from_datetime(instant.with_timezone(&Utc)))
+            .map_err(TimestampParseError)
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// An [`Order`] together with its JSON encoding, computed once.
+///
+/// This is what an [`OrderStore`](crate::OrderStore) hands to the service: a response is then
+/// the concatenation of ready fragments, and cloning is one reference-count increment. A store
+/// that keeps orders in memory keeps them encoded; a store that reads rows per request (a
+/// database) builds one with [`EncodedOrder::new`] per row and pays only that encoding.
+#[derive(Clone)]
+pub struct EncodedOrder(Arc<EncodedInner>);
+
+struct EncodedInner {
+    order: Order,
+    json: Box<[u8]>,
+}
+
+impl EncodedOrder {
+    /// Checks `order` against the wire contract and encodes it.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] of kind [`InvalidData`](crate::StoreErrorKind::InvalidData) when the
+    /// order cannot be served as the spec requires: a budget above [`MAX_BUDGET_DKK`], or a date
+    /// whose year is outside 0000..=9999 (it would not print as `YYYY-MM-DD`).
+    pub fn new(order: Order) -> Result<Self, StoreError> {
+        if order.budget_dkk > MAX_BUDGET_DKK {
+            return Err(invalid_order(&order, "budgetDkk is above 2^53 - 1"));
+        }
+        let years = [
+            order.start_date.year(),
+            order.end_date.year(),
+            order.created_at.0.year(),
+        ];
+        if years.iter().any(|year| !(0..=9999).contains(year)) {
+            return Err(invalid_order(
+                &order,
+                "a date's year is outside 0000..=9999",
+            ));
+        }
+        let json = serde_json::to_vec(&order)
+            .map_err(|err| StoreError::invalid_data(err))?
+            .into_boxed_slice();
+        Ok(Self(Arc::new(EncodedInner { order, json })))
+    }
+
+    /// The order.
+    pub fn order(&self) -> &Order {
+        &self.0.order
+    }
+
+    /// The order's JSON object, exactly as it is served.
+    pub fn json(&self) -> &[u8] {
+        &self.0.json
+    }
+}
+
+fn invalid_order(order: &Order, problem: &str) -> StoreError {
+    StoreError::invalid_data(format!("order {:?}: {problem}", order.id))
+}
+
+impl fmt::Debug for EncodedOrder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0.order, f)
+    }
+}
+
+impl TryFrom<Order> for EncodedOrder {
+    type Error = StoreError;
+
+    fn try_from(order: Order) -> Result<Self, Self::Error> {
+        Self::new(order)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn order(id: &str, created_at: &str) -> Order {
+        Order {
+            id: id.to_owned(),
+            providers: vec!["meta".to_owned(), "google".to_owned()],
+            advertiser_name: "Advertiser".to_owned(),
+            campaign_name: "Campaign".to_owned(),
+            budget_dkk: 125_000,
+            start_date: NaiveDate::from_ymd_opt(2026, 3, 1).unwrap(),
+            end_date: NaiveDate::from_ymd_opt(2026, 3, 31).unwrap(),
+            status: "booked".to_owned(),
+            external_reference: "PO-1".to_owned(),
+            created_at: created_at.parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn timestamp_serializes_with_milliseconds_and_z() {
+        let stamp: Timestamp = "2026-03-01T08:00:00Z".parse().unwrap();
+        assert_eq!(stamp.to_string(), "2026-03-01T08:00:00.000Z");
+        let stamp: Timestamp = "2026-03-01T10:00:00.123456789+02:00".parse().unwrap();
+        assert_eq!(stamp.to_string(), "2026-03-01T08:00:00.123Z");
+        assert_eq!(
+            serde_json::to_string(&stamp).unwrap(),
+            "\"2026-03-01T08:00:00.123Z\""
+        );
+    }
+
+    #[test]
+    fn timestamp_truncates_so_equal_display_means_equal() {
+        let a: Timestamp = "2026-03-01T08:00:00.1231Z".parse().unwrap();
+        let b: Timestamp = "2026-03-01T08:00:00.1239Z".parse().unwrap();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn timestamp_rejects_non_rfc3339() {
+        assert!("2026-03-01".parse::<Timestamp>().is_err());
+        assert!("yesterday".parse::<Timestamp>().is_err());
+        assert!(serde_json::from_str::<Timestamp>("12").is_err());
+    }
+
+    #[test]
+    fn order_encodes_exactly_the_ten_fields_in_camel_case() {
+        let encoded = EncodedOrder::new(order("o1", "2026-03-01T08:00:00Z")).unwrap();
+        assert_eq!(
+            std::str::from_utf8(encoded.json()).unwrap(),
+            r#"{"id":"o1","providers":["meta","google"],"advertiserName":"Advertiser","campaignName":"Campaign","budgetDkk":125000,"startDate":"2026-03-01","endDate":"2026-03-31","status":"booked","externalReference":"PO-1","createdAt":"2026-03-01T08:00:00.000Z"}"#
+        );
+    }
+
+    #[test]
+    fn encoding_rejects_what_cannot_be_served() {
+        let mut big = order("o1", "2026-03-01T08:00:00Z");
+        big.budget_dkk = MAX_BUDGET_DKK + 1;
+        assert!(EncodedOrder::new(big).is_err());
+        let mut far = order("o2", "2026-03-01T08:00:00Z");
+        far.end_date = NaiveDate::from_ymd_opt(10_000, 1, 1).unwrap();
+        assert!(EncodedOrder::new(far).is_err());
+        let mut max = order("o3", "2026-03-01T08:00:00Z");
+        max.budget_dkk = MAX_BUDGET_DKK;
+        assert!(EncodedOrder::new(max).is_ok());
+    }
+
+    #[test]
+    fn budget_never_deserializes_from_negative_or_fraction() {
+        let json = serde_json::to_value(order("o1", "2026-03-01T08:00:00Z")).unwrap();
+        for bad in [serde_json::json!(-1), serde_json::json!(1.5)] {
+            let mut value = json.clone();
+            value["budgetDkk"] = bad;
+            assert!(serde_json::from_value::<Order>(value).is_err());
+        }
+    }
+}

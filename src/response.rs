@@ -1,0 +1,144 @@
+//! The JSON documents the API writes: the `meta` envelope (spec 2.1, 9.3), success bodies and
+//! the error object of spec section 7, with the headers every response carries.
+
+use bytes::Bytes;
+use http::header::{
+    HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE,
+    X_CONTENT_TYPE_OPTIONS,
+};
+use http::{Response, StatusCode};
+
+use crate::auth::AuthFailure;
+use crate::body::ApiBody;
+
+/// The `meta` object of every response, as a literal so bodies can be built with `concat!`.
+macro_rules! meta_json {
+    () => {
+        r#"{"version":"v1","status":"beta"}"#
+    };
+}
+
+/// An error document: `{"meta": {...}, "error": {"message": $message}}`. The message must
+/// not need JSON escaping.
+macro_rules! error_json {
+    ($message:literal) => {
+        concat!(
+            r#"{"meta":"#,
+            meta_json!(),
+            r#","error":{"message":""#,
+            $message,
+            r#""}}"#
+        )
+    };
+}
+
+/// What precedes the organization object in the body of `GET /me`.
+pub(crate) const ME_OPEN: &[u8] =
+    concat!(r#"{"meta":"#, meta_json!(), r#","data":{"organization":"#).as_bytes();
+/// What closes the body of `GET /me`.
+pub(crate) const ME_CLOSE: &[u8] = b"}}";
+/// What precedes the order objects in the body of `GET /orders`.
+pub(crate) const ORDERS_OPEN: &[u8] =
+    concat!(r#"{"meta":"#, meta_json!(), r#","data":{"orders":["#).as_bytes();
+/// What closes the body of `GET /orders`.
+pub(crate) const ORDERS_CLOSE: &[u8] = b"]}}";
+
+/// A JSON response with the headers every API response carries.
+pub(crate) fn json(status: StatusCode, body: Bytes) -> Response<ApiBody> {
+    let length = HeaderValue::from(body.len());
+    let mut response = Response::new(ApiBody::new(body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(CONTENT_LENGTH, length);
+    // Every body is specific to a key (or says something about one): no cache may keep it.
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response
+}
+
+/// Every error the API answers with, each with its status and fixed message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ApiError {
+    /// No endpoint at this path.
+    NotFound,
+    /// The endpoint exists but not for this method.
+    MethodNotAllowed,
+    /// A store failed, or the handler panicked.
+    Internal,
+    /// A store is unreachable or did not answer in time.
+    Unavailable,
+}
+
+impl ApiError {
+    pub(crate) fn into_response(self) -> Response<ApiBody> {
+        let (status, body) = match self {
+            Self::NotFound => (StatusCode::NOT_FOUND, error_json!("not found")),
+            Self::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                error_json!("method not allowed: use GET or HEAD"),
+            ),
+            Self::Internal => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                error_json!("internal server error"),
+            ),
+            Self::Unavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                error_json!("service temporarily unavailable, try again later"),
+            ),
+        };
+        let mut response = json(status, Bytes::from_static(body.as_bytes()));
+        if self == Self::MethodNotAllowed {
+            response
+                .headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        }
+        response
+    }
+}
+
+/// The 401 for `failure`, with its `WWW-Authenticate` challenge.
+pub(crate) fn unauthorized(failure: AuthFailure, challenge: HeaderValue) -> Response<ApiBody> {
+    let body = match failure {
+        AuthFailure::Missing => {
+            error_json!("missing API key: send the header Authorization: Bearer <API_KEY>")
+        }
+        AuthFailure::OtherScheme => {
+            error_json!("unsupported authorization scheme: send Authorization: Bearer <API_KEY>")
+        }
+        AuthFailure::Malformed => {
+            error_json!("malformed Authorization header: expected one header Bearer <API_KEY>")
+        }
+        AuthFailure::UnknownKey => error_json!("invalid API key"),
+    };
+    let mut response = json(
+        StatusCode::UNAUTHORIZED,
+        Bytes::from_static(body.as_bytes()),
+    );
+    response.headers_mut().insert(WWW_AUTHENTICATE, challenge);
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fixed_body_is_json_with_meta() {
+        let bodies = [
+            error_json!("not found"),
+            error_json!("missing API key: send the header Authorization: Bearer <API_KEY>"),
+        ];
+        for body in bodies {
+            let value: serde_json::Value = serde_json::from_str(body).unwrap();
+            assert_eq!(value["meta"]["version"], "v1");
+            assert_eq!(value["meta"]["status"], "beta");
+            assert!(value["error"]["message"].is_string());
+        }
+        let me = [ME_OPEN, br#"{"id":"o","name":"n"}"#, ME_CLOSE].concat();
+        serde_json::from_slice::<serde_json::Value>(&me).unwrap();
+        let orders = [ORDERS_OPEN, ORDERS_CLOSE].concat();
+        let value: serde_json::Value = serde_json::from_slice(&orders).unwrap();
+        assert_eq!(value["data"]["orders"], serde_json::json!([]));
+    }
+}

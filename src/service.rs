@@ -1,0 +1,244 @@
+//! [`PartnerApi`]: the API as a terminal tower [`Service`].
+
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{HeaderMap, Method, Request, Response};
+use tower::Service;
+
+use crate::auth::{bearer_token, Challenges};
+use crate::body::ApiBody;
+use crate::key::KeyDigest;
+use crate::response::{self, ApiError};
+use crate::routes::{self, Route};
+use crate::store::{KeyStore, OrderStore};
+
+/// The default mount prefix: the version segment of spec section 9.
+pub const DEFAULT_PREFIX: &str = "/v1";
+/// The default realm of the `WWW-Authenticate` challenge.
+pub const DEFAULT_REALM: &str = "partner-api";
+/// The default time a request may spend waiting for its stores.
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The partner API (spec section 4) as a tower [`Service`] for any request body.
+///
+/// It answers `GET`/`HEAD` `{prefix}/me` and `{prefix}/orders` and a JSON error for anything
+/// else; it never fails (`Error = Infallible`) and never reads the request body. Clones are
+/// cheap and share the stores.
+///
+/// ```
+/// use partner_api::{MemoryStore, PartnerApi};
+///
+/// let api = PartnerApi::from_store(MemoryStore::new()).with_prefix("/partner/v1");
+/// assert_eq!(api.prefix(), "/partner/v1");
+/// ```
+#[derive(Clone)]
+pub struct PartnerApi {
+    shared: Arc<Shared>,
+}
+
+/// What every request of one [`PartnerApi`] reads.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) keys: Arc<dyn KeyStore>,
+    pub(crate) orders: Arc<dyn OrderStore>,
+    pub(crate) challenges: Challenges,
+    pub(crate) store_timeout: Option<Duration>,
+    prefix: String,
+}
+
+impl PartnerApi {
+    /// The API over separate key and order stores.
+    pub fn new(keys: Arc<dyn KeyStore>, orders: Arc<dyn OrderStore>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                keys,
+                orders,
+                challenges: Challenges::new(DEFAULT_REALM),
+                store_timeout: Some(DEFAULT_STORE_TIMEOUT),
+                prefix: DEFAULT_PREFIX.to_owned(),
+            }),
+        }
+    }
+
+    /// The API over one store that holds both keys and orders.
+    pub fn from_store<S: KeyStore + OrderStore + 'static>(store: S) -> Self {
+        let store = Arc::new(store);
+        Self::new(store.clone(), store)
+    }
+
+    /// Serves the API under `prefix` instead of [`DEFAULT_PREFIX`]: `"/partner/v1"` answers
+    /// `/partner/v1/me`. A trailing `/` is dropped, and `""` or `"/"` serves at the root (for a
+    /// host that strips the whole prefix itself).
+    ///
+    /// # Panics
+    ///
+    /// When `prefix` does not start with `/` or holds `?`, `#`, `//` or a character that is
+    /// not visible ASCII: it could never match a request path.
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: &str) -> Self {
+        let prefix = prefix.trim_end_matches('/');
+        assert!(
+            (prefix.is_empty() || prefix.starts_with('/'))
+                && !prefix.contains("//")
+                && prefix
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b'?' && b != b'#'),
+            "the prefix must be a path such as \"/v1\" or \"/partner/v1\""
+        );
+        Arc::make_mut(&mut self.shared).prefix = prefix.to_owned();
+        self
+    }
+
+    /// Names `realm` in the `WWW-Authenticate` challenge of a 401 instead of
+    /// [`DEFAULT_REALM`].
+    ///
+    /// # Panics
+    ///
+    /// When `realm` is not printable ASCII or holds `"` or `\`.
+    #[must_use]
+    pub fn with_realm(mut self, realm: &str) -> Self {
+        Arc::make_mut(&mut self.shared).challenges = Challenges::new(realm);
+        self
+    }
+
+    /// Bounds the time one request waits for its stores (default
+    /// [`DEFAULT_STORE_TIMEOUT`]); past it the answer is a JSON 503. `None` waits forever.
+    ///
+    /// The timer needs a tokio runtime with its time driver enabled.
+    #[must_use]
+    pub fn with_store_timeout(mut self, timeout: Option<Duration>) -> Self {
+        Arc::make_mut(&mut self.shared).store_timeout = timeout;
+        self
+    }
+
+    /// The prefix the API answers under, without a trailing `/`.
+    pub fn prefix(&self) -> &str {
+        &self.shared.prefix
+    }
+
+    /// Whether `path` is under the prefix: the prefix itself or below it (`/v1/...`, not
+    /// `/v10`).
+    pub fn is_under_prefix(&self, path: &str) -> bool {
+        self.path_below_prefix(path).is_some()
+    }
+
+    fn path_below_prefix<'p>(&self, path: &'p str) -> Option<&'p str> {
+        let rest = path.strip_prefix(self.prefix())?;
+        (rest.is_empty() || rest.starts_with('/')).then_some(rest)
+    }
+
+    /// Answers a request from its method, path and headers.
+    fn dispatch(&self, method: &Method, path: &str, headers: &HeaderMap) -> ResponseFuture {
+        let head = method == Method::HEAD;
+        let Some(route) = self.path_below_prefix(path).and_then(Route::at) else {
+            return ResponseFuture::ready(ApiError::NotFound.into_response(), head);
+        };
+        if !route.allows(method) {
+            return ResponseFuture::ready(ApiError::MethodNotAllowed.into_response(), head);
+        }
+        let token = match bearer_token(headers) {
+            Ok(token) => token,
+            Err(failure) => {
+                let challenge = self.shared.challenges.for_failure(failure);
+                return ResponseFuture::ready(response::unauthorized(failure, challenge), head);
+            }
+        };
+        // Only the digest goes on: the plaintext never enters the future or a store.
+        let digest = KeyDigest::of(token);
+        let future = routes::respond(self.shared.clone(), route, digest);
+        ResponseFuture {
+            state: State::Pending(Box::pin(future)),
+            head,
+        }
+    }
+}
+
+impl fmt::Debug for PartnerApi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PartnerApi")
+            .field("prefix", &self.shared.prefix)
+            .field("store_timeout", &self.shared.store_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> Service<Request<B>> for PartnerApi {
+    type Response = Response<ApiBody>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        self.dispatch(request.method(), request.uri().path(), request.headers())
+    }
+}
+
+/// The response future of [`PartnerApi`].
+///
+/// A panic while answering (in a store, say) becomes a JSON 500 instead of tearing down the
+/// connection; the panic is logged without its payload, which could hold anything.
+pub struct ResponseFuture {
+    state: State,
+    head: bool,
+}
+
+enum State {
+    Ready(Option<Response<ApiBody>>),
+    Pending(Pin<Box<dyn Future<Output = Response<ApiBody>> + Send>>),
+}
+
+impl ResponseFuture {
+    fn ready(response: Response<ApiBody>, head: bool) -> Self {
+        Self {
+            state: State::Ready(Some(response)),
+            head,
+        }
+    }
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<Response<ApiBody>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut response = match &mut self.state {
+            State::Ready(response) => response
+                .take()
+                .expect("ResponseFuture polled after completion"),
+            State::Pending(future) => {
+                match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+                    Ok(Poll::Pending) => return Poll::Pending,
+                    Ok(Poll::Ready(response)) => response,
+                    Err(_panic) => {
+                        tracing::error!("partner API request handler panicked");
+                        ApiError::Internal.into_response()
+                    }
+                }
+            }
+        };
+        // The future is done (or panicked): drop it so it is never polled again.
+        self.state = State::Ready(None);
+        if self.head {
+            // HEAD: the same status and headers (Content-Length included), no body.
+            *response.body_mut() = ApiBody::empty();
+        }
+        Poll::Ready(Ok(response))
+    }
+}
+
+impl fmt::Debug for ResponseFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("head", &self.head)
+            .finish_non_exhaustive()
+    }
+}

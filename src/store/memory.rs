@@ -1,0 +1,355 @@
+//! [`MemoryStore`]: both store traits over process memory, for tests, demos and benchmarks.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use async_trait::async_trait;
+
+use super::{KeyStore, OrderStore, Principal, StoreError};
+use crate::key::{is_valid_key, KeyDigest};
+use crate::model::{EncodedOrder, Order, Organization};
+
+/// An in-memory [`KeyStore`] and [`OrderStore`] with the semantics of a real store: keys are
+/// held only as digests, a revoked key stays known but resolves to nothing, and every change
+/// is visible to the very next request.
+///
+/// Clones share the same data, so a host can keep one handle to add or revoke keys while the
+/// service serves from another.
+///
+/// ```
+/// use partner_api::{MemoryStore, Organization};
+///
+/// let store = MemoryStore::new();
+/// store.add_organization(Organization { id: "org_1".into(), name: "Acme".into() })?;
+/// store.add_key("pk_test_acme", "org_1")?;
+/// assert!(store.revoke_key("pk_test_acme"));
+/// # Ok::<(), partner_api::StoreError>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    state: Arc<RwLock<State>>,
+}
+
+#[derive(Default)]
+struct State {
+    organizations: HashMap<String, Organization>,
+    keys: HashMap<KeyDigest, KeyEntry>,
+    /// Per organization, its orders newest first, so a read never scans other organizations
+    /// or sorts.
+    orders: HashMap<String, OrganizationOrders>,
+    next_key_number: u64,
+}
+
+struct KeyEntry {
+    key_id: String,
+    organization_id: String,
+    revoked: bool,
+}
+
+#[derive(Default)]
+struct OrganizationOrders {
+    newest_first: Vec<EncodedOrder>,
+    ids: HashSet<String>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    // A panic while the lock was held cannot leave `State` half-changed: every method checks
+    // before it mutates. So a poisoned lock is still consistent and is used as it is.
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds an organization.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidData`](crate::StoreErrorKind::InvalidData) if an organization with that id
+    /// exists.
+    pub fn add_organization(&self, organization: Organization) -> Result<(), StoreError> {
+        let mut state = self.write();
+        if state.organizations.contains_key(&organization.id) {
+            return Err(StoreError::invalid_data(format!(
+                "organization {:?} exists",
+                organization.id
+            )));
+        }
+        state
+            .organizations
+            .insert(organization.id.clone(), organization);
+        Ok(())
+    }
+
+    /// Adds the API key `key` for the organization `organization_id`; only its digest is kept.
+    /// Returns the key's id, the one [`Principal::key_id`] carries.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidData`](crate::StoreErrorKind::InvalidData) if the organization is unknown, the
+    /// key is not a valid bearer token ([`is_valid_key`]), or the key exists (revoked or not).
+    pub fn add_key(&self, key: &str, organization_id: &str) -> Result<String, StoreError> {
+        if !is_valid_key(key) {
+            return Err(StoreError::invalid_data(
+                "the key is not an RFC 6750 bearer token of at most 4096 bytes",
+            ));
+        }
+        let digest = KeyDigest::of(key);
+        let mut state = self.write();
+        if !state.organizations.contains_key(organization_id) {
+            return Err(unknown_organization(organization_id));
+        }
+        if state.keys.contains_key(&digest) {
+            return Err(StoreError::invalid_data("the key exists"));
+        }
+        state.next_key_number += 1;
+        let key_id = format!("key_{}", state.next_key_number);
+        state.keys.insert(
+            digest,
+            KeyEntry {
+                key_id: key_id.clone(),
+                organization_id: organization_id.to_owned(),
+                revoked: false,
+            },
+        );
+        Ok(key_id)
+    }
+
+    /// Revokes the API key `key`: from now on it resolves to nothing. Returns whether a live
+    /// key was revoked (`false` for an unknown or already revoked key).
+    pub fn revoke_key(&self, key: &str) -> bool {
+        let digest = KeyDigest::of(key);
+        match self.write().keys.get_mut(&digest) {
+            Some(entry) if !entry.revoked => {
+                entry.revoked = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Adds one order to the organization `organization_id`.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidData`](crate::StoreErrorKind::InvalidData) if the organization is unknown, it
+    /// has an order with that id, or the order cannot be served ([`EncodedOrder::new`]).
+    pub fn add_order(&self, organization_id: &str, order: Order) -> Result<(), StoreError> {
+        self.add_orders(organization_id, [order])
+    }
+
+    /// Adds orders to the organization `organization_id`, all or none.
+    ///
+    /// # Errors
+    ///
+    /// As [`add_order`](Self::add_order), for any of them; then none is added.
+    pub fn add_orders(
+        &self,
+        organization_id: &str,
+        orders: impl IntoIterator<Item = Order>,
+    ) -> Result<(), StoreError> {
+        let encoded = orders
+            .into_iter()
+            .map(EncodedOrder::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut state = self.write();
+        if !state.organizations.contains_key(organization_id) {
+            return Err(unknown_organization(organization_id));
+        }
+        let entry = state.orders.entry(organization_id.to_owned()).or_default();
+        let mut new_ids = HashSet::with_capacity(encoded.len());
+        for order in &encoded {
+            let id = &order.order().id;
+            if entry.ids.contains(id) || !new_ids.insert(id.clone()) {
+                return Err(StoreError::invalid_data(format!(
+                    "organization {organization_id:?} has an order {id:?}"
+                )));
+            }
+        }
+        entry.ids.extend(new_ids);
+        if let [order] = encoded.as_slice() {
+            let at = entry
+                .newest_first
+                .partition_point(|held| held.order().cmp_newest_first(order.order()).is_lt());
+            entry.newest_first.insert(at, order.clone());
+        } else {
+            entry.newest_first.extend(encoded);
+            entry
+                .newest_first
+                .sort_by(|a, b| a.order().cmp_newest_first(b.order()));
+        }
+        Ok(())
+    }
+}
+
+fn unknown_organization(organization_id: &str) -> StoreError {
+    StoreError::invalid_data(format!("unknown organization {organization_id:?}"))
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.read();
+        f.debug_struct("MemoryStore")
+            .field("organizations", &state.organizations.len())
+            .field("keys", &state.keys.len())
+            .field(
+                "orders",
+                &state
+                    .orders
+                    .values()
+                    .map(|o| o.newest_first.len())
+                    .sum::<usize>(),
+            )
+            .finish()
+    }
+}
+
+#[async_trait]
+impl KeyStore for MemoryStore {
+    async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
+        let state = self.read();
+        let Some(entry) = state.keys.get(digest).filter(|entry| !entry.revoked) else {
+            return Ok(None);
+        };
+        let Some(organization) = state.organizations.get(&entry.organization_id) else {
+            return Ok(None);
+        };
+        Ok(Some(Principal {
+            key_id: entry.key_id.clone(),
+            organization: organization.clone(),
+        }))
+    }
+}
+
+#[async_trait]
+impl OrderStore for MemoryStore {
+    async fn newest_orders(
+        &self,
+        organization_id: &str,
+        limit: usize,
+    ) -> Result<Vec<EncodedOrder>, StoreError> {
+        let state = self.read();
+        Ok(state
+            .orders
+            .get(organization_id)
+            .map(|orders| {
+                let newest = &orders.newest_first[..limit.min(orders.newest_first.len())];
+                newest.to_vec()
+            })
+            .unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Timestamp;
+
+    fn order(id: &str, millis: i64) -> Order {
+        Order {
+            id: id.to_owned(),
+            providers: vec![],
+            advertiser_name: "A".to_owned(),
+            campaign_name: "C".to_owned(),
+            budget_dkk: 1,
+            start_date: chrono::NaiveDate::from_ymd_opt(2026, 1, 1).unwrap(),
+            end_date: chrono::NaiveDate::from_ymd_opt(2026, 1, 2).unwrap(),
+            status: "booked".to_owned(),
+            external_reference: "X".to_owned(),
+            created_at: Timestamp::from_unix_millis(millis).unwrap(),
+        }
+    }
+
+    fn store() -> MemoryStore {
+        let store = MemoryStore::new();
+        for id in ["a", "b"] {
+            store
+                .add_organization(Organization {
+                    id: id.to_owned(),
+                    name: id.to_uppercase(),
+                })
+                .unwrap();
+        }
+        store
+    }
+
+    async fn ids(store: &MemoryStore, org: &str, limit: usize) -> Vec<String> {
+        store
+            .newest_orders(org, limit)
+            .await
+            .unwrap()
+            .iter()
+            .map(|o| o.order().id.clone())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn single_and_bulk_inserts_keep_newest_first_with_id_tie_break() {
+        let store = store();
+        store.add_order("a", order("o2", 10)).unwrap();
+        store.add_order("a", order("o9", 30)).unwrap();
+        store.add_order("a", order("o1", 20)).unwrap();
+        store.add_order("a", order("o3", 20)).unwrap();
+        store
+            .add_orders("a", [order("o0", 20), order("o5", 5)])
+            .unwrap();
+        assert_eq!(
+            ids(&store, "a", 100).await,
+            ["o9", "o3", "o1", "o0", "o2", "o5"]
+        );
+        assert_eq!(ids(&store, "a", 2).await, ["o9", "o3"]);
+        assert!(ids(&store, "b", 100).await.is_empty());
+        assert!(ids(&store, "nope", 100).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn failed_bulk_insert_adds_nothing() {
+        let store = store();
+        store.add_order("a", order("o1", 1)).unwrap();
+        let err = store
+            .add_orders("a", [order("o2", 2), order("o1", 3)])
+            .unwrap_err();
+        assert_eq!(err.kind(), crate::StoreErrorKind::InvalidData);
+        assert!(store
+            .add_orders("a", [order("o3", 2), order("o3", 3)])
+            .is_err());
+        assert!(store.add_order("zzz", order("o4", 2)).is_err());
+        assert_eq!(ids(&store, "a", 100).await, ["o1"]);
+    }
+
+    #[tokio::test]
+    async fn keys_resolve_until_revoked() {
+        let store = store();
+        let key_id = store.add_key("secret-a", "a").unwrap();
+        let digest = KeyDigest::of("secret-a");
+        let principal = store.lookup(&digest).await.unwrap().unwrap();
+        assert_eq!(principal.organization.id, "a");
+        assert_eq!(principal.key_id, key_id);
+        assert!(store.revoke_key("secret-a"));
+        assert!(!store.revoke_key("secret-a"));
+        assert_eq!(store.lookup(&digest).await.unwrap(), None);
+        assert!(
+            store.add_key("secret-a", "b").is_err(),
+            "a revoked key stays taken"
+        );
+        assert!(store.add_key("bad key", "a").is_err());
+        assert!(store.add_key("secret-c", "zzz").is_err());
+        assert_eq!(store.lookup(&KeyDigest::of("unknown")).await.unwrap(), None);
+    }
+
+    #[test]
+    fn debug_shows_counts_not_keys() {
+        let store = store();
+        store.add_key("secret-a", "a").unwrap();
+        let debug = format!("{store:?}");
+        assert!(!debug.contains("secret-a"));
+        assert!(debug.contains("keys: 1"));
+    }
+}
