@@ -1,0 +1,267 @@
+//! Fixtures and store doubles shared by the integration tests.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use chrono::NaiveDate;
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use partner_api::{
+    EncodedOrder, KeyDigest, KeyStore, MemoryStore, Order, OrderStore, Organization, PartnerApi,
+    Principal, StoreError, Timestamp,
+};
+use serde_json::Value;
+use tower::ServiceExt;
+
+pub const KEY_A: &str = "pk_test_alpha_4fG7hJ2kL9mN3pQ5rS8t";
+pub const KEY_B: &str = "pk_test_bravo_Zx1Cv2Bn3Mq4Wd5Fg6Hj";
+pub const KEY_EMPTY: &str = "pk_test_empty_Ab12Cd34Ef56Gh78Ij90";
+pub const REVOKED_KEY: &str = "pk_test_revoked_Kl12Mn34Op56Qr78St";
+
+/// 2026-01-01T00:00:00.000Z
+pub const BASE_MILLIS: i64 = 1_767_225_600_000;
+
+pub fn order(id: &str, created_millis: i64) -> Order {
+    Order {
+        id: id.to_owned(),
+        providers: vec!["meta".to_owned(), "google".to_owned()],
+        advertiser_name: format!("Advertiser of {id}"),
+        campaign_name: format!("Campaign \"{id}\""),
+        budget_dkk: 250_000,
+        start_date: NaiveDate::from_ymd_opt(2026, 3, 1).unwrap(),
+        end_date: NaiveDate::from_ymd_opt(2026, 4, 30).unwrap(),
+        status: "booked".to_owned(),
+        external_reference: format!("PO-{id}"),
+        created_at: Timestamp::from_unix_millis(created_millis).unwrap(),
+    }
+}
+
+/// Organization `org_a` with 157 orders created one minute apart, in a scrambled insertion
+/// order, `org_b` with 3 orders (two sharing a timestamp), `org_empty` with none.
+pub fn store() -> MemoryStore {
+    let store = MemoryStore::new();
+    for (id, name) in [
+        ("org_a", "Alpha Media"),
+        ("org_b", "Bravo Ads"),
+        ("org_empty", "Empty Co"),
+    ] {
+        store
+            .add_organization(Organization {
+                id: id.into(),
+                name: name.into(),
+            })
+            .unwrap();
+    }
+    store.add_key(KEY_A, "org_a").unwrap();
+    store.add_key(KEY_B, "org_b").unwrap();
+    store.add_key(KEY_EMPTY, "org_empty").unwrap();
+    store.add_key(REVOKED_KEY, "org_a").unwrap();
+    store.revoke_key(REVOKED_KEY);
+    // 157 orders; ids a000..a156 where a(n) is created n minutes after BASE; inserted in a
+    // scrambled order so sorting is the store's work.
+    for n in (0..157).map(|i| (i * 61) % 157) {
+        store
+            .add_order(
+                "org_a",
+                order(&format!("a{n:03}"), BASE_MILLIS + n * 60_000),
+            )
+            .unwrap();
+    }
+    store.add_order("org_b", order("b1", BASE_MILLIS)).unwrap();
+    store
+        .add_order("org_b", order("b3", BASE_MILLIS + 5))
+        .unwrap();
+    store
+        .add_order("org_b", order("b2", BASE_MILLIS + 5))
+        .unwrap();
+    store
+}
+
+pub fn api() -> PartnerApi {
+    PartnerApi::from_store(store())
+}
+
+pub fn get(path: &str, key: Option<&str>) -> Request<()> {
+    let mut request = Request::get(path);
+    if let Some(key) = key {
+        request = request.header("authorization", format!("Bearer {key}"));
+    }
+    request.body(()).unwrap()
+}
+
+/// A response's parts and body, collected.
+pub struct Collected {
+    pub status: http::StatusCode,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Collected {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|err| panic!("body is not JSON ({err}): {:?}", self.body))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    /// Asserts the error document of spec section 7 with `meta`, and returns the message.
+    pub fn error_message(&self) -> String {
+        let json = self.json();
+        assert_eq!(
+            json["meta"],
+            serde_json::json!({"version": "v1", "status": "beta"})
+        );
+        assert_eq!(json.as_object().unwrap().len(), 2, "{json}");
+        let error = json["error"].as_object().expect("an error object");
+        error["message"]
+            .as_str()
+            .expect("a string message")
+            .to_owned()
+    }
+}
+
+pub async fn collect<B>(response: Response<B>) -> Collected
+where
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    let (parts, body) = response.into_parts();
+    Collected {
+        status: parts.status,
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes(),
+    }
+}
+
+pub async fn call<B>(api: &PartnerApi, request: Request<B>) -> Collected {
+    collect(api.clone().oneshot(request).await.unwrap()).await
+}
+
+/// A store whose every call fails with `error()`.
+pub struct FailingStore(pub fn() -> StoreError);
+
+#[async_trait]
+impl KeyStore for FailingStore {
+    async fn lookup(&self, _: &KeyDigest) -> Result<Option<Principal>, StoreError> {
+        Err((self.0)())
+    }
+}
+
+#[async_trait]
+impl OrderStore for FailingStore {
+    async fn newest_orders(&self, _: &str, _: usize) -> Result<Vec<EncodedOrder>, StoreError> {
+        Err((self.0)())
+    }
+}
+
+/// A store that never answers.
+pub struct HangingStore;
+
+#[async_trait]
+impl KeyStore for HangingStore {
+    async fn lookup(&self, _: &KeyDigest) -> Result<Option<Principal>, StoreError> {
+        std::future::pending().await
+    }
+}
+
+#[async_trait]
+impl OrderStore for HangingStore {
+    async fn newest_orders(&self, _: &str, _: usize) -> Result<Vec<EncodedOrder>, StoreError> {
+        std::future::pending().await
+    }
+}
+
+/// A store that panics.
+pub struct PanickingStore;
+
+#[async_trait]
+impl KeyStore for PanickingStore {
+    async fn lookup(&self, _: &KeyDigest) -> Result<Option<Principal>, StoreError> {
+        panic!("the key store blew up")
+    }
+}
+
+#[async_trait]
+impl OrderStore for PanickingStore {
+    async fn newest_orders(&self, _: &str, _: usize) -> Result<Vec<EncodedOrder>, StoreError> {
+        panic!("the order store blew up")
+    }
+}
+
+/// An order store that ignores the limit and the order: it returns `count` orders oldest
+/// first, some of them of another organization's look.
+pub struct UnsortedStore {
+    pub count: i64,
+}
+
+#[async_trait]
+impl OrderStore for UnsortedStore {
+    async fn newest_orders(&self, _: &str, _: usize) -> Result<Vec<EncodedOrder>, StoreError> {
+        (0..self.count)
+            .map(|n| EncodedOrder::new(order(&format!("u{n:03}"), BASE_MILLIS + n * 1000)))
+            .collect()
+    }
+}
+
+/// A store that delays every answer of `inner` by `delay`.
+pub struct SlowStore<S> {
+    pub inner: S,
+    pub delay: Duration,
+}
+
+#[async_trait]
+impl<S: KeyStore> KeyStore for SlowStore<S> {
+    async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.lookup(digest).await
+    }
+}
+
+#[async_trait]
+impl<S: OrderStore> OrderStore for SlowStore<S> {
+    async fn newest_orders(
+        &self,
+        org: &str,
+        limit: usize,
+    ) -> Result<Vec<EncodedOrder>, StoreError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.newest_orders(org, limit).await
+    }
+}
+
+/// Captures everything `tracing` writes (all levels) while the guard lives, on this thread.
+#[derive(Clone, Default)]
+pub struct CapturedLogs(Arc<Mutex<Vec<u8>>>);
+
+impl CapturedLogs {
+    pub fn install(&self) -> tracing::subscriber::DefaultGuard {
+        let sink = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || sink.clone())
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl Write for CapturedLogs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
