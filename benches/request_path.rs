@@ -1,1 +1,147 @@
-fn main() {}
+//! In-process cost of the request path: `Service::call` on the API and the layer, each beside
+//! a baseline service that returns the same bytes without the library.
+//!
+//! `cargo bench --bench request_path`
+
+use std::convert::Infallible;
+use std::hint::black_box;
+
+use bytes::Bytes;
+use chrono::NaiveDate;
+use criterion::{criterion_main, BenchmarkId, Criterion};
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use partner_api::{MemoryStore, Order, Organization, PartnerApi, PartnerApiLayer, Timestamp};
+use tower::{Layer, Service, ServiceExt};
+
+const KEY: &str = "pk_test_bench_org_00_abcdefghijklmnop";
+
+/// 50 organizations of 200 orders each; `org_00` is the one the benches read.
+fn store() -> MemoryStore {
+    let store = MemoryStore::new();
+    for org in 0..50 {
+        let id = format!("org_{org:02}");
+        store
+            .add_organization(Organization {
+                id: id.clone(),
+                name: format!("Organization {org}"),
+            })
+            .expect("organization");
+        store
+            .add_key(&format!("pk_test_bench_org_{org:02}_abcdefghijklmnop"), &id)
+            .expect("key");
+        let orders = (0..200).map(|n| Order {
+            id: format!("ord_{org:02}_{n:04}"),
+            providers: vec!["meta".into(), "google".into()],
+            advertiser_name: format!("Advertiser {n}"),
+            campaign_name: format!("Campaign {n} of organization {org}"),
+            budget_dkk: 10_000 + n as u64 * 1_250,
+            start_date: NaiveDate::from_ymd_opt(2026, 3, 1).expect("date"),
+            end_date: NaiveDate::from_ymd_opt(2026, 4, 30).expect("date"),
+            status: "booked".into(),
+            external_reference: format!("PO-{org}-{n}"),
+            created_at: Timestamp::from_unix_millis(1_767_225_600_000 + n * 60_000)
+                .expect("timestamp"),
+        });
+        store.add_orders(&id, orders).expect("orders");
+    }
+    store
+}
+
+fn request(path: &str, key: Option<&str>) -> Request<()> {
+    let mut request = Request::get(path);
+    if let Some(key) = key {
+        request = request.header("authorization", format!("Bearer {key}"));
+    }
+    request.body(()).expect("request")
+}
+
+/// What the library answers to `request`, as headers and bytes, for the baseline to replay.
+fn capture(
+    runtime: &tokio::runtime::Runtime,
+    api: &PartnerApi,
+    path: &str,
+    key: Option<&str>,
+) -> Response<Bytes> {
+    runtime.block_on(async {
+        let response = api
+            .clone()
+            .oneshot(request(path, key))
+            .await
+            .expect("infallible");
+        let (parts, body) = response.into_parts();
+        let bytes = body.collect().await.expect("infallible").to_bytes();
+        Response::from_parts(parts, bytes)
+    })
+}
+
+fn bench(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let api = PartnerApi::from_store(store());
+    let cases = [
+        ("me", "/v1/me", Some(KEY)),
+        ("orders", "/v1/orders", Some(KEY)),
+        ("401_missing", "/v1/orders", None),
+        (
+            "401_unknown",
+            "/v1/orders",
+            Some("pk_test_bench_unknown_abcdefghijklmn"),
+        ),
+    ];
+    for (name, path, key) in cases {
+        let captured = capture(&runtime, &api, path, key);
+        let mut group = c.benchmark_group(name);
+        group.bench_function(BenchmarkId::new("library", path), |b| {
+            let mut api = api.clone();
+            b.to_async(&runtime).iter(|| {
+                let response = api.call(request(path, key));
+                async move { black_box(response.await) }
+            });
+        });
+        group.bench_function(BenchmarkId::new("baseline", path), |b| {
+            let mut baseline = tower::service_fn(|_: Request<()>| {
+                let mut response = Response::new(captured.body().clone());
+                *response.status_mut() = captured.status();
+                *response.headers_mut() = captured.headers().clone();
+                async move { Ok::<_, Infallible>(response) }
+            });
+            b.to_async(&runtime).iter(|| {
+                let response = baseline.call(request(path, key));
+                async move { black_box(response.await) }
+            });
+        });
+        group.finish();
+    }
+
+    // The layer's pass-through: a request outside the prefix, against the bare host service.
+    let host = tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(Bytes::from_static(b"host")))
+    });
+    let mut group = c.benchmark_group("layer_pass_through");
+    group.bench_function("library", |b| {
+        let mut mounted = PartnerApiLayer::new(api.clone()).layer(host);
+        b.to_async(&runtime).iter(|| {
+            let response = mounted.call(request("/health", None));
+            async move { black_box(response.await) }
+        });
+    });
+    group.bench_function("baseline", |b| {
+        let mut bare = host;
+        b.to_async(&runtime).iter(|| {
+            let response = bare.call(request("/health", None));
+            async move { black_box(response.await) }
+        });
+    });
+    group.finish();
+}
+
+// The macro defines an undocumented public function.
+#[allow(missing_docs)]
+mod group {
+    criterion::criterion_group!(benches, super::bench);
+}
+use group::benches;
+criterion_main!(benches);

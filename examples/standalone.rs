@@ -29,23 +29,27 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Serve the partner API.
 #[derive(Parser, Debug)]
 #[command(version, about)]
-pub struct Args {
+pub(crate) struct Args {
     /// Address to listen on; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:8080")]
-    pub listen: String,
+    pub(crate) listen: String,
     /// JSON seed file of organizations, API keys and orders (default: built-in demo data).
     #[arg(long)]
-    pub seed: Option<PathBuf>,
+    pub(crate) seed: Option<PathBuf>,
 }
 
 /// The service this host serves: the partner API over `store`.
-pub fn app(store: MemoryStore) -> PartnerApi {
+pub(crate) fn app(store: MemoryStore) -> PartnerApi {
     PartnerApi::from_store(store)
 }
 
 /// Serves `app` on `listener` until `shutdown` completes, then waits (up to
 /// [`SHUTDOWN_GRACE`]) for the connections' requests in flight.
-pub async fn serve(listener: TcpListener, app: PartnerApi, shutdown: impl Future<Output = ()>) {
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: PartnerApi,
+    shutdown: impl Future<Output = ()>,
+) {
     let builder = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -83,7 +87,7 @@ pub async fn serve(listener: TcpListener, app: PartnerApi, shutdown: impl Future
 }
 
 /// Completes on Ctrl-C or, on Unix, SIGTERM.
-pub async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -183,7 +183,7 @@ impl EncodedOrder {
             ));
         }
         let json = serde_json::to_vec(&order)
-            .map_err(|err| StoreError::invalid_data(err))?
+            .map_err(StoreError::invalid_data)?
             .into_boxed_slice();
         Ok(Self(Arc::new(EncodedInner { order, json })))
     }
