@@ -35,7 +35,7 @@
 //!
 //! | feature   | default | what it adds                                                       |
 //! |-----------|---------|--------------------------------------------------------------------|
-//! | `testing` | no      | [`testing`](crate#feature-flags): the conformance suite for stores |
+//! | `testing` | no      | `partner_api::testing`: the conformance suite for stores           |
 //!
 //! # Logging
 //!
@@ -66,3 +66,8 @@ pub use model::{EncodedOrder, Order, Organization, Timestamp};
 pub use routes::MAX_ORDERS;
 pub use service::PartnerApi;
 pub use store::{KeyStore, MemoryStore, OrderStore, Principal, StoreError, StoreErrorKind};
+
+// Runs the README's Rust snippets as doctests, so they keep compiling.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
