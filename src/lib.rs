@@ -34,8 +34,8 @@
 //! # Feature flags
 //!
 //! | feature   | default | what it adds                                                       |
-//! |-----------|---------|--------------------------------------------------------------------|
-//! | `testing` | no      | `partner_api::testing`: the conformance suite for stores           |
+//! |-----------|---------|---------------------------------------------------------------------|
+//! | `testing` | no      | `partner_api::testing`: the conformance suite every store must pass |
 //!
 //! # Logging
 //!
@@ -46,7 +46,6 @@
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
 mod auth;
 pub mod body;
@@ -58,6 +57,8 @@ mod routes;
 pub mod seed;
 pub mod service;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use body::ApiBody;
 pub use key::KeyDigest;

@@ -1,0 +1,574 @@
+//! The conformance suite for stores (feature `testing`): the behaviour every [`KeyStore`] +
+//! [`OrderStore`] pair must have for the API to keep its contract.
+//!
+//! A host implements [`StoreFixtures`] (how to insert test data into its store) and runs
+//! [`run`] in one test:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let store = partner_api::MemoryStore::new();
+//! partner_api::testing::run(&store).await.assert_passed();
+//! # }
+//! ```
+//!
+//! Every check works in its own namespace of fresh ids, so the suite runs against a store
+//! that already holds data (a shared test database) and can run again on the same store.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use chrono::NaiveDate;
+
+use crate::key::KeyDigest;
+use crate::model::{Order, Organization, Timestamp, MAX_BUDGET_DKK};
+use crate::store::{KeyStore, MemoryStore, OrderStore, StoreError};
+
+/// How the suite puts test data into a store.
+#[async_trait]
+pub trait StoreFixtures: Send + Sync {
+    /// The store under test.
+    type Store: KeyStore + OrderStore;
+
+    /// The store under test.
+    fn store(&self) -> &Self::Store;
+
+    /// Adds an organization.
+    async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError>;
+
+    /// Adds the API key `key` (plaintext; the store keeps what it keeps) for an organization.
+    async fn add_key(&self, key: &str, organization_id: &str) -> Result<(), StoreError>;
+
+    /// Revokes the API key `key`.
+    async fn revoke_key(&self, key: &str) -> Result<(), StoreError>;
+
+    /// Adds orders to an organization.
+    async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError>;
+}
+
+#[async_trait]
+impl StoreFixtures for MemoryStore {
+    type Store = Self;
+
+    fn store(&self) -> &Self {
+        self
+    }
+
+    async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
+        MemoryStore::add_organization(self, organization.clone())
+    }
+
+    async fn add_key(&self, key: &str, organization_id: &str) -> Result<(), StoreError> {
+        MemoryStore::add_key(self, key, organization_id).map(drop)
+    }
+
+    async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
+        MemoryStore::revoke_key(self, key);
+        Ok(())
+    }
+
+    async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError> {
+        MemoryStore::add_orders(self, organization_id, orders.iter().cloned())
+    }
+}
+
+/// The outcome of [`run`]: each check's name and, if it failed, why.
+#[derive(Debug, Default)]
+pub struct Report {
+    results: Vec<(&'static str, Result<(), String>)>,
+}
+
+impl Report {
+    /// The names and messages of the failed checks.
+    pub fn failures(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        self.results
+            .iter()
+            .filter_map(|(name, result)| result.as_ref().err().map(|err| (*name, err.as_str())))
+    }
+
+    /// The number of checks run.
+    pub fn len(&self) -> usize {
+        self.results.len()
+    }
+
+    /// Whether no check ran.
+    pub fn is_empty(&self) -> bool {
+        self.results.is_empty()
+    }
+
+    /// Panics, listing every failed check, unless all passed.
+    #[track_caller]
+    pub fn assert_passed(&self) {
+        assert!(
+            self.failures().next().is_none(),
+            "store conformance failed:\n{self}"
+        );
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (name, result) in &self.results {
+            match result {
+                Ok(()) => writeln!(f, "ok     {name}")?,
+                Err(why) => writeln!(f, "FAILED {name}: {why}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+type Check = Result<(), String>;
+
+macro_rules! ensure {
+    ($condition:expr, $($message:tt)+) => {
+        if !$condition {
+            return Err(format!($($message)+));
+        }
+    };
+}
+
+fn failed(what: &str) -> impl FnOnce(StoreError) -> String + '_ {
+    move |err| format!("{what}: {}", crate::store::ErrorChain(&err))
+}
+
+/// Runs every check against the store of `fixtures`.
+pub async fn run<F: StoreFixtures>(fixtures: &F) -> Report {
+    let mut report = Report::default();
+    let mut record = |name, result| report.results.push((name, result));
+    record(
+        "an unknown key resolves to nothing",
+        unknown_key(fixtures).await,
+    );
+    record(
+        "a key resolves to its own organization",
+        key_resolves(fixtures).await,
+    );
+    record(
+        "a revoked key resolves to nothing at once",
+        revoked_key(fixtures).await,
+    );
+    record(
+        "orders read back exactly as written",
+        round_trip(fixtures).await,
+    );
+    record(
+        "newest first, ties by id descending in byte order",
+        newest_first(fixtures).await,
+    );
+    record("the limit is honoured", limit(fixtures).await);
+    record(
+        "more than 100 orders give the newest 100",
+        over_100(fixtures).await,
+    );
+    record(
+        "no orders, or an unknown organization, give none",
+        no_orders(fixtures).await,
+    );
+    record(
+        "organizations see only their own orders",
+        isolation(fixtures).await,
+    );
+    report
+}
+
+/// A fresh prefix of ids: unique within this process and, by the clock, across runs.
+fn namespace() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_nanos());
+    format!(
+        "ct{}x{}x{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+async fn organization<F: StoreFixtures>(
+    fixtures: &F,
+    ns: &str,
+    name: &str,
+) -> Result<Organization, String> {
+    let organization = Organization {
+        id: format!("{ns}_{name}"),
+        name: format!("Organization {name} «{ns}»"),
+    };
+    fixtures
+        .add_organization(&organization)
+        .await
+        .map_err(failed("add_organization"))?;
+    Ok(organization)
+}
+
+async fn key<F: StoreFixtures>(
+    fixtures: &F,
+    ns: &str,
+    name: &str,
+    organization_id: &str,
+) -> Result<String, String> {
+    let key = format!("pk_test_{ns}_{name}");
+    fixtures
+        .add_key(&key, organization_id)
+        .await
+        .map_err(failed("add_key"))?;
+    Ok(key)
+}
+
+/// An order created `millis` after 2026-01-01T00:00:00Z.
+fn order(id: String, millis: i64) -> Order {
+    let start = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap_or_default();
+    Order {
+        providers: vec!["meta".into(), format!("provider-{}", millis % 7)],
+        advertiser_name: format!("Advertiser of {id}"),
+        campaign_name: format!("Campaign {id}"),
+        budget_dkk: millis.unsigned_abs() % 1_000_000,
+        start_date: start,
+        end_date: start + chrono::Days::new(30),
+        status: "booked".into(),
+        external_reference: format!("PO-{id}"),
+        created_at: Timestamp::from_unix_millis(1_767_225_600_000 + millis)
+            .unwrap_or_else(|| Timestamp::from_datetime(chrono::DateTime::UNIX_EPOCH)),
+        id,
+    }
+}
+
+async fn read<F: StoreFixtures>(
+    fixtures: &F,
+    organization_id: &str,
+    limit: usize,
+) -> Result<Vec<Order>, String> {
+    let orders = fixtures
+        .store()
+        .newest_orders(organization_id, limit)
+        .await
+        .map_err(failed("newest_orders"))?;
+    Ok(orders.iter().map(|order| order.order().clone()).collect())
+}
+
+fn ids(orders: &[Order]) -> Vec<&str> {
+    orders.iter().map(|order| order.id.as_str()).collect()
+}
+
+/// `orders` as the store must return them: newest first, at most `limit`.
+fn expected(orders: &[Order], limit: usize) -> Vec<Order> {
+    let mut sorted = orders.to_vec();
+    sorted.sort_by(Order::cmp_newest_first);
+    sorted.truncate(limit);
+    sorted
+}
+
+async fn unknown_key<F: StoreFixtures>(fixtures: &F) -> Check {
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "a").await?;
+    key(fixtures, &ns, "known", &org.id).await?;
+    let digest = KeyDigest::of(&format!("pk_test_{ns}_never_issued"));
+    let found = fixtures
+        .store()
+        .lookup(&digest)
+        .await
+        .map_err(failed("lookup"))?;
+    ensure!(found.is_none(), "an unknown key resolved to {found:?}");
+    Ok(())
+}
+
+async fn key_resolves<F: StoreFixtures>(fixtures: &F) -> Check {
+    let ns = namespace();
+    let a = organization(fixtures, &ns, "a").await?;
+    let b = organization(fixtures, &ns, "b").await?;
+    let key_a = key(fixtures, &ns, "a", &a.id).await?;
+    let key_a2 = key(fixtures, &ns, "a2", &a.id).await?;
+    let key_b = key(fixtures, &ns, "b", &b.id).await?;
+    let mut key_ids = Vec::new();
+    for (key, organization) in [(&key_a, &a), (&key_a2, &a), (&key_b, &b)] {
+        let principal = fixtures
+            .store()
+            .lookup(&KeyDigest::of(key))
+            .await
+            .map_err(failed("lookup"))?
+            .ok_or_else(|| format!("the key of {} resolved to nothing", organization.id))?;
+        ensure!(
+            principal.organization == *organization,
+            "a key of {organization:?} resolved to {:?}",
+            principal.organization
+        );
+        ensure!(!principal.key_id.is_empty(), "the key id is empty");
+        ensure!(
+            !principal.key_id.contains(key.as_str()),
+            "the key id holds the key"
+        );
+        key_ids.push(principal.key_id);
+    }
+    key_ids.sort();
+    key_ids.dedup();
+    ensure!(key_ids.len() == 3, "three keys share key ids: {key_ids:?}");
+    Ok(())
+}
+
+async fn revoked_key<F: StoreFixtures>(fixtures: &F) -> Check {
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "a").await?;
+    let revoked = key(fixtures, &ns, "revoked", &org.id).await?;
+    let kept = key(fixtures, &ns, "kept", &org.id).await?;
+    let store = fixtures.store();
+    let before = store
+        .lookup(&KeyDigest::of(&revoked))
+        .await
+        .map_err(failed("lookup"))?;
+    ensure!(
+        before.is_some(),
+        "the key did not resolve before revocation"
+    );
+    fixtures
+        .revoke_key(&revoked)
+        .await
+        .map_err(failed("revoke_key"))?;
+    let after = store
+        .lookup(&KeyDigest::of(&revoked))
+        .await
+        .map_err(failed("lookup"))?;
+    ensure!(
+        after.is_none(),
+        "the revoked key still resolved, to {after:?}"
+    );
+    let other = store
+        .lookup(&KeyDigest::of(&kept))
+        .await
+        .map_err(failed("lookup"))?;
+    ensure!(
+        other.is_some(),
+        "revoking one key revoked another of the organization"
+    );
+    Ok(())
+}
+
+async fn round_trip<F: StoreFixtures>(fixtures: &F) -> Check {
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "a").await?;
+    let mut unusual = order(format!("{ns}-unusual"), 1);
+    unusual.providers = vec![];
+    unusual.advertiser_name = "Bølge & \"Søn\" \\ 日本 \u{1F600}".into();
+    unusual.campaign_name = String::new();
+    unusual.budget_dkk = MAX_BUDGET_DKK;
+    unusual.start_date = NaiveDate::from_ymd_opt(2026, 2, 28).unwrap_or_default();
+    unusual.end_date = NaiveDate::from_ymd_opt(2028, 2, 29).unwrap_or_default();
+    unusual.created_at = "2026-03-01T08:00:00.999Z"
+        .parse()
+        .map_err(|err| format!("{err}"))?;
+    let mut zero = order(format!("{ns}-zero"), 2);
+    zero.budget_dkk = 0;
+    zero.providers = vec!["c".into(), "a".into(), "b".into()];
+    let written = vec![unusual, zero];
+    fixtures
+        .add_orders(&org.id, &written)
+        .await
+        .map_err(failed("add_orders"))?;
+    let read = read(fixtures, &org.id, 100).await?;
+    let want = expected(&written, 100);
+    ensure!(read == want, "wrote {want:#?}\nread {read:#?}");
+    Ok(())
+}
+
+async fn newest_first<F: StoreFixtures>(fixtures: &F) -> Check {
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "a").await?;
+    // Equal timestamps; ids whose byte order differs from case-insensitive, numeric and
+    // locale-aware orders.
+    let mut orders: Vec<Order> = ["a", "B", "b", "aa", "Z", "10", "9", "é"]
+        .into_iter()
+        .map(|suffix| order(format!("{ns}-{suffix}"), 5_000))
+        .collect();
+    orders.push(order(format!("{ns}-older"), 4_999));
+    orders.push(order(format!("{ns}-newer"), 5_001));
+    fixtures
+        .add_orders(&org.id, &orders)
+        .await
+        .map_err(failed("add_orders"))?;
+    let read = read(fixtures, &org.id, 100).await?;
+    let want = expected(&orders, 100);
+    ensure!(
+        ids(&read) == ids(&want),
+        "read {:?}, want {:?}",
+        ids(&read),
+        ids(&want)
+    );
+    Ok(())
+}
+
+async fn limit<F: StoreFixtures>(fixtures: &F) -> Check {
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "a").await?;
+    let orders: Vec<Order> = (0..10)
+        .map(|n| order(format!("{ns}-{n}"), n * 1_000))
+        .collect();
+    fixtures
+        .add_orders(&org.id, &orders)
+        .await
+        .map_err(failed("add_orders"))?;
+    for limit in [0, 1, 3, 10, 11] {
+        let read = read(fixtures, &org.id, limit).await?;
+        let want = expected(&orders, limit);
+        ensure!(
+            ids(&read) == ids(&want),
+            "limit {limit}: read {:?}, want {:?}",
+            ids(&read),
+            ids(&want)
+        );
+    }
+    Ok(())
+}
+
+async fn over_100<F: StoreFixtures>(fixtures: &F) -> Check {
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "a").await?;
+    // 157 orders, one second apart, written in a scrambled order.
+    let orders: Vec<Order> = (0..157_i64)
+        .map(|n| (n * 61) % 157)
+        .map(|n| order(format!("{ns}-{n:03}"), n * 1_000))
+        .collect();
+    fixtures
+        .add_orders(&org.id, &orders)
+        .await
+        .map_err(failed("add_orders"))?;
+    let read = read(fixtures, &org.id, 100).await?;
+    let want = expected(&orders, 100);
+    ensure!(read.len() == 100, "read {} orders", read.len());
+    ensure!(
+        ids(&read) == ids(&want),
+        "read {:?}, want {:?}",
+        ids(&read),
+        ids(&want)
+    );
+    Ok(())
+}
+
+async fn no_orders<F: StoreFixtures>(fixtures: &F) -> Check {
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "a").await?;
+    let read = read(fixtures, &org.id, 100).await?;
+    ensure!(
+        read.is_empty(),
+        "an organization without orders has {:?}",
+        ids(&read)
+    );
+    let read = read_unknown(fixtures, &ns).await?;
+    ensure!(
+        read.is_empty(),
+        "an unknown organization has {:?}",
+        ids(&read)
+    );
+    Ok(())
+}
+
+async fn read_unknown<F: StoreFixtures>(fixtures: &F, ns: &str) -> Result<Vec<Order>, String> {
+    read(fixtures, &format!("{ns}_no_such_organization"), 100).await
+}
+
+async fn isolation<F: StoreFixtures>(fixtures: &F) -> Check {
+    let ns = namespace();
+    let a = organization(fixtures, &ns, "a").await?;
+    let b = organization(fixtures, &ns, "b").await?;
+    // Interleaved in time, so any query that forgets the organization mixes them.
+    let of_a: Vec<Order> = (0..30)
+        .map(|n| order(format!("{ns}-a{n}"), n * 2_000))
+        .collect();
+    let of_b: Vec<Order> = (0..30)
+        .map(|n| order(format!("{ns}-b{n}"), n * 2_000 + 1_000))
+        .collect();
+    fixtures
+        .add_orders(&a.id, &of_a)
+        .await
+        .map_err(failed("add_orders"))?;
+    fixtures
+        .add_orders(&b.id, &of_b)
+        .await
+        .map_err(failed("add_orders"))?;
+    for (organization, own) in [(&a, &of_a), (&b, &of_b)] {
+        let read = read(fixtures, &organization.id, 100).await?;
+        let want = expected(own, 100);
+        ensure!(
+            ids(&read) == ids(&want),
+            "{}: read {:?}, want {:?}",
+            organization.id,
+            ids(&read),
+            ids(&want)
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{EncodedOrder, Principal};
+
+    #[tokio::test]
+    async fn the_memory_store_conforms_and_can_run_twice() {
+        let store = MemoryStore::new();
+        let report = run(&store).await;
+        report.assert_passed();
+        assert_eq!(report.len(), 9);
+        run(&store).await.assert_passed();
+    }
+
+    /// A store that forgets revocations and ignores the limit and the organization.
+    struct Broken(MemoryStore);
+
+    #[async_trait]
+    impl KeyStore for Broken {
+        async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
+            self.0.lookup(digest).await
+        }
+    }
+
+    #[async_trait]
+    impl OrderStore for Broken {
+        async fn newest_orders(
+            &self,
+            org: &str,
+            _limit: usize,
+        ) -> Result<Vec<EncodedOrder>, StoreError> {
+            self.0.newest_orders(org, usize::MAX).await
+        }
+    }
+
+    #[async_trait]
+    impl StoreFixtures for Broken {
+        type Store = Self;
+        fn store(&self) -> &Self {
+            self
+        }
+        async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
+            self.0.add_organization(organization.clone())
+        }
+        async fn add_key(&self, key: &str, organization_id: &str) -> Result<(), StoreError> {
+            self.0.add_key(key, organization_id).map(drop)
+        }
+        async fn revoke_key(&self, _key: &str) -> Result<(), StoreError> {
+            Ok(())
+        }
+        async fn add_orders(
+            &self,
+            organization_id: &str,
+            orders: &[Order],
+        ) -> Result<(), StoreError> {
+            self.0.add_orders(organization_id, orders.iter().cloned())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_broken_store_fails_the_checks_it_breaks() {
+        let report = run(&Broken(MemoryStore::new())).await;
+        let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
+        assert_eq!(
+            failed,
+            [
+                "a revoked key resolves to nothing at once",
+                "the limit is honoured",
+                "more than 100 orders give the newest 100"
+            ],
+            "{report}"
+        );
+    }
+}
