@@ -52,6 +52,7 @@ pub mod body;
 pub mod key;
 pub mod layer;
 pub mod model;
+pub mod openapi;
 mod response;
 mod routes;
 pub mod seed;

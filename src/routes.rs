@@ -24,6 +24,8 @@ pub(crate) enum Route {
     Me,
     /// `GET /orders` (spec 4.2).
     Orders,
+    /// `GET /openapi.json`: the OpenAPI description, served without a key.
+    OpenApi,
 }
 
 impl Route {
@@ -33,8 +35,14 @@ impl Route {
         match path {
             "/me" => Some(Self::Me),
             "/orders" => Some(Self::Orders),
+            "/openapi.json" => Some(Self::OpenApi),
             _ => None,
         }
+    }
+
+    /// Whether the endpoint needs an API key.
+    pub(crate) fn needs_key(self) -> bool {
+        self != Self::OpenApi
     }
 
     /// Whether the endpoint answers `method`; all of them are read-only.
@@ -96,8 +104,19 @@ async fn answer(
                 .await?;
             orders_body(orders)
         }
+        Route::OpenApi => shared.openapi.clone(),
     };
     Ok(response::json(StatusCode::OK, body))
+}
+
+/// The `GET /openapi.json` response: the bare document, which may be cached.
+pub(crate) fn openapi(shared: &Shared) -> Response<ApiBody> {
+    let mut response = response::json(StatusCode::OK, shared.openapi.clone());
+    response.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("public, max-age=300"),
+    );
+    response
 }
 
 fn me(principal: &Principal) -> Result<Bytes, StoreError> {

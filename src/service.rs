@@ -9,12 +9,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response};
 use tower::Service;
 
 use crate::auth::{bearer_token, Challenges};
 use crate::body::ApiBody;
 use crate::key::KeyDigest;
+use crate::openapi;
 use crate::response::{self, ApiError};
 use crate::routes::{self, Route};
 use crate::store::{KeyStore, OrderStore};
@@ -28,7 +30,8 @@ pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The partner API (spec section 4) as a tower [`Service`] for any request body.
 ///
-/// It answers `GET`/`HEAD` `{prefix}/me` and `{prefix}/orders` and a JSON error for anything
+/// It answers `GET`/`HEAD` `{prefix}/me`, `{prefix}/orders` and `{prefix}/openapi.json` (the
+/// OpenAPI description, without a key) and a JSON error for anything
 /// else; it never fails (`Error = Infallible`) and never reads the request body. Clones are
 /// cheap and share the stores.
 ///
@@ -50,6 +53,8 @@ pub(crate) struct Shared {
     pub(crate) orders: Arc<dyn OrderStore>,
     pub(crate) challenges: Challenges,
     pub(crate) store_timeout: Option<Duration>,
+    /// The OpenAPI document as served under `prefix`.
+    pub(crate) openapi: Bytes,
     prefix: String,
 }
 
@@ -62,6 +67,7 @@ impl PartnerApi {
                 orders,
                 challenges: Challenges::new(DEFAULT_REALM),
                 store_timeout: Some(DEFAULT_STORE_TIMEOUT),
+                openapi: openapi::encoded(DEFAULT_PREFIX),
                 prefix: DEFAULT_PREFIX.to_owned(),
             }),
         }
@@ -92,7 +98,9 @@ impl PartnerApi {
                     .all(|b| b.is_ascii_graphic() && b != b'?' && b != b'#'),
             "the prefix must be a path such as \"/v1\" or \"/partner/v1\""
         );
-        Arc::make_mut(&mut self.shared).prefix = prefix.to_owned();
+        let shared = Arc::make_mut(&mut self.shared);
+        shared.prefix = prefix.to_owned();
+        shared.openapi = openapi::encoded(prefix);
         self
     }
 
@@ -142,6 +150,9 @@ impl PartnerApi {
         };
         if !route.allows(method) {
             return ResponseFuture::ready(ApiError::MethodNotAllowed.into_response(), head);
+        }
+        if !route.needs_key() {
+            return ResponseFuture::ready(routes::openapi(&self.shared), head);
         }
         let token = match bearer_token(headers) {
             Ok(token) => token,

@@ -56,7 +56,12 @@ async fn start(api: PartnerApi) -> Server {
 }
 
 async fn fetch(client: &HttpClient, method: Method, url: String, key: Option<&str>) -> Collected {
-    let mut request = Request::builder().method(method).uri(url);
+    let path = url
+        .splitn(4, '/')
+        .nth(3)
+        .map(|rest| format!("/{rest}"))
+        .unwrap_or_default();
+    let mut request = Request::builder().method(method.clone()).uri(url);
     if let Some(key) = key {
         request = request.header("authorization", format!("Bearer {key}"));
     }
@@ -65,11 +70,13 @@ async fn fetch(client: &HttpClient, method: Method, url: String, key: Option<&st
         .await
         .unwrap();
     let (parts, body) = response.into_parts();
-    Collected {
+    let collected = Collected {
         status: parts.status,
         headers: parts.headers,
         body: body.collect().await.unwrap().to_bytes(),
-    }
+    };
+    common::contract::assert_conforms(&method, &path, &collected);
+    collected
 }
 
 #[tokio::test]

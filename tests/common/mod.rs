@@ -1,6 +1,8 @@
 //! Fixtures and store doubles shared by the integration tests.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod contract;
+
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -139,8 +141,13 @@ where
     }
 }
 
+/// Calls the API and checks the response against the OpenAPI document.
 pub async fn call<B>(api: &PartnerApi, request: Request<B>) -> Collected {
-    collect(api.clone().oneshot(request).await.unwrap()).await
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let response = collect(api.clone().oneshot(request).await.unwrap()).await;
+    contract::assert_conforms(&method, &path, &response);
+    response
 }
 
 /// A store whose every call fails with `error()`.
