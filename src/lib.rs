@@ -36,6 +36,7 @@
 //! | feature   | default | what it adds                                                       |
 //! |-----------|---------|---------------------------------------------------------------------|
 //! | `testing` | no      | `partner_api::testing`: the conformance suite every store must pass |
+//! | `postgres`| no      | `PgStore`: both store traits over PostgreSQL (sqlx), with migrations |
 //!
 //! # Logging
 //!
@@ -67,6 +68,8 @@ pub use layer::PartnerApiLayer;
 pub use model::{EncodedOrder, Order, Organization, Timestamp};
 pub use routes::MAX_ORDERS;
 pub use service::PartnerApi;
+#[cfg(feature = "postgres")]
+pub use store::PgStore;
 pub use store::{KeyStore, MemoryStore, OrderStore, Principal, StoreError, StoreErrorKind};
 
 // Runs the README's Rust snippets as doctests, so they keep compiling.

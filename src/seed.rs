@@ -86,6 +86,12 @@ impl SeedError {
         }
     }
 
+    /// A failure of `what`, caused by a store error.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn from_store(what: &str, err: crate::store::StoreError) -> Self {
+        Self::new(what.to_owned(), err)
+    }
+
     fn at(mut self, context: &str) -> Self {
         self.message = format!("{context}: {}", self.message);
         self

@@ -13,8 +13,12 @@ use crate::key::KeyDigest;
 use crate::model::{EncodedOrder, Organization};
 
 mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::PgStore;
 
 /// What a valid API key resolves to.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,0 +1,379 @@
+//! [`PgStore`]: both store traits over PostgreSQL (feature `postgres`).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, NaiveDate, Utc};
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Postgres, Row};
+
+use super::{KeyStore, OrderStore, Principal, StoreError};
+use crate::key::{is_valid_key, KeyDigest};
+use crate::model::{EncodedOrder, Order, Organization, Timestamp};
+use crate::seed::{Seed, SeedError};
+
+/// The embedded migrations that create the reference schema (`src/store/migrations`).
+pub static MIGRATOR: Migrator = sqlx::migrate!("src/store/migrations");
+
+/// The statement timeout of a pool made by [`PgStore::connect`].
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+const LOOKUP_KEY: &str = "\
+    SELECT k.id, o.id AS organization_id, o.name \
+    FROM partner_api_keys k JOIN partner_organizations o ON o.id = k.organization_id \
+    WHERE k.key_sha256 = $1 AND k.revoked_at IS NULL";
+
+/// The one query of `GET /orders`: an index range scan of `partner_orders_newest`.
+pub const NEWEST_ORDERS: &str = "\
+    SELECT id, providers, advertiser_name, campaign_name, budget_dkk, start_date, end_date, \
+           status, external_reference, created_at \
+    FROM partner_orders WHERE organization_id = $1 \
+    ORDER BY created_at DESC, id DESC LIMIT $2";
+
+/// [`KeyStore`] and [`OrderStore`] over PostgreSQL, in the reference schema of [`MIGRATOR`].
+///
+/// The store keeps no state of its own: every lookup reads the database, so any number of
+/// replicas serve the same keys, and a revocation (`UPDATE partner_api_keys SET revoked_at =
+/// now() ...`) holds for the next request on every replica. A request costs one indexed query
+/// for the key and, for `GET /orders`, one for the orders.
+///
+/// Clones share the pool.
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    /// A store over the host's own pool.
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    /// Connects a pool of its own to `url` with production defaults: at most 10
+    /// connections, 5 s to acquire one, and [`DEFAULT_STATEMENT_TIMEOUT`] per statement.
+    /// It connects lazily: an unreachable database shows as errors of the store's calls.
+    ///
+    /// # Errors
+    ///
+    /// When `url` is not a PostgreSQL URL.
+    pub fn connect_lazy(url: &str) -> Result<Self, StoreError> {
+        let timeout = DEFAULT_STATEMENT_TIMEOUT.as_millis().to_string();
+        let options = PgConnectOptions::from_str(url)
+            .map_err(StoreError::other)?
+            .options([("statement_timeout", timeout.as_str())]);
+        let pool = PgPoolOptions::new()
+            .max_connections(10)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_lazy_with(options);
+        Ok(Self { pool })
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Creates or updates the reference schema; safe to run from several replicas at once.
+    ///
+    /// # Errors
+    ///
+    /// When the database is unreachable or a migration fails.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await.map_err(|err| match err {
+            sqlx::migrate::MigrateError::Execute(err) => store_error(err),
+            other => StoreError::other(other),
+        })
+    }
+
+    /// Adds an organization.
+    ///
+    /// # Errors
+    ///
+    /// When it exists, or the database fails.
+    pub async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO partner_organizations (id, name) VALUES ($1, $2)")
+            .bind(&organization.id)
+            .bind(&organization.name)
+            .execute(&self.pool)
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    /// Adds the API key `key` (only its digest is stored) and returns its id.
+    ///
+    /// # Errors
+    ///
+    /// When the key is no bearer token, exists, its organization is unknown, or the database
+    /// fails.
+    pub async fn add_key(&self, key: &str, organization_id: &str) -> Result<String, StoreError> {
+        if !is_valid_key(key) {
+            return Err(StoreError::invalid_data(
+                "the key is not an RFC 6750 bearer token of at most 4096 bytes",
+            ));
+        }
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO partner_api_keys (organization_id, key_sha256) VALUES ($1, $2) RETURNING id",
+        )
+        .bind(organization_id)
+        .bind(&KeyDigest::of(key).as_bytes()[..])
+        .fetch_one(&self.pool)
+        .await
+        .map_err(store_error)?;
+        Ok(id.to_string())
+    }
+
+    /// Revokes the API key `key`; returns whether a live key was revoked.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn revoke_key(&self, key: &str) -> Result<bool, StoreError> {
+        let revoked = sqlx::query(
+            "UPDATE partner_api_keys SET revoked_at = now() \
+             WHERE key_sha256 = $1 AND revoked_at IS NULL",
+        )
+        .bind(&KeyDigest::of(key).as_bytes()[..])
+        .execute(&self.pool)
+        .await
+        .map_err(store_error)?;
+        Ok(revoked.rows_affected() > 0)
+    }
+
+    /// Adds orders to an organization, all or none.
+    ///
+    /// # Errors
+    ///
+    /// When an order cannot be served ([`EncodedOrder::new`]), an id exists, the organization
+    /// is unknown, or the database fails.
+    pub async fn add_orders(
+        &self,
+        organization_id: &str,
+        orders: &[Order],
+    ) -> Result<(), StoreError> {
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        for order in orders {
+            insert_order(&mut transaction, organization_id, order, false).await?;
+        }
+        transaction.commit().await.map_err(store_error)
+    }
+
+    /// Loads `seed` in one transaction, after checking it as [`Seed::to_memory_store`] does.
+    /// Loading is idempotent: entries that exist are updated to the seed's values, so every
+    /// replica may start with the same `--seed`.
+    ///
+    /// # Errors
+    ///
+    /// When the seed breaks a rule (the message names the entry) or the database fails.
+    pub async fn load_seed(&self, seed: &Seed) -> Result<(), SeedError> {
+        seed.to_memory_store()?;
+        let database = |err: StoreError| SeedError::from_store("loading into PostgreSQL", err);
+        let fail = |err: sqlx::Error| database(store_error(err));
+        let mut transaction = self.pool.begin().await.map_err(fail)?;
+        for organization in &seed.organizations {
+            sqlx::query(
+                "INSERT INTO partner_organizations (id, name) VALUES ($1, $2) \
+                 ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name",
+            )
+            .bind(&organization.id)
+            .bind(&organization.name)
+            .execute(&mut *transaction)
+            .await
+            .map_err(fail)?;
+        }
+        for key in &seed.api_keys {
+            sqlx::query(
+                "INSERT INTO partner_api_keys (organization_id, key_sha256, revoked_at) \
+                 VALUES ($1, $2, CASE WHEN $3 THEN now() END) \
+                 ON CONFLICT (key_sha256) DO UPDATE SET \
+                   organization_id = EXCLUDED.organization_id, \
+                   revoked_at = CASE WHEN $3 THEN COALESCE(partner_api_keys.revoked_at, now()) END",
+            )
+            .bind(&key.organization_id)
+            .bind(&KeyDigest::of(&key.key).as_bytes()[..])
+            .bind(key.revoked)
+            .execute(&mut *transaction)
+            .await
+            .map_err(fail)?;
+        }
+        for seed_order in &seed.orders {
+            insert_order(
+                &mut transaction,
+                &seed_order.organization_id,
+                &seed_order.order,
+                true,
+            )
+            .await
+            .map_err(database)?;
+        }
+        transaction.commit().await.map_err(fail)
+    }
+}
+
+async fn insert_order(
+    transaction: &mut sqlx::Transaction<'_, Postgres>,
+    organization_id: &str,
+    order: &Order,
+    upsert: bool,
+) -> Result<(), StoreError> {
+    // The same checks as every store: what cannot be served is not stored.
+    EncodedOrder::new(order.clone())?;
+    let on_conflict = if upsert {
+        " ON CONFLICT (organization_id, id) DO UPDATE SET providers = EXCLUDED.providers, \
+          advertiser_name = EXCLUDED.advertiser_name, campaign_name = EXCLUDED.campaign_name, \
+          budget_dkk = EXCLUDED.budget_dkk, start_date = EXCLUDED.start_date, \
+          end_date = EXCLUDED.end_date, status = EXCLUDED.status, \
+          external_reference = EXCLUDED.external_reference, created_at = EXCLUDED.created_at"
+    } else {
+        ""
+    };
+    let budget = i64::try_from(order.budget_dkk).map_err(StoreError::invalid_data)?;
+    sqlx::query(&format!(
+        "INSERT INTO partner_orders (organization_id, id, providers, advertiser_name, \
+         campaign_name, budget_dkk, start_date, end_date, status, external_reference, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11){on_conflict}"
+    ))
+    .bind(organization_id)
+    .bind(&order.id)
+    .bind(&order.providers)
+    .bind(&order.advertiser_name)
+    .bind(&order.campaign_name)
+    .bind(budget)
+    .bind(order.start_date)
+    .bind(order.end_date)
+    .bind(&order.status)
+    .bind(&order.external_reference)
+    .bind(order.created_at.as_datetime())
+    .execute(&mut **transaction)
+    .await
+    .map_err(store_error)?;
+    Ok(())
+}
+
+/// Classifies a driver error by what the API answers.
+fn store_error(err: sqlx::Error) -> StoreError {
+    use sqlx::Error;
+    let unavailable = match &err {
+        Error::PoolTimedOut | Error::PoolClosed | Error::Io(_) | Error::Tls(_) => true,
+        Error::WorkerCrashed => true,
+        // Class 08 (connection exception), 53 (insufficient resources), 57 (operator
+        // intervention: statement timeout, shutdown) are the database being unavailable.
+        Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || code.starts_with("53") || code.starts_with("57")
+        }),
+        _ => false,
+    };
+    let decoding = matches!(
+        err,
+        Error::ColumnDecode { .. }
+            | Error::Decode(_)
+            | Error::ColumnNotFound(_)
+            | Error::TypeNotFound { .. }
+    );
+    if unavailable {
+        StoreError::unavailable(err)
+    } else if decoding {
+        StoreError::invalid_data(err)
+    } else {
+        StoreError::other(err)
+    }
+}
+
+/// A column that must not be null.
+fn column<'r, T>(row: &'r PgRow, name: &str) -> Result<T, StoreError>
+where
+    T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
+{
+    row.try_get::<Option<T>, _>(name)
+        .map_err(store_error)?
+        .ok_or_else(|| StoreError::invalid_data(format!("column {name} is null")))
+}
+
+/// An order from a row of [`NEWEST_ORDERS`], checked against the wire contract.
+fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
+    let id: String = column(row, "id")?;
+    let budget: i64 = column(row, "budget_dkk")?;
+    let budget_dkk = u64::try_from(budget)
+        .map_err(|_| StoreError::invalid_data(format!("order {id:?}: negative budget_dkk")))?;
+    let created_at: DateTime<Utc> = column(row, "created_at")?;
+    EncodedOrder::new(Order {
+        providers: column(row, "providers")?,
+        advertiser_name: column(row, "advertiser_name")?,
+        campaign_name: column(row, "campaign_name")?,
+        budget_dkk,
+        start_date: column::<NaiveDate>(row, "start_date")?,
+        end_date: column::<NaiveDate>(row, "end_date")?,
+        status: column(row, "status")?,
+        external_reference: column(row, "external_reference")?,
+        created_at: Timestamp::from_datetime(created_at),
+        id,
+    })
+}
+
+#[async_trait]
+impl KeyStore for PgStore {
+    async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
+        let row = sqlx::query(LOOKUP_KEY)
+            .bind(&digest.as_bytes()[..])
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(store_error)?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let key_id: i64 = column(&row, "id")?;
+        Ok(Some(Principal {
+            key_id: key_id.to_string(),
+            organization: Organization {
+                id: column(&row, "organization_id")?,
+                name: column(&row, "name")?,
+            },
+        }))
+    }
+}
+
+#[async_trait]
+impl OrderStore for PgStore {
+    async fn newest_orders(
+        &self,
+        organization_id: &str,
+        limit: usize,
+    ) -> Result<Vec<EncodedOrder>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = sqlx::query(NEWEST_ORDERS)
+            .bind(organization_id)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(store_error)?;
+        rows.iter().map(order_from_row).collect()
+    }
+}
+
+#[cfg(feature = "testing")]
+#[async_trait]
+impl crate::testing::StoreFixtures for PgStore {
+    type Store = Self;
+
+    fn store(&self) -> &Self {
+        self
+    }
+
+    async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
+        PgStore::add_organization(self, organization).await
+    }
+
+    async fn add_key(&self, key: &str, organization_id: &str) -> Result<(), StoreError> {
+        PgStore::add_key(self, key, organization_id).await.map(drop)
+    }
+
+    async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
+        PgStore::revoke_key(self, key).await.map(drop)
+    }
+
+    async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError> {
+        PgStore::add_orders(self, organization_id, orders).await
+    }
+}

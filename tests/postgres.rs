@@ -1,0 +1,340 @@
+//! `PgStore` against a real PostgreSQL server: the conformance suite, the query plan, the API
+//! served from it, revocation by plain SQL across replicas, and faults that must be errors.
+//!
+//! The server comes from `PARTNER_API_TEST_DATABASE_URL` (`bash .ci/test` starts one); each
+//! test works in a database of its own.
+#![cfg(feature = "postgres")]
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+use http::StatusCode;
+use partner_api::seed::{Seed, DEMO_KEY, DEMO_OTHER_KEY, DEMO_REVOKED_KEY};
+use partner_api::store::postgres::{PgStore, NEWEST_ORDERS};
+use partner_api::PartnerApi;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Connection, Executor, PgConnection};
+
+/// A fresh, empty database on the test server; its URL.
+async fn fresh_database() -> String {
+    let admin = std::env::var("PARTNER_API_TEST_DATABASE_URL").unwrap_or_else(|_| {
+        panic!(
+            "the PostgreSQL tests need a server: run them with `bash .ci/test`, which starts \
+             one, or set PARTNER_API_TEST_DATABASE_URL to a server where they may create \
+             databases (e.g. postgres://postgres@127.0.0.1:5432/postgres)"
+        )
+    });
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let name = format!(
+        "partner_api_test_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut connection = PgConnection::connect(&admin)
+        .await
+        .expect("connect to the test server");
+    connection
+        .execute(format!("DROP DATABASE IF EXISTS {name}").as_str())
+        .await
+        .unwrap();
+    connection
+        .execute(format!("CREATE DATABASE {name}").as_str())
+        .await
+        .unwrap();
+    let (base, _) = admin.rsplit_once('/').unwrap();
+    format!("{base}/{name}")
+}
+
+async fn migrated_store() -> (PgStore, String) {
+    let url = fresh_database().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    store.migrate().await.unwrap();
+    (store, url)
+}
+
+#[tokio::test]
+async fn the_pg_store_passes_the_conformance_suite() {
+    let (store, _) = migrated_store().await;
+    let report = partner_api::testing::run(&store).await;
+    report.assert_passed();
+    assert_eq!(report.len(), 9);
+    // Twice on the same database: the suite needs no empty store.
+    partner_api::testing::run(&store).await.assert_passed();
+    store.migrate().await.expect("migrations are idempotent");
+}
+
+#[tokio::test]
+async fn newest_orders_is_an_index_range_scan_without_a_sort() {
+    let (store, _) = migrated_store().await;
+    let mut seed = Seed::default();
+    for org in 0..50 {
+        seed.organizations.push(partner_api::Organization {
+            id: format!("org_{org:02}"),
+            name: format!("Org {org}"),
+        });
+        for n in 0..200 {
+            seed.orders.push(partner_api::seed::SeedOrder {
+                organization_id: format!("org_{org:02}"),
+                order: order(&format!("o{org:02}_{n:03}"), BASE_MILLIS + n * 60_000),
+            });
+        }
+    }
+    store.load_seed(&seed).await.unwrap();
+    sqlx::query("ANALYZE partner_orders")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {NEWEST_ORDERS}"))
+        .bind("org_07")
+        .bind(100_i64)
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+    let plan = plan.join("\n");
+    println!("{plan}");
+    assert!(
+        plan.contains("Index Scan using partner_orders_newest on partner_orders"),
+        "{plan}"
+    );
+    assert!(!plan.contains("Sort"), "{plan}");
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+}
+
+#[tokio::test]
+async fn the_api_serves_the_same_bytes_from_postgres_as_from_memory() {
+    let (store, _) = migrated_store().await;
+    let seed = Seed::demo();
+    store.load_seed(&seed).await.unwrap();
+    store
+        .load_seed(&seed)
+        .await
+        .expect("loading a seed again changes nothing");
+    let from_pg = PartnerApi::from_store(store);
+    let from_memory = PartnerApi::from_store(seed.to_memory_store().unwrap());
+    for path in ["/v1/me", "/v1/orders"] {
+        for key in [
+            DEMO_KEY,
+            DEMO_OTHER_KEY,
+            DEMO_REVOKED_KEY,
+            "pk_test_unknown",
+        ] {
+            let pg = call(&from_pg, get(path, Some(key))).await;
+            let memory = call(&from_memory, get(path, Some(key))).await;
+            assert_eq!(pg.status, memory.status, "{path}");
+            assert_eq!(pg.body, memory.body, "{path}");
+        }
+    }
+    let orders = call(&from_pg, get("/v1/orders", Some(DEMO_KEY)))
+        .await
+        .json();
+    assert_eq!(orders["data"]["orders"].as_array().unwrap().len(), 100);
+}
+
+#[tokio::test]
+async fn revoking_with_plain_sql_is_a_401_on_every_replica_at_once() {
+    let (store, url) = migrated_store().await;
+    store.load_seed(&Seed::demo()).await.unwrap();
+    // Two replicas: two services, each with a pool of its own.
+    let replicas = [
+        PartnerApi::from_store(PgStore::connect_lazy(&url).unwrap()),
+        PartnerApi::from_store(PgStore::connect_lazy(&url).unwrap()),
+    ];
+    for replica in &replicas {
+        assert_eq!(
+            call(replica, get("/v1/me", Some(DEMO_KEY))).await.status,
+            StatusCode::OK
+        );
+    }
+    let digest = partner_api::KeyDigest::of(DEMO_KEY);
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    let updated =
+        sqlx::query("UPDATE partner_api_keys SET revoked_at = now() WHERE key_sha256 = $1")
+            .bind(&digest.as_bytes()[..])
+            .execute(&mut admin)
+            .await
+            .unwrap();
+    assert_eq!(updated.rows_affected(), 1);
+    for replica in &replicas {
+        let response = call(replica, get("/v1/orders", Some(DEMO_KEY))).await;
+        assert_eq!(response.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(response.error_message(), "invalid API key");
+    }
+    assert_eq!(
+        call(&replicas[0], get("/v1/me", Some(DEMO_OTHER_KEY)))
+            .await
+            .status,
+        200
+    );
+}
+
+/// The demo data in a fresh database, and a connection that may break the schema's rules.
+async fn store_with_admin() -> (PartnerApi, PgConnection) {
+    let (store, url) = migrated_store().await;
+    store.load_seed(&Seed::demo()).await.unwrap();
+    let admin = PgConnection::connect(&url).await.unwrap();
+    (PartnerApi::from_store(store), admin)
+}
+
+async fn insert_raw(admin: &mut PgConnection, values: &str) {
+    admin
+        .execute(
+            format!(
+                "INSERT INTO partner_orders (organization_id, id, providers, advertiser_name, \
+                 campaign_name, budget_dkk, start_date, end_date, status, external_reference, \
+                 created_at) VALUES ({values})"
+            )
+            .as_str(),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn rows_that_break_the_order_contract_are_500s_not_partial_orders() {
+    let cases = [
+        (
+            "ALTER TABLE partner_orders ALTER COLUMN status DROP NOT NULL",
+            "'org_demo', 'zz_null', '{}', 'A', 'C', 1, '2026-01-01', '2026-01-02', NULL, 'X', '2030-01-01T00:00:00Z'",
+            "column status is null",
+        ),
+        (
+            "ALTER TABLE partner_orders DROP CONSTRAINT partner_orders_budget_dkk_check",
+            "'org_demo', 'zz_negative', '{}', 'A', 'C', -5, '2026-01-01', '2026-01-02', 's', 'X', '2030-01-01T00:00:00Z'",
+            "negative budget_dkk",
+        ),
+        (
+            "SELECT 1",
+            "'org_demo', 'zz_far', '{}', 'A', 'C', 1, '10000-01-01', '10000-01-02', 's', 'X', '2030-01-01T00:00:00Z'",
+            "outside 0000..=9999",
+        ),
+        (
+            "SELECT 1",
+            "'org_demo', 'zz_null_provider', ARRAY['meta', NULL], 'A', 'C', 1, '2026-01-01', '2026-01-02', 's', 'X', '2030-01-01T00:00:00Z'",
+            "providers",
+        ),
+    ];
+    for (alter, values, logged) in cases {
+        let (api, mut admin) = store_with_admin().await;
+        admin.execute(alter).await.unwrap();
+        insert_raw(&mut admin, values).await;
+        let logs = CapturedLogs::default();
+        let guard = logs.install();
+        let response = call(&api, get("/v1/orders", Some(DEMO_KEY))).await;
+        drop(guard);
+        assert_eq!(
+            response.status,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "{values}"
+        );
+        assert_eq!(response.error_message(), "internal server error");
+        let text = logs.text();
+        assert!(text.contains(logged), "{logged}: {text}");
+        // The key still works where no bad row is read.
+        assert_eq!(
+            call(&api, get("/v1/me", Some(DEMO_KEY))).await.status,
+            StatusCode::OK
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_database_that_is_down_is_a_503_not_a_401() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener); // nothing listens there now
+    let options: PgConnectOptions = format!("postgres://postgres@127.0.0.1:{port}/postgres")
+        .parse()
+        .unwrap();
+    let pool = PgPoolOptions::new()
+        .acquire_timeout(Duration::from_millis(500))
+        .connect_lazy_with(options);
+    let api = PartnerApi::from_store(PgStore::new(pool));
+    for path in ["/v1/me", "/v1/orders"] {
+        let response = call(&api, get(path, Some(DEMO_KEY))).await;
+        assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn a_statement_timeout_is_a_503() {
+    let (store, url) = migrated_store().await;
+    store.load_seed(&Seed::demo()).await.unwrap();
+    let options: PgConnectOptions = url.parse().unwrap();
+    let pool =
+        PgPoolOptions::new().connect_lazy_with(options.options([("statement_timeout", "200")]));
+    let api = PartnerApi::from_store(PgStore::new(pool));
+    // Another transaction holds the table, so the read waits until the statement timeout.
+    let mut locker = PgConnection::connect(&url).await.unwrap();
+    locker
+        .execute("BEGIN; LOCK TABLE partner_orders IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let response = call(&api, get("/v1/orders", Some(DEMO_KEY))).await;
+    assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
+    locker.execute("ROLLBACK").await.unwrap();
+    assert_eq!(
+        call(&api, get("/v1/orders", Some(DEMO_KEY))).await.status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn the_binary_serves_a_seed_from_postgres() {
+    let url = fresh_database().await;
+    let seed =
+        std::env::temp_dir().join(format!("partner-api-pg-seed-{}.json", std::process::id()));
+    std::fs::write(&seed, serde_json::to_string(&Seed::demo()).unwrap()).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let binary = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/standalone");
+    for _ in 0..2 {
+        // Twice: the second start runs the migrations and loads the seed again over the data.
+        let mut child = tokio::process::Command::new(&binary)
+            .args(["--listen", "127.0.0.1:0", "--seed", seed.to_str().unwrap()])
+            .env("DATABASE_URL", &url)
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let base = line.strip_prefix("listening on ").unwrap().to_owned();
+        let (status, body) = http_get(&format!("{base}/v1/orders"), DEMO_KEY).await;
+        assert_eq!(status, 200);
+        assert_eq!(body["data"]["orders"].as_array().unwrap().len(), 100);
+        child.kill().await.unwrap();
+    }
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    let keys: i64 = sqlx::query_scalar("SELECT count(*) FROM partner_api_keys")
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(keys, 3, "the seed was loaded idempotently");
+    let _ = std::fs::remove_file(seed);
+}
+
+async fn http_get(url: &str, key: &str) -> (u16, serde_json::Value) {
+    use http_body_util::BodyExt;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let request = http::Request::get(url)
+        .header("authorization", format!("Bearer {key}"))
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&body).unwrap())
+}
