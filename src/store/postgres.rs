@@ -17,7 +17,7 @@ use crate::seed::{Seed, SeedError};
 /// The embedded migrations that create the reference schema (`src/store/migrations`).
 pub static MIGRATOR: Migrator = sqlx::migrate!("src/store/migrations");
 
-/// The statement timeout of a pool made by [`PgStore::connect`].
+/// The statement timeout of a pool made by [`PgStore::connect_lazy`].
 pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 const LOOKUP_KEY: &str = "\
