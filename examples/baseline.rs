@@ -1,0 +1,129 @@
+//! The load harness's baseline: bare hyper writing precomputed bytes, on the same server loop
+//! and runtime as the standalone host, with no partner-api code on the request path.
+//!
+//! ```text
+//! cargo run --release --example baseline -- --listen 127.0.0.1:0 \
+//!     --route /v1/me=me.http --route /v1/orders=orders.http
+//! ```
+//!
+//! Each `--route PATH=FILE` answers `PATH` with the response in FILE: an HTTP/1.1 response as
+//! `curl --include` saves it (status line, headers, blank line, body). Every other path is a
+//! bodiless 404. `benches/load.sh` captures the files from the standalone host, so both
+//! servers put the identical bytes on the wire.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::io::Write;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use clap::Parser;
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+
+/// Serve captured responses with bare hyper.
+#[derive(Parser, Debug)]
+struct Args {
+    /// Address to listen on; port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    listen: String,
+    /// `PATH=FILE`: answer PATH with the response captured in FILE.
+    #[arg(long = "route", value_parser = parse_route)]
+    routes: Vec<(String, String)>,
+}
+
+fn parse_route(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(path, file)| (path.to_owned(), file.to_owned()))
+        .ok_or_else(|| "expected PATH=FILE".to_owned())
+}
+
+/// A captured response: status, headers and body.
+#[derive(Clone)]
+struct Captured {
+    status: StatusCode,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    body: Bytes,
+}
+
+/// Parses a response as `curl --include` writes it.
+fn parse_capture(raw: &[u8]) -> Result<Captured, String> {
+    let split = raw
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .ok_or("no blank line after the headers")?;
+    let head = std::str::from_utf8(&raw[..split]).map_err(|err| err.to_string())?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().ok_or("no status line")?;
+    let code = status_line.split(' ').nth(1).ok_or("no status code")?;
+    let status = code.parse::<StatusCode>().map_err(|err| err.to_string())?;
+    let mut headers = Vec::new();
+    for line in lines {
+        let (name, value) = line.split_once(':').ok_or("a header without ':'")?;
+        let name: HeaderName = name.trim().parse().map_err(|_| "a bad header name")?;
+        // hyper writes these itself, as it does for the host.
+        if name == http::header::DATE || name == http::header::CONTENT_LENGTH {
+            continue;
+        }
+        let value = HeaderValue::from_str(value.trim()).map_err(|err| err.to_string())?;
+        headers.push((name, value));
+    }
+    Ok(Captured {
+        status,
+        headers,
+        body: Bytes::copy_from_slice(&raw[split + 4..]),
+    })
+}
+
+/// The baseline's request handler: a map lookup and a copy of precomputed parts.
+fn app(routes: Arc<HashMap<String, Captured>>) -> impl Fn(Request<Incoming>) -> std::future::Ready<Result<Response<Full<Bytes>>, Infallible>> + Clone {
+    move |request: Request<Incoming>| {
+        let response = match routes.get(request.uri().path()) {
+            Some(captured) => {
+                let mut response = Response::new(Full::new(captured.body.clone()));
+                *response.status_mut() = captured.status;
+                let headers = response.headers_mut();
+                for (name, value) in &captured.headers {
+                    headers.insert(name.clone(), value.clone());
+                }
+                response
+            }
+            None => {
+                let mut response = Response::new(Full::new(Bytes::new()));
+                *response.status_mut() = StatusCode::NOT_FOUND;
+                response
+            }
+        };
+        std::future::ready(Ok(response))
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let mut routes = HashMap::new();
+    for (path, file) in &args.routes {
+        let raw = std::fs::read(file).map_err(|err| format!("{file}: {err}"))?;
+        routes.insert(path.clone(), parse_capture(&raw).map_err(|err| format!("{file}: {err}"))?);
+    }
+    let routes = Arc::new(routes);
+    let listener = TcpListener::bind(&args.listen).await?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "listening on http://{}", listener.local_addr()?)?;
+    stdout.flush()?;
+    drop(stdout);
+    let builder = auto::Builder::new(TokioExecutor::new());
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        let builder = builder.clone();
+        let service = hyper::service::service_fn(app(routes.clone()));
+        tokio::spawn(async move {
+            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
