@@ -80,7 +80,10 @@ fn parse_capture(raw: &[u8]) -> Result<Captured, String> {
 }
 
 /// The baseline's request handler: a map lookup and a copy of precomputed parts.
-fn app(routes: Arc<HashMap<String, Captured>>) -> impl Fn(Request<Incoming>) -> std::future::Ready<Result<Response<Full<Bytes>>, Infallible>> + Clone {
+fn app(
+    routes: Arc<HashMap<String, Captured>>,
+) -> impl Fn(Request<Incoming>) -> std::future::Ready<Result<Response<Full<Bytes>>, Infallible>> + Clone
+{
     move |request: Request<Incoming>| {
         let response = match routes.get(request.uri().path()) {
             Some(captured) => {
@@ -108,7 +111,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut routes = HashMap::new();
     for (path, file) in &args.routes {
         let raw = std::fs::read(file).map_err(|err| format!("{file}: {err}"))?;
-        routes.insert(path.clone(), parse_capture(&raw).map_err(|err| format!("{file}: {err}"))?);
+        routes.insert(
+            path.clone(),
+            parse_capture(&raw).map_err(|err| format!("{file}: {err}"))?,
+        );
     }
     let routes = Arc::new(routes);
     let listener = TcpListener::bind(&args.listen).await?;
@@ -123,7 +129,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let builder = builder.clone();
         let service = hyper::service::service_fn(app(routes.clone()));
         tokio::spawn(async move {
-            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+            let _ = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
         });
     }
 }

@@ -8,20 +8,31 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-/// The body of the API's responses: one buffer of JSON, known length, or nothing (`HEAD`).
+/// The body of the API's responses: JSON of known length in up to three ready buffers (an
+/// envelope around a shared payload, written without copying), or nothing (`HEAD`).
 pub struct ApiBody {
-    data: Option<Bytes>,
+    /// The chunks not yet written, in order; empty ones are skipped.
+    chunks: [Bytes; 3],
+    next: usize,
 }
 
 impl ApiBody {
     pub(crate) fn new(data: Bytes) -> Self {
-        Self {
-            data: (!data.is_empty()).then_some(data),
-        }
+        Self::chunks([data, Bytes::new(), Bytes::new()])
+    }
+
+    /// `open`, `payload` and `close`, written in that order.
+    pub(crate) fn chunks(chunks: [Bytes; 3]) -> Self {
+        Self { chunks, next: 0 }
     }
 
     pub(crate) fn empty() -> Self {
-        Self { data: None }
+        Self::new(Bytes::new())
+    }
+
+    /// The bytes left to write.
+    pub(crate) fn len(&self) -> usize {
+        self.chunks[self.next.min(3)..].iter().map(Bytes::len).sum()
     }
 }
 
@@ -33,22 +44,50 @@ impl Body for ApiBody {
         mut self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Ready(self.data.take().map(|data| Ok(Frame::data(data))))
+        while self.next < self.chunks.len() {
+            let index = self.next;
+            self.next += 1;
+            let chunk = std::mem::take(&mut self.chunks[index]);
+            if !chunk.is_empty() {
+                return Poll::Ready(Some(Ok(Frame::data(chunk))));
+            }
+        }
+        Poll::Ready(None)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.data.is_none()
+        self.len() == 0
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.data.as_ref().map_or(0, |data| data.len() as u64))
+        SizeHint::with_exact(self.len() as u64)
     }
 }
 
 impl fmt::Debug for ApiBody {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ApiBody")
-            .field("len", &self.data.as_ref().map_or(0, Bytes::len))
-            .finish()
+        f.debug_struct("ApiBody").field("len", &self.len()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn chunks_are_written_in_order_skipping_empty_ones() {
+        use http_body_util::BodyExt;
+        let body = ApiBody::chunks([
+            Bytes::from_static(b"{\"a\":"),
+            Bytes::new(),
+            Bytes::from_static(b"1}"),
+        ]);
+        assert_eq!(body.size_hint().exact(), Some(7));
+        assert!(!body.is_end_stream());
+        let frames = body.collect().await.unwrap().to_bytes();
+        assert_eq!(frames.as_ref(), b"{\"a\":1}");
+        let empty = ApiBody::empty();
+        assert!(empty.is_end_stream());
+        assert_eq!(empty.size_hint().exact(), Some(0));
     }
 }

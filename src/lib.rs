@@ -65,7 +65,7 @@ pub mod testing;
 pub use body::ApiBody;
 pub use key::KeyDigest;
 pub use layer::PartnerApiLayer;
-pub use model::{EncodedOrder, Order, Organization, Timestamp};
+pub use model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
 pub use routes::MAX_ORDERS;
 pub use service::PartnerApi;
 #[cfg(feature = "postgres")]

@@ -4,6 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use chrono::{DateTime, Datelike, NaiveDate, SecondsFormat, Timelike, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -217,6 +218,93 @@ impl TryFrom<Order> for EncodedOrder {
     }
 }
 
+/// Orders of one organization, newest first, with their JSON array encoded once: what an
+/// [`OrderStore`](crate::OrderStore) returns for `GET /orders`.
+///
+/// Construction sorts the orders newest first ([`Order::cmp_newest_first`]) and joins their
+/// ready JSON, so the order of a page is a property of the type, and serving a page is writing
+/// its bytes. Clones share both (two reference counts): a store that keeps orders in memory
+/// can keep its pages and hand out clones.
+#[derive(Clone)]
+pub struct OrderPage {
+    orders: Arc<[EncodedOrder]>,
+    json: Bytes,
+}
+
+impl OrderPage {
+    /// A page of `orders`, sorted newest first.
+    pub fn new(mut orders: Vec<EncodedOrder>) -> Self {
+        if !orders.is_sorted_by(|a, b| a.order().cmp_newest_first(b.order()).is_le()) {
+            orders.sort_by(|a, b| a.order().cmp_newest_first(b.order()));
+        }
+        let length = 2 + orders
+            .iter()
+            .map(|order| order.json().len() + 1)
+            .sum::<usize>();
+        let mut json = Vec::with_capacity(length);
+        json.push(b'[');
+        for (index, order) in orders.iter().enumerate() {
+            if index > 0 {
+                json.push(b',');
+            }
+            json.extend_from_slice(order.json());
+        }
+        json.push(b']');
+        Self {
+            orders: orders.into(),
+            json: json.into(),
+        }
+    }
+
+    /// The orders, newest first.
+    pub fn orders(&self) -> &[EncodedOrder] {
+        &self.orders
+    }
+
+    /// The number of orders.
+    pub fn len(&self) -> usize {
+        self.orders.len()
+    }
+
+    /// Whether the page has no order.
+    pub fn is_empty(&self) -> bool {
+        self.orders.is_empty()
+    }
+
+    /// The JSON array of the orders, exactly as it is served.
+    pub fn json(&self) -> &Bytes {
+        &self.json
+    }
+
+    /// This page cut to its newest `limit` orders.
+    pub fn truncated(&self, limit: usize) -> Self {
+        if self.len() <= limit {
+            return self.clone();
+        }
+        Self::new(self.orders[..limit].to_vec())
+    }
+}
+
+impl Default for OrderPage {
+    fn default() -> Self {
+        Self::new(Vec::new())
+    }
+}
+
+impl FromIterator<EncodedOrder> for OrderPage {
+    fn from_iter<I: IntoIterator<Item = EncodedOrder>>(orders: I) -> Self {
+        Self::new(orders.into_iter().collect())
+    }
+}
+
+impl fmt::Debug for OrderPage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.orders.iter().map(|order| &order.order().id))
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,6 +357,41 @@ mod tests {
             std::str::from_utf8(encoded.json()).unwrap(),
             r#"{"id":"o1","providers":["meta","google"],"advertiserName":"Advertiser","campaignName":"Campaign","budgetDkk":125000,"startDate":"2026-03-01","endDate":"2026-03-31","status":"booked","externalReference":"PO-1","createdAt":"2026-03-01T08:00:00.000Z"}"#
         );
+    }
+
+    #[test]
+    fn a_page_sorts_newest_first_and_joins_the_json() {
+        let encode = |id, at| EncodedOrder::new(order(id, at)).unwrap();
+        let page = OrderPage::new(vec![
+            encode("a", "2026-03-01T08:00:00Z"),
+            encode("c", "2026-03-02T08:00:00Z"),
+            encode("b", "2026-03-01T08:00:00Z"),
+        ]);
+        let ids: Vec<&str> = page
+            .orders()
+            .iter()
+            .map(|o| o.order().id.as_str())
+            .collect();
+        assert_eq!(ids, ["c", "b", "a"]);
+        let json: serde_json::Value = serde_json::from_slice(page.json()).unwrap();
+        let json_ids: Vec<&str> = json
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(json_ids, ids);
+        let cut = page.truncated(2);
+        assert_eq!(cut.len(), 2);
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(cut.json())
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(OrderPage::default().json().as_ref(), b"[]");
     }
 
     #[test]

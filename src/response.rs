@@ -37,16 +37,21 @@ pub(crate) const ME_OPEN: &[u8] =
     concat!(r#"{"meta":"#, meta_json!(), r#","data":{"organization":"#).as_bytes();
 /// What closes the body of `GET /me`.
 pub(crate) const ME_CLOSE: &[u8] = b"}}";
-/// What precedes the order objects in the body of `GET /orders`.
+/// What precedes the orders' JSON array in the body of `GET /orders`.
 pub(crate) const ORDERS_OPEN: &[u8] =
-    concat!(r#"{"meta":"#, meta_json!(), r#","data":{"orders":["#).as_bytes();
+    concat!(r#"{"meta":"#, meta_json!(), r#","data":{"orders":"#).as_bytes();
 /// What closes the body of `GET /orders`.
-pub(crate) const ORDERS_CLOSE: &[u8] = b"]}}";
+pub(crate) const ORDERS_CLOSE: &[u8] = b"}}";
 
 /// A JSON response with the headers every API response carries.
 pub(crate) fn json(status: StatusCode, body: Bytes) -> Response<ApiBody> {
+    json_body(status, ApiBody::new(body))
+}
+
+/// A JSON response of `body` with the headers every API response carries.
+pub(crate) fn json_body(status: StatusCode, body: ApiBody) -> Response<ApiBody> {
     let length = HeaderValue::from(body.len());
-    let mut response = Response::new(ApiBody::new(body));
+    let mut response = Response::new(body);
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -137,7 +142,7 @@ mod tests {
         }
         let me = [ME_OPEN, br#"{"id":"o","name":"n"}"#, ME_CLOSE].concat();
         serde_json::from_slice::<serde_json::Value>(&me).unwrap();
-        let orders = [ORDERS_OPEN, ORDERS_CLOSE].concat();
+        let orders = [ORDERS_OPEN, b"[]", ORDERS_CLOSE].concat();
         let value: serde_json::Value = serde_json::from_slice(&orders).unwrap();
         assert_eq!(value["data"]["orders"], serde_json::json!([]));
     }

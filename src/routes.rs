@@ -1,15 +1,20 @@
 //! The endpoints of spec section 4, in one place: which paths exist, which methods they take,
 //! and what each answers once the key is known.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Response, StatusCode};
+use pin_project_lite::pin_project;
 
 use crate::auth::AuthFailure;
 use crate::body::ApiBody;
 use crate::key::KeyDigest;
-use crate::model::EncodedOrder;
+use crate::model::OrderPage;
 use crate::response::{self, ApiError, ME_CLOSE, ME_OPEN, ORDERS_CLOSE, ORDERS_OPEN};
 use crate::service::Shared;
 use crate::store::{ErrorChain, Principal, StoreError, StoreErrorKind};
@@ -59,9 +64,9 @@ pub(crate) async fn respond(
     digest: KeyDigest,
 ) -> Response<ApiBody> {
     let result = match shared.store_timeout {
-        Some(timeout) => tokio::time::timeout(timeout, answer(&shared, route, digest))
+        Some(timeout) => Deadline::new(answer(&shared, route, digest), timeout)
             .await
-            .unwrap_or_else(|_| {
+            .unwrap_or_else(|()| {
                 Err(StoreError::unavailable(format!(
                     "no answer from the store within {timeout:?}"
                 )))
@@ -96,17 +101,17 @@ async fn answer(
     // The host's request span may declare this field (see the crate docs on logging).
     tracing::Span::current().record("organization_id", principal.organization.id.as_str());
     let body = match route {
-        Route::Me => me(&principal)?,
+        Route::Me => ApiBody::new(me(&principal)?),
         Route::Orders => {
-            let orders = shared
+            let page = shared
                 .orders
                 .newest_orders(&principal.organization.id, MAX_ORDERS)
                 .await?;
-            orders_body(orders)
+            orders_body(&page)
         }
-        Route::OpenApi => shared.openapi.clone(),
+        Route::OpenApi => ApiBody::new(shared.openapi.clone()),
     };
-    Ok(response::json(StatusCode::OK, body))
+    Ok(response::json_body(StatusCode::OK, body))
 }
 
 /// The `GET /openapi.json` response: the bare document, which may be cached.
@@ -130,28 +135,63 @@ fn me(principal: &Principal) -> Result<Bytes, StoreError> {
     Ok(body.into())
 }
 
-/// The `GET /orders` body: the envelope around the orders' ready JSON. The bound and the
-/// order are the service's promise, so they are enforced here whatever the store returned.
-fn orders_body(mut orders: Vec<EncodedOrder>) -> Bytes {
-    if !orders.is_sorted_by(|a, b| a.order().cmp_newest_first(b.order()).is_le()) {
-        tracing::warn!("the order store returned orders out of newest-first order");
-        orders.sort_by(|a, b| a.order().cmp_newest_first(b.order()));
+/// The `GET /orders` body: the envelope around the page's ready JSON, without a copy. The
+/// bound is the service's promise, so it holds whatever the store returned (and a page is
+/// newest first by construction).
+fn orders_body(page: &OrderPage) -> ApiBody {
+    let page = if page.len() > MAX_ORDERS {
+        tracing::warn!(
+            len = page.len(),
+            "the order store returned more orders than asked for"
+        );
+        page.truncated(MAX_ORDERS)
+    } else {
+        page.clone()
+    };
+    ApiBody::chunks([
+        Bytes::from_static(ORDERS_OPEN),
+        page.json().clone(),
+        Bytes::from_static(ORDERS_CLOSE),
+    ])
+}
+
+pin_project! {
+    /// `future`, or `Err(())` once `timeout` has passed. The timer is armed only when the
+    /// future first waits, so answers that are ready at once (an in-memory store) never touch
+    /// the runtime's timer.
+    struct Deadline<F> {
+        #[pin]
+        future: F,
+        timeout: Duration,
+        sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     }
-    orders.truncate(MAX_ORDERS);
-    let length = ORDERS_OPEN.len()
-        + ORDERS_CLOSE.len()
-        + orders
-            .iter()
-            .map(|order| order.json().len() + 1)
-            .sum::<usize>();
-    let mut body = Vec::with_capacity(length);
-    body.extend_from_slice(ORDERS_OPEN);
-    for (index, order) in orders.iter().enumerate() {
-        if index > 0 {
-            body.push(b',');
+}
+
+impl<F> Deadline<F> {
+    fn new(future: F, timeout: Duration) -> Self {
+        Self {
+            future,
+            timeout,
+            sleep: None,
         }
-        body.extend_from_slice(order.json());
     }
-    body.extend_from_slice(ORDERS_CLOSE);
-    body.into()
+}
+
+impl<F: Future> Future for Deadline<F> {
+    type Output = Result<F::Output, ()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(output) = this.future.poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        let timeout = *this.timeout;
+        let sleep = this
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
 }

@@ -244,7 +244,11 @@ async fn read<F: StoreFixtures>(
         .newest_orders(organization_id, limit)
         .await
         .map_err(failed("newest_orders"))?;
-    Ok(orders.iter().map(|order| order.order().clone()).collect())
+    Ok(orders
+        .orders()
+        .iter()
+        .map(|order| order.order().clone())
+        .collect())
 }
 
 fn ids(orders: &[Order]) -> Vec<&str> {
@@ -501,7 +505,7 @@ async fn isolation<F: StoreFixtures>(fixtures: &F) -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{EncodedOrder, Principal};
+    use crate::{OrderPage, Principal};
 
     #[tokio::test]
     async fn the_memory_store_conforms_and_can_run_twice() {
@@ -524,11 +528,7 @@ mod tests {
 
     #[async_trait]
     impl OrderStore for Broken {
-        async fn newest_orders(
-            &self,
-            org: &str,
-            _limit: usize,
-        ) -> Result<Vec<EncodedOrder>, StoreError> {
+        async fn newest_orders(&self, org: &str, _limit: usize) -> Result<OrderPage, StoreError> {
             self.0.newest_orders(org, usize::MAX).await
         }
     }

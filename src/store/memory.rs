@@ -7,7 +7,8 @@ use async_trait::async_trait;
 
 use super::{KeyStore, OrderStore, Principal, StoreError};
 use crate::key::{is_valid_key, KeyDigest};
-use crate::model::{EncodedOrder, Order, Organization};
+use crate::model::{EncodedOrder, Order, OrderPage, Organization};
+use crate::routes::MAX_ORDERS;
 
 /// An in-memory [`KeyStore`] and [`OrderStore`] with the semantics of a real store: keys are
 /// held only as digests, a revoked key stays known but resolves to nothing, and every change
@@ -50,6 +51,9 @@ struct KeyEntry {
 struct OrganizationOrders {
     newest_first: Vec<EncodedOrder>,
     ids: HashSet<String>,
+    /// The page of the newest [`MAX_ORDERS`], what `GET /orders` reads; rebuilt on write, so
+    /// a read is two reference-count increments.
+    newest_page: OrderPage,
 }
 
 impl MemoryStore {
@@ -185,6 +189,8 @@ impl MemoryStore {
                 .newest_first
                 .sort_by(|a, b| a.order().cmp_newest_first(b.order()));
         }
+        let newest = entry.newest_first.len().min(MAX_ORDERS);
+        entry.newest_page = OrderPage::new(entry.newest_first[..newest].to_vec());
         Ok(())
     }
 }
@@ -234,16 +240,16 @@ impl OrderStore for MemoryStore {
         &self,
         organization_id: &str,
         limit: usize,
-    ) -> Result<Vec<EncodedOrder>, StoreError> {
+    ) -> Result<OrderPage, StoreError> {
         let state = self.read();
-        Ok(state
-            .orders
-            .get(organization_id)
-            .map(|orders| {
-                let newest = &orders.newest_first[..limit.min(orders.newest_first.len())];
-                newest.to_vec()
-            })
-            .unwrap_or_default())
+        let Some(orders) = state.orders.get(organization_id) else {
+            return Ok(OrderPage::default());
+        };
+        if limit == MAX_ORDERS {
+            return Ok(orders.newest_page.clone());
+        }
+        let newest = &orders.newest_first[..limit.min(orders.newest_first.len())];
+        Ok(OrderPage::new(newest.to_vec()))
     }
 }
 
@@ -285,6 +291,7 @@ mod tests {
             .newest_orders(org, limit)
             .await
             .unwrap()
+            .orders()
             .iter()
             .map(|o| o.order().id.clone())
             .collect()
@@ -307,6 +314,22 @@ mod tests {
         assert_eq!(ids(&store, "a", 2).await, ["o9", "o3"]);
         assert!(ids(&store, "b", 100).await.is_empty());
         assert!(ids(&store, "nope", 100).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_cached_newest_page_follows_every_insert() {
+        let store = store();
+        let many: Vec<Order> = (0..150).map(|n| order(&format!("m{n:03}"), n)).collect();
+        store.add_orders("a", many).unwrap();
+        let page = store.newest_orders("a", MAX_ORDERS).await.unwrap();
+        assert_eq!(page.len(), MAX_ORDERS);
+        assert_eq!(page.orders()[0].order().id, "m149");
+        store.add_order("a", order("newest", 1_000)).unwrap();
+        let page = store.newest_orders("a", MAX_ORDERS).await.unwrap();
+        assert_eq!(page.len(), MAX_ORDERS);
+        assert_eq!(page.orders()[0].order().id, "newest");
+        assert_eq!(page.orders()[99].order().id, "m051");
+        assert_eq!(ids(&store, "a", 3).await, ["newest", "m149", "m148"]);
     }
 
     #[tokio::test]

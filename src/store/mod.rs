@@ -10,7 +10,7 @@ use std::fmt;
 use async_trait::async_trait;
 
 use crate::key::KeyDigest;
-use crate::model::{EncodedOrder, Organization};
+use crate::model::{OrderPage, Organization};
 
 mod memory;
 #[cfg(feature = "postgres")]
@@ -42,14 +42,14 @@ pub trait KeyStore: Send + Sync {
 /// Reads an organization's orders.
 #[async_trait]
 pub trait OrderStore: Send + Sync {
-    /// At most `limit` orders of the organization `organization_id`, newest first: sorted by
-    /// `createdAt` descending, ties broken by `id` descending (byte order). An unknown
-    /// organization has no orders.
+    /// The newest `limit` orders of the organization `organization_id` (all of them if it
+    /// has fewer): newest by `createdAt`, ties broken by `id` descending (byte order). An
+    /// unknown organization has no orders. [`OrderPage::new`] puts them in that order.
     async fn newest_orders(
         &self,
         organization_id: &str,
         limit: usize,
-    ) -> Result<Vec<EncodedOrder>, StoreError>;
+    ) -> Result<OrderPage, StoreError>;
 }
 
 #[async_trait]
@@ -65,7 +65,7 @@ impl<T: OrderStore + ?Sized> OrderStore for std::sync::Arc<T> {
         &self,
         organization_id: &str,
         limit: usize,
-    ) -> Result<Vec<EncodedOrder>, StoreError> {
+    ) -> Result<OrderPage, StoreError> {
         (**self).newest_orders(organization_id, limit).await
     }
 }

@@ -11,7 +11,7 @@ use sqlx::{Postgres, Row};
 
 use super::{KeyStore, OrderStore, Principal, StoreError};
 use crate::key::{is_valid_key, KeyDigest};
-use crate::model::{EncodedOrder, Order, Organization, Timestamp};
+use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
 use crate::seed::{Seed, SeedError};
 
 /// The embedded migrations that create the reference schema (`src/store/migrations`).
@@ -340,7 +340,7 @@ impl OrderStore for PgStore {
         &self,
         organization_id: &str,
         limit: usize,
-    ) -> Result<Vec<EncodedOrder>, StoreError> {
+    ) -> Result<OrderPage, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = sqlx::query(NEWEST_ORDERS)
             .bind(organization_id)
@@ -348,7 +348,11 @@ impl OrderStore for PgStore {
             .fetch_all(&self.pool)
             .await
             .map_err(store_error)?;
-        rows.iter().map(order_from_row).collect()
+        let orders = rows
+            .iter()
+            .map(order_from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(OrderPage::new(orders))
     }
 }
 

@@ -13,8 +13,8 @@ use chrono::NaiveDate;
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use partner_api::{
-    EncodedOrder, KeyDigest, KeyStore, MemoryStore, Order, OrderStore, Organization, PartnerApi,
-    Principal, StoreError, Timestamp,
+    EncodedOrder, KeyDigest, KeyStore, MemoryStore, Order, OrderPage, OrderStore, Organization,
+    PartnerApi, Principal, StoreError, Timestamp,
 };
 use serde_json::Value;
 use tower::ServiceExt;
@@ -162,7 +162,7 @@ impl KeyStore for FailingStore {
 
 #[async_trait]
 impl OrderStore for FailingStore {
-    async fn newest_orders(&self, _: &str, _: usize) -> Result<Vec<EncodedOrder>, StoreError> {
+    async fn newest_orders(&self, _: &str, _: usize) -> Result<OrderPage, StoreError> {
         Err((self.0)())
     }
 }
@@ -179,7 +179,7 @@ impl KeyStore for HangingStore {
 
 #[async_trait]
 impl OrderStore for HangingStore {
-    async fn newest_orders(&self, _: &str, _: usize) -> Result<Vec<EncodedOrder>, StoreError> {
+    async fn newest_orders(&self, _: &str, _: usize) -> Result<OrderPage, StoreError> {
         std::future::pending().await
     }
 }
@@ -196,20 +196,20 @@ impl KeyStore for PanickingStore {
 
 #[async_trait]
 impl OrderStore for PanickingStore {
-    async fn newest_orders(&self, _: &str, _: usize) -> Result<Vec<EncodedOrder>, StoreError> {
+    async fn newest_orders(&self, _: &str, _: usize) -> Result<OrderPage, StoreError> {
         panic!("the order store blew up")
     }
 }
 
-/// An order store that ignores the limit and the order: it returns `count` orders oldest
-/// first, some of them of another organization's look.
+/// An order store that ignores the limit: it returns all of its `count` orders, built oldest
+/// first.
 pub struct UnsortedStore {
     pub count: i64,
 }
 
 #[async_trait]
 impl OrderStore for UnsortedStore {
-    async fn newest_orders(&self, _: &str, _: usize) -> Result<Vec<EncodedOrder>, StoreError> {
+    async fn newest_orders(&self, _: &str, _: usize) -> Result<OrderPage, StoreError> {
         (0..self.count)
             .map(|n| EncodedOrder::new(order(&format!("u{n:03}"), BASE_MILLIS + n * 1000)))
             .collect()
@@ -232,11 +232,7 @@ impl<S: KeyStore> KeyStore for SlowStore<S> {
 
 #[async_trait]
 impl<S: OrderStore> OrderStore for SlowStore<S> {
-    async fn newest_orders(
-        &self,
-        org: &str,
-        limit: usize,
-    ) -> Result<Vec<EncodedOrder>, StoreError> {
+    async fn newest_orders(&self, org: &str, limit: usize) -> Result<OrderPage, StoreError> {
         tokio::time::sleep(self.delay).await;
         self.inner.newest_orders(org, limit).await
     }
