@@ -48,17 +48,27 @@ pub(crate) fn json(status: StatusCode, body: Bytes) -> Response<ApiBody> {
     json_body(status, ApiBody::new(body))
 }
 
-/// A JSON response of `body` with the headers every API response carries.
+/// A JSON response of `body` with the headers every API response carries. `Content-Length`
+/// is left to the server, which takes it from the body's exact size; a `HEAD` response gets
+/// it explicitly ([`without_body`]).
 pub(crate) fn json_body(status: StatusCode, body: ApiBody) -> Response<ApiBody> {
-    let length = HeaderValue::from(body.len());
     let mut response = Response::new(body);
     *response.status_mut() = status;
     let headers = response.headers_mut();
+    headers.reserve(6);
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(CONTENT_LENGTH, length);
     // Every body is specific to a key (or says something about one): no cache may keep it.
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response
+}
+
+/// The `HEAD` form of `response`: the same status and headers, `Content-Length` that of the
+/// body it leaves out, and no body.
+pub(crate) fn without_body(mut response: Response<ApiBody>) -> Response<ApiBody> {
+    let length = HeaderValue::from(response.body().len());
+    response.headers_mut().insert(CONTENT_LENGTH, length);
+    *response.body_mut() = ApiBody::empty();
     response
 }
 

@@ -99,7 +99,10 @@ async fn answer(
         ));
     };
     // The host's request span may declare this field (see the crate docs on logging).
-    tracing::Span::current().record("organization_id", principal.organization.id.as_str());
+    let span = tracing::Span::current();
+    if !span.is_disabled() {
+        span.record("organization_id", principal.organization.id.as_str());
+    }
     let body = match route {
         Route::Me => ApiBody::new(me(&principal)?),
         Route::Orders => {
@@ -130,7 +133,7 @@ fn me(principal: &Principal) -> Result<Bytes, StoreError> {
         ME_OPEN.len() + ME_CLOSE.len() + organization.id.len() + organization.name.len() + 24,
     );
     body.extend_from_slice(ME_OPEN);
-    serde_json::to_writer(&mut body, organization).map_err(StoreError::other)?;
+    serde_json::to_writer(&mut body, &**organization).map_err(StoreError::other)?;
     body.extend_from_slice(ME_CLOSE);
     Ok(body.into())
 }

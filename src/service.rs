@@ -221,7 +221,7 @@ impl Future for ResponseFuture {
     type Output = Result<Response<ApiBody>, Infallible>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut response = match &mut self.state {
+        let response = match &mut self.state {
             State::Ready(response) => response
                 .take()
                 .expect("ResponseFuture polled after completion"),
@@ -239,8 +239,7 @@ impl Future for ResponseFuture {
         // The future is done (or panicked): drop it so it is never polled again.
         self.state = State::Ready(None);
         if self.head {
-            // HEAD: the same status and headers (Content-Length included), no body.
-            *response.body_mut() = ApiBody::empty();
+            return Poll::Ready(Ok(response::without_body(response)));
         }
         Poll::Ready(Ok(response))
     }

@@ -293,7 +293,7 @@ async fn key_resolves<F: StoreFixtures>(fixtures: &F) -> Check {
             .map_err(failed("lookup"))?
             .ok_or_else(|| format!("the key of {} resolved to nothing", organization.id))?;
         ensure!(
-            principal.organization == *organization,
+            *principal.organization == *organization,
             "a key of {organization:?} resolved to {:?}",
             principal.organization
         );
@@ -302,7 +302,7 @@ async fn key_resolves<F: StoreFixtures>(fixtures: &F) -> Check {
             !principal.key_id.contains(key.as_str()),
             "the key id holds the key"
         );
-        key_ids.push(principal.key_id);
+        key_ids.push(principal.key_id.to_string());
     }
     key_ids.sort();
     key_ids.dedup();

@@ -83,7 +83,7 @@ async fn fetch(client: &HttpClient, method: Method, url: String, key: Option<&st
 async fn main_paths_over_http1_and_http2() {
     let server = start(standalone::app(store())).await;
     let base = format!("http://{}", server.address);
-    for client in [http1(), http2()] {
+    for (client, client_is_http1) in [(http1(), true), (http2(), false)] {
         let me = fetch(&client, Method::GET, format!("{base}/v1/me"), Some(KEY_A)).await;
         assert_eq!(me.status, StatusCode::OK);
         assert_eq!(me.json()["data"]["organization"]["id"], "org_a");
@@ -101,6 +101,12 @@ async fn main_paths_over_http1_and_http2() {
         assert_eq!(list.len(), 100);
         assert_eq!(list[0]["id"], "a156");
         assert_eq!(orders.header("content-type"), Some("application/json"));
+        if client_is_http1 {
+            assert_eq!(
+                orders.header("content-length"),
+                Some(orders.body.len().to_string().as_str())
+            );
+        }
 
         let head = fetch(
             &client,

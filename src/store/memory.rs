@@ -33,8 +33,8 @@ pub struct MemoryStore {
 
 #[derive(Default)]
 struct State {
-    organizations: HashMap<String, Organization>,
-    keys: HashMap<KeyDigest, KeyEntry>,
+    organizations: HashMap<String, Arc<Organization>>,
+    keys: HashMap<KeyDigest, KeyEntry, DigestHasher>,
     /// Per organization, its orders newest first, so a read never scans other organizations
     /// or sorts.
     orders: HashMap<String, OrganizationOrders>,
@@ -42,9 +42,38 @@ struct State {
 }
 
 struct KeyEntry {
-    key_id: String,
-    organization_id: String,
+    principal: Principal,
     revoked: bool,
+}
+
+/// Hashes a [`KeyDigest`] by its first eight bytes. A SHA-256 digest is already uniformly
+/// distributed, and only the host inserts keys, so a keyed hash (SipHash) buys nothing here.
+#[derive(Clone, Copy, Default)]
+struct DigestHasher;
+
+impl std::hash::BuildHasher for DigestHasher {
+    type Hasher = DigestHash;
+
+    fn build_hasher(&self) -> DigestHash {
+        DigestHash(0)
+    }
+}
+
+struct DigestHash(u64);
+
+impl std::hash::Hasher for DigestHash {
+    fn write(&mut self, bytes: &[u8]) {
+        // `[u8; 32]` hashes as a length prefix, then the 32 bytes; keep the first eight.
+        if let Some(head) = bytes.first_chunk::<8>() {
+            self.0 = u64::from_le_bytes(*head);
+        }
+    }
+
+    fn write_usize(&mut self, _length: usize) {}
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 #[derive(Default)]
@@ -88,7 +117,7 @@ impl MemoryStore {
         }
         state
             .organizations
-            .insert(organization.id.clone(), organization);
+            .insert(organization.id.clone(), Arc::new(organization));
         Ok(())
     }
 
@@ -107,19 +136,22 @@ impl MemoryStore {
         }
         let digest = KeyDigest::of(key);
         let mut state = self.write();
-        if !state.organizations.contains_key(organization_id) {
+        let Some(organization) = state.organizations.get(organization_id).cloned() else {
             return Err(unknown_organization(organization_id));
-        }
+        };
         if state.keys.contains_key(&digest) {
             return Err(StoreError::invalid_data("the key exists"));
         }
         state.next_key_number += 1;
         let key_id = format!("key_{}", state.next_key_number);
+        let principal = Principal {
+            key_id: key_id.as_str().into(),
+            organization,
+        };
         state.keys.insert(
             digest,
             KeyEntry {
-                key_id: key_id.clone(),
-                organization_id: organization_id.to_owned(),
+                principal,
                 revoked: false,
             },
         );
@@ -221,16 +253,11 @@ impl std::fmt::Debug for MemoryStore {
 impl KeyStore for MemoryStore {
     async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
         let state = self.read();
-        let Some(entry) = state.keys.get(digest).filter(|entry| !entry.revoked) else {
-            return Ok(None);
-        };
-        let Some(organization) = state.organizations.get(&entry.organization_id) else {
-            return Ok(None);
-        };
-        Ok(Some(Principal {
-            key_id: entry.key_id.clone(),
-            organization: organization.clone(),
-        }))
+        Ok(state
+            .keys
+            .get(digest)
+            .filter(|entry| !entry.revoked)
+            .map(|entry| entry.principal.clone()))
     }
 }
 
@@ -354,7 +381,7 @@ mod tests {
         let digest = KeyDigest::of("secret-a");
         let principal = store.lookup(&digest).await.unwrap().unwrap();
         assert_eq!(principal.organization.id, "a");
-        assert_eq!(principal.key_id, key_id);
+        assert_eq!(&*principal.key_id, key_id);
         assert!(store.revoke_key("secret-a"));
         assert!(!store.revoke_key("secret-a"));
         assert_eq!(store.lookup(&digest).await.unwrap(), None);

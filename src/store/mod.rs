@@ -6,6 +6,7 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -21,13 +22,16 @@ pub use memory::MemoryStore;
 pub use postgres::PgStore;
 
 /// What a valid API key resolves to.
+///
+/// Both fields are shared, so a store that keeps principals in memory hands out reference
+/// counts instead of copies.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Principal {
     /// The store's identifier of the key: stable, safe to log and to key a rate limit on.
     /// Never the key or its digest.
-    pub key_id: String,
+    pub key_id: Arc<str>,
     /// The organization that the key belongs to, the only one whose data it reaches.
-    pub organization: Organization,
+    pub organization: Arc<Organization>,
 }
 
 /// Resolves API keys (by digest) to the organization they belong to.

@@ -325,11 +325,11 @@ impl KeyStore for PgStore {
         };
         let key_id: i64 = column(&row, "id")?;
         Ok(Some(Principal {
-            key_id: key_id.to_string(),
-            organization: Organization {
+            key_id: key_id.to_string().into(),
+            organization: std::sync::Arc::new(Organization {
                 id: column(&row, "organization_id")?,
                 name: column(&row, "name")?,
-            },
+            }),
         }))
     }
 }
