@@ -7,8 +7,9 @@
 # (100 orders of the demo data) with curl, and serves those bytes from `examples/baseline.rs`.
 # Then, per route, it runs wrk against a fresh baseline process and a fresh host process in
 # turn, RUNS times, with the server pinned to CPU 0 and wrk to CPU 1, and prints the medians
-# of requests/s, p50 and p99 latency, the ratio host/baseline, and the host's resident memory
-# after the warm-up and at its peak. It fails when any request is not answered with 200.
+# of requests/s, p50 and p99 latency, and the host's resident memory after the warm-up and at
+# its peak. The ratio host/baseline is the median of the ratios of each run's pair, measured
+# back to back, so drift of the machine cancels. It fails when any request is not a 200.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -75,6 +76,7 @@ echo "wrk -t1 -c$CONNECTIONS -d${DURATION}s, $RUNS runs each, fresh server per r
 printf '%-8s %-9s %10s %8s %8s %12s %12s\n' route server "req/s" "p50 us" "p99 us" "RSS warm KiB" "RSS peak KiB"
 for route in me orders; do
   for server in baseline host; do : >"$work/$route.$server"; done
+  : >"$work/$route.ratios"
   for _ in $(seq 1 "$RUNS"); do
     for server in baseline host; do
       if [ "$server" = baseline ]; then
@@ -88,6 +90,8 @@ for route in me orders; do
       echo "$result $warm $(rss_kib VmHWM)" >>"$work/$route.$server"
       stop
     done
+    paste -d' ' "$work/$route.baseline" "$work/$route.host" | tail -n 1 |
+      awk '{ printf "%.4f\n", $6 / $1 }' >>"$work/$route.ratios"
   done
   for server in baseline host; do
     file="$work/$route.$server"
@@ -95,7 +99,7 @@ for route in me orders; do
     printf '%-8s %-9s %10s %8s %8s %12s %12s\n' "/v1/$route" "$server" "$rps" \
       "$(cut -d' ' -f2 "$file" | median)" "$(cut -d' ' -f3 "$file" | median)" \
       "$(cut -d' ' -f4 "$file" | median)" "$(cut -d' ' -f5 "$file" | median)"
-    eval "rps_$server=$rps"
   done
-  awk -v r="/v1/$route" -v h="$rps_host" -v b="$rps_baseline" 'BEGIN { printf "%-8s ratio host/baseline: %.3f\n", r, h / b }'
+  printf '%-8s ratio host/baseline: %s (runs: %s)\n' "/v1/$route" "$(median <"$work/$route.ratios")" \
+    "$(tr '\n' ' ' <"$work/$route.ratios" | xargs)"
 done

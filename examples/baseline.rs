@@ -124,7 +124,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(stdout);
     let builder = auto::Builder::new(TokioExecutor::new());
     loop {
-        let (stream, _) = listener.accept().await?;
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => accepted?,
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        };
         let _ = stream.set_nodelay(true);
         let builder = builder.clone();
         let service = hyper::service::service_fn(app(routes.clone()));

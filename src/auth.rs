@@ -37,21 +37,39 @@ pub(crate) fn bearer_token(headers: &HeaderMap) -> Result<&str, AuthFailure> {
     if values.next().is_some() {
         return Err(AuthFailure::Malformed);
     }
-    // Not visible ASCII (control characters, obs-text): no valid credential of any scheme.
-    let value = value.to_str().map_err(|_| AuthFailure::Malformed)?;
-    let value = value.trim_matches([' ', '\t']);
-    let scheme = value.split([' ', '\t']).next().unwrap_or_default();
-    if !scheme.eq_ignore_ascii_case("bearer") {
+    // One pass over the bytes; `is_valid_key` refuses control characters and non-ASCII, so
+    // the header is never decoded as text first.
+    let value = trim_ows(value.as_bytes());
+    let scheme_end = value
+        .iter()
+        .position(|&b| b == b' ' || b == b'\t')
+        .unwrap_or(value.len());
+    if !value[..scheme_end].eq_ignore_ascii_case(b"bearer") {
         return Err(AuthFailure::OtherScheme);
     }
     // RFC 6750: `Bearer 1*SP b64token`. A tab is no separator, and neither an empty token nor
     // two tokens are a token; `is_valid_key` refuses what is left over.
-    let separated = &value[scheme.len()..];
-    let token = separated.trim_start_matches(' ');
-    if token.len() == separated.len() || !is_valid_key(token) {
+    let separated = &value[scheme_end..];
+    let spaces = separated.iter().take_while(|&&b| b == b' ').count();
+    let token = &separated[spaces..];
+    if spaces == 0 {
         return Err(AuthFailure::Malformed);
     }
-    Ok(token)
+    match std::str::from_utf8(token) {
+        Ok(token) if is_valid_key(token) => Ok(token),
+        _ => Err(AuthFailure::Malformed),
+    }
+}
+
+/// `bytes` without leading and trailing spaces and tabs (RFC 9110 OWS).
+fn trim_ows(bytes: &[u8]) -> &[u8] {
+    let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = bytes.iter().position(|b| !is_ows(b)).unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !is_ows(b))
+        .map_or(start, |end| end + 1);
+    &bytes[start..end]
 }
 
 /// The two `WWW-Authenticate` values of a realm, built once when the service is configured.

@@ -133,9 +133,26 @@ fn me(principal: &Principal) -> Result<Bytes, StoreError> {
         ME_OPEN.len() + ME_CLOSE.len() + organization.id.len() + organization.name.len() + 24,
     );
     body.extend_from_slice(ME_OPEN);
-    serde_json::to_writer(&mut body, &**organization).map_err(StoreError::other)?;
+    body.extend_from_slice(br#"{"id":"#);
+    write_json_string(&mut body, &organization.id)?;
+    body.extend_from_slice(br#","name":"#);
+    write_json_string(&mut body, &organization.name)?;
+    body.push(b'}');
     body.extend_from_slice(ME_CLOSE);
     Ok(body.into())
+}
+
+/// Writes `text` as a JSON string: as it is when nothing in it needs escaping (the common
+/// case, and a copy), else through serde_json.
+fn write_json_string(out: &mut Vec<u8>, text: &str) -> Result<(), StoreError> {
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+        Ok(())
+    } else {
+        serde_json::to_writer(out, text).map_err(StoreError::other)
+    }
 }
 
 /// The `GET /orders` body: the envelope around the page's ready JSON, without a copy. The

@@ -33,6 +33,30 @@ async fn me_returns_the_keys_organization_in_the_envelope() {
 }
 
 #[tokio::test]
+async fn me_escapes_what_json_must_escape() {
+    let store = store();
+    let name = "Quote \" backslash \\ tab \t newline \n bell \u{7} Bølge 日本 \u{1F600} </script>";
+    store
+        .add_organization(partner_api::Organization {
+            id: "org \"x\"".into(),
+            name: name.into(),
+        })
+        .unwrap();
+    store.add_key("pk_test_escapes", "org \"x\"").unwrap();
+    let response = call(
+        &PartnerApi::from_store(store),
+        get("/v1/me", Some("pk_test_escapes")),
+    )
+    .await;
+    assert_eq!(response.status, StatusCode::OK);
+    let json = response.json();
+    assert_eq!(
+        json["data"]["organization"],
+        json!({"id": "org \"x\"", "name": name})
+    );
+}
+
+#[tokio::test]
 async fn orders_are_the_newest_100_newest_first() {
     let response = call(&api(), get("/v1/orders", Some(KEY_A))).await;
     assert_eq!(response.status, StatusCode::OK);
