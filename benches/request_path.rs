@@ -1,5 +1,6 @@
 //! In-process cost of the request path: `Service::call` on the API and the layer, each beside
-//! a baseline service that returns the same bytes without the library.
+//! a baseline service that returns the same bytes without the library. After criterion's
+//! figures it prints each case's ratio library/baseline from a timed loop of its own.
 //!
 //! `cargo bench --bench request_path`
 
@@ -75,12 +76,38 @@ fn capture(
     })
 }
 
+/// Nanoseconds per call of `call`, over a timed loop (best of five rounds).
+fn nanos_per_call<S>(
+    runtime: &tokio::runtime::Runtime,
+    service: &mut S,
+    path: &str,
+    key: Option<&str>,
+) -> f64
+where
+    S: Service<Request<()>>,
+{
+    const CALLS: u32 = 20_000;
+    runtime.block_on(async {
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let requests: Vec<Request<()>> = (0..CALLS).map(|_| request(path, key)).collect();
+            let started = std::time::Instant::now();
+            for request in requests {
+                let _ = black_box(service.call(request).await);
+            }
+            best = best.min(started.elapsed().as_nanos() as f64 / f64::from(CALLS));
+        }
+        best
+    })
+}
+
 fn bench(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
     let api = PartnerApi::from_store(store());
+    let mut ratios = Vec::new();
     let cases = [
         ("me", "/v1/me", Some(KEY)),
         ("orders", "/v1/orders", Some(KEY)),
@@ -101,19 +128,23 @@ fn bench(c: &mut Criterion) {
                 async move { black_box(response.await) }
             });
         });
+        let baseline = tower::service_fn(|_: Request<()>| {
+            let mut response = Response::new(captured.body().clone());
+            *response.status_mut() = captured.status();
+            *response.headers_mut() = captured.headers().clone();
+            async move { Ok::<_, Infallible>(response) }
+        });
         group.bench_function(BenchmarkId::new("baseline", path), |b| {
-            let mut baseline = tower::service_fn(|_: Request<()>| {
-                let mut response = Response::new(captured.body().clone());
-                *response.status_mut() = captured.status();
-                *response.headers_mut() = captured.headers().clone();
-                async move { Ok::<_, Infallible>(response) }
-            });
+            let mut baseline = baseline;
             b.to_async(&runtime).iter(|| {
                 let response = baseline.call(request(path, key));
                 async move { black_box(response.await) }
             });
         });
         group.finish();
+        let library = nanos_per_call(&runtime, &mut api.clone(), path, key);
+        let bare = nanos_per_call(&runtime, &mut baseline.clone(), path, key);
+        ratios.push((name, library, bare));
     }
 
     // The layer's pass-through: a request outside the prefix, against the bare host service.
@@ -136,6 +167,22 @@ fn bench(c: &mut Criterion) {
         });
     });
     group.finish();
+    let library = nanos_per_call(
+        &runtime,
+        &mut PartnerApiLayer::new(api.clone()).layer(host),
+        "/health",
+        None,
+    );
+    let bare = nanos_per_call(&runtime, &mut host.clone(), "/health", None);
+    ratios.push(("layer_pass_through", library, bare));
+
+    println!("\nper call, request building included (best of 5 x 20k calls):");
+    for (name, library, bare) in ratios {
+        println!(
+            "  {name:<20} library {library:>7.0} ns  baseline {bare:>7.0} ns  baseline/library {:.2}",
+            bare / library
+        );
+    }
 }
 
 // The macro defines an undocumented public function.

@@ -3,7 +3,7 @@
 
 use http::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 
-use crate::key::is_valid_key;
+use crate::key::is_valid_key_bytes;
 
 /// Why a request is not authenticated; each answer is a 401.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,13 +31,13 @@ impl AuthFailure {
 /// or more spaces; the token must be an RFC 6750 `b64token` of at most
 /// [`MAX_KEY_LEN`](crate::key::MAX_KEY_LEN) bytes. Anything else is refused before any store
 /// is asked.
-pub(crate) fn bearer_token(headers: &HeaderMap) -> Result<&str, AuthFailure> {
+pub(crate) fn bearer_token(headers: &HeaderMap) -> Result<&[u8], AuthFailure> {
     let mut values = headers.get_all(AUTHORIZATION).iter();
     let value = values.next().ok_or(AuthFailure::Missing)?;
     if values.next().is_some() {
         return Err(AuthFailure::Malformed);
     }
-    // One pass over the bytes; `is_valid_key` refuses control characters and non-ASCII, so
+    // One pass over the bytes; `is_valid_key_bytes` refuses control characters and non-ASCII, so
     // the header is never decoded as text first.
     let value = trim_ows(value.as_bytes());
     let scheme_end = value
@@ -48,16 +48,17 @@ pub(crate) fn bearer_token(headers: &HeaderMap) -> Result<&str, AuthFailure> {
         return Err(AuthFailure::OtherScheme);
     }
     // RFC 6750: `Bearer 1*SP b64token`. A tab is no separator, and neither an empty token nor
-    // two tokens are a token; `is_valid_key` refuses what is left over.
+    // two tokens are a token; `is_valid_key_bytes` refuses what is left over.
     let separated = &value[scheme_end..];
     let spaces = separated.iter().take_while(|&&b| b == b' ').count();
     let token = &separated[spaces..];
     if spaces == 0 {
         return Err(AuthFailure::Malformed);
     }
-    match std::str::from_utf8(token) {
-        Ok(token) if is_valid_key(token) => Ok(token),
-        _ => Err(AuthFailure::Malformed),
+    if is_valid_key_bytes(token) {
+        Ok(token)
+    } else {
+        Err(AuthFailure::Malformed)
     }
 }
 
@@ -118,7 +119,7 @@ mod tests {
         for value in values {
             headers.append(AUTHORIZATION, HeaderValue::from_bytes(value).unwrap());
         }
-        bearer_token(&headers).map(str::to_owned)
+        bearer_token(&headers).map(|token| String::from_utf8(token.to_vec()).unwrap())
     }
 
     #[test]

@@ -18,7 +18,12 @@ pub struct KeyDigest([u8; 32]);
 impl KeyDigest {
     /// The digest of the plaintext key `key`.
     pub fn of(key: &str) -> Self {
-        Self(Sha256::digest(key.as_bytes()).into())
+        Self::of_bytes(key.as_bytes())
+    }
+
+    /// The digest of a key as the header carried it.
+    pub(crate) fn of_bytes(key: &[u8]) -> Self {
+        Self(Sha256::digest(key).into())
     }
 
     /// A digest from its 32 bytes, as a store read it back.
@@ -44,12 +49,24 @@ impl fmt::Debug for KeyDigest {
 ///
 /// A store should refuse to hold a key for which this is false: no request could ever use it.
 pub fn is_valid_key(key: &str) -> bool {
-    let body = key.trim_end_matches('=');
-    !body.is_empty()
-        && key.len() <= MAX_KEY_LEN
-        && body.bytes().all(|b| {
-            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'+' | b'/')
-        })
+    is_valid_key_bytes(key.as_bytes())
+}
+
+/// [`is_valid_key`] on bytes, which is how the header parser sees the token.
+pub(crate) fn is_valid_key_bytes(bytes: &[u8]) -> bool {
+    let padding = bytes.iter().rev().take_while(|&&b| b == b'=').count();
+    let body = &bytes[..bytes.len() - padding];
+    // No early exit, so the compiler can check many bytes at once: this runs on every request.
+    let all_token_bytes = body.iter().fold(true, |ok, &b| {
+        ok & (b.is_ascii_alphanumeric()
+            | (b == b'-')
+            | (b == b'.')
+            | (b == b'_')
+            | (b == b'~')
+            | (b == b'+')
+            | (b == b'/'))
+    });
+    !body.is_empty() && bytes.len() <= MAX_KEY_LEN && all_token_bytes
 }
 
 #[cfg(test)]

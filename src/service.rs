@@ -162,7 +162,7 @@ impl PartnerApi {
             }
         };
         // Only the digest goes on: the plaintext never enters the future or a store.
-        let digest = KeyDigest::of(token);
+        let digest = KeyDigest::of_bytes(token);
         let future = routes::respond(self.shared.clone(), route, digest);
         ResponseFuture {
             state: State::Pending(Box::pin(future)),
