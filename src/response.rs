@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use http::header::{
-    HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE,
+    HeaderMap, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE,
     X_CONTENT_TYPE_OPTIONS,
 };
 use http::{Response, StatusCode};
@@ -54,14 +54,20 @@ pub(crate) fn json(status: StatusCode, body: Bytes) -> Response<ApiBody> {
 pub(crate) fn json_body(status: StatusCode, body: ApiBody) -> Response<ApiBody> {
     let mut response = Response::new(body);
     *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.reserve(6);
+    // A clone of a ready map: no header name is hashed per response.
+    *response.headers_mut() = JSON_HEADERS.clone();
+    response
+}
+
+/// The headers of every API response.
+static JSON_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(|| {
+    let mut headers = HeaderMap::with_capacity(6);
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     // Every body is specific to a key (or says something about one): no cache may keep it.
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    response
-}
+    headers
+});
 
 /// The `HEAD` form of `response`: the same status and headers, `Content-Length` that of the
 /// body it leaves out, and no body.
