@@ -263,6 +263,36 @@ fn expected(orders: &[Order], limit: usize) -> Vec<Order> {
     sorted
 }
 
+async fn add_orders<F: StoreFixtures>(
+    fixtures: &F,
+    organization_id: &str,
+    orders: &[Order],
+) -> Check {
+    fixtures
+        .add_orders(organization_id, orders)
+        .await
+        .map_err(failed("add_orders"))
+}
+
+/// Checks that the store's newest `limit` orders of `organization_id` are those of `written`
+/// that it must return, in the order it must return them.
+async fn expect_newest<F: StoreFixtures>(
+    fixtures: &F,
+    organization_id: &str,
+    written: &[Order],
+    limit: usize,
+) -> Check {
+    let read = read(fixtures, organization_id, limit).await?;
+    let want = expected(written, limit);
+    ensure!(
+        ids(&read) == ids(&want),
+        "{organization_id}, limit {limit}: read {:?}, want {:?}",
+        ids(&read),
+        ids(&want)
+    );
+    Ok(())
+}
+
 async fn unknown_key<F: StoreFixtures>(fixtures: &F) -> Check {
     let ns = namespace();
     let org = organization(fixtures, &ns, "a").await?;
@@ -364,10 +394,7 @@ async fn round_trip<F: StoreFixtures>(fixtures: &F) -> Check {
     zero.budget_dkk = 0;
     zero.providers = vec!["c".into(), "a".into(), "b".into()];
     let written = vec![unusual, zero];
-    fixtures
-        .add_orders(&org.id, &written)
-        .await
-        .map_err(failed("add_orders"))?;
+    add_orders(fixtures, &org.id, &written).await?;
     let read = read(fixtures, &org.id, 100).await?;
     let want = expected(&written, 100);
     ensure!(read == want, "wrote {want:#?}\nread {read:#?}");
@@ -385,19 +412,8 @@ async fn newest_first<F: StoreFixtures>(fixtures: &F) -> Check {
         .collect();
     orders.push(order(format!("{ns}-older"), 4_999));
     orders.push(order(format!("{ns}-newer"), 5_001));
-    fixtures
-        .add_orders(&org.id, &orders)
-        .await
-        .map_err(failed("add_orders"))?;
-    let read = read(fixtures, &org.id, 100).await?;
-    let want = expected(&orders, 100);
-    ensure!(
-        ids(&read) == ids(&want),
-        "read {:?}, want {:?}",
-        ids(&read),
-        ids(&want)
-    );
-    Ok(())
+    add_orders(fixtures, &org.id, &orders).await?;
+    expect_newest(fixtures, &org.id, &orders, 100).await
 }
 
 async fn limit<F: StoreFixtures>(fixtures: &F) -> Check {
@@ -406,19 +422,9 @@ async fn limit<F: StoreFixtures>(fixtures: &F) -> Check {
     let orders: Vec<Order> = (0..10)
         .map(|n| order(format!("{ns}-{n}"), n * 1_000))
         .collect();
-    fixtures
-        .add_orders(&org.id, &orders)
-        .await
-        .map_err(failed("add_orders"))?;
+    add_orders(fixtures, &org.id, &orders).await?;
     for limit in [0, 1, 3, 10, 11] {
-        let read = read(fixtures, &org.id, limit).await?;
-        let want = expected(&orders, limit);
-        ensure!(
-            ids(&read) == ids(&want),
-            "limit {limit}: read {:?}, want {:?}",
-            ids(&read),
-            ids(&want)
-        );
+        expect_newest(fixtures, &org.id, &orders, limit).await?;
     }
     Ok(())
 }
@@ -431,20 +437,10 @@ async fn over_100<F: StoreFixtures>(fixtures: &F) -> Check {
         .map(|n| (n * 61) % 157)
         .map(|n| order(format!("{ns}-{n:03}"), n * 1_000))
         .collect();
-    fixtures
-        .add_orders(&org.id, &orders)
-        .await
-        .map_err(failed("add_orders"))?;
+    add_orders(fixtures, &org.id, &orders).await?;
     let read = read(fixtures, &org.id, 100).await?;
-    let want = expected(&orders, 100);
     ensure!(read.len() == 100, "read {} orders", read.len());
-    ensure!(
-        ids(&read) == ids(&want),
-        "read {:?}, want {:?}",
-        ids(&read),
-        ids(&want)
-    );
-    Ok(())
+    expect_newest(fixtures, &org.id, &orders, 100).await
 }
 
 async fn no_orders<F: StoreFixtures>(fixtures: &F) -> Check {
@@ -480,26 +476,10 @@ async fn isolation<F: StoreFixtures>(fixtures: &F) -> Check {
     let of_b: Vec<Order> = (0..30)
         .map(|n| order(format!("{ns}-b{n}"), n * 2_000 + 1_000))
         .collect();
-    fixtures
-        .add_orders(&a.id, &of_a)
-        .await
-        .map_err(failed("add_orders"))?;
-    fixtures
-        .add_orders(&b.id, &of_b)
-        .await
-        .map_err(failed("add_orders"))?;
-    for (organization, own) in [(&a, &of_a), (&b, &of_b)] {
-        let read = read(fixtures, &organization.id, 100).await?;
-        let want = expected(own, 100);
-        ensure!(
-            ids(&read) == ids(&want),
-            "{}: read {:?}, want {:?}",
-            organization.id,
-            ids(&read),
-            ids(&want)
-        );
-    }
-    Ok(())
+    add_orders(fixtures, &a.id, &of_a).await?;
+    add_orders(fixtures, &b.id, &of_b).await?;
+    expect_newest(fixtures, &a.id, &of_a, 100).await?;
+    expect_newest(fixtures, &b.id, &of_b, 100).await
 }
 
 #[cfg(test)]
