@@ -1,4 +1,12 @@
-//! API key material: the SHA-256 digest under which stores keep keys, and the token grammar.
+//! API key material: issuing keys ([`ApiKey::generate`]), the SHA-256 digest under which
+//! stores keep them, and the token grammar.
+//!
+//! A generated key reads `pk_live_` or `pk_test_`, then 24 random base62 characters (over 142
+//! bits from the operating system's CSPRNG), then 6 base62 characters of the CRC32 of
+//! everything before them: `pk_live_3xWq…` (38 characters). The prefix lets secret scanners
+//! recognise a leaked key and tells live from test keys at a glance; the checksum lets the API
+//! refuse a mistyped or forged key of this shape before any store lookup. Keys of any other
+//! shape (a host's own, or seeded ones) are opaque tokens, looked up by digest.
 
 use std::fmt;
 
@@ -7,6 +15,150 @@ use sha2::{Digest, Sha256};
 /// The longest API key the service accepts, in bytes. Longer tokens are rejected as invalid
 /// before they are hashed or looked up.
 pub const MAX_KEY_LEN: usize = 4096;
+
+/// The base62 alphabet of generated keys.
+const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+/// Random characters in a generated key.
+const RANDOM_LEN: usize = 24;
+/// Checksum characters in a generated key: 62^6 > 2^32.
+const CHECKSUM_LEN: usize = 6;
+/// The prefix of generated live keys.
+pub const LIVE_PREFIX: &str = "pk_live_";
+/// The prefix of generated test keys.
+pub const TEST_PREFIX: &str = "pk_test_";
+
+/// Which environment a generated key is for; it is written into the key's prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyEnvironment {
+    /// Production data: `pk_live_`.
+    Live,
+    /// Testing: `pk_test_`.
+    Test,
+}
+
+impl KeyEnvironment {
+    /// The key prefix of this environment.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Self::Live => LIVE_PREFIX,
+            Self::Test => TEST_PREFIX,
+        }
+    }
+}
+
+/// A newly generated API key, for a host's settings page: show [`plaintext`](Self::plaintext)
+/// once, store [`digest`](Self::digest), and list the key by its [`hint`](Self::hint).
+///
+/// ```
+/// use partner_api::key::{ApiKey, KeyEnvironment};
+///
+/// let key = ApiKey::generate(KeyEnvironment::Live)?;
+/// assert!(key.plaintext().starts_with("pk_live_"));
+/// assert_eq!(key.plaintext().len(), 38);
+/// assert!(!format!("{key:?}").contains(key.plaintext()));
+/// # Ok::<(), partner_api::key::KeyGenerationError>(())
+/// ```
+pub struct ApiKey {
+    plaintext: String,
+    environment: KeyEnvironment,
+}
+
+/// The operating system's random number generator failed.
+#[derive(Debug)]
+pub struct KeyGenerationError(getrandom::Error);
+
+impl fmt::Display for KeyGenerationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "no randomness for a new API key: {}", self.0)
+    }
+}
+
+impl std::error::Error for KeyGenerationError {}
+
+impl ApiKey {
+    /// Generates a key for `environment` from the operating system's CSPRNG.
+    ///
+    /// # Errors
+    ///
+    /// When the operating system provides no randomness.
+    pub fn generate(environment: KeyEnvironment) -> Result<Self, KeyGenerationError> {
+        let mut plaintext = String::with_capacity(38);
+        plaintext.push_str(environment.prefix());
+        // Rejection sampling keeps every character uniform: 248 = 4 * 62.
+        let mut random = [0u8; 64];
+        while plaintext.len() < environment.prefix().len() + RANDOM_LEN {
+            getrandom::fill(&mut random).map_err(KeyGenerationError)?;
+            for byte in random.iter().filter(|&&byte| byte < 248) {
+                if plaintext.len() == environment.prefix().len() + RANDOM_LEN {
+                    break;
+                }
+                plaintext.push(char::from(BASE62[usize::from(byte % 62)]));
+            }
+        }
+        let checksum = checksum(plaintext.as_bytes());
+        plaintext.push_str(&checksum);
+        Ok(Self {
+            plaintext,
+            environment,
+        })
+    }
+
+    /// The key itself: show it once, and keep only its digest.
+    pub fn plaintext(&self) -> &str {
+        &self.plaintext
+    }
+
+    /// The digest to store.
+    pub fn digest(&self) -> KeyDigest {
+        KeyDigest::of(&self.plaintext)
+    }
+
+    /// The environment the key is for.
+    pub fn environment(&self) -> KeyEnvironment {
+        self.environment
+    }
+
+    /// A short form that identifies the key on a settings page without revealing it: the
+    /// prefix and the last four characters, `pk_live_…Xy12`.
+    pub fn hint(&self) -> String {
+        let last = &self.plaintext[self.plaintext.len() - 4..];
+        format!("{}…{last}", self.environment.prefix())
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiKey")
+            .field("environment", &self.environment)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The checksum characters of `head`: its CRC32 in base62, fixed width.
+fn checksum(head: &[u8]) -> String {
+    let mut value = crc32fast::hash(head);
+    let mut digits = [b'0'; CHECKSUM_LEN];
+    for digit in digits.iter_mut().rev() {
+        *digit = BASE62[(value % 62) as usize];
+        value /= 62;
+    }
+    digits.iter().map(|&digit| char::from(digit)).collect()
+}
+
+/// Whether `key` has the shape of a generated key but not its checksum: such a key was
+/// mistyped or made up, and no store needs to be asked about it.
+fn is_forged(key: &[u8]) -> bool {
+    let generated_shape = key.len() == LIVE_PREFIX.len() + RANDOM_LEN + CHECKSUM_LEN
+        && (key.starts_with(LIVE_PREFIX.as_bytes()) || key.starts_with(TEST_PREFIX.as_bytes()))
+        && key[LIVE_PREFIX.len()..]
+            .iter()
+            .all(u8::is_ascii_alphanumeric);
+    if !generated_shape {
+        return false;
+    }
+    let (head, tail) = key.split_at(key.len() - CHECKSUM_LEN);
+    checksum(head).as_bytes() != tail
+}
 
 /// The SHA-256 digest of an API key: all a store ever sees of a key.
 ///
@@ -45,7 +197,8 @@ impl fmt::Debug for KeyDigest {
 
 /// Whether `key` can be presented as a bearer token: RFC 6750's `b64token`
 /// (`1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="`), at most
-/// [`MAX_KEY_LEN`] bytes.
+/// [`MAX_KEY_LEN`] bytes, and, if it has the shape of a generated key, with a checksum that
+/// matches.
 ///
 /// A store should refuse to hold a key for which this is false: no request could ever use it.
 pub fn is_valid_key(key: &str) -> bool {
@@ -66,7 +219,7 @@ pub(crate) fn is_valid_key_bytes(bytes: &[u8]) -> bool {
             | (b == b'+')
             | (b == b'/'))
     });
-    !body.is_empty() && bytes.len() <= MAX_KEY_LEN && all_token_bytes
+    !body.is_empty() && bytes.len() <= MAX_KEY_LEN && all_token_bytes && !is_forged(bytes)
 }
 
 #[cfg(test)]
@@ -90,6 +243,65 @@ mod tests {
     fn debug_hides_the_digest() {
         let digest = KeyDigest::of("abc");
         assert_eq!(format!("{digest:?}"), "KeyDigest(<redacted>)");
+    }
+
+    #[test]
+    fn generated_keys_have_the_documented_format() {
+        let mut seen = std::collections::HashSet::new();
+        for environment in [KeyEnvironment::Live, KeyEnvironment::Test] {
+            for _ in 0..500 {
+                let key = ApiKey::generate(environment).unwrap();
+                let text = key.plaintext();
+                assert_eq!(text.len(), 38);
+                assert!(text.starts_with(environment.prefix()));
+                assert!(text[8..].bytes().all(|b| b.is_ascii_alphanumeric()));
+                assert!(is_valid_key(text));
+                assert_eq!(key.digest(), KeyDigest::of(text));
+                assert_eq!(
+                    key.hint(),
+                    format!("{}…{}", environment.prefix(), &text[34..])
+                );
+                assert!(!format!("{key:?}").contains(text));
+                assert!(seen.insert(text.to_owned()), "keys repeat");
+            }
+        }
+        // Every character position varies.
+        let keys: Vec<String> = (0..200)
+            .map(|_| {
+                ApiKey::generate(KeyEnvironment::Live)
+                    .unwrap()
+                    .plaintext()
+                    .to_owned()
+            })
+            .collect();
+        for position in 8..32 {
+            let distinct: std::collections::HashSet<u8> =
+                keys.iter().map(|k| k.as_bytes()[position]).collect();
+            assert!(distinct.len() > 20, "position {position}");
+        }
+    }
+
+    #[test]
+    fn a_changed_character_breaks_the_checksum() {
+        let key = ApiKey::generate(KeyEnvironment::Test).unwrap();
+        let original = key.plaintext().as_bytes().to_vec();
+        for position in 8..original.len() {
+            let mut changed = original.clone();
+            changed[position] = if changed[position] == b'a' {
+                b'b'
+            } else {
+                b'a'
+            };
+            assert!(!is_valid_key_bytes(&changed), "position {position}");
+        }
+        // Keys of any other shape are opaque and stay valid.
+        for other in [
+            "pk_test_demo_0123456789abcdefghijklmn",
+            "pk_live_short",
+            "sk_live_3xWq",
+        ] {
+            assert!(is_valid_key(other), "{other}");
+        }
     }
 
     #[test]

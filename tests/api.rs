@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::*;
 use http::{HeaderValue, Method, Request, StatusCode};
-use partner_api::{PartnerApi, StoreError, StoreErrorKind};
+use partner_api::{MemoryStore, PartnerApi, StoreError, StoreErrorKind};
 use serde_json::{json, Value};
 
 const META: fn() -> Value = || json!({"version": "v1", "status": "beta"});
@@ -543,4 +543,49 @@ fn the_service_fits_tower_hosts() {
     {
     }
     assert_service(&api());
+}
+
+/// A key store that counts its lookups.
+struct CountingKeys(MemoryStore, std::sync::atomic::AtomicUsize);
+
+#[async_trait::async_trait]
+impl partner_api::KeyStore for CountingKeys {
+    async fn lookup(
+        &self,
+        digest: &partner_api::KeyDigest,
+    ) -> Result<Option<partner_api::Principal>, StoreError> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.lookup(digest).await
+    }
+}
+
+#[tokio::test]
+async fn generated_keys_work_and_forged_ones_never_reach_the_store() {
+    use partner_api::key::{ApiKey, KeyEnvironment};
+    use std::sync::atomic::Ordering;
+    let store = store();
+    let key = ApiKey::generate(KeyEnvironment::Live).unwrap();
+    store.add_key(key.plaintext(), "org_b").unwrap();
+    let keys = std::sync::Arc::new(CountingKeys(store.clone(), 0.into()));
+    let api = PartnerApi::new(keys.clone(), std::sync::Arc::new(store));
+
+    let response = call(&api, get("/v1/me", Some(key.plaintext()))).await;
+    assert_eq!(response.json()["data"]["organization"]["id"], "org_b");
+    assert_eq!(keys.1.load(Ordering::SeqCst), 1);
+
+    let mut forged = key.plaintext().to_owned();
+    let last = forged.pop().unwrap();
+    forged.push(if last == 'A' { 'B' } else { 'A' });
+    let response = call(&api, get("/v1/me", Some(&forged))).await;
+    assert_eq!(response.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(response.header("www-authenticate"), Some(INVALID_TOKEN));
+    assert_eq!(
+        keys.1.load(Ordering::SeqCst),
+        1,
+        "the forged key was refused before the store"
+    );
+
+    // A key of another shape is still looked up.
+    call(&api, get("/v1/me", Some("pk_live_not_generated_here"))).await;
+    assert_eq!(keys.1.load(Ordering::SeqCst), 2);
 }
