@@ -505,13 +505,16 @@ async fn no_key_or_digest_reaches_logs_debug_output_or_bodies() {
     let store = store();
     let api = PartnerApi::from_store(store.clone());
     let failing = failing(|| StoreError::other("boom"));
+    let panicking = PartnerApi::from_store(PanickingStore);
+    let hanging =
+        PartnerApi::from_store(HangingStore).with_store_timeout(Some(Duration::from_millis(20)));
     let hex: String = partner_api::KeyDigest::of(KEY_A)
         .as_bytes()
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
     let mut seen = String::new();
-    for api in [&api, &failing] {
+    for api in [&api, &failing, &panicking, &hanging] {
         for path in ["/v1/me", "/v1/orders", "/v1/nope"] {
             for key in [KEY_A, REVOKED_KEY, "pk_test_unknown_key_0001"] {
                 let response = call(api, get(path, Some(key))).await;
@@ -528,6 +531,46 @@ async fn no_key_or_digest_reaches_logs_debug_output_or_bodies() {
     for secret in [KEY_A, REVOKED_KEY, "pk_test_unknown_key_0001", hex.as_str()] {
         assert!(!seen.contains(secret), "{secret} leaked");
     }
+}
+
+/// A key store that never answers for `KEY_A` and answers at once for every other key.
+struct HangsForKeyA(MemoryStore);
+
+#[async_trait::async_trait]
+impl partner_api::KeyStore for HangsForKeyA {
+    async fn lookup(
+        &self,
+        digest: &partner_api::KeyDigest,
+    ) -> Result<Option<partner_api::Principal>, StoreError> {
+        if *digest == partner_api::KeyDigest::of(KEY_A) {
+            std::future::pending::<()>().await;
+        }
+        self.0.lookup(digest).await
+    }
+}
+
+#[tokio::test]
+async fn a_hanging_request_does_not_hold_up_others() {
+    let store = store();
+    let api = PartnerApi::new(
+        std::sync::Arc::new(HangsForKeyA(store.clone())),
+        std::sync::Arc::new(store),
+    )
+    .with_store_timeout(Some(Duration::from_secs(30)));
+    let stuck = tokio::spawn({
+        let api = api.clone();
+        async move { call(&api, get("/v1/me", Some(KEY_A))).await.status }
+    });
+    tokio::task::yield_now().await;
+    for _ in 0..10 {
+        let response = call(&api, get("/v1/orders", Some(KEY_B))).await;
+        assert_eq!(response.status, StatusCode::OK);
+    }
+    assert!(
+        !stuck.is_finished(),
+        "the first request is still waiting for its store"
+    );
+    stuck.abort();
 }
 
 #[test]
