@@ -382,3 +382,70 @@ async fn a_bad_seed_file_is_a_clear_error_and_a_failing_exit() {
         assert!(output.stdout.is_empty(), "nothing is served");
     }
 }
+
+/// Sends raw bytes to the server and returns the status code of its answer.
+async fn raw_status(address: SocketAddr, request: &[u8]) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buffer))
+            .await
+            .expect("an answer, not a hang")
+            .unwrap();
+        assert!(read > 0, "the connection closed without an answer");
+        answer.extend_from_slice(&buffer[..read]);
+    }
+    let text = String::from_utf8_lossy(&answer);
+    text.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn raw_hostile_requests_get_a_4xx_and_never_a_dropped_connection() {
+    let server = start(standalone::app(store())).await;
+    let key = KEY_A.as_bytes();
+    let cases: Vec<Vec<u8>> = vec![
+        [&b"GET /v1/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\x01b\r\n\r\n"[..]].concat(),
+        [
+            &b"GET /v1/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "[..],
+            key,
+            b"\x00\r\n\r\n",
+        ]
+        .concat(),
+        [&b"GET /v1/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\r\n\r\n"[..]].concat(),
+        [
+            &b"GET /v1/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "[..],
+            key,
+            b"\r\nAuthorization: Bearer ",
+            key,
+            b"\r\n\r\n",
+        ]
+        .concat(),
+        [
+            &b"GET /v1/%6de HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "[..],
+            key,
+            b"\r\n\r\n",
+        ]
+        .concat(),
+        [&b"GET /v1/../v1/me HTTP/1.1\r\nHost: x\r\n\r\n"[..]].concat(),
+        [&b"GET /v1/me\x7f HTTP/1.1\r\nHost: x\r\n\r\n"[..]].concat(),
+    ];
+    for request in cases {
+        let status = raw_status(server.address, &request).await;
+        assert!(
+            matches!(status, 400 | 401 | 404),
+            "{:?} -> {status}",
+            String::from_utf8_lossy(&request)
+        );
+    }
+    // And the valid request over the same kind of raw connection still works.
+    let valid = [
+        &b"GET /v1/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "[..],
+        key,
+        b"\r\n\r\n",
+    ]
+    .concat();
+    assert_eq!(raw_status(server.address, &valid).await, 200);
+}
