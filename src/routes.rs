@@ -112,7 +112,8 @@ async fn answer(
                 .await?;
             orders_body(&page)
         }
-        Route::OpenApi => ApiBody::new(shared.openapi.clone()),
+        // Served before any key is looked at (`Route::needs_key`); the same answer here.
+        Route::OpenApi => return Ok(openapi(shared)),
     };
     Ok(response::json_body(StatusCode::OK, body))
 }
