@@ -287,34 +287,17 @@ async fn the_binary_serves_a_seed_from_postgres() {
     let seed =
         std::env::temp_dir().join(format!("partner-api-pg-seed-{}.json", std::process::id()));
     std::fs::write(&seed, serde_json::to_string(&Seed::demo()).unwrap()).unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let binary = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples/standalone");
     for _ in 0..2 {
         // Twice: the second start runs the migrations and loads the seed again over the data.
-        let mut child = tokio::process::Command::new(&binary)
-            .args(["--listen", "127.0.0.1:0", "--seed", seed.to_str().unwrap()])
-            .env("DATABASE_URL", &url)
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        use tokio::io::AsyncBufReadExt;
-        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        let base = line.strip_prefix("listening on ").unwrap().to_owned();
+        let mut process = Process::spawn_with_env(
+            &["--listen", "127.0.0.1:0", "--seed", seed.to_str().unwrap()],
+            &[("DATABASE_URL", &url)],
+        );
+        let base = process.base_url().await;
         let (status, body) = http_get(&format!("{base}/v1/orders"), DEMO_KEY).await;
         assert_eq!(status, 200);
         assert_eq!(body["data"]["orders"].as_array().unwrap().len(), 100);
-        child.kill().await.unwrap();
+        assert!(process.terminate().await.success());
     }
     let mut admin = PgConnection::connect(&url).await.unwrap();
     let keys: i64 = sqlx::query_scalar("SELECT count(*) FROM partner_api_keys")

@@ -9,7 +9,6 @@ mod standalone;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,7 +18,6 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use partner_api::PartnerApi;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -174,74 +172,6 @@ async fn graceful_shutdown_finishes_requests_in_flight() {
             .is_err(),
         "no new connections after shutdown"
     );
-}
-
-/// The example binary, which `cargo test` builds beside the test binaries.
-fn standalone_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let path = dir
-        .join("examples")
-        .join(format!("standalone{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.exists(),
-        "{} is missing: run through `cargo test`",
-        path.display()
-    );
-    path
-}
-
-struct Process {
-    child: tokio::process::Child,
-    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-}
-
-impl Process {
-    fn spawn(args: &[&str]) -> Self {
-        let mut child = tokio::process::Command::new(standalone_binary())
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        Self { child, lines }
-    }
-
-    async fn line(&mut self) -> String {
-        tokio::time::timeout(Duration::from_secs(60), self.lines.next_line())
-            .await
-            .expect("a line within a minute")
-            .unwrap()
-            .expect("a line before the end of output")
-    }
-
-    /// The base URL from the `listening on http://HOST:PORT` line.
-    async fn base_url(&mut self) -> String {
-        let line = self.line().await;
-        let url = line
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("{line}"));
-        assert!(
-            url.starts_with("http://127.0.0.1:") && !url.ends_with(":0"),
-            "{url}"
-        );
-        url.to_owned()
-    }
-
-    async fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().unwrap().to_string();
-        let killed = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap();
-        assert!(killed.success());
-        tokio::time::timeout(Duration::from_secs(15), self.child.wait())
-            .await
-            .expect("exits on SIGTERM")
-            .unwrap()
-    }
 }
 
 fn temp_file(name: &str, contents: &str) -> PathBuf {

@@ -9,7 +9,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,7 +21,6 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use partner_api::seed::{Seed, SeedKey, SeedOrder};
 use partner_api::{Organization, PartnerApi};
-use tokio::io::AsyncBufReadExt;
 use tower::ServiceExt;
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -99,29 +97,17 @@ async fn the_host_holds_mixed_load_with_exact_answers_and_flat_memory() {
     let seed_file =
         std::env::temp_dir().join(format!("partner-api-soak-{}.json", std::process::id()));
     std::fs::write(&seed_file, serde_json::to_string(&seed).unwrap()).unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let binary = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples/standalone");
-    let mut child = tokio::process::Command::new(&binary)
-        .args([
+    let mut process = common::Process::spawn_with_env(
+        &[
             "--listen",
             "127.0.0.1:0",
             "--seed",
             seed_file.to_str().unwrap(),
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the standalone example is built by `cargo test`");
-    let pid = child.id().unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = lines.next_line().await.unwrap().unwrap();
-    let base = line.strip_prefix("listening on ").unwrap().to_owned();
+        ],
+        &[("RUST_LOG", "warn")],
+    );
+    let pid = process.child.id().unwrap();
+    let base = process.base_url().await;
 
     let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(connections as usize)
@@ -196,7 +182,7 @@ async fn the_host_holds_mixed_load_with_exact_answers_and_flat_memory() {
     let elapsed = started.elapsed();
     stop_sampling.store(true, Ordering::Relaxed);
     let samples = sampler.await.unwrap();
-    child.kill().await.unwrap();
+    assert!(process.terminate().await.success());
     let _ = std::fs::remove_file(seed_file);
 
     let (ok, unauthorized) = (

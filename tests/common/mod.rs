@@ -4,8 +4,11 @@
 pub mod contract;
 
 use std::io::Write;
+use std::path::PathBuf;
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -266,5 +269,80 @@ impl Write for CapturedLogs {
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+/// The example binary, which `cargo test` builds beside the test binaries.
+pub fn standalone_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let path = dir
+        .join("examples")
+        .join(format!("standalone{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} is missing: run through `cargo test`",
+        path.display()
+    );
+    path
+}
+
+/// The standalone example running as a process, its stdout read line by line.
+pub struct Process {
+    pub child: tokio::process::Child,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Process {
+    pub fn spawn(args: &[&str]) -> Self {
+        Self::spawn_with_env(args, &[])
+    }
+
+    /// Runs the binary with `args` and the environment variables `env`.
+    pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut child = tokio::process::Command::new(standalone_binary())
+            .args(args)
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Self { child, lines }
+    }
+
+    pub async fn line(&mut self) -> String {
+        tokio::time::timeout(Duration::from_secs(60), self.lines.next_line())
+            .await
+            .expect("a line within a minute")
+            .unwrap()
+            .expect("a line before the end of output")
+    }
+
+    /// The base URL from the `listening on http://HOST:PORT` line.
+    pub async fn base_url(&mut self) -> String {
+        let line = self.line().await;
+        let url = line
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(
+            url.starts_with("http://127.0.0.1:") && !url.ends_with(":0"),
+            "{url}"
+        );
+        url.to_owned()
+    }
+
+    pub async fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().unwrap().to_string();
+        let killed = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .expect("exits on SIGTERM")
+            .unwrap()
     }
 }
