@@ -56,64 +56,125 @@ impl Route {
     }
 }
 
-/// Answers an authenticated request for `route`: resolves the key, then reads what the
-/// endpoint serves. Store failures are logged here and answered without their detail.
-pub(crate) async fn respond(
-    shared: Arc<Shared>,
-    route: Route,
-    digest: KeyDigest,
-) -> Response<ApiBody> {
-    let result = match shared.store_timeout {
-        Some(timeout) => Deadline::new(answer(&shared, route, digest), timeout)
-            .await
-            .unwrap_or_else(|()| {
-                Err(StoreError::unavailable(format!(
-                    "no answer from the store within {timeout:?}"
-                )))
-            }),
-        None => answer(&shared, route, digest).await,
-    };
-    result.unwrap_or_else(|err| {
-        tracing::error!(
-            kind = ?err.kind(),
-            error = %ErrorChain(&err),
-            "partner API store failed"
-        );
-        match err.kind() {
-            StoreErrorKind::Unavailable => ApiError::Unavailable.into_response(),
-            _ => ApiError::Internal.into_response(),
-        }
-    })
+/// The answer to a request with a well-formed key: ready, or still waiting for a store.
+pub(crate) enum Answer {
+    /// Every store involved answered at once.
+    Ready(Response<ApiBody>),
+    /// A store must be waited for.
+    Wait(Pin<Box<dyn Future<Output = Response<ApiBody>> + Send>>),
 }
 
-async fn answer(
+/// Answers a request for `route` with the key whose digest is `digest`. Stores that have the
+/// answer at hand (`lookup_now`, `newest_orders_now`) are answered without a future or a
+/// timer; the others through [`respond`], under the store timeout.
+pub(crate) fn answer(shared: &Arc<Shared>, route: Route, digest: KeyDigest) -> Answer {
+    let Some(found) = shared.keys.lookup_now(&digest) else {
+        return Answer::Wait(Box::pin(respond(shared.clone(), route, digest)));
+    };
+    let principal = match found {
+        Ok(Some(principal)) => principal,
+        Ok(None) => return Answer::Ready(unknown_key(shared)),
+        Err(err) => return Answer::Ready(store_failed(err)),
+    };
+    let page = match route {
+        Route::Orders => {
+            let organization_id = &principal.organization.id;
+            match shared.orders.newest_orders_now(organization_id, MAX_ORDERS) {
+                Some(page) => Some(page),
+                None => return Answer::Wait(Box::pin(respond_orders(shared.clone(), principal))),
+            }
+        }
+        Route::Me | Route::OpenApi => None,
+    };
+    Answer::Ready(authorized(shared, route, &principal, page).unwrap_or_else(store_failed))
+}
+
+/// [`answer`] for stores that must be waited for: the key, then what the route serves.
+async fn respond(shared: Arc<Shared>, route: Route, digest: KeyDigest) -> Response<ApiBody> {
+    within_store_timeout(&shared, async {
+        let Some(principal) = shared.keys.lookup(&digest).await? else {
+            return Ok(unknown_key(&shared));
+        };
+        let page = match route {
+            Route::Orders => Some(
+                shared
+                    .orders
+                    .newest_orders(&principal.organization.id, MAX_ORDERS)
+                    .await,
+            ),
+            Route::Me | Route::OpenApi => None,
+        };
+        authorized(&shared, route, &principal, page)
+    })
+    .await
+}
+
+/// [`answer`] for an order store that must be waited for, once the key is known.
+async fn respond_orders(shared: Arc<Shared>, principal: Principal) -> Response<ApiBody> {
+    within_store_timeout(&shared, async {
+        let page = shared
+            .orders
+            .newest_orders(&principal.organization.id, MAX_ORDERS)
+            .await;
+        authorized(&shared, Route::Orders, &principal, Some(page))
+    })
+    .await
+}
+
+/// `work` under the store timeout; a failure becomes its error response.
+async fn within_store_timeout(
+    shared: &Shared,
+    work: impl Future<Output = Result<Response<ApiBody>, StoreError>>,
+) -> Response<ApiBody> {
+    let result = match shared.store_timeout {
+        Some(timeout) => Deadline::new(work, timeout).await.unwrap_or_else(|()| {
+            Err(StoreError::unavailable(format!(
+                "no answer from the store within {timeout:?}"
+            )))
+        }),
+        None => work.await,
+    };
+    result.unwrap_or_else(store_failed)
+}
+
+/// The 401 for a well-formed key that no store knows, or that was revoked.
+fn unknown_key(shared: &Shared) -> Response<ApiBody> {
+    let failure = AuthFailure::UnknownKey;
+    response::unauthorized(failure, shared.challenges.for_failure(failure))
+}
+
+/// The answer to a store failure; its detail goes to the log only.
+pub(crate) fn store_failed(err: StoreError) -> Response<ApiBody> {
+    tracing::error!(
+        kind = ?err.kind(),
+        error = %ErrorChain(&err),
+        "partner API store failed"
+    );
+    match err.kind() {
+        StoreErrorKind::Unavailable => ApiError::Unavailable.into_response(),
+        _ => ApiError::Internal.into_response(),
+    }
+}
+
+/// The 200 of `route` for `principal`; `page` is the order store's answer for
+/// `GET /orders`.
+fn authorized(
     shared: &Shared,
     route: Route,
-    digest: KeyDigest,
+    principal: &Principal,
+    page: Option<Result<OrderPage, StoreError>>,
 ) -> Result<Response<ApiBody>, StoreError> {
-    let Some(principal) = shared.keys.lookup(&digest).await? else {
-        let failure = AuthFailure::UnknownKey;
-        return Ok(response::unauthorized(
-            failure,
-            shared.challenges.for_failure(failure),
-        ));
-    };
     // The host's request span may declare this field (see the crate docs on logging).
     let span = tracing::Span::current();
     if !span.is_disabled() {
         span.record("organization_id", principal.organization.id.as_str());
     }
-    let body = match route {
-        Route::Me => ApiBody::new(me(&principal)?),
-        Route::Orders => {
-            let page = shared
-                .orders
-                .newest_orders(&principal.organization.id, MAX_ORDERS)
-                .await?;
-            orders_body(&page)
-        }
+    let body = match (route, page) {
+        (Route::Orders, Some(page)) => orders_body(&page?),
+        (Route::Orders, None) => orders_body(&OrderPage::default()),
+        (Route::Me, _) => ApiBody::new(me(principal)?),
         // Served before any key is looked at (`Route::needs_key`); the same answer here.
-        Route::OpenApi => return Ok(openapi(shared)),
+        (Route::OpenApi, _) => return Ok(openapi(shared)),
     };
     Ok(response::json_body(StatusCode::OK, body))
 }

@@ -18,7 +18,7 @@ use crate::body::ApiBody;
 use crate::key::KeyDigest;
 use crate::openapi;
 use crate::response::{self, ApiError};
-use crate::routes::{self, Route};
+use crate::routes::{self, Answer, Route};
 use crate::store::{KeyStore, OrderStore};
 
 /// The default mount prefix: the version segment of spec section 9.
@@ -161,12 +161,23 @@ impl PartnerApi {
                 return ResponseFuture::ready(response::unauthorized(failure, challenge), head);
             }
         };
-        // Only the digest goes on: the plaintext never enters the future or a store.
+        // Only the digest goes on: the plaintext never enters a future or a store.
         let digest = KeyDigest::of_bytes(token);
-        let future = routes::respond(self.shared.clone(), route, digest);
-        ResponseFuture {
-            state: State::Pending(Box::pin(future)),
-            head,
+        // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in
+        // a future is.
+        let answer = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            routes::answer(&self.shared, route, digest)
+        }));
+        match answer {
+            Ok(Answer::Ready(response)) => ResponseFuture::ready(response, head),
+            Ok(Answer::Wait(future)) => ResponseFuture {
+                state: State::Pending(future),
+                head,
+            },
+            Err(_panic) => {
+                tracing::error!("partner API request handler panicked");
+                ResponseFuture::ready(ApiError::Internal.into_response(), head)
+            }
         }
     }
 }

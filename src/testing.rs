@@ -23,7 +23,7 @@ use chrono::NaiveDate;
 
 use crate::key::KeyDigest;
 use crate::model::{Order, Organization, Timestamp, MAX_BUDGET_DKK};
-use crate::store::{KeyStore, MemoryStore, OrderStore, StoreError};
+use crate::store::{KeyStore, MemoryStore, OrderStore, Principal, StoreError};
 
 /// How the suite puts test data into a store.
 #[async_trait]
@@ -234,6 +234,22 @@ fn order(id: String, millis: i64) -> Order {
     }
 }
 
+/// The store's principal for `key`, asked both ways when the store answers at once too
+/// ([`KeyStore::lookup_now`]): the two answers must agree.
+async fn lookup<F: StoreFixtures>(fixtures: &F, key: &str) -> Result<Option<Principal>, String> {
+    let digest = KeyDigest::of(key);
+    let found = fixtures
+        .store()
+        .lookup(&digest)
+        .await
+        .map_err(failed("lookup"))?;
+    if let Some(now) = fixtures.store().lookup_now(&digest) {
+        let now = now.map_err(failed("lookup_now"))?;
+        ensure!(now == found, "lookup_now gave {now:?}, lookup {found:?}");
+    }
+    Ok(found)
+}
+
 async fn read<F: StoreFixtures>(
     fixtures: &F,
     organization_id: &str,
@@ -244,6 +260,13 @@ async fn read<F: StoreFixtures>(
         .newest_orders(organization_id, limit)
         .await
         .map_err(failed("newest_orders"))?;
+    if let Some(now) = fixtures.store().newest_orders_now(organization_id, limit) {
+        let now = now.map_err(failed("newest_orders_now"))?;
+        ensure!(
+            now.json() == orders.json(),
+            "newest_orders_now gave {now:?}, newest_orders {orders:?}"
+        );
+    }
     Ok(orders
         .orders()
         .iter()
@@ -297,12 +320,7 @@ async fn unknown_key<F: StoreFixtures>(fixtures: &F) -> Check {
     let ns = namespace();
     let org = organization(fixtures, &ns, "a").await?;
     key(fixtures, &ns, "known", &org.id).await?;
-    let digest = KeyDigest::of(&format!("pk_test_{ns}_never_issued"));
-    let found = fixtures
-        .store()
-        .lookup(&digest)
-        .await
-        .map_err(failed("lookup"))?;
+    let found = lookup(fixtures, &format!("pk_test_{ns}_never_issued")).await?;
     ensure!(found.is_none(), "an unknown key resolved to {found:?}");
     Ok(())
 }
@@ -316,11 +334,8 @@ async fn key_resolves<F: StoreFixtures>(fixtures: &F) -> Check {
     let key_b = key(fixtures, &ns, "b", &b.id).await?;
     let mut key_ids = Vec::new();
     for (key, organization) in [(&key_a, &a), (&key_a2, &a), (&key_b, &b)] {
-        let principal = fixtures
-            .store()
-            .lookup(&KeyDigest::of(key))
-            .await
-            .map_err(failed("lookup"))?
+        let principal = lookup(fixtures, key)
+            .await?
             .ok_or_else(|| format!("the key of {} resolved to nothing", organization.id))?;
         ensure!(
             *principal.organization == *organization,
@@ -345,11 +360,7 @@ async fn revoked_key<F: StoreFixtures>(fixtures: &F) -> Check {
     let org = organization(fixtures, &ns, "a").await?;
     let revoked = key(fixtures, &ns, "revoked", &org.id).await?;
     let kept = key(fixtures, &ns, "kept", &org.id).await?;
-    let store = fixtures.store();
-    let before = store
-        .lookup(&KeyDigest::of(&revoked))
-        .await
-        .map_err(failed("lookup"))?;
+    let before = lookup(fixtures, &revoked).await?;
     ensure!(
         before.is_some(),
         "the key did not resolve before revocation"
@@ -358,18 +369,12 @@ async fn revoked_key<F: StoreFixtures>(fixtures: &F) -> Check {
         .revoke_key(&revoked)
         .await
         .map_err(failed("revoke_key"))?;
-    let after = store
-        .lookup(&KeyDigest::of(&revoked))
-        .await
-        .map_err(failed("lookup"))?;
+    let after = lookup(fixtures, &revoked).await?;
     ensure!(
         after.is_none(),
         "the revoked key still resolved, to {after:?}"
     );
-    let other = store
-        .lookup(&KeyDigest::of(&kept))
-        .await
-        .map_err(failed("lookup"))?;
+    let other = lookup(fixtures, &kept).await?;
     ensure!(
         other.is_some(),
         "revoking one key revoked another of the organization"
@@ -535,6 +540,65 @@ mod tests {
         ) -> Result<(), StoreError> {
             self.0.add_orders(organization_id, orders.iter().cloned())
         }
+    }
+
+    /// A memory store whose immediate key answers forget every key.
+    struct ForgetfulNow(MemoryStore);
+
+    #[async_trait]
+    impl KeyStore for ForgetfulNow {
+        async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
+            self.0.lookup(digest).await
+        }
+        fn lookup_now(&self, _: &KeyDigest) -> Option<Result<Option<Principal>, StoreError>> {
+            Some(Ok(None))
+        }
+    }
+
+    #[async_trait]
+    impl OrderStore for ForgetfulNow {
+        async fn newest_orders(&self, org: &str, limit: usize) -> Result<OrderPage, StoreError> {
+            self.0.newest_orders(org, limit).await
+        }
+    }
+
+    #[async_trait]
+    impl StoreFixtures for ForgetfulNow {
+        type Store = Self;
+        fn store(&self) -> &Self {
+            self
+        }
+        async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
+            self.0.add_organization(organization.clone())
+        }
+        async fn add_key(&self, key: &str, organization_id: &str) -> Result<(), StoreError> {
+            self.0.add_key(key, organization_id).map(drop)
+        }
+        async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
+            self.0.revoke_key(key);
+            Ok(())
+        }
+        async fn add_orders(
+            &self,
+            organization_id: &str,
+            orders: &[Order],
+        ) -> Result<(), StoreError> {
+            self.0.add_orders(organization_id, orders.iter().cloned())
+        }
+    }
+
+    #[tokio::test]
+    async fn immediate_answers_must_agree_with_waited_ones() {
+        let report = run(&ForgetfulNow(MemoryStore::new())).await;
+        let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
+        assert!(
+            failed.contains(&"a key resolves to its own organization"),
+            "{report}"
+        );
+        assert!(
+            failed.contains(&"a revoked key resolves to nothing at once"),
+            "{report}"
+        );
     }
 
     #[tokio::test]

@@ -632,3 +632,60 @@ async fn generated_keys_work_and_forged_ones_never_reach_the_store() {
     call(&api, get("/v1/me", Some("pk_live_not_generated_here"))).await;
     assert_eq!(keys.1.load(Ordering::SeqCst), 2);
 }
+
+/// A key store whose immediate answer panics or fails, and whose async answer is never used.
+struct BrokenNow(fn() -> Option<Result<Option<partner_api::Principal>, StoreError>>);
+
+#[async_trait::async_trait]
+impl partner_api::KeyStore for BrokenNow {
+    async fn lookup(
+        &self,
+        _: &partner_api::KeyDigest,
+    ) -> Result<Option<partner_api::Principal>, StoreError> {
+        unreachable!("lookup_now answered")
+    }
+
+    fn lookup_now(
+        &self,
+        _: &partner_api::KeyDigest,
+    ) -> Option<Result<Option<partner_api::Principal>, StoreError>> {
+        (self.0)()
+    }
+}
+
+#[tokio::test]
+async fn immediate_store_answers_fail_and_panic_like_waited_ones() {
+    let orders = std::sync::Arc::new(store());
+    let panicking = PartnerApi::new(
+        std::sync::Arc::new(BrokenNow(|| panic!("lookup_now blew up"))),
+        orders.clone(),
+    );
+    let response = call(&panicking, get("/v1/me", Some(KEY_A))).await;
+    assert_eq!(response.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(response.error_message(), "internal server error");
+    assert_eq!(call(&panicking, get("/v1/me", None)).await.status, 401);
+
+    let unavailable = PartnerApi::new(
+        std::sync::Arc::new(BrokenNow(|| Some(Err(StoreError::unavailable("down"))))),
+        orders,
+    );
+    let response = call(&unavailable, get("/v1/orders", Some(KEY_A))).await;
+    assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_order_store_that_hangs_after_an_immediate_key_is_a_503() {
+    let api = PartnerApi::new(
+        std::sync::Arc::new(store()),
+        std::sync::Arc::new(HangingStore),
+    )
+    .with_store_timeout(Some(Duration::from_secs(3)));
+    let started = tokio::time::Instant::now();
+    let response = call(&api, get("/v1/orders", Some(KEY_A))).await;
+    assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(started.elapsed(), Duration::from_secs(3));
+    assert_eq!(
+        call(&api, get("/v1/me", Some(KEY_A))).await.status,
+        StatusCode::OK
+    );
+}

@@ -249,15 +249,38 @@ impl std::fmt::Debug for MemoryStore {
     }
 }
 
-#[async_trait]
-impl KeyStore for MemoryStore {
-    async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
+impl MemoryStore {
+    fn principal(&self, digest: &KeyDigest) -> Option<Principal> {
         let state = self.read();
-        Ok(state
+        state
             .keys
             .get(digest)
             .filter(|entry| !entry.revoked)
-            .map(|entry| entry.principal.clone()))
+            .map(|entry| entry.principal.clone())
+    }
+
+    fn newest_page(&self, organization_id: &str, limit: usize) -> OrderPage {
+        let state = self.read();
+        let Some(orders) = state.orders.get(organization_id) else {
+            return OrderPage::default();
+        };
+        if limit == MAX_ORDERS {
+            return orders.newest_page.clone();
+        }
+        let newest = &orders.newest_first[..limit.min(orders.newest_first.len())];
+        OrderPage::new(newest.to_vec())
+    }
+}
+
+// Everything is at hand: the `_now` answers are the answers.
+#[async_trait]
+impl KeyStore for MemoryStore {
+    async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
+        Ok(self.principal(digest))
+    }
+
+    fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<Option<Principal>, StoreError>> {
+        Some(Ok(self.principal(digest)))
     }
 }
 
@@ -268,15 +291,15 @@ impl OrderStore for MemoryStore {
         organization_id: &str,
         limit: usize,
     ) -> Result<OrderPage, StoreError> {
-        let state = self.read();
-        let Some(orders) = state.orders.get(organization_id) else {
-            return Ok(OrderPage::default());
-        };
-        if limit == MAX_ORDERS {
-            return Ok(orders.newest_page.clone());
-        }
-        let newest = &orders.newest_first[..limit.min(orders.newest_first.len())];
-        Ok(OrderPage::new(newest.to_vec()))
+        Ok(self.newest_page(organization_id, limit))
+    }
+
+    fn newest_orders_now(
+        &self,
+        organization_id: &str,
+        limit: usize,
+    ) -> Option<Result<OrderPage, StoreError>> {
+        Some(Ok(self.newest_page(organization_id, limit)))
     }
 }
 

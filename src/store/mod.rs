@@ -41,6 +41,15 @@ pub trait KeyStore: Send + Sync {
     /// exists or it was revoked: the API treats both alike. A revocation must be visible to
     /// the very next call.
     async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError>;
+
+    /// The answer of [`lookup`](Self::lookup) when the store has it at hand without waiting
+    /// (it keeps keys in memory), or `None` to be asked through `lookup`. The default is
+    /// `None`. A store that answers here must answer exactly as `lookup` would; the service
+    /// then builds the response without a future.
+    fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<Option<Principal>, StoreError>> {
+        let _ = digest;
+        None
+    }
 }
 
 /// Reads an organization's orders.
@@ -54,12 +63,28 @@ pub trait OrderStore: Send + Sync {
         organization_id: &str,
         limit: usize,
     ) -> Result<OrderPage, StoreError>;
+
+    /// The answer of [`newest_orders`](Self::newest_orders) when the store has it at hand
+    /// without waiting, or `None` to be asked through `newest_orders`; as
+    /// [`KeyStore::lookup_now`].
+    fn newest_orders_now(
+        &self,
+        organization_id: &str,
+        limit: usize,
+    ) -> Option<Result<OrderPage, StoreError>> {
+        let _ = (organization_id, limit);
+        None
+    }
 }
 
 #[async_trait]
 impl<T: KeyStore + ?Sized> KeyStore for std::sync::Arc<T> {
     async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
         (**self).lookup(digest).await
+    }
+
+    fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<Option<Principal>, StoreError>> {
+        (**self).lookup_now(digest)
     }
 }
 
@@ -71,6 +96,14 @@ impl<T: OrderStore + ?Sized> OrderStore for std::sync::Arc<T> {
         limit: usize,
     ) -> Result<OrderPage, StoreError> {
         (**self).newest_orders(organization_id, limit).await
+    }
+
+    fn newest_orders_now(
+        &self,
+        organization_id: &str,
+        limit: usize,
+    ) -> Option<Result<OrderPage, StoreError>> {
+        (**self).newest_orders_now(organization_id, limit)
     }
 }
 
