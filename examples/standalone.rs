@@ -19,7 +19,6 @@ use clap::Parser;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use partner_api::seed::{Seed, DEMO_KEY};
 use partner_api::{KeyStore, MemoryStore, OrderStore, PartnerApi};
 use tokio::net::TcpListener;
@@ -135,7 +134,8 @@ pub(crate) async fn serve(
         let _ = stream.set_nodelay(true);
         let builder = builder.clone();
         let watcher = graceful.watcher();
-        let service = TowerToHyperService::new(app.clone());
+        // `PartnerApi` is a hyper service too: no adapter, no per-request clone.
+        let service = app.clone();
         tokio::spawn(async move {
             let connection = builder.serve_connection(TokioIo::new(stream), service);
             if let Err(err) = watcher.watch(connection.into_owned()).await {

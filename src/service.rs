@@ -205,6 +205,18 @@ impl<B> Service<Request<B>> for PartnerApi {
     }
 }
 
+/// hyper's own service trait, so a hyper server can serve the API without an adapter:
+/// `builder.serve_connection(io, api.clone())`. It answers exactly as the tower `Service`.
+impl<B> hyper::service::Service<Request<B>> for PartnerApi {
+    type Response = Response<ApiBody>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn call(&self, request: Request<B>) -> Self::Future {
+        self.dispatch(request.method(), request.uri().path(), request.headers())
+    }
+}
+
 /// The response future of [`PartnerApi`].
 ///
 /// A panic while answering (in a store, say) becomes a JSON 500 instead of tearing down the
