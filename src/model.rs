@@ -37,7 +37,9 @@ pub struct Order {
     pub advertiser_name: String,
     /// Name of the campaign.
     pub campaign_name: String,
-    /// Budget in whole Danish kroner, at most [`MAX_BUDGET_DKK`].
+    /// Budget in whole Danish kroner, at most [`MAX_BUDGET_DKK`]. Read from JSON as a whole
+    /// number, `1000` or `1000.0`; always written as an integer.
+    #[serde(deserialize_with = "whole_number")]
     pub budget_dkk: u64,
     /// First day of the buy, served as `YYYY-MM-DD`.
     pub start_date: NaiveDate,
@@ -49,6 +51,27 @@ pub struct Order {
     pub external_reference: String,
     /// When the order was created; orders are served newest first by this field.
     pub created_at: Timestamp,
+}
+
+/// A non-negative whole number, written as an integer or as a float without a fraction.
+fn whole_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Number {
+        Integer(u64),
+        Float(f64),
+    }
+    match Number::deserialize(deserializer)? {
+        Number::Integer(value) => Ok(value),
+        Number::Float(value)
+            if value.fract() == 0.0 && (0.0..=MAX_BUDGET_DKK as f64).contains(&value) =>
+        {
+            Ok(value as u64)
+        }
+        Number::Float(value) => Err(serde::de::Error::custom(format!(
+            "budgetDkk must be a whole number of kroner from 0 to 2^53 - 1, not {value}"
+        ))),
+    }
 }
 
 impl Order {
@@ -410,10 +433,26 @@ mod tests {
     #[test]
     fn budget_never_deserializes_from_negative_or_fraction() {
         let json = serde_json::to_value(order("o1", "2026-03-01T08:00:00Z")).unwrap();
-        for bad in [serde_json::json!(-1), serde_json::json!(1.5)] {
+        for bad in [
+            serde_json::json!(-1),
+            serde_json::json!(1.5),
+            serde_json::json!(-1.0),
+            serde_json::json!(1e300),
+            serde_json::json!("1000"),
+        ] {
             let mut value = json.clone();
-            value["budgetDkk"] = bad;
-            assert!(serde_json::from_value::<Order>(value).is_err());
+            value["budgetDkk"] = bad.clone();
+            assert!(serde_json::from_value::<Order>(value).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_whole_float_budget_reads_and_writes_as_an_integer() {
+        let mut value = serde_json::to_value(order("o1", "2026-03-01T08:00:00Z")).unwrap();
+        value["budgetDkk"] = serde_json::json!(1000.0);
+        let order: Order = serde_json::from_value(value).unwrap();
+        assert_eq!(order.budget_dkk, 1000);
+        let text = String::from_utf8(EncodedOrder::new(order).unwrap().json().to_vec()).unwrap();
+        assert!(text.contains(r#""budgetDkk":1000,"#), "{text}");
     }
 }

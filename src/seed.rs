@@ -299,6 +299,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(seed.orders[0].order.budget_dkk, 1000);
+        let float = Seed::from_json(
+            r#"{"orders":[{"organizationId":"org_1","id":"o1","providers":[],
+                  "advertiserName":"A","campaignName":"C","budgetDkk":2500.0,
+                  "startDate":"2026-01-01","endDate":"2026-02-01","status":"booked",
+                  "externalReference":"PO-1","createdAt":"2026-01-01T10:00:00Z"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(float.orders[0].order.budget_dkk, 2500);
         seed.to_memory_store().unwrap();
         assert!(Seed::from_json("{}").unwrap().to_memory_store().is_ok());
     }
