@@ -76,17 +76,18 @@ pub(crate) fn answer(shared: &Arc<Shared>, route: Route, digest: KeyDigest) -> A
         Ok(None) => return Answer::Ready(unknown_key(shared)),
         Err(err) => return Answer::Ready(store_failed(err)),
     };
-    let page = match route {
+    let served = match route {
         Route::Orders => {
             let organization_id = &principal.organization.id;
             match shared.orders.newest_orders_now(organization_id, MAX_ORDERS) {
-                Some(page) => Some(page),
+                Some(page) => Served::Orders(page),
                 None => return Answer::Wait(Box::pin(respond_orders(shared.clone(), principal))),
             }
         }
-        Route::Me | Route::OpenApi => None,
+        Route::Me => Served::Me,
+        Route::OpenApi => Served::OpenApi,
     };
-    Answer::Ready(authorized(shared, route, &principal, page).unwrap_or_else(store_failed))
+    Answer::Ready(authorized(shared, &principal, served).unwrap_or_else(store_failed))
 }
 
 /// [`answer`] for stores that must be waited for: the key, then what the route serves.
@@ -95,16 +96,17 @@ async fn respond(shared: Arc<Shared>, route: Route, digest: KeyDigest) -> Respon
         let Some(principal) = shared.keys.lookup(&digest).await? else {
             return Ok(unknown_key(&shared));
         };
-        let page = match route {
-            Route::Orders => Some(
+        let served = match route {
+            Route::Orders => Served::Orders(
                 shared
                     .orders
                     .newest_orders(&principal.organization.id, MAX_ORDERS)
                     .await,
             ),
-            Route::Me | Route::OpenApi => None,
+            Route::Me => Served::Me,
+            Route::OpenApi => Served::OpenApi,
         };
-        authorized(&shared, route, &principal, page)
+        authorized(&shared, &principal, served)
     })
     .await
 }
@@ -116,7 +118,7 @@ async fn respond_orders(shared: Arc<Shared>, principal: Principal) -> Response<A
             .orders
             .newest_orders(&principal.organization.id, MAX_ORDERS)
             .await;
-        authorized(&shared, Route::Orders, &principal, Some(page))
+        authorized(&shared, &principal, Served::Orders(page))
     })
     .await
 }
@@ -156,25 +158,29 @@ pub(crate) fn store_failed(err: StoreError) -> Response<ApiBody> {
     }
 }
 
-/// The 200 of `route` for `principal`; `page` is the order store's answer for
-/// `GET /orders`.
+/// What an authenticated route serves, with the order store's answer for `GET /orders`.
+enum Served {
+    Me,
+    Orders(Result<OrderPage, StoreError>),
+    OpenApi,
+}
+
+/// The 200 for `principal` of what is `served`.
 fn authorized(
     shared: &Shared,
-    route: Route,
     principal: &Principal,
-    page: Option<Result<OrderPage, StoreError>>,
+    served: Served,
 ) -> Result<Response<ApiBody>, StoreError> {
     // The host's request span may declare this field (see the crate docs on logging).
     let span = tracing::Span::current();
     if !span.is_disabled() {
         span.record("organization_id", principal.organization.id.as_str());
     }
-    let body = match (route, page) {
-        (Route::Orders, Some(page)) => orders_body(&page?),
-        (Route::Orders, None) => orders_body(&OrderPage::default()),
-        (Route::Me, _) => ApiBody::new(me(principal)?),
+    let body = match served {
+        Served::Orders(page) => orders_body(&page?),
+        Served::Me => ApiBody::new(me(principal)?),
         // Served before any key is looked at (`Route::needs_key`); the same answer here.
-        (Route::OpenApi, _) => return Ok(openapi(shared)),
+        Served::OpenApi => return Ok(openapi(shared)),
     };
     Ok(response::json_body(StatusCode::OK, body))
 }

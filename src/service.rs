@@ -174,10 +174,7 @@ impl PartnerApi {
                 state: State::Pending(future),
                 head,
             },
-            Err(_panic) => {
-                tracing::error!("partner API request handler panicked");
-                ResponseFuture::ready(ApiError::Internal.into_response(), head)
-            }
+            Err(_panic) => ResponseFuture::ready(handler_panicked(), head),
         }
     }
 }
@@ -217,6 +214,13 @@ impl<B> hyper::service::Service<Request<B>> for PartnerApi {
     }
 }
 
+/// The answer when answering panicked (in a store, say): logged without the payload, which
+/// could hold anything, and a JSON 500 instead of a dropped connection.
+fn handler_panicked() -> Response<ApiBody> {
+    tracing::error!("partner API request handler panicked");
+    ApiError::Internal.into_response()
+}
+
 /// The response future of [`PartnerApi`].
 ///
 /// A panic while answering (in a store, say) becomes a JSON 500 instead of tearing down the
@@ -252,10 +256,7 @@ impl Future for ResponseFuture {
                 match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
                     Ok(Poll::Pending) => return Poll::Pending,
                     Ok(Poll::Ready(response)) => response,
-                    Err(_panic) => {
-                        tracing::error!("partner API request handler panicked");
-                        ApiError::Internal.into_response()
-                    }
+                    Err(_panic) => handler_panicked(),
                 }
             }
         };

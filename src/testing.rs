@@ -501,69 +501,41 @@ mod tests {
         run(&store).await.assert_passed();
     }
 
-    /// A store that forgets revocations and ignores the limit and the organization.
-    struct Broken(MemoryStore);
-
-    #[async_trait]
-    impl KeyStore for Broken {
-        async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
-            self.0.lookup(digest).await
-        }
+    /// How a [`Faulty`] store breaks the contract.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Fault {
+        /// Revocations are dropped and the limit is ignored.
+        ForgetsRevocationsAndLimits,
+        /// `lookup_now` resolves no key, while `lookup` does.
+        ForgetsKeysAtOnce,
     }
 
-    #[async_trait]
-    impl OrderStore for Broken {
-        async fn newest_orders(&self, org: &str, _limit: usize) -> Result<OrderPage, StoreError> {
-            self.0.newest_orders(org, usize::MAX).await
-        }
-    }
+    /// A memory store with one deliberate fault.
+    struct Faulty(MemoryStore, Fault);
 
     #[async_trait]
-    impl StoreFixtures for Broken {
-        type Store = Self;
-        fn store(&self) -> &Self {
-            self
-        }
-        async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
-            self.0.add_organization(organization.clone())
-        }
-        async fn add_key(&self, key: &str, organization_id: &str) -> Result<(), StoreError> {
-            self.0.add_key(key, organization_id).map(drop)
-        }
-        async fn revoke_key(&self, _key: &str) -> Result<(), StoreError> {
-            Ok(())
-        }
-        async fn add_orders(
-            &self,
-            organization_id: &str,
-            orders: &[Order],
-        ) -> Result<(), StoreError> {
-            self.0.add_orders(organization_id, orders.iter().cloned())
-        }
-    }
-
-    /// A memory store whose immediate key answers forget every key.
-    struct ForgetfulNow(MemoryStore);
-
-    #[async_trait]
-    impl KeyStore for ForgetfulNow {
+    impl KeyStore for Faulty {
         async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
             self.0.lookup(digest).await
         }
         fn lookup_now(&self, _: &KeyDigest) -> Option<Result<Option<Principal>, StoreError>> {
-            Some(Ok(None))
+            (self.1 == Fault::ForgetsKeysAtOnce).then_some(Ok(None))
         }
     }
 
     #[async_trait]
-    impl OrderStore for ForgetfulNow {
+    impl OrderStore for Faulty {
         async fn newest_orders(&self, org: &str, limit: usize) -> Result<OrderPage, StoreError> {
+            let limit = match self.1 {
+                Fault::ForgetsRevocationsAndLimits => usize::MAX,
+                Fault::ForgetsKeysAtOnce => limit,
+            };
             self.0.newest_orders(org, limit).await
         }
     }
 
     #[async_trait]
-    impl StoreFixtures for ForgetfulNow {
+    impl StoreFixtures for Faulty {
         type Store = Self;
         fn store(&self) -> &Self {
             self
@@ -575,7 +547,9 @@ mod tests {
             self.0.add_key(key, organization_id).map(drop)
         }
         async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
-            self.0.revoke_key(key);
+            if self.1 != Fault::ForgetsRevocationsAndLimits {
+                self.0.revoke_key(key);
+            }
             Ok(())
         }
         async fn add_orders(
@@ -589,7 +563,7 @@ mod tests {
 
     #[tokio::test]
     async fn immediate_answers_must_agree_with_waited_ones() {
-        let report = run(&ForgetfulNow(MemoryStore::new())).await;
+        let report = run(&Faulty(MemoryStore::new(), Fault::ForgetsKeysAtOnce)).await;
         let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
         assert!(
             failed.contains(&"a key resolves to its own organization"),
@@ -603,7 +577,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_broken_store_fails_the_checks_it_breaks() {
-        let report = run(&Broken(MemoryStore::new())).await;
+        let report = run(&Faulty(
+            MemoryStore::new(),
+            Fault::ForgetsRevocationsAndLimits,
+        ))
+        .await;
         let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
         assert_eq!(
             failed,
