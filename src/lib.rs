@@ -50,10 +50,13 @@
 
 mod auth;
 pub mod body;
+mod conditional;
 pub mod key;
 pub mod layer;
 pub mod model;
 pub mod openapi;
+pub mod rate_limit;
+pub mod request_id;
 mod response;
 mod routes;
 pub mod seed;
@@ -66,6 +69,7 @@ pub use body::ApiBody;
 pub use key::KeyDigest;
 pub use layer::PartnerApiLayer;
 pub use model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
+pub use rate_limit::{LocalRateLimiter, RateLimitDecision, RateLimiter};
 pub use routes::MAX_ORDERS;
 pub use service::PartnerApi;
 #[cfg(feature = "postgres")]

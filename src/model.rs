@@ -2,10 +2,11 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use chrono::{DateTime, Datelike, NaiveDate, SecondsFormat, Timelike, Utc};
+use http::HeaderValue;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::store::StoreError;
@@ -252,6 +253,9 @@ impl TryFrom<Order> for EncodedOrder {
 pub struct OrderPage {
     orders: Arc<[EncodedOrder]>,
     json: Bytes,
+    /// The `ETag` of the `GET /orders` body around this page, computed the first time it is
+    /// asked for and shared by every clone, so a stored page is hashed once.
+    etag: Arc<OnceLock<HeaderValue>>,
 }
 
 impl OrderPage {
@@ -276,6 +280,7 @@ impl OrderPage {
         Self {
             orders: orders.into(),
             json: json.into(),
+            etag: Arc::default(),
         }
     }
 
@@ -297,6 +302,11 @@ impl OrderPage {
     /// The JSON array of the orders, exactly as it is served.
     pub fn json(&self) -> &Bytes {
         &self.json
+    }
+
+    /// The entity tag of the body served around this page, computed by `compute` once.
+    pub(crate) fn etag(&self, compute: impl FnOnce(&Bytes) -> HeaderValue) -> &HeaderValue {
+        self.etag.get_or_init(|| compute(&self.json))
     }
 
     /// This page cut to its newest `limit` orders.

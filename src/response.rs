@@ -3,8 +3,8 @@
 
 use bytes::Bytes;
 use http::header::{
-    HeaderMap, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE,
-    X_CONTENT_TYPE_OPTIONS,
+    HeaderMap, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, ETAG, VARY,
+    WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
 };
 use http::{Response, StatusCode};
 
@@ -69,9 +69,40 @@ static JSON_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(|
     headers
 });
 
+/// The headers of a `200` (or `304`) that carries an `ETag`: such a body may be kept by the
+/// partner's own (private) cache and revalidated with `If-None-Match` on every use; `Vary`
+/// keeps a cache from answering one key with another key's body.
+static TAGGED_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(|| {
+    let mut headers = JSON_HEADERS.clone();
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("private, no-cache"));
+    headers.insert(VARY, HeaderValue::from_static("Authorization"));
+    headers
+});
+
+/// A `200` of `body`, tagged `etag`.
+pub(crate) fn tagged(body: ApiBody, etag: HeaderValue) -> Response<ApiBody> {
+    let mut response = Response::new(body);
+    *response.headers_mut() = TAGGED_HEADERS.clone();
+    response.headers_mut().insert(ETAG, etag);
+    response
+}
+
+/// The `304 Not Modified` for a representation tagged `etag`: the headers its `200` would
+/// carry (RFC 9110 section 15.4.5) but no body and no `Content-Length`.
+pub(crate) fn not_modified(etag: HeaderValue) -> Response<ApiBody> {
+    let mut response = tagged(ApiBody::empty(), etag);
+    *response.status_mut() = StatusCode::NOT_MODIFIED;
+    response.headers_mut().remove(CONTENT_TYPE);
+    response
+}
+
 /// The `HEAD` form of `response`: the same status and headers, `Content-Length` that of the
 /// body it leaves out, and no body.
 pub(crate) fn without_body(mut response: Response<ApiBody>) -> Response<ApiBody> {
+    if response.status() == StatusCode::NOT_MODIFIED {
+        // Bodiless already; a Content-Length here would have to be the 200's.
+        return response;
+    }
     let length = HeaderValue::from(response.body().len());
     response.headers_mut().insert(CONTENT_LENGTH, length);
     *response.body_mut() = ApiBody::empty();
@@ -89,6 +120,8 @@ pub(crate) enum ApiError {
     Internal,
     /// A store is unreachable or did not answer in time.
     Unavailable,
+    /// The key's rate limit is spent.
+    TooManyRequests,
 }
 
 impl ApiError {
@@ -106,6 +139,10 @@ impl ApiError {
             Self::Unavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 error_json!("service temporarily unavailable, try again later"),
+            ),
+            Self::TooManyRequests => (
+                StatusCode::TOO_MANY_REQUESTS,
+                error_json!("rate limit exceeded: retry after the time in the Retry-After header"),
             ),
         };
         let mut response = json(status, Bytes::from_static(body.as_bytes()));

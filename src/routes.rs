@@ -8,13 +8,15 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Method, Response, StatusCode};
+use http::{HeaderValue, Method, Response, StatusCode};
 use pin_project_lite::pin_project;
 
 use crate::auth::AuthFailure;
 use crate::body::ApiBody;
+use crate::conditional::{self, IfNoneMatch};
 use crate::key::KeyDigest;
 use crate::model::OrderPage;
+use crate::rate_limit::RateLimitDecision;
 use crate::response::{self, ApiError, ME_CLOSE, ME_OPEN, ORDERS_CLOSE, ORDERS_OPEN};
 use crate::service::Shared;
 use crate::store::{ErrorChain, Principal, StoreError, StoreErrorKind};
@@ -56,6 +58,14 @@ impl Route {
     }
 }
 
+/// What answering one authenticated request needs from the request, owned so a store future
+/// can keep it.
+pub(crate) struct Exchange {
+    pub(crate) route: Route,
+    /// The request's `If-None-Match`, when it has one and conditional requests are on.
+    pub(crate) if_none_match: Option<IfNoneMatch>,
+}
+
 /// The answer to a request with a well-formed key: ready, or still waiting for a store.
 pub(crate) enum Answer {
     /// Every store involved answered at once.
@@ -64,63 +74,108 @@ pub(crate) enum Answer {
     Wait(Pin<Box<dyn Future<Output = Response<ApiBody>> + Send>>),
 }
 
-/// Answers a request for `route` with the key whose digest is `digest`. Stores that have the
-/// answer at hand (`lookup_now`, `newest_orders_now`) are answered without a future or a
-/// timer; the others through [`respond`], under the store timeout.
-pub(crate) fn answer(shared: &Arc<Shared>, route: Route, digest: KeyDigest) -> Answer {
-    let Some(found) = shared.keys.lookup_now(&digest) else {
-        return Answer::Wait(Box::pin(respond(shared.clone(), route, digest)));
-    };
-    let principal = match found {
-        Ok(Some(principal)) => principal,
-        Ok(None) => return Answer::Ready(unknown_key(shared)),
-        Err(err) => return Answer::Ready(store_failed(err)),
-    };
-    let served = match route {
-        Route::Orders => {
-            let organization_id = &principal.organization.id;
-            match shared.orders.newest_orders_now(organization_id, MAX_ORDERS) {
-                Some(page) => Served::Orders(page),
-                None => return Answer::Wait(Box::pin(respond_orders(shared.clone(), principal))),
+/// Where answering a request stands: what is known so far.
+enum Step {
+    /// Only the key's digest: the key store is next.
+    LookUp(KeyDigest),
+    /// The key is valid: the rate limiter (if any) is next.
+    Limit(Principal),
+    /// The request may be served, with the budget the limiter reported.
+    Serve(Principal, Option<RateLimitDecision>),
+}
+
+/// Answers `exchange` with the key whose digest is `digest`. Stores (and a limiter) that have
+/// the answer at hand (`lookup_now`, `check_now`, `newest_orders_now`) are answered without a
+/// future or a timer; from the first that must be waited for on, through [`respond`], under
+/// the store timeout.
+pub(crate) fn answer(shared: &Arc<Shared>, exchange: Exchange, digest: KeyDigest) -> Answer {
+    let wait = |exchange, step| Answer::Wait(Box::pin(respond(shared.clone(), exchange, step)));
+    let mut step = Step::LookUp(digest);
+    loop {
+        step = match step {
+            Step::LookUp(digest) => match shared.keys.lookup_now(&digest) {
+                None => return wait(exchange, Step::LookUp(digest)),
+                Some(Ok(Some(principal))) => Step::Limit(principal),
+                Some(Ok(None)) => return Answer::Ready(unknown_key(shared)),
+                Some(Err(err)) => return Answer::Ready(store_failed(err)),
+            },
+            Step::Limit(principal) => match &shared.rate_limiter {
+                None => Step::Serve(principal, None),
+                Some(limiter) => match limiter.check_now(&principal) {
+                    None => return wait(exchange, Step::Limit(principal)),
+                    Some(result) => Step::Serve(principal, limit_decided(result)),
+                },
+            },
+            Step::Serve(principal, decision) => {
+                let served = match exchange.route {
+                    _ if decision.is_some_and(|decision| !decision.is_allowed()) => Served::Refused,
+                    Route::Orders => {
+                        let organization_id = &principal.organization.id;
+                        match shared.orders.newest_orders_now(organization_id, MAX_ORDERS) {
+                            Some(page) => Served::Orders(page),
+                            None => return wait(exchange, Step::Serve(principal, decision)),
+                        }
+                    }
+                    Route::Me => Served::Me,
+                    Route::OpenApi => Served::OpenApi,
+                };
+                return Answer::Ready(serve(shared, &exchange, &principal, decision, served));
             }
         }
-        Route::Me => Served::Me,
-        Route::OpenApi => Served::OpenApi,
-    };
-    Answer::Ready(authorized(shared, &principal, served).unwrap_or_else(store_failed))
+    }
 }
 
-/// [`answer`] for stores that must be waited for: the key, then what the route serves.
-async fn respond(shared: Arc<Shared>, route: Route, digest: KeyDigest) -> Response<ApiBody> {
+/// [`answer`] from `step` on, for stores that must be waited for.
+async fn respond(shared: Arc<Shared>, exchange: Exchange, step: Step) -> Response<ApiBody> {
     within_store_timeout(&shared, async {
-        let Some(principal) = shared.keys.lookup(&digest).await? else {
-            return Ok(unknown_key(&shared));
-        };
-        let served = match route {
-            Route::Orders => Served::Orders(
-                shared
-                    .orders
-                    .newest_orders(&principal.organization.id, MAX_ORDERS)
-                    .await,
-            ),
-            Route::Me => Served::Me,
-            Route::OpenApi => Served::OpenApi,
-        };
-        authorized(&shared, &principal, served)
+        let mut step = step;
+        loop {
+            step = match step {
+                Step::LookUp(digest) => match shared.keys.lookup(&digest).await? {
+                    Some(principal) => Step::Limit(principal),
+                    None => return Ok(unknown_key(&shared)),
+                },
+                Step::Limit(principal) => {
+                    let decision = match &shared.rate_limiter {
+                        Some(limiter) => limit_decided(limiter.check(&principal).await),
+                        None => None,
+                    };
+                    Step::Serve(principal, decision)
+                }
+                Step::Serve(principal, decision) => {
+                    let served = match exchange.route {
+                        _ if decision.is_some_and(|decision| !decision.is_allowed()) => {
+                            Served::Refused
+                        }
+                        Route::Orders => Served::Orders(
+                            shared
+                                .orders
+                                .newest_orders(&principal.organization.id, MAX_ORDERS)
+                                .await,
+                        ),
+                        Route::Me => Served::Me,
+                        Route::OpenApi => Served::OpenApi,
+                    };
+                    return Ok(serve(&shared, &exchange, &principal, decision, served));
+                }
+            }
+        }
     })
     .await
 }
 
-/// [`answer`] for an order store that must be waited for, once the key is known.
-async fn respond_orders(shared: Arc<Shared>, principal: Principal) -> Response<ApiBody> {
-    within_store_timeout(&shared, async {
-        let page = shared
-            .orders
-            .newest_orders(&principal.organization.id, MAX_ORDERS)
-            .await;
-        authorized(&shared, &principal, Served::Orders(page))
-    })
-    .await
+/// The limiter's decision, or none when it failed: the request is served without a limit
+/// rather than refused because the limiter's own store is down.
+fn limit_decided(result: Result<RateLimitDecision, StoreError>) -> Option<RateLimitDecision> {
+    result
+        .inspect_err(|err| {
+            tracing::warn!(
+                kind = ?err.kind(),
+                error = %ErrorChain(err),
+                "partner API rate limiter failed; serving without a limit"
+            );
+        })
+        .ok()
 }
 
 /// `work` under the store timeout; a failure becomes its error response.
@@ -163,26 +218,63 @@ enum Served {
     Me,
     Orders(Result<OrderPage, StoreError>),
     OpenApi,
+    /// Nothing: the rate limiter refused the request.
+    Refused,
 }
 
-/// The 200 for `principal` of what is `served`.
-fn authorized(
+/// The response for `principal` of what is `served`, with the rate-limit budget when a
+/// limiter decided.
+fn serve(
     shared: &Shared,
+    exchange: &Exchange,
     principal: &Principal,
+    decision: Option<RateLimitDecision>,
     served: Served,
-) -> Result<Response<ApiBody>, StoreError> {
+) -> Response<ApiBody> {
     // The host's request span may declare this field (see the crate docs on logging).
     let span = tracing::Span::current();
     if !span.is_disabled() {
         span.record("organization_id", principal.organization.id.as_str());
     }
-    let body = match served {
-        Served::Orders(page) => orders_body(&page?),
-        Served::Me => ApiBody::new(me(principal)?),
+    let mut response = authorized(shared, exchange, principal, served).unwrap_or_else(store_failed);
+    if let Some(decision) = decision {
+        decision.write_headers(response.headers_mut());
+    }
+    response
+}
+
+/// The 200 (or 304, or 429) of what is `served`.
+fn authorized(
+    shared: &Shared,
+    exchange: &Exchange,
+    principal: &Principal,
+    served: Served,
+) -> Result<Response<ApiBody>, StoreError> {
+    let (body, etag) = match served {
+        Served::Orders(page) => orders_body(&page?, shared.conditional_requests),
+        Served::Me => {
+            let body = me(principal)?;
+            let etag = shared
+                .conditional_requests
+                .then(|| conditional::entity_tag(&[&body]));
+            (ApiBody::new(body), etag)
+        }
         // Served before any key is looked at (`Route::needs_key`); the same answer here.
         Served::OpenApi => return Ok(openapi(shared)),
+        Served::Refused => return Ok(ApiError::TooManyRequests.into_response()),
     };
-    Ok(response::json_body(StatusCode::OK, body))
+    let Some(etag) = etag else {
+        return Ok(response::json_body(StatusCode::OK, body));
+    };
+    let unchanged = exchange
+        .if_none_match
+        .as_ref()
+        .is_some_and(|condition| condition.matches(&etag));
+    Ok(if unchanged {
+        response::not_modified(etag)
+    } else {
+        response::tagged(body, etag)
+    })
 }
 
 /// The `GET /openapi.json` response: the bare document, which may be cached.
@@ -232,10 +324,11 @@ fn write_json_string(out: &mut Vec<u8>, text: &str) -> Result<(), StoreError> {
     }
 }
 
-/// The `GET /orders` body: the envelope around the page's ready JSON, without a copy. The
-/// bound is the service's promise, so it holds whatever the store returned (and a page is
-/// newest first by construction).
-fn orders_body(page: &OrderPage) -> ApiBody {
+/// The `GET /orders` body: the envelope around the page's ready JSON, without a copy, and
+/// its entity tag when `tagged` (computed once per stored page). The bound is the service's
+/// promise, so it holds whatever the store returned (and a page is newest first by
+/// construction).
+fn orders_body(page: &OrderPage, tagged: bool) -> (ApiBody, Option<HeaderValue>) {
     let page = if page.len() > MAX_ORDERS {
         tracing::warn!(
             len = page.len(),
@@ -245,11 +338,16 @@ fn orders_body(page: &OrderPage) -> ApiBody {
     } else {
         page.clone()
     };
-    ApiBody::chunks([
+    let etag = tagged.then(|| {
+        page.etag(|json| conditional::entity_tag(&[ORDERS_OPEN, json, ORDERS_CLOSE]))
+            .clone()
+    });
+    let body = ApiBody::chunks([
         Bytes::from_static(ORDERS_OPEN),
         page.json().clone(),
         Bytes::from_static(ORDERS_CLOSE),
-    ])
+    ]);
+    (body, etag)
 }
 
 pin_project! {

@@ -10,15 +10,18 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Request, Response};
+use http::{HeaderMap, HeaderValue, Method, Request, Response};
 use tower::Service;
 
 use crate::auth::{bearer_token, Challenges};
 use crate::body::ApiBody;
+use crate::conditional::IfNoneMatch;
 use crate::key::KeyDigest;
 use crate::openapi;
+use crate::rate_limit::RateLimiter;
+use crate::request_id::{self, REQUEST_ID_HEADER};
 use crate::response::{self, ApiError};
-use crate::routes::{self, Answer, Route};
+use crate::routes::{self, Answer, Exchange, Route};
 use crate::store::{KeyStore, OrderStore};
 
 /// The default mount prefix: the version segment of spec section 9.
@@ -53,6 +56,11 @@ pub(crate) struct Shared {
     pub(crate) orders: Arc<dyn OrderStore>,
     pub(crate) challenges: Challenges,
     pub(crate) store_timeout: Option<Duration>,
+    pub(crate) rate_limiter: Option<Arc<dyn RateLimiter>>,
+    /// Whether keyed bodies carry an `ETag` and `If-None-Match` can answer `304`.
+    pub(crate) conditional_requests: bool,
+    /// Whether responses carry `x-request-id`.
+    request_ids: bool,
     /// The OpenAPI document as served under `prefix`.
     pub(crate) openapi: Bytes,
     prefix: String,
@@ -67,6 +75,9 @@ impl PartnerApi {
                 orders,
                 challenges: Challenges::new(DEFAULT_REALM),
                 store_timeout: Some(DEFAULT_STORE_TIMEOUT),
+                rate_limiter: None,
+                conditional_requests: true,
+                request_ids: true,
                 openapi: openapi::encoded(DEFAULT_PREFIX),
                 prefix: DEFAULT_PREFIX.to_owned(),
             }),
@@ -126,6 +137,35 @@ impl PartnerApi {
         self
     }
 
+    /// Limits each key's requests with `limiter` (off by default). Over the limit the answer is
+    /// a JSON 429 with `Retry-After`; every response to a valid key reports its budget in
+    /// `X-RateLimit-*` headers (see [`rate_limit`](crate::rate_limit)).
+    #[must_use]
+    pub fn with_rate_limiter(mut self, limiter: impl RateLimiter + 'static) -> Self {
+        Arc::make_mut(&mut self.shared).rate_limiter = Some(Arc::new(limiter));
+        self
+    }
+
+    /// Turns conditional requests on or off (on by default). When on, `GET /me` and
+    /// `GET /orders` carry a strong `ETag` over their body, `Cache-Control: private, no-cache`
+    /// and `Vary: Authorization`, and a matching `If-None-Match` gets `304 Not Modified`
+    /// without a body. When off, they carry `Cache-Control: no-store` and no tag.
+    #[must_use]
+    pub fn with_conditional_requests(mut self, enabled: bool) -> Self {
+        Arc::make_mut(&mut self.shared).conditional_requests = enabled;
+        self
+    }
+
+    /// Turns request ids on or off (on by default). When on, every API response carries
+    /// `x-request-id`: the request's own when it is well-formed, a new UUID otherwise (see
+    /// [`request_id`](crate::request_id)); the id is also recorded in the host's request span
+    /// when it declares a `request_id` field.
+    #[must_use]
+    pub fn with_request_ids(mut self, enabled: bool) -> Self {
+        Arc::make_mut(&mut self.shared).request_ids = enabled;
+        self
+    }
+
     /// The prefix the API answers under, without a trailing `/`.
     pub fn prefix(&self) -> &str {
         &self.shared.prefix
@@ -144,6 +184,24 @@ impl PartnerApi {
 
     /// Answers a request from its method, path and headers.
     fn dispatch(&self, method: &Method, path: &str, headers: &HeaderMap) -> ResponseFuture {
+        let request_id = self.shared.request_ids.then(|| {
+            let id = request_id::request_id(headers);
+            let span = tracing::Span::current();
+            if !span.is_disabled() {
+                // Ids are plain ASCII: recorded bare, as `request_id=...`.
+                span.record(
+                    "request_id",
+                    tracing::field::display(id.to_str().unwrap_or_default()),
+                );
+            }
+            id
+        });
+        let mut future = self.answer(method, path, headers);
+        future.request_id = request_id;
+        future
+    }
+
+    fn answer(&self, method: &Method, path: &str, headers: &HeaderMap) -> ResponseFuture {
         let head = method == Method::HEAD;
         let Some(route) = self.path_below_prefix(path).and_then(Route::at) else {
             return ResponseFuture::ready(ApiError::NotFound.into_response(), head);
@@ -165,14 +223,23 @@ impl PartnerApi {
         let digest = KeyDigest::of_bytes(token);
         // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in
         // a future is.
+        let exchange = Exchange {
+            route,
+            if_none_match: self
+                .shared
+                .conditional_requests
+                .then(|| IfNoneMatch::from_headers(headers))
+                .flatten(),
+        };
         let answer = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            routes::answer(&self.shared, route, digest)
+            routes::answer(&self.shared, exchange, digest)
         }));
         match answer {
             Ok(Answer::Ready(response)) => ResponseFuture::ready(response, head),
             Ok(Answer::Wait(future)) => ResponseFuture {
                 state: State::Pending(future),
                 head,
+                request_id: None,
             },
             Err(_panic) => ResponseFuture::ready(handler_panicked(), head),
         }
@@ -184,6 +251,9 @@ impl fmt::Debug for PartnerApi {
         f.debug_struct("PartnerApi")
             .field("prefix", &self.shared.prefix)
             .field("store_timeout", &self.shared.store_timeout)
+            .field("rate_limited", &self.shared.rate_limiter.is_some())
+            .field("conditional_requests", &self.shared.conditional_requests)
+            .field("request_ids", &self.shared.request_ids)
             .finish_non_exhaustive()
     }
 }
@@ -228,6 +298,7 @@ fn handler_panicked() -> Response<ApiBody> {
 pub struct ResponseFuture {
     state: State,
     head: bool,
+    request_id: Option<HeaderValue>,
 }
 
 enum State {
@@ -240,6 +311,7 @@ impl ResponseFuture {
         Self {
             state: State::Ready(Some(response)),
             head,
+            request_id: None,
         }
     }
 }
@@ -262,6 +334,10 @@ impl Future for ResponseFuture {
         };
         // The future is done (or panicked): drop it so it is never polled again.
         self.state = State::Ready(None);
+        let mut response = response;
+        if let Some(id) = self.request_id.take() {
+            response.headers_mut().insert(REQUEST_ID_HEADER, id);
+        }
         if self.head {
             return Poll::Ready(Ok(response::without_body(response)));
         }

@@ -108,6 +108,22 @@ async fn every_documented_response_is_produced() {
         call(&api(), get(path, Some("pk_test_unknown"))).await;
         call(&failing, get(path, Some(KEY_A))).await;
         call(&unavailable, get(path, Some(KEY_A))).await;
+        let limited = api().with_rate_limiter(partner_api::LocalRateLimiter::new(
+            std::time::Duration::from_secs(60),
+            std::num::NonZeroU32::MIN,
+        ));
+        let first = call(&limited, get(path, Some(KEY_A))).await;
+        let mut unchanged = get(path, Some(KEY_A));
+        let etag = first.headers["etag"].clone();
+        unchanged.headers_mut().insert("if-none-match", etag);
+        assert_eq!(
+            call(&api(), unchanged).await.status,
+            StatusCode::NOT_MODIFIED
+        );
+        assert_eq!(
+            call(&limited, get(path, Some(KEY_A))).await.status,
+            StatusCode::TOO_MANY_REQUESTS
+        );
     }
     call(&api(), get("/v1/openapi.json", None)).await;
 
@@ -195,7 +211,7 @@ fn the_oracle_rejects_an_undocumented_status() {
     assert_conforms(
         &Method::GET,
         "/v1/orders",
-        &collected(StatusCode::TOO_MANY_REQUESTS, body),
+        &collected(StatusCode::IM_A_TEAPOT, body),
     );
 }
 

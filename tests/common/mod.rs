@@ -144,6 +144,12 @@ where
     }
 }
 
+/// `headers` without `x-request-id`, which differs from request to request.
+pub fn without_request_id(mut headers: http::HeaderMap) -> http::HeaderMap {
+    headers.remove("x-request-id");
+    headers
+}
+
 /// Calls the API and checks the response against the OpenAPI document.
 pub async fn call<B>(api: &PartnerApi, request: Request<B>) -> Collected {
     let method = request.method().clone();
