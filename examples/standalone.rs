@@ -1,30 +1,57 @@
-//! The standalone host: the partner API on hyper 1.x, over the in-memory store.
+//! The standalone host: the partner API on hyper 1.x, production-shaped.
 //!
 //! ```text
 //! cargo run --example standalone                          # built-in demo data
 //! cargo run --example standalone -- --seed seed.json --listen 127.0.0.1:0
+//! cargo run --example standalone -- --tls-cert cert.pem --tls-key key.pem --rate-limit 10
 //! cargo run --example standalone --features postgres -- --database-url postgres://... --seed seed.json
 //! ```
 //!
-//! It prints `listening on http://HOST:PORT` once bound, serves HTTP/1.1 and HTTP/2 (prior
-//! knowledge), and on Ctrl-C or SIGTERM stops accepting and lets requests in flight finish.
+//! It prints `listening on http://HOST:PORT` (or `https://` with TLS) once bound and serves
+//! HTTP/1.1 and HTTP/2 (ALPN over TLS, prior knowledge without). Around the API it stacks
+//! tower-http layers: request ids, a request log line per response (method, path, status,
+//! latency, request and organization id; never the key), a caught panic as a JSON 500 and a
+//! request timeout as a JSON 503. On Ctrl-C or SIGTERM it stops accepting and lets requests
+//! in flight finish.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io::Write;
-use std::path::PathBuf;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use clap::Parser;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use http::header::CONTENT_TYPE;
+use http::{Request, Response, StatusCode};
+use http_body::Body;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use hyper_util::service::TowerToHyperService;
+use partner_api::request_id::{is_well_formed, REQUEST_ID_HEADER};
 use partner_api::seed::{Seed, DEMO_KEY};
-use partner_api::{KeyStore, MemoryStore, OrderStore, PartnerApi};
+use partner_api::{
+    error_response, KeyStore, LocalRateLimiter, MemoryStore, OrderStore, PartnerApi,
+};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tower::{Service, ServiceBuilder};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tower_http::{BoxError, LatencyUnit};
+use tracing::Level;
 
 /// How long shutdown waits for requests in flight before it gives up on them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request's headers, or to finish a TLS handshake.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serve the partner API.
 #[derive(Parser, Debug)]
@@ -41,16 +68,172 @@ pub(crate) struct Args {
     #[cfg(feature = "postgres")]
     #[arg(long, env = "DATABASE_URL")]
     pub(crate) database_url: Option<String>,
+    /// PEM certificate chain: serve HTTPS (HTTP/1.1 and HTTP/2 by ALPN). Needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
+    /// Limit each API key to N requests per second (burst N); off by default.
+    #[arg(long, value_name = "N")]
+    pub(crate) rate_limit: Option<NonZeroU32>,
+    /// Seconds one request may take before it is answered with a JSON 503.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    pub(crate) request_timeout: u64,
 }
 
-/// The service this host serves: the partner API over `store`.
-pub(crate) fn app<S: KeyStore + OrderStore + 'static>(store: S) -> PartnerApi {
-    PartnerApi::from_store(store)
+/// How the host wraps the API.
+#[derive(Clone, Debug)]
+pub(crate) struct Options {
+    pub(crate) rate_limit: Option<NonZeroU32>,
+    pub(crate) request_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            rate_limit: None,
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Options {
+    fn from_args(args: &Args) -> Self {
+        Self {
+            rate_limit: args.rate_limit,
+            request_timeout: Duration::from_secs(args.request_timeout),
+        }
+    }
+}
+
+/// The partner API over `store`, configured by `options`.
+pub(crate) fn api<S: KeyStore + OrderStore + 'static>(store: S, options: &Options) -> PartnerApi {
+    let api = PartnerApi::from_store(store);
+    match options.rate_limit {
+        Some(limit) => api.with_rate_limiter(LocalRateLimiter::per_second(limit)),
+        None => api,
+    }
+}
+
+/// The service this host serves: `service` (the partner API, or anything that answers like
+/// it) inside the host's layers, outermost first:
+///
+/// 1. a malformed `x-request-id` is dropped, then tower-http sets a UUID where none is left,
+///    so the log line and the API's response carry the same id;
+/// 2. a tracing span per request (method, path, request id, and the organization id that
+///    the API records) and one INFO line per response with its status and latency;
+/// 3. the request id copied onto responses the layers below make themselves;
+/// 4. a panic anywhere below becomes the API's JSON 500;
+/// 5. a request over `options.request_timeout` becomes the API's JSON 503.
+pub(crate) fn app<S, B>(
+    service: S,
+    options: &Options,
+) -> impl Service<
+    Request<B>,
+    Response = Response<impl Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static>,
+    Error = Infallible,
+    Future: Send + 'static,
+> + Clone
+       + Send
+       + 'static
+where
+    S: Service<Request<B>, Response = Response<partner_api::ApiBody>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body + Send + 'static,
+{
+    ServiceBuilder::new()
+        .map_request(drop_malformed_request_id::<B>)
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|request: &Request<B>| {
+                    // The API records both ids: the request id it answers with (the one set
+                    // above) and the organization of the key, once it is known.
+                    tracing::info_span!(
+                        "request",
+                        method = %request.method(),
+                        path = %request.uri().path(),
+                        request_id = tracing::field::Empty,
+                        organization_id = tracing::field::Empty,
+                    )
+                })
+                .on_request(())
+                .on_response(
+                    DefaultOnResponse::new()
+                        .level(Level::INFO)
+                        .latency_unit(LatencyUnit::Micros),
+                )
+                .on_failure(()),
+        )
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(CatchPanicLayer::custom(|_panic| {
+            // The payload could hold anything: it is not logged.
+            tracing::error!("request handler panicked");
+            error_response(StatusCode::INTERNAL_SERVER_ERROR)
+        }))
+        .map_response(json_timeout)
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            options.request_timeout,
+        ))
+        .service(service)
+}
+
+/// Removes an `x-request-id` the API would not take, so tower-http sets one it will.
+fn drop_malformed_request_id<B>(mut request: Request<B>) -> Request<B> {
+    let mut ids = request.headers().get_all(&REQUEST_ID_HEADER).iter();
+    let keep = matches!(
+        (ids.next(), ids.next()),
+        (Some(id), None) if is_well_formed(id.as_bytes())
+    );
+    if !keep {
+        request.headers_mut().remove(&REQUEST_ID_HEADER);
+    }
+    request
+}
+
+/// Gives the timeout layer's bodiless 503 the API's JSON body. Every response of the API
+/// has a content type; the timeout layer's has none.
+fn json_timeout(response: Response<partner_api::ApiBody>) -> Response<partner_api::ApiBody> {
+    if response.status() == StatusCode::SERVICE_UNAVAILABLE
+        && !response.headers().contains_key(CONTENT_TYPE)
+    {
+        tracing::warn!("request timed out");
+        return error_response(StatusCode::SERVICE_UNAVAILABLE);
+    }
+    response
+}
+
+/// A TLS acceptor for the PEM certificate chain and key at `cert` and `key`, offering
+/// HTTP/2 and HTTP/1.1 by ALPN.
+pub(crate) fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+    let certs = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|err| format!("cannot read the certificate {}: {err}", cert.display()))?;
+    if certs.is_empty() {
+        return Err(format!("no certificate in {}", cert.display()));
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|err| format!("cannot read the private key {}: {err}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|builder| builder.with_no_client_auth().with_single_cert(certs, key))
+        .map_err(|err| format!("bad TLS certificate or key: {err}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
 /// The API over what `args` name: PostgreSQL (migrated, and seeded if a seed file is given),
 /// a seed file in memory, or the demo data in memory.
-async fn api_for(args: &Args) -> Result<PartnerApi, String> {
+async fn api_for(args: &Args, options: &Options) -> Result<PartnerApi, String> {
     #[cfg(feature = "postgres")]
     if let Some(url) = &args.database_url {
         let store = partner_api::PgStore::connect_lazy(url).map_err(|err| error_chain(&err))?;
@@ -65,7 +248,7 @@ async fn api_for(args: &Args) -> Result<PartnerApi, String> {
                 .await
                 .map_err(|err| err.to_string())?;
         }
-        return Ok(app(store));
+        return Ok(api(store, options));
     }
     let seed = match &args.seed {
         Some(path) => Seed::from_path(path),
@@ -74,7 +257,7 @@ async fn api_for(args: &Args) -> Result<PartnerApi, String> {
     let store: MemoryStore = seed
         .and_then(|seed| seed.to_memory_store())
         .map_err(|err| err.to_string())?;
-    Ok(app(store))
+    Ok(api(store, options))
 }
 
 /// An error and its sources, on one line.
@@ -108,14 +291,29 @@ fn serves_demo_data(args: &Args) -> bool {
     args.seed.is_none()
 }
 
-/// Serves `app` on `listener` until `shutdown` completes, then waits (up to
-/// [`SHUTDOWN_GRACE`]) for the connections' requests in flight.
-pub(crate) async fn serve(
+/// Serves `app` on `listener` (over TLS when `tls` is given) until `shutdown` completes,
+/// then waits (up to [`SHUTDOWN_GRACE`]) for the connections' requests in flight.
+pub(crate) async fn serve<S, RB>(
     listener: TcpListener,
-    app: PartnerApi,
+    app: S,
+    tls: Option<TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
-) {
-    let builder = auto::Builder::new(TokioExecutor::new());
+) where
+    S: Service<
+            Request<hyper::body::Incoming>,
+            Response = Response<RB>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + 'static,
+    RB: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
+{
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(CLIENT_TIMEOUT);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -134,12 +332,20 @@ pub(crate) async fn serve(
         let _ = stream.set_nodelay(true);
         let builder = builder.clone();
         let watcher = graceful.watcher();
-        // `PartnerApi` is a hyper service too: no adapter, no per-request clone.
-        let service = app.clone();
+        let service = TowerToHyperService::new(app.clone());
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
-            if let Err(err) = watcher.watch(connection.into_owned()).await {
-                tracing::debug!(error = %err, "connection ended with an error");
+            match tls {
+                None => serve_connection(stream, &builder, service, watcher).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(CLIENT_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            serve_connection(stream, &builder, service, watcher).await
+                        }
+                        Ok(Err(err)) => tracing::debug!(error = %err, "TLS handshake failed"),
+                        Err(_) => tracing::debug!("TLS handshake timed out"),
+                    }
+                }
             }
         });
     }
@@ -149,6 +355,30 @@ pub(crate) async fn serve(
         .is_err()
     {
         tracing::warn!("shutdown grace period over; dropping the remaining connections");
+    }
+}
+
+/// Serves one connection (HTTP/1.1, or HTTP/2 by ALPN or prior knowledge) under `watcher`.
+async fn serve_connection<I, S, RB>(
+    io: I,
+    builder: &auto::Builder<TokioExecutor>,
+    service: TowerToHyperService<S>,
+    watcher: Watcher,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: Service<
+            Request<hyper::body::Incoming>,
+            Response = Response<RB>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + 'static,
+    RB: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
+{
+    let connection = builder.serve_connection(TokioIo::new(io), service);
+    if let Err(err) = watcher.watch(connection.into_owned()).await {
+        tracing::debug!(error = %err, "connection ended with an error");
     }
 }
 
@@ -181,11 +411,23 @@ async fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
     warn_of_unused_database_url();
 
-    let api = match api_for(&args).await {
+    let options = Options::from_args(&args);
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => match tls_acceptor(cert, key) {
+            Ok(acceptor) => Some(acceptor),
+            Err(err) => {
+                eprintln!("error: {err}");
+                return ExitCode::FAILURE;
+            }
+        },
+        _ => None,
+    };
+    let api = match api_for(&args, &options).await {
         Ok(api) => api,
         Err(err) => {
             eprintln!("error: {err}");
@@ -207,16 +449,18 @@ async fn main() -> ExitCode {
         }
     };
     let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, "listening on http://{address}");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let _ = writeln!(stdout, "listening on {scheme}://{address}");
     if serves_demo_data(&args) {
+        let insecure = if tls.is_some() { " --insecure" } else { "" };
         let _ = writeln!(
             stdout,
-            "demo data loaded; try:\n  curl -H 'Authorization: Bearer {DEMO_KEY}' http://{address}/v1/orders"
+            "demo data loaded; try:\n  curl{insecure} -H 'Authorization: Bearer {DEMO_KEY}' {scheme}://{address}/v1/orders"
         );
     }
     let _ = stdout.flush();
     drop(stdout);
 
-    serve(listener, api, shutdown_signal()).await;
+    serve(listener, app(api, &options), tls, shutdown_signal()).await;
     ExitCode::SUCCESS
 }

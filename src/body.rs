@@ -36,6 +36,14 @@ impl ApiBody {
     }
 }
 
+/// No bytes, as a layer that makes its own bodiless response (tower-http's `TimeoutLayer`)
+/// needs.
+impl Default for ApiBody {
+    fn default() -> Self {
+        Self::empty()
+    }
+}
+
 impl Body for ApiBody {
     type Data = Bytes;
     type Error = Infallible;

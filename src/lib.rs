@@ -70,6 +70,7 @@ pub use key::KeyDigest;
 pub use layer::PartnerApiLayer;
 pub use model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
 pub use rate_limit::{LocalRateLimiter, RateLimitDecision, RateLimiter};
+pub use response::error_response;
 pub use routes::MAX_ORDERS;
 pub use service::PartnerApi;
 #[cfg(feature = "postgres")]

@@ -155,6 +155,42 @@ impl ApiError {
     }
 }
 
+/// A JSON error response in the API's envelope for `status`, with the headers of every API
+/// response: for a host's own layers (a request timeout, a caught panic) so that every error
+/// a partner sees has one shape. 404, 405, 429, 500 and 503 carry the API's own messages;
+/// other statuses their canonical reason.
+///
+/// ```
+/// use http::StatusCode;
+///
+/// let response = partner_api::error_response(StatusCode::SERVICE_UNAVAILABLE);
+/// assert_eq!(response.status(), 503);
+/// assert_eq!(response.headers()["content-type"], "application/json");
+/// ```
+pub fn error_response(status: StatusCode) -> Response<ApiBody> {
+    let known = match status {
+        StatusCode::NOT_FOUND => Some(ApiError::NotFound),
+        StatusCode::METHOD_NOT_ALLOWED => Some(ApiError::MethodNotAllowed),
+        StatusCode::TOO_MANY_REQUESTS => Some(ApiError::TooManyRequests),
+        StatusCode::INTERNAL_SERVER_ERROR => Some(ApiError::Internal),
+        StatusCode::SERVICE_UNAVAILABLE => Some(ApiError::Unavailable),
+        _ => None,
+    };
+    if let Some(error) = known {
+        return error.into_response();
+    }
+    let message = status
+        .canonical_reason()
+        .unwrap_or("error")
+        .to_ascii_lowercase();
+    let body = serde_json::json!({
+        "meta": serde_json::from_str::<serde_json::Value>(meta_json!())
+            .expect("the meta literal is JSON"),
+        "error": { "message": message },
+    });
+    json(status, Bytes::from(body.to_string()))
+}
+
 /// The 401 for `failure`, with its `WWW-Authenticate` challenge.
 pub(crate) fn unauthorized(failure: AuthFailure, challenge: HeaderValue) -> Response<ApiBody> {
     let body = match failure {
@@ -180,6 +216,24 @@ pub(crate) fn unauthorized(failure: AuthFailure, challenge: HeaderValue) -> Resp
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_responses_for_hosts_share_the_envelope() {
+        use http_body::Body;
+        for status in [StatusCode::GATEWAY_TIMEOUT, StatusCode::SERVICE_UNAVAILABLE] {
+            let response = error_response(status);
+            assert_eq!(response.status(), status);
+            assert_eq!(response.headers()[CACHE_CONTROL], "no-store");
+            let length = response.body().size_hint().exact().unwrap();
+            assert!(length > 0);
+        }
+        let gateway = error_response(StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(
+            gateway.body().len(),
+            br#"{"meta":{"version":"v1","status":"beta"},"error":{"message":"gateway timeout"}}"#
+                .len()
+        );
+    }
 
     #[test]
     fn every_fixed_body_is_json_with_meta() {

@@ -306,11 +306,20 @@ impl Process {
 
     /// Runs the binary with `args` and the environment variables `env`.
     pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn_to(args, env, Stdio::null())
+    }
+
+    /// Runs the binary with `args` and `env`, its log (stderr) written to `log`.
+    pub fn spawn_with_stderr(args: &[&str], env: &[(&str, &str)], log: &std::path::Path) -> Self {
+        Self::spawn_to(args, env, std::fs::File::create(log).unwrap().into())
+    }
+
+    fn spawn_to(args: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Self {
         let mut child = tokio::process::Command::new(standalone_binary())
             .args(args)
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .kill_on_drop(true)
             .spawn()
             .unwrap();
