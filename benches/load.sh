@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Load harness: the standalone host against bare hyper serving the identical bytes.
+# Load harness: the partner API against bare hyper serving the identical bytes.
 #
 #   bash benches/load.sh                 # RUNS=5 DURATION=5 CONNECTIONS=32 by default
 #
 # Builds both servers in release mode, captures the host's responses for /v1/me and /v1/orders
 # (100 orders of the demo data) with curl, and serves those bytes from `examples/baseline.rs`.
-# Then, per route, it runs wrk against a fresh baseline process and a fresh host process in
-# turn, RUNS times, with the server pinned to CPU 0 and wrk to CPU 1, and prints the medians
-# of requests/s, p50 and p99 latency, and the host's resident memory after the warm-up and at
-# its peak. The ratio host/baseline is the median of the ratios of each run's pair, measured
-# back to back, so drift of the machine cancels. It fails when any request is not a 200.
+# Three servers are measured: `baseline` (those bytes, no partner-api code), `api` (the same
+# hyper loop serving `PartnerApi` itself: the library's request path) and `host` (the
+# standalone host, with its tower-http layers: request ids, access log span, CatchPanic,
+# request timeout; logging at RUST_LOG=warn so no line is written per request). Per route,
+# it runs wrk against a fresh process of each in turn, RUNS times, with the server pinned to CPU 0 and wrk to CPU 1, and prints the medians
+# of requests/s, p50 and p99 latency, and resident memory after the warm-up and at its peak.
+# The ratios api/baseline and host/baseline are medians of the ratios of each run's servers,
+# measured back to back, so drift of the machine cancels. It fails when any request is not a 200.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,7 +35,7 @@ trap cleanup EXIT
 # start CMD...: runs CMD on CPU 0, sets pid and base.
 start() {
   : >"$work/out"
-  taskset -c 0 "$@" --listen 127.0.0.1:0 >"$work/out" 2>/dev/null &
+  RUST_LOG=${RUST_LOG:-warn} taskset -c 0 "$@" --listen 127.0.0.1:0 >"$work/out" 2>/dev/null &
   pid=$!
   for _ in $(seq 1 100); do
     base=$(sed -n 's/^listening on //p' "$work/out" | head -n 1)
@@ -75,31 +78,36 @@ echo "load: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 |
 echo "wrk -t1 -c$CONNECTIONS -d${DURATION}s, $RUNS runs each, fresh server per run; /v1/orders body $(( $(wc -c <"$work/orders.http") )) bytes with headers"
 printf '%-8s %-9s %10s %8s %8s %12s %12s\n' route server "req/s" "p50 us" "p99 us" "RSS warm KiB" "RSS peak KiB"
 for route in me orders; do
-  for server in baseline host; do : >"$work/$route.$server"; done
-  : >"$work/$route.ratios"
+  for server in baseline api host; do : >"$work/$route.$server"; done
+  : >"$work/$route.api.ratios"
+  : >"$work/$route.host.ratios"
   for _ in $(seq 1 "$RUNS"); do
-    for server in baseline host; do
-      if [ "$server" = baseline ]; then
-        start "$bin/baseline" --route "/v1/$route=$work/$route.http"
-      else
-        start "$bin/standalone"
-      fi
+    for server in baseline api host; do
+      case $server in
+        baseline) start "$bin/baseline" --route "/v1/$route=$work/$route.http" ;;
+        api) start "$bin/baseline" --partner-api ;;
+        host) start "$bin/standalone" ;;
+      esac
       taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d1s -H "Authorization: Bearer $key" "$base/v1/$route" >/dev/null
       warm=$(rss_kib VmRSS)
       result=$(measure "$base/v1/$route")
       echo "$result $warm $(rss_kib VmHWM)" >>"$work/$route.$server"
       stop
     done
-    paste -d' ' "$work/$route.baseline" "$work/$route.host" | tail -n 1 |
-      awk '{ printf "%.4f\n", $6 / $1 }' >>"$work/$route.ratios"
+    for server in api host; do
+      paste -d' ' "$work/$route.baseline" "$work/$route.$server" | tail -n 1 |
+        awk '{ printf "%.4f\n", $6 / $1 }' >>"$work/$route.$server.ratios"
+    done
   done
-  for server in baseline host; do
+  for server in baseline api host; do
     file="$work/$route.$server"
     rps=$(cut -d' ' -f1 "$file" | median)
     printf '%-8s %-9s %10s %8s %8s %12s %12s\n' "/v1/$route" "$server" "$rps" \
       "$(cut -d' ' -f2 "$file" | median)" "$(cut -d' ' -f3 "$file" | median)" \
       "$(cut -d' ' -f4 "$file" | median)" "$(cut -d' ' -f5 "$file" | median)"
   done
-  printf '%-8s ratio host/baseline: %s (runs: %s)\n' "/v1/$route" "$(median <"$work/$route.ratios")" \
-    "$(tr '\n' ' ' <"$work/$route.ratios" | xargs)"
+  for server in api host; do
+    printf '%-8s ratio %s/baseline: %s (runs: %s)\n' "/v1/$route" "$server" \
+      "$(median <"$work/$route.$server.ratios")" "$(tr '\n' ' ' <"$work/$route.$server.ratios" | xargs)"
+  done
 done

@@ -10,6 +10,10 @@
 //! `curl --include` saves it (status line, headers, blank line, body). Every other path is a
 //! bodiless 404. `benches/load.sh` captures the files from the standalone host, so both
 //! servers put the identical bytes on the wire.
+//!
+//! With `--partner-api` it serves the partner API itself (`PartnerApi` over the demo data,
+//! as a hyper service) on this same loop instead: the library's request path with no host
+//! layers around it, so the harness can tell the library's cost from the host's.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -23,6 +27,8 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use partner_api::seed::Seed;
+use partner_api::PartnerApi;
 use tokio::net::TcpListener;
 
 /// Serve captured responses with bare hyper.
@@ -34,6 +40,9 @@ struct Args {
     /// `PATH=FILE`: answer PATH with the response captured in FILE.
     #[arg(long = "route", value_parser = parse_route)]
     routes: Vec<(String, String)>,
+    /// Serve the partner API over the demo data instead of captured responses.
+    #[arg(long, conflicts_with = "routes")]
+    partner_api: bool,
 }
 
 fn parse_route(text: &str) -> Result<(String, String), String> {
@@ -123,6 +132,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     stdout.flush()?;
     drop(stdout);
     let builder = auto::Builder::new(TokioExecutor::new());
+    let api = args
+        .partner_api
+        .then(|| Seed::demo().to_memory_store().map(PartnerApi::from_store))
+        .transpose()?;
     loop {
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => accepted?,
@@ -130,11 +143,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let _ = stream.set_nodelay(true);
         let builder = builder.clone();
+        let io = TokioIo::new(stream);
+        if let Some(api) = &api {
+            let api = api.clone();
+            tokio::spawn(async move { builder.serve_connection(io, api).await });
+            continue;
+        }
         let service = hyper::service::service_fn(app(routes.clone()));
-        tokio::spawn(async move {
-            let _ = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
+        tokio::spawn(async move { builder.serve_connection(io, service).await });
     }
 }
