@@ -9,7 +9,7 @@
 //!
 //! It prints `listening on http://HOST:PORT` (or `https://` with TLS) once bound and serves
 //! HTTP/1.1 and HTTP/2 (ALPN over TLS, prior knowledge without). Around the API it stacks
-//! tower-http layers: request ids, a request log line per response (method, path, status,
+//! request ids and tower-http layers: a request log line per response (method, path, status,
 //! latency, request and organization id; never the key), a caught panic as a JSON 500 and a
 //! request timeout as a JSON 503. On Ctrl-C or SIGTERM it stops accepting and lets requests
 //! in flight finish.
@@ -32,7 +32,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
-use partner_api::request_id::{is_well_formed, REQUEST_ID_HEADER};
+use partner_api::request_id::RequestIdLayer;
 use partner_api::seed::{Seed, DEMO_KEY};
 use partner_api::{
     error_response, KeyStore, LocalRateLimiter, MemoryStore, OrderStore, PartnerApi,
@@ -42,7 +42,6 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tower::{Service, ServiceBuilder};
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tower_http::{BoxError, LatencyUnit};
@@ -119,13 +118,14 @@ pub(crate) fn api<S: KeyStore + OrderStore + 'static>(store: S, options: &Option
 /// The service this host serves: `service` (the partner API, or anything that answers like
 /// it) inside the host's layers, outermost first:
 ///
-/// 1. a malformed `x-request-id` is dropped, then tower-http sets a UUID where none is left,
-///    so the log line and the API's response carry the same id;
-/// 2. a tracing span per request (method, path, request id, and the organization id that
+/// 1. request ids ([`RequestIdLayer`]): the request's well-formed `x-request-id` or a new
+///    UUID, handed to the API (which echoes it and records it in the span) and put on the
+///    responses the layers below make themselves;
+/// 2. a tracing span per request (method, path, and the request and organization ids that
 ///    the API records) and one INFO line per response with its status and latency;
-/// 3. the request id copied onto responses the layers below make themselves;
-/// 4. a panic anywhere below becomes the API's JSON 500;
-/// 5. a request over `options.request_timeout` becomes the API's JSON 503.
+/// 3. a panic anywhere below becomes the API's JSON 500 (tower-http's `CatchPanic`);
+/// 4. a request over `options.request_timeout` becomes the API's JSON 503 (tower-http's
+///    `Timeout`).
 pub(crate) fn app<S, B>(
     service: S,
     options: &Options,
@@ -146,8 +146,7 @@ where
     B: Body + Send + 'static,
 {
     ServiceBuilder::new()
-        .map_request(drop_malformed_request_id::<B>)
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(RequestIdLayer::new())
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(|request: &Request<B>| {
@@ -169,7 +168,6 @@ where
                 )
                 .on_failure(()),
         )
-        .layer(PropagateRequestIdLayer::x_request_id())
         .layer(CatchPanicLayer::custom(|_panic| {
             // The payload could hold anything: it is not logged.
             tracing::error!("request handler panicked");
@@ -181,19 +179,6 @@ where
             options.request_timeout,
         ))
         .service(service)
-}
-
-/// Removes an `x-request-id` the API would not take, so tower-http sets one it will.
-fn drop_malformed_request_id<B>(mut request: Request<B>) -> Request<B> {
-    let mut ids = request.headers().get_all(&REQUEST_ID_HEADER).iter();
-    let keep = matches!(
-        (ids.next(), ids.next()),
-        (Some(id), None) if is_well_formed(id.as_bytes())
-    );
-    if !keep {
-        request.headers_mut().remove(&REQUEST_ID_HEADER);
-    }
-    request
 }
 
 /// Gives the timeout layer's bodiless 503 the API's JSON body. Every response of the API

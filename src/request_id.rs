@@ -1,8 +1,18 @@
 //! Request ids: every API response carries `x-request-id`, the one the request brought when it
-//! is well-formed (a host's or a proxy's, such as tower-http's `SetRequestIdLayer`), a new
-//! UUID otherwise.
+//! is well-formed (a host's or a proxy's), a new UUID otherwise.
+//!
+//! [`RequestIdLayer`] gives a host's other routes and its own responses (a timeout, a caught
+//! panic) the same treatment: put it outermost and every response carries the id the API
+//! and the host's logs agree on.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tower::{Layer, Service};
 
 /// The header that carries the id, in both directions.
 pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
@@ -44,6 +54,132 @@ pub fn generate() -> HeaderValue {
     let mut text = [0; uuid::fmt::Hyphenated::LENGTH];
     let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text);
     HeaderValue::from_str(id).expect("a UUID is a valid header value")
+}
+
+/// A tower [`Layer`] that gives every request a well-formed `x-request-id` (its own when it
+/// has one, else a new UUID) and puts that id on every response that lacks one.
+///
+/// tower-http's `SetRequestIdLayer` and `PropagateRequestIdLayer` do the same job but store
+/// the id in the request's and the response's extensions too (a map allocated per request);
+/// this layer touches only the header, so with the API behind it a request pays for at most
+/// the id it generates.
+///
+/// ```
+/// use partner_api::request_id::RequestIdLayer;
+/// use partner_api::{MemoryStore, PartnerApi};
+/// use tower::ServiceBuilder;
+///
+/// let service = ServiceBuilder::new()
+///     .layer(RequestIdLayer::new())
+///     .service(PartnerApi::from_store(MemoryStore::new()));
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RequestIdLayer;
+
+impl RequestIdLayer {
+    /// The layer.
+    pub fn new() -> Self {
+        Self
+    }
+}
+
+impl<S> Layer<S> for RequestIdLayer {
+    type Service = RequestId<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RequestId::new(inner)
+    }
+}
+
+/// The service of [`RequestIdLayer`].
+#[derive(Clone, Debug)]
+pub struct RequestId<S> {
+    inner: S,
+}
+
+impl<S> RequestId<S> {
+    /// `inner`, with request ids.
+    pub fn new(inner: S) -> Self {
+        Self { inner }
+    }
+
+    /// A [`RequestIdLayer`].
+    pub fn layer() -> RequestIdLayer {
+        RequestIdLayer
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Takes the wrapped service out.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RequestId<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+        let id = request_id(request.headers());
+        request.headers_mut().insert(REQUEST_ID_HEADER, id.clone());
+        ResponseFuture {
+            future: self.inner.call(request),
+            id: Some(id),
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`RequestId`].
+    pub struct ResponseFuture<F> {
+        #[pin]
+        future: F,
+        id: Option<HeaderValue>,
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let mut response = ready!(this.future.poll(cx))?;
+        if let Some(id) = this.id.take() {
+            response
+                .headers_mut()
+                .entry(REQUEST_ID_HEADER)
+                .or_insert(id);
+        }
+        Poll::Ready(Ok(response))
+    }
+}
+
+impl<F> std::fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
 }
 
 #[cfg(test)]
@@ -88,5 +224,47 @@ mod tests {
             assert!(is_uuid_v4(&id), "{ids:?} gave {id:?}");
         }
         assert_ne!(request_id(&HeaderMap::new()), request_id(&HeaderMap::new()));
+    }
+
+    #[tokio::test]
+    async fn the_layer_hands_one_id_to_the_service_and_to_its_response() {
+        use tower::ServiceExt;
+        // A service that reports the id it saw, and answers without one.
+        let inner = tower::service_fn(|request: Request<()>| async move {
+            let seen = request.headers()[REQUEST_ID_HEADER].clone();
+            let mut response = Response::new(());
+            response.extensions_mut().insert(seen);
+            Ok::<_, std::convert::Infallible>(response)
+        });
+        let service = RequestIdLayer::new().layer(inner);
+        for given in [None, Some("given-1"), Some("bad id")] {
+            let mut request = Request::new(());
+            if let Some(id) = given {
+                request
+                    .headers_mut()
+                    .insert(REQUEST_ID_HEADER, HeaderValue::from_static(id));
+            }
+            let response = service.clone().oneshot(request).await.unwrap();
+            let seen = response.extensions().get::<HeaderValue>().unwrap();
+            assert_eq!(&response.headers()[REQUEST_ID_HEADER], seen);
+            match given {
+                Some("given-1") => assert_eq!(seen, "given-1"),
+                _ => assert!(is_uuid_v4(seen), "{given:?} gave {seen:?}"),
+            }
+        }
+        // A response that has an id keeps it.
+        let answered = tower::service_fn(|_: Request<()>| async {
+            let mut response = Response::new(());
+            response
+                .headers_mut()
+                .insert(REQUEST_ID_HEADER, HeaderValue::from_static("own"));
+            Ok::<_, std::convert::Infallible>(response)
+        });
+        let response = RequestIdLayer::new()
+            .layer(answered)
+            .oneshot(Request::new(()))
+            .await
+            .unwrap();
+        assert_eq!(response.headers()[REQUEST_ID_HEADER], "own");
     }
 }

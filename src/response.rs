@@ -10,6 +10,7 @@ use http::{Response, StatusCode};
 
 use crate::auth::AuthFailure;
 use crate::body::ApiBody;
+use crate::request_id::REQUEST_ID_HEADER;
 
 /// The `meta` object of every response, as a literal so bodies can be built with `concat!`.
 macro_rules! meta_json {
@@ -60,14 +61,29 @@ pub(crate) fn json_body(status: StatusCode, body: ApiBody) -> Response<ApiBody> 
 }
 
 /// The headers of every API response.
+///
+/// `x-request-id` holds an empty placeholder that the service's response future always
+/// replaces or removes ([`set_request_id`]): a cloned map has room for exactly the headers it
+/// holds, so filling a slot costs nothing where adding one would grow the map.
 static JSON_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(|| {
-    let mut headers = HeaderMap::with_capacity(6);
+    // Room to spare: a map at its capacity grows on any insert, even one into a slot.
+    let mut headers = HeaderMap::with_capacity(12);
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    // Every body is specific to a key (or says something about one): no cache may keep it.
+    // Errors are not worth keeping, and a 401 says something about a key: no cache may keep
+    // them. Tagged bodies (below) say otherwise.
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(REQUEST_ID_HEADER, HeaderValue::from_static(""));
     headers
 });
+
+/// Puts the request's id in the slot every API response has for it, or removes the slot.
+pub(crate) fn set_request_id(response: &mut Response<ApiBody>, id: Option<HeaderValue>) {
+    match id {
+        Some(id) => response.headers_mut().insert(REQUEST_ID_HEADER, id),
+        None => response.headers_mut().remove(REQUEST_ID_HEADER),
+    };
+}
 
 /// The headers of a `200` (or `304`) that carries an `ETag`: such a body may be kept by the
 /// partner's own (private) cache and revalidated with `If-None-Match` on every use; `Vary`
@@ -76,6 +92,8 @@ static TAGGED_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new
     let mut headers = JSON_HEADERS.clone();
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("private, no-cache"));
     headers.insert(VARY, HeaderValue::from_static("Authorization"));
+    // A slot, as `x-request-id`'s: `tagged` always fills it.
+    headers.insert(ETAG, HeaderValue::from_static(""));
     headers
 });
 
@@ -176,9 +194,17 @@ pub fn error_response(status: StatusCode) -> Response<ApiBody> {
         StatusCode::SERVICE_UNAVAILABLE => Some(ApiError::Unavailable),
         _ => None,
     };
-    if let Some(error) = known {
-        return error.into_response();
-    }
+    let mut response = match known {
+        Some(error) => error.into_response(),
+        None => json(status, Bytes::from(other_error_body(status))),
+    };
+    // A host's own response: no request id of the API's to put in the slot.
+    set_request_id(&mut response, None);
+    response
+}
+
+/// The error document for a status the API itself never answers with.
+fn other_error_body(status: StatusCode) -> Vec<u8> {
     let message = status
         .canonical_reason()
         .unwrap_or("error")
@@ -188,7 +214,7 @@ pub fn error_response(status: StatusCode) -> Response<ApiBody> {
             .expect("the meta literal is JSON"),
         "error": { "message": message },
     });
-    json(status, Bytes::from(body.to_string()))
+    body.to_string().into_bytes()
 }
 
 /// The 401 for `failure`, with its `WWW-Authenticate` challenge.
@@ -224,6 +250,7 @@ mod tests {
             let response = error_response(status);
             assert_eq!(response.status(), status);
             assert_eq!(response.headers()[CACHE_CONTROL], "no-store");
+            assert!(!response.headers().contains_key(REQUEST_ID_HEADER));
             let length = response.body().size_hint().exact().unwrap();
             assert!(length > 0);
         }

@@ -19,7 +19,7 @@ use crate::conditional::IfNoneMatch;
 use crate::key::KeyDigest;
 use crate::openapi;
 use crate::rate_limit::RateLimiter;
-use crate::request_id::{self, REQUEST_ID_HEADER};
+use crate::request_id;
 use crate::response::{self, ApiError};
 use crate::routes::{self, Answer, Exchange, Route};
 use crate::store::{KeyStore, OrderStore};
@@ -335,9 +335,7 @@ impl Future for ResponseFuture {
         // The future is done (or panicked): drop it so it is never polled again.
         self.state = State::Ready(None);
         let mut response = response;
-        if let Some(id) = self.request_id.take() {
-            response.headers_mut().insert(REQUEST_ID_HEADER, id);
-        }
+        response::set_request_id(&mut response, self.request_id.take());
         if self.head {
             return Poll::Ready(Ok(response::without_body(response)));
         }
