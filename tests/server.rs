@@ -51,7 +51,7 @@ where
     S: tower::Service<
             Request<hyper::body::Incoming>,
             Response = http::Response<B>,
-            Error = std::convert::Infallible,
+            Error = tower_http::BoxError,
             Future: Send + 'static,
         > + Clone
         + Send
