@@ -53,14 +53,14 @@ fn parse_route(text: &str) -> Result<(String, String), String> {
 
 /// A captured response: status, headers and body.
 #[derive(Clone)]
-struct Captured {
+pub(crate) struct Captured {
     status: StatusCode,
     headers: Vec<(HeaderName, HeaderValue)>,
     body: Bytes,
 }
 
 /// Parses a response as `curl --include` writes it.
-fn parse_capture(raw: &[u8]) -> Result<Captured, String> {
+pub(crate) fn parse_capture(raw: &[u8]) -> Result<Captured, String> {
     let split = raw
         .windows(4)
         .position(|window| window == b"\r\n\r\n")
@@ -89,7 +89,7 @@ fn parse_capture(raw: &[u8]) -> Result<Captured, String> {
 }
 
 /// The baseline's request handler: a map lookup and a copy of precomputed parts.
-fn app(
+pub(crate) fn app(
     routes: Arc<HashMap<String, Captured>>,
 ) -> impl Fn(Request<Incoming>) -> std::future::Ready<Result<Response<Full<Bytes>>, Infallible>> + Clone
 {

@@ -158,7 +158,7 @@ impl PartnerApi {
 
     /// Turns request ids on or off (on by default). When on, every API response carries
     /// `x-request-id`: the request's own when it is well-formed, a new UUID otherwise (see
-    /// [`request_id`](crate::request_id)); the id is also recorded in the host's request span
+    /// [`request_id`]); the id is also recorded in the host's request span
     /// when it declares a `request_id` field.
     #[must_use]
     pub fn with_request_ids(mut self, enabled: bool) -> Self {

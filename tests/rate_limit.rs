@@ -176,11 +176,35 @@ async fn a_failing_limiter_lets_requests_through_and_is_logged() {
 }
 
 #[tokio::test]
-async fn a_store_failure_after_the_limiter_still_reports_the_budget() {
-    let failing = PartnerApi::from_store(FailingStore(|| StoreError::other("down")));
-    // The failing store fails the key lookup: no principal, no budget.
-    let api = failing.with_rate_limiter(LocalRateLimiter::per_second(NonZeroU32::new(5).unwrap()));
-    let response = call(&api, get("/v1/me", Some(KEY_A))).await;
+async fn an_order_store_failure_after_the_limiter_still_reports_the_budget() {
+    // Keys resolve; orders fail: the 500 is a response to a valid key, and says its budget.
+    let orders = Arc::new(FailingStore(|| StoreError::other("down")));
+    let api = PartnerApi::new(Arc::new(store()), orders)
+        .with_rate_limiter(LocalRateLimiter::per_second(NonZeroU32::new(5).unwrap()));
+    let response = call(&api, get("/v1/orders", Some(KEY_A))).await;
+    assert_eq!(response.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(number(&response, "x-ratelimit-limit"), 5);
+    assert_eq!(number(&response, "x-ratelimit-remaining"), 4);
+    // A key lookup that fails has no key, so no budget to report.
+    let failing = PartnerApi::from_store(FailingStore(|| StoreError::other("down")))
+        .with_rate_limiter(LocalRateLimiter::per_second(NonZeroU32::new(5).unwrap()));
+    let response = call(&failing, get("/v1/me", Some(KEY_A))).await;
     assert_eq!(response.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(response.header("x-ratelimit-limit"), None);
+}
+
+#[tokio::test]
+async fn stores_that_must_be_waited_for_are_limited_alike() {
+    let slow = SlowStore {
+        inner: store(),
+        delay: Duration::from_millis(1),
+    };
+    let api = PartnerApi::from_store(slow).with_rate_limiter(LocalRateLimiter::new(
+        Duration::from_secs(60),
+        NonZeroU32::new(2).unwrap(),
+    ));
+    for expected in [200, 200, 429] {
+        let response = call(&api, get("/v1/orders", Some(KEY_A))).await;
+        assert_eq!(response.status, expected);
+    }
 }

@@ -735,3 +735,43 @@ async fn the_binary_serves_https_when_given_a_certificate() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("private key"));
     assert!(output.stdout.is_empty());
 }
+
+#[allow(dead_code)]
+#[path = "../examples/baseline.rs"]
+mod baseline;
+
+#[tokio::test]
+async fn the_load_baseline_replays_a_captured_response_byte_for_byte() {
+    // A response as `curl --include` saves it: hyper writes Date and Content-Length itself.
+    let capture = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-request-id: r-1\r\n\
+        content-length: 11\r\ndate: Sat, 21 Nov 2026 00:00:00 GMT\r\n\r\n{\"a\":\"b c\"}";
+    let captured = baseline::parse_capture(capture).unwrap();
+    let routes = std::sync::Arc::new(std::collections::HashMap::from([(
+        "/v1/me".to_owned(),
+        captured,
+    )]));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let service = hyper::service::service_fn(baseline::app(routes));
+        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+            .await
+    });
+    let client = http1();
+    let url = format!("http://{address}/v1/me");
+    let response = collect(
+        client
+            .request(Request::get(url).body(Empty::new()).unwrap())
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(response.status, StatusCode::OK);
+    assert_eq!(response.body.as_ref(), b"{\"a\":\"b c\"}");
+    assert_eq!(response.header("x-request-id"), Some("r-1"));
+    assert_eq!(response.header("content-length"), Some("11"));
+    assert!(baseline::parse_capture(b"HTTP/1.1 200 OK\r\nno-colon\r\n\r\n").is_err());
+    assert!(baseline::parse_capture(b"no blank line").is_err());
+}
