@@ -9,7 +9,13 @@
 //! - [`PartnerApiLayer`], which mounts it under its prefix (default `/v1`) in front of a host's
 //!   own service and passes every other request through;
 //! - the store traits [`KeyStore`] and [`OrderStore`] it reads through, and [`MemoryStore`],
-//!   an in-memory implementation of both for tests and demos.
+//!   an in-memory implementation of both for tests and demos;
+//! - what partners expect of a serious API: a strong `ETag` with `304 Not Modified` for
+//!   `If-None-Match`, and an `X-Request-Id` on every response (both on by default), and per-key
+//!   rate limits ([`RateLimiter`], [`LocalRateLimiter`]; opt-in through
+//!   [`PartnerApi::with_rate_limiter`]);
+//! - [`request_id::RequestIdLayer`] and [`error_response`], so a host's own layers and
+//!   responses share the API's request ids and JSON errors.
 //!
 //! ```
 //! use partner_api::{MemoryStore, Organization, PartnerApi};
@@ -41,9 +47,9 @@
 //! # Logging
 //!
 //! The crate logs through [`tracing`]: store failures at error level with their source chain,
-//! never a key or its digest. When the host's request span declares a field
-//! `organization_id` (as `tracing::field::Empty`), the API records the authenticated
-//! organization's id in it.
+//! never a key or its digest. When the host's request span declares the fields `request_id`
+//! and `organization_id` (as `tracing::field::Empty`), the API records the request's id and
+//! the authenticated organization's id in them.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
