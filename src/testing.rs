@@ -14,6 +14,21 @@
 //!
 //! Every check works in its own namespace of fresh ids, so the suite runs against a store
 //! that already holds data (a shared test database) and can run again on the same store.
+//!
+//! A host's own [`RateLimiter`] (one over Redis, say) has a suite too,
+//! [`run_rate_limiter`]:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use std::num::NonZeroU32;
+//! use std::time::Duration;
+//! // One request back a minute: none comes back while the suite runs.
+//! let limiter =
+//!     partner_api::LocalRateLimiter::new(Duration::from_secs(60), NonZeroU32::new(5).unwrap());
+//! partner_api::testing::run_rate_limiter(&limiter, 5).await.assert_passed();
+//! # }
+//! ```
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +38,7 @@ use chrono::NaiveDate;
 
 use crate::key::KeyDigest;
 use crate::model::{Order, Organization, Timestamp, MAX_BUDGET_DKK};
+use crate::rate_limit::{RateLimitDecision, RateLimiter};
 use crate::store::{KeyStore, MemoryStore, OrderStore, Principal, StoreError};
 
 /// How the suite puts test data into a store.
@@ -102,7 +118,7 @@ impl Report {
     pub fn assert_passed(&self) {
         assert!(
             self.failures().next().is_none(),
-            "store conformance failed:\n{self}"
+            "conformance failed:\n{self}"
         );
     }
 }
@@ -171,6 +187,114 @@ pub async fn run<F: StoreFixtures>(fixtures: &F) -> Report {
         isolation(fixtures).await,
     );
     report
+}
+
+/// Runs every rate-limiter check against `limiter`, whose budget per key is `burst` requests
+/// and which must not give a request back within the run (a refill period of a second or
+/// more does). Each check uses key ids of its own.
+pub async fn run_rate_limiter<L: RateLimiter>(limiter: &L, burst: u32) -> Report {
+    let mut report = Report::default();
+    let mut record = |name, result| report.results.push((name, result));
+    record(
+        "a burst is served, counting down, then refused with a time to wait",
+        burst_then_refused(limiter, burst).await,
+    );
+    record(
+        "each key id has a budget of its own, even within one organization",
+        keys_apart(limiter, burst).await,
+    );
+    record(
+        "an immediate answer spends the budget as an awaited one does",
+        now_agrees(limiter, burst).await,
+    );
+    report
+}
+
+fn principal_of(key_id: String, organization_id: &str) -> Principal {
+    Principal {
+        key_id: key_id.into(),
+        organization: std::sync::Arc::new(Organization {
+            id: organization_id.into(),
+            name: "Rate limit conformance".into(),
+        }),
+    }
+}
+
+async fn decide<L: RateLimiter>(
+    limiter: &L,
+    principal: &Principal,
+) -> Result<RateLimitDecision, String> {
+    limiter.check(principal).await.map_err(failed("check"))
+}
+
+async fn burst_then_refused<L: RateLimiter>(limiter: &L, burst: u32) -> Check {
+    let principal = principal_of(namespace(), "org");
+    for served in 1..=burst {
+        let decision = decide(limiter, &principal).await?;
+        ensure!(
+            decision.is_allowed(),
+            "request {served} of a burst of {burst} was refused"
+        );
+        ensure!(
+            decision.limit() == burst,
+            "limit {} for a burst of {burst}",
+            decision.limit()
+        );
+        ensure!(
+            decision.remaining() == burst - served,
+            "after {served} requests {} remain, not {}",
+            decision.remaining(),
+            burst - served
+        );
+    }
+    let refused = decide(limiter, &principal).await?;
+    ensure!(
+        !refused.is_allowed(),
+        "request {} of a burst of {burst} was served",
+        burst + 1
+    );
+    ensure!(
+        refused.remaining() == 0,
+        "a refusal reports {} remaining",
+        refused.remaining()
+    );
+    ensure!(
+        refused.retry_after().is_some_and(|wait| !wait.is_zero()),
+        "a refusal must say how long to wait, not {:?}",
+        refused.retry_after()
+    );
+    Ok(())
+}
+
+async fn keys_apart<L: RateLimiter>(limiter: &L, burst: u32) -> Check {
+    let ns = namespace();
+    let spender = principal_of(format!("{ns}_a"), &ns);
+    for _ in 0..=burst {
+        decide(limiter, &spender).await?;
+    }
+    let other = principal_of(format!("{ns}_b"), &ns);
+    let decision = decide(limiter, &other).await?;
+    ensure!(
+        decision.is_allowed() && decision.remaining() == burst - 1,
+        "another key of the same organization started with {decision:?}"
+    );
+    Ok(())
+}
+
+async fn now_agrees<L: RateLimiter>(limiter: &L, burst: u32) -> Check {
+    let principal = principal_of(namespace(), "org");
+    let Some(immediate) = limiter.check_now(&principal) else {
+        return Ok(()); // answers only when awaited: nothing to compare
+    };
+    let immediate = immediate.map_err(failed("check_now"))?;
+    let awaited = decide(limiter, &principal).await?;
+    ensure!(
+        immediate.remaining() == burst - 1 && awaited.remaining() == burst.saturating_sub(2),
+        "check_now then check left {} and {} of {burst}",
+        immediate.remaining(),
+        awaited.remaining()
+    );
+    Ok(())
 }
 
 /// A fresh prefix of ids: unique within this process and, by the clock, across runs.

@@ -158,6 +158,39 @@ async fn a_shared_limiter_plugs_in_through_the_trait_keyed_on_the_key_id() {
 }
 
 #[tokio::test]
+async fn limiters_pass_the_conformance_suite_and_a_broken_one_fails_it() {
+    let local = LocalRateLimiter::new(Duration::from_secs(60), NonZeroU32::new(3).unwrap());
+    let report = partner_api::testing::run_rate_limiter(&local, 3).await;
+    report.assert_passed();
+    assert_eq!(report.len(), 3);
+
+    /// Counts down but never refuses.
+    struct NeverRefuses(AtomicUsize);
+    #[async_trait]
+    impl RateLimiter for NeverRefuses {
+        async fn check(&self, _: &Principal) -> Result<RateLimitDecision, StoreError> {
+            let used = self.0.fetch_add(1, Ordering::SeqCst) as u32;
+            Ok(RateLimitDecision::allowed(
+                3,
+                2u32.saturating_sub(used),
+                Duration::ZERO,
+            ))
+        }
+    }
+    let report =
+        partner_api::testing::run_rate_limiter(&NeverRefuses(AtomicUsize::new(0)), 3).await;
+    let failed: Vec<_> = report.failures().map(|(name, _)| name).collect();
+    assert!(
+        failed.iter().any(|name| name.contains("refused")),
+        "{report}"
+    );
+    assert!(
+        failed.iter().any(|name| name.contains("budget of its own")),
+        "{report}"
+    );
+}
+
+#[tokio::test]
 async fn a_failing_limiter_lets_requests_through_and_is_logged() {
     let logs = CapturedLogs::default();
     let _guard = logs.install();
