@@ -225,7 +225,10 @@ impl LocalRateLimiter {
             }
             Err(not_until) => {
                 let retry_after = not_until.wait_time_from(self.limiter.clock().now());
-                RateLimitDecision::refused(self.limit, retry_after, self.period * self.limit)
+                // Empty now: the next request comes back after `retry_after`, the rest one
+                // `period` apart.
+                let reset_after = retry_after + self.period * (self.limit - 1);
+                RateLimitDecision::refused(self.limit, retry_after, reset_after)
             }
         }
     }

@@ -24,13 +24,16 @@ pub const MAX_REQUEST_ID_LEN: usize = 128;
 /// 1 to [`MAX_REQUEST_ID_LEN`] bytes of ASCII letters, digits and `-_.:+/=@`; else a new
 /// random (v4) UUID. The character set keeps ids safe to log and to quote.
 pub(crate) fn request_id(headers: &HeaderMap) -> HeaderValue {
+    given_id(headers).cloned().unwrap_or_else(generate)
+}
+
+/// The request's own id, when it has exactly one and it is well-formed.
+fn given_id(headers: &HeaderMap) -> Option<&HeaderValue> {
     let mut given = headers.get_all(&REQUEST_ID_HEADER).iter();
-    if let (Some(value), None) = (given.next(), given.next()) {
-        if is_well_formed(value.as_bytes()) {
-            return value.clone();
-        }
+    match (given.next(), given.next()) {
+        (Some(value), None) if is_well_formed(value.as_bytes()) => Some(value),
+        _ => None,
     }
-    generate()
 }
 
 /// Whether `id` may be taken from a request as its id: 1 to [`MAX_REQUEST_ID_LEN`] bytes of
@@ -150,8 +153,15 @@ where
     }
 
     fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
-        let id = request_id(request.headers());
-        request.headers_mut().insert(REQUEST_ID_HEADER, id.clone());
+        let id = match given_id(request.headers()) {
+            Some(id) => id.clone(),
+            None => {
+                // Replaces every malformed or repeated id the request had.
+                let id = generate();
+                request.headers_mut().insert(REQUEST_ID_HEADER, id.clone());
+                id
+            }
+        };
         ResponseFuture {
             future: self.inner.call(request),
             id: Some(id),
