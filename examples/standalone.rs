@@ -9,9 +9,9 @@
 //!
 //! It prints `listening on http://HOST:PORT` (or `https://` with TLS) once bound and serves
 //! HTTP/1.1 and HTTP/2 (ALPN over TLS, prior knowledge without). Around the API it stacks
-//! request ids and tower-http layers: a request log line per response (method, path, status,
-//! latency, request and organization id; never the key), a caught panic as a JSON 500 and a
-//! request timeout as a JSON 503. On Ctrl-C or SIGTERM it stops accepting and lets requests
+//! request ids, a request log line per response (tower-http's `TraceLayer`: method, path,
+//! status, latency, request and organization id; never the key), a caught panic as a JSON 500
+//! (tower-http's `CatchPanicLayer`) and a request timeout as a JSON 503 (tower's `Timeout`). On Ctrl-C or SIGTERM it stops accepting and lets requests
 //! in flight finish.
 
 use std::convert::Infallible;
