@@ -275,6 +275,32 @@ fn serves_demo_data(args: &Args) -> bool {
     args.seed.is_none()
 }
 
+/// What [`serve`] serves: a tower service of hyper requests, as [`app`] makes (with response
+/// body `B`).
+pub(crate) trait HostService<B>:
+    Service<
+        Request<hyper::body::Incoming>,
+        Response = Response<B>,
+        Error = BoxError,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S, B> HostService<B> for S where
+    S: Service<
+            Request<hyper::body::Incoming>,
+            Response = Response<B>,
+            Error = BoxError,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + 'static
+{
+}
+
 /// Serves `app` on `listener` (over TLS when `tls` is given) until `shutdown` completes,
 /// then waits (up to [`SHUTDOWN_GRACE`]) for the connections' requests in flight.
 pub(crate) async fn serve<S, RB>(
@@ -283,14 +309,7 @@ pub(crate) async fn serve<S, RB>(
     tls: Option<TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
 ) where
-    S: Service<
-            Request<hyper::body::Incoming>,
-            Response = Response<RB>,
-            Error = BoxError,
-            Future: Send + 'static,
-        > + Clone
-        + Send
-        + 'static,
+    S: HostService<RB>,
     RB: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
 {
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -350,14 +369,7 @@ async fn serve_connection<I, S, RB>(
     watcher: Watcher,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    S: Service<
-            Request<hyper::body::Incoming>,
-            Response = Response<RB>,
-            Error = BoxError,
-            Future: Send + 'static,
-        > + Clone
-        + Send
-        + 'static,
+    S: HostService<RB>,
     RB: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
 {
     let connection = builder.serve_connection(TokioIo::new(io), service);

@@ -48,14 +48,7 @@ async fn start(api: PartnerApi) -> Server {
 /// `app` served on 127.0.0.1:0, over TLS when `tls` is given.
 async fn start_app<S, B>(app: S, tls: Option<tokio_rustls::TlsAcceptor>) -> Server
 where
-    S: tower::Service<
-            Request<hyper::body::Incoming>,
-            Response = http::Response<B>,
-            Error = tower_http::BoxError,
-            Future: Send + 'static,
-        > + Clone
-        + Send
-        + 'static,
+    S: standalone::HostService<B>,
     B: http_body::Body<Data = Bytes, Error: Into<tower_http::BoxError>> + Send + 'static,
 {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
