@@ -107,17 +107,15 @@ pub(crate) fn answer(shared: &Arc<Shared>, exchange: Exchange, digest: KeyDigest
                 },
             },
             Step::Serve(principal, decision) => {
-                let served = match exchange.route {
-                    _ if decision.is_some_and(|decision| !decision.is_allowed()) => Served::Refused,
-                    Route::Orders => {
+                let served = match served_without_orders(exchange.route, decision) {
+                    Some(served) => served,
+                    None => {
                         let organization_id = &principal.organization.id;
                         match shared.orders.newest_orders_now(organization_id, MAX_ORDERS) {
                             Some(page) => Served::Orders(page),
                             None => return wait(exchange, Step::Serve(principal, decision)),
                         }
                     }
-                    Route::Me => Served::Me,
-                    Route::OpenApi => Served::OpenApi,
                 };
                 return Answer::Ready(serve(shared, &exchange, &principal, decision, served));
             }
@@ -143,18 +141,14 @@ async fn respond(shared: Arc<Shared>, exchange: Exchange, step: Step) -> Respons
                     Step::Serve(principal, decision)
                 }
                 Step::Serve(principal, decision) => {
-                    let served = match exchange.route {
-                        _ if decision.is_some_and(|decision| !decision.is_allowed()) => {
-                            Served::Refused
-                        }
-                        Route::Orders => Served::Orders(
+                    let served = match served_without_orders(exchange.route, decision) {
+                        Some(served) => served,
+                        None => Served::Orders(
                             shared
                                 .orders
                                 .newest_orders(&principal.organization.id, MAX_ORDERS)
                                 .await,
                         ),
-                        Route::Me => Served::Me,
-                        Route::OpenApi => Served::OpenApi,
                     };
                     return Ok(serve(&shared, &exchange, &principal, decision, served));
                 }
@@ -162,6 +156,20 @@ async fn respond(shared: Arc<Shared>, exchange: Exchange, step: Step) -> Respons
         }
     })
     .await
+}
+
+/// What `route` serves without the order store: a refusal when the limiter said no, else
+/// `/me` or the document; `None` for `/orders`, whose page the caller reads as its stores
+/// allow (at once or awaited).
+fn served_without_orders(route: Route, decision: Option<RateLimitDecision>) -> Option<Served> {
+    if decision.is_some_and(|decision| !decision.is_allowed()) {
+        return Some(Served::Refused);
+    }
+    match route {
+        Route::Orders => None,
+        Route::Me => Some(Served::Me),
+        Route::OpenApi => Some(Served::OpenApi),
+    }
 }
 
 /// The limiter's decision, or none when it failed: the request is served without a limit
