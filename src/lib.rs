@@ -54,30 +54,35 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-mod auth;
-pub mod body;
-mod conditional;
+// Bottom to top: each module uses only those above it in this list.
+mod log;
 pub mod key;
-pub mod layer;
 pub mod model;
-pub mod openapi;
-pub mod rate_limit;
-pub mod request_id;
-mod response;
-mod routes;
 pub mod seed;
-pub mod service;
 pub mod store;
+pub mod rate_limit;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod body;
+mod conditional;
+pub mod request_id;
+pub mod openapi;
+mod auth;
+mod config;
+mod response;
+mod routes;
+mod deadline;
+mod flow;
+pub mod service;
+pub mod layer;
+pub mod docs;
 
 pub use body::ApiBody;
 pub use key::KeyDigest;
 pub use layer::PartnerApiLayer;
-pub use model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
+pub use model::{EncodedOrder, InvalidOrder, Order, OrderPage, Organization, Timestamp, MAX_ORDERS};
 pub use rate_limit::{LocalRateLimiter, RateLimitDecision, RateLimiter};
 pub use response::error_response;
-pub use routes::MAX_ORDERS;
 pub use service::PartnerApi;
 #[cfg(feature = "postgres")]
 pub use store::PgStore;

@@ -1,4 +1,4 @@
-//! The resources of spec section 2: [`Organization`], [`Order`] and their wire formats.
+//! The resources of contract section 2: [`Organization`], [`Order`] and their wire formats.
 
 use std::fmt;
 use std::str::FromStr;
@@ -9,13 +9,14 @@ use chrono::{DateTime, Datelike, NaiveDate, SecondsFormat, Timelike, Utc};
 use http::HeaderValue;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::store::StoreError;
+/// The most orders one `GET /orders` response holds (contract 4.2 rule 1, section 8).
+pub const MAX_ORDERS: usize = 100;
 
 /// The largest budget the API serves: 2^53 - 1, the largest integer that every JSON
 /// client (JavaScript's `Number` included) represents exactly.
 pub const MAX_BUDGET_DKK: u64 = (1 << 53) - 1;
 
-/// An organization: the owner of API keys and orders (spec 2.2).
+/// An organization: the owner of API keys and orders (contract 2.2).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Organization {
     /// Identifier of the organization.
@@ -24,7 +25,7 @@ pub struct Organization {
     pub name: String,
 }
 
-/// A media buy (spec 2.3): exactly the ten fields the spec names, in its camelCase.
+/// A media buy (contract 2.3): exactly the ten fields the contract names, in its camelCase.
 ///
 /// Every field is required and never `null`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,7 +47,7 @@ pub struct Order {
     pub start_date: NaiveDate,
     /// Last day of the buy, served as `YYYY-MM-DD`.
     pub end_date: NaiveDate,
-    /// Status of the order, an opaque string (the spec does not fix its values).
+    /// Status of the order, an opaque string (the contract does not fix its values).
     pub status: String,
     /// Reference used by an external party.
     pub external_reference: String,
@@ -189,10 +190,11 @@ impl EncodedOrder {
     ///
     /// # Errors
     ///
-    /// A [`StoreError`] of kind [`InvalidData`](crate::StoreErrorKind::InvalidData) when the
-    /// order cannot be served as the spec requires: a budget above [`MAX_BUDGET_DKK`], or a date
-    /// whose year is outside 0000..=9999 (it would not print as `YYYY-MM-DD`).
-    pub fn new(order: Order) -> Result<Self, StoreError> {
+    /// [`InvalidOrder`] when the order cannot be served as the contract requires: a budget
+    /// above [`MAX_BUDGET_DKK`], or a date whose year is outside 0000..=9999 (it would not
+    /// print as `YYYY-MM-DD`). It converts into a [`StoreError`](crate::StoreError) of kind
+    /// [`InvalidData`](crate::StoreErrorKind::InvalidData).
+    pub fn new(order: Order) -> Result<Self, InvalidOrder> {
         if order.budget_dkk > MAX_BUDGET_DKK {
             return Err(invalid_order(&order, "budgetDkk is above 2^53 - 1"));
         }
@@ -208,7 +210,7 @@ impl EncodedOrder {
             ));
         }
         let json = serde_json::to_vec(&order)
-            .map_err(StoreError::invalid_data)?
+            .map_err(|err| invalid_order(&order, &err.to_string()))?
             .into_boxed_slice();
         Ok(Self(Arc::new(EncodedInner { order, json })))
     }
@@ -224,9 +226,22 @@ impl EncodedOrder {
     }
 }
 
-fn invalid_order(order: &Order, problem: &str) -> StoreError {
-    StoreError::invalid_data(format!("order {:?}: {problem}", order.id))
+fn invalid_order(order: &Order, problem: &str) -> InvalidOrder {
+    InvalidOrder(format!("order {:?}: {problem}", order.id))
 }
+
+/// An order that breaks the wire contract, with what is wrong (the message names the order
+/// by id).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidOrder(String);
+
+impl fmt::Display for InvalidOrder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvalidOrder {}
 
 impl fmt::Debug for EncodedOrder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -235,7 +250,7 @@ impl fmt::Debug for EncodedOrder {
 }
 
 impl TryFrom<Order> for EncodedOrder {
-    type Error = StoreError;
+    type Error = InvalidOrder;
 
     fn try_from(order: Order) -> Result<Self, Self::Error> {
         Self::new(order)

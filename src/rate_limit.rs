@@ -129,18 +129,24 @@ impl RateLimitDecision {
             .unwrap_or_default();
         headers.insert(
             RATE_LIMIT_RESET,
-            HeaderValue::from(whole_seconds_up(now + self.reset_after)),
+            HeaderValue::from(whole_seconds_up(now.saturating_add(self.reset_after))),
         );
         if let Some(retry_after) = self.retry_after {
-            // At least 1: "0" would invite an immediate retry that is refused again.
-            let seconds = whole_seconds_up(retry_after).max(1);
-            headers.insert(RETRY_AFTER, HeaderValue::from(seconds));
+            headers.insert(RETRY_AFTER, whole_seconds_at_least_one(retry_after));
         }
     }
 }
 
 fn whole_seconds_up(duration: Duration) -> u64 {
-    duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
+    duration
+        .as_secs()
+        .saturating_add(u64::from(duration.subsec_nanos() > 0))
+}
+
+/// A `Retry-After` value: `duration` in whole seconds, rounded up, and at least 1, since `0`
+/// would invite an immediate retry that fails again.
+pub(crate) fn whole_seconds_at_least_one(duration: Duration) -> HeaderValue {
+    HeaderValue::from(whole_seconds_up(duration).max(1))
 }
 
 type KeyedLimiter = governor::RateLimiter<
@@ -220,14 +226,17 @@ impl LocalRateLimiter {
         match self.limiter.check_key(&principal.key_id) {
             Ok(state) => {
                 let remaining = state.remaining_burst_capacity();
-                let reset_after = self.period * (self.limit - remaining.min(self.limit));
+                let reset_after = self
+                    .period
+                    .saturating_mul(self.limit - remaining.min(self.limit));
                 RateLimitDecision::allowed(self.limit, remaining, reset_after)
             }
             Err(not_until) => {
                 let retry_after = not_until.wait_time_from(self.limiter.clock().now());
                 // Empty now: the next request comes back after `retry_after`, the rest one
                 // `period` apart.
-                let reset_after = retry_after + self.period * (self.limit - 1);
+                let reset_after =
+                    retry_after.saturating_add(self.period.saturating_mul(self.limit - 1));
                 RateLimitDecision::refused(self.limit, retry_after, reset_after)
             }
         }
@@ -261,13 +270,13 @@ mod tests {
     use crate::model::Organization;
 
     fn principal(key_id: &str) -> Principal {
-        Principal {
-            key_id: key_id.into(),
-            organization: Arc::new(Organization {
+        Principal::new(
+            key_id,
+            Organization {
                 id: "org".into(),
                 name: "Org".into(),
-            }),
-        }
+            },
+        )
     }
 
     #[test]

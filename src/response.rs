@@ -1,15 +1,21 @@
-//! The JSON documents the API writes: the `meta` envelope (spec 2.1, 9.3), success bodies and
-//! the error object of spec section 7, with the headers every response carries.
+//! The JSON documents the API writes: the `meta` envelope (contract 2.1, 9.3), success bodies
+//! and the error object of contract section 7, with the headers every response carries.
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{
-    HeaderMap, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, ETAG, VARY,
-    WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
+    HeaderMap, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, ETAG, RETRY_AFTER,
+    VARY, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
 };
 use http::{Response, StatusCode};
 
 use crate::auth::AuthFailure;
 use crate::body::ApiBody;
+use crate::conditional;
+use crate::config::DEFAULT_RETRY_AFTER;
+use crate::model::{OrderPage, Organization};
+use crate::rate_limit::whole_seconds_at_least_one;
 use crate::request_id::REQUEST_ID_HEADER;
 
 /// The `meta` object of every response, as a literal so bodies can be built with `concat!`.
@@ -86,12 +92,18 @@ pub(crate) fn set_request_id(response: &mut Response<ApiBody>, id: Option<Header
 }
 
 /// The headers of a `200` (or `304`) that carries an `ETag`: such a body may be kept by the
-/// partner's own (private) cache and revalidated with `If-None-Match` on every use; `Vary`
-/// keeps a cache from answering one key with another key's body.
+/// partner's own (private) cache and revalidated with `If-None-Match` on every use. `Vary`
+/// keeps a cache from answering one key with another key's body, and, when a host compresses
+/// responses (tower-http's `CompressionLayer` keeps the tag), from answering a client with an
+/// encoding it did not ask for: a cache keeps one variant per encoding and revalidates each
+/// with the one tag, which names the same content.
 static TAGGED_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(|| {
     let mut headers = JSON_HEADERS.clone();
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("private, no-cache"));
-    headers.insert(VARY, HeaderValue::from_static("Authorization"));
+    headers.insert(
+        VARY,
+        HeaderValue::from_static("Authorization, Accept-Encoding"),
+    );
     // A slot, as `x-request-id`'s: `tagged` always fills it.
     headers.insert(ETAG, HeaderValue::from_static(""));
     headers
@@ -195,12 +207,83 @@ pub fn error_response(status: StatusCode) -> Response<ApiBody> {
         _ => None,
     };
     let mut response = match known {
+        Some(ApiError::Unavailable) => unavailable(DEFAULT_RETRY_AFTER),
         Some(error) => error.into_response(),
         None => json(status, Bytes::from(other_error_body(status))),
     };
     // A host's own response: no request id of the API's to put in the slot.
     set_request_id(&mut response, None);
     response
+}
+
+/// The `503` of a store that is unreachable or too slow, with `Retry-After`.
+pub(crate) fn unavailable(retry_after: Duration) -> Response<ApiBody> {
+    let mut response = ApiError::Unavailable.into_response();
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, whole_seconds_at_least_one(retry_after));
+    response
+}
+
+/// The `GET /openapi.json` response: the bare document, which may be cached.
+pub(crate) fn openapi(document: Bytes) -> Response<ApiBody> {
+    let mut response = json(StatusCode::OK, document);
+    response.headers_mut().insert(
+        CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
+    response
+}
+
+/// The body of `GET /me` for `organization`.
+pub(crate) fn me_body(organization: &Organization) -> Result<Bytes, serde_json::Error> {
+    // Exact when nothing needs escaping, so `Bytes::from` takes the buffer without allocating.
+    let mut body = Vec::with_capacity(
+        ME_OPEN.len()
+            + r#"{"id":"","name":""}"#.len()
+            + organization.id.len()
+            + organization.name.len()
+            + ME_CLOSE.len(),
+    );
+    body.extend_from_slice(ME_OPEN);
+    body.extend_from_slice(br#"{"id":"#);
+    write_json_string(&mut body, &organization.id)?;
+    body.extend_from_slice(br#","name":"#);
+    write_json_string(&mut body, &organization.name)?;
+    body.push(b'}');
+    body.extend_from_slice(ME_CLOSE);
+    Ok(body.into())
+}
+
+/// Writes `text` as a JSON string: as it is when nothing in it needs escaping (the common
+/// case, and a copy), else through serde_json.
+fn write_json_string(out: &mut Vec<u8>, text: &str) -> Result<(), serde_json::Error> {
+    // No early exit, so the compiler can check many bytes at once.
+    let plain = text.bytes().fold(true, |plain, b| {
+        plain & (b >= 0x20) & (b != b'"') & (b != b'\\')
+    });
+    if plain {
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+        Ok(())
+    } else {
+        serde_json::to_writer(out, text)
+    }
+}
+
+/// The body of `GET /orders` around `page`'s ready JSON, without a copy.
+pub(crate) fn orders_body(page: &OrderPage) -> ApiBody {
+    ApiBody::chunks([
+        Bytes::from_static(ORDERS_OPEN),
+        page.json().clone(),
+        Bytes::from_static(ORDERS_CLOSE),
+    ])
+}
+
+/// The entity tag of the `GET /orders` body around the page whose JSON is `page_json`.
+pub(crate) fn orders_etag(page_json: &Bytes) -> HeaderValue {
+    conditional::entity_tag(&[ORDERS_OPEN, page_json, ORDERS_CLOSE])
 }
 
 /// The error document for a status the API itself never answers with.

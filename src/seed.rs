@@ -12,7 +12,6 @@
 //! Each of the three lists may be left out; `revoked` defaults to `false`; members that the
 //! format does not name are ignored.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
@@ -20,7 +19,6 @@ use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Order, Organization, Timestamp};
-use crate::store::MemoryStore;
 
 /// The contents of a seed file.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -79,17 +77,15 @@ pub struct SeedError {
 }
 
 impl SeedError {
-    fn new(message: String, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+    /// An error of `message` (what failed, naming the entry) caused by `source`.
+    pub(crate) fn new(
+        message: String,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
         Self {
             message,
             source: Some(source.into()),
         }
-    }
-
-    /// A failure of `what`, caused by a store error.
-    #[cfg(feature = "postgres")]
-    pub(crate) fn from_store(what: &str, err: crate::store::StoreError) -> Self {
-        Self::new(what.to_owned(), err)
     }
 
     fn at(mut self, context: &str) -> Self {
@@ -102,7 +98,7 @@ impl fmt::Display for SeedError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)?;
         if let Some(source) = &self.source {
-            write!(f, ": {}", crate::store::ErrorChain(&**source))?;
+            write!(f, ": {}", crate::log::ErrorChain(&**source))?;
         }
         Ok(())
     }
@@ -131,43 +127,6 @@ impl Seed {
         let text = std::fs::read_to_string(path)
             .map_err(|err| SeedError::new("cannot be read".into(), err).at(&context))?;
         Self::from_json(&text).map_err(|err| err.at(&context))
-    }
-
-    /// Loads the seed into a new [`MemoryStore`].
-    ///
-    /// # Errors
-    ///
-    /// When an entry breaks the rules of the store: a duplicate organization, key or order
-    /// id, a reference to an unknown organization, a key that is no bearer token, an order
-    /// that cannot be served. The message names the entry (keys by index, never by value).
-    pub fn to_memory_store(&self) -> Result<MemoryStore, SeedError> {
-        let store = MemoryStore::new();
-        for (index, organization) in self.organizations.iter().enumerate() {
-            store
-                .add_organization(organization.clone())
-                .map_err(|err| SeedError::new(format!("organizations[{index}]"), err))?;
-        }
-        for (index, key) in self.api_keys.iter().enumerate() {
-            store
-                .add_key(&key.key, &key.organization_id)
-                .map_err(|err| SeedError::new(format!("apiKeys[{index}]"), err))?;
-            if key.revoked {
-                store.revoke_key(&key.key);
-            }
-        }
-        let mut by_organization: BTreeMap<&str, Vec<Order>> = BTreeMap::new();
-        for seed_order in &self.orders {
-            by_organization
-                .entry(&seed_order.organization_id)
-                .or_default()
-                .push(seed_order.order.clone());
-        }
-        for (organization_id, orders) in by_organization {
-            store.add_orders(organization_id, orders).map_err(|err| {
-                SeedError::new(format!("orders of organization {organization_id:?}"), err)
-            })?;
-        }
-        Ok(store)
     }
 
     /// The built-in demo data: two organizations, one with 157 orders and one with 12, a key
@@ -262,6 +221,7 @@ pub const DEMO_REVOKED_KEY: &str = "pk_test_revoked_0123456789abcdefghijk";
 mod tests {
     use super::*;
     use crate::{KeyDigest, KeyStore, OrderStore};
+
 
     #[tokio::test]
     async fn demo_data_loads_with_the_documented_shape() {

@@ -9,29 +9,26 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response};
 use tower::Service;
 
 use crate::auth::{bearer_token, Challenges};
 use crate::body::ApiBody;
 use crate::conditional::IfNoneMatch;
+use crate::config::Config;
+pub use crate::config::{
+    DEFAULT_PREFIX, DEFAULT_REALM, DEFAULT_RETRY_AFTER, DEFAULT_STORE_TIMEOUT,
+};
+use crate::flow::{self, Answer, Exchange, Flow};
 use crate::key::KeyDigest;
 use crate::openapi;
 use crate::rate_limit::RateLimiter;
 use crate::request_id;
 use crate::response::{self, ApiError};
-use crate::routes::{self, Answer, Exchange, Route};
+use crate::routes::Route;
 use crate::store::{KeyStore, OrderStore};
 
-/// The default mount prefix: the version segment of spec section 9.
-pub const DEFAULT_PREFIX: &str = "/v1";
-/// The default realm of the `WWW-Authenticate` challenge.
-pub const DEFAULT_REALM: &str = "partner-api";
-/// The default time a request may spend waiting for its stores.
-pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The partner API (spec section 4) as a tower [`Service`] for any request body.
+/// The partner API (contract section 4) as a tower [`Service`] for any request body.
 ///
 /// It answers `GET`/`HEAD` `{prefix}/me`, `{prefix}/orders` and `{prefix}/openapi.json` (the
 /// OpenAPI description, without a key) and a JSON error for anything
@@ -46,45 +43,19 @@ pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(10);
 /// ```
 #[derive(Clone)]
 pub struct PartnerApi {
-    shared: Arc<Shared>,
-}
-
-/// What every request of one [`PartnerApi`] reads.
-#[derive(Clone)]
-pub(crate) struct Shared {
-    pub(crate) keys: Arc<dyn KeyStore>,
-    pub(crate) orders: Arc<dyn OrderStore>,
-    pub(crate) challenges: Challenges,
-    pub(crate) store_timeout: Option<Duration>,
-    pub(crate) rate_limiter: Option<Arc<dyn RateLimiter>>,
-    /// Whether keyed bodies carry an `ETag` and `If-None-Match` can answer `304`.
-    pub(crate) conditional_requests: bool,
-    /// Whether responses carry `x-request-id`.
-    request_ids: bool,
-    /// The OpenAPI document as served under `prefix`.
-    pub(crate) openapi: Bytes,
-    prefix: String,
+    config: Arc<Config>,
 }
 
 impl PartnerApi {
-    /// The API over separate key and order stores.
-    pub fn new(keys: Arc<dyn KeyStore>, orders: Arc<dyn OrderStore>) -> Self {
+    /// Creates the API over separate key and order stores: any [`KeyStore`] and
+    /// [`OrderStore`], an `Arc` of one included.
+    pub fn new(keys: impl KeyStore + 'static, orders: impl OrderStore + 'static) -> Self {
         Self {
-            shared: Arc::new(Shared {
-                keys,
-                orders,
-                challenges: Challenges::new(DEFAULT_REALM),
-                store_timeout: Some(DEFAULT_STORE_TIMEOUT),
-                rate_limiter: None,
-                conditional_requests: true,
-                request_ids: true,
-                openapi: openapi::encoded(DEFAULT_PREFIX),
-                prefix: DEFAULT_PREFIX.to_owned(),
-            }),
+            config: Arc::new(Config::new(Arc::new(keys), Arc::new(orders))),
         }
     }
 
-    /// The API over one store that holds both keys and orders.
+    /// Creates the API over one store that holds both keys and orders.
     pub fn from_store<S: KeyStore + OrderStore + 'static>(store: S) -> Self {
         let store = Arc::new(store);
         Self::new(store.clone(), store)
@@ -109,7 +80,7 @@ impl PartnerApi {
                     .all(|b| b.is_ascii_graphic() && b != b'?' && b != b'#'),
             "the prefix must be a path such as \"/v1\" or \"/partner/v1\""
         );
-        let shared = Arc::make_mut(&mut self.shared);
+        let shared = Arc::make_mut(&mut self.config);
         shared.prefix = prefix.to_owned();
         shared.openapi = openapi::encoded(prefix);
         self
@@ -123,7 +94,7 @@ impl PartnerApi {
     /// When `realm` is not printable ASCII or holds `"` or `\`.
     #[must_use]
     pub fn with_realm(mut self, realm: &str) -> Self {
-        Arc::make_mut(&mut self.shared).challenges = Challenges::new(realm);
+        Arc::make_mut(&mut self.config).challenges = Challenges::new(realm);
         self
     }
 
@@ -133,7 +104,16 @@ impl PartnerApi {
     /// The timer needs a tokio runtime with its time driver enabled.
     #[must_use]
     pub fn with_store_timeout(mut self, timeout: Option<Duration>) -> Self {
-        Arc::make_mut(&mut self.shared).store_timeout = timeout;
+        Arc::make_mut(&mut self.config).store_timeout = timeout;
+        self
+    }
+
+    /// Sets the `Retry-After` of a `503` (default [`DEFAULT_RETRY_AFTER`]): how long a client
+    /// should wait after a store was unreachable or too slow. Sent in whole seconds, at
+    /// least 1.
+    #[must_use]
+    pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
+        Arc::make_mut(&mut self.config).retry_after = retry_after;
         self
     }
 
@@ -142,7 +122,7 @@ impl PartnerApi {
     /// `X-RateLimit-*` headers (see [`rate_limit`](crate::rate_limit)).
     #[must_use]
     pub fn with_rate_limiter(mut self, limiter: impl RateLimiter + 'static) -> Self {
-        Arc::make_mut(&mut self.shared).rate_limiter = Some(Arc::new(limiter));
+        Arc::make_mut(&mut self.config).rate_limiter = Some(Arc::new(limiter));
         self
     }
 
@@ -152,7 +132,7 @@ impl PartnerApi {
     /// without a body. When off, they carry `Cache-Control: no-store` and no tag.
     #[must_use]
     pub fn with_conditional_requests(mut self, enabled: bool) -> Self {
-        Arc::make_mut(&mut self.shared).conditional_requests = enabled;
+        Arc::make_mut(&mut self.config).conditional_requests = enabled;
         self
     }
 
@@ -162,29 +142,24 @@ impl PartnerApi {
     /// when it declares a `request_id` field.
     #[must_use]
     pub fn with_request_ids(mut self, enabled: bool) -> Self {
-        Arc::make_mut(&mut self.shared).request_ids = enabled;
+        Arc::make_mut(&mut self.config).request_ids = enabled;
         self
     }
 
-    /// The prefix the API answers under, without a trailing `/`.
+    /// Returns the prefix the API answers under, without a trailing `/`.
     pub fn prefix(&self) -> &str {
-        &self.shared.prefix
+        &self.config.prefix
     }
 
-    /// Whether `path` is under the prefix: the prefix itself or below it (`/v1/...`, not
-    /// `/v10`).
+    /// Returns whether `path` is under the prefix: the prefix itself or below it
+    /// (`/v1/...`, not `/v10`).
     pub fn is_under_prefix(&self, path: &str) -> bool {
-        self.path_below_prefix(path).is_some()
-    }
-
-    fn path_below_prefix<'p>(&self, path: &'p str) -> Option<&'p str> {
-        let rest = path.strip_prefix(self.prefix())?;
-        (rest.is_empty() || rest.starts_with('/')).then_some(rest)
+        self.config.path_below_prefix(path).is_some()
     }
 
     /// Answers a request from its method, path and headers.
     fn dispatch(&self, method: &Method, path: &str, headers: &HeaderMap) -> ResponseFuture {
-        let request_id = self.shared.request_ids.then(|| {
+        let request_id = self.config.request_ids.then(|| {
             let id = request_id::request_id(headers);
             let span = tracing::Span::current();
             if !span.is_disabled() {
@@ -203,37 +178,36 @@ impl PartnerApi {
 
     fn answer(&self, method: &Method, path: &str, headers: &HeaderMap) -> ResponseFuture {
         let head = method == Method::HEAD;
-        let Some(route) = self.path_below_prefix(path).and_then(Route::at) else {
+        let config = &self.config;
+        let Some(route) = config.path_below_prefix(path).and_then(Route::at) else {
             return ResponseFuture::ready(ApiError::NotFound.into_response(), head);
         };
         if !route.allows(method) {
             return ResponseFuture::ready(ApiError::MethodNotAllowed.into_response(), head);
         }
         if !route.needs_key() {
-            return ResponseFuture::ready(routes::openapi(&self.shared), head);
+            return ResponseFuture::ready(response::openapi(config.openapi.clone()), head);
         }
         let token = match bearer_token(headers) {
             Ok(token) => token,
             Err(failure) => {
-                let challenge = self.shared.challenges.for_failure(failure);
+                let challenge = config.challenges.for_failure(failure);
                 return ResponseFuture::ready(response::unauthorized(failure, challenge), head);
             }
         };
         // Only the digest goes on: the plaintext never enters a future or a store.
-        let digest = KeyDigest::of_bytes(token);
-        // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in
-        // a future is.
         let exchange = Exchange {
             route,
-            if_none_match: self
-                .shared
+            if_none_match: config
                 .conditional_requests
                 .then(|| IfNoneMatch::from_headers(headers))
                 .flatten(),
         };
-        let answer = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            routes::answer(&self.shared, exchange, digest)
-        }));
+        let flow = Flow::new(exchange, KeyDigest::of_bytes(token));
+        // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in
+        // a future is.
+        let answer =
+            std::panic::catch_unwind(AssertUnwindSafe(|| flow::answer_now(config, flow)));
         match answer {
             Ok(Answer::Ready(response)) => ResponseFuture::ready(response, head),
             Ok(Answer::Wait(future)) => ResponseFuture {
@@ -249,11 +223,12 @@ impl PartnerApi {
 impl fmt::Debug for PartnerApi {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PartnerApi")
-            .field("prefix", &self.shared.prefix)
-            .field("store_timeout", &self.shared.store_timeout)
-            .field("rate_limited", &self.shared.rate_limiter.is_some())
-            .field("conditional_requests", &self.shared.conditional_requests)
-            .field("request_ids", &self.shared.request_ids)
+            .field("prefix", &self.config.prefix)
+            .field("store_timeout", &self.config.store_timeout)
+            .field("retry_after", &self.config.retry_after)
+            .field("rate_limited", &self.config.rate_limiter.is_some())
+            .field("conditional_requests", &self.config.conditional_requests)
+            .field("request_ids", &self.config.request_ids)
             .finish_non_exhaustive()
     }
 }

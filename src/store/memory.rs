@@ -1,14 +1,14 @@
 //! [`MemoryStore`]: both store traits over process memory, for tests, demos and benchmarks.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use async_trait::async_trait;
 
 use super::{KeyStore, OrderStore, Principal, StoreError};
 use crate::key::{is_valid_key, KeyDigest};
-use crate::model::{EncodedOrder, Order, OrderPage, Organization};
-use crate::routes::MAX_ORDERS;
+use crate::model::{EncodedOrder, Order, OrderPage, Organization, MAX_ORDERS};
+use crate::seed::{Seed, SeedError};
 
 /// An in-memory [`KeyStore`] and [`OrderStore`] with the semantics of a real store: keys are
 /// held only as digests, a revoked key stays known but resolves to nothing, and every change
@@ -16,6 +16,11 @@ use crate::routes::MAX_ORDERS;
 ///
 /// Clones share the same data, so a host can keep one handle to add or revoke keys while the
 /// service serves from another.
+///
+/// What a request can wait for: a read takes a read lock for a hash lookup and two reference
+/// counts. Writers build every new page of orders (sorting, encoding, joining) before they
+/// take the write lock, which they hold only to swap it in; so a request never waits for a
+/// sort, only for another map insert.
 ///
 /// ```
 /// use partner_api::{MemoryStore, Organization};
@@ -29,6 +34,9 @@ use crate::routes::MAX_ORDERS;
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     state: Arc<RwLock<State>>,
+    /// Held by writers of orders from their snapshot to their swap, so two writers never
+    /// build on the same snapshot; readers never take it.
+    order_writer: Arc<Mutex<()>>,
 }
 
 #[derive(Default)]
@@ -36,8 +44,8 @@ struct State {
     organizations: HashMap<String, Arc<Organization>>,
     keys: HashMap<KeyDigest, KeyEntry, DigestHasher>,
     /// Per organization, its orders newest first, so a read never scans other organizations
-    /// or sorts.
-    orders: HashMap<String, OrganizationOrders>,
+    /// or sorts; replaced whole by a writer, never changed in place.
+    orders: HashMap<String, Arc<OrganizationOrders>>,
     next_key_number: u64,
 }
 
@@ -76,7 +84,7 @@ impl std::hash::Hasher for DigestHash {
     }
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct OrganizationOrders {
     newest_first: Vec<EncodedOrder>,
     ids: HashSet<String>,
@@ -144,10 +152,7 @@ impl MemoryStore {
         }
         state.next_key_number += 1;
         let key_id = format!("key_{}", state.next_key_number);
-        let principal = Principal {
-            key_id: key_id.as_str().into(),
-            organization,
-        };
+        let principal = Principal::new(key_id.as_str(), organization);
         state.keys.insert(
             digest,
             KeyEntry {
@@ -195,40 +200,95 @@ impl MemoryStore {
             .into_iter()
             .map(EncodedOrder::new)
             .collect::<Result<Vec<_>, _>>()?;
-        let mut state = self.write();
-        if !state.organizations.contains_key(organization_id) {
-            return Err(unknown_organization(organization_id));
-        }
-        let entry = state.orders.entry(organization_id.to_owned()).or_default();
-        let mut new_ids = HashSet::with_capacity(encoded.len());
-        for order in &encoded {
+        let _writer = self
+            .order_writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let current = {
+            let state = self.read();
+            if !state.organizations.contains_key(organization_id) {
+                return Err(unknown_organization(organization_id));
+            }
+            state.orders.get(organization_id).cloned().unwrap_or_default()
+        };
+        // Built outside the lock: readers go on with the current page meanwhile.
+        let next = current.with(organization_id, encoded)?;
+        self.write()
+            .orders
+            .insert(organization_id.to_owned(), Arc::new(next));
+        Ok(())
+    }
+}
+
+impl OrganizationOrders {
+    /// These orders and `added`, or an error naming the first id that would repeat.
+    fn with(&self, organization_id: &str, added: Vec<EncodedOrder>) -> Result<Self, StoreError> {
+        let mut next = self.clone();
+        for order in &added {
             let id = &order.order().id;
-            if entry.ids.contains(id) || !new_ids.insert(id.clone()) {
+            if !next.ids.insert(id.clone()) {
                 return Err(StoreError::invalid_data(format!(
                     "organization {organization_id:?} has an order {id:?}"
                 )));
             }
         }
-        entry.ids.extend(new_ids);
-        if let [order] = encoded.as_slice() {
-            let at = entry
+        if let [order] = added.as_slice() {
+            let at = next
                 .newest_first
                 .partition_point(|held| held.order().cmp_newest_first(order.order()).is_lt());
-            entry.newest_first.insert(at, order.clone());
+            next.newest_first.insert(at, order.clone());
         } else {
-            entry.newest_first.extend(encoded);
-            entry
-                .newest_first
+            next.newest_first.extend(added);
+            next.newest_first
                 .sort_by(|a, b| a.order().cmp_newest_first(b.order()));
         }
-        let newest = entry.newest_first.len().min(MAX_ORDERS);
-        entry.newest_page = OrderPage::new(entry.newest_first[..newest].to_vec());
-        Ok(())
+        let newest = next.newest_first.len().min(MAX_ORDERS);
+        next.newest_page = OrderPage::new(next.newest_first[..newest].to_vec());
+        Ok(next)
     }
 }
 
 fn unknown_organization(organization_id: &str) -> StoreError {
     StoreError::invalid_data(format!("unknown organization {organization_id:?}"))
+}
+
+impl Seed {
+    /// Loads the seed into a new [`MemoryStore`].
+    ///
+    /// # Errors
+    ///
+    /// When an entry breaks the rules of the store: a duplicate organization, key or order
+    /// id, a reference to an unknown organization, a key that is no bearer token, an order
+    /// that cannot be served. The message names the entry (keys by index, never by value).
+    pub fn to_memory_store(&self) -> Result<MemoryStore, SeedError> {
+        let store = MemoryStore::new();
+        for (index, organization) in self.organizations.iter().enumerate() {
+            store
+                .add_organization(organization.clone())
+                .map_err(|err| SeedError::new(format!("organizations[{index}]"), err))?;
+        }
+        for (index, key) in self.api_keys.iter().enumerate() {
+            store
+                .add_key(&key.key, &key.organization_id)
+                .map_err(|err| SeedError::new(format!("apiKeys[{index}]"), err))?;
+            if key.revoked {
+                store.revoke_key(&key.key);
+            }
+        }
+        let mut by_organization: BTreeMap<&str, Vec<Order>> = BTreeMap::new();
+        for seed_order in &self.orders {
+            by_organization
+                .entry(&seed_order.organization_id)
+                .or_default()
+                .push(seed_order.order.clone());
+        }
+        for (organization_id, orders) in by_organization {
+            store.add_orders(organization_id, orders).map_err(|err| {
+                SeedError::new(format!("orders of organization {organization_id:?}"), err)
+            })?;
+        }
+        Ok(store)
+    }
 }
 
 impl std::fmt::Debug for MemoryStore {

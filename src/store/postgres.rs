@@ -169,7 +169,7 @@ impl PgStore {
     /// When the seed breaks a rule (the message names the entry) or the database fails.
     pub async fn load_seed(&self, seed: &Seed) -> Result<(), SeedError> {
         seed.to_memory_store()?;
-        let database = |err: StoreError| SeedError::from_store("loading into PostgreSQL", err);
+        let database = |err: StoreError| SeedError::new("loading into PostgreSQL".to_owned(), err);
         let fail = |err: sqlx::Error| database(store_error(err));
         let mut transaction = self.pool.begin().await.map_err(fail)?;
         for organization in &seed.organizations {
@@ -298,7 +298,7 @@ fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
     let budget_dkk = u64::try_from(budget)
         .map_err(|_| StoreError::invalid_data(format!("order {id:?}: negative budget_dkk")))?;
     let created_at: DateTime<Utc> = column(row, "created_at")?;
-    EncodedOrder::new(Order {
+    Ok(EncodedOrder::new(Order {
         providers: column(row, "providers")?,
         advertiser_name: column(row, "advertiser_name")?,
         campaign_name: column(row, "campaign_name")?,
@@ -309,7 +309,7 @@ fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
         external_reference: column(row, "external_reference")?,
         created_at: Timestamp::from_datetime(created_at),
         id,
-    })
+    })?)
 }
 
 #[async_trait]
@@ -324,13 +324,11 @@ impl KeyStore for PgStore {
             return Ok(None);
         };
         let key_id: i64 = column(&row, "id")?;
-        Ok(Some(Principal {
-            key_id: key_id.to_string().into(),
-            organization: std::sync::Arc::new(Organization {
-                id: column(&row, "organization_id")?,
-                name: column(&row, "name")?,
-            }),
-        }))
+        let organization = Organization {
+            id: column(&row, "organization_id")?,
+            name: column(&row, "name")?,
+        };
+        Ok(Some(Principal::new(key_id.to_string(), organization)))
     }
 }
 

@@ -1,0 +1,318 @@
+//! The steps of answering a request that carries a well-formed key, written once: look the key
+//! up, ask the rate limiter, read the orders, write the response.
+//!
+//! [`Flow`] holds where a request stands and takes each store's reply ([`Flow::advance`]);
+//! it never waits itself. Two drivers ask the stores its questions: [`answer_now`] with their
+//! immediate answers (`lookup_now`, `check_now`, `newest_orders_now`), inside `call`, with no
+//! future, box or timer; and, from the first question a store must wait for, [`answer_awaited`]
+//! with awaited answers under the store timeout. A new step is a new question and a new arm of
+//! `advance`; both drivers follow it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use http::{HeaderValue, Response, StatusCode};
+
+use crate::auth::AuthFailure;
+use crate::body::ApiBody;
+use crate::conditional::{self, IfNoneMatch};
+use crate::config::Config;
+use crate::deadline::Deadline;
+use crate::key::KeyDigest;
+use crate::log::ErrorChain;
+use crate::model::{OrderPage, MAX_ORDERS};
+use crate::rate_limit::RateLimitDecision;
+use crate::response::{self, ApiError};
+use crate::routes::Route;
+use crate::store::{Principal, StoreError, StoreErrorKind};
+
+/// What answering needs from the request, owned so a store future can keep it.
+pub(crate) struct Exchange {
+    pub(crate) route: Route,
+    /// The request's `If-None-Match`, when it has one and conditional requests are on.
+    pub(crate) if_none_match: Option<IfNoneMatch>,
+}
+
+/// Where answering one request stands.
+pub(crate) struct Flow {
+    exchange: Exchange,
+    step: Step,
+}
+
+/// What is known so far, and so what the flow asks next.
+enum Step {
+    /// Only the key's digest: the key store is asked.
+    LookUp(KeyDigest),
+    /// The key is valid: the rate limiter is asked.
+    Limit(Principal),
+    /// The request may be served: the order store is asked for the organization's page.
+    ReadOrders(Principal, Option<RateLimitDecision>),
+}
+
+/// A question of the flow to a store.
+pub(crate) enum Question<'a> {
+    /// The key store's principal for the digest.
+    Key(&'a KeyDigest),
+    /// The rate limiter's decision for the principal.
+    Limit(&'a Principal),
+    /// The order store's newest [`MAX_ORDERS`] orders of the organization.
+    Orders(&'a str),
+}
+
+/// A store's reply to a [`Question`].
+pub(crate) enum Reply {
+    Key(Result<Option<Principal>, StoreError>),
+    Limit(Result<RateLimitDecision, StoreError>),
+    Orders(Result<OrderPage, StoreError>),
+}
+
+/// The flow after a reply: done, or with a next question.
+pub(crate) enum Progress {
+    Done(Response<ApiBody>),
+    Next(Flow),
+}
+
+impl Flow {
+    /// A flow for `exchange` with the key whose digest is `digest`.
+    pub(crate) fn new(exchange: Exchange, digest: KeyDigest) -> Self {
+        Self {
+            exchange,
+            step: Step::LookUp(digest),
+        }
+    }
+
+    /// The question the flow waits on.
+    pub(crate) fn question(&self) -> Question<'_> {
+        match &self.step {
+            Step::LookUp(digest) => Question::Key(digest),
+            Step::Limit(principal) => Question::Limit(principal),
+            Step::ReadOrders(principal, _) => Question::Orders(&principal.organization.id),
+        }
+    }
+
+    /// Takes the reply to [`question`](Self::question).
+    pub(crate) fn advance(self, config: &Config, reply: Reply) -> Progress {
+        let Self { exchange, step } = self;
+        match (step, reply) {
+            (Step::LookUp(_), Reply::Key(found)) => match found {
+                Ok(Some(principal)) if config.rate_limiter.is_some() => Progress::Next(Self {
+                    exchange,
+                    step: Step::Limit(principal),
+                }),
+                Ok(Some(principal)) => after_limit(config, exchange, principal, None),
+                Ok(None) => Progress::Done(unknown_key(config)),
+                Err(err) => Progress::Done(store_failed(config, err)),
+            },
+            (Step::Limit(principal), Reply::Limit(decided)) => {
+                after_limit(config, exchange, principal, limit_decided(decided))
+            }
+            (Step::ReadOrders(principal, decision), Reply::Orders(page)) => {
+                let response = page.map(|page| orders(config, &exchange, &page));
+                Progress::Done(finish(config, &principal, decision, response))
+            }
+            // The drivers reply to the question asked; anything else is a bug here, answered
+            // as a failure rather than a panic on the request path.
+            (_, _) => Progress::Done(ApiError::Internal.into_response()),
+        }
+    }
+}
+
+/// The answer to a request with a well-formed key: ready, or still waiting for a store.
+pub(crate) enum Answer {
+    /// Every store involved answered at once.
+    Ready(Response<ApiBody>),
+    /// A store must be waited for.
+    Wait(Pin<Box<dyn Future<Output = Response<ApiBody>> + Send>>),
+}
+
+/// Drives `flow` with the stores' immediate answers, and hands it to [`answer_awaited`] at the
+/// first question one of them must wait for.
+pub(crate) fn answer_now(config: &Arc<Config>, mut flow: Flow) -> Answer {
+    loop {
+        let reply = match flow.question() {
+            Question::Key(digest) => config.keys.lookup_now(digest).map(Reply::Key),
+            Question::Limit(principal) => config
+                .rate_limiter
+                .as_ref()
+                .and_then(|limiter| limiter.check_now(principal))
+                .map(Reply::Limit),
+            Question::Orders(organization_id) => config
+                .orders
+                .newest_orders_now(organization_id, MAX_ORDERS)
+                .map(Reply::Orders),
+        };
+        let Some(reply) = reply else {
+            return Answer::Wait(Box::pin(answer_awaited(config.clone(), flow)));
+        };
+        match flow.advance(config, reply) {
+            Progress::Done(response) => return Answer::Ready(response),
+            Progress::Next(next) => flow = next,
+        }
+    }
+}
+
+/// Drives `flow` with awaited answers, all of them within the store timeout.
+async fn answer_awaited(config: Arc<Config>, flow: Flow) -> Response<ApiBody> {
+    let answered = async {
+        let mut flow = flow;
+        loop {
+            let reply = match flow.question() {
+                Question::Key(digest) => Reply::Key(config.keys.lookup(digest).await),
+                Question::Limit(principal) => match &config.rate_limiter {
+                    Some(limiter) => Reply::Limit(limiter.check(principal).await),
+                    None => Reply::Limit(Err(StoreError::other("no rate limiter"))),
+                },
+                Question::Orders(organization_id) => Reply::Orders(
+                    config
+                        .orders
+                        .newest_orders(organization_id, MAX_ORDERS)
+                        .await,
+                ),
+            };
+            match flow.advance(&config, reply) {
+                Progress::Done(response) => return response,
+                Progress::Next(next) => flow = next,
+            }
+        }
+    };
+    let Some(timeout) = config.store_timeout else {
+        return answered.await;
+    };
+    Deadline::new(answered, timeout).await.unwrap_or_else(|()| {
+        let err = StoreError::unavailable(format!("no answer from the store within {timeout:?}"));
+        store_failed(&config, err)
+    })
+}
+
+/// The flow once the limiter decided (or there is none): refused, served without the order
+/// store, or on to read the orders.
+fn after_limit(
+    config: &Config,
+    exchange: Exchange,
+    principal: Principal,
+    decision: Option<RateLimitDecision>,
+) -> Progress {
+    if decision.is_some_and(|decision| !decision.is_allowed()) {
+        let refused = Ok(ApiError::TooManyRequests.into_response());
+        return Progress::Done(finish(config, &principal, decision, refused));
+    }
+    if exchange.route.reads_orders() {
+        return Progress::Next(Flow {
+            exchange,
+            step: Step::ReadOrders(principal, decision),
+        });
+    }
+    let response = match exchange.route {
+        // Served before any key is looked at (`Route::needs_key`); the same answer here.
+        Route::OpenApi => Ok(response::openapi(config.openapi.clone())),
+        _ => me(config, &exchange, &principal),
+    };
+    Progress::Done(finish(config, &principal, decision, response))
+}
+
+/// The limiter's decision, or none when it failed: the request is served without a limit
+/// rather than refused because the limiter's own store is down.
+fn limit_decided(result: Result<RateLimitDecision, StoreError>) -> Option<RateLimitDecision> {
+    result
+        .inspect_err(|err| {
+            tracing::warn!(
+                kind = ?err.kind(),
+                error = %ErrorChain(err),
+                "partner API rate limiter failed; serving without a limit"
+            );
+        })
+        .ok()
+}
+
+/// The response to `principal`: `response` (or its failure's), with the rate-limit budget when
+/// a limiter decided; the organization recorded in the host's request span.
+fn finish(
+    config: &Config,
+    principal: &Principal,
+    decision: Option<RateLimitDecision>,
+    response: Result<Response<ApiBody>, StoreError>,
+) -> Response<ApiBody> {
+    // The host's request span may declare this field (see the crate docs on logging).
+    let span = tracing::Span::current();
+    if !span.is_disabled() {
+        span.record("organization_id", principal.organization.id.as_str());
+    }
+    let mut response = response.unwrap_or_else(|err| store_failed(config, err));
+    if let Some(decision) = decision {
+        decision.write_headers(response.headers_mut());
+    }
+    response
+}
+
+/// The 200 (or 304) of `GET /me`.
+fn me(
+    config: &Config,
+    exchange: &Exchange,
+    principal: &Principal,
+) -> Result<Response<ApiBody>, StoreError> {
+    let body = response::me_body(&principal.organization).map_err(StoreError::other)?;
+    let etag = config
+        .conditional_requests
+        .then(|| conditional::entity_tag(&[&body]));
+    Ok(tagged_or_not(exchange, ApiBody::new(body), etag))
+}
+
+/// The 200 (or 304) of `GET /orders` for `page`. The bound is the service's promise, so it
+/// holds whatever the store returned (and a page is newest first by construction).
+fn orders(config: &Config, exchange: &Exchange, page: &OrderPage) -> Response<ApiBody> {
+    let page = if page.len() > MAX_ORDERS {
+        tracing::warn!(
+            len = page.len(),
+            "the order store returned more orders than asked for"
+        );
+        page.truncated(MAX_ORDERS)
+    } else {
+        page.clone()
+    };
+    // Computed once per stored page and shared by its clones.
+    let etag = config
+        .conditional_requests
+        .then(|| page.etag(response::orders_etag).clone());
+    tagged_or_not(exchange, response::orders_body(&page), etag)
+}
+
+/// The `200` of `body`, tagged `etag` when there is one, or the `304` when the request's
+/// `If-None-Match` matches that tag.
+fn tagged_or_not(
+    exchange: &Exchange,
+    body: ApiBody,
+    etag: Option<HeaderValue>,
+) -> Response<ApiBody> {
+    let Some(etag) = etag else {
+        return response::json_body(StatusCode::OK, body);
+    };
+    let unchanged = exchange
+        .if_none_match
+        .as_ref()
+        .is_some_and(|condition| condition.matches(&etag));
+    if unchanged {
+        response::not_modified(etag)
+    } else {
+        response::tagged(body, etag)
+    }
+}
+
+/// The 401 for a well-formed key that no store knows, or that was revoked.
+fn unknown_key(config: &Config) -> Response<ApiBody> {
+    let failure = AuthFailure::UnknownKey;
+    response::unauthorized(failure, config.challenges.for_failure(failure))
+}
+
+/// The answer to a store failure; its detail goes to the log only.
+fn store_failed(config: &Config, err: StoreError) -> Response<ApiBody> {
+    tracing::error!(
+        kind = ?err.kind(),
+        error = %ErrorChain(&err),
+        "partner API store failed"
+    );
+    match err.kind() {
+        StoreErrorKind::Unavailable => response::unavailable(config.retry_after),
+        _ => ApiError::Internal.into_response(),
+    }
+}

@@ -1,0 +1,97 @@
+//! [`StoreError`]: the one error of every store operation, and its kinds.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+use crate::model::InvalidOrder;
+
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// What went wrong in a store, classified by what the API answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The store cannot be reached or did not answer in time: the API answers 503.
+    Unavailable,
+    /// The store holds or was given data that breaks the contract (an order that cannot be
+    /// served, a reference to an unknown organization, a duplicate): the API answers 500.
+    InvalidData,
+    /// Any other failure: the API answers 500.
+    Other,
+}
+
+impl fmt::Display for StoreErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Unavailable => "store unavailable",
+            Self::InvalidData => "invalid data",
+            Self::Other => "store failure",
+        })
+    }
+}
+
+/// The error of every store operation. It keeps its source error, which reaches the logs
+/// (`tracing`, error level) and never a response body.
+///
+/// Build one with [`StoreError::unavailable`], [`StoreError::invalid_data`] or
+/// [`StoreError::other`]; each takes any error or message.
+#[derive(Debug)]
+pub struct StoreError {
+    kind: StoreErrorKind,
+    source: BoxError,
+}
+
+impl StoreError {
+    /// An error of `kind` caused by `source`.
+    pub fn new(kind: StoreErrorKind, source: impl Into<BoxError>) -> Self {
+        Self {
+            kind,
+            source: source.into(),
+        }
+    }
+
+    /// The store cannot be reached or timed out.
+    pub fn unavailable(source: impl Into<BoxError>) -> Self {
+        Self::new(StoreErrorKind::Unavailable, source)
+    }
+
+    /// Data breaks the contract.
+    pub fn invalid_data(source: impl Into<BoxError>) -> Self {
+        Self::new(StoreErrorKind::InvalidData, source)
+    }
+
+    /// Any other failure.
+    pub fn other(source: impl Into<BoxError>) -> Self {
+        Self::new(StoreErrorKind::Other, source)
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> StoreErrorKind {
+        self.kind
+    }
+
+    /// Takes the source error out.
+    pub fn into_source(self) -> BoxError {
+        self.source
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The source is reported through `Error::source`, not repeated here.
+        fmt::Display::fmt(&self.kind, f)
+    }
+}
+
+impl StdError for StoreError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+/// An order that breaks the wire contract is invalid data.
+impl From<InvalidOrder> for StoreError {
+    fn from(err: InvalidOrder) -> Self {
+        Self::invalid_data(err)
+    }
+}

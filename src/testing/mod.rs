@@ -1,0 +1,58 @@
+//! The conformance suites (feature `testing`): the behaviour every [`KeyStore`] +
+//! [`OrderStore`] pair, and every [`RateLimiter`], must have for the API to keep its contract.
+//!
+//! A host implements [`StoreFixtures`] (how to insert test data into its store) and runs
+//! [`run`] in one test:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let store = partner_api::MemoryStore::new();
+//! partner_api::testing::run(&store).await.assert_passed();
+//! # }
+//! ```
+//!
+//! Every check works in its own namespace of fresh ids, so the suite runs against a store
+//! that already holds data (a shared test database) and can run again on the same store.
+//!
+//! A host's own [`RateLimiter`] (one over Redis, say) has a suite too,
+//! [`run_rate_limiter`]:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use std::num::NonZeroU32;
+//! use std::time::Duration;
+//! // One request back a minute: none comes back while the suite runs.
+//! let limiter =
+//!     partner_api::LocalRateLimiter::new(Duration::from_secs(60), NonZeroU32::new(5).unwrap());
+//! partner_api::testing::run_rate_limiter(&limiter, 5).await.assert_passed();
+//! # }
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[cfg(doc)]
+use crate::{KeyStore, OrderStore, RateLimiter};
+
+mod rate_limit;
+mod report;
+mod store;
+
+pub use rate_limit::run_rate_limiter;
+pub use report::Report;
+pub use store::{run, StoreFixtures};
+
+/// A fresh prefix of ids: unique within this process and, by the clock, across runs.
+fn namespace() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_nanos());
+    format!(
+        "ct{}x{}x{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
