@@ -1,5 +1,5 @@
 //! Conditional GET (issue 8): a strong `ETag` over each keyed body, `304 Not Modified` for a
-//! matching `If-None-Match`, `Vary: Authorization`, and the switch that turns it off.
+//! matching `If-None-Match`, `Vary: Authorization, Accept-Encoding`, and the switch that turns it off.
 
 mod common;
 
@@ -23,7 +23,7 @@ async fn a_poller_gets_304s_while_nothing_changes_and_a_200_when_it_does() {
         let first = call(&api, get(path, Some(KEY_A))).await;
         assert_eq!(first.status, StatusCode::OK);
         let etag = first.header("etag").expect("an ETag").to_owned();
-        assert_eq!(first.header("vary"), Some("Authorization"));
+        assert_eq!(first.header("vary"), Some("Authorization, Accept-Encoding"));
         assert_eq!(first.header("cache-control"), Some("private, no-cache"));
         // The same body, the same tag.
         assert_eq!(
@@ -36,7 +36,7 @@ async fn a_poller_gets_304s_while_nothing_changes_and_a_200_when_it_does() {
             assert_eq!(again.status, StatusCode::NOT_MODIFIED, "{path}");
             assert!(again.body.is_empty());
             assert_eq!(again.header("etag"), Some(&*etag));
-            assert_eq!(again.header("vary"), Some("Authorization"));
+            assert_eq!(again.header("vary"), Some("Authorization, Accept-Encoding"));
             assert_eq!(again.header("content-length"), None);
             assert_eq!(again.header("content-type"), None);
         }
@@ -132,4 +132,44 @@ async fn conditional_requests_can_be_turned_off() {
     assert_eq!(response.status, StatusCode::OK);
     assert_eq!(response.header("etag"), None);
     assert_eq!(response.header("cache-control"), Some("no-store"));
+}
+
+#[tokio::test]
+async fn a_host_that_compresses_keeps_caches_apart_by_encoding() {
+    use http_body_util::BodyExt;
+    use tower::{ServiceBuilder, ServiceExt};
+    use tower_http::compression::CompressionLayer;
+
+    // A host that compresses in front of the API: tower-http keeps the API's tag, so the
+    // API's `Vary` must already name the encoding, on the 200 and on the 304 alike (the
+    // layer adds nothing to a bodiless 304).
+    let compressed = ServiceBuilder::new()
+        .layer(CompressionLayer::new())
+        .service(api());
+    let mut request = get("/v1/orders", Some(KEY_A));
+    request
+        .headers_mut()
+        .insert("accept-encoding", "gzip".parse().unwrap());
+    let response = compressed.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["content-encoding"], "gzip");
+    let vary: Vec<_> = response.headers().get_all("vary").iter().collect();
+    assert_eq!(vary, ["Authorization, Accept-Encoding"], "named once");
+    let etag = response.headers()["etag"].to_str().unwrap().to_owned();
+    let gzipped = response.into_body().collect().await.unwrap().to_bytes();
+    let identity = call(&api(), get("/v1/orders", Some(KEY_A))).await;
+    assert_ne!(gzipped, identity.body, "the body was compressed");
+    assert_eq!(identity.header("etag"), Some(&*etag));
+    assert_eq!(identity.header("vary"), Some("Authorization, Accept-Encoding"));
+
+    let mut revalidation = conditional("/v1/orders", KEY_A, &etag);
+    revalidation
+        .headers_mut()
+        .insert("accept-encoding", "gzip".parse().unwrap());
+    let response = compressed.oneshot(revalidation).await.unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_MODIFIED);
+    assert_eq!(
+        response.headers()["vary"],
+        "Authorization, Accept-Encoding"
+    );
 }

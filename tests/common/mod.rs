@@ -221,7 +221,8 @@ impl OrderStore for UnsortedStore {
     async fn newest_orders(&self, _: &str, _: usize) -> Result<OrderPage, StoreError> {
         (0..self.count)
             .map(|n| EncodedOrder::new(order(&format!("u{n:03}"), BASE_MILLIS + n * 1000)))
-            .collect()
+            .collect::<Result<_, _>>()
+            .map_err(StoreError::from)
     }
 }
 
