@@ -8,7 +8,8 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use tower::{Layer, Service};
+use tower::util::Oneshot;
+use tower::{Layer, Service, ServiceExt};
 
 use crate::body::ApiBody;
 use crate::service::{self, PartnerApi};
@@ -34,7 +35,7 @@ pub struct PartnerApiLayer {
 }
 
 impl PartnerApiLayer {
-    /// A layer that mounts `api` under [`PartnerApi::prefix`].
+    /// Creates a layer that mounts `api` under [`PartnerApi::prefix`].
     pub fn new(api: PartnerApi) -> Self {
         Self { api }
     }
@@ -49,6 +50,12 @@ impl<S> Layer<S> for PartnerApiLayer {
 }
 
 /// The service of [`PartnerApiLayer`]: the API under its prefix, `S` everywhere else.
+///
+/// It is always ready, as axum's router is: a request for the API never waits on the inner
+/// service's readiness (a host's `ConcurrencyLimit` or `Buffer`), and one for the inner
+/// service is sent to a clone of it that is driven to readiness first
+/// ([`ServiceExt::oneshot`]), so the inner service's backpressure holds for its own requests
+/// only.
 #[derive(Clone, Debug)]
 pub struct PartnerApiMount<S> {
     inner: S,
@@ -56,22 +63,22 @@ pub struct PartnerApiMount<S> {
 }
 
 impl<S> PartnerApiMount<S> {
-    /// Mounts `api` in front of `inner`.
+    /// Creates the service that mounts `api` in front of `inner`.
     pub fn new(inner: S, api: PartnerApi) -> Self {
         Self { inner, api }
     }
 
-    /// A [`PartnerApiLayer`] that mounts `api`.
+    /// Returns a [`PartnerApiLayer`] that mounts `api`.
     pub fn layer(api: PartnerApi) -> PartnerApiLayer {
         PartnerApiLayer::new(api)
     }
 
-    /// The wrapped service.
+    /// Returns the wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
-    /// The wrapped service, mutably.
+    /// Returns the wrapped service, mutably.
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
@@ -84,15 +91,16 @@ impl<S> PartnerApiMount<S> {
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for PartnerApiMount<S>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
+    type Future = ResponseFuture<S, Request<ReqBody>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // The API is always ready; readiness is the inner service's.
-        self.inner.poll_ready(cx)
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // The API is always ready; the inner service's readiness is awaited per request, in
+        // its response future.
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
@@ -102,7 +110,7 @@ where
             }
         } else {
             Kind::Inner {
-                future: self.inner.call(request),
+                future: self.inner.clone().oneshot(request),
             }
         };
         ResponseFuture { kind }
@@ -110,26 +118,33 @@ where
 }
 
 pin_project! {
-    /// The response future of [`PartnerApiMount`].
-    pub struct ResponseFuture<F> {
+    /// The response future of [`PartnerApiMount`]: the API's answer, or the inner service's
+    /// once it was ready and called.
+    pub struct ResponseFuture<S, R>
+    where
+        S: Service<R>,
+    {
         #[pin]
-        kind: Kind<F>,
+        kind: Kind<S, R>,
     }
 }
 
 pin_project! {
     #[project = KindProj]
-    enum Kind<F> {
+    enum Kind<S, R>
+    where
+        S: Service<R>,
+    {
         Api { future: service::ResponseFuture },
-        Inner { #[pin] future: F },
+        Inner { #[pin] future: Oneshot<S, R> },
     }
 }
 
-impl<F, B, E> Future for ResponseFuture<F>
+impl<S, R, B> Future for ResponseFuture<S, R>
 where
-    F: Future<Output = Result<Response<B>, E>>,
+    S: Service<R, Response = Response<B>>,
 {
-    type Output = Result<Response<ResponseBody<B>>, E>;
+    type Output = Result<Response<ResponseBody<B>>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {

@@ -197,3 +197,49 @@ async fn axum_router_layer_keeps_the_hosts_routes() {
         StatusCode::NOT_FOUND
     );
 }
+
+/// A host service that is never ready, as one behind a spent `ConcurrencyLimit` is.
+#[derive(Clone)]
+struct NeverReady;
+
+impl tower::Service<Request<String>> for NeverReady {
+    type Response = Response<String>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Response<String>, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Pending
+    }
+
+    fn call(&mut self, _request: Request<String>) -> Self::Future {
+        panic!("called without being ready")
+    }
+}
+
+#[tokio::test]
+async fn api_requests_do_not_wait_for_the_inner_services_readiness() {
+    let mut mounted = PartnerApiLayer::new(api()).layer(NeverReady);
+    // Ready at once, although the inner service never is.
+    let ready = std::future::poll_fn(|cx| tower::Service::poll_ready(&mut mounted, cx));
+    tokio::time::timeout(std::time::Duration::from_secs(1), ready)
+        .await
+        .expect("the mount is ready")
+        .unwrap();
+    let response = mounted
+        .clone()
+        .oneshot(request("/v1/me", Some(KEY_A)))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    // The host's own request waits for its service (and never calls it unready).
+    let host_request = mounted.oneshot(request("/health", None));
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(100), host_request)
+            .await
+            .is_err(),
+        "a request for the inner service must wait for it to be ready"
+    );
+}
