@@ -54,9 +54,15 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn gives_up_after_the_timeout_and_not_before() {
-        let slow = Deadline::new(tokio::time::sleep(Duration::from_secs(5)), Duration::from_secs(1));
+        let slow = Deadline::new(
+            tokio::time::sleep(Duration::from_secs(5)),
+            Duration::from_secs(1),
+        );
         assert_eq!(slow.await, Err(()));
-        let fast = Deadline::new(tokio::time::sleep(Duration::from_millis(10)), Duration::from_secs(1));
+        let fast = Deadline::new(
+            tokio::time::sleep(Duration::from_millis(10)),
+            Duration::from_secs(1),
+        );
         assert_eq!(fast.await, Ok(()));
         assert_eq!(Deadline::new(async { 7 }, Duration::ZERO).await, Ok(7));
     }

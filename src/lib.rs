@@ -55,32 +55,34 @@
 #![deny(missing_docs)]
 
 // Bottom to top: each module uses only those above it in this list.
-mod log;
-pub mod key;
-pub mod model;
-pub mod seed;
-pub mod store;
-pub mod rate_limit;
-#[cfg(feature = "testing")]
-pub mod testing;
+mod auth;
 pub mod body;
 mod conditional;
-pub mod request_id;
-pub mod openapi;
-mod auth;
 mod config;
+mod deadline;
+pub mod docs;
+mod flow;
+pub mod key;
+pub mod layer;
+mod log;
+pub mod model;
+pub mod openapi;
+pub mod rate_limit;
+pub mod request_id;
 mod response;
 mod routes;
-mod deadline;
-mod flow;
+pub mod seed;
 pub mod service;
-pub mod layer;
-pub mod docs;
+pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use body::ApiBody;
 pub use key::KeyDigest;
 pub use layer::PartnerApiLayer;
-pub use model::{EncodedOrder, InvalidOrder, Order, OrderPage, Organization, Timestamp, MAX_ORDERS};
+pub use model::{
+    EncodedOrder, InvalidOrder, Order, OrderPage, Organization, Timestamp, MAX_ORDERS,
+};
 pub use rate_limit::{LocalRateLimiter, RateLimitDecision, RateLimiter};
 pub use response::error_response;
 pub use service::PartnerApi;

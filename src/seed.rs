@@ -222,7 +222,6 @@ mod tests {
     use super::*;
     use crate::{KeyDigest, KeyStore, OrderStore};
 
-
     #[tokio::test]
     async fn demo_data_loads_with_the_documented_shape() {
         let store = Seed::demo().to_memory_store().unwrap();

@@ -206,8 +206,7 @@ impl PartnerApi {
         let flow = Flow::new(exchange, KeyDigest::of_bytes(token));
         // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in
         // a future is.
-        let answer =
-            std::panic::catch_unwind(AssertUnwindSafe(|| flow::answer_now(config, flow)));
+        let answer = std::panic::catch_unwind(AssertUnwindSafe(|| flow::answer_now(config, flow)));
         match answer {
             Ok(Answer::Ready(response)) => ResponseFuture::ready(response, head),
             Ok(Answer::Wait(future)) => ResponseFuture {

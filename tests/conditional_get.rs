@@ -160,7 +160,10 @@ async fn a_host_that_compresses_keeps_caches_apart_by_encoding() {
     let identity = call(&api(), get("/v1/orders", Some(KEY_A))).await;
     assert_ne!(gzipped, identity.body, "the body was compressed");
     assert_eq!(identity.header("etag"), Some(&*etag));
-    assert_eq!(identity.header("vary"), Some("Authorization, Accept-Encoding"));
+    assert_eq!(
+        identity.header("vary"),
+        Some("Authorization, Accept-Encoding")
+    );
 
     let mut revalidation = conditional("/v1/orders", KEY_A, &etag);
     revalidation
@@ -168,8 +171,5 @@ async fn a_host_that_compresses_keeps_caches_apart_by_encoding() {
         .insert("accept-encoding", "gzip".parse().unwrap());
     let response = compressed.oneshot(revalidation).await.unwrap();
     assert_eq!(response.status(), StatusCode::NOT_MODIFIED);
-    assert_eq!(
-        response.headers()["vary"],
-        "Authorization, Accept-Encoding"
-    );
+    assert_eq!(response.headers()["vary"], "Authorization, Accept-Encoding");
 }

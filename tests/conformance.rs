@@ -9,7 +9,6 @@ use partner_api::{
     StoreError,
 };
 
-
 #[tokio::test]
 async fn the_memory_store_conforms_and_can_run_twice() {
     let store = MemoryStore::new();
@@ -70,11 +69,7 @@ impl StoreFixtures for Faulty {
         }
         Ok(())
     }
-    async fn add_orders(
-        &self,
-        organization_id: &str,
-        orders: &[Order],
-    ) -> Result<(), StoreError> {
+    async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError> {
         self.0.add_orders(organization_id, orders.iter().cloned())
     }
 }

@@ -209,7 +209,11 @@ impl MemoryStore {
             if !state.organizations.contains_key(organization_id) {
                 return Err(unknown_organization(organization_id));
             }
-            state.orders.get(organization_id).cloned().unwrap_or_default()
+            state
+                .orders
+                .get(organization_id)
+                .cloned()
+                .unwrap_or_default()
         };
         // Built outside the lock: readers go on with the current page meanwhile.
         let next = current.with(organization_id, encoded)?;

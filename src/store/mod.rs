@@ -128,4 +128,3 @@ impl<T: OrderStore + ?Sized> OrderStore for std::sync::Arc<T> {
         (**self).newest_orders_now(organization_id, limit)
     }
 }
-

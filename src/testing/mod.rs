@@ -55,4 +55,3 @@ fn namespace() -> String {
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
 }
-

@@ -115,4 +115,3 @@ async fn now_agrees<L: RateLimiter>(limiter: &L, burst: u32) -> Check {
     );
     Ok(())
 }
-

@@ -67,5 +67,4 @@ pub(super) fn failed(what: &str) -> impl FnOnce(StoreError) -> String + '_ {
     move |err| format!("{what}: {}", crate::log::ErrorChain(&err))
 }
 
-
 pub(super) use ensure;

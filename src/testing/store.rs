@@ -397,4 +397,3 @@ async fn isolation<F: StoreFixtures>(fixtures: &F) -> Check {
     expect_newest(fixtures, &a.id, &of_a, 100).await?;
     expect_newest(fixtures, &b.id, &of_b, 100).await
 }
-
