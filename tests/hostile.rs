@@ -166,3 +166,39 @@ async fn huge_tokens_paths_and_queries_get_deliberate_answers() {
         "the query string is ignored"
     );
 }
+
+/// Text biased towards what JSON must escape: control characters, quotes, backslashes,
+/// alone or mixed with plain and non-ASCII text.
+fn json_hostile_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        proptest::string::string_regex("[\\x00-\\x1f]{0,12}").unwrap(),
+        proptest::string::string_regex("[\"\\\\]{0,12}").unwrap(),
+        proptest::string::string_regex("[\\x00-\\x20\"\\\\a-z\\x7f é😀]{0,24}").unwrap(),
+        any::<String>(),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    /// Whatever an organization's id and name hold, `/v1/me` writes them as serde_json does:
+    /// the fast path that copies plain strings never lets a character through unescaped.
+    #[test]
+    fn any_organization_round_trips_through_me_as_serde_json_writes_it(
+        id in json_hostile_text(),
+        name in json_hostile_text(),
+    ) {
+        let store = MemoryStore::new();
+        store.add_organization(Organization { id: id.clone(), name: name.clone() }).unwrap();
+        store.add_key(KEY_A, &id).unwrap();
+        let api = PartnerApi::from_store(store);
+        let response = runtime().block_on(call(&api, get("/v1/me", Some(KEY_A))));
+        prop_assert_eq!(response.status, StatusCode::OK);
+        let expected = format!(
+            r#"{{"meta":{{"version":"v1","status":"beta"}},"data":{{"organization":{{"id":{},"name":{}}}}}}}"#,
+            serde_json::to_string(&id).unwrap(),
+            serde_json::to_string(&name).unwrap(),
+        );
+        prop_assert_eq!(std::str::from_utf8(&response.body).unwrap(), expected);
+    }
+}
