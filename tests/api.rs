@@ -434,10 +434,23 @@ async fn an_unavailable_store_is_a_503() {
     let response = call(&api, get("/v1/orders", Some(KEY_A))).await;
     assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(!response.error_message().contains("refused"));
+    assert_eq!(response.header("retry-after"), Some("2"));
     assert_eq!(
         StoreError::unavailable("x").kind(),
         StoreErrorKind::Unavailable
     );
+    // The wait is the host's to set; sent in whole seconds, rounded up, at least 1.
+    for (retry_after, header) in [(1500, "2"), (0, "1"), (30_000, "30")] {
+        let api = failing(|| StoreError::unavailable("connection refused"))
+            .with_retry_after(Duration::from_millis(retry_after));
+        let response = call(&api, get("/v1/me", Some(KEY_A))).await;
+        assert_eq!(response.header("retry-after"), Some(header));
+    }
+    // Other failures are no reason to come back later.
+    let api = failing(|| StoreError::other("bug"));
+    let response = call(&api, get("/v1/me", Some(KEY_A))).await;
+    assert_eq!(response.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(response.header("retry-after"), None);
 }
 
 #[tokio::test(start_paused = true)]
@@ -446,6 +459,7 @@ async fn a_hanging_store_is_a_503_after_the_store_timeout() {
     let started = tokio::time::Instant::now();
     let response = call(&api, get("/v1/me", Some(KEY_A))).await;
     assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.header("retry-after"), Some("2"));
     assert_eq!(started.elapsed(), Duration::from_secs(2));
     let default = PartnerApi::from_store(HangingStore);
     let started = tokio::time::Instant::now();
