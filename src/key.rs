@@ -37,7 +37,7 @@ pub enum KeyEnvironment {
 }
 
 impl KeyEnvironment {
-    /// The key prefix of this environment.
+    /// Returns the key prefix of this environment.
     pub fn prefix(self) -> &'static str {
         match self {
             Self::Live => LIVE_PREFIX,
@@ -103,22 +103,22 @@ impl ApiKey {
         })
     }
 
-    /// The key itself: show it once, and keep only its digest.
+    /// Returns the key itself: show it once, and keep only its digest.
     pub fn plaintext(&self) -> &str {
         &self.plaintext
     }
 
-    /// The digest to store.
+    /// Returns the digest to store.
     pub fn digest(&self) -> KeyDigest {
         KeyDigest::of(&self.plaintext)
     }
 
-    /// The environment the key is for.
+    /// Returns the environment the key is for.
     pub fn environment(&self) -> KeyEnvironment {
         self.environment
     }
 
-    /// A short form that identifies the key on a settings page without revealing it: the
+    /// Returns a short form that identifies the key on a settings page without revealing it: the
     /// prefix and the last four characters, `pk_live_…Xy12`.
     pub fn hint(&self) -> String {
         let last = &self.plaintext[self.plaintext.len() - 4..];
@@ -168,7 +168,7 @@ fn is_forged(key: &[u8]) -> bool {
 pub struct KeyDigest([u8; 32]);
 
 impl KeyDigest {
-    /// The digest of the plaintext key `key`.
+    /// Computes the digest of the plaintext key `key`.
     pub fn of(key: &str) -> Self {
         Self::of_bytes(key.as_bytes())
     }
@@ -178,12 +178,12 @@ impl KeyDigest {
         Self(Sha256::digest(key).into())
     }
 
-    /// A digest from its 32 bytes, as a store read it back.
+    /// Creates a digest from its 32 bytes, as a store read it back.
     pub const fn from_bytes(bytes: [u8; 32]) -> Self {
         Self(bytes)
     }
 
-    /// The 32 bytes of the digest, as a store persists them.
+    /// Returns the 32 bytes of the digest, as a store persists them.
     pub const fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }
@@ -195,7 +195,7 @@ impl fmt::Debug for KeyDigest {
     }
 }
 
-/// Whether `key` can be presented as a bearer token: RFC 6750's `b64token`
+/// Returns whether `key` can be presented as a bearer token: RFC 6750's `b64token`
 /// (`1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="`), at most
 /// [`MAX_KEY_LEN`] bytes, and, if it has the shape of a generated key, with a checksum that
 /// matches.

@@ -53,6 +53,7 @@
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // Bottom to top: each module uses only those above it in this list.
 mod auth;
@@ -75,6 +76,7 @@ pub mod seed;
 pub mod service;
 pub mod store;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
 pub use body::ApiBody;
@@ -87,6 +89,7 @@ pub use rate_limit::{LocalRateLimiter, RateLimitDecision, RateLimiter};
 pub use response::error_response;
 pub use service::PartnerApi;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use store::PgStore;
 pub use store::{KeyStore, MemoryStore, OrderStore, Principal, StoreError, StoreErrorKind};
 

@@ -77,7 +77,7 @@ fn whole_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Er
 }
 
 impl Order {
-    /// The order in which the API serves orders, newest first: `createdAt` descending, ties
+    /// Compares in the order in which the API serves orders, newest first: `createdAt` descending, ties
     /// broken by `id` descending in byte order (in SQL: `ORDER BY created_at DESC,
     /// id COLLATE "C" DESC`).
     pub fn cmp_newest_first(&self, other: &Self) -> std::cmp::Ordering {
@@ -102,12 +102,12 @@ impl Timestamp {
         Self(instant.with_nanosecond(millis).unwrap_or(instant))
     }
 
-    /// The instant `millis` milliseconds after the Unix epoch, if chrono can represent it.
+    /// Creates the instant `millis` milliseconds after the Unix epoch, if chrono can represent it.
     pub fn from_unix_millis(millis: i64) -> Option<Self> {
         DateTime::from_timestamp_millis(millis).map(Self)
     }
 
-    /// The wrapped instant.
+    /// Returns the wrapped instant.
     pub fn as_datetime(&self) -> DateTime<Utc> {
         self.0
     }
@@ -215,12 +215,12 @@ impl EncodedOrder {
         Ok(Self(Arc::new(EncodedInner { order, json })))
     }
 
-    /// The order.
+    /// Returns the order.
     pub fn order(&self) -> &Order {
         &self.0.order
     }
 
-    /// The order's JSON object, exactly as it is served.
+    /// Returns the order's JSON object, exactly as it is served.
     pub fn json(&self) -> &[u8] {
         &self.0.json
     }
@@ -274,7 +274,7 @@ pub struct OrderPage {
 }
 
 impl OrderPage {
-    /// A page of `orders`, sorted newest first.
+    /// Creates a page of `orders`, sorted newest first.
     pub fn new(mut orders: Vec<EncodedOrder>) -> Self {
         if !orders.is_sorted_by(|a, b| a.order().cmp_newest_first(b.order()).is_le()) {
             orders.sort_by(|a, b| a.order().cmp_newest_first(b.order()));
@@ -299,22 +299,22 @@ impl OrderPage {
         }
     }
 
-    /// The orders, newest first.
+    /// Returns the orders, newest first.
     pub fn orders(&self) -> &[EncodedOrder] {
         &self.orders
     }
 
-    /// The number of orders.
+    /// Returns the number of orders.
     pub fn len(&self) -> usize {
         self.orders.len()
     }
 
-    /// Whether the page has no order.
+    /// Returns whether the page has no order.
     pub fn is_empty(&self) -> bool {
         self.orders.is_empty()
     }
 
-    /// The JSON array of the orders, exactly as it is served.
+    /// Returns the JSON array of the orders, exactly as it is served.
     pub fn json(&self) -> &Bytes {
         &self.json
     }
@@ -324,7 +324,7 @@ impl OrderPage {
         self.etag.get_or_init(|| compute(&self.json))
     }
 
-    /// This page cut to its newest `limit` orders.
+    /// Returns this page cut to its newest `limit` orders.
     pub fn truncated(&self, limit: usize) -> Self {
         if self.len() <= limit {
             return self.clone();

@@ -13,7 +13,7 @@ pub const DOCUMENT: &str = include_str!("openapi.json");
 /// The value of `info.version`.
 pub const VERSION: &str = "1.0.0-beta";
 
-/// The document with its one server URL set to `prefix` (`"/"` for the root).
+/// Returns the document with its one server URL set to `prefix` (`"/"` for the root).
 ///
 /// ```
 /// let document = partner_api::openapi::document("/partner/v1");

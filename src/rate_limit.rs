@@ -73,7 +73,7 @@ pub struct RateLimitDecision {
 }
 
 impl RateLimitDecision {
-    /// The request may go on; `remaining` more may follow now, of a full budget of `limit`,
+    /// Creates the decision that the request may go on; `remaining` more may follow now, of a full budget of `limit`,
     /// which is whole again after `reset_after`.
     pub fn allowed(limit: u32, remaining: u32, reset_after: Duration) -> Self {
         Self {
@@ -84,7 +84,7 @@ impl RateLimitDecision {
         }
     }
 
-    /// The request is refused: the next one may succeed after `retry_after`; the budget of
+    /// Creates the decision that the request is refused: the next one may succeed after `retry_after`; the budget of
     /// `limit` is whole again after `reset_after`.
     pub fn refused(limit: u32, retry_after: Duration, reset_after: Duration) -> Self {
         Self {
@@ -95,27 +95,27 @@ impl RateLimitDecision {
         }
     }
 
-    /// Whether the request may be served.
+    /// Returns whether the request may be served.
     pub fn is_allowed(&self) -> bool {
         self.retry_after.is_none()
     }
 
-    /// The requests a full budget allows.
+    /// Returns the requests a full budget allows.
     pub fn limit(&self) -> u32 {
         self.limit
     }
 
-    /// The requests that may still be made now.
+    /// Returns the requests that may still be made now.
     pub fn remaining(&self) -> u32 {
         self.remaining
     }
 
-    /// How long until the budget is full again.
+    /// Returns how long until the budget is full again.
     pub fn reset_after(&self) -> Duration {
         self.reset_after
     }
 
-    /// For a refused request, how long until the next one may succeed.
+    /// Returns, for a refused request, how long until the next one may succeed.
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after
     }

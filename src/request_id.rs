@@ -36,7 +36,7 @@ fn given_id(headers: &HeaderMap) -> Option<&HeaderValue> {
     }
 }
 
-/// Whether `id` may be taken from a request as its id: 1 to [`MAX_REQUEST_ID_LEN`] bytes of
+/// Returns whether `id` may be taken from a request as its id: 1 to [`MAX_REQUEST_ID_LEN`] bytes of
 /// ASCII letters, digits and `-_.:+/=@`. A host that sets ids itself (tower-http's
 /// `SetRequestIdLayer`) can drop others first, so its logs and the API agree on every id.
 ///
@@ -93,7 +93,7 @@ pub fn generate() -> HeaderValue {
 pub struct RequestIdLayer;
 
 impl RequestIdLayer {
-    /// The layer.
+    /// Creates the layer.
     pub fn new() -> Self {
         Self
     }
@@ -114,22 +114,22 @@ pub struct RequestId<S> {
 }
 
 impl<S> RequestId<S> {
-    /// `inner`, with request ids.
+    /// Creates the service: `inner`, with request ids.
     pub fn new(inner: S) -> Self {
         Self { inner }
     }
 
-    /// A [`RequestIdLayer`].
+    /// Returns a [`RequestIdLayer`].
     pub fn layer() -> RequestIdLayer {
         RequestIdLayer
     }
 
-    /// The wrapped service.
+    /// Returns the wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
-    /// The wrapped service, mutably.
+    /// Returns the wrapped service, mutably.
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }

@@ -185,7 +185,7 @@ impl ApiError {
     }
 }
 
-/// A JSON error response in the API's envelope for `status`, with the headers of every API
+/// Creates a JSON error response in the API's envelope for `status`, with the headers of every API
 /// response: for a host's own layers (a request timeout, a caught panic) so that every error
 /// a partner sees has one shape. 404, 405, 429, 500 and 503 carry the API's own messages;
 /// other statuses their canonical reason.

@@ -129,7 +129,7 @@ impl Seed {
         Self::from_json(&text).map_err(|err| err.at(&context))
     }
 
-    /// The built-in demo data: two organizations, one with 157 orders and one with 12, a key
+    /// Returns the built-in demo data: two organizations, one with 157 orders and one with 12, a key
     /// for each ([`DEMO_KEY`], [`DEMO_OTHER_KEY`]) and a revoked key ([`DEMO_REVOKED_KEY`]).
     pub fn demo() -> Self {
         const ADVERTISERS: [&str; 5] = [

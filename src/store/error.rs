@@ -42,7 +42,7 @@ pub struct StoreError {
 }
 
 impl StoreError {
-    /// An error of `kind` caused by `source`.
+    /// Creates an error of `kind` caused by `source`.
     pub fn new(kind: StoreErrorKind, source: impl Into<BoxError>) -> Self {
         Self {
             kind,
@@ -50,22 +50,22 @@ impl StoreError {
         }
     }
 
-    /// The store cannot be reached or timed out.
+    /// Creates an error for a store that cannot be reached or timed out.
     pub fn unavailable(source: impl Into<BoxError>) -> Self {
         Self::new(StoreErrorKind::Unavailable, source)
     }
 
-    /// Data breaks the contract.
+    /// Creates an error for data that breaks the contract.
     pub fn invalid_data(source: impl Into<BoxError>) -> Self {
         Self::new(StoreErrorKind::InvalidData, source)
     }
 
-    /// Any other failure.
+    /// Creates an error for any other failure.
     pub fn other(source: impl Into<BoxError>) -> Self {
         Self::new(StoreErrorKind::Other, source)
     }
 
-    /// What kind of failure this is.
+    /// Returns what kind of failure this is.
     pub fn kind(&self) -> StoreErrorKind {
         self.kind
     }

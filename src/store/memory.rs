@@ -94,7 +94,7 @@ struct OrganizationOrders {
 }
 
 impl MemoryStore {
-    /// An empty store.
+    /// Creates an empty store.
     pub fn new() -> Self {
         Self::default()
     }

@@ -14,11 +14,13 @@ use crate::model::{OrderPage, Organization};
 mod error;
 mod memory;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 
 pub use error::{StoreError, StoreErrorKind};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::PgStore;
 
 /// What a valid API key resolves to.

@@ -46,7 +46,7 @@ pub struct PgStore {
 }
 
 impl PgStore {
-    /// A store over the host's own pool.
+    /// Creates a store over the host's own pool.
     pub fn new(pool: PgPool) -> Self {
         Self { pool }
     }
@@ -70,7 +70,7 @@ impl PgStore {
         Ok(Self { pool })
     }
 
-    /// The pool.
+    /// Returns the pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
@@ -351,31 +351,5 @@ impl OrderStore for PgStore {
             .map(order_from_row)
             .collect::<Result<Vec<_>, _>>()?;
         Ok(OrderPage::new(orders))
-    }
-}
-
-#[cfg(feature = "testing")]
-#[async_trait]
-impl crate::testing::StoreFixtures for PgStore {
-    type Store = Self;
-
-    fn store(&self) -> &Self {
-        self
-    }
-
-    async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
-        PgStore::add_organization(self, organization).await
-    }
-
-    async fn add_key(&self, key: &str, organization_id: &str) -> Result<(), StoreError> {
-        PgStore::add_key(self, key, organization_id).await.map(drop)
-    }
-
-    async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
-        PgStore::revoke_key(self, key).await.map(drop)
-    }
-
-    async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError> {
-        PgStore::add_orders(self, organization_id, orders).await
     }
 }

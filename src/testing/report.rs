@@ -11,19 +11,19 @@ pub struct Report {
 }
 
 impl Report {
-    /// The names and messages of the failed checks.
+    /// Returns the names and messages of the failed checks.
     pub fn failures(&self) -> impl Iterator<Item = (&'static str, &str)> {
         self.results
             .iter()
             .filter_map(|(name, result)| result.as_ref().err().map(|err| (*name, err.as_str())))
     }
 
-    /// The number of checks run.
+    /// Returns the number of checks run.
     pub fn len(&self) -> usize {
         self.results.len()
     }
 
-    /// Whether no check ran.
+    /// Returns whether no check ran.
     pub fn is_empty(&self) -> bool {
         self.results.is_empty()
     }

@@ -57,6 +57,32 @@ impl StoreFixtures for MemoryStore {
     }
 }
 
+#[cfg(feature = "postgres")]
+#[async_trait]
+impl StoreFixtures for crate::PgStore {
+    type Store = Self;
+
+    fn store(&self) -> &Self {
+        self
+    }
+
+    async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
+        crate::PgStore::add_organization(self, organization).await
+    }
+
+    async fn add_key(&self, key: &str, organization_id: &str) -> Result<(), StoreError> {
+        crate::PgStore::add_key(self, key, organization_id).await.map(drop)
+    }
+
+    async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
+        crate::PgStore::revoke_key(self, key).await.map(drop)
+    }
+
+    async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError> {
+        crate::PgStore::add_orders(self, organization_id, orders).await
+    }
+}
+
 /// Runs every check against the store of `fixtures`.
 pub async fn run<F: StoreFixtures>(fixtures: &F) -> Report {
     let mut report = Report::default();
