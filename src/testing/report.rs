@@ -4,7 +4,7 @@ use std::fmt;
 
 use crate::store::StoreError;
 
-/// The outcome of [`run`]: each check's name and, if it failed, why.
+/// The outcome of a suite ([`run`](super::run), [`run_rate_limiter`](super::run_rate_limiter)): each check's name and, if it failed, why.
 #[derive(Debug, Default)]
 pub struct Report {
     pub(super) results: Vec<(&'static str, Result<(), String>)>,
