@@ -71,7 +71,9 @@ impl StoreFixtures for crate::PgStore {
     }
 
     async fn add_key(&self, key: &str, organization_id: &str) -> Result<(), StoreError> {
-        crate::PgStore::add_key(self, key, organization_id).await.map(drop)
+        crate::PgStore::add_key(self, key, organization_id)
+            .await
+            .map(drop)
     }
 
     async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {

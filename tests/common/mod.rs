@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod contract;
+pub mod net;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -286,9 +287,23 @@ pub fn standalone_binary() -> PathBuf {
     let path = dir
         .join("examples")
         .join(format!("standalone{}", std::env::consts::EXE_SUFFIX));
+    // `cargo test` builds the example as its own test harness (it has tests of its own), not
+    // as the binary: `.ci/test` builds that first. A binary older than the sources would test
+    // old code, so it counts as missing.
+    let built = std::fs::metadata(&path).and_then(|meta| meta.modified());
+    let sources = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/standalone");
+    // `tests.rs` is compiled into the example's tests only.
+    let newest_source = std::fs::read_dir(&sources)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name() != "tests.rs")
+        .filter_map(|entry| entry.metadata().ok()?.modified().ok())
+        .max()
+        .unwrap();
     assert!(
-        path.exists(),
-        "{} is missing: run through `cargo test`",
+        built.is_ok_and(|built| built >= newest_source),
+        "{} is missing or older than examples/standalone/: run `cargo build --all-features \
+         --examples` first (bash .ci/test does)",
         path.display()
     );
     path

@@ -1,0 +1,69 @@
+//! The command line: what to serve, from where, and how.
+
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// Serve the partner API.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+pub(crate) struct Args {
+    /// Address to listen on; port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub(crate) listen: String,
+    /// JSON seed file of organizations, API keys and orders (default: built-in demo data;
+    /// with a database: none).
+    #[arg(long)]
+    pub(crate) seed: Option<PathBuf>,
+    /// Serve from PostgreSQL at this URL (migrations run at start) instead of from memory.
+    #[cfg(feature = "postgres")]
+    #[arg(long, env = "DATABASE_URL")]
+    pub(crate) database_url: Option<String>,
+    /// PEM certificate chain: serve HTTPS (HTTP/1.1 and HTTP/2 by ALPN). Needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
+    /// Limit each API key to N requests per second (burst N); off by default.
+    #[arg(long, value_name = "N")]
+    pub(crate) rate_limit: Option<NonZeroU32>,
+    /// Seconds one request may take before it is answered with a JSON 503.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    pub(crate) request_timeout: u64,
+    /// Seconds a connection may stay open with no request in flight and no byte sent, from
+    /// accept and between keep-alive requests.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    pub(crate) idle_timeout: u64,
+    /// Most connections served at once; at the cap, new ones wait in the listen backlog
+    /// until one closes.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub(crate) max_connections: usize,
+}
+
+/// How the host wraps the API.
+#[derive(Clone, Debug)]
+pub(crate) struct Options {
+    pub(crate) rate_limit: Option<NonZeroU32>,
+    pub(crate) request_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            rate_limit: None,
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Options {
+    pub(crate) fn from_args(args: &Args) -> Self {
+        Self {
+            rate_limit: args.rate_limit,
+            request_timeout: Duration::from_secs(args.request_timeout),
+        }
+    }
+}

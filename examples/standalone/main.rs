@@ -1,0 +1,102 @@
+//! The standalone host: the partner API on hyper 1.x, production-shaped.
+//!
+//! ```text
+//! cargo run --example standalone                          # built-in demo data
+//! cargo run --example standalone -- --seed seed.json --listen 127.0.0.1:0
+//! cargo run --example standalone -- --tls-cert cert.pem --tls-key key.pem --rate-limit 10
+//! cargo run --example standalone --features postgres -- --database-url postgres://... --seed seed.json
+//! ```
+//!
+//! It prints `listening on http://HOST:PORT` (or `https://` with TLS) once bound and serves
+//! HTTP/1.1 and HTTP/2 (ALPN over TLS, prior knowledge without). One file per job:
+//!
+//! - `cli.rs`: the command line;
+//! - `stores.rs`: which stores the API reads (PostgreSQL, a seed file, the demo data);
+//! - `stack.rs`: the layers around the API (request ids, a log line per response, a caught
+//!   panic as a JSON 500, a request timeout as a JSON 503);
+//! - `tls.rs`: HTTPS;
+//! - `serve.rs`: the accept loop (a connection cap, idle connections closed, a graceful stop);
+//! - `signals.rs`: Ctrl-C and SIGTERM.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use partner_api::seed::DEMO_KEY;
+use tokio::net::TcpListener;
+
+mod cli;
+mod serve;
+mod signals;
+mod stack;
+mod stores;
+#[cfg(test)]
+mod tests;
+mod tls;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let args = cli::Args::parse();
+    stores::warn_of_unused_database_url();
+
+    let options = cli::Options::from_args(&args);
+    let limits = serve::Limits {
+        idle_timeout: Duration::from_secs(args.idle_timeout.max(1)),
+        max_connections: args.max_connections,
+    };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => match tls::tls_acceptor(cert, key) {
+            Ok(acceptor) => Some(acceptor),
+            Err(err) => {
+                eprintln!("error: {err}");
+                return ExitCode::FAILURE;
+            }
+        },
+        _ => None,
+    };
+    let api = match stores::api_for(&args, &options).await {
+        Ok(api) => api,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let listener = match TcpListener::bind(&args.listen).await {
+        Ok(listener) => listener,
+        Err(err) => {
+            eprintln!("error: cannot listen on {}: {err}", args.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    let address = match listener.local_addr() {
+        Ok(address) => address,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let _ = writeln!(stdout, "listening on {scheme}://{address}");
+    if stores::serves_demo_data(&args) {
+        let insecure = if tls.is_some() { " --insecure" } else { "" };
+        let _ = writeln!(
+            stdout,
+            "demo data loaded; try:\n  curl{insecure} -H 'Authorization: Bearer {DEMO_KEY}' {scheme}://{address}/v1/orders"
+        );
+    }
+    let _ = stdout.flush();
+    drop(stdout);
+
+    let app = stack::app(api, &options);
+    serve::serve(listener, app, tls, limits, signals::shutdown_signal()).await;
+    ExitCode::SUCCESS
+}

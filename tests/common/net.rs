@@ -1,0 +1,194 @@
+//! Clients over real sockets: HTTP/1.1 and HTTP/2, raw bytes, TLS with a throwaway
+//! certificate; each response checked against the OpenAPI document.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+
+use super::{collect, Collected, KEY_A};
+
+pub type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+
+pub fn http1() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+pub fn http2() -> HttpClient {
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http()
+}
+
+pub async fn fetch(
+    client: &HttpClient,
+    method: Method,
+    url: String,
+    key: Option<&str>,
+) -> Collected {
+    let path = url
+        .splitn(4, '/')
+        .nth(3)
+        .map(|rest| format!("/{rest}"))
+        .unwrap_or_default();
+    let mut request = Request::builder().method(method.clone()).uri(url);
+    if let Some(key) = key {
+        request = request.header("authorization", format!("Bearer {key}"));
+    }
+    let response = client
+        .request(request.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = response.into_parts();
+    let collected = Collected {
+        status: parts.status,
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes(),
+    };
+    super::contract::assert_conforms(&method, &path, &collected);
+    collected
+}
+
+pub fn temp_file(name: &str, contents: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("partner-api-{}-{name}", std::process::id()));
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+/// Sends raw bytes to the server and returns the status code of its answer.
+pub async fn raw_status(address: SocketAddr, request: &[u8]) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buffer))
+            .await
+            .expect("an answer, not a hang")
+            .unwrap();
+        assert!(read > 0, "the connection closed without an answer");
+        answer.extend_from_slice(&buffer[..read]);
+    }
+    let text = String::from_utf8_lossy(&answer);
+    text.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+/// Sends `GET path` with `headers` over `client` and returns the collected response, checked
+/// against the OpenAPI document.
+pub async fn fetch_with(
+    client: &HttpClient,
+    url: String,
+    key: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Collected {
+    let path = url
+        .splitn(4, '/')
+        .nth(3)
+        .map(|rest| format!("/{rest}"))
+        .unwrap();
+    let mut request = Request::get(url);
+    if let Some(key) = key {
+        request = request.header("authorization", format!("Bearer {key}"));
+    }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .request(request.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    let collected = collect(response).await;
+    super::contract::assert_conforms(&Method::GET, &path, &collected);
+    collected
+}
+
+pub fn uuid_like(id: &str) -> bool {
+    id.len() == 36 && id.bytes().filter(|&b| b == b'-').count() == 4
+}
+
+/// A throwaway certificate for `localhost` and 127.0.0.1, and its key, as PEM files.
+pub struct Certificate {
+    pub der: rustls_pki_types::CertificateDer<'static>,
+    pub cert_path: PathBuf,
+    pub key_path: PathBuf,
+}
+
+impl Certificate {
+    pub fn generate(name: &str) -> Self {
+        let certified =
+            rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])
+                .unwrap();
+        Self {
+            der: certified.cert.der().clone(),
+            cert_path: temp_file(&format!("{name}-cert.pem"), &certified.cert.pem()),
+            key_path: temp_file(
+                &format!("{name}-key.pem"),
+                &certified.signing_key.serialize_pem(),
+            ),
+        }
+    }
+}
+
+impl Drop for Certificate {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.cert_path);
+        let _ = std::fs::remove_file(&self.key_path);
+    }
+}
+
+/// `GET path` over TLS to `address`, trusting only `trusted`, offering only `alpn`; the
+/// negotiated protocol and the response.
+pub async fn tls_get(
+    address: SocketAddr,
+    trusted: &rustls_pki_types::CertificateDer<'static>,
+    alpn: &[u8],
+    path: &str,
+) -> Result<(Vec<u8>, Collected), String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(trusted.clone()).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|err| err.to_string())?;
+    let negotiated = tls.get_ref().1.alpn_protocol().unwrap_or_default().to_vec();
+    let io = hyper_util::rt::TokioIo::new(tls);
+    let request = Request::get(format!("https://localhost{path}"))
+        .header("authorization", format!("Bearer {KEY_A}"))
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = if alpn == b"h2" {
+        let (mut sender, connection) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        sender.send_request(request).await.unwrap()
+    } else {
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await.unwrap();
+        tokio::spawn(connection);
+        let mut request = request;
+        request
+            .headers_mut()
+            .insert("host", "localhost".parse().unwrap());
+        sender.send_request(request).await.unwrap()
+    };
+    let collected = collect(response).await;
+    super::contract::assert_conforms(&Method::GET, path, &collected);
+    Ok((negotiated, collected))
+}
