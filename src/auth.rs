@@ -1,4 +1,4 @@
-//! Bearer authentication (spec section 5, RFC 6750): parsing the `Authorization` header and the
+//! Bearer authentication (contract section 5, RFC 6750): parsing the `Authorization` header and the
 //! `WWW-Authenticate` challenges of a 401.
 
 use http::header::{HeaderMap, HeaderValue, AUTHORIZATION};

@@ -37,6 +37,11 @@
 //! # }
 //! ```
 //!
+//! The contract the API keeps is [`docs::contract`]; the other pages of [`docs`] say how it
+//! behaves where the contract is silent ([`docs::behaviour`]), how to host it
+//! ([`docs::hosting`]), write or run a store ([`docs::stores`]), what it costs
+//! ([`docs::performance`]) and how it keeps secrets ([`docs::security`]).
+//!
 //! # Feature flags
 //!
 //! | feature   | default | what it adds                                                       |

@@ -1,4 +1,4 @@
-//! The OpenAPI 3.1 description of the API (spec 9.4), version `1.0.0-beta`.
+//! The OpenAPI 3.1 description of the API (contract 9 rule 4), version `1.0.0-beta`.
 //!
 //! The document is the checked-in file `src/openapi.json`; the API serves it, without a key,
 //! at `{prefix}/openapi.json` as the bare OpenAPI object (a `meta` member would make it

@@ -1,4 +1,4 @@
-//! The HTTP contract of spec sections 2, 4, 5, 7, 8 and 9, driven through `Service::call`.
+//! The HTTP contract of sections 2, 4, 5, 7, 8 and 9, driven through `Service::call`.
 
 mod common;
 

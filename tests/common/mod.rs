@@ -116,7 +116,7 @@ impl Collected {
         self.headers.get(name).map(|v| v.to_str().unwrap())
     }
 
-    /// Asserts the error document of spec section 7 with `meta`, and returns the message.
+    /// Asserts the error document of contract section 7 with `meta`, and returns the message.
     pub fn error_message(&self) -> String {
         let json = self.json();
         assert_eq!(
