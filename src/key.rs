@@ -28,7 +28,7 @@ pub const LIVE_PREFIX: &str = "pk_live_";
 pub const TEST_PREFIX: &str = "pk_test_";
 
 /// Which environment a generated key is for; it is written into the key's prefix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KeyEnvironment {
     /// Production data: `pk_live_`.
     Live,
@@ -42,6 +42,45 @@ impl KeyEnvironment {
         match self {
             Self::Live => LIVE_PREFIX,
             Self::Test => TEST_PREFIX,
+        }
+    }
+
+    /// Returns the environment's name: `live` or `test`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Live => "live",
+            Self::Test => "test",
+        }
+    }
+}
+
+impl fmt::Display for KeyEnvironment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The error of parsing a [`KeyEnvironment`] from anything but `live` or `test`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownEnvironment;
+
+impl fmt::Display for UnknownEnvironment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the environment must be \"live\" or \"test\"")
+    }
+}
+
+impl std::error::Error for UnknownEnvironment {}
+
+impl std::str::FromStr for KeyEnvironment {
+    type Err = UnknownEnvironment;
+
+    /// Parses `live` or `test`.
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        match name {
+            "live" => Ok(Self::Live),
+            "test" => Ok(Self::Test),
+            _ => Err(UnknownEnvironment),
         }
     }
 }
@@ -119,10 +158,9 @@ impl ApiKey {
     }
 
     /// Returns a short form that identifies the key on a settings page without revealing it: the
-    /// prefix and the last four characters, `pk_live_…Xy12`.
+    /// prefix and the last four characters, `pk_live_...Xy12`.
     pub fn hint(&self) -> String {
-        let last = &self.plaintext[self.plaintext.len() - 4..];
-        format!("{}…{last}", self.environment.prefix())
+        hint_of(&self.plaintext)
     }
 }
 
@@ -132,6 +170,22 @@ impl fmt::Debug for ApiKey {
             .field("environment", &self.environment)
             .finish_non_exhaustive()
     }
+}
+
+/// The hint of any key: its `pk_live_`/`pk_test_` prefix (if it has one), `...` and its last
+/// four characters; a key of eight characters or fewer shows only `...`, so a hint never
+/// gives away most of a short key.
+pub(crate) fn hint_of(key: &str) -> String {
+    let prefix = [LIVE_PREFIX, TEST_PREFIX]
+        .into_iter()
+        .find(|prefix| key.starts_with(prefix))
+        .unwrap_or("");
+    let last = match key.len() {
+        0..=8 => "",
+        // Keys are ASCII (a bearer token); `get` keeps this total for any text anyway.
+        len => key.get(len - 4..).unwrap_or(""),
+    };
+    format!("{prefix}...{last}")
 }
 
 /// The checksum characters of `head`: its CRC32 in base62, fixed width.
@@ -259,7 +313,7 @@ mod tests {
                 assert_eq!(key.digest(), KeyDigest::of(text));
                 assert_eq!(
                     key.hint(),
-                    format!("{}…{}", environment.prefix(), &text[34..])
+                    format!("{}...{}", environment.prefix(), &text[34..])
                 );
                 assert!(!format!("{key:?}").contains(text));
                 assert!(seen.insert(text.to_owned()), "keys repeat");
@@ -302,6 +356,20 @@ mod tests {
         ] {
             assert!(is_valid_key(other), "{other}");
         }
+    }
+
+    #[test]
+    fn hints_show_the_prefix_and_the_last_four_characters_only() {
+        assert_eq!(
+            hint_of("pk_test_demo_0123456789abcdefghijklmn"),
+            "pk_test_...klmn"
+        );
+        assert_eq!(hint_of("sk_abcdefghijklmnop"), "...mnop");
+        assert_eq!(hint_of("short"), "...");
+        assert_eq!("live".parse(), Ok(KeyEnvironment::Live));
+        assert_eq!("test".parse(), Ok(KeyEnvironment::Test));
+        assert!("prod".parse::<KeyEnvironment>().is_err());
+        assert_eq!(KeyEnvironment::Test.to_string(), "test");
     }
 
     #[test]

@@ -107,6 +107,19 @@ impl Timestamp {
         DateTime::from_timestamp_millis(millis).map(Self)
     }
 
+    /// Returns the current instant, by the system clock.
+    pub fn now() -> Self {
+        Self::from_datetime(DateTime::<Utc>::from(std::time::SystemTime::now()))
+    }
+
+    /// Returns the instant `duration` after this one, or the latest representable instant.
+    pub fn saturating_add(self, duration: std::time::Duration) -> Self {
+        chrono::TimeDelta::from_std(duration)
+            .ok()
+            .and_then(|delta| self.0.checked_add_signed(delta))
+            .map_or(Self(DateTime::<Utc>::MAX_UTC), Self::from_datetime)
+    }
+
     /// Returns the wrapped instant.
     pub fn as_datetime(&self) -> DateTime<Utc> {
         self.0

@@ -2,15 +2,16 @@
 //!
 //! ```json
 //! {"organizations": [{"id": "org_1", "name": "Acme"}],
-//!  "apiKeys": [{"key": "<plaintext>", "organizationId": "org_1", "revoked": false}],
+//!  "apiKeys": [{"key": "<plaintext>", "organizationId": "org_1", "revoked": false,
+//!               "label": "Reporting", "expiresAt": "2027-01-01T00:00:00Z"}],
 //!  "orders": [{"organizationId": "org_1", "id": "ord_1", "providers": ["meta"],
 //!              "advertiserName": "Acme", "campaignName": "Spring", "budgetDkk": 1000,
 //!              "startDate": "2026-01-01", "endDate": "2026-02-01", "status": "booked",
 //!              "externalReference": "PO-1", "createdAt": "2026-01-01T10:00:00.000Z"}]}
 //! ```
 //!
-//! Each of the three lists may be left out; `revoked` defaults to `false`; members that the
-//! format does not name are ignored.
+//! Each of the three lists may be left out; `revoked` defaults to `false`, `label` and
+//! `expiresAt` to none; members that the format does not name are ignored.
 
 use std::fmt;
 use std::path::Path;
@@ -46,6 +47,12 @@ pub struct SeedKey {
     /// Whether the key is revoked (then it is known, but answers 401).
     #[serde(default)]
     pub revoked: bool,
+    /// A name for people, as a Settings page shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// When the key expires, if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Timestamp>,
 }
 
 impl fmt::Debug for SeedKey {
@@ -54,6 +61,8 @@ impl fmt::Debug for SeedKey {
             .field("key", &"<redacted>")
             .field("organization_id", &self.organization_id)
             .field("revoked", &self.revoked)
+            .field("label", &self.label)
+            .field("expires_at", &self.expires_at)
             .finish()
     }
 }
@@ -156,16 +165,22 @@ impl Seed {
                 key: DEMO_KEY.into(),
                 organization_id: "org_demo".into(),
                 revoked: false,
+                label: Some("Demo integration".into()),
+                expires_at: None,
             },
             SeedKey {
                 key: DEMO_OTHER_KEY.into(),
                 organization_id: "org_other".into(),
                 revoked: false,
+                label: None,
+                expires_at: None,
             },
             SeedKey {
                 key: DEMO_REVOKED_KEY.into(),
                 organization_id: "org_demo".into(),
                 revoked: true,
+                label: Some("Old integration".into()),
+                expires_at: None,
             },
         ];
         let start = NaiveDate::from_ymd_opt(2026, 1, 5).unwrap_or_default();

@@ -3,6 +3,7 @@
 use std::error::Error as StdError;
 use std::fmt;
 
+use crate::log::ErrorChain;
 use crate::model::InvalidOrder;
 
 type BoxError = Box<dyn StdError + Send + Sync>;
@@ -14,8 +15,14 @@ pub enum StoreErrorKind {
     /// The store cannot be reached or did not answer in time: the API answers 503.
     Unavailable,
     /// The store holds or was given data that breaks the contract (an order that cannot be
-    /// served, a reference to an unknown organization, a duplicate): the API answers 500.
+    /// served, a key that is no bearer token, an expiry in the past): the API answers 500.
     InvalidData,
+    /// What was asked for does not exist, or belongs to another organization (an unknown
+    /// organization, a key id of another organization's key).
+    NotFound,
+    /// What was to be added exists already (an organization, a key, an order id), or the
+    /// thing is in a state that forbids the change (rolling a revoked key).
+    Conflict,
     /// Any other failure: the API answers 500.
     Other,
 }
@@ -25,6 +32,8 @@ impl fmt::Display for StoreErrorKind {
         f.write_str(match self {
             Self::Unavailable => "store unavailable",
             Self::InvalidData => "invalid data",
+            Self::NotFound => "not found",
+            Self::Conflict => "conflict",
             Self::Other => "store failure",
         })
     }
@@ -33,9 +42,10 @@ impl fmt::Display for StoreErrorKind {
 /// The error of every store operation. It keeps its source error, which reaches the logs
 /// (`tracing`, error level) and never a response body.
 ///
-/// Build one with [`StoreError::unavailable`], [`StoreError::invalid_data`] or
-/// [`StoreError::other`]; each takes any error or message.
-#[derive(Debug)]
+/// Build one with [`StoreError::unavailable`], [`StoreError::invalid_data`],
+/// [`StoreError::not_found`], [`StoreError::conflict`] or [`StoreError::other`]; each takes
+/// any error or message. Its `Debug` shows the source by its `Display` chain only, never a
+/// driver's own `Debug` (which for a duplicate key can quote the key's digest).
 pub struct StoreError {
     kind: StoreErrorKind,
     source: BoxError,
@@ -60,6 +70,16 @@ impl StoreError {
         Self::new(StoreErrorKind::InvalidData, source)
     }
 
+    /// Creates an error for something that does not exist (for the asker).
+    pub fn not_found(source: impl Into<BoxError>) -> Self {
+        Self::new(StoreErrorKind::NotFound, source)
+    }
+
+    /// Creates an error for something that exists already, or a change its state forbids.
+    pub fn conflict(source: impl Into<BoxError>) -> Self {
+        Self::new(StoreErrorKind::Conflict, source)
+    }
+
     /// Creates an error for any other failure.
     pub fn other(source: impl Into<BoxError>) -> Self {
         Self::new(StoreErrorKind::Other, source)
@@ -73,6 +93,15 @@ impl StoreError {
     /// Takes the source error out.
     pub fn into_source(self) -> BoxError {
         self.source
+    }
+}
+
+impl fmt::Debug for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreError")
+            .field("kind", &self.kind)
+            .field("source", &format_args!("{}", ErrorChain(&*self.source)))
+            .finish()
     }
 }
 

@@ -5,9 +5,12 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use async_trait::async_trait;
 
-use super::{KeyStore, OrderStore, Principal, StoreError};
-use crate::key::{is_valid_key, KeyDigest};
-use crate::model::{EncodedOrder, Order, OrderPage, Organization, MAX_ORDERS};
+use super::{
+    check_label, describe_plaintext, IssuedKey, KeyManager, KeyRecord, KeyStore, KeyUse, NewKey,
+    OrderStore, Principal, StoreError,
+};
+use crate::key::{is_valid_key, ApiKey, KeyDigest, KeyEnvironment};
+use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp, MAX_ORDERS};
 use crate::seed::{Seed, SeedError};
 
 /// An in-memory [`KeyStore`] and [`OrderStore`] with the semantics of a real store: keys are
@@ -43,6 +46,8 @@ pub struct MemoryStore {
 struct State {
     organizations: HashMap<String, Arc<Organization>>,
     keys: HashMap<KeyDigest, KeyEntry, DigestHasher>,
+    /// Each key's id, for the management operations.
+    key_ids: HashMap<String, KeyDigest>,
     /// Per organization, its orders newest first, so a read never scans other organizations
     /// or sorts; replaced whole by a writer, never changed in place.
     orders: HashMap<String, Arc<OrganizationOrders>>,
@@ -51,7 +56,23 @@ struct State {
 
 struct KeyEntry {
     principal: Principal,
-    revoked: bool,
+    record: KeyRecord,
+    /// The order of creation, to list keys created in the same millisecond newest first.
+    number: u64,
+}
+
+impl KeyEntry {
+    /// The principal, if the key is usable now: the clock is read only for a key that
+    /// expires.
+    fn active_principal(&self) -> Option<&Principal> {
+        if self.record.revoked_at.is_some() {
+            return None;
+        }
+        match self.record.expires_at {
+            Some(expires_at) if expires_at <= Timestamp::now() => None,
+            _ => Some(&self.principal),
+        }
+    }
 }
 
 /// Hashes a [`KeyDigest`] by its first eight bytes. A SHA-256 digest is already uniformly
@@ -113,12 +134,11 @@ impl MemoryStore {
     ///
     /// # Errors
     ///
-    /// [`InvalidData`](crate::StoreErrorKind::InvalidData) if an organization with that id
-    /// exists.
+    /// [`Conflict`](crate::StoreErrorKind::Conflict) if an organization with that id exists.
     pub fn add_organization(&self, organization: Organization) -> Result<(), StoreError> {
         let mut state = self.write();
         if state.organizations.contains_key(&organization.id) {
-            return Err(StoreError::invalid_data(format!(
+            return Err(StoreError::conflict(format!(
                 "organization {:?} exists",
                 organization.id
             )));
@@ -129,38 +149,47 @@ impl MemoryStore {
         Ok(())
     }
 
-    /// Adds the API key `key` for the organization `organization_id`; only its digest is kept.
-    /// Returns the key's id, the one [`Principal::key_id`] carries.
+    /// Adds the API key `key` for the organization `organization_id`; only its digest is kept
+    /// (with its hint and, from its prefix, its environment). Returns the key's id, the one
+    /// [`Principal::key_id`] carries.
     ///
     /// # Errors
     ///
-    /// [`InvalidData`](crate::StoreErrorKind::InvalidData) if the organization is unknown, the
-    /// key is not a valid bearer token ([`is_valid_key`]), or the key exists (revoked or not).
+    /// [`InvalidData`](crate::StoreErrorKind::InvalidData) if the key is not a valid bearer
+    /// token ([`is_valid_key`]); [`NotFound`](crate::StoreErrorKind::NotFound) if the
+    /// organization is unknown; [`Conflict`](crate::StoreErrorKind::Conflict) if the key
+    /// exists (revoked or not).
     pub fn add_key(&self, key: &str, organization_id: &str) -> Result<String, StoreError> {
+        self.add_described_key(key, organization_id, None, None)
+    }
+
+    /// [`add_key`](Self::add_key) with a label and an expiry, as a seed gives them.
+    fn add_described_key(
+        &self,
+        key: &str,
+        organization_id: &str,
+        label: Option<&str>,
+        expires_at: Option<Timestamp>,
+    ) -> Result<String, StoreError> {
         if !is_valid_key(key) {
             return Err(StoreError::invalid_data(
                 "the key is not an RFC 6750 bearer token of at most 4096 bytes",
             ));
         }
-        let digest = KeyDigest::of(key);
-        let mut state = self.write();
-        let Some(organization) = state.organizations.get(organization_id).cloned() else {
-            return Err(unknown_organization(organization_id));
-        };
-        if state.keys.contains_key(&digest) {
-            return Err(StoreError::invalid_data("the key exists"));
+        if let Some(label) = label {
+            check_label(label)?;
         }
-        state.next_key_number += 1;
-        let key_id = format!("key_{}", state.next_key_number);
-        let principal = Principal::new(key_id.as_str(), organization);
-        state.keys.insert(
-            digest,
-            KeyEntry {
-                principal,
-                revoked: false,
-            },
-        );
-        Ok(key_id)
+        let (hint, environment) = describe_plaintext(key);
+        let mut state = self.write();
+        let record = state.insert_key(
+            KeyDigest::of(key),
+            organization_id,
+            label.map(str::to_owned),
+            Some(hint),
+            environment,
+            expires_at,
+        )?;
+        Ok(record.id)
     }
 
     /// Revokes the API key `key`: from now on it resolves to nothing. Returns whether a live
@@ -168,8 +197,8 @@ impl MemoryStore {
     pub fn revoke_key(&self, key: &str) -> bool {
         let digest = KeyDigest::of(key);
         match self.write().keys.get_mut(&digest) {
-            Some(entry) if !entry.revoked => {
-                entry.revoked = true;
+            Some(entry) if entry.record.revoked_at.is_none() => {
+                entry.record.revoked_at = Some(Timestamp::now());
                 true
             }
             _ => false,
@@ -253,7 +282,175 @@ impl OrganizationOrders {
 }
 
 fn unknown_organization(organization_id: &str) -> StoreError {
-    StoreError::invalid_data(format!("unknown organization {organization_id:?}"))
+    StoreError::not_found(format!("unknown organization {organization_id:?}"))
+}
+
+fn unknown_key(key_id: &str) -> StoreError {
+    StoreError::not_found(format!("no key {key_id:?} in this organization"))
+}
+
+impl State {
+    /// Adds a key of `organization_id` under `digest`, created now; returns its record.
+    fn insert_key(
+        &mut self,
+        digest: KeyDigest,
+        organization_id: &str,
+        label: Option<String>,
+        hint: Option<String>,
+        environment: Option<KeyEnvironment>,
+        expires_at: Option<Timestamp>,
+    ) -> Result<KeyRecord, StoreError> {
+        let Some(organization) = self.organizations.get(organization_id).cloned() else {
+            return Err(unknown_organization(organization_id));
+        };
+        if self.keys.contains_key(&digest) {
+            return Err(StoreError::conflict("the key exists"));
+        }
+        self.next_key_number += 1;
+        let number = self.next_key_number;
+        let key_id = format!("key_{number}");
+        let mut record = KeyRecord::new(key_id.clone(), organization_id, Timestamp::now());
+        record.label = label;
+        record.hint = hint;
+        record.environment = environment;
+        record.expires_at = expires_at;
+        let mut principal = Principal::new(key_id.as_str(), organization);
+        principal.expires_at = expires_at;
+        self.key_ids.insert(key_id, digest);
+        self.keys.insert(
+            digest,
+            KeyEntry {
+                principal,
+                record: record.clone(),
+                number,
+            },
+        );
+        Ok(record)
+    }
+
+    /// The entry of the key `key_id` of `organization_id`; another organization's key is
+    /// unknown.
+    fn entry_mut(
+        &mut self,
+        organization_id: &str,
+        key_id: &str,
+    ) -> Result<&mut KeyEntry, StoreError> {
+        if !self.organizations.contains_key(organization_id) {
+            return Err(unknown_organization(organization_id));
+        }
+        self.key_ids
+            .get(key_id)
+            .and_then(|digest| self.keys.get_mut(digest))
+            .filter(|entry| entry.record.organization_id == organization_id)
+            .ok_or_else(|| unknown_key(key_id))
+    }
+
+    /// Issues `key` as `new` describes, for `organization_id`.
+    fn issue(
+        &mut self,
+        organization_id: &str,
+        key: ApiKey,
+        new: &NewKey,
+    ) -> Result<IssuedKey, StoreError> {
+        let record = self.insert_key(
+            key.digest(),
+            organization_id,
+            new.label().map(str::to_owned),
+            Some(key.hint()),
+            Some(key.environment()),
+            new.expires_at(),
+        )?;
+        Ok(IssuedKey::new(key, record))
+    }
+}
+
+/// A key from the operating system's CSPRNG, for `environment`.
+fn generate(environment: KeyEnvironment) -> Result<ApiKey, StoreError> {
+    ApiKey::generate(environment).map_err(StoreError::other)
+}
+
+#[async_trait]
+impl KeyManager for MemoryStore {
+    async fn issue(&self, organization_id: &str, new: NewKey) -> Result<IssuedKey, StoreError> {
+        new.check(Timestamp::now())?;
+        let key = generate(new.environment())?;
+        self.write().issue(organization_id, key, &new)
+    }
+
+    async fn list(&self, organization_id: &str) -> Result<Vec<KeyRecord>, StoreError> {
+        let state = self.read();
+        if !state.organizations.contains_key(organization_id) {
+            return Err(unknown_organization(organization_id));
+        }
+        let mut entries: Vec<&KeyEntry> = state
+            .keys
+            .values()
+            .filter(|entry| entry.record.organization_id == organization_id)
+            .collect();
+        entries
+            .sort_by(|a, b| (b.record.created_at, b.number).cmp(&(a.record.created_at, a.number)));
+        Ok(entries
+            .into_iter()
+            .map(|entry| entry.record.clone())
+            .collect())
+    }
+
+    async fn get(&self, organization_id: &str, key_id: &str) -> Result<KeyRecord, StoreError> {
+        let mut state = self.write();
+        Ok(state.entry_mut(organization_id, key_id)?.record.clone())
+    }
+
+    async fn revoke(&self, organization_id: &str, key_id: &str) -> Result<KeyRecord, StoreError> {
+        let mut state = self.write();
+        let entry = state.entry_mut(organization_id, key_id)?;
+        entry.record.revoked_at.get_or_insert_with(Timestamp::now);
+        Ok(entry.record.clone())
+    }
+
+    async fn roll(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        overlap: std::time::Duration,
+    ) -> Result<IssuedKey, StoreError> {
+        let environment = {
+            let mut state = self.write();
+            let entry = state.entry_mut(organization_id, key_id)?;
+            entry.record.environment.unwrap_or(KeyEnvironment::Live)
+        };
+        let key = generate(environment)?;
+        let mut state = self.write();
+        let old = state.entry_mut(organization_id, key_id)?;
+        if old.record.revoked_at.is_some() {
+            return Err(StoreError::conflict("a revoked key cannot be rolled"));
+        }
+        let overlap_ends = Timestamp::now().saturating_add(overlap);
+        let expires_at = old
+            .record
+            .expires_at
+            .map_or(overlap_ends, |expires_at| expires_at.min(overlap_ends));
+        old.record.expires_at = Some(expires_at);
+        old.principal.expires_at = Some(expires_at);
+        let mut new = NewKey::new(environment);
+        if let Some(label) = old.record.label.clone() {
+            new = new.with_label(label);
+        }
+        state.issue(organization_id, key, &new)
+    }
+
+    async fn record_last_used(&self, uses: &[KeyUse]) -> Result<(), StoreError> {
+        let mut state = self.write();
+        for KeyUse { key_id, at } in uses {
+            let Some(digest) = state.key_ids.get(key_id).copied() else {
+                continue;
+            };
+            if let Some(entry) = state.keys.get_mut(&digest) {
+                let last = entry.record.last_used_at.get_or_insert(*at);
+                *last = (*last).max(*at);
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Seed {
@@ -273,7 +470,12 @@ impl Seed {
         }
         for (index, key) in self.api_keys.iter().enumerate() {
             store
-                .add_key(&key.key, &key.organization_id)
+                .add_described_key(
+                    &key.key,
+                    &key.organization_id,
+                    key.label.as_deref(),
+                    key.expires_at,
+                )
                 .map_err(|err| SeedError::new(format!("apiKeys[{index}]"), err))?;
             if key.revoked {
                 store.revoke_key(&key.key);
@@ -319,8 +521,8 @@ impl MemoryStore {
         state
             .keys
             .get(digest)
-            .filter(|entry| !entry.revoked)
-            .map(|entry| entry.principal.clone())
+            .and_then(KeyEntry::active_principal)
+            .cloned()
     }
 
     fn newest_page(&self, organization_id: &str, limit: usize) -> OrderPage {

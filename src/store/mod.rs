@@ -9,15 +9,18 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::key::KeyDigest;
-use crate::model::{OrderPage, Organization};
+use crate::model::{OrderPage, Organization, Timestamp};
 
 mod error;
+mod manage;
 mod memory;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 
 pub use error::{StoreError, StoreErrorKind};
+pub(crate) use manage::{check_label, describe_plaintext};
+pub use manage::{IssuedKey, KeyManager, KeyRecord, KeyUse, NewKey, MAX_LABEL_CHARS};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -36,6 +39,8 @@ pub struct Principal {
     pub key_id: Arc<str>,
     /// The organization that the key belongs to, the only one whose data it reaches.
     pub organization: Arc<Organization>,
+    /// When the key expires, if it does: a cache of principals checks it on every hit.
+    pub expires_at: Option<Timestamp>,
 }
 
 impl Principal {
@@ -44,7 +49,15 @@ impl Principal {
         Self {
             key_id: key_id.into(),
             organization: organization.into(),
+            expires_at: None,
         }
+    }
+
+    /// Sets when the key expires.
+    #[must_use]
+    pub fn with_expires_at(mut self, expires_at: Option<Timestamp>) -> Self {
+        self.expires_at = expires_at;
+        self
     }
 
     /// Returns the key's id.

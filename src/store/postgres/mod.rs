@@ -5,25 +5,31 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
-use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, Row};
 
-use super::{KeyStore, OrderStore, Principal, StoreError};
+use super::{describe_plaintext, KeyStore, OrderStore, Principal, StoreError};
 use crate::key::{is_valid_key, KeyDigest};
 use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
-use crate::seed::{Seed, SeedError};
 
-/// The embedded migrations that create the reference schema (`src/store/migrations`).
-pub static MIGRATOR: Migrator = sqlx::migrate!("src/store/migrations");
+mod error;
+mod manage;
+mod migrate;
+mod seed;
+
+pub(crate) use error::store_error;
+pub use migrate::{MIGRATIONS_TABLE, MIGRATOR};
 
 /// The statement timeout of a pool made by [`PgStore::connect_lazy`].
 pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The one query of a key lookup: a usable key (not revoked, not expired by the database's
+/// clock) and its organization.
 const LOOKUP_KEY: &str = "\
-    SELECT k.id, o.id AS organization_id, o.name \
+    SELECT k.id, k.expires_at, o.id AS organization_id, o.name \
     FROM partner_api_keys k JOIN partner_organizations o ON o.id = k.organization_id \
-    WHERE k.key_sha256 = $1 AND k.revoked_at IS NULL";
+    WHERE k.key_sha256 = $1 AND k.revoked_at IS NULL \
+      AND (k.expires_at IS NULL OR k.expires_at > now())";
 
 /// The one query of `GET /orders`: an index range scan of `partner_orders_newest`.
 pub const NEWEST_ORDERS: &str = "\
@@ -77,14 +83,16 @@ impl PgStore {
 
     /// Creates or updates the reference schema; safe to run from several replicas at once.
     ///
+    /// The crate records its migrations in a table of its own ([`MIGRATIONS_TABLE`]), not in
+    /// sqlx's `_sqlx_migrations`, so it shares a database with a host that runs its own sqlx
+    /// migrations: neither sees the other's versions.
+    ///
     /// # Errors
     ///
-    /// When the database is unreachable or a migration fails.
+    /// When the database is unreachable, a migration fails, or an applied migration was
+    /// changed since.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR.run(&self.pool).await.map_err(|err| match err {
-            sqlx::migrate::MigrateError::Execute(err) => store_error(err),
-            other => StoreError::other(other),
-        })
+        migrate::run(&self.pool).await
     }
 
     /// Adds an organization.
@@ -114,11 +122,15 @@ impl PgStore {
                 "the key is not an RFC 6750 bearer token of at most 4096 bytes",
             ));
         }
+        let (hint, environment) = describe_plaintext(key);
         let id: i64 = sqlx::query_scalar(
-            "INSERT INTO partner_api_keys (organization_id, key_sha256) VALUES ($1, $2) RETURNING id",
+            "INSERT INTO partner_api_keys (organization_id, key_sha256, hint, environment) \
+             VALUES ($1, $2, $3, $4) RETURNING id",
         )
         .bind(organization_id)
         .bind(&KeyDigest::of(key).as_bytes()[..])
+        .bind(hint)
+        .bind(environment.map(|environment| environment.name()))
         .fetch_one(&self.pool)
         .await
         .map_err(store_error)?;
@@ -159,60 +171,9 @@ impl PgStore {
         }
         transaction.commit().await.map_err(store_error)
     }
-
-    /// Loads `seed` in one transaction, after checking it as [`Seed::to_memory_store`] does.
-    /// Loading is idempotent: entries that exist are updated to the seed's values, so every
-    /// replica may start with the same `--seed`.
-    ///
-    /// # Errors
-    ///
-    /// When the seed breaks a rule (the message names the entry) or the database fails.
-    pub async fn load_seed(&self, seed: &Seed) -> Result<(), SeedError> {
-        seed.to_memory_store()?;
-        let database = |err: StoreError| SeedError::new("loading into PostgreSQL".to_owned(), err);
-        let fail = |err: sqlx::Error| database(store_error(err));
-        let mut transaction = self.pool.begin().await.map_err(fail)?;
-        for organization in &seed.organizations {
-            sqlx::query(
-                "INSERT INTO partner_organizations (id, name) VALUES ($1, $2) \
-                 ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name",
-            )
-            .bind(&organization.id)
-            .bind(&organization.name)
-            .execute(&mut *transaction)
-            .await
-            .map_err(fail)?;
-        }
-        for key in &seed.api_keys {
-            sqlx::query(
-                "INSERT INTO partner_api_keys (organization_id, key_sha256, revoked_at) \
-                 VALUES ($1, $2, CASE WHEN $3 THEN now() END) \
-                 ON CONFLICT (key_sha256) DO UPDATE SET \
-                   organization_id = EXCLUDED.organization_id, \
-                   revoked_at = CASE WHEN $3 THEN COALESCE(partner_api_keys.revoked_at, now()) END",
-            )
-            .bind(&key.organization_id)
-            .bind(&KeyDigest::of(&key.key).as_bytes()[..])
-            .bind(key.revoked)
-            .execute(&mut *transaction)
-            .await
-            .map_err(fail)?;
-        }
-        for seed_order in &seed.orders {
-            insert_order(
-                &mut transaction,
-                &seed_order.organization_id,
-                &seed_order.order,
-                true,
-            )
-            .await
-            .map_err(database)?;
-        }
-        transaction.commit().await.map_err(fail)
-    }
 }
 
-async fn insert_order(
+pub(super) async fn insert_order(
     transaction: &mut sqlx::Transaction<'_, Postgres>,
     organization_id: &str,
     order: &Order,
@@ -252,37 +213,8 @@ async fn insert_order(
     Ok(())
 }
 
-/// Classifies a driver error by what the API answers.
-fn store_error(err: sqlx::Error) -> StoreError {
-    use sqlx::Error;
-    let unavailable = match &err {
-        Error::PoolTimedOut | Error::PoolClosed | Error::Io(_) | Error::Tls(_) => true,
-        Error::WorkerCrashed => true,
-        // Class 08 (connection exception), 53 (insufficient resources), 57 (operator
-        // intervention: statement timeout, shutdown) are the database being unavailable.
-        Error::Database(db) => db.code().is_some_and(|code| {
-            code.starts_with("08") || code.starts_with("53") || code.starts_with("57")
-        }),
-        _ => false,
-    };
-    let decoding = matches!(
-        err,
-        Error::ColumnDecode { .. }
-            | Error::Decode(_)
-            | Error::ColumnNotFound(_)
-            | Error::TypeNotFound { .. }
-    );
-    if unavailable {
-        StoreError::unavailable(err)
-    } else if decoding {
-        StoreError::invalid_data(err)
-    } else {
-        StoreError::other(err)
-    }
-}
-
 /// A column that must not be null.
-fn column<'r, T>(row: &'r PgRow, name: &str) -> Result<T, StoreError>
+pub(super) fn column<'r, T>(row: &'r PgRow, name: &str) -> Result<T, StoreError>
 where
     T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
 {
@@ -324,11 +256,15 @@ impl KeyStore for PgStore {
             return Ok(None);
         };
         let key_id: i64 = column(&row, "id")?;
+        let expires_at: Option<DateTime<Utc>> = row.try_get("expires_at").map_err(store_error)?;
         let organization = Organization {
             id: column(&row, "organization_id")?,
             name: column(&row, "name")?,
         };
-        Ok(Some(Principal::new(key_id.to_string(), organization)))
+        Ok(Some(
+            Principal::new(key_id.to_string(), organization)
+                .with_expires_at(expires_at.map(Timestamp::from_datetime)),
+        ))
     }
 }
 
