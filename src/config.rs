@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::auth::Challenges;
+use crate::last_used::LastUsedRecorder;
 use crate::openapi;
 use crate::rate_limit::RateLimiter;
 use crate::store::{KeyStore, OrderStore};
@@ -30,6 +31,8 @@ pub(crate) struct Config {
     pub(crate) store_timeout: Option<Duration>,
     pub(crate) retry_after: Duration,
     pub(crate) rate_limiter: Option<Arc<dyn RateLimiter>>,
+    /// Where each authenticated request's key use is recorded.
+    pub(crate) last_used: Option<LastUsedRecorder>,
     /// Whether keyed bodies carry an `ETag` and `If-None-Match` can answer `304`.
     pub(crate) conditional_requests: bool,
     /// Whether responses carry `x-request-id`.
@@ -48,6 +51,7 @@ impl Config {
             store_timeout: Some(DEFAULT_STORE_TIMEOUT),
             retry_after: DEFAULT_RETRY_AFTER,
             rate_limiter: None,
+            last_used: None,
             conditional_requests: true,
             request_ids: true,
             openapi: openapi::encoded(DEFAULT_PREFIX),

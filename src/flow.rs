@@ -96,11 +96,13 @@ impl Flow {
         let Self { exchange, step } = self;
         match (step, reply) {
             (Step::LookUp(_), Reply::Key(found)) => match found {
-                Ok(Some(principal)) if config.rate_limiter.is_some() => Progress::Next(Self {
-                    exchange,
-                    step: Step::Limit(principal),
-                }),
-                Ok(Some(principal)) => after_limit(config, exchange, principal, None),
+                Ok(Some(principal)) if config.last_used.is_some() => {
+                    if let Some(recorder) = &config.last_used {
+                        recorder.record(&principal.key_id);
+                    }
+                    Self::looked_up(config, exchange, principal)
+                }
+                Ok(Some(principal)) => Self::looked_up(config, exchange, principal),
                 Ok(None) => Progress::Done(unknown_key(config)),
                 Err(err) => Progress::Done(store_failed(config, err)),
             },
@@ -115,6 +117,19 @@ impl Flow {
             // as a failure rather than a panic on the request path.
             (_, _) => Progress::Done(ApiError::Internal.into_response()),
         }
+    }
+}
+
+impl Flow {
+    /// The flow once the key is known to be valid: to the rate limiter, if there is one.
+    fn looked_up(config: &Config, exchange: Exchange, principal: Principal) -> Progress {
+        if config.rate_limiter.is_some() {
+            return Progress::Next(Self {
+                exchange,
+                step: Step::Limit(principal),
+            });
+        }
+        after_limit(config, exchange, principal, None)
     }
 }
 

@@ -69,6 +69,7 @@ mod deadline;
 pub mod docs;
 mod flow;
 pub mod key;
+pub mod last_used;
 pub mod layer;
 mod log;
 pub mod model;

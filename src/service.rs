@@ -21,6 +21,7 @@ pub use crate::config::{
 };
 use crate::flow::{self, Answer, Exchange, Flow};
 use crate::key::KeyDigest;
+use crate::last_used::LastUsedRecorder;
 use crate::openapi;
 use crate::rate_limit::RateLimiter;
 use crate::request_id;
@@ -105,6 +106,14 @@ impl PartnerApi {
     #[must_use]
     pub fn with_store_timeout(mut self, timeout: Option<Duration>) -> Self {
         Arc::make_mut(&mut self.config).store_timeout = timeout;
+        self
+    }
+
+    /// Records the last use of every key that authenticates a request in `recorder` (off by
+    /// default); it writes them to its store in batches, off the request path.
+    #[must_use]
+    pub fn with_last_used(mut self, recorder: LastUsedRecorder) -> Self {
+        Arc::make_mut(&mut self.config).last_used = Some(recorder);
         self
     }
 
@@ -226,6 +235,7 @@ impl fmt::Debug for PartnerApi {
             .field("store_timeout", &self.config.store_timeout)
             .field("retry_after", &self.config.retry_after)
             .field("rate_limited", &self.config.rate_limiter.is_some())
+            .field("last_used", &self.config.last_used.is_some())
             .field("conditional_requests", &self.config.conditional_requests)
             .field("request_ids", &self.config.request_ids)
             .finish_non_exhaustive()

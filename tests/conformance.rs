@@ -106,3 +106,11 @@ async fn a_broken_store_fails_the_checks_it_breaks() {
         "{report}"
     );
 }
+
+#[tokio::test]
+async fn the_memory_store_manages_keys_as_the_suite_requires() {
+    let store = MemoryStore::new();
+    let report = partner_api::testing::run_key_manager(&store).await;
+    report.assert_passed();
+    assert_eq!(report.len(), 9);
+}

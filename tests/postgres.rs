@@ -67,6 +67,14 @@ async fn the_pg_store_passes_the_conformance_suite() {
 }
 
 #[tokio::test]
+async fn the_pg_store_manages_keys_as_the_suite_requires() {
+    let (store, _) = migrated_store().await;
+    let report = partner_api::testing::run_key_manager(&store).await;
+    report.assert_passed();
+    assert_eq!(report.len(), 9);
+}
+
+#[tokio::test]
 async fn newest_orders_is_an_index_range_scan_without_a_sort() {
     let (store, _) = migrated_store().await;
     let mut seed = Seed::default();

@@ -35,10 +35,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[cfg(doc)]
 use crate::{KeyStore, OrderStore, RateLimiter};
 
+mod keys;
 mod rate_limit;
 mod report;
 mod store;
 
+pub use keys::run_key_manager;
 pub use rate_limit::run_rate_limiter;
 pub use report::Report;
 pub use store::{run, StoreFixtures};

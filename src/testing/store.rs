@@ -125,7 +125,7 @@ pub async fn run<F: StoreFixtures>(fixtures: &F) -> Report {
     report
 }
 
-async fn organization<F: StoreFixtures>(
+pub(super) async fn organization<F: StoreFixtures>(
     fixtures: &F,
     ns: &str,
     name: &str,
@@ -141,7 +141,7 @@ async fn organization<F: StoreFixtures>(
     Ok(organization)
 }
 
-async fn key<F: StoreFixtures>(
+pub(super) async fn key<F: StoreFixtures>(
     fixtures: &F,
     ns: &str,
     name: &str,
@@ -175,7 +175,10 @@ fn order(id: String, millis: i64) -> Order {
 
 /// The store's principal for `key`, asked both ways when the store answers at once too
 /// ([`KeyStore::lookup_now`]): the two answers must agree.
-async fn lookup<F: StoreFixtures>(fixtures: &F, key: &str) -> Result<Option<Principal>, String> {
+pub(super) async fn lookup<F: StoreFixtures>(
+    fixtures: &F,
+    key: &str,
+) -> Result<Option<Principal>, String> {
     let digest = KeyDigest::of(key);
     let found = fixtures
         .store()

@@ -1,0 +1,245 @@
+//! [`LastUsedRecorder`]: each key's last use, gathered in process and written in batches, so
+//! the request path never waits for a store write.
+//!
+//! A request records its key with an atomic store into a concurrent map (no clock read, no
+//! lock held past a hash lookup); a background task stamps uses by a clock it ticks every
+//! second and writes them with [`KeyManager::record_last_used`] every flush interval (default
+//! [`DEFAULT_FLUSH_INTERVAL`]), one batch at a time. A last use is thus visible in the store
+//! at most a flush interval and a second after it happened, to within a second.
+//!
+//! Memory is bounded whatever the number of keys: at most `capacity` keys are tracked
+//! (default [`DEFAULT_CAPACITY`]); a key not used since the last flush is forgotten at the
+//! next; when the map is full, the recorder flushes at once and a use of a key it cannot
+//! track meanwhile is counted as dropped ([`LastUsedRecorder::dropped`]) and logged, never
+//! waited for. A batch the store refused is kept and written with the next one.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), partner_api::StoreError> {
+//! use partner_api::last_used::LastUsedRecorder;
+//! use partner_api::{MemoryStore, PartnerApi};
+//!
+//! let store = MemoryStore::new();
+//! let recorder = LastUsedRecorder::spawn(store.clone());
+//! let api = PartnerApi::from_store(store).with_last_used(recorder.clone());
+//! // ... serve; on shutdown, write the batch in hand:
+//! recorder.flush().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tokio::sync::{Mutex, Notify};
+
+use crate::log::ErrorChain;
+use crate::model::Timestamp;
+use crate::store::{KeyManager, KeyUse, StoreError};
+
+/// How often gathered uses are written, by default: well within the minute a last use may
+/// lag.
+pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_secs(30);
+/// How many keys are tracked between two flushes, by default.
+pub const DEFAULT_CAPACITY: usize = 100_000;
+
+/// Gathers the last use of keys in process and writes them to a [`KeyManager`] in batches.
+/// Clones share the same uses.
+#[derive(Clone)]
+pub struct LastUsedRecorder {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    store: Arc<dyn KeyManager>,
+    /// Each tracked key's last use, in milliseconds since the Unix epoch; 0 once written.
+    uses: DashMap<Arc<str>, AtomicI64>,
+    /// The clock uses are stamped with, ticked every second by the background task.
+    now_millis: AtomicI64,
+    capacity: usize,
+    flush_interval_millis: AtomicU64,
+    /// Woken when the map is full.
+    full: Notify,
+    dropped: AtomicU64,
+    /// One flush at a time; holds the uses a failed flush must write again.
+    flushing: Mutex<Vec<KeyUse>>,
+}
+
+impl LastUsedRecorder {
+    /// Creates a recorder that writes to `store`, and starts its background task on the
+    /// current Tokio runtime. The task ends when the last clone of the recorder is dropped.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime.
+    pub fn spawn(store: impl KeyManager + 'static) -> Self {
+        Self::with_capacity(store, DEFAULT_CAPACITY)
+    }
+
+    /// As [`spawn`](Self::spawn), tracking at most `capacity` keys between two flushes.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime.
+    pub fn with_capacity(store: impl KeyManager + 'static, capacity: usize) -> Self {
+        let shared = Arc::new(Shared {
+            store: Arc::new(store),
+            uses: DashMap::new(),
+            now_millis: AtomicI64::new(now_millis()),
+            capacity: capacity.max(1),
+            flush_interval_millis: AtomicU64::new(millis(DEFAULT_FLUSH_INTERVAL)),
+            full: Notify::new(),
+            dropped: AtomicU64::new(0),
+            flushing: Mutex::new(Vec::new()),
+        });
+        tokio::spawn(run(Arc::downgrade(&shared)));
+        Self { shared }
+    }
+
+    /// Sets how often uses are written (default [`DEFAULT_FLUSH_INTERVAL`]), from the next
+    /// flush on.
+    #[must_use]
+    pub fn with_flush_interval(self, interval: Duration) -> Self {
+        self.shared
+            .flush_interval_millis
+            .store(millis(interval).max(1), Ordering::Relaxed);
+        self
+    }
+
+    /// Records a use of the key `key_id` now. Never waits: at capacity, a key it does not
+    /// track yet is dropped (and counted) and a flush is asked for.
+    pub fn record(&self, key_id: &Arc<str>) {
+        let shared = &*self.shared;
+        let now = shared.now_millis.load(Ordering::Relaxed);
+        if let Some(last) = shared.uses.get(&**key_id) {
+            last.store(now, Ordering::Relaxed);
+            return;
+        }
+        if shared.uses.len() >= shared.capacity {
+            shared.dropped.fetch_add(1, Ordering::Relaxed);
+            shared.full.notify_one();
+            return;
+        }
+        shared
+            .uses
+            .entry(key_id.clone())
+            .or_insert_with(|| AtomicI64::new(0))
+            .store(now, Ordering::Relaxed);
+    }
+
+    /// Writes the uses gathered so far (and any a failed flush kept) in one batch; returns how
+    /// many keys it wrote. Call it on graceful shutdown so the batch in hand is not lost.
+    ///
+    /// # Errors
+    ///
+    /// The store's; the batch is kept for the next flush.
+    pub async fn flush(&self) -> Result<usize, StoreError> {
+        self.shared.flush().await
+    }
+
+    /// Returns how many uses were dropped because the recorder was full.
+    pub fn dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Returns how many keys are tracked now.
+    pub fn tracked_keys(&self) -> usize {
+        self.shared.uses.len()
+    }
+}
+
+impl Shared {
+    async fn flush(&self) -> Result<usize, StoreError> {
+        let mut batch = self.flushing.lock().await;
+        // Keys unused since the last flush are forgotten, which bounds the map.
+        self.uses
+            .retain(|_, last| last.load(Ordering::Relaxed) != 0);
+        for entry in &self.uses {
+            let millis = entry.value().swap(0, Ordering::Relaxed);
+            if let Some(at) = (millis != 0)
+                .then(|| Timestamp::from_unix_millis(millis))
+                .flatten()
+            {
+                batch.push(KeyUse {
+                    key_id: entry.key().to_string(),
+                    at,
+                });
+            }
+        }
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        match self.store.record_last_used(&batch).await {
+            Ok(()) => {
+                let written = batch.len();
+                batch.clear();
+                Ok(written)
+            }
+            Err(err) => {
+                // Kept for the next flush; a key repeated in it counts its latest use.
+                tracing::warn!(
+                    keys = batch.len(),
+                    error = %ErrorChain(&err),
+                    "partner API could not record the last use of keys; retrying with the next batch"
+                );
+                Err(err)
+            }
+        }
+    }
+}
+
+/// The background task: ticks the clock every second and flushes every flush interval (or
+/// when the map is full), until the recorder is dropped.
+async fn run(shared: Weak<Shared>) {
+    let mut since_flush = Duration::ZERO;
+    loop {
+        let full = {
+            let Some(strong) = shared.upgrade() else {
+                return;
+            };
+            // A tick of the clock, or sooner when the map is full.
+            let full = tokio::time::timeout(Duration::from_secs(1), strong.full.notified())
+                .await
+                .is_ok();
+            strong.now_millis.store(now_millis(), Ordering::Relaxed);
+            full
+        };
+        since_flush += Duration::from_secs(1);
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let interval = Duration::from_millis(strong.flush_interval_millis.load(Ordering::Relaxed));
+        if full || since_flush >= interval {
+            since_flush = Duration::ZERO;
+            if full && strong.dropped.load(Ordering::Relaxed) > 0 {
+                tracing::warn!(
+                    dropped = strong.dropped.load(Ordering::Relaxed),
+                    "partner API last-use recorder was full; some uses were not recorded"
+                );
+            }
+            // Failures are logged in `flush` and retried with the next batch.
+            let _ = strong.flush().await;
+        }
+    }
+}
+
+fn now_millis() -> i64 {
+    Timestamp::now().as_datetime().timestamp_millis()
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl fmt::Debug for LastUsedRecorder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LastUsedRecorder")
+            .field("tracked_keys", &self.tracked_keys())
+            .field("capacity", &self.shared.capacity)
+            .field("dropped", &self.dropped())
+            .finish_non_exhaustive()
+    }
+}
