@@ -329,3 +329,152 @@ async fn http_get(url: &str, key: &str) -> (u16, serde_json::Value) {
     let body = response.into_body().collect().await.unwrap().to_bytes();
     (status, serde_json::from_slice(&body).unwrap())
 }
+
+#[tokio::test]
+async fn reloading_a_seed_never_revives_moves_or_loosens_a_key() {
+    use partner_api::store::KeyManager;
+    let (store, url) = migrated_store().await;
+    let seed = Seed::demo();
+    store.load_seed(&seed).await.unwrap();
+    let api = PartnerApi::from_store(store.clone());
+    assert_eq!(
+        call(&api, get("/v1/me", Some(DEMO_KEY))).await.status,
+        StatusCode::OK
+    );
+    // Revoked from the Settings page, and an expiry set by SQL on the other demo key.
+    let demo_id = store
+        .list("org_demo")
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|record| record.label.as_deref() == Some("Demo integration"))
+        .unwrap()
+        .id;
+    store.revoke("org_demo", &demo_id).await.unwrap();
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    sqlx::query(
+        "UPDATE partner_api_keys SET expires_at = now() + interval '1 day' WHERE key_sha256 = $1",
+    )
+    .bind(&partner_api::KeyDigest::of(DEMO_OTHER_KEY).as_bytes()[..])
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let other_before = store.list("org_other").await.unwrap();
+    // Every replica starts with the same --seed: the revocation and the expiry hold.
+    store.load_seed(&seed).await.unwrap();
+    assert_eq!(
+        call(&api, get("/v1/me", Some(DEMO_KEY))).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert!(store
+        .get("org_demo", &demo_id)
+        .await
+        .unwrap()
+        .revoked_at
+        .is_some());
+    assert_eq!(
+        store.list("org_other").await.unwrap(),
+        other_before,
+        "the expiry was dropped"
+    );
+    // A seed that moves a key to another organization is refused, naming the entry.
+    let mut moved = Seed::demo();
+    moved.api_keys[1].organization_id = "org_demo".into();
+    let message = store.load_seed(&moved).await.unwrap_err().to_string();
+    assert!(message.contains("apiKeys[1]"), "{message}");
+    assert!(!message.contains(DEMO_OTHER_KEY), "{message}");
+    let other = call(&api, get("/v1/me", Some(DEMO_OTHER_KEY))).await.json();
+    assert_eq!(
+        other["data"]["organization"]["id"], "org_other",
+        "the key stayed where it was"
+    );
+}
+
+#[tokio::test]
+async fn a_duplicate_key_error_carries_no_digest_to_debug_or_logs() {
+    let (store, _) = migrated_store().await;
+    store.load_seed(&Seed::demo()).await.unwrap();
+    let logs = CapturedLogs::default();
+    let _guard = logs.install();
+    let err = store.add_key(DEMO_KEY, "org_demo").await.unwrap_err();
+    assert_eq!(err.kind(), partner_api::StoreErrorKind::Conflict);
+    tracing::error!(error = ?err, display = %err, "logged as a host would");
+    let digest = partner_api::KeyDigest::of(DEMO_KEY);
+    let hex: String = digest
+        .as_bytes()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    let debug = format!("{err:?}");
+    let debug = format!("{debug} {:?}", err.into_source());
+    for text in [debug.as_str(), logs.text().as_str()] {
+        assert!(!text.contains(&hex), "a digest in {text}");
+        assert!(!text.contains("\\x"), "a byte string in {text}");
+        assert!(!text.contains(DEMO_KEY), "a key in {text}");
+    }
+    assert!(
+        debug.contains("23505"),
+        "the error still says what happened: {debug}"
+    );
+}
+
+#[tokio::test]
+async fn the_crates_migrations_share_a_database_with_the_hosts_own() {
+    use sqlx::migrate::Migrator;
+    let url = fresh_database().await;
+    let pool = PgPoolOptions::new().connect(&url).await.unwrap();
+    let host: Migrator = sqlx::migrate!("tests/host_migrations");
+    // The host first, then the crate, then each again, in one database.
+    host.run(&pool).await.unwrap();
+    let store = PgStore::new(pool.clone());
+    store.migrate().await.unwrap();
+    host.run(&pool)
+        .await
+        .expect("the host's migrator meets no version of ours");
+    store.migrate().await.unwrap();
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(versions, [20250101000000]);
+    let ours: i64 = sqlx::query_scalar("SELECT count(*) FROM partner_api_migrations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        ours,
+        partner_api::store::postgres::MIGRATOR.iter().count() as i64
+    );
+    // Both schemas work.
+    sqlx::query("INSERT INTO host_users VALUES (1, 'a@example.com')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    store.load_seed(&Seed::demo()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_database_migrated_by_an_earlier_version_is_taken_over() {
+    use sqlx::migrate::Migrator;
+    let url = fresh_database().await;
+    let pool = PgPoolOptions::new().connect(&url).await.unwrap();
+    // An earlier version of the crate ran its migrations with sqlx's own runner.
+    partner_api::store::postgres::MIGRATOR
+        .run(&pool)
+        .await
+        .unwrap();
+    let store = PgStore::new(pool.clone());
+    store.migrate().await.unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the crate's versions moved to its own table");
+    let host: Migrator = sqlx::migrate!("tests/host_migrations");
+    host.run(&pool)
+        .await
+        .expect("the host's migrator now runs beside ours");
+    store.migrate().await.unwrap();
+    store.load_seed(&Seed::demo()).await.unwrap();
+}
