@@ -478,3 +478,215 @@ async fn a_database_migrated_by_an_earlier_version_is_taken_over() {
     store.migrate().await.unwrap();
     store.load_seed(&Seed::demo()).await.unwrap();
 }
+
+/// Runs `standalone keys ARGS...` against the database at `url` (given as `--database-url`
+/// after the subcommand, or as `DATABASE_URL`); exit status, standard output and error.
+async fn keys_command(url: Option<&str>, args: &[&str]) -> (bool, String, String) {
+    let mut command = tokio::process::Command::new(standalone_binary());
+    command.arg("keys").args(args).env_remove("DATABASE_URL");
+    if let Some(url) = url {
+        command.args(["--database-url", url]);
+    }
+    let output = command.output().await.unwrap();
+    (
+        output.status.success(),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+fn record_members(line: &str) -> serde_json::Value {
+    let record: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|_| panic!("{line}"));
+    let mut members: Vec<&String> = record.as_object().unwrap().keys().collect();
+    members.sort();
+    assert_eq!(
+        members,
+        [
+            "createdAt",
+            "environment",
+            "expiresAt",
+            "hint",
+            "id",
+            "label",
+            "lastUsedAt",
+            "revokedAt"
+        ]
+    );
+    record
+}
+
+#[tokio::test]
+async fn the_keys_command_issues_lists_rolls_and_revokes() {
+    let (store, url) = migrated_store().await;
+    store.load_seed(&Seed::demo()).await.unwrap();
+    let api = PartnerApi::from_store(store.clone());
+
+    let (ok, stdout, stderr) = keys_command(
+        Some(&url),
+        &[
+            "issue",
+            "--organization",
+            "org_demo",
+            "--label",
+            "CI",
+            "--environment",
+            "test",
+            "--expires-in",
+            "3600",
+        ],
+    )
+    .await;
+    assert!(ok, "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    let plaintext = lines[0];
+    assert!(
+        plaintext.starts_with("pk_test_") && plaintext.len() == 38,
+        "{plaintext}"
+    );
+    let issued = record_members(lines[1]);
+    assert_eq!(issued["label"], "CI");
+    assert_eq!(issued["environment"], "test");
+    assert_eq!(issued["hint"], format!("pk_test_...{}", &plaintext[34..]));
+    assert!(issued["expiresAt"].as_str().unwrap().ends_with('Z'));
+    assert!(issued["revokedAt"].is_null() && issued["lastUsedAt"].is_null());
+    let id = issued["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        call(&api, get("/v1/me", Some(plaintext))).await.status,
+        StatusCode::OK
+    );
+
+    // DATABASE_URL works as well as the flag; the newest key comes first.
+    let output = tokio::process::Command::new(standalone_binary())
+        .args(["keys", "list", "--organization", "org_demo"])
+        .env("DATABASE_URL", &url)
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success());
+    let listed = String::from_utf8(output.stdout).unwrap();
+    let records: Vec<serde_json::Value> = listed.lines().map(record_members).collect();
+    assert_eq!(records.len(), 3, "two seed keys and the new one: {listed}");
+    assert_eq!(records[0]["id"], id.as_str());
+    assert!(!listed.contains(plaintext), "a list shows no plaintext");
+    assert!(records
+        .iter()
+        .any(|record| record["label"] == "Demo integration"));
+
+    let (ok, stdout, stderr) = keys_command(
+        Some(&url),
+        &[
+            "roll",
+            "--organization",
+            "org_demo",
+            "--id",
+            &id,
+            "--overlap",
+            "60",
+        ],
+    )
+    .await;
+    assert!(ok, "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    let rolled = lines[0];
+    let successor = record_members(lines[1]);
+    assert_eq!(successor["label"], "CI");
+    assert_eq!(successor["environment"], "test");
+    for key in [plaintext, rolled] {
+        assert_eq!(
+            call(&api, get("/v1/me", Some(key))).await.status,
+            StatusCode::OK,
+            "both work in the overlap"
+        );
+    }
+    let successor_id = successor["id"].as_str().unwrap().to_owned();
+    let (ok, stdout, _) = keys_command(
+        Some(&url),
+        &[
+            "revoke",
+            "--organization",
+            "org_demo",
+            "--id",
+            &successor_id,
+        ],
+    )
+    .await;
+    assert!(ok);
+    assert!(record_members(stdout.trim())["revokedAt"].is_string());
+    assert_eq!(
+        call(&api, get("/v1/me", Some(rolled))).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+
+    // Unknown organization or id, another organization's id, no database: a message, exit 1.
+    for (args, expected) in [
+        (vec!["list", "--organization", "org_missing"], "org_missing"),
+        (
+            vec!["revoke", "--organization", "org_demo", "--id", "424242"],
+            "424242",
+        ),
+        (
+            vec!["revoke", "--organization", "org_other", "--id", id.as_str()],
+            id.as_str(),
+        ),
+        (
+            vec!["roll", "--organization", "org_other", "--id", id.as_str()],
+            id.as_str(),
+        ),
+        (
+            vec!["issue", "--organization", "org_missing"],
+            "org_missing",
+        ),
+    ] {
+        let (ok, stdout, stderr) = keys_command(Some(&url), &args).await;
+        assert!(!ok, "{args:?} succeeded");
+        assert!(stdout.is_empty(), "{stdout}");
+        assert!(
+            stderr.contains("error:") && stderr.contains(expected),
+            "{args:?}: {stderr}"
+        );
+    }
+    let (ok, _, stderr) = keys_command(None, &["list", "--organization", "org_demo"]).await;
+    assert!(!ok);
+    assert!(
+        stderr.contains("--database-url") && stderr.contains("DATABASE_URL"),
+        "{stderr}"
+    );
+    let (ok, _, _) = keys_command(
+        Some(&url),
+        &[
+            "issue",
+            "--organization",
+            "org_demo",
+            "--environment",
+            "prod",
+        ],
+    )
+    .await;
+    assert!(!ok, "an unknown environment is refused");
+    // Another organization's key was never touched.
+    assert_eq!(
+        call(&api, get("/v1/me", Some(plaintext))).await.status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn the_binary_writes_the_last_uses_in_hand_when_it_stops() {
+    use partner_api::store::KeyManager;
+    let (store, url) = migrated_store().await;
+    store.load_seed(&Seed::demo()).await.unwrap();
+    let mut process =
+        Process::spawn_with_env(&["--listen", "127.0.0.1:0"], &[("DATABASE_URL", &url)]);
+    let base = process.base_url().await;
+    let (status, _) = http_get(&format!("{base}/v1/me"), DEMO_KEY).await;
+    assert_eq!(status, 200);
+    // Well within the recorder's interval: only the flush at shutdown can have written it.
+    assert!(process.terminate().await.success());
+    let demo = store.list("org_demo").await.unwrap();
+    let used = demo
+        .iter()
+        .find(|record| record.label.as_deref() == Some("Demo integration"))
+        .unwrap();
+    assert!(used.last_used_at.is_some(), "{used:?}");
+}

@@ -4,12 +4,16 @@ use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
+use partner_api::key::KeyEnvironment;
 
-/// Serve the partner API.
+/// Serve the partner API, or manage its keys.
 #[derive(Parser, Debug)]
 #[command(version, about)]
 pub(crate) struct Args {
+    /// What to do instead of serving.
+    #[command(subcommand)]
+    pub(crate) command: Option<Command>,
     /// Address to listen on; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub(crate) listen: String,
@@ -17,9 +21,10 @@ pub(crate) struct Args {
     /// with a database: none).
     #[arg(long)]
     pub(crate) seed: Option<PathBuf>,
-    /// Serve from PostgreSQL at this URL (migrations run at start) instead of from memory.
+    /// Serve from (or manage the keys of) PostgreSQL at this URL, migrated at start, instead
+    /// of memory.
     #[cfg(feature = "postgres")]
-    #[arg(long, env = "DATABASE_URL")]
+    #[arg(long, env = "DATABASE_URL", global = true)]
     pub(crate) database_url: Option<String>,
     /// PEM certificate chain: serve HTTPS (HTTP/1.1 and HTTP/2 by ALPN). Needs --tls-key.
     #[arg(long, requires = "tls_key")]
@@ -41,6 +46,71 @@ pub(crate) struct Args {
     /// until one closes.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub(crate) max_connections: usize,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// Manage API keys in the database of --database-url (or DATABASE_URL). `issue` and
+    /// `roll` print the new key alone on the first line and its record as JSON on the second;
+    /// `list` prints one JSON record a line, newest first.
+    Keys {
+        /// What to do with keys.
+        #[command(subcommand)]
+        action: KeysAction,
+    },
+}
+
+/// What the `keys` subcommand does.
+#[derive(Subcommand, Debug)]
+pub(crate) enum KeysAction {
+    /// Issue a new key for an organization.
+    Issue {
+        /// The organization's id.
+        #[arg(long)]
+        organization: String,
+        /// A name for people.
+        #[arg(long)]
+        label: Option<String>,
+        /// `live` or `test`: the key's prefix.
+        #[arg(long, default_value = "live", value_parser = parse_environment)]
+        environment: KeyEnvironment,
+        /// Seconds until the key expires (default: never).
+        #[arg(long, value_name = "SECONDS")]
+        expires_in: Option<u64>,
+    },
+    /// List an organization's keys, newest first.
+    List {
+        /// The organization's id.
+        #[arg(long)]
+        organization: String,
+    },
+    /// Revoke one key of an organization at once.
+    Revoke {
+        /// The organization's id.
+        #[arg(long)]
+        organization: String,
+        /// The key's id, as `list` shows it.
+        #[arg(long)]
+        id: String,
+    },
+    /// Replace a key by a new one; the old one keeps working for the overlap.
+    Roll {
+        /// The organization's id.
+        #[arg(long)]
+        organization: String,
+        /// The key's id, as `list` shows it.
+        #[arg(long)]
+        id: String,
+        /// Seconds the old key keeps working beside the new one.
+        #[arg(long, value_name = "SECONDS", default_value_t = 86_400)]
+        overlap: u64,
+    },
+}
+
+fn parse_environment(name: &str) -> Result<KeyEnvironment, String> {
+    name.parse()
+        .map_err(|err: partner_api::key::UnknownEnvironment| err.to_string())
 }
 
 /// How the host wraps the API.

@@ -5,12 +5,14 @@
 //! cargo run --example standalone -- --seed seed.json --listen 127.0.0.1:0
 //! cargo run --example standalone -- --tls-cert cert.pem --tls-key key.pem --rate-limit 10
 //! cargo run --example standalone --features postgres -- --database-url postgres://... --seed seed.json
+//! cargo run --example standalone --features postgres -- keys issue --organization org_1 --label CI
 //! ```
 //!
 //! It prints `listening on http://HOST:PORT` (or `https://` with TLS) once bound and serves
 //! HTTP/1.1 and HTTP/2 (ALPN over TLS, prior knowledge without). One file per job:
 //!
 //! - `cli.rs`: the command line;
+//! - `keys.rs`: the `keys` subcommand (issue, list, revoke, roll keys in the database);
 //! - `stores.rs`: which stores the API reads (PostgreSQL, a seed file, the demo data);
 //! - `stack.rs`: the layers around the API (request ids, a log line per response, a caught
 //!   panic as a JSON 500, a request timeout as a JSON 503);
@@ -27,6 +29,7 @@ use partner_api::seed::DEMO_KEY;
 use tokio::net::TcpListener;
 
 mod cli;
+mod keys;
 mod serve;
 mod signals;
 mod stack;
@@ -46,6 +49,9 @@ async fn main() -> ExitCode {
         .init();
     let args = cli::Args::parse();
     stores::warn_of_unused_database_url();
+    if let Some(cli::Command::Keys { action }) = &args.command {
+        return keys::run(&args, action).await;
+    }
 
     let options = cli::Options::from_args(&args);
     let limits = serve::Limits {
@@ -62,8 +68,8 @@ async fn main() -> ExitCode {
         },
         _ => None,
     };
-    let api = match stores::api_for(&args, &options).await {
-        Ok(api) => api,
+    let (api, last_used) = match stores::api_for(&args, &options).await {
+        Ok(served) => served,
         Err(err) => {
             eprintln!("error: {err}");
             return ExitCode::FAILURE;
@@ -98,5 +104,7 @@ async fn main() -> ExitCode {
 
     let app = stack::app(api, &options);
     serve::serve(listener, app, tls, limits, signals::shutdown_signal()).await;
+    // The last uses gathered since the last batch; a failure is logged by the recorder.
+    let _ = last_used.flush().await;
     ExitCode::SUCCESS
 }

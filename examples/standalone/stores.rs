@@ -1,6 +1,8 @@
 //! Which stores the API reads: PostgreSQL, a seed file in memory, or the demo data.
 
+use partner_api::last_used::LastUsedRecorder;
 use partner_api::seed::Seed;
+use partner_api::store::KeyManager;
 use partner_api::{KeyStore, LocalRateLimiter, MemoryStore, OrderStore, PartnerApi};
 
 use crate::cli::{Args, Options};
@@ -14,9 +16,23 @@ pub(crate) fn api<S: KeyStore + OrderStore + 'static>(store: S, options: &Option
     }
 }
 
+/// The partner API over `store`, configured by `options`, recording the last use of keys in
+/// `store` (the recorder is returned, to write the batch in hand at shutdown).
+fn recorded_api<S>(store: S, options: &Options) -> (PartnerApi, LastUsedRecorder)
+where
+    S: KeyStore + OrderStore + KeyManager + Clone + 'static,
+{
+    let recorder = LastUsedRecorder::spawn(store.clone());
+    let api = api(store, options).with_last_used(recorder.clone());
+    (api, recorder)
+}
+
 /// The API over what `args` name: PostgreSQL (migrated, and seeded if a seed file is given),
-/// a seed file in memory, or the demo data in memory.
-pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<PartnerApi, String> {
+/// a seed file in memory, or the demo data in memory; and its last-use recorder.
+pub(crate) async fn api_for(
+    args: &Args,
+    options: &Options,
+) -> Result<(PartnerApi, LastUsedRecorder), String> {
     #[cfg(feature = "postgres")]
     if let Some(url) = &args.database_url {
         let store = partner_api::PgStore::connect_lazy(url).map_err(|err| error_chain(&err))?;
@@ -31,7 +47,7 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<PartnerApi
                 .await
                 .map_err(|err| err.to_string())?;
         }
-        return Ok(api(store, options));
+        return Ok(recorded_api(store, options));
     }
     let seed = match &args.seed {
         Some(path) => Seed::from_path(path),
@@ -40,7 +56,7 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<PartnerApi
     let store: MemoryStore = seed
         .and_then(|seed| seed.to_memory_store())
         .map_err(|err| err.to_string())?;
-    Ok(api(store, options))
+    Ok(recorded_api(store, options))
 }
 
 /// An error and its sources, on one line.

@@ -1,0 +1,95 @@
+//! The `keys` subcommand: a key's whole life from the command line, on the database of
+//! `--database-url`, for operators and scripts.
+
+use std::process::ExitCode;
+
+use crate::cli::{Args, KeysAction};
+
+/// Runs `action` and returns the exit code: 0, or 1 with a message on standard error.
+pub(crate) async fn run(args: &Args, action: &KeysAction) -> ExitCode {
+    match execute(args, action).await {
+        Ok(lines) => {
+            for line in lines {
+                println!("{line}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn execute(_args: &Args, _action: &KeysAction) -> Result<Vec<String>, String> {
+    Err(
+        "the keys command works on a database: this build has no PostgreSQL support \
+         (build with --features postgres, then give --database-url or DATABASE_URL)"
+            .into(),
+    )
+}
+
+/// The lines to print for `action`.
+#[cfg(feature = "postgres")]
+async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String> {
+    use std::time::Duration;
+
+    use partner_api::store::{IssuedKey, KeyManager, KeyRecord, NewKey};
+    use partner_api::{PgStore, Timestamp};
+
+    use crate::stores::error_chain;
+
+    let Some(url) = &args.database_url else {
+        return Err(
+            "the keys command needs a database: give --database-url or set DATABASE_URL".into(),
+        );
+    };
+    let store = PgStore::connect_lazy(url).map_err(|err| error_chain(&err))?;
+    store
+        .migrate()
+        .await
+        .map_err(|err| format!("cannot migrate the database: {}", error_chain(&err)))?;
+    let json = |record: &KeyRecord| serde_json::to_string(record).map_err(|err| err.to_string());
+    let shown = |issued: IssuedKey| Ok(vec![issued.plaintext().to_owned(), json(issued.record())?]);
+    let failed = |err: partner_api::StoreError| error_chain(&err);
+    match action {
+        KeysAction::Issue {
+            organization,
+            label,
+            environment,
+            expires_in,
+        } => {
+            let mut new = NewKey::new(*environment);
+            if let Some(label) = label {
+                new = new.with_label(label.clone());
+            }
+            if let Some(seconds) = expires_in {
+                new = new.with_expires_at(
+                    Timestamp::now().saturating_add(Duration::from_secs(*seconds)),
+                );
+            }
+            shown(store.issue(organization, new).await.map_err(failed)?)
+        }
+        KeysAction::List { organization } => store
+            .list(organization)
+            .await
+            .map_err(failed)?
+            .iter()
+            .map(json)
+            .collect(),
+        KeysAction::Revoke { organization, id } => Ok(vec![json(
+            &store.revoke(organization, id).await.map_err(failed)?,
+        )?]),
+        KeysAction::Roll {
+            organization,
+            id,
+            overlap,
+        } => shown(
+            store
+                .roll(organization, id, Duration::from_secs(*overlap))
+                .await
+                .map_err(failed)?,
+        ),
+    }
+}
