@@ -176,6 +176,33 @@ fn bench(c: &mut Criterion) {
     let bare = nanos_per_call(&runtime, &mut host.clone(), "/health", None);
     ratios.push(("layer_pass_through", library, bare));
 
+    // Recording each key's last use (issue 13): the same /me, with and without the recorder;
+    // "baseline" here is the API without it.
+    let recorded_store = store();
+    let recorder = runtime.block_on(async {
+        partner_api::last_used::LastUsedRecorder::spawn(recorded_store.clone())
+    });
+    let recorded = PartnerApi::from_store(recorded_store).with_last_used(recorder);
+    let mut group = c.benchmark_group("me_last_used");
+    group.bench_function("recorded", |b| {
+        let mut api = recorded.clone();
+        b.to_async(&runtime).iter(|| {
+            let response = api.call(request("/v1/me", Some(KEY)));
+            async move { black_box(response.await) }
+        });
+    });
+    group.bench_function("not_recorded", |b| {
+        let mut api = api.clone();
+        b.to_async(&runtime).iter(|| {
+            let response = api.call(request("/v1/me", Some(KEY)));
+            async move { black_box(response.await) }
+        });
+    });
+    group.finish();
+    let with = nanos_per_call(&runtime, &mut recorded.clone(), "/v1/me", Some(KEY));
+    let without = nanos_per_call(&runtime, &mut api.clone(), "/v1/me", Some(KEY));
+    ratios.push(("me_last_used", with, without));
+
     println!("\nper call, request building included (best of 5 x 20k calls):");
     for (name, library, bare) in ratios {
         println!(

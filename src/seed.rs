@@ -37,7 +37,7 @@ pub struct Seed {
 }
 
 /// An API key of a seed file.
-#[derive(Clone, Serialize, Deserialize)]
+#[derive(Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SeedKey {
     /// The plaintext key: an RFC 6750 token, taken as it is.

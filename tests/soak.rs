@@ -44,6 +44,7 @@ fn world() -> Seed {
                 key: format!("soak_key_{org}_{n}"),
                 organization_id: id.clone(),
                 revoked,
+                ..SeedKey::default()
             });
         }
         for n in 0..org * 30 {

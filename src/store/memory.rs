@@ -387,8 +387,7 @@ impl KeyManager for MemoryStore {
             .values()
             .filter(|entry| entry.record.organization_id == organization_id)
             .collect();
-        entries
-            .sort_by(|a, b| (b.record.created_at, b.number).cmp(&(a.record.created_at, a.number)));
+        entries.sort_by_key(|entry| std::cmp::Reverse((entry.record.created_at, entry.number)));
         Ok(entries
             .into_iter()
             .map(|entry| entry.record.clone())
