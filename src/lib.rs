@@ -72,6 +72,7 @@ pub mod key;
 pub mod last_used;
 pub mod layer;
 mod log;
+pub mod management;
 pub mod model;
 pub mod openapi;
 pub mod rate_limit;
