@@ -95,17 +95,19 @@ async fn me_status(address: SocketAddr, key: &str) -> u16 {
     status
 }
 
-/// The text of the element at `css`, once it is there.
+/// The text of the element at `css`, once it is there (looked up again if the page changed
+/// under it).
 async fn text(browser: &Client, css: &str) -> String {
-    browser
-        .wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|err| panic!("{css}: {err}"))
-        .text()
-        .await
-        .unwrap()
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(element) = browser.find(Locator::Css(css)).await {
+            if let Ok(text) = element.text().await {
+                return text;
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no {css}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The row of the key labelled `label`.
