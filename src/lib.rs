@@ -47,7 +47,8 @@
 //! | feature   | default | what it adds                                                       |
 //! |-----------|---------|---------------------------------------------------------------------|
 //! | `testing` | no      | `partner_api::testing`: the conformance suite every store must pass |
-//! | `postgres`| no      | `PgStore`: both store traits over PostgreSQL (sqlx), with migrations |
+//! | `postgres`| no      | `PgStore`: both store traits over PostgreSQL (sqlx), with migrations; `cache::postgres::listen` |
+//! | `redis`   | no      | `rate_limit::redis::RedisRateLimiter`: one budget per key shared by every replica |
 //!
 //! # Logging
 //!
@@ -63,6 +64,7 @@
 // Bottom to top: each module uses only those above it in this list.
 mod auth;
 pub mod body;
+pub mod cache;
 mod conditional;
 mod config;
 mod deadline;

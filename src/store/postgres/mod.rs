@@ -12,6 +12,7 @@ use super::{describe_plaintext, KeyStore, OrderStore, Principal, StoreError};
 use crate::key::{is_valid_key, KeyDigest};
 use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
 
+mod breaker;
 mod error;
 mod manage;
 mod migrate;
@@ -46,15 +47,32 @@ pub const NEWEST_ORDERS: &str = "\
 /// for the key and, for `GET /orders`, one for the orders.
 ///
 /// Clones share the pool.
-#[derive(Clone, Debug)]
+///
+/// When the database is unreachable, the request path fails fast: after two failures that
+/// say so, lookups and order reads answer `Unavailable` at once (the API's 503 with
+/// `Retry-After`) instead of each waiting out the pool's acquire timeout, and one probe every
+/// half second finds out when the database is back; then everything works again by itself.
+#[derive(Clone)]
 pub struct PgStore {
     pool: PgPool,
+    breaker: std::sync::Arc<breaker::Breaker>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PgStore {
     /// Creates a store over the host's own pool.
     pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+        Self {
+            pool,
+            breaker: std::sync::Arc::new(breaker::Breaker::new()),
+        }
     }
 
     /// Connects a pool of its own to `url` with production defaults: at most 10
@@ -73,7 +91,7 @@ impl PgStore {
             .max_connections(10)
             .acquire_timeout(Duration::from_secs(5))
             .connect_lazy_with(options);
-        Ok(Self { pool })
+        Ok(Self::new(pool))
     }
 
     /// Returns the pool.
@@ -247,6 +265,15 @@ fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
 #[async_trait]
 impl KeyStore for PgStore {
     async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
+        let leave = self.breaker.admit()?;
+        let found = self.look_up(digest).await;
+        self.breaker.record(leave, &found);
+        found
+    }
+}
+
+impl PgStore {
+    async fn look_up(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
         let row = sqlx::query(LOOKUP_KEY)
             .bind(&digest.as_bytes()[..])
             .fetch_optional(&self.pool)
@@ -271,6 +298,19 @@ impl KeyStore for PgStore {
 #[async_trait]
 impl OrderStore for PgStore {
     async fn newest_orders(
+        &self,
+        organization_id: &str,
+        limit: usize,
+    ) -> Result<OrderPage, StoreError> {
+        let leave = self.breaker.admit()?;
+        let page = self.read_newest_orders(organization_id, limit).await;
+        self.breaker.record(leave, &page);
+        page
+    }
+}
+
+impl PgStore {
+    async fn read_newest_orders(
         &self,
         organization_id: &str,
         limit: usize,

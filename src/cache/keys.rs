@@ -1,0 +1,186 @@
+//! [`CachingKeyStore`]: key lookups answered from memory, known keys and unknown ones alike.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use quick_cache::sync::Cache;
+
+use super::freshness::{Gate, Invalidate, Notifications};
+use super::DEFAULT_CAPACITY;
+use crate::key::KeyDigest;
+use crate::model::Timestamp;
+use crate::store::{KeyStore, Principal, StoreError};
+
+/// A [`KeyStore`] in front of another: a lookup it has answered before is answered at once
+/// ([`KeyStore::lookup_now`]), a key's expiry checked on every hit; keys that resolved to
+/// nothing (unknown, revoked, expired) are remembered too, so a client retrying a bad key costs
+/// the inner store one query. At most `capacity` keys of each kind are kept (the least
+/// recently useful ones go first).
+///
+/// The host tells it of changes ([`invalidate_key`](Self::invalidate_key),
+/// [`invalidate_all`](Self::invalidate_all)), or it follows a [`Notifications`] hub
+/// ([`with_notifications`](Self::with_notifications)) and then answers from memory only while
+/// the hub is connected. Clones share the cache.
+///
+/// ```
+/// use partner_api::cache::CachingKeyStore;
+/// use partner_api::MemoryStore;
+///
+/// let keys = CachingKeyStore::new(MemoryStore::new()).with_capacity(10_000);
+/// ```
+#[derive(Clone)]
+pub struct CachingKeyStore<S> {
+    inner: S,
+    cache: Arc<KeyCache>,
+}
+
+struct KeyCache {
+    /// Keys that resolved to a principal.
+    found: Cache<KeyDigest, Principal>,
+    /// Keys that resolved to nothing.
+    absent: Cache<KeyDigest, ()>,
+    gate: Gate,
+}
+
+impl<S: KeyStore> CachingKeyStore<S> {
+    /// Creates a cache of [`DEFAULT_CAPACITY`] keys of each kind in front of `inner`, which
+    /// its host keeps informed of changes.
+    pub fn new(inner: S) -> Self {
+        Self::with_gate(inner, Gate::default(), DEFAULT_CAPACITY)
+    }
+
+    fn with_gate(inner: S, gate: Gate, capacity: usize) -> Self {
+        let capacity = capacity.max(1);
+        Self {
+            inner,
+            cache: Arc::new(KeyCache {
+                found: Cache::new(capacity),
+                absent: Cache::new(capacity),
+                gate,
+            }),
+        }
+    }
+
+    /// Keeps at most `capacity` keys of each kind (known, and unknown or revoked). Drops what
+    /// the cache held.
+    #[must_use]
+    pub fn with_capacity(self, capacity: usize) -> Self {
+        let gate = self.cache.gate.clone();
+        Self::with_gate(self.inner, gate, capacity)
+    }
+
+    /// Follows `notifications`: the cache is told of every change through it, and answers
+    /// from memory only while it is connected. Drops what the cache held.
+    #[must_use]
+    pub fn with_notifications(self, notifications: &Notifications) -> Self {
+        let capacity = self.cache.found.capacity() as usize;
+        let cache = Self::with_gate(self.inner, Gate::following(notifications), capacity);
+        let target: Arc<dyn Invalidate> = cache.cache.clone();
+        notifications.register(Arc::downgrade(&target));
+        cache
+    }
+
+    /// Forgets the key `key_id` (changed or removed), and every key remembered as unknown (one
+    /// of them may just have been added).
+    pub fn invalidate_key(&self, key_id: &str) {
+        self.cache.key_changed(key_id);
+    }
+
+    /// Forgets everything.
+    pub fn invalidate_all(&self) {
+        self.cache.clear();
+    }
+
+    /// Returns the wrapped store.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Returns the number of keys held, known and unknown.
+    pub fn len(&self) -> usize {
+        self.cache.found.len() + self.cache.absent.len()
+    }
+
+    /// Returns whether the cache holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl KeyCache {
+    /// The remembered answer for `digest`, if the cache may answer.
+    fn answer(&self, digest: &KeyDigest) -> Option<Option<Principal>> {
+        if !self.gate.open() {
+            return None;
+        }
+        if let Some(principal) = self.found.get(digest) {
+            // Expiry holds on every hit; the clock is read only for a key that expires.
+            let expired = principal
+                .expires_at
+                .is_some_and(|expires_at| expires_at <= Timestamp::now());
+            return Some((!expired).then_some(principal));
+        }
+        self.absent.get(digest).map(|()| None)
+    }
+
+    /// Keeps what the store answered for `digest`, unless a change came in since `mark`.
+    fn keep(&self, digest: KeyDigest, answer: &Option<Principal>, mark: u64) {
+        if !self.gate.unchanged_since(mark) {
+            return;
+        }
+        match answer {
+            Some(principal) => self.found.insert(digest, principal.clone()),
+            None => self.absent.insert(digest, ()),
+        }
+        // A change that came in while inserting may have missed the new entry.
+        if !self.gate.unchanged_since(mark) {
+            self.found.remove(&digest);
+            self.absent.remove(&digest);
+        }
+    }
+}
+
+impl Invalidate for KeyCache {
+    fn key_changed(&self, key_id: &str) {
+        self.gate.note_change();
+        self.found
+            .retain(|_, principal| &*principal.key_id != key_id);
+        self.absent.clear();
+    }
+
+    fn orders_changed(&self, _organization_id: &str) {}
+
+    fn clear(&self) {
+        self.gate.note_change();
+        self.found.clear();
+        self.absent.clear();
+    }
+}
+
+#[async_trait]
+impl<S: KeyStore> KeyStore for CachingKeyStore<S> {
+    async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
+        if let Some(answer) = self.cache.answer(digest) {
+            return Ok(answer);
+        }
+        let mark = self.cache.gate.mark();
+        let answer = self.inner.lookup(digest).await?;
+        self.cache.keep(*digest, &answer, mark);
+        Ok(answer)
+    }
+
+    fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<Option<Principal>, StoreError>> {
+        self.cache.answer(digest).map(Ok)
+    }
+}
+
+impl<S> fmt::Debug for CachingKeyStore<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CachingKeyStore")
+            .field("known", &self.cache.found.len())
+            .field("unknown", &self.cache.absent.len())
+            .field("answering", &self.cache.gate.open())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,34 @@
+//! Caches in front of any store, for several replicas on one database: keys verified and
+//! pages of orders served at memory speed, with every change reaching every replica's caches
+//! through [`Notifications`] within a bounded delay.
+//!
+//! [`CachingKeyStore`] answers `lookup_now` from memory (hits at once, expiry checked on
+//! every hit) and remembers unknown and revoked keys too, so a client retrying a bad key costs
+//! its store one query; [`CachingOrderStore`] keeps each organization's newest
+//! [`OrderPage`](crate::OrderPage), encoded once. Both are bounded in entries whatever the
+//! number of keys and organizations.
+//!
+//! A cache is told of changes in one of two ways:
+//!
+//! - by the host, through its `invalidate_*` methods, when the host changes what the store
+//!   holds (a cache made with `new` always answers from memory);
+//! - by a [`Notifications`] hub that a listener drives: with `PgStore`,
+//!   [`postgres::listen`] follows the database's `NOTIFY`s, which triggers on the crate's
+//!   tables send on every change, however it was made (through the crate, the `keys` command
+//!   or plain SQL). While the listener is not connected, caches that follow it do not answer
+//!   from memory at all (every request goes to the store), and they drop everything when it
+//!   connects again: correctness first, speed second.
+
+mod freshness;
+mod keys;
+mod orders;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
+
+pub use freshness::Notifications;
+pub use keys::CachingKeyStore;
+pub use orders::CachingOrderStore;
+
+/// The most entries a cache keeps, by default.
+pub const DEFAULT_CAPACITY: usize = 100_000;
