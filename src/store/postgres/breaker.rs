@@ -1,6 +1,6 @@
 //! A circuit breaker for the request path: once the database has been unreachable, requests
-//! fail at once instead of each waiting out the pool's acquire timeout, and one probe at a
-//! time finds out when it is back.
+//! fail at once instead of each waiting out the pool's acquire timeout, while a probe in the
+//! background finds out when it is back.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -9,22 +9,23 @@ use crate::store::{StoreError, StoreErrorKind};
 
 /// Consecutive "unavailable" failures that open the breaker.
 const THRESHOLD: u32 = 2;
-/// How long an open breaker fails calls at once before it lets a probe through.
+/// How long an open breaker waits before it probes the database again.
 pub(crate) const COOLDOWN: Duration = Duration::from_millis(500);
 
 pub(crate) struct Breaker {
     epoch: Instant,
     consecutive: AtomicU32,
-    /// Milliseconds after `epoch` until which calls fail at once; 0 when closed.
+    /// Milliseconds after `epoch` until which no probe starts; 0 when closed.
     open_until: AtomicU64,
     probing: AtomicBool,
 }
 
-/// Leave to make one call; a probe's leave frees the probe's place when dropped, whatever
-/// became of the call.
-pub(crate) struct Leave<'b> {
-    breaker: &'b Breaker,
-    probe: bool,
+/// The answer of an open breaker.
+pub(crate) enum Refusal {
+    /// Fail at once.
+    Fail(StoreError),
+    /// Fail at once, and start the probe (the caller owns it until [`Breaker::probed`]).
+    FailAndProbe(StoreError),
 }
 
 impl Breaker {
@@ -41,53 +42,57 @@ impl Breaker {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Leave to call the database, or the error to answer with at once.
-    pub(crate) fn admit(&self) -> Result<Leave<'_>, StoreError> {
+    /// `Ok` to call the database, or why not.
+    pub(crate) fn admit(&self) -> Result<(), Refusal> {
         let open_until = self.open_until.load(Ordering::Acquire);
         if open_until == 0 {
-            return Ok(Leave {
-                breaker: self,
-                probe: false,
-            });
+            return Ok(());
         }
-        if self.now() < open_until || self.probing.swap(true, Ordering::AcqRel) {
-            return Err(StoreError::unavailable(
-                "the database was unreachable moments ago; not asking it again yet",
-            ));
+        let err = StoreError::unavailable(
+            "the database was unreachable moments ago; not asking it again until a probe finds it back",
+        );
+        if self.now() >= open_until && !self.probing.swap(true, Ordering::AcqRel) {
+            return Err(Refusal::FailAndProbe(err));
         }
-        Ok(Leave {
-            breaker: self,
-            probe: true,
-        })
+        Err(Refusal::Fail(err))
     }
 
-    /// Notes how the call ended.
-    pub(crate) fn record<T>(&self, leave: Leave<'_>, result: &Result<T, StoreError>) {
-        let unavailable = matches!(result, Err(err) if err.kind() == StoreErrorKind::Unavailable);
-        if !unavailable {
-            self.consecutive.store(0, Ordering::Release);
-            self.open_until.store(0, Ordering::Release);
-        } else {
+    /// Notes how a call ended.
+    pub(crate) fn record<T>(&self, result: &Result<T, StoreError>) {
+        if matches!(result, Err(err) if err.kind() == StoreErrorKind::Unavailable) {
             let failures = self.consecutive.fetch_add(1, Ordering::AcqRel) + 1;
-            if failures >= THRESHOLD || leave.probe {
-                let until = self.now() + u64::try_from(COOLDOWN.as_millis()).unwrap_or(u64::MAX);
-                self.open_until.store(until.max(1), Ordering::Release);
+            if failures >= THRESHOLD {
                 if failures == THRESHOLD {
                     tracing::warn!(
                         "the database is unreachable: failing fast, probing every {COOLDOWN:?}"
                     );
                 }
+                self.open_for_cooldown();
             }
+        } else {
+            self.close();
         }
-        drop(leave);
     }
-}
 
-impl Drop for Leave<'_> {
-    fn drop(&mut self) {
-        if self.probe {
-            self.breaker.probing.store(false, Ordering::Release);
+    /// Notes how the probe ended: the database is back, or not yet.
+    pub(crate) fn probed(&self, back: bool) {
+        if back {
+            tracing::info!("the database is reachable again");
+            self.close();
+        } else {
+            self.open_for_cooldown();
         }
+        self.probing.store(false, Ordering::Release);
+    }
+
+    fn open_for_cooldown(&self) {
+        let until = self.now() + u64::try_from(COOLDOWN.as_millis()).unwrap_or(u64::MAX);
+        self.open_until.store(until.max(1), Ordering::Release);
+    }
+
+    fn close(&self) {
+        self.consecutive.store(0, Ordering::Release);
+        self.open_until.store(0, Ordering::Release);
     }
 }
 
@@ -100,29 +105,36 @@ mod tests {
     }
 
     #[test]
-    fn opens_after_failures_fails_fast_then_probes_one_at_a_time() {
+    fn opens_after_failures_fails_fast_and_lets_one_probe_decide() {
         let breaker = Breaker::new();
         for _ in 0..THRESHOLD {
-            let leave = breaker.admit().unwrap();
-            breaker.record(leave, &down());
+            assert!(breaker.admit().is_ok());
+            breaker.record(&down());
         }
-        assert!(breaker.admit().is_err(), "open: fails at once");
-        std::thread::sleep(COOLDOWN + Duration::from_millis(20));
-        let probe = breaker.admit().expect("a probe after the cooldown");
-        assert!(breaker.admit().is_err(), "one probe at a time");
-        breaker.record(probe, &down());
-        assert!(breaker.admit().is_err(), "a failed probe opens it again");
-        std::thread::sleep(COOLDOWN + Duration::from_millis(20));
-        let probe = breaker.admit().unwrap();
-        drop(probe);
-        let probe = breaker.admit().expect("a dropped probe frees its place");
-        breaker.record(probe, &Ok::<(), StoreError>(()));
         assert!(
-            breaker.admit().is_ok() && breaker.admit().is_ok(),
-            "closed again"
+            matches!(breaker.admit(), Err(Refusal::Fail(_))),
+            "open: fails at once"
         );
-        let leave = breaker.admit().unwrap();
-        breaker.record(leave, &Err::<(), _>(StoreError::other("a bug")));
+        std::thread::sleep(COOLDOWN + Duration::from_millis(20));
+        assert!(
+            matches!(breaker.admit(), Err(Refusal::FailAndProbe(_))),
+            "one probe"
+        );
+        assert!(
+            matches!(breaker.admit(), Err(Refusal::Fail(_))),
+            "one probe at a time"
+        );
+        breaker.probed(false);
+        assert!(
+            matches!(breaker.admit(), Err(Refusal::Fail(_))),
+            "still down: open again"
+        );
+        std::thread::sleep(COOLDOWN + Duration::from_millis(20));
+        assert!(matches!(breaker.admit(), Err(Refusal::FailAndProbe(_))));
+        breaker.probed(true);
+        assert!(breaker.admit().is_ok(), "closed again");
+        breaker.record(&Err::<(), _>(StoreError::other("a bug")));
+        breaker.record(&Err::<(), _>(StoreError::other("a bug")));
         assert!(breaker.admit().is_ok(), "only unavailability counts");
     }
 }

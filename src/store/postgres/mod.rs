@@ -50,8 +50,9 @@ pub const NEWEST_ORDERS: &str = "\
 ///
 /// When the database is unreachable, the request path fails fast: after two failures that
 /// say so, lookups and order reads answer `Unavailable` at once (the API's 503 with
-/// `Retry-After`) instead of each waiting out the pool's acquire timeout, and one probe every
-/// half second finds out when the database is back; then everything works again by itself.
+/// `Retry-After`) instead of each waiting out the pool's acquire timeout, while a probe in the
+/// background (one at a time, every half second at most) finds out when the database is
+/// back; then everything works again by itself.
 #[derive(Clone)]
 pub struct PgStore {
     pool: PgPool,
@@ -265,14 +266,32 @@ fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
 #[async_trait]
 impl KeyStore for PgStore {
     async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
-        let leave = self.breaker.admit()?;
+        self.admit()?;
         let found = self.look_up(digest).await;
-        self.breaker.record(leave, &found);
+        self.breaker.record(&found);
         found
     }
 }
 
 impl PgStore {
+    /// `Ok` to ask the database; while it is unreachable, the error to answer at once, and a
+    /// probe in the background now and then.
+    fn admit(&self) -> Result<(), StoreError> {
+        match self.breaker.admit() {
+            Ok(()) => Ok(()),
+            Err(breaker::Refusal::Fail(err)) => Err(err),
+            Err(breaker::Refusal::FailAndProbe(err)) => {
+                let pool = self.pool.clone();
+                let breaker = self.breaker.clone();
+                tokio::spawn(async move {
+                    let back = sqlx::query("SELECT 1").execute(&pool).await.is_ok();
+                    breaker.probed(back);
+                });
+                Err(err)
+            }
+        }
+    }
+
     async fn look_up(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
         let row = sqlx::query(LOOKUP_KEY)
             .bind(&digest.as_bytes()[..])
@@ -302,9 +321,9 @@ impl OrderStore for PgStore {
         organization_id: &str,
         limit: usize,
     ) -> Result<OrderPage, StoreError> {
-        let leave = self.breaker.admit()?;
+        self.admit()?;
         let page = self.read_newest_orders(organization_id, limit).await;
-        self.breaker.record(leave, &page);
+        self.breaker.record(&page);
         page
     }
 }
