@@ -38,7 +38,8 @@ return {1, math.floor((now + burst * period - next_tat) / period), next_tat - no
 /// replicas share one budget per key: the limit is the key's, not the replica's.
 ///
 /// Each key starts with a full budget of `burst` requests; one comes back every `period`.
-/// Budgets live under `partner_api:rate:{key id}` and expire when full again. When Redis is
+/// Budgets live under `partner_api:rate:{key id}` ([`with_key_prefix`](Self::with_key_prefix))
+/// and expire when full again. When Redis is
 /// down or slower than the timeout (default [`DEFAULT_TIMEOUT`]), a check fails and the API
 /// serves the request without a limit and logs it (the [`RateLimiter`] contract): never a
 /// hung request. It connects on first use and reconnects by itself.
@@ -49,7 +50,11 @@ pub struct RedisRateLimiter {
     limit: u32,
     period: Duration,
     timeout: Duration,
+    prefix: String,
 }
+
+/// The prefix of the Redis keys that hold budgets, by default.
+pub const DEFAULT_KEY_PREFIX: &str = "partner_api:rate:";
 
 impl RedisRateLimiter {
     /// Creates a limiter of `requests` per second per key (burst `requests`) in the Redis at
@@ -76,6 +81,7 @@ impl RedisRateLimiter {
             limit: burst.get(),
             period: period.max(Duration::from_micros(1)),
             timeout: DEFAULT_TIMEOUT,
+            prefix: DEFAULT_KEY_PREFIX.to_owned(),
         })
     }
 
@@ -84,6 +90,14 @@ impl RedisRateLimiter {
     #[must_use]
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Keeps budgets under Redis keys that start with `prefix` (default
+    /// [`DEFAULT_KEY_PREFIX`]), for several APIs, or environments, on one Redis.
+    #[must_use]
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
         self
     }
 
@@ -103,7 +117,7 @@ impl RedisRateLimiter {
         let period = u64::try_from(self.period.as_micros()).unwrap_or(u64::MAX);
         let (allowed, first, reset): (i64, i64, i64) = self
             .script
-            .key(format!("partner_api:rate:{key_id}"))
+            .key(format!("{}{key_id}", self.prefix))
             .arg(period)
             .arg(self.limit)
             .invoke_async(&mut connection)
