@@ -690,3 +690,43 @@ async fn the_binary_writes_the_last_uses_in_hand_when_it_stops() {
         .unwrap();
     assert!(used.last_used_at.is_some(), "{used:?}");
 }
+
+#[tokio::test]
+async fn the_binary_on_postgres_serves_from_its_caches_and_follows_a_revocation() {
+    let (store, url) = migrated_store().await;
+    store.load_seed(&Seed::demo()).await.unwrap();
+    let mut process =
+        Process::spawn_with_env(&["--listen", "127.0.0.1:0"], &[("DATABASE_URL", &url)]);
+    let base = process.base_url().await;
+    for _ in 0..3 {
+        assert_eq!(
+            http_get(&format!("{base}/v1/me"), DEMO_OTHER_KEY).await.0,
+            200
+        );
+    }
+    // Revoked with the keys command, as an operator would: the running host refuses the key
+    // within a second.
+    let id = {
+        use partner_api::store::KeyManager;
+        store.list("org_other").await.unwrap()[0].id.clone()
+    };
+    let (ok, _, stderr) = keys_command(
+        Some(&url),
+        &["revoke", "--organization", "org_other", "--id", &id],
+    )
+    .await;
+    assert!(ok, "{stderr}");
+    let revoked = std::time::Instant::now();
+    loop {
+        let (status, _) = http_get(&format!("{base}/v1/me"), DEMO_OTHER_KEY).await;
+        if status == 401 {
+            break;
+        }
+        assert!(
+            revoked.elapsed() < Duration::from_secs(1),
+            "still served after a second"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(process.terminate().await.success());
+}

@@ -35,6 +35,15 @@ pub(crate) struct Args {
     /// Limit each API key to N requests per second (burst N); off by default.
     #[arg(long, value_name = "N")]
     pub(crate) rate_limit: Option<NonZeroU32>,
+    /// Keep the --rate-limit budgets in the Redis at this URL, shared by every replica
+    /// (default: in this process).
+    #[cfg(feature = "redis")]
+    #[arg(long, value_name = "URL", env = "REDIS_URL", requires = "rate_limit")]
+    pub(crate) redis_url: Option<String>,
+    /// With --database-url: read every key and page of orders from the database, without the
+    /// caches (by default they answer from memory, told of changes by PostgreSQL's NOTIFY).
+    #[arg(long)]
+    pub(crate) no_cache: bool,
     /// Seconds one request may take before it is answered with a JSON 503.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub(crate) request_timeout: u64,
@@ -117,6 +126,9 @@ fn parse_environment(name: &str) -> Result<KeyEnvironment, String> {
 #[derive(Clone, Debug)]
 pub(crate) struct Options {
     pub(crate) rate_limit: Option<NonZeroU32>,
+    /// Where rate-limit budgets live: Redis at this URL, or this process.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) redis_url: Option<String>,
     pub(crate) request_timeout: Duration,
 }
 
@@ -124,6 +136,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             rate_limit: None,
+            redis_url: None,
             request_timeout: Duration::from_secs(30),
         }
     }
@@ -131,8 +144,13 @@ impl Default for Options {
 
 impl Options {
     pub(crate) fn from_args(args: &Args) -> Self {
+        #[cfg(feature = "redis")]
+        let redis_url = args.redis_url.clone();
+        #[cfg(not(feature = "redis"))]
+        let redis_url = None;
         Self {
             rate_limit: args.rate_limit,
+            redis_url,
             request_timeout: Duration::from_secs(args.request_timeout),
         }
     }

@@ -54,6 +54,10 @@ async fn main() -> ExitCode {
     }
 
     let options = cli::Options::from_args(&args);
+    if let Err(err) = stores::check_redis_url(&options) {
+        eprintln!("error: {err}");
+        return ExitCode::FAILURE;
+    }
     let limits = serve::Limits {
         idle_timeout: Duration::from_secs(args.idle_timeout.max(1)),
         max_connections: args.max_connections,

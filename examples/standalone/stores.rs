@@ -1,5 +1,7 @@
 //! Which stores the API reads: PostgreSQL, a seed file in memory, or the demo data.
 
+#[cfg(feature = "postgres")]
+use partner_api::cache::{CachingKeyStore, CachingOrderStore};
 use partner_api::last_used::LastUsedRecorder;
 use partner_api::seed::Seed;
 use partner_api::store::KeyManager;
@@ -9,11 +11,35 @@ use crate::cli::{Args, Options};
 
 /// The partner API over `store`, configured by `options`.
 pub(crate) fn api<S: KeyStore + OrderStore + 'static>(store: S, options: &Options) -> PartnerApi {
-    let api = PartnerApi::from_store(store);
-    match options.rate_limit {
-        Some(limit) => api.with_rate_limiter(LocalRateLimiter::per_second(limit)),
-        None => api,
+    configured(PartnerApi::from_store(store), options)
+}
+
+/// `api` with the rate limits `options` ask for: in Redis when given its URL, else in this
+/// process. (A Redis URL that is not one is a start-up error, caught by `check_redis_url`.)
+fn configured(api: PartnerApi, options: &Options) -> PartnerApi {
+    let Some(limit) = options.rate_limit else {
+        return api;
+    };
+    #[cfg(feature = "redis")]
+    if let Some(url) = &options.redis_url {
+        if let Ok(limiter) =
+            partner_api::rate_limit::redis::RedisRateLimiter::per_second(url, limit)
+        {
+            return api.with_rate_limiter(limiter);
+        }
     }
+    api.with_rate_limiter(LocalRateLimiter::per_second(limit))
+}
+
+/// Refuses a `--redis-url` that is no Redis URL before anything is served.
+pub(crate) fn check_redis_url(options: &Options) -> Result<(), String> {
+    #[cfg(feature = "redis")]
+    if let (Some(url), Some(limit)) = (&options.redis_url, options.rate_limit) {
+        partner_api::rate_limit::redis::RedisRateLimiter::per_second(url, limit)
+            .map_err(|err| format!("bad --redis-url: {err}"))?;
+    }
+    let _ = options;
+    Ok(())
 }
 
 /// The partner API over `store`, configured by `options`, recording the last use of keys in
@@ -47,7 +73,18 @@ pub(crate) async fn api_for(
                 .await
                 .map_err(|err| err.to_string())?;
         }
-        return Ok(recorded_api(store, options));
+        if args.no_cache {
+            return Ok(recorded_api(store, options));
+        }
+        // Keys and pages answered from memory; every change, however made, reaches the caches
+        // through the database's notifications.
+        let notifications = partner_api::cache::postgres::listen(store.pool().clone());
+        let keys = CachingKeyStore::new(store.clone()).with_notifications(&notifications);
+        let orders = CachingOrderStore::new(store.clone()).with_notifications(&notifications);
+        let recorder = LastUsedRecorder::spawn(store);
+        let api =
+            configured(PartnerApi::new(keys, orders), options).with_last_used(recorder.clone());
+        return Ok((api, recorder));
     }
     let seed = match &args.seed {
         Some(path) => Seed::from_path(path),
