@@ -1,0 +1,72 @@
+# Throwaway servers for the tests and the benches, sourced by .ci/test and benches/load.sh:
+# `start_postgres` and `start_redis` install Debian's package when it is missing (as root),
+# start a server on a free loopback port, export its URL (PARTNER_API_TEST_DATABASE_URL,
+# PARTNER_API_TEST_REDIS_URL; a URL already set is used as it is), and register its removal,
+# which `stop_servers` does (call it from the caller's EXIT trap).
+
+servers_stop_commands=()
+
+stop_servers() {
+  local command
+  for command in "${servers_stop_commands[@]}"; do eval "$command"; done
+  servers_stop_commands=()
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# install_packages WHY PACKAGE...: installs Debian packages, or fails saying WHY they are needed.
+install_packages() {
+  local why=$1
+  shift
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing $* (Debian packages) for $why"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+  else
+    echo "error: $why needs Debian's packages $*" >&2
+    return 1
+  fi
+}
+
+postgres_bin() {
+  ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
+}
+
+start_postgres() {
+  [ -n "${PARTNER_API_TEST_DATABASE_URL:-}" ] && return 0
+  [ -n "$(postgres_bin)" ] || install_packages "the PostgreSQL tests and benches" postgresql || return 1
+  local bin data port
+  bin=$(postgres_bin)
+  data=$(mktemp -d /tmp/partner-api-pg.XXXXXX)
+  port=$(free_port)
+  # initdb and postgres refuse to run as root: use the package's postgres user then.
+  local run=()
+  if [ "$(id -u)" = 0 ]; then
+    id postgres >/dev/null 2>&1 || useradd --system --no-create-home postgres
+    chown postgres "$data"
+    run=(runuser -u postgres --)
+  fi
+  "${run[@]}" "$bin/initdb" -D "$data/db" -U postgres -A trust --no-sync >/dev/null
+  "${run[@]}" "$bin/pg_ctl" -D "$data/db" -l "$data/log" -w -o \
+    "-c listen_addresses=127.0.0.1 -p $port -k $data -c fsync=off -c synchronous_commit=off -c max_connections=200" \
+    start >/dev/null
+  servers_stop_commands+=("${run[*]} $bin/pg_ctl -D $data/db -m immediate stop >/dev/null 2>&1 || true; rm -rf $data")
+  export PARTNER_API_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
+  echo "PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port"
+}
+
+start_redis() {
+  [ -n "${PARTNER_API_TEST_REDIS_URL:-}" ] && return 0
+  command -v redis-server >/dev/null || install_packages "the Redis tests" redis-server || return 1
+  local dir port
+  dir=$(mktemp -d /tmp/partner-api-redis.XXXXXX)
+  port=$(free_port)
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$dir" --daemonize yes --pidfile "$dir/pid" --logfile "$dir/log"
+  for _ in $(seq 1 50); do [ -s "$dir/pid" ] && break; sleep 0.1; done
+  servers_stop_commands+=("kill \$(cat $dir/pid 2>/dev/null) 2>/dev/null || true; rm -rf $dir")
+  export PARTNER_API_TEST_REDIS_URL="redis://127.0.0.1:$port/"
+  echo "Redis on 127.0.0.1:$port"
+}
