@@ -13,6 +13,11 @@
 # of requests/s, p50 and p99 latency, and resident memory after the warm-up and at its peak.
 # The ratios api/baseline and host/baseline are medians of the ratios of each run's servers,
 # measured back to back, so drift of the machine cancels. It fails when any request is not a 200.
+#
+# Then the PostgreSQL path (POSTGRES=0 skips it): on a throwaway PostgreSQL (.ci/servers.sh),
+# one seed of 50 organizations x 200 orders, the standalone host on MemoryStore (`memory`), on
+# PostgreSQL with its caches (`pg`, the default) and without them (`pg-nocache`), alternated
+# in one run; then the revocation delay over many trials (benches/revocation_delay.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,11 +30,12 @@ if ! command -v wrk >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
 fi
-cargo build --quiet --release --example standalone --example baseline
+cargo build --quiet --release --features postgres --example standalone --example baseline
 bin=target/release/examples
 work=$(mktemp -d)
 pid=
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"; }
+source .ci/servers.sh
+cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"; stop_servers; }
 trap cleanup EXIT
 
 # start CMD...: runs CMD on CPU 0, sets pid and base.
@@ -37,7 +43,7 @@ start() {
   : >"$work/out"
   RUST_LOG=${RUST_LOG:-warn} taskset -c 0 "$@" --listen 127.0.0.1:0 >"$work/out" 2>/dev/null &
   pid=$!
-  for _ in $(seq 1 100); do
+  for _ in $(seq 1 600); do
     base=$(sed -n 's/^listening on //p' "$work/out" | head -n 1)
     [ -n "$base" ] && return 0
     sleep 0.05
@@ -111,3 +117,54 @@ for route in me orders; do
       "$(median <"$work/$route.$server.ratios")" "$(tr '\n' ' ' <"$work/$route.$server.ratios" | xargs)"
   done
 done
+
+[ "${POSTGRES:-1}" = 1 ] || exit 0
+
+echo
+echo "PostgreSQL path: the same host on MemoryStore, on PostgreSQL with its caches, and without"
+start_postgres
+python3 - "$work/seed.json" <<'PY'
+import json, sys
+orgs = [{"id": f"org_{o:02}", "name": f"Organization {o}"} for o in range(50)]
+keys = [{"key": f"pk_test_load_org_{o:02}_abcdefghijklmnop", "organizationId": f"org_{o:02}"} for o in range(50)]
+orders = [{"organizationId": f"org_{o:02}", "id": f"ord_{o:02}_{n:04}", "providers": ["meta", "google"],
+           "advertiserName": f"Advertiser {n}", "campaignName": f"Campaign {n} of organization {o}",
+           "budgetDkk": 10000 + n * 1250, "startDate": "2026-03-01", "endDate": "2026-04-30",
+           "status": "booked", "externalReference": f"PO-{o}-{n}",
+           "createdAt": f"2026-01-{1 + n // 24:02}T{n % 24:02}:00:00.000Z"}
+          for o in range(50) for n in range(200)]
+json.dump({"organizations": orgs, "apiKeys": keys, "orders": orders}, open(sys.argv[1], "w"))
+PY
+database="${PARTNER_API_TEST_DATABASE_URL%/*}/partner_api_load_$$"
+psql -q "$PARTNER_API_TEST_DATABASE_URL" -c "CREATE DATABASE partner_api_load_$$" >/dev/null
+key=pk_test_load_org_00_abcdefghijklmnop
+# Seeded once; every later start reads what is there.
+start "$bin/standalone" --seed "$work/seed.json" --database-url "$database"
+stop
+printf '%-10s %-11s %10s %8s %8s\n' route server "req/s" "p50 us" "p99 us"
+for route in me orders; do
+  for server in memory pg pg-nocache; do : >"$work/$route.$server"; done
+  for _ in $(seq 1 "$RUNS"); do
+    for server in memory pg pg-nocache; do
+      case $server in
+        memory) start "$bin/standalone" --seed "$work/seed.json" ;;
+        pg) start "$bin/standalone" --database-url "$database" ;;
+        pg-nocache) start "$bin/standalone" --database-url "$database" --no-cache ;;
+      esac
+      measure "$base/v1/$route" >>"$work/$route.$server"
+      stop
+    done
+  done
+  for server in memory pg pg-nocache; do
+    file="$work/$route.$server"
+    printf '%-10s %-11s %10s %8s %8s\n' "/v1/$route" "$server" "$(cut -d' ' -f1 "$file" | median)" \
+      "$(cut -d' ' -f2 "$file" | median)" "$(cut -d' ' -f3 "$file" | median)"
+  done
+  for server in pg pg-nocache; do
+    paste -d' ' "$work/$route.memory" "$work/$route.$server" | awk '{ printf "%.4f\n", $4 / $1 }' >"$work/$route.$server.ratios"
+    printf '%-10s ratio %s/memory: %s (runs: %s)\n' "/v1/$route" "$server" \
+      "$(median <"$work/$route.$server.ratios")" "$(tr '\n' ' ' <"$work/$route.$server.ratios" | xargs)"
+  done
+done
+echo
+TRIALS=${TRIALS:-500} cargo bench --quiet --features postgres --bench revocation_delay 2>/dev/null | grep 'revocation delay'

@@ -1,0 +1,111 @@
+//! How long a revocation takes to reach another replica's cache: many trials of "issue a key,
+//! warm a replica's cache with it, revoke it by plain SQL on another connection, and ask the
+//! replica until it answers 401", on a real PostgreSQL.
+//!
+//! `PARTNER_API_TEST_DATABASE_URL=postgres://... cargo bench --features postgres --bench
+//! revocation_delay` (benches/load.sh runs it beside its own server); TRIALS sets the number.
+
+use std::time::{Duration, Instant};
+
+use http::{Request, StatusCode};
+use partner_api::cache::{CachingKeyStore, CachingOrderStore};
+use partner_api::key::{KeyDigest, KeyEnvironment};
+use partner_api::store::postgres::PgStore;
+use partner_api::store::{KeyManager, NewKey};
+use partner_api::{Organization, PartnerApi};
+use sqlx::{Connection, Executor, PgConnection};
+use tower::ServiceExt;
+
+async fn status(api: &PartnerApi, key: &str) -> StatusCode {
+    let request = Request::get("/v1/me")
+        .header("authorization", format!("Bearer {key}"))
+        .body(())
+        .expect("request");
+    api.clone().oneshot(request).await.expect("infallible").status()
+}
+
+#[tokio::main]
+async fn main() {
+    let Ok(admin) = std::env::var("PARTNER_API_TEST_DATABASE_URL") else {
+        eprintln!("revocation_delay: set PARTNER_API_TEST_DATABASE_URL (benches/load.sh does)");
+        return;
+    };
+    let trials: usize = std::env::var("TRIALS").ok().and_then(|n| n.parse().ok()).unwrap_or(200);
+    let name = format!("partner_api_revocation_{}", std::process::id());
+    let mut connection = PgConnection::connect(&admin).await.expect("connect");
+    connection
+        .execute(format!("CREATE DATABASE {name}").as_str())
+        .await
+        .expect("create database");
+    let url = format!("{}/{name}", admin.rsplit_once('/').expect("a database URL").0);
+    let writer = PgStore::connect_lazy(&url).expect("url");
+    writer.migrate().await.expect("migrate");
+    writer
+        .add_organization(&Organization { id: "org".into(), name: "Org".into() })
+        .await
+        .expect("organization");
+    // The replica: a pool of its own, its listener and its caches.
+    let replica_store = PgStore::connect_lazy(&url).expect("url");
+    let notifications = partner_api::cache::postgres::listen(replica_store.pool().clone());
+    let keys = CachingKeyStore::new(replica_store.clone()).with_notifications(&notifications);
+    let orders = CachingOrderStore::new(replica_store).with_notifications(&notifications);
+    let replica = PartnerApi::new(keys.clone(), orders);
+    while !notifications.is_connected() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut admin_connection = PgConnection::connect(&url).await.expect("connect");
+    let mut delays = Vec::with_capacity(trials);
+    for _ in 0..trials {
+        let issued = writer
+            .issue("org", NewKey::new(KeyEnvironment::Test))
+            .await
+            .expect("issue");
+        let key = issued.plaintext().to_owned();
+        // Warm: the issue's own notification may still be on its way, and a lookup that
+        // overlaps a change is not kept; ask until the cache holds the key.
+        let warming = Instant::now();
+        while keys.lookup_now_for_bench(&key) != Some(true) {
+            assert_eq!(status(&replica, &key).await, StatusCode::OK);
+            assert!(warming.elapsed() < Duration::from_secs(5), "the cache never held the key");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let revoked = Instant::now();
+        sqlx::query("UPDATE partner_api_keys SET revoked_at = now() WHERE key_sha256 = $1")
+            .bind(&KeyDigest::of(&key).as_bytes()[..])
+            .execute(&mut admin_connection)
+            .await
+            .expect("revoke");
+        while status(&replica, &key).await != StatusCode::UNAUTHORIZED {
+            tokio::task::yield_now().await;
+        }
+        delays.push(revoked.elapsed());
+    }
+    delays.sort();
+    let at = |quantile: f64| delays[((delays.len() - 1) as f64 * quantile).round() as usize];
+    println!(
+        "revocation delay over {trials} trials (SQL UPDATE committed -> 401 from another replica's cache): \
+         median {:?}, p90 {:?}, p99 {:?}, worst {:?}",
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        delays[delays.len() - 1]
+    );
+    drop(replica);
+    connection
+        .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
+        .await
+        .ok();
+}
+
+/// Whether the replica's cache answers for a key from memory, and with a principal.
+trait CachedForBench {
+    fn lookup_now_for_bench(&self, key: &str) -> Option<bool>;
+}
+
+impl<S: partner_api::KeyStore> CachedForBench for CachingKeyStore<S> {
+    fn lookup_now_for_bench(&self, key: &str) -> Option<bool> {
+        use partner_api::KeyStore;
+        self.lookup_now(&KeyDigest::of(key))
+            .map(|answer| matches!(answer, Ok(Some(_))))
+    }
+}
