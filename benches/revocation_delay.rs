@@ -21,7 +21,11 @@ async fn status(api: &PartnerApi, key: &str) -> StatusCode {
         .header("authorization", format!("Bearer {key}"))
         .body(())
         .expect("request");
-    api.clone().oneshot(request).await.expect("infallible").status()
+    api.clone()
+        .oneshot(request)
+        .await
+        .expect("infallible")
+        .status()
 }
 
 #[tokio::main]
@@ -30,18 +34,27 @@ async fn main() {
         eprintln!("revocation_delay: set PARTNER_API_TEST_DATABASE_URL (benches/load.sh does)");
         return;
     };
-    let trials: usize = std::env::var("TRIALS").ok().and_then(|n| n.parse().ok()).unwrap_or(200);
+    let trials: usize = std::env::var("TRIALS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
     let name = format!("partner_api_revocation_{}", std::process::id());
     let mut connection = PgConnection::connect(&admin).await.expect("connect");
     connection
         .execute(format!("CREATE DATABASE {name}").as_str())
         .await
         .expect("create database");
-    let url = format!("{}/{name}", admin.rsplit_once('/').expect("a database URL").0);
+    let url = format!(
+        "{}/{name}",
+        admin.rsplit_once('/').expect("a database URL").0
+    );
     let writer = PgStore::connect_lazy(&url).expect("url");
     writer.migrate().await.expect("migrate");
     writer
-        .add_organization(&Organization { id: "org".into(), name: "Org".into() })
+        .add_organization(&Organization {
+            id: "org".into(),
+            name: "Org".into(),
+        })
         .await
         .expect("organization");
     // The replica: a pool of its own, its listener and its caches.
@@ -66,7 +79,10 @@ async fn main() {
         let warming = Instant::now();
         while keys.lookup_now_for_bench(&key) != Some(true) {
             assert_eq!(status(&replica, &key).await, StatusCode::OK);
-            assert!(warming.elapsed() < Duration::from_secs(5), "the cache never held the key");
+            assert!(
+                warming.elapsed() < Duration::from_secs(5),
+                "the cache never held the key"
+            );
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         let revoked = Instant::now();

@@ -7,9 +7,9 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::pg::fresh_database;
 use common::*;
 use http::StatusCode;
 use partner_api::seed::{Seed, DEMO_KEY, DEMO_OTHER_KEY, DEMO_REVOKED_KEY};
@@ -17,36 +17,6 @@ use partner_api::store::postgres::{PgStore, NEWEST_ORDERS};
 use partner_api::PartnerApi;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, Executor, PgConnection};
-
-/// A fresh, empty database on the test server; its URL.
-async fn fresh_database() -> String {
-    let admin = std::env::var("PARTNER_API_TEST_DATABASE_URL").unwrap_or_else(|_| {
-        panic!(
-            "the PostgreSQL tests need a server: run them with `bash .ci/test`, which starts \
-             one, or set PARTNER_API_TEST_DATABASE_URL to a server where they may create \
-             databases (e.g. postgres://postgres@127.0.0.1:5432/postgres)"
-        )
-    });
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let name = format!(
-        "partner_api_test_{}_{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    );
-    let mut connection = PgConnection::connect(&admin)
-        .await
-        .expect("connect to the test server");
-    connection
-        .execute(format!("DROP DATABASE IF EXISTS {name}").as_str())
-        .await
-        .unwrap();
-    connection
-        .execute(format!("CREATE DATABASE {name}").as_str())
-        .await
-        .unwrap();
-    let (base, _) = admin.rsplit_once('/').unwrap();
-    format!("{base}/{name}")
-}
 
 async fn migrated_store() -> (PgStore, String) {
     let url = fresh_database().await;

@@ -6,10 +6,10 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use common::pg::fresh_database;
 use common::*;
 use http::StatusCode;
 use partner_api::cache::{CachingKeyStore, CachingOrderStore, Notifications};
@@ -21,28 +21,10 @@ use partner_api::{
     KeyDigest, KeyStore, Order, OrderPage, OrderStore, Organization, PartnerApi, Principal,
     StoreError,
 };
-use sqlx::{Connection, Executor, PgConnection};
+use sqlx::{Connection, PgConnection};
 
 /// The bound on how long a change may take to reach every replica.
 const BOUND: Duration = Duration::from_secs(1);
-
-async fn fresh_database() -> String {
-    let admin = std::env::var("PARTNER_API_TEST_DATABASE_URL")
-        .expect("run through bash .ci/test, which starts PostgreSQL");
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let name = format!(
-        "partner_api_replicas_{}_{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    );
-    let mut connection = PgConnection::connect(&admin).await.unwrap();
-    connection
-        .execute(format!("CREATE DATABASE {name}").as_str())
-        .await
-        .unwrap();
-    let (base, _) = admin.rsplit_once('/').unwrap();
-    format!("{base}/{name}")
-}
 
 /// One replica: a pool of its own, its listener, and both caches.
 struct Replica {

@@ -88,7 +88,9 @@ impl Notifications {
         &self.shared
     }
 
-    pub(crate) fn register(&self, target: Weak<dyn Invalidate>) {
+    /// Tells `target` of every change from now on, for as long as it lives.
+    pub(crate) fn register<T: Invalidate + 'static>(&self, target: &Arc<T>) {
+        let target: Weak<dyn Invalidate> = Arc::downgrade(target) as Weak<dyn Invalidate>;
         let mut targets = self
             .shared
             .targets

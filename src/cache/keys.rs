@@ -76,8 +76,7 @@ impl<S: KeyStore> CachingKeyStore<S> {
     pub fn with_notifications(self, notifications: &Notifications) -> Self {
         let capacity = self.cache.found.capacity() as usize;
         let cache = Self::with_gate(self.inner, Gate::following(notifications), capacity);
-        let target: Arc<dyn Invalidate> = cache.cache.clone();
-        notifications.register(Arc::downgrade(&target));
+        notifications.register(&cache.cache);
         cache
     }
 

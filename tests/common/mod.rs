@@ -3,6 +3,8 @@
 
 pub mod contract;
 pub mod net;
+#[cfg(feature = "postgres")]
+pub mod pg;
 
 use std::io::Write;
 use std::path::PathBuf;

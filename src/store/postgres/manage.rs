@@ -65,34 +65,17 @@ impl KeyManager for PgStore {
     }
 
     async fn get(&self, organization_id: &str, key_id: &str) -> Result<KeyRecord, StoreError> {
-        let id = parse_id(key_id)?;
-        let row = sqlx::query(&format!(
-            "SELECT {RECORD} FROM partner_api_keys WHERE organization_id = $1 AND id = $2"
-        ))
-        .bind(organization_id)
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(store_error)?;
-        row.as_ref()
-            .map(record_from_row)
-            .unwrap_or_else(|| Err(unknown_key(key_id)))
+        let sql =
+            format!("SELECT {RECORD} FROM partner_api_keys WHERE organization_id = $1 AND id = $2");
+        self.one_record(&sql, organization_id, key_id).await
     }
 
     async fn revoke(&self, organization_id: &str, key_id: &str) -> Result<KeyRecord, StoreError> {
-        let id = parse_id(key_id)?;
-        let row = sqlx::query(&format!(
+        let sql = format!(
             "UPDATE partner_api_keys SET revoked_at = COALESCE(revoked_at, now()) \
              WHERE organization_id = $1 AND id = $2 RETURNING {RECORD}"
-        ))
-        .bind(organization_id)
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(store_error)?;
-        row.as_ref()
-            .map(record_from_row)
-            .unwrap_or_else(|| Err(unknown_key(key_id)))
+        );
+        self.one_record(&sql, organization_id, key_id).await
     }
 
     async fn roll(
@@ -173,6 +156,27 @@ impl KeyManager for PgStore {
         .await
         .map_err(store_error)?;
         Ok(())
+    }
+}
+
+impl PgStore {
+    /// The record `sql` (with `$1` the organization, `$2` the key's row number) returns for
+    /// the key `key_id`, or `NotFound`.
+    async fn one_record(
+        &self,
+        sql: &str,
+        organization_id: &str,
+        key_id: &str,
+    ) -> Result<KeyRecord, StoreError> {
+        let row = sqlx::query(sql)
+            .bind(organization_id)
+            .bind(parse_id(key_id)?)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(store_error)?;
+        row.as_ref()
+            .map(record_from_row)
+            .unwrap_or_else(|| Err(unknown_key(key_id)))
     }
 }
 
