@@ -61,7 +61,11 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// Bottom to top: each module uses only those above it in this list.
+// The modules form no cycle. Bottom to top: `key`, `model`, `body`, `log`, `conditional`,
+// `openapi`, `request_id`, `routes`, `deadline` use no other; `auth` (key); `seed` (model);
+// `store` (key, model, seed); `rate_limit`, `last_used`, `cache`, `management`, `testing`
+// (store and below); `config` (auth, store, rate_limit, last_used, openapi); `response`;
+// `flow`; `service`; `layer`.
 mod auth;
 pub mod body;
 pub mod cache;
