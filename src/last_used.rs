@@ -28,8 +28,9 @@
 //! # }
 //! ```
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -45,6 +46,8 @@ use crate::store::{KeyManager, KeyUse, StoreError};
 pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_secs(30);
 /// How many keys are tracked between two flushes, by default.
 pub const DEFAULT_CAPACITY: usize = 100_000;
+/// The most uses written in one store call; a larger batch is written in parts.
+const BATCH_LIMIT: usize = 10_000;
 
 /// Gathers the last use of keys in process and writes them to a [`KeyManager`] in batches.
 /// Clones share the same uses.
@@ -66,6 +69,8 @@ struct Shared {
     dropped: AtomicU64,
     /// One flush at a time; holds the uses a failed flush must write again.
     flushing: Mutex<Vec<KeyUse>>,
+    /// Whether the background task's own flush is under way (it does not start another).
+    background_flush: AtomicBool,
 }
 
 impl LastUsedRecorder {
@@ -94,6 +99,7 @@ impl LastUsedRecorder {
             full: Notify::new(),
             dropped: AtomicU64::new(0),
             flushing: Mutex::new(Vec::new()),
+            background_flush: AtomicBool::new(false),
         });
         tokio::spawn(run(Arc::downgrade(&shared)));
         Self { shared }
@@ -154,6 +160,7 @@ impl LastUsedRecorder {
 impl Shared {
     async fn flush(&self) -> Result<usize, StoreError> {
         let mut batch = self.flushing.lock().await;
+        let kept = batch.len();
         // Keys unused since the last flush are forgotten, which bounds the map.
         self.uses
             .retain(|_, last| last.load(Ordering::Relaxed) != 0);
@@ -169,25 +176,45 @@ impl Shared {
                 });
             }
         }
-        if batch.is_empty() {
-            return Ok(0);
-        }
-        match self.store.record_last_used(&batch).await {
-            Ok(()) => {
-                let written = batch.len();
-                batch.clear();
-                Ok(written)
+        if kept > 0 {
+            // Uses a failed flush kept meet new ones: one entry per key, its latest use, and
+            // no more than the recorder tracks, so an outage cannot grow the batch.
+            let mut latest: HashMap<String, Timestamp> = HashMap::with_capacity(batch.len());
+            for KeyUse { key_id, at } in batch.drain(..) {
+                let last = latest.entry(key_id).or_insert(at);
+                *last = (*last).max(at);
             }
-            Err(err) => {
-                // Kept for the next flush; a key repeated in it counts its latest use.
-                tracing::warn!(
-                    keys = batch.len(),
-                    error = %ErrorChain(&err),
-                    "partner API could not record the last use of keys; retrying with the next batch"
-                );
-                Err(err)
+            let over = latest.len().saturating_sub(self.capacity);
+            if over > 0 {
+                self.dropped.fetch_add(over as u64, Ordering::Relaxed);
+            }
+            batch.extend(
+                latest
+                    .into_iter()
+                    .take(self.capacity)
+                    .map(|(key_id, at)| KeyUse { key_id, at }),
+            );
+        }
+        let mut written = 0;
+        while !batch.is_empty() {
+            let chunk = batch.len().min(BATCH_LIMIT);
+            match self.store.record_last_used(&batch[..chunk]).await {
+                Ok(()) => {
+                    batch.drain(..chunk);
+                    written += chunk;
+                }
+                Err(err) => {
+                    // The rest is kept for the next flush.
+                    tracing::warn!(
+                        keys = batch.len(),
+                        error = %ErrorChain(&err),
+                        "partner API could not record the last use of keys; retrying with the next batch"
+                    );
+                    return Err(err);
+                }
             }
         }
+        Ok(written)
     }
 }
 
@@ -220,8 +247,15 @@ async fn run(shared: Weak<Shared>) {
                     "partner API last-use recorder was full; some uses were not recorded"
                 );
             }
-            // Failures are logged in `flush` and retried with the next batch.
-            let _ = strong.flush().await;
+            // On a task of its own, so the clock keeps ticking while a slow store is written
+            // to; failures are logged in `flush` and retried with the next batch.
+            if !strong.background_flush.swap(true, Ordering::AcqRel) {
+                let flushing = strong.clone();
+                tokio::spawn(async move {
+                    let _ = flushing.flush().await;
+                    flushing.background_flush.store(false, Ordering::Release);
+                });
+            }
         }
     }
 }

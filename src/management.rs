@@ -275,10 +275,11 @@ impl Failure {
     /// The answer to a store's error: its kind decides the status; the detail of a failure
     /// goes to the log only.
     fn from_store(err: StoreError) -> Self {
+        // What the caller sent is checked before the store is asked, so invalid data here is
+        // the store's (a row that breaks the schema): a 500, its detail logged only.
         let status = match err.kind() {
             StoreErrorKind::NotFound => StatusCode::NOT_FOUND,
             StoreErrorKind::Conflict => StatusCode::CONFLICT,
-            StoreErrorKind::InvalidData => StatusCode::UNPROCESSABLE_ENTITY,
             StoreErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -291,7 +292,7 @@ impl Failure {
             };
             return Self::new(status, message);
         }
-        // Messages of these kinds name what the caller sent (an id, a rule), never a secret.
+        // Messages of these kinds name what the caller sent (an id), never a secret.
         Self::new(status, caller_message(&err))
     }
 }
@@ -434,6 +435,11 @@ impl KeyManagementService {
                 if let Some(expires_at) = expires_at {
                     new = new.with_expires_at(expires_at);
                 }
+                // The caller's mistakes are told here; an `InvalidData` from the store after
+                // this is the store's own fault.
+                new.check(Timestamp::now()).map_err(|err| {
+                    Failure::new(StatusCode::UNPROCESSABLE_ENTITY, caller_message(&err))
+                })?;
                 let issued = keys
                     .issue(organization, new)
                     .await

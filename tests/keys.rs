@@ -153,3 +153,92 @@ async fn a_full_recorder_drops_new_keys_instead_of_growing_or_waiting() {
     recorder.record(&ids[0]);
     assert_eq!(recorder.dropped(), 3);
 }
+
+/// A key manager whose writes of last uses fail while `failing` is set.
+struct Flaky {
+    inner: partner_api::MemoryStore,
+    failing: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[async_trait::async_trait]
+impl KeyManager for Flaky {
+    async fn issue(
+        &self,
+        org: &str,
+        new: NewKey,
+    ) -> Result<partner_api::store::IssuedKey, partner_api::StoreError> {
+        self.inner.issue(org, new).await
+    }
+    async fn list(
+        &self,
+        org: &str,
+    ) -> Result<Vec<partner_api::store::KeyRecord>, partner_api::StoreError> {
+        self.inner.list(org).await
+    }
+    async fn get(
+        &self,
+        org: &str,
+        id: &str,
+    ) -> Result<partner_api::store::KeyRecord, partner_api::StoreError> {
+        self.inner.get(org, id).await
+    }
+    async fn revoke(
+        &self,
+        org: &str,
+        id: &str,
+    ) -> Result<partner_api::store::KeyRecord, partner_api::StoreError> {
+        self.inner.revoke(org, id).await
+    }
+    async fn roll(
+        &self,
+        org: &str,
+        id: &str,
+        overlap: Duration,
+    ) -> Result<partner_api::store::IssuedKey, partner_api::StoreError> {
+        self.inner.roll(org, id, overlap).await
+    }
+    async fn record_last_used(
+        &self,
+        uses: &[partner_api::store::KeyUse],
+    ) -> Result<(), partner_api::StoreError> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(partner_api::StoreError::unavailable("the database is down"));
+        }
+        self.inner.record_last_used(uses).await
+    }
+}
+
+#[tokio::test]
+async fn uses_a_failed_batch_held_are_written_with_the_next_one() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let store = store();
+    let failing = Arc::new(AtomicBool::new(true));
+    let recorder = LastUsedRecorder::spawn(Flaky {
+        inner: store.clone(),
+        failing: failing.clone(),
+    });
+    let issued = store
+        .issue("org_a", NewKey::new(KeyEnvironment::Live))
+        .await
+        .unwrap();
+    let id: Arc<str> = Arc::from(issued.record().id.as_str());
+    recorder.record(&id);
+    assert!(recorder.flush().await.is_err(), "the store is down");
+    // Used again meanwhile: the held use and the new one make one entry, none is lost.
+    recorder.record(&id);
+    assert!(recorder.flush().await.is_err());
+    assert_eq!(store.get("org_a", &id).await.unwrap().last_used_at, None);
+    failing.store(false, Ordering::SeqCst);
+    assert_eq!(
+        recorder.flush().await.unwrap(),
+        1,
+        "one key, its latest use"
+    );
+    assert!(store
+        .get("org_a", &id)
+        .await
+        .unwrap()
+        .last_used_at
+        .is_some());
+    assert_eq!(recorder.dropped(), 0);
+}

@@ -154,10 +154,16 @@ async fn sign_in(State(host): State<Host>, Form(form): Form<SignIn>) -> Response
     {
         return (StatusCode::BAD_REQUEST, "unknown organization").into_response();
     }
-    let id = random_token();
+    let (Some(id), Some(csrf_token)) = (random_token(), random_token()) else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no randomness for a session",
+        )
+            .into_response();
+    };
     let session = Session {
         organization_id: form.organization,
-        csrf_token: random_token(),
+        csrf_token,
     };
     if let Ok(mut sessions) = host.sessions.lock() {
         sessions.insert(id.clone(), session);
@@ -232,11 +238,12 @@ fn escape(text: &str) -> String {
         .replace('\'', "&#39;")
 }
 
-/// A random token from the operating system's CSPRNG, as a key is made.
-fn random_token() -> String {
+/// A random token from the operating system's CSPRNG, as a key is made; none when the
+/// operating system gives no randomness (then no session is made).
+fn random_token() -> Option<String> {
     partner_api::key::ApiKey::generate(partner_api::key::KeyEnvironment::Test)
-        .map(|key| key.plaintext()[8..32].to_owned())
-        .unwrap_or_default()
+        .ok()
+        .and_then(|key| key.plaintext().get(8..32).map(str::to_owned))
 }
 
 #[tokio::main]

@@ -138,7 +138,7 @@ impl fmt::Debug for Notifications {
 #[derive(Clone, Default)]
 pub(crate) struct Gate {
     /// The hub the cache follows; none for a cache its host invalidates.
-    hub: Option<Arc<Shared>>,
+    hub: Option<Notifications>,
     /// Changes told to the cache itself (by its host, or the hub).
     own_changes: Arc<AtomicU64>,
 }
@@ -146,16 +146,14 @@ pub(crate) struct Gate {
 impl Gate {
     pub(crate) fn following(hub: &Notifications) -> Self {
         Self {
-            hub: Some(hub.shared().clone()),
+            hub: Some(hub.clone()),
             own_changes: Arc::default(),
         }
     }
 
     /// Whether the cache may answer from memory now.
     pub(crate) fn open(&self) -> bool {
-        self.hub
-            .as_ref()
-            .is_none_or(|hub| hub.connected.load(Ordering::SeqCst))
+        self.hub.as_ref().is_none_or(Notifications::is_connected)
     }
 
     /// A mark to take before reading the store: [`unchanged_since`](Self::unchanged_since)
@@ -164,7 +162,7 @@ impl Gate {
         let hub = self
             .hub
             .as_ref()
-            .map_or(0, |hub| hub.changes.load(Ordering::SeqCst));
+            .map_or(0, |hub| hub.shared.changes.load(Ordering::SeqCst));
         hub.wrapping_add(self.own_changes.load(Ordering::SeqCst))
     }
 
@@ -175,5 +173,13 @@ impl Gate {
 
     pub(crate) fn note_change(&self) {
         self.own_changes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Has the hub this gate follows (if any) tell `target` of every change: called for every
+    /// cache built on the gate, so a rebuilt cache (a new capacity) is told as well.
+    pub(crate) fn register<T: Invalidate + 'static>(&self, target: &Arc<T>) {
+        if let Some(hub) = &self.hub {
+            hub.register(target);
+        }
     }
 }

@@ -52,14 +52,13 @@ impl<S: KeyStore> CachingKeyStore<S> {
 
     fn with_gate(inner: S, gate: Gate, capacity: usize) -> Self {
         let capacity = capacity.max(1);
-        Self {
-            inner,
-            cache: Arc::new(KeyCache {
-                found: Cache::new(capacity),
-                absent: Cache::new(capacity),
-                gate,
-            }),
-        }
+        let cache = Arc::new(KeyCache {
+            found: Cache::new(capacity),
+            absent: Cache::new(capacity),
+            gate,
+        });
+        cache.gate.register(&cache);
+        Self { inner, cache }
     }
 
     /// Keeps at most `capacity` keys of each kind (known, and unknown or revoked). Drops what
@@ -76,7 +75,6 @@ impl<S: KeyStore> CachingKeyStore<S> {
     pub fn with_notifications(self, notifications: &Notifications) -> Self {
         let capacity = self.cache.found.capacity() as usize;
         let cache = Self::with_gate(self.inner, Gate::following(notifications), capacity);
-        notifications.register(&cache.cache);
         cache
     }
 
@@ -181,5 +179,52 @@ impl<S> fmt::Debug for CachingKeyStore<S> {
             .field("unknown", &self.cache.absent.len())
             .field("answering", &self.cache.gate.open())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Organization;
+    use crate::MemoryStore;
+
+    #[tokio::test]
+    async fn a_cache_hears_of_changes_whatever_order_its_builder_ran_in() {
+        let store = MemoryStore::new();
+        store
+            .add_organization(Organization {
+                id: "org".into(),
+                name: "Org".into(),
+            })
+            .unwrap();
+        let id = store.add_key("pk_test_cached_key", "org").unwrap();
+        let digest = KeyDigest::of("pk_test_cached_key");
+        let hub = Notifications::new();
+        hub.connected();
+        for cache in [
+            CachingKeyStore::new(store.clone())
+                .with_notifications(&hub)
+                .with_capacity(10),
+            CachingKeyStore::new(store.clone())
+                .with_capacity(10)
+                .with_notifications(&hub),
+        ] {
+            assert!(cache.lookup(&digest).await.unwrap().is_some());
+            assert!(
+                matches!(cache.lookup_now(&digest), Some(Ok(Some(_)))),
+                "cached"
+            );
+            hub.key_changed(&id);
+            assert!(
+                cache.lookup_now(&digest).is_none(),
+                "the change reached the cache"
+            );
+            hub.disconnected();
+            assert!(
+                cache.lookup_now(&digest).is_none(),
+                "no answers while disconnected"
+            );
+            hub.connected();
+        }
     }
 }

@@ -39,13 +39,12 @@ impl<S: OrderStore> CachingOrderStore<S> {
     }
 
     fn with_gate(inner: S, gate: Gate, capacity: usize) -> Self {
-        Self {
-            inner,
-            cache: Arc::new(OrderCache {
-                pages: Cache::new(capacity.max(1)),
-                gate,
-            }),
-        }
+        let cache = Arc::new(OrderCache {
+            pages: Cache::new(capacity.max(1)),
+            gate,
+        });
+        cache.gate.register(&cache);
+        Self { inner, cache }
     }
 
     /// Keeps at most `capacity` organizations' pages. Drops what the cache held.
@@ -60,7 +59,6 @@ impl<S: OrderStore> CachingOrderStore<S> {
     pub fn with_notifications(self, notifications: &Notifications) -> Self {
         let capacity = self.cache.pages.capacity() as usize;
         let cache = Self::with_gate(self.inner, Gate::following(notifications), capacity);
-        notifications.register(&cache.cache);
         cache
     }
 

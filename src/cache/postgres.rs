@@ -46,7 +46,7 @@ async fn run(pool: PgPool, hub: Notifications) {
         if Arc::strong_count(hub.shared()) <= 1 {
             return;
         }
-        match follow(&pool, &hub).await {
+        match follow(&pool, &hub, &mut pause).await {
             Ok(()) => return,
             Err(err) => {
                 hub.disconnected();
@@ -62,7 +62,7 @@ async fn run(pool: PgPool, hub: Notifications) {
 }
 
 /// Listens on one connection until it fails (an error) or no cache follows the hub (`Ok`).
-async fn follow(pool: &PgPool, hub: &Notifications) -> Result<(), String> {
+async fn follow(pool: &PgPool, hub: &Notifications, pause: &mut Duration) -> Result<(), String> {
     let mut listener = PgListener::connect_with(pool)
         .await
         .map_err(|err| ErrorChain(&err).to_string())?;
@@ -72,6 +72,7 @@ async fn follow(pool: &PgPool, hub: &Notifications) -> Result<(), String> {
         .map_err(|err| ErrorChain(&err).to_string())?;
     // Listening from here on: what changed before is dropped, and the caches answer again.
     hub.connected();
+    *pause = Duration::from_millis(50);
     tracing::info!("partner API cache listener connected");
     let token = format!("{}-{}", std::process::id(), next_listener());
     let started = Instant::now();
@@ -79,6 +80,8 @@ async fn follow(pool: &PgPool, hub: &Notifications) -> Result<(), String> {
     let mut ticks = tokio::time::interval(HEARTBEAT_INTERVAL);
     loop {
         tokio::select! {
+            // Notifications first: an own heartbeat already queued is heard before the check.
+            biased;
             received = listener.try_recv() => match received {
                 Ok(Some(notification)) => {
                     if notification.channel() == HEARTBEAT_CHANNEL {
@@ -100,14 +103,21 @@ async fn follow(pool: &PgPool, hub: &Notifications) -> Result<(), String> {
                     return Err("no heartbeat heard on the listening connection".into());
                 }
                 // Through the pool, not the listening connection: heard only if that one works.
-                let sent = sqlx::query("SELECT pg_notify($1, $2)")
-                    .bind(HEARTBEAT_CHANNEL)
-                    .bind(&token)
-                    .execute(pool)
-                    .await;
-                if let Err(err) = sent {
-                    tracing::debug!(error = %ErrorChain(&err), "cache listener heartbeat not sent");
-                }
+                // Sent on a task of its own, so a slow pool never holds up the listening; a
+                // heartbeat that is not heard in time counts as a lost connection all the same.
+                let pool = pool.clone();
+                let token = token.clone();
+                tokio::spawn(async move {
+                    let send = sqlx::query("SELECT pg_notify($1, $2)")
+                        .bind(HEARTBEAT_CHANNEL)
+                        .bind(&token)
+                        .execute(&pool);
+                    match tokio::time::timeout(HEARTBEAT_TIMEOUT, send).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(err)) => tracing::debug!(error = %ErrorChain(&err), "cache listener heartbeat not sent"),
+                        Err(_) => tracing::debug!("cache listener heartbeat not sent in time"),
+                    }
+                });
             }
         }
     }

@@ -5,9 +5,10 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::store::{StoreError, StoreErrorKind};
+use super::error::is_unreachable;
+use crate::store::StoreError;
 
-/// Consecutive "unavailable" failures that open the breaker.
+/// Consecutive failures that say the database is unreachable that open the breaker.
 const THRESHOLD: u32 = 2;
 /// How long an open breaker waits before it probes the database again.
 pub(crate) const COOLDOWN: Duration = Duration::from_millis(500);
@@ -59,7 +60,7 @@ impl Breaker {
 
     /// Notes how a call ended.
     pub(crate) fn record<T>(&self, result: &Result<T, StoreError>) {
-        if matches!(result, Err(err) if err.kind() == StoreErrorKind::Unavailable) {
+        if matches!(result, Err(err) if is_unreachable(err)) {
             let failures = self.consecutive.fetch_add(1, Ordering::AcqRel) + 1;
             if failures >= THRESHOLD {
                 if failures == THRESHOLD {

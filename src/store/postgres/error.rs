@@ -55,6 +55,18 @@ pub(crate) fn store_error(err: sqlx::Error) -> StoreError {
     }
 }
 
+/// Whether `err` says the database cannot be reached (a connection that fails or breaks, a
+/// pool that times out, the server shutting down), as opposed to one slow statement
+/// (`57014`, a statement timeout) that says nothing of the others.
+pub(crate) fn is_unreachable(err: &StoreError) -> bool {
+    if err.kind() != crate::StoreErrorKind::Unavailable {
+        return false;
+    }
+    let database =
+        std::error::Error::source(err).and_then(|source| source.downcast_ref::<DatabaseError>());
+    !database.is_some_and(|database| database.code.as_deref() == Some("57014"))
+}
+
 /// What is kept of a database's own error: never its detail or its query parameters.
 #[derive(Debug)]
 pub(crate) struct DatabaseError {
