@@ -75,8 +75,9 @@ impl Principal {
 #[async_trait]
 pub trait KeyStore: Send + Sync {
     /// The principal of the key whose SHA-256 digest is `digest`, or `None` when no such key
-    /// exists or it was revoked: the API treats both alike. A revocation must be visible to
-    /// the very next call.
+    /// exists, it was revoked or it expired: the API treats all alike. A revocation must be
+    /// visible to the very next call (a cache in front of a store, such as
+    /// [`CachingKeyStore`](crate::cache::CachingKeyStore), makes that a bounded delay).
     async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError>;
 
     /// The answer of [`lookup`](Self::lookup) when the store has it at hand without waiting
