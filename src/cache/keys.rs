@@ -74,8 +74,7 @@ impl<S: KeyStore> CachingKeyStore<S> {
     #[must_use]
     pub fn with_notifications(self, notifications: &Notifications) -> Self {
         let capacity = self.cache.found.capacity() as usize;
-        let cache = Self::with_gate(self.inner, Gate::following(notifications), capacity);
-        cache
+        Self::with_gate(self.inner, Gate::following(notifications), capacity)
     }
 
     /// Forgets the key `key_id` (changed or removed), and every key remembered as unknown (one

@@ -58,8 +58,7 @@ impl<S: OrderStore> CachingOrderStore<S> {
     #[must_use]
     pub fn with_notifications(self, notifications: &Notifications) -> Self {
         let capacity = self.cache.pages.capacity() as usize;
-        let cache = Self::with_gate(self.inner, Gate::following(notifications), capacity);
-        cache
+        Self::with_gate(self.inner, Gate::following(notifications), capacity)
     }
 
     /// Forgets the page of `organization_id`, whose orders changed.

@@ -64,7 +64,7 @@ pub(crate) fn is_unreachable(err: &StoreError) -> bool {
     }
     let database =
         std::error::Error::source(err).and_then(|source| source.downcast_ref::<DatabaseError>());
-    !database.is_some_and(|database| database.code.as_deref() == Some("57014"))
+    database.is_none_or(|database| database.code.as_deref() != Some("57014"))
 }
 
 /// What is kept of a database's own error: never its detail or its query parameters.
