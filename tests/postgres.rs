@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::pg::fresh_database;
+use common::pg::{demo_key_record, fresh_database};
 use common::*;
 use http::StatusCode;
 use partner_api::seed::{Seed, DEMO_KEY, DEMO_OTHER_KEY, DEMO_REVOKED_KEY};
@@ -312,14 +312,7 @@ async fn reloading_a_seed_never_revives_moves_or_loosens_a_key() {
         StatusCode::OK
     );
     // Revoked from the Settings page, and an expiry set by SQL on the other demo key.
-    let demo_id = store
-        .list("org_demo")
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|record| record.label.as_deref() == Some("Demo integration"))
-        .unwrap()
-        .id;
+    let demo_id = demo_key_record(&store).await.id;
     store.revoke("org_demo", &demo_id).await.unwrap();
     let mut admin = PgConnection::connect(&url).await.unwrap();
     sqlx::query(
@@ -643,7 +636,6 @@ async fn the_keys_command_issues_lists_rolls_and_revokes() {
 
 #[tokio::test]
 async fn the_binary_writes_the_last_uses_in_hand_when_it_stops() {
-    use partner_api::store::KeyManager;
     let (store, url) = migrated_store().await;
     store.load_seed(&Seed::demo()).await.unwrap();
     let mut process =
@@ -653,11 +645,7 @@ async fn the_binary_writes_the_last_uses_in_hand_when_it_stops() {
     assert_eq!(status, 200);
     // Well within the recorder's interval: only the flush at shutdown can have written it.
     assert!(process.terminate().await.success());
-    let demo = store.list("org_demo").await.unwrap();
-    let used = demo
-        .iter()
-        .find(|record| record.label.as_deref() == Some("Demo integration"))
-        .unwrap();
+    let used = demo_key_record(&store).await;
     assert!(used.last_used_at.is_some(), "{used:?}");
 }
 

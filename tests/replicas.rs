@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use common::pg::fresh_database;
+use common::pg::{demo_key_record, fresh_database};
 use common::*;
 use http::StatusCode;
 use partner_api::cache::{CachingKeyStore, CachingOrderStore, Notifications};
@@ -93,14 +93,7 @@ async fn a_revocation_reaches_every_replicas_cache_within_the_bound() {
         assert!(matches!(cached, Some(Ok(Some(_)))), "{cached:?}");
     }
     // Revoked through the crate, on another connection: both replicas refuse within the bound.
-    let id = store
-        .list("org_demo")
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|record| record.label.as_deref() == Some("Demo integration"))
-        .unwrap()
-        .id;
+    let id = demo_key_record(&store).await.id;
     store.revoke("org_demo", &id).await.unwrap();
     for replica in &replicas {
         let delay = time_until(replica, "/v1/me", DEMO_KEY, StatusCode::UNAUTHORIZED).await;

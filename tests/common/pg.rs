@@ -33,3 +33,15 @@ pub async fn fresh_database() -> String {
     let (base, _) = admin.rsplit_once('/').unwrap();
     format!("{base}/{name}")
 }
+
+/// The record of the demo seed's key `DEMO_KEY` (labelled "Demo integration") in `store`.
+pub async fn demo_key_record(store: &partner_api::PgStore) -> partner_api::store::KeyRecord {
+    use partner_api::store::KeyManager;
+    store
+        .list("org_demo")
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|record| record.label.as_deref() == Some("Demo integration"))
+        .expect("the demo seed's key")
+}
