@@ -3,7 +3,8 @@
 
 use http::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 
-use crate::key::is_valid_key_bytes;
+use crate::key::{is_forged, is_token};
+use crate::metrics::AuthFailureReason;
 
 /// Why a request is not authenticated; each answer is a 401.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,14 +15,28 @@ pub(crate) enum AuthFailure {
     OtherScheme,
     /// A `Bearer` credential that is not one well-formed token, or several headers.
     Malformed,
-    /// A well-formed token that no store knows, or one that was revoked: one answer for both.
-    UnknownKey,
+    /// A token in the shape of a generated key whose checksum does not match: mistyped or
+    /// made up, refused without asking a store.
+    BadChecksum,
+    /// A well-formed token that the key store refused (unknown, revoked or expired: the
+    /// same answer for all).
+    Refused(AuthFailureReason),
 }
 
 impl AuthFailure {
     /// RFC 6750 section 3: an error code only when a bearer token was presented.
     pub(crate) fn token_presented(self) -> bool {
-        matches!(self, Self::Malformed | Self::UnknownKey)
+        !matches!(self, Self::Missing | Self::OtherScheme)
+    }
+
+    /// The `reason` label of the failure's metric: another scheme counts as malformed.
+    pub(crate) fn reason(self) -> AuthFailureReason {
+        match self {
+            Self::Missing => AuthFailureReason::Missing,
+            Self::OtherScheme | Self::Malformed => AuthFailureReason::Malformed,
+            Self::BadChecksum => AuthFailureReason::BadChecksum,
+            Self::Refused(reason) => reason,
+        }
     }
 }
 
@@ -29,15 +44,15 @@ impl AuthFailure {
 ///
 /// The scheme is case-insensitive (RFC 9110 section 11.1) and separated from the token by one
 /// or more spaces; the token must be an RFC 6750 `b64token` of at most
-/// [`MAX_KEY_LEN`](crate::key::MAX_KEY_LEN) bytes. Anything else is refused before any store
-/// is asked.
+/// [`MAX_KEY_LEN`](crate::key::MAX_KEY_LEN) bytes, and a token in the shape of a generated
+/// key must carry its checksum. Anything else is refused before any store is asked.
 pub(crate) fn bearer_token(headers: &HeaderMap) -> Result<&[u8], AuthFailure> {
     let mut values = headers.get_all(AUTHORIZATION).iter();
     let value = values.next().ok_or(AuthFailure::Missing)?;
     if values.next().is_some() {
         return Err(AuthFailure::Malformed);
     }
-    // One pass over the bytes; `is_valid_key_bytes` refuses control characters and non-ASCII, so
+    // One pass over the bytes; `is_token` refuses control characters and non-ASCII, so
     // the header is never decoded as text first.
     let value = trim_ows(value.as_bytes());
     let scheme_end = value
@@ -48,18 +63,20 @@ pub(crate) fn bearer_token(headers: &HeaderMap) -> Result<&[u8], AuthFailure> {
         return Err(AuthFailure::OtherScheme);
     }
     // RFC 6750: `Bearer 1*SP b64token`. A tab is no separator, and neither an empty token nor
-    // two tokens are a token; `is_valid_key_bytes` refuses what is left over.
+    // two tokens are a token; `is_token` refuses what is left over.
     let separated = &value[scheme_end..];
     let spaces = separated.iter().take_while(|&&b| b == b' ').count();
     let token = &separated[spaces..];
     if spaces == 0 {
         return Err(AuthFailure::Malformed);
     }
-    if is_valid_key_bytes(token) {
-        Ok(token)
-    } else {
-        Err(AuthFailure::Malformed)
+    if !is_token(token) {
+        return Err(AuthFailure::Malformed);
     }
+    if is_forged(token) {
+        return Err(AuthFailure::BadChecksum);
+    }
+    Ok(token)
 }
 
 /// `bytes` without leading and trailing spaces and tabs (RFC 9110 OWS).
@@ -184,7 +201,11 @@ mod tests {
             "Bearer realm=\"partners\""
         );
         assert_eq!(
-            challenges.for_failure(AuthFailure::UnknownKey),
+            challenges.for_failure(AuthFailure::BadChecksum),
+            "Bearer realm=\"partners\", error=\"invalid_token\""
+        );
+        assert_eq!(
+            challenges.for_failure(AuthFailure::Refused(AuthFailureReason::Revoked)),
             "Bearer realm=\"partners\", error=\"invalid_token\""
         );
         assert_eq!(

@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use crate::auth::Challenges;
 use crate::last_used::LastUsedRecorder;
+use crate::metrics::{ResponseCounters, UsageCounters, DEFAULT_MAX_ORGANIZATIONS};
 use crate::openapi;
 use crate::rate_limit::RateLimiter;
 use crate::store::{KeyStore, OrderStore};
@@ -37,6 +38,10 @@ pub(crate) struct Config {
     pub(crate) conditional_requests: bool,
     /// Whether responses carry `x-request-id`.
     pub(crate) request_ids: bool,
+    /// The keys of the responses metric under `prefix`.
+    pub(crate) responses: ResponseCounters,
+    /// The per-organization series, bounded.
+    pub(crate) usage: Arc<UsageCounters>,
     /// The OpenAPI document as served under `prefix`.
     pub(crate) openapi: Bytes,
     pub(crate) prefix: String,
@@ -54,6 +59,8 @@ impl Config {
             last_used: None,
             conditional_requests: true,
             request_ids: true,
+            responses: ResponseCounters::new(DEFAULT_PREFIX),
+            usage: Arc::new(UsageCounters::new(DEFAULT_MAX_ORGANIZATIONS, 0)),
             openapi: openapi::encoded(DEFAULT_PREFIX),
             prefix: DEFAULT_PREFIX.to_owned(),
         }

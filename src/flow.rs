@@ -11,6 +11,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Instant;
 
 use http::{HeaderValue, Response, StatusCode};
 
@@ -21,11 +22,12 @@ use crate::config::Config;
 use crate::deadline::Deadline;
 use crate::key::KeyDigest;
 use crate::log::ErrorChain;
+use crate::metrics::{self, AuthFailureReason, StoreCall};
 use crate::model::{OrderPage, MAX_ORDERS};
 use crate::rate_limit::RateLimitDecision;
 use crate::response::{self, ApiError};
 use crate::routes::Route;
-use crate::store::{Principal, StoreError, StoreErrorKind};
+use crate::store::{KeyLookup, Principal, StoreError, StoreErrorKind};
 
 /// What answering needs from the request, owned so a store future can keep it.
 pub(crate) struct Exchange {
@@ -60,9 +62,20 @@ pub(crate) enum Question<'a> {
     Orders(&'a str),
 }
 
+impl Question<'_> {
+    /// The store call that answers the question.
+    fn call(&self) -> StoreCall {
+        match self {
+            Self::Key(_) => StoreCall::KeyLookup,
+            Self::Limit(_) => StoreCall::RateLimitCheck,
+            Self::Orders(_) => StoreCall::NewestOrders,
+        }
+    }
+}
+
 /// A store's reply to a [`Question`].
 pub(crate) enum Reply {
-    Key(Result<Option<Principal>, StoreError>),
+    Key(Result<KeyLookup, StoreError>),
     Limit(Result<RateLimitDecision, StoreError>),
     Orders(Result<OrderPage, StoreError>),
 }
@@ -96,14 +109,18 @@ impl Flow {
         let Self { exchange, step } = self;
         match (step, reply) {
             (Step::LookUp(_), Reply::Key(found)) => match found {
-                Ok(Some(principal)) if config.last_used.is_some() => {
+                Ok(KeyLookup::Valid(principal)) => {
                     if let Some(recorder) = &config.last_used {
                         recorder.record(&principal.key_id);
                     }
+                    config
+                        .usage
+                        .request(&principal.organization.id, &principal.key_id);
                     Self::looked_up(config, exchange, principal)
                 }
-                Ok(Some(principal)) => Self::looked_up(config, exchange, principal),
-                Ok(None) => Progress::Done(unknown_key(config)),
+                Ok(KeyLookup::Revoked) => refused(config, AuthFailureReason::Revoked),
+                Ok(KeyLookup::Expired) => refused(config, AuthFailureReason::Expired),
+                Ok(_) => refused(config, AuthFailureReason::Unknown),
                 Err(err) => Progress::Done(store_failed(config, err)),
             },
             (Step::Limit(principal), Reply::Limit(decided)) => {
@@ -146,7 +163,7 @@ pub(crate) enum Answer {
 pub(crate) fn answer_now(config: &Arc<Config>, mut flow: Flow) -> Answer {
     loop {
         let reply = match flow.question() {
-            Question::Key(digest) => config.keys.lookup_now(digest).map(Reply::Key),
+            Question::Key(digest) => config.keys.lookup_outcome_now(digest).map(Reply::Key),
             Question::Limit(principal) => config
                 .rate_limiter
                 .as_ref()
@@ -167,37 +184,59 @@ pub(crate) fn answer_now(config: &Arc<Config>, mut flow: Flow) -> Answer {
     }
 }
 
-/// Drives `flow` with awaited answers, all of them within the store timeout.
+/// Drives `flow` with awaited answers, all of them within the store timeout; each store call
+/// is timed, and counted when it fails or times out.
 async fn answer_awaited(config: Arc<Config>, flow: Flow) -> Response<ApiBody> {
+    // The call under way, for the metrics when the deadline passes during it.
+    let mut in_flight = None;
     let answered = async {
         let mut flow = flow;
         loop {
-            let reply = match flow.question() {
-                Question::Key(digest) => Reply::Key(config.keys.lookup(digest).await),
+            let question = flow.question();
+            let call = question.call();
+            let started = Instant::now();
+            in_flight = Some((call, started));
+            let reply = match question {
+                Question::Key(digest) => {
+                    let found = config.keys.lookup_outcome(digest).await;
+                    call.finished(started.elapsed(), &found);
+                    Reply::Key(found)
+                }
                 Question::Limit(principal) => match &config.rate_limiter {
-                    Some(limiter) => Reply::Limit(limiter.check(principal).await),
+                    Some(limiter) => {
+                        let decided = limiter.check(principal).await;
+                        call.finished(started.elapsed(), &decided);
+                        Reply::Limit(decided)
+                    }
                     None => Reply::Limit(Err(StoreError::other("no rate limiter"))),
                 },
-                Question::Orders(organization_id) => Reply::Orders(
-                    config
+                Question::Orders(organization_id) => {
+                    let page = config
                         .orders
                         .newest_orders(organization_id, MAX_ORDERS)
-                        .await,
-                ),
+                        .await;
+                    call.finished(started.elapsed(), &page);
+                    Reply::Orders(page)
+                }
             };
+            in_flight = None;
             match flow.advance(&config, reply) {
                 Progress::Done(response) => return response,
                 Progress::Next(next) => flow = next,
             }
         }
     };
-    let Some(timeout) = config.store_timeout else {
-        return answered.await;
-    };
-    Deadline::new(answered, timeout).await.unwrap_or_else(|()| {
-        let err = StoreError::unavailable(format!("no answer from the store within {timeout:?}"));
-        store_failed(&config, err)
-    })
+    match config.store_timeout {
+        None => answered.await,
+        Some(timeout) => Deadline::new(answered, timeout).await.unwrap_or_else(|()| {
+            if let Some((call, started)) = in_flight {
+                call.timed_out(started.elapsed());
+            }
+            let err =
+                StoreError::unavailable(format!("no answer from the store within {timeout:?}"));
+            store_failed(&config, err)
+        }),
+    }
 }
 
 /// The flow once the limiter decided (or there is none): refused, served without the order
@@ -209,6 +248,7 @@ fn after_limit(
     decision: Option<RateLimitDecision>,
 ) -> Progress {
     if decision.is_some_and(|decision| !decision.is_allowed()) {
+        config.usage.rate_limited(&principal.organization.id);
         let refused = Ok(ApiError::TooManyRequests.into_response());
         return Progress::Done(finish(config, &principal, decision, refused));
     }
@@ -313,10 +353,15 @@ fn tagged_or_not(
     }
 }
 
-/// The 401 for a well-formed key that no store knows, or that was revoked.
-fn unknown_key(config: &Config) -> Response<ApiBody> {
-    let failure = AuthFailure::UnknownKey;
-    response::unauthorized(failure, config.challenges.for_failure(failure))
+/// The 401 for a well-formed key the key store refused, for `reason`.
+fn refused(config: &Config, reason: AuthFailureReason) -> Progress {
+    Progress::Done(unauthenticated(config, AuthFailure::Refused(reason)))
+}
+
+/// The 401 for `failure`, counted by its reason.
+pub(crate) fn unauthenticated(config: &Config, failure: AuthFailure) -> Response<ApiBody> {
+    metrics::auth_failed(failure.reason());
+    response::unauthorized(config.challenges.for_failure(failure))
 }
 
 /// The answer to a store failure; its detail goes to the log only.

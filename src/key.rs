@@ -201,7 +201,7 @@ fn checksum(head: &[u8]) -> String {
 
 /// Whether `key` has the shape of a generated key but not its checksum: such a key was
 /// mistyped or made up, and no store needs to be asked about it.
-fn is_forged(key: &[u8]) -> bool {
+pub(crate) fn is_forged(key: &[u8]) -> bool {
     let generated_shape = key.len() == LIVE_PREFIX.len() + RANDOM_LEN + CHECKSUM_LEN
         && (key.starts_with(LIVE_PREFIX.as_bytes()) || key.starts_with(TEST_PREFIX.as_bytes()))
         && key[LIVE_PREFIX.len()..]
@@ -256,11 +256,12 @@ impl fmt::Debug for KeyDigest {
 ///
 /// A store should refuse to hold a key for which this is false: no request could ever use it.
 pub fn is_valid_key(key: &str) -> bool {
-    is_valid_key_bytes(key.as_bytes())
+    is_token(key.as_bytes()) && !is_forged(key.as_bytes())
 }
 
-/// [`is_valid_key`] on bytes, which is how the header parser sees the token.
-pub(crate) fn is_valid_key_bytes(bytes: &[u8]) -> bool {
+/// Whether `bytes` is a `b64token` of at most [`MAX_KEY_LEN`] bytes: the grammar of
+/// [`is_valid_key`], without the checksum.
+pub(crate) fn is_token(bytes: &[u8]) -> bool {
     let padding = bytes.iter().rev().take_while(|&&b| b == b'=').count();
     let body = &bytes[..bytes.len() - padding];
     // No early exit, so the compiler can check many bytes at once: this runs on every request.
@@ -273,7 +274,7 @@ pub(crate) fn is_valid_key_bytes(bytes: &[u8]) -> bool {
             | (b == b'+')
             | (b == b'/'))
     });
-    !body.is_empty() && bytes.len() <= MAX_KEY_LEN && all_token_bytes && !is_forged(bytes)
+    !body.is_empty() && bytes.len() <= MAX_KEY_LEN && all_token_bytes
 }
 
 #[cfg(test)]
@@ -346,7 +347,7 @@ mod tests {
             } else {
                 b'a'
             };
-            assert!(!is_valid_key_bytes(&changed), "position {position}");
+            assert!(is_token(&changed) && is_forged(&changed), "position {position}");
         }
         // Keys of any other shape are opaque and stay valid.
         for other in [

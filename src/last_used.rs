@@ -32,12 +32,13 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use tokio::sync::{Mutex, Notify};
 
 use crate::log::ErrorChain;
+use crate::metrics::{self, StoreCall};
 use crate::model::Timestamp;
 use crate::store::{KeyManager, KeyUse, StoreError};
 
@@ -126,6 +127,7 @@ impl LastUsedRecorder {
         }
         if shared.uses.len() >= shared.capacity {
             shared.dropped.fetch_add(1, Ordering::Relaxed);
+            metrics::last_used_dropped(1);
             shared.full.notify_one();
             return;
         }
@@ -187,6 +189,7 @@ impl Shared {
             let over = latest.len().saturating_sub(self.capacity);
             if over > 0 {
                 self.dropped.fetch_add(over as u64, Ordering::Relaxed);
+                metrics::last_used_dropped(over as u64);
             }
             batch.extend(
                 latest
@@ -198,7 +201,11 @@ impl Shared {
         let mut written = 0;
         while !batch.is_empty() {
             let chunk = batch.len().min(BATCH_LIMIT);
-            match self.store.record_last_used(&batch[..chunk]).await {
+            let started = Instant::now();
+            let recorded = self.store.record_last_used(&batch[..chunk]).await;
+            StoreCall::RecordLastUsed.finished(started.elapsed(), &recorded);
+            metrics::last_used_batch(chunk, recorded.is_err());
+            match recorded {
                 Ok(()) => {
                     batch.drain(..chunk);
                     written += chunk;

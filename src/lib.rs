@@ -79,6 +79,7 @@ pub mod last_used;
 pub mod layer;
 mod log;
 pub mod management;
+pub mod metrics;
 pub mod model;
 pub mod openapi;
 pub mod rate_limit;
@@ -104,7 +105,7 @@ pub use service::PartnerApi;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use store::PgStore;
-pub use store::{KeyStore, MemoryStore, OrderStore, Principal, StoreError, StoreErrorKind};
+pub use store::{KeyLookup, KeyStore, MemoryStore, OrderStore, Principal, StoreError, StoreErrorKind};
 
 // Runs the README's Rust snippets as doctests, so they keep compiling.
 #[cfg(doctest)]

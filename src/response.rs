@@ -10,7 +10,6 @@ use http::header::{
 };
 use http::{Response, StatusCode};
 
-use crate::auth::AuthFailure;
 use crate::body::ApiBody;
 use crate::conditional;
 use crate::config::DEFAULT_RETRY_AFTER;
@@ -300,20 +299,15 @@ fn other_error_body(status: StatusCode) -> Vec<u8> {
     body.to_string().into_bytes()
 }
 
-/// The 401 for `failure`, with its `WWW-Authenticate` challenge.
-pub(crate) fn unauthorized(failure: AuthFailure, challenge: HeaderValue) -> Response<ApiBody> {
-    let body = match failure {
-        AuthFailure::Missing => {
-            error_json!("missing API key: send the header Authorization: Bearer <API_KEY>")
-        }
-        AuthFailure::OtherScheme => {
-            error_json!("unsupported authorization scheme: send Authorization: Bearer <API_KEY>")
-        }
-        AuthFailure::Malformed => {
-            error_json!("malformed Authorization header: expected one header Bearer <API_KEY>")
-        }
-        AuthFailure::UnknownKey => error_json!("invalid API key"),
-    };
+/// A 401 with the `WWW-Authenticate` challenge `challenge`.
+///
+/// One body for every reason, so a caller learns nothing about a key it does not hold
+/// (revoked, expired, unknown); the reason goes to the metrics. The challenge still says
+/// whether a token was presented (RFC 6750 section 3).
+pub(crate) fn unauthorized(challenge: HeaderValue) -> Response<ApiBody> {
+    let body = error_json!(
+        "missing or invalid API key: send the header Authorization: Bearer <API_KEY> with a valid key"
+    );
     let mut response = json(
         StatusCode::UNAUTHORIZED,
         Bytes::from_static(body.as_bytes()),

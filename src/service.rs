@@ -22,6 +22,9 @@ pub use crate::config::{
 use crate::flow::{self, Answer, Exchange, Flow};
 use crate::key::KeyDigest;
 use crate::last_used::LastUsedRecorder;
+use crate::metrics::{ResponseCounters, UsageCounters};
+#[cfg(doc)]
+use crate::metrics::DEFAULT_MAX_ORGANIZATIONS;
 use crate::openapi;
 use crate::rate_limit::RateLimiter;
 use crate::request_id;
@@ -84,6 +87,7 @@ impl PartnerApi {
         let shared = Arc::make_mut(&mut self.config);
         shared.prefix = prefix.to_owned();
         shared.openapi = openapi::encoded(prefix);
+        shared.responses = ResponseCounters::new(prefix);
         self
     }
 
@@ -155,6 +159,27 @@ impl PartnerApi {
         self
     }
 
+    /// Gives at most `max` organizations a series of their own in the per-organization
+    /// metrics (default [`DEFAULT_MAX_ORGANIZATIONS`]); requests of every later one count
+    /// under `organization_id="_other"`. `0` puts every organization there. See
+    /// [`metrics`](crate::metrics) for how the labels stay bounded.
+    #[must_use]
+    pub fn with_organization_labels(mut self, max: usize) -> Self {
+        let shared = Arc::make_mut(&mut self.config);
+        shared.usage = Arc::new(UsageCounters::new(max, shared.usage.max_keys()));
+        self
+    }
+
+    /// Labels the per-organization requests metric with the key id (`key_id`, the store's
+    /// id of the key, never the key) for at most `max` keys; requests with any later key
+    /// count as `key_id="_other"` of their organization. Off (`0`) by default.
+    #[must_use]
+    pub fn with_key_id_labels(mut self, max: usize) -> Self {
+        let shared = Arc::make_mut(&mut self.config);
+        shared.usage = Arc::new(UsageCounters::new(shared.usage.max_organizations(), max));
+        self
+    }
+
     /// Returns the prefix the API answers under, without a trailing `/`.
     pub fn prefix(&self) -> &str {
         &self.config.prefix
@@ -180,29 +205,42 @@ impl PartnerApi {
             }
             id
         });
-        let mut future = self.answer(method, path, headers);
+        let (route, mut future) = self.answer(method, path, headers);
+        // An answer still waiting for a store is counted when it is done (`flow`).
+        if let State::Ready(Some(response)) = &future.state {
+            self.config
+                .responses
+                .count(method, route, response.status());
+        }
         future.request_id = request_id;
         future
     }
 
-    fn answer(&self, method: &Method, path: &str, headers: &HeaderMap) -> ResponseFuture {
+    /// The route the request matched, if any, and its answer.
+    fn answer(
+        &self,
+        method: &Method,
+        path: &str,
+        headers: &HeaderMap,
+    ) -> (Option<Route>, ResponseFuture) {
         let head = method == Method::HEAD;
         let config = &self.config;
         let Some(route) = config.path_below_prefix(path).and_then(Route::at) else {
-            return ResponseFuture::ready(ApiError::NotFound.into_response(), head);
+            return (
+                None,
+                ResponseFuture::ready(ApiError::NotFound.into_response(), head),
+            );
         };
+        let ready = |response| (Some(route), ResponseFuture::ready(response, head));
         if !route.allows(method) {
-            return ResponseFuture::ready(ApiError::MethodNotAllowed.into_response(), head);
+            return ready(ApiError::MethodNotAllowed.into_response());
         }
         if !route.needs_key() {
-            return ResponseFuture::ready(response::openapi(config.openapi.clone()), head);
+            return ready(response::openapi(config.openapi.clone()));
         }
         let token = match bearer_token(headers) {
             Ok(token) => token,
-            Err(failure) => {
-                let challenge = config.challenges.for_failure(failure);
-                return ResponseFuture::ready(response::unauthorized(failure, challenge), head);
-            }
+            Err(failure) => return ready(flow::unauthenticated(config, failure)),
         };
         // Only the digest goes on: the plaintext never enters a future or a store.
         let exchange = Exchange {
@@ -217,13 +255,19 @@ impl PartnerApi {
         // a future is.
         let answer = std::panic::catch_unwind(AssertUnwindSafe(|| flow::answer_now(config, flow)));
         match answer {
-            Ok(Answer::Ready(response)) => ResponseFuture::ready(response, head),
-            Ok(Answer::Wait(future)) => ResponseFuture {
-                state: State::Pending(future),
-                head,
-                request_id: None,
-            },
-            Err(_panic) => ResponseFuture::ready(handler_panicked(), head),
+            Ok(Answer::Ready(response)) => ready(response),
+            Ok(Answer::Wait(future)) => (
+                Some(route),
+                ResponseFuture {
+                    state: State::Pending {
+                        future,
+                        counted_as: Some((config.responses.clone(), method.clone(), route)),
+                    },
+                    head,
+                    request_id: None,
+                },
+            ),
+            Err(_panic) => ready(handler_panicked()),
         }
     }
 }
@@ -287,7 +331,11 @@ pub struct ResponseFuture {
 
 enum State {
     Ready(Option<Response<ApiBody>>),
-    Pending(Pin<Box<dyn Future<Output = Response<ApiBody>> + Send>>),
+    Pending {
+        future: Pin<Box<dyn Future<Output = Response<ApiBody>> + Send>>,
+        /// Where the response is counted when it is done (a ready one was counted already).
+        counted_as: Option<(ResponseCounters, Method, Route)>,
+    },
 }
 
 impl ResponseFuture {
@@ -308,12 +356,17 @@ impl Future for ResponseFuture {
             State::Ready(response) => response
                 .take()
                 .expect("ResponseFuture polled after completion"),
-            State::Pending(future) => {
-                match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
-                    Ok(Poll::Pending) => return Poll::Pending,
-                    Ok(Poll::Ready(response)) => response,
-                    Err(_panic) => handler_panicked(),
+            State::Pending { future, counted_as } => {
+                let response =
+                    match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+                        Ok(Poll::Pending) => return Poll::Pending,
+                        Ok(Poll::Ready(response)) => response,
+                        Err(_panic) => handler_panicked(),
+                    };
+                if let Some((responses, method, route)) = counted_as.take() {
+                    responses.count(&method, Some(route), response.status());
                 }
+                response
             }
         };
         // The future is done (or panicked): drop it so it is never polled again.

@@ -9,8 +9,9 @@ use quick_cache::sync::Cache;
 use super::freshness::{Gate, Invalidate, Notifications};
 use super::DEFAULT_CAPACITY;
 use crate::key::KeyDigest;
+use crate::metrics::{self, CacheName, InvalidationScope};
 use crate::model::Timestamp;
-use crate::store::{KeyStore, Principal, StoreError};
+use crate::store::{KeyLookup, KeyStore, Principal, StoreError};
 
 /// A [`KeyStore`] in front of another: a lookup it has answered before is answered at once
 /// ([`KeyStore::lookup_now`]), a key's expiry checked on every hit; keys that resolved to
@@ -38,8 +39,8 @@ pub struct CachingKeyStore<S> {
 struct KeyCache {
     /// Keys that resolved to a principal.
     found: Cache<KeyDigest, Principal>,
-    /// Keys that resolved to nothing.
-    absent: Cache<KeyDigest, ()>,
+    /// Keys that resolved to nothing, and why (unknown, revoked, expired).
+    absent: Cache<KeyDigest, KeyLookup>,
     gate: Gate,
 }
 
@@ -105,29 +106,36 @@ impl<S: KeyStore> CachingKeyStore<S> {
 }
 
 impl KeyCache {
-    /// The remembered answer for `digest`, if the cache may answer.
-    fn answer(&self, digest: &KeyDigest) -> Option<Option<Principal>> {
+    /// The remembered answer for `digest`, if the cache may answer (a hit).
+    fn answer(&self, digest: &KeyDigest) -> Option<KeyLookup> {
         if !self.gate.open() {
             return None;
         }
-        if let Some(principal) = self.found.get(digest) {
+        let answer = if let Some(principal) = self.found.get(digest) {
             // Expiry holds on every hit; the clock is read only for a key that expires.
             let expired = principal
                 .expires_at
                 .is_some_and(|expires_at| expires_at <= Timestamp::now());
-            return Some((!expired).then_some(principal));
-        }
-        self.absent.get(digest).map(|()| None)
+            if expired {
+                KeyLookup::Expired
+            } else {
+                KeyLookup::Valid(principal)
+            }
+        } else {
+            self.absent.get(digest)?
+        };
+        metrics::cache_hit(CacheName::Keys);
+        Some(answer)
     }
 
     /// Keeps what the store answered for `digest`, unless a change came in since `mark`.
-    fn keep(&self, digest: KeyDigest, answer: &Option<Principal>, mark: u64) {
+    fn keep(&self, digest: KeyDigest, answer: &KeyLookup, mark: u64) {
         if !self.gate.unchanged_since(mark) {
             return;
         }
         match answer {
-            Some(principal) => self.found.insert(digest, principal.clone()),
-            None => self.absent.insert(digest, ()),
+            KeyLookup::Valid(principal) => self.found.insert(digest, principal.clone()),
+            refused => self.absent.insert(digest, refused.clone()),
         }
         // A change that came in while inserting may have missed the new entry.
         if !self.gate.unchanged_since(mark) {
@@ -143,6 +151,7 @@ impl Invalidate for KeyCache {
         self.found
             .retain(|_, principal| &*principal.key_id != key_id);
         self.absent.clear();
+        metrics::cache_invalidated(CacheName::Keys, InvalidationScope::Key);
     }
 
     fn orders_changed(&self, _organization_id: &str) {}
@@ -151,22 +160,35 @@ impl Invalidate for KeyCache {
         self.gate.note_change();
         self.found.clear();
         self.absent.clear();
+        metrics::cache_invalidated(CacheName::Keys, InvalidationScope::All);
     }
 }
 
 #[async_trait]
 impl<S: KeyStore> KeyStore for CachingKeyStore<S> {
     async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
+        self.lookup_outcome(digest)
+            .await
+            .map(KeyLookup::into_principal)
+    }
+
+    fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<Option<Principal>, StoreError>> {
+        self.lookup_outcome_now(digest)
+            .map(|answer| answer.map(KeyLookup::into_principal))
+    }
+
+    async fn lookup_outcome(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
         if let Some(answer) = self.cache.answer(digest) {
             return Ok(answer);
         }
+        metrics::cache_missed(CacheName::Keys);
         let mark = self.cache.gate.mark();
-        let answer = self.inner.lookup(digest).await?;
+        let answer = self.inner.lookup_outcome(digest).await?;
         self.cache.keep(*digest, &answer, mark);
         Ok(answer)
     }
 
-    fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<Option<Principal>, StoreError>> {
+    fn lookup_outcome_now(&self, digest: &KeyDigest) -> Option<Result<KeyLookup, StoreError>> {
         self.cache.answer(digest).map(Ok)
     }
 }

@@ -8,6 +8,7 @@ use quick_cache::sync::Cache;
 
 use super::freshness::{Gate, Invalidate, Notifications};
 use super::DEFAULT_CAPACITY;
+use crate::metrics::{self, CacheName, InvalidationScope};
 use crate::model::{OrderPage, MAX_ORDERS};
 use crate::store::{OrderStore, StoreError};
 
@@ -83,11 +84,13 @@ impl Invalidate for OrderCache {
     fn orders_changed(&self, organization_id: &str) {
         self.gate.note_change();
         self.pages.remove(organization_id);
+        metrics::cache_invalidated(CacheName::Orders, InvalidationScope::Organization);
     }
 
     fn clear(&self) {
         self.gate.note_change();
         self.pages.clear();
+        metrics::cache_invalidated(CacheName::Orders, InvalidationScope::All);
     }
 }
 
@@ -101,6 +104,7 @@ impl<S: OrderStore> OrderStore for CachingOrderStore<S> {
         if let Some(Ok(page)) = self.newest_orders_now(organization_id, limit) {
             return Ok(page);
         }
+        metrics::cache_missed(CacheName::Orders);
         let mark = self.cache.gate.mark();
         let page = self.inner.newest_orders(organization_id, limit).await?;
         if limit == MAX_ORDERS && self.cache.gate.unchanged_since(mark) {
@@ -122,7 +126,9 @@ impl<S: OrderStore> OrderStore for CachingOrderStore<S> {
         if limit != MAX_ORDERS || !self.cache.gate.open() {
             return None;
         }
-        self.cache.pages.get(organization_id).map(Ok)
+        let page = self.cache.pages.get(organization_id)?;
+        metrics::cache_hit(CacheName::Orders);
+        Some(Ok(page))
     }
 }
 

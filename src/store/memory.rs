@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use async_trait::async_trait;
 
 use super::{
-    check_label, describe_plaintext, IssuedKey, KeyManager, KeyRecord, KeyStore, KeyUse, NewKey,
+    check_label, describe_plaintext, IssuedKey, KeyLookup, KeyManager, KeyRecord, KeyStore, KeyUse, NewKey,
     OrderStore, Principal, StoreError,
 };
 use crate::key::{is_valid_key, ApiKey, KeyDigest, KeyEnvironment};
@@ -62,15 +62,15 @@ struct KeyEntry {
 }
 
 impl KeyEntry {
-    /// The principal, if the key is usable now: the clock is read only for a key that
-    /// expires.
-    fn active_principal(&self) -> Option<&Principal> {
+    /// The principal if the key is usable now, or why not: the clock is read only for a key
+    /// that expires.
+    fn outcome(&self) -> KeyLookup {
         if self.record.revoked_at.is_some() {
-            return None;
+            return KeyLookup::Revoked;
         }
         match self.record.expires_at {
-            Some(expires_at) if expires_at <= Timestamp::now() => None,
-            _ => Some(&self.principal),
+            Some(expires_at) if expires_at <= Timestamp::now() => KeyLookup::Expired,
+            _ => KeyLookup::Valid(self.principal.clone()),
         }
     }
 }
@@ -515,13 +515,12 @@ impl std::fmt::Debug for MemoryStore {
 }
 
 impl MemoryStore {
-    fn principal(&self, digest: &KeyDigest) -> Option<Principal> {
+    fn outcome(&self, digest: &KeyDigest) -> KeyLookup {
         let state = self.read();
         state
             .keys
             .get(digest)
-            .and_then(KeyEntry::active_principal)
-            .cloned()
+            .map_or(KeyLookup::Unknown, KeyEntry::outcome)
     }
 
     fn newest_page(&self, organization_id: &str, limit: usize) -> OrderPage {
@@ -541,11 +540,19 @@ impl MemoryStore {
 #[async_trait]
 impl KeyStore for MemoryStore {
     async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
-        Ok(self.principal(digest))
+        Ok(self.outcome(digest).into_principal())
     }
 
     fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<Option<Principal>, StoreError>> {
-        Some(Ok(self.principal(digest)))
+        Some(Ok(self.outcome(digest).into_principal()))
+    }
+
+    async fn lookup_outcome(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
+        Ok(self.outcome(digest))
+    }
+
+    fn lookup_outcome_now(&self, digest: &KeyDigest) -> Option<Result<KeyLookup, StoreError>> {
+        Some(Ok(self.outcome(digest)))
     }
 }
 

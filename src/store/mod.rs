@@ -71,7 +71,54 @@ impl Principal {
     }
 }
 
+/// What a key store knows of a presented key: its principal, or why there is none.
+///
+/// The API answers every kind of refusal with the same 401; the reason only goes to the
+/// operator's metrics (`partner_api_auth_failures_total{reason}`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyLookup {
+    /// A usable key, and what it resolves to.
+    Valid(Principal),
+    /// No key has this digest (or the store does not say why it refuses it).
+    Unknown,
+    /// The key was revoked.
+    Revoked,
+    /// The key expired.
+    Expired,
+}
+
+impl KeyLookup {
+    /// Returns the principal of a valid key.
+    pub fn principal(&self) -> Option<&Principal> {
+        match self {
+            Self::Valid(principal) => Some(principal),
+            _ => None,
+        }
+    }
+
+    /// Returns the principal of a valid key, by value.
+    pub fn into_principal(self) -> Option<Principal> {
+        match self {
+            Self::Valid(principal) => Some(principal),
+            _ => None,
+        }
+    }
+}
+
+impl From<Option<Principal>> for KeyLookup {
+    /// A principal is a valid key; nothing is an unknown one.
+    fn from(found: Option<Principal>) -> Self {
+        found.map_or(Self::Unknown, Self::Valid)
+    }
+}
+
 /// Resolves API keys (by digest) to the organization they belong to.
+///
+/// A store implements [`lookup`](Self::lookup) (and [`lookup_now`](Self::lookup_now) if it
+/// has answers at hand); one that keeps revoked and expired keys also implements
+/// [`lookup_outcome`](Self::lookup_outcome) so that the metrics can tell why a key was
+/// refused. The API asks `lookup_outcome_now`, then `lookup_outcome`.
 #[async_trait]
 pub trait KeyStore: Send + Sync {
     /// The principal of the key whose SHA-256 digest is `digest`, or `None` when no such key
@@ -87,6 +134,20 @@ pub trait KeyStore: Send + Sync {
     fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<Option<Principal>, StoreError>> {
         let _ = digest;
         None
+    }
+
+    /// The key whose digest is `digest`, or why there is no principal for it. Its principal
+    /// must be [`lookup`](Self::lookup)'s. The default asks `lookup` and calls every refused
+    /// key [`KeyLookup::Unknown`].
+    async fn lookup_outcome(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
+        self.lookup(digest).await.map(KeyLookup::from)
+    }
+
+    /// The answer of [`lookup_outcome`](Self::lookup_outcome) when the store has it at hand,
+    /// as [`lookup_now`](Self::lookup_now). The default asks `lookup_now`.
+    fn lookup_outcome_now(&self, digest: &KeyDigest) -> Option<Result<KeyLookup, StoreError>> {
+        self.lookup_now(digest)
+            .map(|found| found.map(KeyLookup::from))
     }
 }
 
@@ -123,6 +184,14 @@ impl<T: KeyStore + ?Sized> KeyStore for std::sync::Arc<T> {
 
     fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<Option<Principal>, StoreError>> {
         (**self).lookup_now(digest)
+    }
+
+    async fn lookup_outcome(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
+        (**self).lookup_outcome(digest).await
+    }
+
+    fn lookup_outcome_now(&self, digest: &KeyDigest) -> Option<Result<KeyLookup, StoreError>> {
+        (**self).lookup_outcome_now(digest)
     }
 }
 

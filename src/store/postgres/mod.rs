@@ -8,7 +8,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, Row};
 
-use super::{describe_plaintext, KeyStore, OrderStore, Principal, StoreError};
+use super::{describe_plaintext, KeyLookup, KeyStore, OrderStore, Principal, StoreError};
 use crate::key::{is_valid_key, KeyDigest};
 use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
 
@@ -24,13 +24,14 @@ pub use migrate::{MIGRATIONS_TABLE, MIGRATOR};
 /// The statement timeout of a pool made by [`PgStore::connect_lazy`].
 pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The one query of a key lookup: a usable key (not revoked, not expired by the database's
-/// clock) and its organization.
+/// The one query of a key lookup: the key, whether it is revoked or expired (by the
+/// database's clock), and its organization.
 const LOOKUP_KEY: &str = "\
-    SELECT k.id, k.expires_at, o.id AS organization_id, o.name \
+    SELECT k.id, k.expires_at, k.revoked_at IS NOT NULL AS revoked, \
+           COALESCE(k.expires_at <= now(), false) AS expired, \
+           o.id AS organization_id, o.name \
     FROM partner_api_keys k JOIN partner_organizations o ON o.id = k.organization_id \
-    WHERE k.key_sha256 = $1 AND k.revoked_at IS NULL \
-      AND (k.expires_at IS NULL OR k.expires_at > now())";
+    WHERE k.key_sha256 = $1";
 
 /// The one query of `GET /orders`: an index range scan of `partner_orders_newest`.
 pub const NEWEST_ORDERS: &str = "\
@@ -266,6 +267,12 @@ fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
 #[async_trait]
 impl KeyStore for PgStore {
     async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
+        self.lookup_outcome(digest)
+            .await
+            .map(KeyLookup::into_principal)
+    }
+
+    async fn lookup_outcome(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
         self.admit()?;
         let found = self.look_up(digest).await;
         self.breaker.record(&found);
@@ -292,22 +299,28 @@ impl PgStore {
         }
     }
 
-    async fn look_up(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
+    async fn look_up(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
         let row = sqlx::query(LOOKUP_KEY)
             .bind(&digest.as_bytes()[..])
             .fetch_optional(&self.pool)
             .await
             .map_err(store_error)?;
         let Some(row) = row else {
-            return Ok(None);
+            return Ok(KeyLookup::Unknown);
         };
+        if column::<bool>(&row, "revoked")? {
+            return Ok(KeyLookup::Revoked);
+        }
+        if column::<bool>(&row, "expired")? {
+            return Ok(KeyLookup::Expired);
+        }
         let key_id: i64 = column(&row, "id")?;
         let expires_at: Option<DateTime<Utc>> = row.try_get("expires_at").map_err(store_error)?;
         let organization = Organization {
             id: column(&row, "organization_id")?,
             name: column(&row, "name")?,
         };
-        Ok(Some(
+        Ok(KeyLookup::Valid(
             Principal::new(key_id.to_string(), organization)
                 .with_expires_at(expires_at.map(Timestamp::from_datetime)),
         ))

@@ -1,0 +1,533 @@
+//! What only the API knows, as metrics through the [`metrics`](::metrics) facade: why requests
+//! were refused, which organizations (and keys) call how much, how the stores and caches fare.
+//!
+//! The host picks the exporter (for Prometheus, `metrics-exporter-prometheus`) and installs
+//! it; without one every metric is a no-op. [`describe`] gives each metric its help text and
+//! unit. Names follow Prometheus conventions with the prefix `partner_api_`; labels that have
+//! an OpenTelemetry HTTP semantic convention use its name (`http_request_method`,
+//! `http_route`, `http_response_status_code`, `error_type`).
+//!
+//! | metric | kind | labels |
+//! |---|---|---|
+//! | [`RESPONSES`] | counter | `http_request_method`, `http_route` (absent for an unknown path), `http_response_status_code` |
+//! | [`AUTH_FAILURES`] | counter | `reason`: `missing`, `malformed`, `bad_checksum`, `unknown`, `revoked`, `expired` |
+//! | [`ORGANIZATION_REQUESTS`] | counter | `organization_id`, and `key_id` when the host opts in |
+//! | [`RATE_LIMIT_REFUSALS`] | counter | `organization_id` |
+//! | [`STORE_CALL_DURATION`] | histogram (seconds) | `store`, `operation` |
+//! | [`STORE_ERRORS`] | counter | `store`, `operation`, `error_type` |
+//! | [`CACHE_HITS`], [`CACHE_MISSES`] | counter | `cache`: `keys`, `orders` |
+//! | [`CACHE_INVALIDATIONS`] | counter | `cache`, `scope`: `key`, `organization`, `all` |
+//! | [`LAST_USED_BATCH_KEYS`] | histogram (keys) | none |
+//! | [`LAST_USED_FLUSH_FAILURES`], [`LAST_USED_DROPPED`] | counter | none |
+//!
+//! `store` and `operation` are `keys`/`lookup`, `orders`/`newest_orders`,
+//! `rate_limiter`/`check` and `keys`/`record_last_used`; `error_type` is `unavailable`,
+//! `timeout`, `conflict`, `not_found`, `invalid_data` or `other`. Store calls are timed
+//! when the API waits for them: an answer a store or cache has at hand
+//! ([`KeyStore::lookup_now`](crate::KeyStore::lookup_now)) costs no store call and shows in
+//! the cache metrics instead.
+//!
+//! **Bounded labels.** No label ever carries a key, its digest or its hint. The organization
+//! and key-id labels are bounded per API: the first
+//! [`DEFAULT_MAX_ORGANIZATIONS`] organizations that call get a series each
+//! ([`PartnerApi::with_organization_labels`](crate::PartnerApi::with_organization_labels)),
+//! every later one is counted under [`OTHER`]; key ids are labels only when the host opts in
+//! ([`PartnerApi::with_key_id_labels`](crate::PartnerApi::with_key_id_labels)), again the
+//! first N, the rest as `key_id="_other"` of their organization. So a metric has at most
+//! `organizations + 1` (or `(organizations + 1) * (keys + 1)`) series whatever the number of
+//! organizations and keys, and a series once created stays for the life of the process.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use ::metrics::{Counter, Histogram, Key, Label, Level, Metadata, Unit};
+use dashmap::DashMap;
+use http::{Method, StatusCode};
+
+use crate::routes::Route;
+use crate::store::{StoreError, StoreErrorKind};
+
+/// Responses of the API, by method, route and status.
+pub const RESPONSES: &str = "partner_api_responses_total";
+/// Refused authentications, by reason (every one is the same 401 to the client).
+pub const AUTH_FAILURES: &str = "partner_api_auth_failures_total";
+/// Authenticated requests, by organization (and key id, when the host opts in).
+pub const ORGANIZATION_REQUESTS: &str = "partner_api_organization_requests_total";
+/// Requests refused by the rate limiter (429), by organization.
+pub const RATE_LIMIT_REFUSALS: &str = "partner_api_rate_limit_refusals_total";
+/// Time the API waited for a store call, in seconds, by store and operation.
+pub const STORE_CALL_DURATION: &str = "partner_api_store_call_duration_seconds";
+/// Failed store calls, by store, operation and error type.
+pub const STORE_ERRORS: &str = "partner_api_store_errors_total";
+/// Lookups a cache answered from memory, by cache.
+pub const CACHE_HITS: &str = "partner_api_cache_hits_total";
+/// Lookups a cache passed on to its store, by cache.
+pub const CACHE_MISSES: &str = "partner_api_cache_misses_total";
+/// Changes that made a cache forget entries, by cache and scope.
+pub const CACHE_INVALIDATIONS: &str = "partner_api_cache_invalidations_total";
+/// Keys per batch the last-use recorder wrote.
+pub const LAST_USED_BATCH_KEYS: &str = "partner_api_last_used_batch_keys";
+/// Batches of last uses the store refused (kept and written with the next batch).
+pub const LAST_USED_FLUSH_FAILURES: &str = "partner_api_last_used_flush_failures_total";
+/// Last uses the recorder could not keep because it was full.
+pub const LAST_USED_DROPPED: &str = "partner_api_last_used_dropped_total";
+
+/// The label value of every organization or key id beyond the bound.
+pub const OTHER: &str = "_other";
+/// How many organizations get a series of their own, by default.
+pub const DEFAULT_MAX_ORGANIZATIONS: usize = 1_000;
+
+/// Describes every metric of the API (help text and unit) to the installed recorder. Call it
+/// once after installing the exporter; the metrics work without it.
+pub fn describe() {
+    use ::metrics::{describe_counter, describe_histogram};
+    describe_counter!(
+        RESPONSES,
+        "Responses of the partner API, by method, route and status."
+    );
+    describe_counter!(
+        AUTH_FAILURES,
+        "Refused authentications (401), by reason: missing, malformed, bad_checksum, unknown, revoked, expired."
+    );
+    describe_counter!(
+        ORGANIZATION_REQUESTS,
+        "Authenticated requests, by organization (bounded; later ones as _other)."
+    );
+    describe_counter!(
+        RATE_LIMIT_REFUSALS,
+        "Requests refused by the rate limiter (429), by organization."
+    );
+    describe_histogram!(
+        STORE_CALL_DURATION,
+        Unit::Seconds,
+        "Time the partner API waited for a store call, by store and operation."
+    );
+    describe_counter!(
+        STORE_ERRORS,
+        "Failed store calls, by store, operation and error type."
+    );
+    describe_counter!(CACHE_HITS, "Lookups answered from a cache, by cache.");
+    describe_counter!(CACHE_MISSES, "Lookups a cache passed to its store, by cache.");
+    describe_counter!(
+        CACHE_INVALIDATIONS,
+        "Changes that made a cache forget entries, by cache and scope."
+    );
+    describe_histogram!(
+        LAST_USED_BATCH_KEYS,
+        Unit::Count,
+        "Keys per batch written by the last-use recorder."
+    );
+    describe_counter!(
+        LAST_USED_FLUSH_FAILURES,
+        "Batches of last uses the store refused (retried with the next batch)."
+    );
+    describe_counter!(
+        LAST_USED_DROPPED,
+        "Last uses not recorded because the recorder was full."
+    );
+}
+
+/// The metadata of every metric of the crate.
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+fn counter(key: &Key) -> Counter {
+    ::metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA))
+}
+
+fn histogram(key: &Key) -> Histogram {
+    ::metrics::with_recorder(|recorder| recorder.register_histogram(key, &METADATA))
+}
+
+/// A key of static labels, built at compile time: counting it allocates nothing.
+macro_rules! static_key {
+    ($name:expr $(, $label:literal => $value:literal)*) => {{
+        static LABELS: &[Label] = &[$(Label::from_static_parts($label, $value)),*];
+        static KEY: Key = Key::from_static_parts($name, LABELS);
+        &KEY
+    }};
+}
+
+/// Why a request was not authenticated: the `reason` label of [`AUTH_FAILURES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AuthFailureReason {
+    Missing,
+    Malformed,
+    BadChecksum,
+    Unknown,
+    Revoked,
+    Expired,
+}
+
+pub(crate) fn auth_failed(reason: AuthFailureReason) {
+    let key = match reason {
+        AuthFailureReason::Missing => static_key!(AUTH_FAILURES, "reason" => "missing"),
+        AuthFailureReason::Malformed => static_key!(AUTH_FAILURES, "reason" => "malformed"),
+        AuthFailureReason::BadChecksum => {
+            static_key!(AUTH_FAILURES, "reason" => "bad_checksum")
+        }
+        AuthFailureReason::Unknown => static_key!(AUTH_FAILURES, "reason" => "unknown"),
+        AuthFailureReason::Revoked => static_key!(AUTH_FAILURES, "reason" => "revoked"),
+        AuthFailureReason::Expired => static_key!(AUTH_FAILURES, "reason" => "expired"),
+    };
+    counter(key).increment(1);
+}
+
+/// A call to a store: its `store` and `operation` labels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StoreCall {
+    KeyLookup,
+    NewestOrders,
+    RateLimitCheck,
+    RecordLastUsed,
+}
+
+impl StoreCall {
+    fn duration_key(self) -> &'static Key {
+        match self {
+            Self::KeyLookup => {
+                static_key!(STORE_CALL_DURATION, "store" => "keys", "operation" => "lookup")
+            }
+            Self::NewestOrders => static_key!(
+                STORE_CALL_DURATION, "store" => "orders", "operation" => "newest_orders"
+            ),
+            Self::RateLimitCheck => {
+                static_key!(STORE_CALL_DURATION, "store" => "rate_limiter", "operation" => "check")
+            }
+            Self::RecordLastUsed => static_key!(
+                STORE_CALL_DURATION, "store" => "keys", "operation" => "record_last_used"
+            ),
+        }
+    }
+
+    fn labels(self) -> [(&'static str, &'static str); 2] {
+        let (store, operation) = match self {
+            Self::KeyLookup => ("keys", "lookup"),
+            Self::NewestOrders => ("orders", "newest_orders"),
+            Self::RateLimitCheck => ("rate_limiter", "check"),
+            Self::RecordLastUsed => ("keys", "record_last_used"),
+        };
+        [("store", store), ("operation", operation)]
+    }
+
+    /// Records a call that took `elapsed` and ended with `result`.
+    pub(crate) fn finished<T>(self, elapsed: Duration, result: &Result<T, StoreError>) {
+        histogram(self.duration_key()).record(elapsed.as_secs_f64());
+        if let Err(err) = result {
+            self.failed(error_type(err.kind()));
+        }
+    }
+
+    /// Records a call the API stopped waiting for after `elapsed`.
+    pub(crate) fn timed_out(self, elapsed: Duration) {
+        histogram(self.duration_key()).record(elapsed.as_secs_f64());
+        self.failed("timeout");
+    }
+
+    /// Counts a failed call. Failures are rare: the key is built when one happens.
+    fn failed(self, error_type: &'static str) {
+        let [store, operation] = self.labels();
+        let labels = vec![
+            Label::from_static_parts(store.0, store.1),
+            Label::from_static_parts(operation.0, operation.1),
+            Label::from_static_parts("error_type", error_type),
+        ];
+        counter(&Key::from_parts(STORE_ERRORS, labels)).increment(1);
+    }
+}
+
+fn error_type(kind: StoreErrorKind) -> &'static str {
+    match kind {
+        StoreErrorKind::Unavailable => "unavailable",
+        StoreErrorKind::Conflict => "conflict",
+        StoreErrorKind::NotFound => "not_found",
+        StoreErrorKind::InvalidData => "invalid_data",
+        _ => "other",
+    }
+}
+
+/// Which cache: the `cache` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CacheName {
+    Keys,
+    Orders,
+}
+
+pub(crate) fn cache_hit(cache: CacheName) {
+    let key = match cache {
+        CacheName::Keys => static_key!(CACHE_HITS, "cache" => "keys"),
+        CacheName::Orders => static_key!(CACHE_HITS, "cache" => "orders"),
+    };
+    counter(key).increment(1);
+}
+
+pub(crate) fn cache_missed(cache: CacheName) {
+    let key = match cache {
+        CacheName::Keys => static_key!(CACHE_MISSES, "cache" => "keys"),
+        CacheName::Orders => static_key!(CACHE_MISSES, "cache" => "orders"),
+    };
+    counter(key).increment(1);
+}
+
+/// What an invalidation covered: the `scope` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum InvalidationScope {
+    Key,
+    Organization,
+    All,
+}
+
+pub(crate) fn cache_invalidated(cache: CacheName, scope: InvalidationScope) {
+    use InvalidationScope as Scope;
+    let key = match (cache, scope) {
+        (CacheName::Keys, Scope::Key) => {
+            static_key!(CACHE_INVALIDATIONS, "cache" => "keys", "scope" => "key")
+        }
+        (CacheName::Keys, Scope::Organization) => {
+            static_key!(CACHE_INVALIDATIONS, "cache" => "keys", "scope" => "organization")
+        }
+        (CacheName::Keys, Scope::All) => {
+            static_key!(CACHE_INVALIDATIONS, "cache" => "keys", "scope" => "all")
+        }
+        (CacheName::Orders, Scope::Key) => {
+            static_key!(CACHE_INVALIDATIONS, "cache" => "orders", "scope" => "key")
+        }
+        (CacheName::Orders, Scope::Organization) => {
+            static_key!(CACHE_INVALIDATIONS, "cache" => "orders", "scope" => "organization")
+        }
+        (CacheName::Orders, Scope::All) => {
+            static_key!(CACHE_INVALIDATIONS, "cache" => "orders", "scope" => "all")
+        }
+    };
+    counter(key).increment(1);
+}
+
+/// Records a batch of `keys` last uses written (or tried), and whether it failed.
+pub(crate) fn last_used_batch(keys: usize, failed: bool) {
+    histogram(static_key!(LAST_USED_BATCH_KEYS)).record(keys as f64);
+    if failed {
+        counter(static_key!(LAST_USED_FLUSH_FAILURES)).increment(1);
+    }
+}
+
+/// Counts `count` last uses dropped because the recorder was full.
+pub(crate) fn last_used_dropped(count: u64) {
+    counter(static_key!(LAST_USED_DROPPED)).increment(count);
+}
+
+/// The `http_request_method` values: the methods of RFC 9110, and `_OTHER`.
+const METHODS: [Method; 9] = [
+    Method::GET,
+    Method::HEAD,
+    Method::POST,
+    Method::PUT,
+    Method::DELETE,
+    Method::PATCH,
+    Method::OPTIONS,
+    Method::TRACE,
+    Method::CONNECT,
+];
+/// The statuses the API answers with; any other is counted with a key built on the spot.
+const STATUSES: [StatusCode; 8] = [
+    StatusCode::OK,
+    StatusCode::NOT_MODIFIED,
+    StatusCode::UNAUTHORIZED,
+    StatusCode::NOT_FOUND,
+    StatusCode::METHOD_NOT_ALLOWED,
+    StatusCode::TOO_MANY_REQUESTS,
+    StatusCode::INTERNAL_SERVER_ERROR,
+    StatusCode::SERVICE_UNAVAILABLE,
+];
+/// Routes, and no route.
+const ROUTES: [Option<Route>; 4] = [
+    Some(Route::Me),
+    Some(Route::Orders),
+    Some(Route::OpenApi),
+    None,
+];
+
+/// The keys of [`RESPONSES`] under one prefix, each built on first use.
+#[derive(Clone)]
+pub(crate) struct ResponseCounters {
+    prefix: Arc<str>,
+    keys: Arc<[OnceLock<Key>]>,
+}
+
+impl ResponseCounters {
+    pub(crate) fn new(prefix: &str) -> Self {
+        let slots = (METHODS.len() + 1) * ROUTES.len() * STATUSES.len();
+        Self {
+            prefix: prefix.into(),
+            keys: (0..slots).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    /// Counts a response of `status` to `method` on `route`.
+    pub(crate) fn count(&self, method: &Method, route: Option<Route>, status: StatusCode) {
+        let method_index = METHODS
+            .iter()
+            .position(|known| known == method)
+            .unwrap_or(METHODS.len());
+        let route_index = ROUTES.iter().position(|known| *known == route);
+        let status_index = STATUSES.iter().position(|known| *known == status);
+        let build = || self.key(method_index, route, status);
+        match (route_index, status_index) {
+            (Some(route_index), Some(status_index)) => {
+                let slot = (method_index * ROUTES.len() + route_index) * STATUSES.len()
+                    + status_index;
+                counter(self.keys[slot].get_or_init(build)).increment(1);
+            }
+            _ => counter(&build()).increment(1),
+        }
+    }
+
+    fn key(&self, method_index: usize, route: Option<Route>, status: StatusCode) -> Key {
+        let method = METHODS
+            .get(method_index)
+            .map_or("_OTHER", Method::as_str)
+            .to_owned();
+        let mut labels = vec![Label::new("http_request_method", method)];
+        if let Some(route) = route {
+            let path = match route {
+                Route::Me => "/me",
+                Route::Orders => "/orders",
+                Route::OpenApi => "/openapi.json",
+            };
+            labels.push(Label::new("http_route", format!("{}{path}", self.prefix)));
+        }
+        labels.push(Label::new(
+            "http_response_status_code",
+            status.as_str().to_owned(),
+        ));
+        Key::from_parts(RESPONSES, labels)
+    }
+}
+
+/// The per-organization (and per-key) series, bounded: see the module docs.
+pub(crate) struct UsageCounters {
+    max_organizations: usize,
+    /// 0: no `key_id` label.
+    max_keys: usize,
+    organizations: DashMap<Arc<str>, OrganizationSeries>,
+    /// Slots taken in `organizations`, reserved before an insert so the bound holds under
+    /// concurrent first requests.
+    organizations_taken: AtomicUsize,
+    keys: DashMap<Arc<str>, Key>,
+    keys_taken: AtomicUsize,
+    /// The series of every organization beyond the bound.
+    other: OrganizationSeries,
+}
+
+/// The keys of one organization's series.
+struct OrganizationSeries {
+    /// Its requests (with `key_id="_other"` when key ids are labels).
+    requests: Key,
+    refusals: Key,
+}
+
+impl OrganizationSeries {
+    fn new(organization: &str, key_ids: bool) -> Self {
+        let organization = Label::new("organization_id", organization.to_owned());
+        let mut request_labels = vec![organization.clone()];
+        if key_ids {
+            request_labels.push(Label::from_static_parts("key_id", OTHER));
+        }
+        Self {
+            requests: Key::from_parts(ORGANIZATION_REQUESTS, request_labels),
+            refusals: Key::from_parts(RATE_LIMIT_REFUSALS, vec![organization]),
+        }
+    }
+}
+
+impl UsageCounters {
+    pub(crate) fn new(max_organizations: usize, max_keys: usize) -> Self {
+        Self {
+            max_organizations,
+            max_keys,
+            organizations: DashMap::new(),
+            organizations_taken: AtomicUsize::new(0),
+            keys: DashMap::new(),
+            keys_taken: AtomicUsize::new(0),
+            other: OrganizationSeries::new(OTHER, max_keys > 0),
+        }
+    }
+
+    pub(crate) fn max_organizations(&self) -> usize {
+        self.max_organizations
+    }
+
+    pub(crate) fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
+    /// Counts an authenticated request with key `key_id` of organization `organization_id`.
+    pub(crate) fn request(&self, organization_id: &str, key_id: &Arc<str>) {
+        if self.max_keys == 0 {
+            return self.with_organization(organization_id, |series| {
+                counter(&series.requests).increment(1);
+            });
+        }
+        if let Some(key) = self.keys.get(&**key_id) {
+            return counter(&key).increment(1);
+        }
+        if take_slot(&self.keys_taken, self.max_keys) {
+            let organization = self.with_organization(organization_id, |series| {
+                series.refusals.labels().next().cloned()
+            });
+            let mut labels: Vec<Label> = organization.into_iter().collect();
+            labels.push(Label::new("key_id", key_id.to_string()));
+            let key = Key::from_parts(ORGANIZATION_REQUESTS, labels);
+            counter(&key).increment(1);
+            if self.keys.insert(key_id.clone(), key).is_some() {
+                // Another request of this key took a slot too.
+                self.keys_taken.fetch_sub(1, Ordering::Relaxed);
+            }
+            return;
+        }
+        self.with_organization(organization_id, |series| {
+            counter(&series.requests).increment(1);
+        });
+    }
+
+    /// Counts a request of organization `organization_id` refused by the rate limiter.
+    pub(crate) fn rate_limited(&self, organization_id: &str) {
+        self.with_organization(organization_id, |series| {
+            counter(&series.refusals).increment(1);
+        });
+    }
+
+    fn with_organization<T>(
+        &self,
+        organization_id: &str,
+        f: impl FnOnce(&OrganizationSeries) -> T,
+    ) -> T {
+        if let Some(series) = self.organizations.get(organization_id) {
+            return f(&series);
+        }
+        if !take_slot(&self.organizations_taken, self.max_organizations) {
+            return f(&self.other);
+        }
+        let mut inserted = false;
+        let series = self
+            .organizations
+            .entry(organization_id.into())
+            .or_insert_with(|| {
+                inserted = true;
+                OrganizationSeries::new(organization_id, self.max_keys > 0)
+            });
+        if !inserted {
+            self.organizations_taken.fetch_sub(1, Ordering::Relaxed);
+        }
+        f(&series)
+    }
+}
+
+/// Takes one of `max` slots, if one is left.
+fn take_slot(taken: &AtomicUsize, max: usize) -> bool {
+    taken
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .is_ok()
+}
