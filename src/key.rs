@@ -347,7 +347,10 @@ mod tests {
             } else {
                 b'a'
             };
-            assert!(is_token(&changed) && is_forged(&changed), "position {position}");
+            assert!(
+                is_token(&changed) && is_forged(&changed),
+                "position {position}"
+            );
         }
         // Keys of any other shape are opaque and stay valid.
         for other in [

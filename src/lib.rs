@@ -105,7 +105,9 @@ pub use service::PartnerApi;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use store::PgStore;
-pub use store::{KeyLookup, KeyStore, MemoryStore, OrderStore, Principal, StoreError, StoreErrorKind};
+pub use store::{
+    KeyLookup, KeyStore, MemoryStore, OrderStore, Principal, StoreError, StoreErrorKind,
+};
 
 // Runs the README's Rust snippets as doctests, so they keep compiling.
 #[cfg(doctest)]

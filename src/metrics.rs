@@ -108,7 +108,10 @@ pub fn describe() {
         "Failed store calls, by store, operation and error type."
     );
     describe_counter!(CACHE_HITS, "Lookups answered from a cache, by cache.");
-    describe_counter!(CACHE_MISSES, "Lookups a cache passed to its store, by cache.");
+    describe_counter!(
+        CACHE_MISSES,
+        "Lookups a cache passed to its store, by cache."
+    );
     describe_counter!(
         CACHE_INVALIDATIONS,
         "Changes that made a cache forget entries, by cache and scope."
@@ -374,8 +377,8 @@ impl ResponseCounters {
         let build = || self.key(method_index, route, status);
         match (route_index, status_index) {
             (Some(route_index), Some(status_index)) => {
-                let slot = (method_index * ROUTES.len() + route_index) * STATUSES.len()
-                    + status_index;
+                let slot =
+                    (method_index * ROUTES.len() + route_index) * STATUSES.len() + status_index;
                 counter(self.keys[slot].get_or_init(build)).increment(1);
             }
             _ => counter(&build()).increment(1),

@@ -22,9 +22,9 @@ pub use crate::config::{
 use crate::flow::{self, Answer, Exchange, Flow};
 use crate::key::KeyDigest;
 use crate::last_used::LastUsedRecorder;
-use crate::metrics::{ResponseCounters, UsageCounters};
 #[cfg(doc)]
 use crate::metrics::DEFAULT_MAX_ORGANIZATIONS;
+use crate::metrics::{ResponseCounters, UsageCounters};
 use crate::openapi;
 use crate::rate_limit::RateLimiter;
 use crate::request_id;

@@ -181,7 +181,7 @@ async fn revocation_takes_effect_on_the_very_next_request() {
 async fn a_seeded_revoked_key_is_invalid() {
     let response = call(&api(), get("/v1/me", Some(REVOKED_KEY))).await;
     assert_eq!(response.status, StatusCode::UNAUTHORIZED);
-    assert_eq!(response.error_message(), "invalid API key");
+    assert_eq!(response.error_message(), "missing or invalid API key: send the header Authorization: Bearer <API_KEY> with a valid key");
 }
 
 fn with_authorization(path: &str, values: &[&[u8]]) -> Request<()> {

@@ -138,7 +138,7 @@ async fn revoking_with_plain_sql_is_a_401_on_every_replica_at_once() {
     for replica in &replicas {
         let response = call(replica, get("/v1/orders", Some(DEMO_KEY))).await;
         assert_eq!(response.status, StatusCode::UNAUTHORIZED);
-        assert_eq!(response.error_message(), "invalid API key");
+        assert_eq!(response.error_message(), "missing or invalid API key: send the header Authorization: Bearer <API_KEY> with a valid key");
     }
     assert_eq!(
         call(&replicas[0], get("/v1/me", Some(DEMO_OTHER_KEY)))

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use async_trait::async_trait;
 
 use super::{
-    check_label, describe_plaintext, IssuedKey, KeyLookup, KeyManager, KeyRecord, KeyStore, KeyUse, NewKey,
-    OrderStore, Principal, StoreError,
+    check_label, describe_plaintext, IssuedKey, KeyLookup, KeyManager, KeyRecord, KeyStore, KeyUse,
+    NewKey, OrderStore, Principal, StoreError,
 };
 use crate::key::{is_valid_key, ApiKey, KeyDigest, KeyEnvironment};
 use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp, MAX_ORDERS};

@@ -5,10 +5,12 @@ use std::time::Duration;
 
 use super::namespace;
 use super::report::{ensure, failed, Check, Report};
-use super::store::{key, lookup, organization, StoreFixtures};
+use super::store::{key, lookup, lookup_outcome, organization, StoreFixtures};
 use crate::key::{KeyDigest, KeyEnvironment};
 use crate::model::{Organization, Timestamp};
-use crate::store::{IssuedKey, KeyManager, KeyRecord, KeyUse, NewKey, StoreError, StoreErrorKind};
+use crate::store::{
+    IssuedKey, KeyLookup, KeyManager, KeyRecord, KeyUse, NewKey, StoreError, StoreErrorKind,
+};
 
 /// How long the checks of expiry and overlap wait for a key to expire.
 const EXPIRY: Duration = Duration::from_millis(1500);
@@ -423,9 +425,10 @@ where
         "the key does not resolve before its expiry"
     );
     tokio::time::sleep(EXPIRY + Duration::from_millis(500)).await;
+    let expired = lookup_outcome(fixtures, expiring.plaintext()).await?;
     ensure!(
-        lookup(fixtures, expiring.plaintext()).await?.is_none(),
-        "the key resolves after its expiry"
+        matches!(expired, KeyLookup::Expired | KeyLookup::Unknown),
+        "the key is {expired:?} after its expiry, not expired (or unknown)"
     );
     let listed = fixtures
         .store()

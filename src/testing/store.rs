@@ -7,7 +7,7 @@ use super::namespace;
 use super::report::{ensure, failed, Check, Report};
 use crate::key::KeyDigest;
 use crate::model::{Order, Organization, Timestamp, MAX_BUDGET_DKK};
-use crate::store::{KeyStore, MemoryStore, OrderStore, Principal, StoreError};
+use crate::store::{KeyLookup, KeyStore, MemoryStore, OrderStore, Principal, StoreError};
 
 /// How the suite puts test data into a store.
 #[async_trait]
@@ -173,23 +173,44 @@ fn order(id: String, millis: i64) -> Order {
     }
 }
 
-/// The store's principal for `key`, asked both ways when the store answers at once too
-/// ([`KeyStore::lookup_now`]): the two answers must agree.
+/// The store's principal for `key`; as [`lookup_outcome`].
 pub(super) async fn lookup<F: StoreFixtures>(
     fixtures: &F,
     key: &str,
 ) -> Result<Option<Principal>, String> {
+    Ok(lookup_outcome(fixtures, key).await?.into_principal())
+}
+
+/// What the store knows of `key`, asked every way it answers: [`KeyStore::lookup`] and
+/// [`KeyStore::lookup_outcome`] (and their `_now` forms when the store answers at once)
+/// must agree.
+pub(super) async fn lookup_outcome<F: StoreFixtures>(
+    fixtures: &F,
+    key: &str,
+) -> Result<KeyLookup, String> {
     let digest = KeyDigest::of(key);
-    let found = fixtures
-        .store()
-        .lookup(&digest)
-        .await
-        .map_err(failed("lookup"))?;
-    if let Some(now) = fixtures.store().lookup_now(&digest) {
+    let store = fixtures.store();
+    let found = store.lookup(&digest).await.map_err(failed("lookup"))?;
+    if let Some(now) = store.lookup_now(&digest) {
         let now = now.map_err(failed("lookup_now"))?;
         ensure!(now == found, "lookup_now gave {now:?}, lookup {found:?}");
     }
-    Ok(found)
+    let outcome = store
+        .lookup_outcome(&digest)
+        .await
+        .map_err(failed("lookup_outcome"))?;
+    ensure!(
+        outcome.principal() == found.as_ref(),
+        "lookup_outcome gave {outcome:?}, lookup {found:?}"
+    );
+    if let Some(now) = store.lookup_outcome_now(&digest) {
+        let now = now.map_err(failed("lookup_outcome_now"))?;
+        ensure!(
+            now == outcome,
+            "lookup_outcome_now gave {now:?}, lookup_outcome {outcome:?}"
+        );
+    }
+    Ok(outcome)
 }
 
 async fn read<F: StoreFixtures>(
@@ -262,8 +283,11 @@ async fn unknown_key<F: StoreFixtures>(fixtures: &F) -> Check {
     let ns = namespace();
     let org = organization(fixtures, &ns, "a").await?;
     key(fixtures, &ns, "known", &org.id).await?;
-    let found = lookup(fixtures, &format!("pk_test_{ns}_never_issued")).await?;
-    ensure!(found.is_none(), "an unknown key resolved to {found:?}");
+    let found = lookup_outcome(fixtures, &format!("pk_test_{ns}_never_issued")).await?;
+    ensure!(
+        found == KeyLookup::Unknown,
+        "an unknown key is {found:?}, not unknown"
+    );
     Ok(())
 }
 
@@ -311,10 +335,10 @@ async fn revoked_key<F: StoreFixtures>(fixtures: &F) -> Check {
         .revoke_key(&revoked)
         .await
         .map_err(failed("revoke_key"))?;
-    let after = lookup(fixtures, &revoked).await?;
+    let after = lookup_outcome(fixtures, &revoked).await?;
     ensure!(
-        after.is_none(),
-        "the revoked key still resolved, to {after:?}"
+        matches!(after, KeyLookup::Revoked | KeyLookup::Unknown),
+        "the revoked key is {after:?}, not revoked (or unknown)"
     );
     let other = lookup(fixtures, &kept).await?;
     ensure!(
