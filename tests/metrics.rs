@@ -36,10 +36,13 @@ fn recorded<F: std::future::Future<Output = ()>>(test: impl FnOnce() -> F) -> Me
     Metrics::of(&snapshotter)
 }
 
+/// A metric's name and its labels, sorted.
+type SeriesId = (String, Vec<(String, String)>);
+
 /// A snapshot: each metric by name and sorted labels.
 struct Metrics {
-    counters: BTreeMap<(String, Vec<(String, String)>), u64>,
-    histograms: BTreeMap<(String, Vec<(String, String)>), Vec<f64>>,
+    counters: BTreeMap<SeriesId, u64>,
+    histograms: BTreeMap<SeriesId, Vec<f64>>,
     /// Names of the metrics that have a description.
     described: Vec<String>,
 }
@@ -112,7 +115,7 @@ impl Metrics {
     }
 }
 
-fn id(name: &str, labels: &[(&str, &str)]) -> (String, Vec<(String, String)>) {
+fn id(name: &str, labels: &[(&str, &str)]) -> SeriesId {
     let mut labels: Vec<(String, String)> = labels
         .iter()
         .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))

@@ -378,3 +378,150 @@ async fn at_the_connection_cap_new_connections_wait_until_one_closes() {
     request_on(&mut second).await;
     assert!(process.terminate().await.success());
 }
+
+/// A sample of a Prometheus text exposition: metric name, labels, value.
+type Sample = (String, std::collections::BTreeMap<String, String>, f64);
+
+/// The samples of a Prometheus text exposition.
+fn samples(exposition: &str) -> Vec<Sample> {
+    exposition
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+        .map(|line| {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            let (name, labels) = match series.split_once('{') {
+                Some((name, labels)) => (name, labels.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let labels = labels
+                .split("\",")
+                .filter(|pair| !pair.is_empty())
+                .map(|pair| {
+                    let (key, value) = pair.split_once('=').unwrap();
+                    (key.to_owned(), value.trim_matches('"').to_owned())
+                })
+                .collect();
+            (name.to_owned(), labels, value.parse().unwrap())
+        })
+        .collect()
+}
+
+fn sample(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|(metric, found, _)| {
+            metric == name
+                && found.len() == labels.len()
+                && labels
+                    .iter()
+                    .all(|(key, value)| found.get(*key).map(String::as_str) == Some(*value))
+        })
+        .map(|(_, _, value)| *value)
+}
+
+#[tokio::test]
+async fn the_binary_serves_prometheus_metrics_on_a_listener_of_their_own() {
+    use partner_api::seed::{DEMO_KEY, DEMO_REVOKED_KEY};
+    let mut process = Process::spawn(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--metrics-key-ids",
+        "10",
+    ]);
+    let base = process.base_url().await;
+    let metrics_line = process.line().await;
+    let metrics_url = metrics_line
+        .strip_prefix("metrics on ")
+        .unwrap_or_else(|| panic!("{metrics_line}"));
+    assert!(
+        metrics_url.starts_with("http://127.0.0.1:") && metrics_url.ends_with("/metrics"),
+        "{metrics_url}"
+    );
+    assert!(!metrics_url.starts_with(&base), "a port of its own");
+    let client = http1();
+    for _ in 0..2 {
+        let me = fetch(
+            &client,
+            Method::GET,
+            format!("{base}/v1/me"),
+            Some(DEMO_KEY),
+        )
+        .await;
+        assert_eq!(me.status, StatusCode::OK);
+    }
+    for key in [None, Some(DEMO_REVOKED_KEY)] {
+        let refused = fetch(&client, Method::GET, format!("{base}/v1/orders"), key).await;
+        assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    }
+    // The partner-facing port has no metrics.
+    let on_api_port = fetch(&client, Method::GET, format!("{base}/metrics"), None).await;
+    assert_ne!(on_api_port.status, StatusCode::OK);
+    assert!(!String::from_utf8_lossy(&on_api_port.body).contains("partner_api_"));
+
+    let scraped = get_unchecked(&client, metrics_url).await;
+    assert_eq!(scraped.status, StatusCode::OK);
+    assert!(scraped
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/plain"));
+    let text = String::from_utf8(scraped.body.to_vec()).unwrap();
+    assert!(
+        text.contains("# HELP partner_api_auth_failures_total"),
+        "{text}"
+    );
+    let samples = samples(&text);
+    let responses = |route: &str, status: &str| {
+        sample(
+            &samples,
+            "partner_api_responses_total",
+            &[
+                ("http_request_method", "GET"),
+                ("http_route", route),
+                ("http_response_status_code", status),
+            ],
+        )
+    };
+    assert_eq!(responses("/v1/me", "200"), Some(2.0), "{text}");
+    assert_eq!(responses("/v1/orders", "401"), Some(2.0), "{text}");
+    for reason in ["missing", "revoked"] {
+        assert_eq!(
+            sample(
+                &samples,
+                "partner_api_auth_failures_total",
+                &[("reason", reason)]
+            ),
+            Some(1.0),
+            "{reason}: {text}"
+        );
+    }
+    let by_key: Vec<_> = samples
+        .iter()
+        .filter(|(name, _, _)| name == "partner_api_organization_requests_total")
+        .collect();
+    assert_eq!(by_key.len(), 1, "{text}");
+    assert_eq!(by_key[0].1["organization_id"], "org_demo");
+    assert!(!by_key[0].1["key_id"].is_empty());
+    assert_eq!(by_key[0].2, 2.0);
+    for secret in [DEMO_KEY, DEMO_REVOKED_KEY, "pk_test_", "..."] {
+        assert!(!text.contains(secret), "{secret} in {text}");
+    }
+    let elsewhere = get_unchecked(&client, &metrics_url.replace("/metrics", "/other")).await;
+    assert_eq!(elsewhere.status, StatusCode::NOT_FOUND);
+    assert!(process.terminate().await.success());
+}
+
+#[tokio::test]
+async fn a_metrics_address_that_cannot_be_bound_is_a_clear_error() {
+    let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let output = tokio::process::Command::new(standalone_binary())
+        .args(["--listen", "127.0.0.1:0", "--metrics-listen", &address])
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(&address), "{stderr}");
+}

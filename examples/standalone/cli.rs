@@ -55,6 +55,18 @@ pub(crate) struct Args {
     /// until one closes.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub(crate) max_connections: usize,
+    /// Serve the API's metrics for Prometheus at http://ADDR/metrics, on this listener of
+    /// their own (never on the API's port); port 0 picks a free port. Off by default.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_listen: Option<String>,
+    /// Organizations that get a series of their own in the per-organization metrics; later
+    /// ones count as organization_id="_other".
+    #[arg(long, value_name = "N", default_value_t = partner_api::metrics::DEFAULT_MAX_ORGANIZATIONS)]
+    pub(crate) metrics_organizations: usize,
+    /// Label the per-organization requests metric with the key id for the first N keys (the
+    /// rest as key_id="_other"); off (0) by default.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) metrics_key_ids: usize,
 }
 
 /// The subcommands.
@@ -130,6 +142,10 @@ pub(crate) struct Options {
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) redis_url: Option<String>,
     pub(crate) request_timeout: Duration,
+    /// Organizations with a metrics series of their own.
+    pub(crate) metrics_organizations: usize,
+    /// Keys with a metrics series of their own (0: no key-id label).
+    pub(crate) metrics_key_ids: usize,
 }
 
 impl Default for Options {
@@ -138,6 +154,8 @@ impl Default for Options {
             rate_limit: None,
             redis_url: None,
             request_timeout: Duration::from_secs(30),
+            metrics_organizations: partner_api::metrics::DEFAULT_MAX_ORGANIZATIONS,
+            metrics_key_ids: 0,
         }
     }
 }
@@ -152,6 +170,8 @@ impl Options {
             rate_limit: args.rate_limit,
             redis_url,
             request_timeout: Duration::from_secs(args.request_timeout),
+            metrics_organizations: args.metrics_organizations,
+            metrics_key_ids: args.metrics_key_ids,
         }
     }
 }

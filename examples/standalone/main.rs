@@ -6,13 +6,16 @@
 //! cargo run --example standalone -- --tls-cert cert.pem --tls-key key.pem --rate-limit 10
 //! cargo run --example standalone --features postgres -- --database-url postgres://... --seed seed.json
 //! cargo run --example standalone --features postgres -- keys issue --organization org_1 --label CI
+//! cargo run --example standalone -- --metrics-listen 127.0.0.1:9090   # Prometheus at /metrics
 //! ```
 //!
-//! It prints `listening on http://HOST:PORT` (or `https://` with TLS) once bound and serves
+//! It prints `listening on http://HOST:PORT` (or `https://` with TLS) once bound (and, with
+//! `--metrics-listen`, `metrics on http://HOST:PORT/metrics` next) and serves
 //! HTTP/1.1 and HTTP/2 (ALPN over TLS, prior knowledge without). One file per job:
 //!
 //! - `cli.rs`: the command line;
 //! - `keys.rs`: the `keys` subcommand (issue, list, revoke, roll keys in the database);
+//! - `metrics.rs`: the Prometheus exporter on its own listener;
 //! - `stores.rs`: which stores the API reads (PostgreSQL, a seed file, the demo data);
 //! - `stack.rs`: the layers around the API (request ids, a log line per response, a caught
 //!   panic as a JSON 500, a request timeout as a JSON 503);
@@ -30,6 +33,7 @@ use tokio::net::TcpListener;
 
 mod cli;
 mod keys;
+mod metrics;
 mod serve;
 mod signals;
 mod stack;
@@ -72,6 +76,17 @@ async fn main() -> ExitCode {
         },
         _ => None,
     };
+    // Before the stores are built, so that what they do at start is counted too.
+    let metrics_handle = match &args.metrics_listen {
+        Some(_) => match metrics::install() {
+            Ok(handle) => Some(handle),
+            Err(err) => {
+                eprintln!("error: {err}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     let (api, last_used) = match stores::api_for(&args, &options).await {
         Ok(served) => served,
         Err(err) => {
@@ -79,23 +94,29 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let listener = match TcpListener::bind(&args.listen).await {
-        Ok(listener) => listener,
-        Err(err) => {
-            eprintln!("error: cannot listen on {}: {err}", args.listen);
-            return ExitCode::FAILURE;
-        }
-    };
-    let address = match listener.local_addr() {
-        Ok(address) => address,
+    let (listener, address) = match bind(&args.listen).await {
+        Ok(bound) => bound,
         Err(err) => {
             eprintln!("error: {err}");
             return ExitCode::FAILURE;
         }
     };
+    let metrics_listener = match (&args.metrics_listen, metrics_handle) {
+        (Some(metrics_address), Some(handle)) => match bind(metrics_address).await {
+            Ok(bound) => Some((bound, handle)),
+            Err(err) => {
+                eprintln!("error: {err}");
+                return ExitCode::FAILURE;
+            }
+        },
+        _ => None,
+    };
     let mut stdout = std::io::stdout().lock();
     let scheme = if tls.is_some() { "https" } else { "http" };
     let _ = writeln!(stdout, "listening on {scheme}://{address}");
+    if let Some(((_, metrics_address), _)) = &metrics_listener {
+        let _ = writeln!(stdout, "metrics on http://{metrics_address}/metrics");
+    }
     if stores::serves_demo_data(&args) {
         let insecure = if tls.is_some() { " --insecure" } else { "" };
         let _ = writeln!(
@@ -106,9 +127,21 @@ async fn main() -> ExitCode {
     let _ = stdout.flush();
     drop(stdout);
 
+    if let Some(((listener, _), handle)) = metrics_listener {
+        tokio::spawn(metrics::serve(listener, handle));
+    }
     let app = stack::app(api, &options);
     serve::serve(listener, app, tls, limits, signals::shutdown_signal()).await;
     // The last uses gathered since the last batch; a failure is logged by the recorder.
     let _ = last_used.flush().await;
     ExitCode::SUCCESS
+}
+
+/// A listener on `address`, and the address it is bound to.
+async fn bind(address: &str) -> Result<(TcpListener, std::net::SocketAddr), String> {
+    let listener = TcpListener::bind(address)
+        .await
+        .map_err(|err| format!("cannot listen on {address}: {err}"))?;
+    let bound = listener.local_addr().map_err(|err| err.to_string())?;
+    Ok((listener, bound))
 }

@@ -14,9 +14,13 @@ pub(crate) fn api<S: KeyStore + OrderStore + 'static>(store: S, options: &Option
     configured(PartnerApi::from_store(store), options)
 }
 
-/// `api` with the rate limits `options` ask for: in Redis when given its URL, else in this
-/// process. (A Redis URL that is not one is a start-up error, caught by `check_redis_url`.)
+/// `api` with the metrics labels and rate limits `options` ask for: limits in Redis when
+/// given its URL, else in this process. (A Redis URL that is not one is a start-up error,
+/// caught by `check_redis_url`.)
 fn configured(api: PartnerApi, options: &Options) -> PartnerApi {
+    let api = api
+        .with_organization_labels(options.metrics_organizations)
+        .with_key_id_labels(options.metrics_key_ids);
     let Some(limit) = options.rate_limit else {
         return api;
     };

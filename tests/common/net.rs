@@ -192,3 +192,10 @@ pub async fn tls_get(
     super::contract::assert_conforms(&Method::GET, path, &collected);
     Ok((negotiated, collected))
 }
+
+/// `GET url` over `client`, not checked against the partner API's document: for listeners
+/// that are not the API's.
+pub async fn get_unchecked(client: &HttpClient, url: &str) -> Collected {
+    let request = Request::get(url).body(Empty::new()).unwrap();
+    collect(client.request(request).await.unwrap()).await
+}
