@@ -12,9 +12,12 @@ use std::time::Duration;
 use common::pg::{demo_key_record, fresh_database};
 use common::*;
 use http::StatusCode;
+use partner_api::cache::CachingKeyStore;
+use partner_api::key::KeyEnvironment;
 use partner_api::seed::{Seed, DEMO_KEY, DEMO_OTHER_KEY, DEMO_REVOKED_KEY};
 use partner_api::store::postgres::{PgStore, NEWEST_ORDERS};
-use partner_api::PartnerApi;
+use partner_api::store::{KeyManager, NewKey};
+use partner_api::{KeyDigest, KeyLookup, KeyStore, PartnerApi};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, Executor, PgConnection};
 
@@ -42,6 +45,54 @@ async fn the_pg_store_manages_keys_as_the_suite_requires() {
     let report = partner_api::testing::run_key_manager(&store).await;
     report.assert_passed();
     assert_eq!(report.len(), 9);
+}
+
+/// The reasons every key of `keys` is refused (or not), by `store`, in order.
+async fn outcomes(store: &impl KeyStore, keys: &[&str]) -> Vec<KeyLookup> {
+    let mut outcomes = Vec::new();
+    for key in keys {
+        outcomes.push(store.lookup_outcome(&KeyDigest::of(key)).await.unwrap());
+    }
+    outcomes
+}
+
+#[tokio::test]
+async fn the_pg_store_says_why_it_refuses_a_key_and_so_do_its_caches() {
+    let (store, _) = migrated_store().await;
+    store.load_seed(&Seed::demo()).await.unwrap();
+    let expiring = store
+        .issue("org_demo", NewKey::new(KeyEnvironment::Test))
+        .await
+        .unwrap();
+    store
+        .roll("org_demo", &expiring.record().id, Duration::ZERO)
+        .await
+        .unwrap();
+    let keys = [
+        DEMO_KEY,
+        DEMO_REVOKED_KEY,
+        expiring.plaintext(),
+        "pk_test_never_issued_to_anyone",
+    ];
+    let direct = outcomes(&store, &keys).await;
+    assert!(
+        matches!(&direct[0], KeyLookup::Valid(principal) if principal.organization().id == "org_demo")
+    );
+    assert_eq!(
+        direct[1..],
+        [KeyLookup::Revoked, KeyLookup::Expired, KeyLookup::Unknown]
+    );
+    // Through a cache: the same answers when it asks the store, and when it remembers.
+    let cached = CachingKeyStore::new(store.clone());
+    assert_eq!(outcomes(&cached, &keys).await, direct);
+    assert_eq!(outcomes(&cached, &keys).await, direct);
+    for (key, outcome) in keys.iter().zip(&direct) {
+        let now = cached
+            .lookup_outcome_now(&KeyDigest::of(key))
+            .unwrap()
+            .unwrap();
+        assert_eq!(&now, outcome, "remembered");
+    }
 }
 
 #[tokio::test]
