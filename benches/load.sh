@@ -2,6 +2,7 @@
 # Load harness: the partner API against bare hyper serving the identical bytes.
 #
 #   bash benches/load.sh                 # RUNS=5 DURATION=5 CONNECTIONS=32 by default
+#   METRICS=0 POSTGRES=0 bash benches/load.sh   # skip the metrics or PostgreSQL sections
 #
 # Builds both servers in release mode, captures the host's responses for /v1/me and /v1/orders
 # (100 orders of the demo data) with curl, and serves those bytes from `examples/baseline.rs`.
@@ -14,6 +15,8 @@
 # The ratios api/baseline and host/baseline are medians of the ratios of each run's servers,
 # measured back to back, so drift of the machine cancels. It fails when any request is not a 200.
 #
+# Then the metrics' cost (METRICS=0 skips it): the host with the Prometheus exporter installed
+# (--metrics-listen, scraped every second) against the same host without, alternated.
 # Then the PostgreSQL path (POSTGRES=0 skips it): on a throwaway PostgreSQL (.ci/servers.sh),
 # one seed of 50 organizations x 200 orders, the standalone host on MemoryStore (`memory`), on
 # PostgreSQL with its caches (`pg`, the default) and without them (`pg-nocache`), alternated
@@ -117,6 +120,41 @@ for route in me orders; do
       "$(median <"$work/$route.$server.ratios")" "$(tr '\n' ' ' <"$work/$route.$server.ratios" | xargs)"
   done
 done
+
+if [ "${METRICS:-1}" = 1 ]; then
+  echo
+  echo "Metrics: the host with the Prometheus exporter (--metrics-listen, scraped every second) and without"
+  printf '%-10s %-13s %10s %8s %8s\n' route server "req/s" "p50 us" "p99 us"
+  for route in me orders; do
+    for server in host host-metrics; do : >"$work/$route.$server"; done
+    for _ in $(seq 1 "$RUNS"); do
+      for server in host host-metrics; do
+        scraper=
+        case $server in
+          host) start "$bin/standalone" ;;
+          host-metrics)
+            start "$bin/standalone" --metrics-listen 127.0.0.1:0
+            metrics_url=$(sed -n 's/^metrics on //p' "$work/out" | head -n 1)
+            # A scrape a second, on wrk's core, as Prometheus would (every 15 s by default).
+            (while sleep 1; do taskset -c 1 curl -s -o /dev/null "$metrics_url"; done) &
+            scraper=$!
+            ;;
+        esac
+        measure "$base/v1/$route" >>"$work/$route.$server"
+        [ -n "$scraper" ] && kill "$scraper" 2>/dev/null
+        stop
+      done
+    done
+    for server in host host-metrics; do
+      file="$work/$route.$server"
+      printf '%-10s %-13s %10s %8s %8s\n' "/v1/$route" "$server" "$(cut -d' ' -f1 "$file" | median)" \
+        "$(cut -d' ' -f2 "$file" | median)" "$(cut -d' ' -f3 "$file" | median)"
+    done
+    paste -d' ' "$work/$route.host" "$work/$route.host-metrics" | awk '{ printf "%.4f\n", $4 / $1 }' >"$work/$route.metrics.ratios"
+    printf '%-10s ratio host-metrics/host: %s (runs: %s)\n' "/v1/$route" \
+      "$(median <"$work/$route.metrics.ratios")" "$(tr '\n' ' ' <"$work/$route.metrics.ratios" | xargs)"
+  done
+fi
 
 [ "${POSTGRES:-1}" = 1 ] || exit 0
 

@@ -1,6 +1,8 @@
 //! In-process cost of the request path: `Service::call` on the API and the layer, each beside
 //! a baseline service that returns the same bytes without the library. After criterion's
-//! figures it prints each case's ratio library/baseline from a timed loop of its own.
+//! figures it prints each case's ratio library/baseline from a timed loop of its own. The
+//! `*_prometheus` cases compare the API with the Prometheus exporter's recorder installed
+//! ("library") against the API with no recorder ("baseline").
 //!
 //! `cargo bench --bench request_path`
 
@@ -202,6 +204,38 @@ fn bench(c: &mut Criterion) {
     let with = nanos_per_call(&runtime, &mut recorded.clone(), "/v1/me", Some(KEY));
     let without = nanos_per_call(&runtime, &mut api.clone(), "/v1/me", Some(KEY));
     ratios.push(("me_last_used", with, without));
+
+    // The metrics (issue 16) with the Prometheus exporter's recorder installed, against the
+    // same calls with no recorder (every metric a no-op, as in every case above).
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    for (name, path) in [
+        ("me_prometheus", "/v1/me"),
+        ("orders_prometheus", "/v1/orders"),
+    ] {
+        let mut group = c.benchmark_group(name);
+        group.bench_function("exporter", |b| {
+            let _installed = metrics::set_default_local_recorder(&prometheus);
+            let mut api = api.clone();
+            b.to_async(&runtime).iter(|| {
+                let response = api.call(request(path, Some(KEY)));
+                async move { black_box(response.await) }
+            });
+        });
+        group.bench_function("no_exporter", |b| {
+            let mut api = api.clone();
+            b.to_async(&runtime).iter(|| {
+                let response = api.call(request(path, Some(KEY)));
+                async move { black_box(response.await) }
+            });
+        });
+        group.finish();
+        let with = {
+            let _installed = metrics::set_default_local_recorder(&prometheus);
+            nanos_per_call(&runtime, &mut api.clone(), path, Some(KEY))
+        };
+        let without = nanos_per_call(&runtime, &mut api.clone(), path, Some(KEY));
+        ratios.push((name, with, without));
+    }
 
     println!("\nper call, request building included (best of 5 x 20k calls):");
     for (name, library, bare) in ratios {

@@ -15,7 +15,10 @@
 //!   rate limits ([`RateLimiter`], [`LocalRateLimiter`]; opt-in through
 //!   [`PartnerApi::with_rate_limiter`]);
 //! - [`request_id::RequestIdLayer`] and [`error_response`], so a host's own layers and
-//!   responses share the API's request ids and JSON errors.
+//!   responses share the API's request ids and JSON errors;
+//! - [`metrics`]: what only the API knows (why requests were refused, usage per organization,
+//!   store latency, cache hits) through the `metrics` facade, for whichever exporter the host
+//!   installs.
 //!
 //! ```
 //! use partner_api::{MemoryStore, Organization, PartnerApi};
@@ -62,10 +65,10 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The modules form no cycle. Bottom to top: `key`, `model`, `body`, `log`, `conditional`,
-// `openapi`, `request_id`, `routes`, `deadline` use no other; `auth` (key); `seed` (model);
-// `store` (key, model, seed); `rate_limit`, `last_used`, `cache`, `management`, `testing`
-// (store and below); `config` (auth, store, rate_limit, last_used, openapi); `response`;
-// `flow`; `service`; `layer`.
+// `openapi`, `request_id`, `routes`, `deadline` use no other; `seed` (model); `store` (key,
+// model, seed); `metrics` (routes, store); `auth` (key, metrics); `rate_limit`, `last_used`,
+// `cache`, `management`, `testing` (store, metrics and below); `config` (auth, store,
+// rate_limit, last_used, metrics, openapi); `response`; `flow`; `service`; `layer`.
 mod auth;
 pub mod body;
 pub mod cache;
