@@ -424,6 +424,8 @@ pub(crate) struct UsageCounters {
 
 /// The keys of one organization's series.
 struct OrganizationSeries {
+    /// Its `organization_id` label (the id, or [`OTHER`]).
+    label: Label,
     /// Its requests (with `key_id="_other"` when key ids are labels).
     requests: Key,
     refusals: Key,
@@ -431,14 +433,15 @@ struct OrganizationSeries {
 
 impl OrganizationSeries {
     fn new(organization: &str, key_ids: bool) -> Self {
-        let organization = Label::new("organization_id", organization.to_owned());
-        let mut request_labels = vec![organization.clone()];
+        let label = Label::new("organization_id", organization.to_owned());
+        let mut request_labels = vec![label.clone()];
         if key_ids {
             request_labels.push(Label::from_static_parts("key_id", OTHER));
         }
         Self {
             requests: Key::from_parts(ORGANIZATION_REQUESTS, request_labels),
-            refusals: Key::from_parts(RATE_LIMIT_REFUSALS, vec![organization]),
+            refusals: Key::from_parts(RATE_LIMIT_REFUSALS, vec![label.clone()]),
+            label,
         }
     }
 }
@@ -475,11 +478,9 @@ impl UsageCounters {
             return counter(&key).increment(1);
         }
         if take_slot(&self.keys_taken, self.max_keys) {
-            let organization = self.with_organization(organization_id, |series| {
-                series.refusals.labels().next().cloned()
-            });
-            let mut labels: Vec<Label> = organization.into_iter().collect();
-            labels.push(Label::new("key_id", key_id.to_string()));
+            let organization =
+                self.with_organization(organization_id, |series| series.label.clone());
+            let labels = vec![organization, Label::new("key_id", key_id.to_string())];
             let key = Key::from_parts(ORGANIZATION_REQUESTS, labels);
             counter(&key).increment(1);
             if self.keys.insert(key_id.clone(), key).is_some() {

@@ -757,3 +757,33 @@ fn last_uses_a_full_recorder_drops_are_counted() {
         1
     );
 }
+
+#[test]
+fn the_route_label_is_the_path_under_the_apis_prefix() {
+    let metrics = recorded(|| async {
+        let api = PartnerApi::from_store(store()).with_prefix("/partner/v1");
+        assert_eq!(
+            send(&api, get("/partner/v1/orders", Some(KEY_A)))
+                .await
+                .status,
+            StatusCode::OK
+        );
+        assert_eq!(
+            send(&api, get("/partner/v1/me/", None)).await.status,
+            StatusCode::NOT_FOUND
+        );
+    });
+    use partner_api::metrics::RESPONSES;
+    assert_eq!(
+        metrics.counter(
+            RESPONSES,
+            &response_labels("GET", "/partner/v1/orders", "200")
+        ),
+        1
+    );
+    assert_eq!(
+        metrics.counter(RESPONSES, &response_labels("GET", "", "404")),
+        1
+    );
+    assert_eq!(metrics.series(RESPONSES).len(), 2);
+}
