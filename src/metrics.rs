@@ -1,4 +1,4 @@
-//! What only the API knows, as metrics through the [`metrics`](::metrics) facade: why requests
+//! What only the API knows, as metrics through the [`metrics`](https://docs.rs/metrics) facade: why requests
 //! were refused, which organizations (and keys) call how much, how the stores and caches fare.
 //!
 //! The host picks the exporter (for Prometheus, `metrics-exporter-prometheus`) and installs
@@ -37,6 +37,7 @@
 //! `organizations + 1` (or `(organizations + 1) * (keys + 1)`) series whatever the number of
 //! organizations and keys, and a series once created stays for the life of the process.
 
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -44,6 +45,7 @@ use std::time::Duration;
 use ::metrics::{Counter, Histogram, Key, Label, Level, Metadata, Unit};
 use dashmap::DashMap;
 use http::{Method, StatusCode};
+use xxhash_rust::xxh3::xxh3_64;
 
 use crate::routes::Route;
 use crate::store::{StoreError, StoreErrorKind};
@@ -409,15 +411,9 @@ impl ResponseCounters {
 
 /// The per-organization (and per-key) series, bounded: see the module docs.
 pub(crate) struct UsageCounters {
-    max_organizations: usize,
-    /// 0: no `key_id` label.
-    max_keys: usize,
-    organizations: DashMap<Arc<str>, OrganizationSeries>,
-    /// Slots taken in `organizations`, reserved before an insert so the bound holds under
-    /// concurrent first requests.
-    organizations_taken: AtomicUsize,
-    keys: DashMap<Arc<str>, Key>,
-    keys_taken: AtomicUsize,
+    organizations: SeriesMap<OrganizationSeries>,
+    /// Each key's requests series; none when `max` is 0 (no `key_id` label).
+    keys: SeriesMap<Key>,
     /// The series of every organization beyond the bound.
     other: OrganizationSeries,
 }
@@ -449,48 +445,38 @@ impl OrganizationSeries {
 impl UsageCounters {
     pub(crate) fn new(max_organizations: usize, max_keys: usize) -> Self {
         Self {
-            max_organizations,
-            max_keys,
-            organizations: DashMap::new(),
-            organizations_taken: AtomicUsize::new(0),
-            keys: DashMap::new(),
-            keys_taken: AtomicUsize::new(0),
+            organizations: SeriesMap::new(max_organizations),
+            keys: SeriesMap::new(max_keys),
             other: OrganizationSeries::new(OTHER, max_keys > 0),
         }
     }
 
     pub(crate) fn max_organizations(&self) -> usize {
-        self.max_organizations
+        self.organizations.max
     }
 
     pub(crate) fn max_keys(&self) -> usize {
-        self.max_keys
+        self.keys.max
     }
 
     /// Counts an authenticated request with key `key_id` of organization `organization_id`.
-    pub(crate) fn request(&self, organization_id: &str, key_id: &Arc<str>) {
-        if self.max_keys == 0 {
+    pub(crate) fn request(&self, organization_id: &str, key_id: &str) {
+        if self.keys.max == 0 {
             return self.with_organization(organization_id, |series| {
                 counter(&series.requests).increment(1);
             });
         }
-        if let Some(key) = self.keys.get(&**key_id) {
-            return counter(&key).increment(1);
-        }
-        if take_slot(&self.keys_taken, self.max_keys) {
+        let key_series = || {
             let organization =
                 self.with_organization(organization_id, |series| series.label.clone());
-            let labels = vec![organization, Label::new("key_id", key_id.to_string())];
-            let key = Key::from_parts(ORGANIZATION_REQUESTS, labels);
-            counter(&key).increment(1);
-            if self.keys.insert(key_id.clone(), key).is_some() {
-                // Another request of this key took a slot too.
-                self.keys_taken.fetch_sub(1, Ordering::Relaxed);
-            }
-            return;
-        }
-        self.with_organization(organization_id, |series| {
-            counter(&series.requests).increment(1);
+            let labels = vec![organization, Label::new("key_id", key_id.to_owned())];
+            Key::from_parts(ORGANIZATION_REQUESTS, labels)
+        };
+        self.keys.with(key_id, key_series, |found| match found {
+            Some(key) => counter(key).increment(1),
+            None => self.with_organization(organization_id, |series| {
+                counter(&series.requests).increment(1);
+            }),
         });
     }
 
@@ -506,24 +492,86 @@ impl UsageCounters {
         organization_id: &str,
         f: impl FnOnce(&OrganizationSeries) -> T,
     ) -> T {
-        if let Some(series) = self.organizations.get(organization_id) {
-            return f(&series);
+        let key_ids = self.keys.max > 0;
+        self.organizations.with(
+            organization_id,
+            || OrganizationSeries::new(organization_id, key_ids),
+            |found| f(found.unwrap_or(&self.other)),
+        )
+    }
+}
+
+/// At most `max` values, each for an id (an organization's or a key's), found by the id's
+/// XXH3 hash. Ids come from the stores, not from callers, so an unkeyed hash is safe here;
+/// the entry keeps its id, and an id whose hash another one holds already counts as beyond
+/// the bound.
+struct SeriesMap<V> {
+    max: usize,
+    /// Entries made, reserved before an insert so the bound holds under concurrent first
+    /// requests.
+    taken: AtomicUsize,
+    entries: DashMap<u64, (Box<str>, V), BuildHasherDefault<Prehashed>>,
+}
+
+impl<V> SeriesMap<V> {
+    fn new(max: usize) -> Self {
+        Self {
+            max,
+            taken: AtomicUsize::new(0),
+            entries: DashMap::default(),
         }
-        if !take_slot(&self.organizations_taken, self.max_organizations) {
-            return f(&self.other);
+    }
+
+    /// Calls `found` with the value of `id`, made by `make` if there is room for it, or
+    /// `None` when the map is full.
+    fn with<T>(
+        &self,
+        id: &str,
+        make: impl FnOnce() -> V,
+        found: impl FnOnce(Option<&V>) -> T,
+    ) -> T {
+        let hash = xxh3_64(id.as_bytes());
+        if let Some(entry) = self.entries.get(&hash) {
+            return found(same_id(&entry, id));
         }
-        let mut inserted = false;
-        let series = self
-            .organizations
-            .entry(organization_id.into())
-            .or_insert_with(|| {
-                inserted = true;
-                OrganizationSeries::new(organization_id, self.max_keys > 0)
-            });
-        if !inserted {
-            self.organizations_taken.fetch_sub(1, Ordering::Relaxed);
+        if !take_slot(&self.taken, self.max) {
+            return found(None);
         }
-        f(&series)
+        let mut made = false;
+        let entry = self.entries.entry(hash).or_insert_with(|| {
+            made = true;
+            (id.into(), make())
+        });
+        if !made {
+            // Another request made it first.
+            self.taken.fetch_sub(1, Ordering::Relaxed);
+        }
+        found(same_id(&entry, id))
+    }
+}
+
+/// The value of `entry` if it is `id`'s.
+fn same_id<'e, V>(entry: &'e (Box<str>, V), id: &str) -> Option<&'e V> {
+    (*entry.0 == *id).then_some(&entry.1)
+}
+
+/// A hasher for keys that are hashes already.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, hash: u64) {
+        self.0 = hash;
     }
 }
 
