@@ -17,6 +17,7 @@
 //! | [`STORE_ERRORS`] | counter | `store`, `operation`, `error_type` |
 //! | [`CACHE_HITS`], [`CACHE_MISSES`] | counter | `cache`: `keys`, `orders` |
 //! | [`CACHE_INVALIDATIONS`] | counter | `cache`, `scope`: `key`, `organization`, `all` |
+//! | [`CACHE_NOTIFICATIONS_CONNECTED`] | gauge | none |
 //! | [`LAST_USED_BATCH_KEYS`] | histogram (keys) | none |
 //! | [`LAST_USED_FLUSH_FAILURES`], [`LAST_USED_DROPPED`] | counter | none |
 //!
@@ -68,6 +69,9 @@ pub const CACHE_HITS: &str = "partner_api_cache_hits_total";
 pub const CACHE_MISSES: &str = "partner_api_cache_misses_total";
 /// Changes that made a cache forget entries, by cache and scope.
 pub const CACHE_INVALIDATIONS: &str = "partner_api_cache_invalidations_total";
+/// 1 while the caches' change notifications are connected (they answer from memory), 0 while
+/// not (every lookup goes to the store).
+pub const CACHE_NOTIFICATIONS_CONNECTED: &str = "partner_api_cache_notifications_connected";
 /// Keys per batch the last-use recorder wrote.
 pub const LAST_USED_BATCH_KEYS: &str = "partner_api_last_used_batch_keys";
 /// Batches of last uses the store refused (kept and written with the next batch).
@@ -83,7 +87,7 @@ pub const DEFAULT_MAX_ORGANIZATIONS: usize = 1_000;
 /// Describes every metric of the API (help text and unit) to the installed recorder. Call it
 /// once after installing the exporter; the metrics work without it.
 pub fn describe() {
-    use ::metrics::{describe_counter, describe_histogram};
+    use ::metrics::{describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
         RESPONSES,
         "Responses of the partner API, by method, route and status."
@@ -117,6 +121,10 @@ pub fn describe() {
     describe_counter!(
         CACHE_INVALIDATIONS,
         "Changes that made a cache forget entries, by cache and scope."
+    );
+    describe_gauge!(
+        CACHE_NOTIFICATIONS_CONNECTED,
+        "1 while the caches' change notifications are connected, 0 while they answer from their stores only."
     );
     describe_histogram!(
         LAST_USED_BATCH_KEYS,
@@ -306,6 +314,14 @@ pub(crate) fn cache_invalidated(cache: CacheName, scope: InvalidationScope) {
         }
     };
     counter(key).increment(1);
+}
+
+/// Sets whether the caches' notifications are connected.
+pub(crate) fn cache_notifications_connected(connected: bool) {
+    let gauge = ::metrics::with_recorder(|recorder| {
+        recorder.register_gauge(static_key!(CACHE_NOTIFICATIONS_CONNECTED), &METADATA)
+    });
+    gauge.set(if connected { 1.0 } else { 0.0 });
 }
 
 /// Records a batch of `keys` last uses written (or tried), and whether it failed.

@@ -43,6 +43,7 @@ type SeriesId = (String, Vec<(String, String)>);
 struct Metrics {
     counters: BTreeMap<SeriesId, u64>,
     histograms: BTreeMap<SeriesId, Vec<f64>>,
+    gauges: BTreeMap<SeriesId, f64>,
     /// Names of the metrics that have a description.
     described: Vec<String>,
 }
@@ -52,6 +53,7 @@ impl Metrics {
         let mut counters = BTreeMap::new();
         let mut histograms = BTreeMap::new();
         let mut described = Vec::new();
+        let mut gauges = BTreeMap::new();
         for (key, _, description, value) in snapshotter.snapshot().into_vec() {
             if description.is_some() {
                 described.push(key.key().name().to_owned());
@@ -67,6 +69,9 @@ impl Metrics {
                 (MetricKind::Counter, DebugValue::Counter(n)) => {
                     counters.insert(id, n);
                 }
+                (MetricKind::Gauge, DebugValue::Gauge(value)) => {
+                    gauges.insert(id, value.into_inner());
+                }
                 (MetricKind::Histogram, DebugValue::Histogram(values)) => {
                     histograms.insert(id, values.into_iter().map(|v| v.into_inner()).collect());
                 }
@@ -76,6 +81,7 @@ impl Metrics {
         Self {
             counters,
             histograms,
+            gauges,
             described,
         }
     }
@@ -170,18 +176,7 @@ fn responses_auth_failures_and_organizations_after_known_traffic() {
     let metrics = recorded(|| async {
         partner_api::metrics::describe();
         let store = store();
-        let expiring = store
-            .issue(
-                "org_b",
-                partner_api::store::NewKey::new(KeyEnvironment::Test),
-            )
-            .await
-            .unwrap();
-        store
-            .roll("org_b", &expiring.record().id, Duration::ZERO)
-            .await
-            .unwrap();
-        expired_key = expiring.plaintext().to_owned();
+        expired_key = common::expired_key(&store, "org_b").await;
         let api = PartnerApi::from_store(store);
         for _ in 0..3 {
             assert_eq!(
@@ -392,20 +387,14 @@ fn organization_labels_are_bounded_and_the_rest_is_other() {
 fn key_id_labels_are_opt_in_and_bounded() {
     let mut key_ids = Vec::new();
     let metrics = recorded(|| async {
-        let store = MemoryStore::new();
-        store
-            .add_organization(Organization {
-                id: "org".into(),
-                name: "Org".into(),
-            })
-            .unwrap();
+        let (store, _) = organizations(1);
         let keys = [
             "pk_test_first_key_id",
             "pk_test_second_key_id",
             "pk_test_third_key_id",
         ];
         for key in keys {
-            key_ids.push(store.add_key(key, "org").unwrap());
+            key_ids.push(store.add_key(key, "org_0").unwrap());
         }
         let api = PartnerApi::from_store(store)
             .with_organization_labels(10)
@@ -432,7 +421,7 @@ fn key_id_labels_are_opt_in_and_bounded() {
         assert_eq!(
             metrics.counter(
                 ORGANIZATION_REQUESTS,
-                &[("organization_id", "org"), ("key_id", key_id)]
+                &[("organization_id", "org_0"), ("key_id", key_id)]
             ),
             count,
             "{key_id}"
@@ -786,4 +775,24 @@ fn the_route_label_is_the_path_under_the_apis_prefix() {
         1
     );
     assert_eq!(metrics.series(RESPONSES).len(), 2);
+}
+
+#[test]
+fn the_notifications_gauge_says_whether_the_caches_answer_from_memory() {
+    use partner_api::cache::Notifications;
+    use partner_api::metrics::CACHE_NOTIFICATIONS_CONNECTED;
+    let hub = Notifications::new();
+    let gauge = |metrics: &Metrics| {
+        metrics
+            .gauges
+            .get(&id(CACHE_NOTIFICATIONS_CONNECTED, &[]))
+            .copied()
+    };
+    let connected = recorded(|| async { hub.connected() });
+    assert_eq!(gauge(&connected), Some(1.0));
+    let disconnected = recorded(|| async {
+        hub.connected();
+        hub.disconnected();
+    });
+    assert_eq!(gauge(&disconnected), Some(0.0));
 }

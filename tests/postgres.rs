@@ -13,10 +13,8 @@ use common::pg::{demo_key_record, fresh_database};
 use common::*;
 use http::StatusCode;
 use partner_api::cache::CachingKeyStore;
-use partner_api::key::KeyEnvironment;
 use partner_api::seed::{Seed, DEMO_KEY, DEMO_OTHER_KEY, DEMO_REVOKED_KEY};
 use partner_api::store::postgres::{PgStore, NEWEST_ORDERS};
-use partner_api::store::{KeyManager, NewKey};
 use partner_api::{KeyDigest, KeyLookup, KeyStore, PartnerApi};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, Executor, PgConnection};
@@ -60,18 +58,11 @@ async fn outcomes(store: &impl KeyStore, keys: &[&str]) -> Vec<KeyLookup> {
 async fn the_pg_store_says_why_it_refuses_a_key_and_so_do_its_caches() {
     let (store, _) = migrated_store().await;
     store.load_seed(&Seed::demo()).await.unwrap();
-    let expiring = store
-        .issue("org_demo", NewKey::new(KeyEnvironment::Test))
-        .await
-        .unwrap();
-    store
-        .roll("org_demo", &expiring.record().id, Duration::ZERO)
-        .await
-        .unwrap();
+    let expired = expired_key(&store, "org_demo").await;
     let keys = [
         DEMO_KEY,
         DEMO_REVOKED_KEY,
-        expiring.plaintext(),
+        &expired,
         "pk_test_never_issued_to_anyone",
     ];
     let direct = outcomes(&store, &keys).await;

@@ -52,6 +52,7 @@ impl Notifications {
     pub fn connected(&self) {
         self.clear();
         self.shared.connected.store(true, Ordering::SeqCst);
+        crate::metrics::cache_notifications_connected(true);
     }
 
     /// Says the source lost its connection: from now on, until
@@ -59,6 +60,7 @@ impl Notifications {
     pub fn disconnected(&self) {
         self.shared.connected.store(false, Ordering::SeqCst);
         self.note_change();
+        crate::metrics::cache_notifications_connected(false);
     }
 
     /// Returns whether the source is connected.

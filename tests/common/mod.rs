@@ -379,3 +379,23 @@ impl Process {
             .unwrap()
     }
 }
+
+/// A key of `organization_id` that has expired: issued, then rolled with no overlap. Returns
+/// its plaintext.
+pub async fn expired_key(
+    store: &impl partner_api::store::KeyManager,
+    organization_id: &str,
+) -> String {
+    let issued = store
+        .issue(
+            organization_id,
+            partner_api::store::NewKey::new(partner_api::key::KeyEnvironment::Test),
+        )
+        .await
+        .unwrap();
+    store
+        .roll(organization_id, &issued.record().id, Duration::ZERO)
+        .await
+        .unwrap();
+    issued.plaintext().to_owned()
+}
