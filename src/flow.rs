@@ -80,6 +80,17 @@ pub(crate) enum Reply {
     Orders(Result<OrderPage, StoreError>),
 }
 
+impl Reply {
+    /// The store's error, if it failed.
+    fn error(&self) -> Option<&StoreError> {
+        match self {
+            Self::Key(result) => result.as_ref().err(),
+            Self::Limit(result) => result.as_ref().err(),
+            Self::Orders(result) => result.as_ref().err(),
+        }
+    }
+}
+
 /// The flow after a reply: done, or with a next question.
 pub(crate) enum Progress {
     Done(Response<ApiBody>),
@@ -162,19 +173,7 @@ pub(crate) enum Answer {
 /// first question one of them must wait for.
 pub(crate) fn answer_now(config: &Arc<Config>, mut flow: Flow) -> Answer {
     loop {
-        let reply = match flow.question() {
-            Question::Key(digest) => config.keys.lookup_outcome_now(digest).map(Reply::Key),
-            Question::Limit(principal) => config
-                .rate_limiter
-                .as_ref()
-                .and_then(|limiter| limiter.check_now(principal))
-                .map(Reply::Limit),
-            Question::Orders(organization_id) => config
-                .orders
-                .newest_orders_now(organization_id, MAX_ORDERS)
-                .map(Reply::Orders),
-        };
-        let Some(reply) = reply else {
+        let Some(reply) = reply_now(config, &flow.question()) else {
             return Answer::Wait(Box::pin(answer_awaited(config.clone(), flow)));
         };
         match flow.advance(config, reply) {
@@ -184,8 +183,30 @@ pub(crate) fn answer_now(config: &Arc<Config>, mut flow: Flow) -> Answer {
     }
 }
 
-/// Drives `flow` with awaited answers, all of them within the store timeout; each store call
-/// is timed, and counted when it fails or times out.
+/// The store's immediate answer to `question`, if it has one; a failed one is counted (it
+/// took no time to wait for).
+fn reply_now(config: &Config, question: &Question<'_>) -> Option<Reply> {
+    let reply = match *question {
+        Question::Key(digest) => config.keys.lookup_outcome_now(digest).map(Reply::Key),
+        Question::Limit(principal) => config
+            .rate_limiter
+            .as_ref()
+            .and_then(|limiter| limiter.check_now(principal))
+            .map(Reply::Limit),
+        Question::Orders(organization_id) => config
+            .orders
+            .newest_orders_now(organization_id, MAX_ORDERS)
+            .map(Reply::Orders),
+    }?;
+    if let Some(err) = reply.error() {
+        question.call().failed_at_once(err);
+    }
+    Some(reply)
+}
+
+/// Drives `flow` within the store timeout: with the stores' immediate answers where they
+/// have them, else awaited ones; each awaited call is timed, and counted when it fails or
+/// times out.
 async fn answer_awaited(config: Arc<Config>, flow: Flow) -> Response<ApiBody> {
     // The call under way, for the metrics when the deadline passes during it.
     let mut in_flight = None;
@@ -193,33 +214,18 @@ async fn answer_awaited(config: Arc<Config>, flow: Flow) -> Response<ApiBody> {
         let mut flow = flow;
         loop {
             let question = flow.question();
-            let call = question.call();
-            let started = Instant::now();
-            in_flight = Some((call, started));
-            let reply = match question {
-                Question::Key(digest) => {
-                    let found = config.keys.lookup_outcome(digest).await;
-                    call.finished(started.elapsed(), &found);
-                    Reply::Key(found)
-                }
-                Question::Limit(principal) => match &config.rate_limiter {
-                    Some(limiter) => {
-                        let decided = limiter.check(principal).await;
-                        call.finished(started.elapsed(), &decided);
-                        Reply::Limit(decided)
-                    }
-                    None => Reply::Limit(Err(StoreError::other("no rate limiter"))),
-                },
-                Question::Orders(organization_id) => {
-                    let page = config
-                        .orders
-                        .newest_orders(organization_id, MAX_ORDERS)
-                        .await;
-                    call.finished(started.elapsed(), &page);
-                    Reply::Orders(page)
+            let reply = match reply_now(&config, &question) {
+                Some(reply) => reply,
+                None => {
+                    let call = question.call();
+                    let started = Instant::now();
+                    in_flight = Some((call, started));
+                    let reply = awaited_reply(&config, question).await;
+                    in_flight = None;
+                    call.finished(started.elapsed(), reply.error());
+                    reply
                 }
             };
-            in_flight = None;
             match flow.advance(&config, reply) {
                 Progress::Done(response) => return response,
                 Progress::Next(next) => flow = next,
@@ -236,6 +242,23 @@ async fn answer_awaited(config: Arc<Config>, flow: Flow) -> Response<ApiBody> {
                 StoreError::unavailable(format!("no answer from the store within {timeout:?}"));
             store_failed(&config, err)
         }),
+    }
+}
+
+/// The store's awaited answer to `question`.
+async fn awaited_reply(config: &Config, question: Question<'_>) -> Reply {
+    match question {
+        Question::Key(digest) => Reply::Key(config.keys.lookup_outcome(digest).await),
+        Question::Limit(principal) => match &config.rate_limiter {
+            Some(limiter) => Reply::Limit(limiter.check(principal).await),
+            None => Reply::Limit(Err(StoreError::other("no rate limiter"))),
+        },
+        Question::Orders(organization_id) => Reply::Orders(
+            config
+                .orders
+                .newest_orders(organization_id, MAX_ORDERS)
+                .await,
+        ),
     }
 }
 

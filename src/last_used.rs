@@ -203,8 +203,8 @@ impl Shared {
             let chunk = batch.len().min(BATCH_LIMIT);
             let started = Instant::now();
             let recorded = self.store.record_last_used(&batch[..chunk]).await;
-            StoreCall::RecordLastUsed.finished(started.elapsed(), &recorded);
-            metrics::last_used_batch(chunk, recorded.is_err());
+            StoreCall::RecordLastUsed.finished(started.elapsed(), recorded.as_ref().err());
+            metrics::last_used_batch(chunk, recorded.is_ok());
             match recorded {
                 Ok(()) => {
                     batch.drain(..chunk);

@@ -13,11 +13,11 @@
 //! | [`AUTH_FAILURES`] | counter | `reason`: `missing`, `malformed`, `bad_checksum`, `unknown`, `revoked`, `expired` |
 //! | [`ORGANIZATION_REQUESTS`] | counter | `organization_id`, and `key_id` when the host opts in |
 //! | [`RATE_LIMIT_REFUSALS`] | counter | `organization_id` |
-//! | [`STORE_CALL_DURATION`] | histogram (seconds) | `store`, `operation` |
+//! | [`STORE_CALL_DURATION`] | histogram (seconds) | `store`, `operation`; `error_type` when the call failed |
 //! | [`STORE_ERRORS`] | counter | `store`, `operation`, `error_type` |
 //! | [`CACHE_HITS`], [`CACHE_MISSES`] | counter | `cache`: `keys`, `orders` |
 //! | [`CACHE_INVALIDATIONS`] | counter | `cache`, `scope`: `key`, `organization`, `all` |
-//! | [`CACHE_NOTIFICATIONS_CONNECTED`] | gauge | none |
+//! | [`CACHE_NOTIFICATIONS_CONNECTED`] | gauge (one per process) | none |
 //! | [`LAST_USED_BATCH_KEYS`] | histogram (keys) | none |
 //! | [`LAST_USED_FLUSH_FAILURES`], [`LAST_USED_DROPPED`] | counter | none |
 //!
@@ -35,8 +35,15 @@
 //! every later one is counted under [`OTHER`]; key ids are labels only when the host opts in
 //! ([`PartnerApi::with_key_id_labels`](crate::PartnerApi::with_key_id_labels)), again the
 //! first N, the rest as `key_id="_other"` of their organization. So a metric has at most
-//! `organizations + 1` (or `(organizations + 1) * (keys + 1)`) series whatever the number of
-//! organizations and keys, and a series once created stays for the life of the process.
+//! `organizations + 1` series (with key ids, `keys + organizations + 1`) whatever the number
+//! of organizations and keys, and a series once created stays for the life of the process.
+//! The bound is per process and first come, first served: each replica labels the
+//! organizations it saw first, and one that first calls after the bound is reached stays
+//! `_other` until the process restarts (raise the bound above the number of organizations to
+//! label them all).
+//!
+//! A response is counted when its future completes: a request whose future the host drops
+//! (the client went away, the host's own timeout) is not counted.
 
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -224,29 +231,40 @@ impl StoreCall {
         [("store", store), ("operation", operation)]
     }
 
-    /// Records a call that took `elapsed` and ended with `result`.
-    pub(crate) fn finished<T>(self, elapsed: Duration, result: &Result<T, StoreError>) {
-        histogram(self.duration_key()).record(elapsed.as_secs_f64());
-        if let Err(err) = result {
-            self.failed(error_type(err.kind()));
+    /// Records a call the API waited `elapsed` for, and its error if it failed. A failed
+    /// call's duration carries its `error_type` too (OpenTelemetry's `error.type`), so the
+    /// latency of calls that succeeded stays apart from instant refusals.
+    pub(crate) fn finished(self, elapsed: Duration, error: Option<&StoreError>) {
+        match error {
+            None => histogram(self.duration_key()).record(elapsed.as_secs_f64()),
+            Some(err) => self.failed(elapsed, error_type(err.kind())),
         }
     }
 
     /// Records a call the API stopped waiting for after `elapsed`.
     pub(crate) fn timed_out(self, elapsed: Duration) {
-        histogram(self.duration_key()).record(elapsed.as_secs_f64());
-        self.failed("timeout");
+        self.failed(elapsed, "timeout");
     }
 
-    /// Counts a failed call. Failures are rare: the key is built when one happens.
-    fn failed(self, error_type: &'static str) {
+    /// Counts a call that failed with an answer at hand (no wait to time).
+    pub(crate) fn failed_at_once(self, error: &StoreError) {
+        counter(&self.failure_key(STORE_ERRORS, error_type(error.kind()))).increment(1);
+    }
+
+    /// Records a failed call. Failures are rare: their keys are built when one happens.
+    fn failed(self, elapsed: Duration, error_type: &'static str) {
+        histogram(&self.failure_key(STORE_CALL_DURATION, error_type)).record(elapsed.as_secs_f64());
+        counter(&self.failure_key(STORE_ERRORS, error_type)).increment(1);
+    }
+
+    fn failure_key(self, name: &'static str, error_type: &'static str) -> Key {
         let [store, operation] = self.labels();
         let labels = vec![
             Label::from_static_parts(store.0, store.1),
             Label::from_static_parts(operation.0, operation.1),
             Label::from_static_parts("error_type", error_type),
         ];
-        counter(&Key::from_parts(STORE_ERRORS, labels)).increment(1);
+        Key::from_parts(name, labels)
     }
 }
 
@@ -324,10 +342,11 @@ pub(crate) fn cache_notifications_connected(connected: bool) {
     gauge.set(if connected { 1.0 } else { 0.0 });
 }
 
-/// Records a batch of `keys` last uses written (or tried), and whether it failed.
-pub(crate) fn last_used_batch(keys: usize, failed: bool) {
-    histogram(static_key!(LAST_USED_BATCH_KEYS)).record(keys as f64);
-    if failed {
+/// Records a batch of `keys` last uses: written, or refused by the store.
+pub(crate) fn last_used_batch(keys: usize, written: bool) {
+    if written {
+        histogram(static_key!(LAST_USED_BATCH_KEYS)).record(keys as f64);
+    } else {
         counter(static_key!(LAST_USED_FLUSH_FAILURES)).increment(1);
     }
 }
@@ -551,7 +570,9 @@ impl<V> SeriesMap<V> {
             return found(same_id(&entry, id));
         }
         if !take_slot(&self.taken, self.max) {
-            return found(None);
+            // The last slot may have gone to this very id, made by a request beside this one.
+            let entry = self.entries.get(&hash);
+            return found(entry.as_deref().and_then(|entry| same_id(entry, id)));
         }
         let mut made = false;
         let entry = self.entries.entry(hash).or_insert_with(|| {

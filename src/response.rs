@@ -299,18 +299,20 @@ fn other_error_body(status: StatusCode) -> Vec<u8> {
     body.to_string().into_bytes()
 }
 
+/// The body of every 401.
+const UNAUTHORIZED_BODY: &str = error_json!(
+    "missing or invalid API key: send the header Authorization: Bearer <API_KEY> with a valid key"
+);
+
 /// A 401 with the `WWW-Authenticate` challenge `challenge`.
 ///
 /// One body for every reason, so a caller learns nothing about a key it does not hold
 /// (revoked, expired, unknown); the reason goes to the metrics. The challenge still says
 /// whether a token was presented (RFC 6750 section 3).
 pub(crate) fn unauthorized(challenge: HeaderValue) -> Response<ApiBody> {
-    let body = error_json!(
-        "missing or invalid API key: send the header Authorization: Bearer <API_KEY> with a valid key"
-    );
     let mut response = json(
         StatusCode::UNAUTHORIZED,
-        Bytes::from_static(body.as_bytes()),
+        Bytes::from_static(UNAUTHORIZED_BODY.as_bytes()),
     );
     response.headers_mut().insert(WWW_AUTHENTICATE, challenge);
     response
@@ -341,10 +343,7 @@ mod tests {
 
     #[test]
     fn every_fixed_body_is_json_with_meta() {
-        let bodies = [
-            error_json!("not found"),
-            error_json!("missing API key: send the header Authorization: Bearer <API_KEY>"),
-        ];
+        let bodies = [error_json!("not found"), UNAUTHORIZED_BODY];
         for body in bodies {
             let value: serde_json::Value = serde_json::from_str(body).unwrap();
             assert_eq!(value["meta"]["version"], "v1");

@@ -547,15 +547,40 @@ fn store_calls_are_timed_and_their_failures_counted_by_type() {
         STORE_CALL_DURATION,
         &[("store", "keys"), ("operation", "lookup")],
     );
-    assert_eq!(lookups.len(), 5, "{lookups:?}");
+    assert_eq!(lookups.len(), 4, "the calls that succeeded: {lookups:?}");
     let reads = metrics.histogram(
         STORE_CALL_DURATION,
         &[("store", "orders"), ("operation", "newest_orders")],
     );
-    assert_eq!(reads.len(), 3, "{reads:?}");
-    // The hanging read was timed until the deadline passed.
-    assert!(reads.iter().any(|&seconds| seconds >= 0.05), "{reads:?}");
-    assert!(reads.iter().all(|&seconds| seconds >= 0.0));
+    assert_eq!(reads.len(), 1, "{reads:?}");
+    // A failed call's duration is apart, by error type; the hanging read was timed until the
+    // deadline passed.
+    let timed_out = metrics.histogram(
+        STORE_CALL_DURATION,
+        &[
+            ("store", "orders"),
+            ("operation", "newest_orders"),
+            ("error_type", "timeout"),
+        ],
+    );
+    assert!(
+        matches!(timed_out[..], [seconds] if seconds >= 0.05),
+        "{timed_out:?}"
+    );
+    for (store, operation, error_type) in [
+        ("orders", "newest_orders", "unavailable"),
+        ("keys", "lookup", "other"),
+    ] {
+        let samples = metrics.histogram(
+            STORE_CALL_DURATION,
+            &[
+                ("store", store),
+                ("operation", operation),
+                ("error_type", error_type),
+            ],
+        );
+        assert_eq!(samples.len(), 1, "{store} {operation} {error_type}");
+    }
     for (store, operation, error_type) in [
         ("orders", "newest_orders", "unavailable"),
         ("orders", "newest_orders", "timeout"),
@@ -703,17 +728,21 @@ fn last_use_batches_and_failures_are_counted() {
     use partner_api::metrics::{
         LAST_USED_BATCH_KEYS, LAST_USED_FLUSH_FAILURES, STORE_CALL_DURATION, STORE_ERRORS,
     };
-    assert_eq!(metrics.histogram(LAST_USED_BATCH_KEYS, &[]), vec![2.0, 2.0]);
-    assert_eq!(metrics.counter(LAST_USED_FLUSH_FAILURES, &[]), 1);
     assert_eq!(
-        metrics
-            .histogram(
-                STORE_CALL_DURATION,
-                &[("store", "keys"), ("operation", "record_last_used")]
-            )
-            .len(),
-        2
+        metrics.histogram(LAST_USED_BATCH_KEYS, &[]),
+        vec![2.0],
+        "written batches only"
     );
+    assert_eq!(metrics.counter(LAST_USED_FLUSH_FAILURES, &[]), 1);
+    for error_type in [None, Some("unavailable")] {
+        let mut labels = vec![("store", "keys"), ("operation", "record_last_used")];
+        labels.extend(error_type.map(|error_type| ("error_type", error_type)));
+        assert_eq!(
+            metrics.histogram(STORE_CALL_DURATION, &labels).len(),
+            1,
+            "{error_type:?}"
+        );
+    }
     assert_eq!(
         metrics.counter(
             STORE_ERRORS,
@@ -781,13 +810,16 @@ fn the_route_label_is_the_path_under_the_apis_prefix() {
 fn the_notifications_gauge_says_whether_the_caches_answer_from_memory() {
     use partner_api::cache::Notifications;
     use partner_api::metrics::CACHE_NOTIFICATIONS_CONNECTED;
-    let hub = Notifications::new();
     let gauge = |metrics: &Metrics| {
         metrics
             .gauges
             .get(&id(CACHE_NOTIFICATIONS_CONNECTED, &[]))
             .copied()
     };
+    let mut hub = None;
+    let created = recorded(|| async { hub = Some(Notifications::new()) });
+    assert_eq!(gauge(&created), Some(0.0), "down until connected");
+    let hub = hub.unwrap();
     let connected = recorded(|| async { hub.connected() });
     assert_eq!(gauge(&connected), Some(1.0));
     let disconnected = recorded(|| async {
@@ -795,4 +827,59 @@ fn the_notifications_gauge_says_whether_the_caches_answer_from_memory() {
         hub.disconnected();
     });
     assert_eq!(gauge(&disconnected), Some(0.0));
+}
+
+/// An order store that fails at once, without being waited for.
+struct FailsAtOnce;
+
+#[async_trait]
+impl OrderStore for FailsAtOnce {
+    async fn newest_orders(&self, _: &str, _: usize) -> Result<OrderPage, StoreError> {
+        Err(StoreError::unavailable("down"))
+    }
+
+    fn newest_orders_now(&self, _: &str, _: usize) -> Option<Result<OrderPage, StoreError>> {
+        Some(Err(StoreError::unavailable("down")))
+    }
+}
+
+#[test]
+fn only_calls_that_wait_are_timed_and_a_failure_at_once_is_counted() {
+    let metrics = recorded(|| async {
+        // The key must be waited for (a cache miss); the limiter and the orders then answer
+        // at once, and are no store calls.
+        let limiter = LocalRateLimiter::new(Duration::from_secs(60), NonZeroU32::new(10).unwrap());
+        let api = PartnerApi::new(CachingKeyStore::new(Awaited(store())), store())
+            .with_rate_limiter(limiter);
+        assert_eq!(
+            send(&api, get("/v1/orders", Some(KEY_A))).await.status,
+            StatusCode::OK
+        );
+        let failing = PartnerApi::new(store(), FailsAtOnce);
+        let response = send(&failing, get("/v1/orders", Some(KEY_A))).await;
+        assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
+    });
+    use partner_api::metrics::{STORE_CALL_DURATION, STORE_ERRORS};
+    let timed: Vec<_> = metrics
+        .histograms
+        .iter()
+        .filter(|((name, _), _)| name == STORE_CALL_DURATION)
+        .map(|((_, labels), samples)| (labels.clone(), samples.len()))
+        .collect();
+    let key_lookup = vec![
+        ("operation".to_owned(), "lookup".to_owned()),
+        ("store".to_owned(), "keys".to_owned()),
+    ];
+    assert_eq!(timed, [(key_lookup, 1)], "only the key lookup waited");
+    assert_eq!(
+        metrics.counter(
+            STORE_ERRORS,
+            &[
+                ("store", "orders"),
+                ("operation", "newest_orders"),
+                ("error_type", "unavailable")
+            ]
+        ),
+        1
+    );
 }

@@ -38,6 +38,7 @@ impl Notifications {
     /// Creates a hub that is not connected yet: its caches answer from their stores until
     /// [`connected`](Self::connected).
     pub fn new() -> Self {
+        crate::metrics::cache_notifications_connected(false);
         Self {
             shared: Arc::new(Shared {
                 connected: AtomicBool::new(false),
