@@ -87,6 +87,9 @@ impl Notifications {
         self.each(|target| target.clear());
     }
 
+    /// The hub's state, whose reference count tells the listener whether anyone still
+    /// follows the hub.
+    #[cfg(feature = "postgres")]
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
