@@ -692,12 +692,17 @@ async fn the_binary_writes_the_last_uses_in_hand_when_it_stops() {
 }
 
 #[tokio::test]
-async fn the_binary_on_postgres_serves_from_its_caches_and_follows_a_revocation() {
+async fn the_binary_on_postgres_serves_from_its_caches_follows_a_revocation_and_says_so_in_its_metrics(
+) {
     let (store, url) = migrated_store().await;
     store.load_seed(&Seed::demo()).await.unwrap();
-    let mut process =
-        Process::spawn_with_env(&["--listen", "127.0.0.1:0"], &[("DATABASE_URL", &url)]);
+    let mut process = Process::spawn_with_env(
+        &["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
+        &[("DATABASE_URL", &url)],
+    );
     let base = process.base_url().await;
+    let metrics_line = process.line().await;
+    let metrics_url = metrics_line.strip_prefix("metrics on ").unwrap().to_owned();
     for _ in 0..3 {
         assert_eq!(
             http_get(&format!("{base}/v1/me"), DEMO_OTHER_KEY).await.0,
@@ -728,5 +733,47 @@ async fn the_binary_on_postgres_serves_from_its_caches_and_follows_a_revocation(
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // What the operator saw meanwhile, in Prometheus's format.
+    let scraped = common::net::get_unchecked(&common::net::http1(), &metrics_url).await;
+    let text = String::from_utf8(scraped.body.to_vec()).unwrap();
+    let value = |name: &str, labels: &[&str]| -> f64 {
+        text.lines()
+            .filter(|line| line.starts_with(name) && labels.iter().all(|l| line.contains(l)))
+            .map(|line| line.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+            .sum()
+    };
+    assert_eq!(
+        value("partner_api_cache_notifications_connected ", &[]),
+        1.0,
+        "{text}"
+    );
+    assert!(
+        value("partner_api_cache_hits_total", &[r#"cache="keys""#]) >= 1.0,
+        "{text}"
+    );
+    assert!(
+        value(
+            "partner_api_cache_invalidations_total",
+            &[r#"cache="keys""#, r#"scope="key""#]
+        ) >= 1.0,
+        "{text}"
+    );
+    assert!(
+        value("partner_api_auth_failures_total", &[r#"reason="revoked""#]) >= 1.0,
+        "{text}"
+    );
+    // Store latency is a histogram with the host's buckets, not a summary.
+    let lookup = [r#"store="keys""#, r#"operation="lookup""#];
+    assert!(
+        value("partner_api_store_call_duration_seconds_count", &lookup) >= 1.0,
+        "{text}"
+    );
+    assert!(
+        text.lines().any(
+            |line| line.starts_with("partner_api_store_call_duration_seconds_bucket")
+                && line.contains(r#"le="0.001""#)
+        ),
+        "{text}"
+    );
     assert!(process.terminate().await.success());
 }
