@@ -204,17 +204,25 @@ fn reply_now(config: &Config, question: &Question<'_>) -> Option<Reply> {
     Some(reply)
 }
 
-/// Drives `flow` within the store timeout: with the stores' immediate answers where they
-/// have them, else awaited ones; each awaited call is timed, and counted when it fails or
-/// times out.
+/// Drives `flow` within the store timeout, from a question [`answer_now`] found no immediate
+/// answer to: with the stores' immediate answers where they have them for the questions after
+/// it, else awaited ones; each awaited call is timed, and counted when it fails or times out.
 async fn answer_awaited(config: Arc<Config>, flow: Flow) -> Response<ApiBody> {
     // The call under way, for the metrics when the deadline passes during it.
     let mut in_flight = None;
     let answered = async {
         let mut flow = flow;
+        // The first question was asked for an immediate answer already.
+        let mut asked_now = true;
         loop {
             let question = flow.question();
-            let reply = match reply_now(&config, &question) {
+            let now = if asked_now {
+                None
+            } else {
+                reply_now(&config, &question)
+            };
+            asked_now = false;
+            let reply = match now {
                 Some(reply) => reply,
                 None => {
                     let call = question.call();

@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use ::metrics::{Counter, Histogram, Key, Label, Level, Metadata, Unit};
+use ::metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Unit};
 use dashmap::DashMap;
 use http::{Method, StatusCode};
 use xxhash_rust::xxh3::xxh3_64;
@@ -156,6 +156,10 @@ fn counter(key: &Key) -> Counter {
     ::metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA))
 }
 
+fn gauge(key: &Key) -> Gauge {
+    ::metrics::with_recorder(|recorder| recorder.register_gauge(key, &METADATA))
+}
+
 fn histogram(key: &Key) -> Histogram {
     ::metrics::with_recorder(|recorder| recorder.register_histogram(key, &METADATA))
 }
@@ -221,16 +225,6 @@ impl StoreCall {
         }
     }
 
-    fn labels(self) -> [(&'static str, &'static str); 2] {
-        let (store, operation) = match self {
-            Self::KeyLookup => ("keys", "lookup"),
-            Self::NewestOrders => ("orders", "newest_orders"),
-            Self::RateLimitCheck => ("rate_limiter", "check"),
-            Self::RecordLastUsed => ("keys", "record_last_used"),
-        };
-        [("store", store), ("operation", operation)]
-    }
-
     /// Records a call the API waited `elapsed` for, and its error if it failed. A failed
     /// call's duration carries its `error_type` too (OpenTelemetry's `error.type`), so the
     /// latency of calls that succeeded stays apart from instant refusals.
@@ -257,13 +251,14 @@ impl StoreCall {
         counter(&self.failure_key(STORE_ERRORS, error_type)).increment(1);
     }
 
+    /// The key of metric `name` for this call's `store` and `operation`, and `error_type`.
     fn failure_key(self, name: &'static str, error_type: &'static str) -> Key {
-        let [store, operation] = self.labels();
-        let labels = vec![
-            Label::from_static_parts(store.0, store.1),
-            Label::from_static_parts(operation.0, operation.1),
-            Label::from_static_parts("error_type", error_type),
-        ];
+        let labels = self
+            .duration_key()
+            .labels()
+            .cloned()
+            .chain([Label::from_static_parts("error_type", error_type)])
+            .collect::<Vec<_>>();
         Key::from_parts(name, labels)
     }
 }
@@ -336,10 +331,7 @@ pub(crate) fn cache_invalidated(cache: CacheName, scope: InvalidationScope) {
 
 /// Sets whether the caches' notifications are connected.
 pub(crate) fn cache_notifications_connected(connected: bool) {
-    let gauge = ::metrics::with_recorder(|recorder| {
-        recorder.register_gauge(static_key!(CACHE_NOTIFICATIONS_CONNECTED), &METADATA)
-    });
-    gauge.set(if connected { 1.0 } else { 0.0 });
+    gauge(static_key!(CACHE_NOTIFICATIONS_CONNECTED)).set(if connected { 1.0 } else { 0.0 });
 }
 
 /// Records a batch of `keys` last uses: written, or refused by the store.

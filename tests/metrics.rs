@@ -19,9 +19,8 @@ use partner_api::{
     KeyDigest, KeyLookup, KeyStore, LocalRateLimiter, MemoryStore, OrderPage, OrderStore,
     Organization, PartnerApi, Principal, StoreError,
 };
-use tower::ServiceExt;
 
-use common::{collect, get, store, FailingStore, HangingStore, KEY_A, KEY_B, REVOKED_KEY};
+use common::{call, get, store, FailingStore, HangingStore, KEY_A, KEY_B, REVOKED_KEY};
 
 /// Runs `test` on a single-threaded runtime with a fresh debugging recorder installed for
 /// this thread, and returns what it recorded.
@@ -145,10 +144,6 @@ fn response_labels<'a>(
     labels
 }
 
-async fn send(api: &PartnerApi, request: Request<()>) -> common::Collected {
-    collect(api.clone().oneshot(request).await.unwrap()).await
-}
-
 fn with_authorization(path: &str, value: &str) -> Request<()> {
     Request::get(path)
         .header("authorization", value)
@@ -180,13 +175,13 @@ fn responses_auth_failures_and_organizations_after_known_traffic() {
         let api = PartnerApi::from_store(store);
         for _ in 0..3 {
             assert_eq!(
-                send(&api, get("/v1/me", Some(KEY_A))).await.status,
+                call(&api, get("/v1/me", Some(KEY_A))).await.status,
                 StatusCode::OK
             );
         }
         for _ in 0..2 {
             assert_eq!(
-                send(&api, get("/v1/orders", Some(KEY_B))).await.status,
+                call(&api, get("/v1/orders", Some(KEY_B))).await.status,
                 StatusCode::OK
             );
         }
@@ -194,7 +189,7 @@ fn responses_auth_failures_and_organizations_after_known_traffic() {
             .header("authorization", format!("Bearer {KEY_A}"))
             .body(())
             .unwrap();
-        assert_eq!(send(&api, head).await.status, StatusCode::OK);
+        assert_eq!(call(&api, head).await.status, StatusCode::OK);
         let refused = [
             get("/v1/me", None),
             with_authorization("/v1/me", "Basic YWxhZGRpbjpvcGVuc2VzYW1l"),
@@ -205,12 +200,12 @@ fn responses_auth_failures_and_organizations_after_known_traffic() {
             get("/v1/orders", Some(&expired_key)),
         ];
         for request in refused {
-            let response = send(&api, request).await;
+            let response = call(&api, request).await;
             assert_eq!(response.status, StatusCode::UNAUTHORIZED);
             bodies_401.push(response.body);
         }
         assert_eq!(
-            send(&api, get("/v1/nope", Some(KEY_A))).await.status,
+            call(&api, get("/v1/nope", Some(KEY_A))).await.status,
             StatusCode::NOT_FOUND
         );
         let post = Request::builder()
@@ -219,11 +214,11 @@ fn responses_auth_failures_and_organizations_after_known_traffic() {
             .body(())
             .unwrap();
         assert_eq!(
-            send(&api, post).await.status,
+            call(&api, post).await.status,
             StatusCode::METHOD_NOT_ALLOWED
         );
         assert_eq!(
-            send(&api, get("/v1/openapi.json", None)).await.status,
+            call(&api, get("/v1/openapi.json", None)).await.status,
             StatusCode::OK
         );
     });
@@ -356,13 +351,13 @@ fn organization_labels_are_bounded_and_the_rest_is_other() {
         let api = PartnerApi::from_store(store).with_organization_labels(2);
         for key in &keys {
             assert_eq!(
-                send(&api, get("/v1/me", Some(key))).await.status,
+                call(&api, get("/v1/me", Some(key))).await.status,
                 StatusCode::OK
             );
         }
         // The first two keep their series.
         assert_eq!(
-            send(&api, get("/v1/me", Some(&keys[0]))).await.status,
+            call(&api, get("/v1/me", Some(&keys[0]))).await.status,
             StatusCode::OK
         );
     });
@@ -401,12 +396,12 @@ fn key_id_labels_are_opt_in_and_bounded() {
             .with_key_id_labels(2);
         for key in keys {
             assert_eq!(
-                send(&api, get("/v1/me", Some(key))).await.status,
+                call(&api, get("/v1/me", Some(key))).await.status,
                 StatusCode::OK
             );
         }
         assert_eq!(
-            send(&api, get("/v1/me", Some(keys[2]))).await.status,
+            call(&api, get("/v1/me", Some(keys[2]))).await.status,
             StatusCode::OK
         );
     });
@@ -448,12 +443,12 @@ fn rate_limit_refusals_are_counted_by_organization() {
             StatusCode::TOO_MANY_REQUESTS,
         ] {
             assert_eq!(
-                send(&api, get("/v1/me", Some(KEY_A))).await.status,
+                call(&api, get("/v1/me", Some(KEY_A))).await.status,
                 expected
             );
         }
         assert_eq!(
-            send(&api, get("/v1/me", Some(KEY_B))).await.status,
+            call(&api, get("/v1/me", Some(KEY_B))).await.status,
             StatusCode::OK
         );
     });
@@ -498,7 +493,7 @@ impl KeyStore for LookupOnly {
 fn a_store_that_does_not_say_why_counts_refused_keys_as_unknown() {
     let metrics = recorded(|| async {
         let api = PartnerApi::new(LookupOnly(store()), store());
-        let response = send(&api, get("/v1/me", Some(REVOKED_KEY))).await;
+        let response = call(&api, get("/v1/me", Some(REVOKED_KEY))).await;
         assert_eq!(response.status, StatusCode::UNAUTHORIZED);
     });
     use partner_api::metrics::AUTH_FAILURES;
@@ -518,11 +513,11 @@ fn store_calls_are_timed_and_their_failures_counted_by_type() {
     let metrics = recorded(|| async {
         let awaited = PartnerApi::new(Awaited(store()), Awaited(store()));
         assert_eq!(
-            send(&awaited, get("/v1/orders", Some(KEY_A))).await.status,
+            call(&awaited, get("/v1/orders", Some(KEY_A))).await.status,
             StatusCode::OK
         );
         assert_eq!(
-            send(&awaited, get("/v1/me", Some(KEY_B))).await.status,
+            call(&awaited, get("/v1/me", Some(KEY_B))).await.status,
             StatusCode::OK
         );
 
@@ -530,16 +525,16 @@ fn store_calls_are_timed_and_their_failures_counted_by_type() {
             Awaited(store()),
             FailingStore(|| StoreError::unavailable("down")),
         );
-        let response = send(&failing_orders, get("/v1/orders", Some(KEY_A))).await;
+        let response = call(&failing_orders, get("/v1/orders", Some(KEY_A))).await;
         assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
 
         let hanging = PartnerApi::new(Awaited(store()), HangingStore)
             .with_store_timeout(Some(Duration::from_millis(50)));
-        let response = send(&hanging, get("/v1/orders", Some(KEY_A))).await;
+        let response = call(&hanging, get("/v1/orders", Some(KEY_A))).await;
         assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
 
         let failing_keys = PartnerApi::new(FailingStore(|| StoreError::other("bug")), store());
-        let response = send(&failing_keys, get("/v1/me", Some(KEY_A))).await;
+        let response = call(&failing_keys, get("/v1/me", Some(KEY_A))).await;
         assert_eq!(response.status, StatusCode::INTERNAL_SERVER_ERROR);
     });
     use partner_api::metrics::{RESPONSES, STORE_CALL_DURATION, STORE_ERRORS};
@@ -619,13 +614,13 @@ fn caches_count_hits_misses_and_invalidations() {
         let api = PartnerApi::new(keys.clone(), orders.clone());
         for _ in 0..3 {
             assert_eq!(
-                send(&api, get("/v1/orders", Some(KEY_A))).await.status,
+                call(&api, get("/v1/orders", Some(KEY_A))).await.status,
                 StatusCode::OK
             );
         }
         // A revoked key is remembered too, with its reason.
         for _ in 0..2 {
-            let response = send(&api, get("/v1/me", Some(REVOKED_KEY))).await;
+            let response = call(&api, get("/v1/me", Some(REVOKED_KEY))).await;
             assert_eq!(response.status, StatusCode::UNAUTHORIZED);
         }
         let principal = keys.lookup(&KeyDigest::of(KEY_A)).await.unwrap().unwrap();
@@ -717,7 +712,7 @@ fn last_use_batches_and_failures_are_counted() {
         let api = PartnerApi::from_store(store).with_last_used(recorder.clone());
         for key in [KEY_A, KEY_B] {
             assert_eq!(
-                send(&api, get("/v1/me", Some(key))).await.status,
+                call(&api, get("/v1/me", Some(key))).await.status,
                 StatusCode::OK
             );
         }
@@ -764,7 +759,7 @@ fn last_uses_a_full_recorder_drops_are_counted() {
         let api = PartnerApi::from_store(store).with_last_used(recorder.clone());
         for key in [KEY_A, KEY_B] {
             assert_eq!(
-                send(&api, get("/v1/me", Some(key))).await.status,
+                call(&api, get("/v1/me", Some(key))).await.status,
                 StatusCode::OK
             );
         }
@@ -781,13 +776,13 @@ fn the_route_label_is_the_path_under_the_apis_prefix() {
     let metrics = recorded(|| async {
         let api = PartnerApi::from_store(store()).with_prefix("/partner/v1");
         assert_eq!(
-            send(&api, get("/partner/v1/orders", Some(KEY_A)))
+            call(&api, get("/partner/v1/orders", Some(KEY_A)))
                 .await
                 .status,
             StatusCode::OK
         );
         assert_eq!(
-            send(&api, get("/partner/v1/me/", None)).await.status,
+            call(&api, get("/partner/v1/me/", None)).await.status,
             StatusCode::NOT_FOUND
         );
     });
@@ -852,11 +847,11 @@ fn only_calls_that_wait_are_timed_and_a_failure_at_once_is_counted() {
         let api = PartnerApi::new(CachingKeyStore::new(Awaited(store())), store())
             .with_rate_limiter(limiter);
         assert_eq!(
-            send(&api, get("/v1/orders", Some(KEY_A))).await.status,
+            call(&api, get("/v1/orders", Some(KEY_A))).await.status,
             StatusCode::OK
         );
         let failing = PartnerApi::new(store(), FailsAtOnce);
-        let response = send(&failing, get("/v1/orders", Some(KEY_A))).await;
+        let response = call(&failing, get("/v1/orders", Some(KEY_A))).await;
         assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
     });
     use partner_api::metrics::{STORE_CALL_DURATION, STORE_ERRORS};

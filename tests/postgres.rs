@@ -736,43 +736,39 @@ async fn the_binary_on_postgres_serves_from_its_caches_follows_a_revocation_and_
     // What the operator saw meanwhile, in Prometheus's format.
     let scraped = common::net::get_unchecked(&common::net::http1(), &metrics_url).await;
     let text = String::from_utf8(scraped.body.to_vec()).unwrap();
-    let value = |name: &str, labels: &[&str]| -> f64 {
-        text.lines()
-            .filter(|line| line.starts_with(name) && labels.iter().all(|l| line.contains(l)))
-            .map(|line| line.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
-            .sum()
-    };
+    let samples = common::net::samples(&text);
+    let value = |name: &str, labels: &[(&str, &str)]| common::net::sum_of(&samples, name, labels);
     assert_eq!(
-        value("partner_api_cache_notifications_connected ", &[]),
+        value("partner_api_cache_notifications_connected", &[]),
         1.0,
         "{text}"
     );
     assert!(
-        value("partner_api_cache_hits_total", &[r#"cache="keys""#]) >= 1.0,
+        value("partner_api_cache_hits_total", &[("cache", "keys")]) >= 1.0,
         "{text}"
     );
     assert!(
         value(
             "partner_api_cache_invalidations_total",
-            &[r#"cache="keys""#, r#"scope="key""#]
+            &[("cache", "keys"), ("scope", "key")]
         ) >= 1.0,
         "{text}"
     );
     assert!(
-        value("partner_api_auth_failures_total", &[r#"reason="revoked""#]) >= 1.0,
+        value("partner_api_auth_failures_total", &[("reason", "revoked")]) >= 1.0,
         "{text}"
     );
     // Store latency is a histogram with the host's buckets, not a summary.
-    let lookup = [r#"store="keys""#, r#"operation="lookup""#];
+    let lookup = [("store", "keys"), ("operation", "lookup")];
     assert!(
         value("partner_api_store_call_duration_seconds_count", &lookup) >= 1.0,
         "{text}"
     );
     assert!(
-        text.lines().any(
-            |line| line.starts_with("partner_api_store_call_duration_seconds_bucket")
-                && line.contains(r#"le="0.001""#)
-        ),
+        samples.iter().any(|(name, labels, _)| {
+            name == "partner_api_store_call_duration_seconds_bucket"
+                && labels.get("le").map(String::as_str) == Some("0.001")
+        }),
         "{text}"
     );
     assert!(process.terminate().await.success());

@@ -379,46 +379,6 @@ async fn at_the_connection_cap_new_connections_wait_until_one_closes() {
     assert!(process.terminate().await.success());
 }
 
-/// A sample of a Prometheus text exposition: metric name, labels, value.
-type Sample = (String, std::collections::BTreeMap<String, String>, f64);
-
-/// The samples of a Prometheus text exposition.
-fn samples(exposition: &str) -> Vec<Sample> {
-    exposition
-        .lines()
-        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
-        .map(|line| {
-            let (series, value) = line.rsplit_once(' ').unwrap();
-            let (name, labels) = match series.split_once('{') {
-                Some((name, labels)) => (name, labels.trim_end_matches('}')),
-                None => (series, ""),
-            };
-            let labels = labels
-                .split("\",")
-                .filter(|pair| !pair.is_empty())
-                .map(|pair| {
-                    let (key, value) = pair.split_once('=').unwrap();
-                    (key.to_owned(), value.trim_matches('"').to_owned())
-                })
-                .collect();
-            (name.to_owned(), labels, value.parse().unwrap())
-        })
-        .collect()
-}
-
-fn sample(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    samples
-        .iter()
-        .find(|(metric, found, _)| {
-            metric == name
-                && found.len() == labels.len()
-                && labels
-                    .iter()
-                    .all(|(key, value)| found.get(*key).map(String::as_str) == Some(*value))
-        })
-        .map(|(_, _, value)| *value)
-}
-
 #[tokio::test]
 async fn the_binary_serves_prometheus_metrics_on_a_listener_of_their_own() {
     use partner_api::seed::{DEMO_KEY, DEMO_REVOKED_KEY};

@@ -140,6 +140,35 @@ async fn wait_for_row_text(browser: &Client, label: &str, wanted: &str) {
     }
 }
 
+/// Clicks the element at `locator`.
+async fn click(browser: &Client, locator: Locator<'_>) {
+    browser.find(locator).await.unwrap().click().await.unwrap();
+}
+
+/// The text of the element with id `id`, as it is now.
+async fn text_of_id(browser: &Client, id: &str) -> String {
+    browser
+        .find(Locator::Id(id))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Waits until the page shows a new key (one other than `before`) and returns it.
+async fn new_key_shown(browser: &Client, before: &str, what: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let shown = text_of_id(browser, "new-key").await;
+        if !shown.is_empty() && shown != before {
+            return shown;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Creates a key on the page and returns the plaintext the page shows once.
 async fn create(browser: &Client, label: &str, environment: &str) -> String {
     let field = browser.find(Locator::Id("label")).await.unwrap();
@@ -152,36 +181,11 @@ async fn create(browser: &Client, label: &str, environment: &str) -> String {
         .select_by_value(environment)
         .await
         .unwrap();
-    let before = browser
-        .find(Locator::Id("new-key"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    browser
-        .find(Locator::Id("create-key"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let shown = browser
-            .find(Locator::Id("new-key"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        if !shown.is_empty() && shown != before {
-            row_of(browser, label).await;
-            return shown;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no key was shown");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let before = text_of_id(browser, "new-key").await;
+    click(browser, Locator::Id("create-key")).await;
+    let shown = new_key_shown(browser, &before, "no key was shown").await;
+    row_of(browser, label).await;
+    shown
 }
 
 #[tokio::test]
@@ -207,13 +211,7 @@ async fn a_person_manages_keys_on_the_settings_page() {
         .select_by_value("org_demo")
         .await
         .unwrap();
-    browser
-        .find(Locator::Id("sign-in"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&browser, Locator::Id("sign-in")).await;
     assert!(text(&browser, "h1").await.contains("Partner API"));
     // The seed's keys are listed, the revoked one as such, by hint, never in full.
     wait_for_row_text(&browser, "Demo integration", "pk_test_...klmn").await;
@@ -271,31 +269,8 @@ async fn a_person_manages_keys_on_the_settings_page() {
         .await
         .unwrap();
     overlap.select_by_value("2").await.unwrap();
-    browser
-        .find(Locator::Css("button.confirm-roll"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let new_key = loop {
-        let shown = browser
-            .find(Locator::Id("new-key"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        if shown != old_key && !shown.is_empty() {
-            break shown;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the roll showed no key"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    click(&browser, Locator::Css("button.confirm-roll")).await;
+    let new_key = new_key_shown(&browser, &old_key, "the roll showed no key").await;
     assert!(new_key.starts_with("pk_test_"), "{new_key}");
     assert_eq!(
         me_status(address, &old_key).await,

@@ -1,17 +1,18 @@
 //! `--metrics-listen`: the API's metrics for Prometheus, on a listener of their own (never the
 //! partner-facing port), from `metrics-exporter-prometheus`.
 
-use std::convert::Infallible;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::Full;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper::body::Incoming;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use partner_api::metrics::{LAST_USED_BATCH_KEYS, STORE_CALL_DURATION};
 use tokio::net::TcpListener;
+use tower_http::BoxError;
+
+use crate::serve::{self, Limits};
 
 /// Store call durations, in seconds: from a cache-speed query to the default store timeout.
 const DURATION_BUCKETS: &[f64] = &[
@@ -21,8 +22,6 @@ const DURATION_BUCKETS: &[f64] = &[
 const BATCH_BUCKETS: &[f64] = &[1.0, 10.0, 100.0, 1_000.0, 10_000.0, 100_000.0];
 /// How often histograms are rolled over; the exporter leaves it to its host.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
-/// How long a scraper may take to send its request's headers.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Installs the Prometheus recorder as the process's metrics recorder, with buckets for the
 /// API's histograms and their descriptions.
@@ -42,8 +41,8 @@ pub(crate) fn install() -> Result<PrometheusHandle, String> {
     Ok(handle)
 }
 
-/// Serves `GET /metrics` on `listener` (and keeps the histograms rolling) until the task is
-/// dropped.
+/// Serves `GET /metrics` on `listener` (and keeps the histograms rolling) with the host's own
+/// accept loop and its limits, until the task is dropped.
 pub(crate) async fn serve(listener: TcpListener, handle: PrometheusHandle) {
     let upkeep = handle.clone();
     tokio::spawn(async move {
@@ -53,56 +52,40 @@ pub(crate) async fn serve(listener: TcpListener, handle: PrometheusHandle) {
             upkeep.run_upkeep();
         }
     });
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT);
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _peer)) => stream,
-            Err(err) => {
-                tracing::warn!(error = %err, "metrics accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let handle = handle.clone();
-        let connection = builder.serve_connection(
-            TokioIo::new(stream),
-            service_fn(move |request| std::future::ready(scrape(&handle, &request))),
-        );
-        tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::debug!(error = %err, "metrics connection failed");
-            }
-        });
-    }
+    let app = tower::service_fn(move |request: Request<Incoming>| {
+        std::future::ready(Ok::<_, BoxError>(scrape(&handle, &request)))
+    });
+    serve::serve(
+        listener,
+        app,
+        None,
+        Limits::default(),
+        std::future::pending(),
+    )
+    .await;
 }
 
 /// The answer to a scrape: the text exposition format at `/metrics`, 404 elsewhere.
-fn scrape<B>(
-    handle: &PrometheusHandle,
-    request: &Request<B>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+fn scrape<B>(handle: &PrometheusHandle, request: &Request<B>) -> Response<Full<Bytes>> {
     let plain = |status: StatusCode, body: &'static str| {
         let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
         *response.status_mut() = status;
         response
     };
     if request.uri().path() != "/metrics" {
-        return Ok(plain(StatusCode::NOT_FOUND, "not found: try /metrics\n"));
+        return plain(StatusCode::NOT_FOUND, "not found: try /metrics\n");
     }
     if request.method() != Method::GET && request.method() != Method::HEAD {
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "GET /metrics\n");
         response
             .headers_mut()
             .insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD"));
-        return Ok(response);
+        return response;
     }
     let mut response = Response::new(Full::new(Bytes::from(handle.render())));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
-    Ok(response)
+    response
 }

@@ -199,3 +199,57 @@ pub async fn get_unchecked(client: &HttpClient, url: &str) -> Collected {
     let request = Request::get(url).body(Empty::new()).unwrap();
     collect(client.request(request).await.unwrap()).await
 }
+
+/// A sample of a Prometheus text exposition: metric name, labels, value.
+pub type Sample = (String, std::collections::BTreeMap<String, String>, f64);
+
+/// The samples of a Prometheus text exposition.
+pub fn samples(exposition: &str) -> Vec<Sample> {
+    exposition
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+        .map(|line| {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            let (name, labels) = match series.split_once('{') {
+                Some((name, labels)) => (name, labels.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let labels = labels
+                .split("\",")
+                .filter(|pair| !pair.is_empty())
+                .map(|pair| {
+                    let (key, value) = pair.split_once('=').unwrap();
+                    (key.to_owned(), value.trim_matches('"').to_owned())
+                })
+                .collect();
+            (name.to_owned(), labels, value.parse().unwrap())
+        })
+        .collect()
+}
+
+pub fn sample(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|(metric, found, _)| {
+            metric == name
+                && found.len() == labels.len()
+                && labels
+                    .iter()
+                    .all(|(key, value)| found.get(*key).map(String::as_str) == Some(*value))
+        })
+        .map(|(_, _, value)| *value)
+}
+
+/// The sum of the samples named `name` whose labels include `labels`.
+pub fn sum_of(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|(metric, found, _)| {
+            metric == name
+                && labels
+                    .iter()
+                    .all(|(key, value)| found.get(*key).map(String::as_str) == Some(*value))
+        })
+        .map(|(_, _, value)| value)
+        .sum()
+}
