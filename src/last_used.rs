@@ -38,9 +38,10 @@ use dashmap::DashMap;
 use tokio::sync::{Mutex, Notify};
 
 use crate::log::ErrorChain;
+use crate::management::{KeyManager, KeyUse};
 use crate::metrics::{self, StoreCall};
 use crate::model::Timestamp;
-use crate::store::{KeyManager, KeyUse, StoreError};
+use crate::store::StoreError;
 
 /// How often gathered uses are written, by default: well within the minute a last use may
 /// lag.

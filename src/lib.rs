@@ -64,38 +64,25 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// The modules form no cycle. Bottom to top: `key`, `model`, `body`, `log`, `conditional`,
-// `openapi`, `request_id`, `routes`, `deadline` use no other; `seed` (model); `store` (key,
-// model, seed); `metrics` (routes, store); `auth` (key, metrics); `rate_limit`, `last_used`,
-// `cache`, `management`, `testing` (store, metrics and below); `config` (auth, store,
-// rate_limit, last_used, metrics, openapi); `response`; `flow`; `service`; `layer`.
-mod auth;
-pub mod body;
+mod api;
 pub mod cache;
-mod conditional;
-mod config;
-mod deadline;
 pub mod docs;
-mod flow;
 pub mod key;
 pub mod last_used;
-pub mod layer;
 mod log;
 pub mod management;
 pub mod metrics;
 pub mod model;
-pub mod openapi;
 pub mod rate_limit;
-pub mod request_id;
-mod response;
-mod routes;
 pub mod seed;
-pub mod service;
 pub mod store;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
+pub use api::{body, layer, openapi, request_id, service};
+
+pub use api::response::error_response;
 pub use body::ApiBody;
 pub use key::KeyDigest;
 pub use layer::PartnerApiLayer;
@@ -103,7 +90,6 @@ pub use model::{
     EncodedOrder, InvalidOrder, Order, OrderPage, Organization, Timestamp, MAX_ORDERS,
 };
 pub use rate_limit::{LocalRateLimiter, RateLimitDecision, RateLimiter};
-pub use response::error_response;
 pub use service::PartnerApi;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

@@ -55,7 +55,7 @@ use dashmap::DashMap;
 use http::{Method, StatusCode};
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::routes::Route;
+use crate::api::routes::Route;
 use crate::store::{StoreError, StoreErrorKind};
 
 /// Responses of the API, by method, route and status.

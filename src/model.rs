@@ -281,17 +281,40 @@ impl TryFrom<Order> for EncodedOrder {
 pub struct OrderPage {
     orders: Arc<[EncodedOrder]>,
     json: Bytes,
+    /// Whether more orders follow the page's last one.
+    has_more: bool,
     /// The `ETag` of the `GET /orders` body around this page, computed the first time it is
     /// asked for and shared by every clone, so a stored page is hashed once.
     etag: Arc<OnceLock<HeaderValue>>,
 }
 
 impl OrderPage {
-    /// Creates a page of `orders`, sorted newest first.
+    /// Creates a page of the first `limit` of `orders` (sorted newest first) that says
+    /// whether more followed: a store reads one order more than the page holds and builds
+    /// the page with this.
+    pub fn first(mut orders: Vec<EncodedOrder>, limit: usize) -> Self {
+        sort_newest_first(&mut orders);
+        let has_more = orders.len() > limit;
+        orders.truncate(limit);
+        Self::new(orders).with_more(has_more)
+    }
+
+    /// Says whether more orders follow this page (default: none do).
+    #[must_use]
+    pub fn with_more(mut self, has_more: bool) -> Self {
+        self.has_more = has_more;
+        self
+    }
+
+    /// Returns whether more orders follow the page's last one: `GET /orders` then links the
+    /// next page.
+    pub fn has_more(&self) -> bool {
+        self.has_more
+    }
+
+    /// Creates a page of `orders`, sorted newest first, after which no order follows.
     pub fn new(mut orders: Vec<EncodedOrder>) -> Self {
-        if !orders.is_sorted_by(|a, b| a.order().cmp_newest_first(b.order()).is_le()) {
-            orders.sort_by(|a, b| a.order().cmp_newest_first(b.order()));
-        }
+        sort_newest_first(&mut orders);
         let length = 2 + orders
             .iter()
             .map(|order| order.json().len() + 1)
@@ -308,6 +331,7 @@ impl OrderPage {
         Self {
             orders: orders.into(),
             json: json.into(),
+            has_more: false,
             etag: Arc::default(),
         }
     }
@@ -337,12 +361,18 @@ impl OrderPage {
         self.etag.get_or_init(|| compute(&self.json))
     }
 
-    /// Returns this page cut to its newest `limit` orders.
+    /// Returns this page cut to its newest `limit` orders (more follow when it was cut).
     pub fn truncated(&self, limit: usize) -> Self {
         if self.len() <= limit {
             return self.clone();
         }
-        Self::new(self.orders[..limit].to_vec())
+        Self::new(self.orders[..limit].to_vec()).with_more(true)
+    }
+}
+
+fn sort_newest_first(orders: &mut [EncodedOrder]) {
+    if !orders.is_sorted_by(|a, b| a.order().cmp_newest_first(b.order()).is_le()) {
+        orders.sort_by(|a, b| a.order().cmp_newest_first(b.order()));
     }
 }
 

@@ -235,7 +235,8 @@ pub const DEMO_REVOKED_KEY: &str = "pk_test_revoked_0123456789abcdefghijk";
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{KeyDigest, KeyStore, OrderStore};
+    use crate::store::OrderQuery;
+    use crate::{KeyDigest, KeyLookup, KeyStore, OrderStore};
 
     #[tokio::test]
     async fn demo_data_loads_with_the_documented_shape() {
@@ -244,21 +245,32 @@ mod tests {
             .lookup(&KeyDigest::of(DEMO_KEY))
             .await
             .unwrap()
+            .into_principal()
             .unwrap();
         assert_eq!(demo.organization.id, "org_demo");
         assert_eq!(
-            store.newest_orders("org_demo", 1000).await.unwrap().len(),
+            store
+                .orders("org_demo", &OrderQuery::newest(1000))
+                .await
+                .unwrap()
+                .len(),
             157
         );
         assert_eq!(
-            store.newest_orders("org_other", 1000).await.unwrap().len(),
+            store
+                .orders("org_other", &OrderQuery::newest(1000))
+                .await
+                .unwrap()
+                .len(),
             12
         );
-        assert!(store
-            .lookup(&KeyDigest::of(DEMO_REVOKED_KEY))
-            .await
-            .unwrap()
-            .is_none());
+        assert_eq!(
+            store
+                .lookup(&KeyDigest::of(DEMO_REVOKED_KEY))
+                .await
+                .unwrap(),
+            KeyLookup::Revoked
+        );
     }
 
     #[test]

@@ -35,7 +35,7 @@ async fn execute(_args: &Args, _action: &KeysAction) -> Result<Vec<String>, Stri
 async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String> {
     use std::time::Duration;
 
-    use partner_api::store::{IssuedKey, KeyManager, KeyRecord, NewKey};
+    use partner_api::management::{IssuedKey, KeyManager, KeyRecord, NewKey};
     use partner_api::{PgStore, Timestamp};
 
     use crate::stores::error_chain;

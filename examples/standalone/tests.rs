@@ -17,7 +17,7 @@ use crate::stack::app;
 use crate::stores;
 use crate::tls::tls_acceptor;
 
-#[path = "../../tests/common/mod.rs"]
+#[path = "../../tests/it/common/mod.rs"]
 mod common;
 
 use common::net::*;

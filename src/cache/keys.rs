@@ -166,29 +166,18 @@ impl Invalidate for KeyCache {
 
 #[async_trait]
 impl<S: KeyStore> KeyStore for CachingKeyStore<S> {
-    async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
-        self.lookup_outcome(digest)
-            .await
-            .map(KeyLookup::into_principal)
-    }
-
-    fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<Option<Principal>, StoreError>> {
-        self.lookup_outcome_now(digest)
-            .map(|answer| answer.map(KeyLookup::into_principal))
-    }
-
-    async fn lookup_outcome(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
+    async fn lookup(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
         if let Some(answer) = self.cache.answer(digest) {
             return Ok(answer);
         }
         metrics::cache_missed(CacheName::Keys);
         let mark = self.cache.gate.mark();
-        let answer = self.inner.lookup_outcome(digest).await?;
+        let answer = self.inner.lookup(digest).await?;
         self.cache.keep(*digest, &answer, mark);
         Ok(answer)
     }
 
-    fn lookup_outcome_now(&self, digest: &KeyDigest) -> Option<Result<KeyLookup, StoreError>> {
+    fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<KeyLookup, StoreError>> {
         self.cache.answer(digest).map(Ok)
     }
 }
@@ -230,9 +219,9 @@ mod tests {
                 .with_capacity(10)
                 .with_notifications(&hub),
         ] {
-            assert!(cache.lookup(&digest).await.unwrap().is_some());
+            assert!(cache.lookup(&digest).await.unwrap().principal().is_some());
             assert!(
-                matches!(cache.lookup_now(&digest), Some(Ok(Some(_)))),
+                matches!(cache.lookup_now(&digest), Some(Ok(KeyLookup::Valid(_)))),
                 "cached"
             );
             hub.key_changed(&id);

@@ -28,7 +28,7 @@ pub mod postgres;
 
 pub use freshness::Notifications;
 pub use keys::CachingKeyStore;
-pub use orders::CachingOrderStore;
+pub use orders::{CachingOrderStore, LATER_PAGES};
 
 /// The most entries a cache keeps, by default.
 pub const DEFAULT_CAPACITY: usize = 100_000;

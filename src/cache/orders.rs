@@ -1,7 +1,8 @@
-//! [`CachingOrderStore`]: each organization's newest page of orders, encoded once.
+//! [`CachingOrderStore`]: each organization's pages of orders, encoded once.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use async_trait::async_trait;
 use quick_cache::sync::Cache;
@@ -10,12 +11,14 @@ use super::freshness::{Gate, Invalidate, Notifications};
 use super::DEFAULT_CAPACITY;
 use crate::metrics::{self, CacheName, InvalidationScope};
 use crate::model::{OrderPage, MAX_ORDERS};
-use crate::store::{OrderStore, StoreError};
+use crate::store::{OrderQuery, OrderStore, StoreError};
 
-/// An [`OrderStore`] in front of another: the newest [`MAX_ORDERS`] orders of an organization
-/// it has read before are answered at once ([`OrderStore::newest_orders_now`]) as the page
-/// it read, encoded once, so `GET /orders` serves ready bytes. At most `capacity`
-/// organizations are kept; other limits than [`MAX_ORDERS`] go to the inner store.
+/// An [`OrderStore`] in front of another: pages of orders it has read before are answered at
+/// once ([`OrderStore::orders_now`]) as the pages it read, encoded once, so `GET /orders`
+/// serves ready bytes. The first page of [`MAX_ORDERS`] also answers every shorter first page
+/// (`limit` below it). Per organization it keeps the first page and up to
+/// [`LATER_PAGES`] later ones; at most `capacity` organizations are kept. A change to an
+/// organization's orders drops all of its pages at once.
 ///
 /// The host tells it when an organization's orders change
 /// ([`invalidate_organization`](Self::invalidate_organization)), or it follows a
@@ -27,9 +30,45 @@ pub struct CachingOrderStore<S> {
     cache: Arc<OrderCache>,
 }
 
+/// The most pages after the first that the cache keeps per organization; past it, the
+/// organization's later pages start over (the first page stays).
+pub const LATER_PAGES: usize = 16;
+
 struct OrderCache {
-    pages: Cache<String, OrderPage>,
+    organizations: Cache<String, Arc<OrganizationPages>>,
     gate: Gate,
+}
+
+/// The pages kept of one organization, all dropped together when its orders change.
+#[derive(Default)]
+struct OrganizationPages {
+    first: OnceLock<OrderPage>,
+    later: Mutex<HashMap<OrderQuery, OrderPage>>,
+}
+
+impl OrganizationPages {
+    fn get(&self, query: &OrderQuery) -> Option<OrderPage> {
+        if query.position().is_none() && query.limit() <= MAX_ORDERS {
+            return self.first.get().map(|page| page.truncated(query.limit()));
+        }
+        self.later
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(query)
+            .cloned()
+    }
+
+    fn keep(&self, query: &OrderQuery, page: &OrderPage) {
+        if query.is_default_first_page() {
+            let _ = self.first.set(page.clone());
+            return;
+        }
+        let mut later = self.later.lock().unwrap_or_else(PoisonError::into_inner);
+        if later.len() >= LATER_PAGES {
+            later.clear();
+        }
+        later.insert(query.clone(), page.clone());
+    }
 }
 
 impl<S: OrderStore> CachingOrderStore<S> {
@@ -41,14 +80,14 @@ impl<S: OrderStore> CachingOrderStore<S> {
 
     fn with_gate(inner: S, gate: Gate, capacity: usize) -> Self {
         let cache = Arc::new(OrderCache {
-            pages: Cache::new(capacity.max(1)),
+            organizations: Cache::new(capacity.max(1)),
             gate,
         });
         cache.gate.register(&cache);
         Self { inner, cache }
     }
 
-    /// Keeps at most `capacity` organizations' pages. Drops what the cache held.
+    /// Keeps the pages of at most `capacity` organizations. Drops what the cache held.
     #[must_use]
     pub fn with_capacity(self, capacity: usize) -> Self {
         let gate = self.cache.gate.clone();
@@ -58,11 +97,11 @@ impl<S: OrderStore> CachingOrderStore<S> {
     /// Follows `notifications`, as [`CachingKeyStore::with_notifications`](super::CachingKeyStore::with_notifications).
     #[must_use]
     pub fn with_notifications(self, notifications: &Notifications) -> Self {
-        let capacity = self.cache.pages.capacity() as usize;
+        let capacity = self.cache.organizations.capacity() as usize;
         Self::with_gate(self.inner, Gate::following(notifications), capacity)
     }
 
-    /// Forgets the page of `organization_id`, whose orders changed.
+    /// Forgets the pages of `organization_id`, whose orders changed.
     pub fn invalidate_organization(&self, organization_id: &str) {
         self.cache.orders_changed(organization_id);
     }
@@ -78,64 +117,79 @@ impl<S: OrderStore> CachingOrderStore<S> {
     }
 }
 
+impl OrderCache {
+    /// The kept page `query` asks for, if the cache may answer (a hit).
+    fn answer(&self, organization_id: &str, query: &OrderQuery) -> Option<OrderPage> {
+        if !self.gate.open() {
+            return None;
+        }
+        let page = self.organizations.get(organization_id)?.get(query)?;
+        metrics::cache_hit(CacheName::Orders);
+        Some(page)
+    }
+
+    /// Keeps what the store answered, unless a change came in since `mark`.
+    fn keep(&self, organization_id: &str, query: &OrderQuery, page: &OrderPage, mark: u64) {
+        if !self.gate.unchanged_since(mark) {
+            return;
+        }
+        let Ok(pages) = self.organizations.get_or_insert_with(organization_id, || {
+            Ok::<_, std::convert::Infallible>(Arc::default())
+        });
+        pages.keep(query, page);
+        // A change that came in while keeping may have missed the new page.
+        if !self.gate.unchanged_since(mark) {
+            self.organizations.remove(organization_id);
+        }
+    }
+}
+
 impl Invalidate for OrderCache {
     fn key_changed(&self, _key_id: &str) {}
 
     fn orders_changed(&self, organization_id: &str) {
         self.gate.note_change();
-        self.pages.remove(organization_id);
+        self.organizations.remove(organization_id);
         metrics::cache_invalidated(CacheName::Orders, InvalidationScope::Organization);
     }
 
     fn clear(&self) {
         self.gate.note_change();
-        self.pages.clear();
+        self.organizations.clear();
         metrics::cache_invalidated(CacheName::Orders, InvalidationScope::All);
     }
 }
 
 #[async_trait]
 impl<S: OrderStore> OrderStore for CachingOrderStore<S> {
-    async fn newest_orders(
+    async fn orders(
         &self,
         organization_id: &str,
-        limit: usize,
+        query: &OrderQuery,
     ) -> Result<OrderPage, StoreError> {
-        if let Some(Ok(page)) = self.newest_orders_now(organization_id, limit) {
+        if let Some(page) = self.cache.answer(organization_id, query) {
             return Ok(page);
         }
         metrics::cache_missed(CacheName::Orders);
         let mark = self.cache.gate.mark();
-        let page = self.inner.newest_orders(organization_id, limit).await?;
-        if limit == MAX_ORDERS && self.cache.gate.unchanged_since(mark) {
-            self.cache
-                .pages
-                .insert(organization_id.to_owned(), page.clone());
-            if !self.cache.gate.unchanged_since(mark) {
-                self.cache.pages.remove(organization_id);
-            }
-        }
+        let page = self.inner.orders(organization_id, query).await?;
+        self.cache.keep(organization_id, query, &page, mark);
         Ok(page)
     }
 
-    fn newest_orders_now(
+    fn orders_now(
         &self,
         organization_id: &str,
-        limit: usize,
+        query: &OrderQuery,
     ) -> Option<Result<OrderPage, StoreError>> {
-        if limit != MAX_ORDERS || !self.cache.gate.open() {
-            return None;
-        }
-        let page = self.cache.pages.get(organization_id)?;
-        metrics::cache_hit(CacheName::Orders);
-        Some(Ok(page))
+        self.cache.answer(organization_id, query).map(Ok)
     }
 }
 
 impl<S> fmt::Debug for CachingOrderStore<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CachingOrderStore")
-            .field("organizations", &self.cache.pages.len())
+            .field("organizations", &self.cache.organizations.len())
             .field("answering", &self.cache.gate.open())
             .finish_non_exhaustive()
     }

@@ -5,11 +5,11 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use async_trait::async_trait;
 
-use super::{
-    check_label, describe_plaintext, IssuedKey, KeyLookup, KeyManager, KeyRecord, KeyStore, KeyUse,
-    NewKey, OrderStore, Principal, StoreError,
-};
+use super::{KeyLookup, KeyStore, OrderQuery, OrderStore, Principal, StoreError};
 use crate::key::{is_valid_key, ApiKey, KeyDigest, KeyEnvironment};
+use crate::management::{
+    check_label, describe_plaintext, IssuedKey, KeyManager, KeyRecord, KeyUse, NewKey,
+};
 use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp, MAX_ORDERS};
 use crate::seed::{Seed, SeedError};
 
@@ -164,7 +164,7 @@ impl MemoryStore {
     }
 
     /// [`add_key`](Self::add_key) with a label and an expiry, as a seed gives them.
-    fn add_described_key(
+    pub(crate) fn add_described_key(
         &self,
         key: &str,
         organization_id: &str,
@@ -213,6 +213,23 @@ impl MemoryStore {
     /// has an order with that id, or the order cannot be served ([`EncodedOrder::new`]).
     pub fn add_order(&self, organization_id: &str, order: Order) -> Result<(), StoreError> {
         self.add_orders(organization_id, [order])
+    }
+
+    /// Removes the order `order_id` of the organization `organization_id`, and returns whether
+    /// it was there.
+    pub fn remove_order(&self, organization_id: &str, order_id: &str) -> bool {
+        let _writer = self
+            .order_writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let current = self.read().orders.get(organization_id).cloned();
+        let Some(next) = current.and_then(|orders| orders.without(order_id)) else {
+            return false;
+        };
+        self.write()
+            .orders
+            .insert(organization_id.to_owned(), Arc::new(next));
+        true
     }
 
     /// Adds orders to the organization `organization_id`, all or none.
@@ -275,9 +292,42 @@ impl OrganizationOrders {
             next.newest_first
                 .sort_by(|a, b| a.order().cmp_newest_first(b.order()));
         }
-        let newest = next.newest_first.len().min(MAX_ORDERS);
-        next.newest_page = OrderPage::new(next.newest_first[..newest].to_vec());
+        next.refresh_newest_page();
         Ok(next)
+    }
+
+    /// These orders without the order `order_id`, if they hold it.
+    fn without(&self, order_id: &str) -> Option<Self> {
+        if !self.ids.contains(order_id) {
+            return None;
+        }
+        let mut next = self.clone();
+        next.ids.remove(order_id);
+        next.newest_first
+            .retain(|order| order.order().id != order_id);
+        next.refresh_newest_page();
+        Some(next)
+    }
+
+    fn refresh_newest_page(&mut self) {
+        let end = self.newest_first.len().min(MAX_ORDERS + 1);
+        self.newest_page = OrderPage::first(self.newest_first[..end].to_vec(), MAX_ORDERS);
+    }
+
+    /// The page `query` asks for.
+    fn page(&self, query: &OrderQuery) -> OrderPage {
+        if query.is_default_first_page() {
+            return self.newest_page.clone();
+        }
+        let start = query.position().map_or(0, |position| {
+            self.newest_first
+                .partition_point(|held| !position.precedes(held.order()))
+        });
+        let end = self
+            .newest_first
+            .len()
+            .min(start.saturating_add(query.limit()).saturating_add(1));
+        OrderPage::first(self.newest_first[start..end].to_vec(), query.limit())
     }
 }
 
@@ -523,55 +573,40 @@ impl MemoryStore {
             .map_or(KeyLookup::Unknown, KeyEntry::outcome)
     }
 
-    fn newest_page(&self, organization_id: &str, limit: usize) -> OrderPage {
-        let state = self.read();
-        let Some(orders) = state.orders.get(organization_id) else {
-            return OrderPage::default();
-        };
-        if limit == MAX_ORDERS {
-            return orders.newest_page.clone();
-        }
-        let newest = &orders.newest_first[..limit.min(orders.newest_first.len())];
-        OrderPage::new(newest.to_vec())
+    fn page(&self, organization_id: &str, query: &OrderQuery) -> OrderPage {
+        let orders = self.read().orders.get(organization_id).cloned();
+        orders.map_or_else(OrderPage::default, |orders| orders.page(query))
     }
 }
 
 // Everything is at hand: the `_now` answers are the answers.
 #[async_trait]
 impl KeyStore for MemoryStore {
-    async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
-        Ok(self.outcome(digest).into_principal())
-    }
-
-    fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<Option<Principal>, StoreError>> {
-        Some(Ok(self.outcome(digest).into_principal()))
-    }
-
-    async fn lookup_outcome(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
+    async fn lookup(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
         Ok(self.outcome(digest))
     }
 
-    fn lookup_outcome_now(&self, digest: &KeyDigest) -> Option<Result<KeyLookup, StoreError>> {
+    fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<KeyLookup, StoreError>> {
         Some(Ok(self.outcome(digest)))
     }
 }
 
 #[async_trait]
 impl OrderStore for MemoryStore {
-    async fn newest_orders(
+    async fn orders(
         &self,
         organization_id: &str,
-        limit: usize,
+        query: &OrderQuery,
     ) -> Result<OrderPage, StoreError> {
-        Ok(self.newest_page(organization_id, limit))
+        Ok(self.page(organization_id, query))
     }
 
-    fn newest_orders_now(
+    fn orders_now(
         &self,
         organization_id: &str,
-        limit: usize,
+        query: &OrderQuery,
     ) -> Option<Result<OrderPage, StoreError>> {
-        Some(Ok(self.newest_page(organization_id, limit)))
+        Some(Ok(self.page(organization_id, query)))
     }
 }
 
@@ -610,7 +645,7 @@ mod tests {
 
     async fn ids(store: &MemoryStore, org: &str, limit: usize) -> Vec<String> {
         store
-            .newest_orders(org, limit)
+            .orders(org, &OrderQuery::newest(limit))
             .await
             .unwrap()
             .orders()
@@ -643,11 +678,17 @@ mod tests {
         let store = store();
         let many: Vec<Order> = (0..150).map(|n| order(&format!("m{n:03}"), n)).collect();
         store.add_orders("a", many).unwrap();
-        let page = store.newest_orders("a", MAX_ORDERS).await.unwrap();
+        let page = store
+            .orders("a", &OrderQuery::newest(MAX_ORDERS))
+            .await
+            .unwrap();
         assert_eq!(page.len(), MAX_ORDERS);
         assert_eq!(page.orders()[0].order().id, "m149");
         store.add_order("a", order("newest", 1_000)).unwrap();
-        let page = store.newest_orders("a", MAX_ORDERS).await.unwrap();
+        let page = store
+            .orders("a", &OrderQuery::newest(MAX_ORDERS))
+            .await
+            .unwrap();
         assert_eq!(page.len(), MAX_ORDERS);
         assert_eq!(page.orders()[0].order().id, "newest");
         assert_eq!(page.orders()[99].order().id, "m051");
@@ -674,19 +715,27 @@ mod tests {
         let store = store();
         let key_id = store.add_key("secret-a", "a").unwrap();
         let digest = KeyDigest::of("secret-a");
-        let principal = store.lookup(&digest).await.unwrap().unwrap();
+        let principal = store
+            .lookup(&digest)
+            .await
+            .unwrap()
+            .into_principal()
+            .unwrap();
         assert_eq!(principal.organization.id, "a");
         assert_eq!(&*principal.key_id, key_id);
         assert!(store.revoke_key("secret-a"));
         assert!(!store.revoke_key("secret-a"));
-        assert_eq!(store.lookup(&digest).await.unwrap(), None);
+        assert_eq!(store.lookup(&digest).await.unwrap(), KeyLookup::Revoked);
         assert!(
             store.add_key("secret-a", "b").is_err(),
             "a revoked key stays taken"
         );
         assert!(store.add_key("bad key", "a").is_err());
         assert!(store.add_key("secret-c", "zzz").is_err());
-        assert_eq!(store.lookup(&KeyDigest::of("unknown")).await.unwrap(), None);
+        assert_eq!(
+            store.lookup(&KeyDigest::of("unknown")).await.unwrap(),
+            KeyLookup::Unknown
+        );
     }
 
     #[test]

@@ -9,22 +9,23 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::key::KeyDigest;
+#[cfg(doc)]
+use crate::model::MAX_ORDERS;
 use crate::model::{OrderPage, Organization, Timestamp};
 
 mod error;
-mod manage;
 mod memory;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
+mod query;
 
 pub use error::{StoreError, StoreErrorKind};
-pub(crate) use manage::{check_label, describe_plaintext};
-pub use manage::{IssuedKey, KeyManager, KeyRecord, KeyUse, NewKey, MAX_LABEL_CHARS};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::PgStore;
+pub use query::{OrderPosition, OrderQuery};
 
 /// What a valid API key resolves to.
 ///
@@ -107,109 +108,96 @@ impl KeyLookup {
 }
 
 impl From<Option<Principal>> for KeyLookup {
-    /// A principal is a valid key; nothing is an unknown one.
+    /// A principal is a valid key; nothing is an unknown one (for a store that keeps no
+    /// refused keys).
     fn from(found: Option<Principal>) -> Self {
         found.map_or(Self::Unknown, Self::Valid)
     }
 }
 
-/// Resolves API keys (by digest) to the organization they belong to.
+/// Resolves API keys (by digest) to the organization they belong to, or says why not.
 ///
-/// A store implements [`lookup`](Self::lookup) (and [`lookup_now`](Self::lookup_now) if it
-/// has answers at hand); one that keeps revoked and expired keys also implements
-/// [`lookup_outcome`](Self::lookup_outcome) so that the metrics can tell why a key was
-/// refused. The API asks `lookup_outcome_now`, then `lookup_outcome`.
+/// A store implements [`lookup`](Self::lookup), and [`lookup_now`](Self::lookup_now) if it
+/// has answers at hand without waiting (it keeps keys in memory). The API asks `lookup_now`
+/// first, then `lookup`.
 #[async_trait]
 pub trait KeyStore: Send + Sync {
-    /// The principal of the key whose SHA-256 digest is `digest`, or `None` when no such key
-    /// exists, it was revoked or it expired: the API treats all alike. A revocation must be
-    /// visible to the very next call (a cache in front of a store, such as
-    /// [`CachingKeyStore`](crate::cache::CachingKeyStore), makes that a bounded delay).
-    async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError>;
+    /// What the store knows of the key whose SHA-256 digest is `digest`: its principal
+    /// ([`KeyLookup::Valid`]), or why there is none ([`KeyLookup::Unknown`],
+    /// [`Revoked`](KeyLookup::Revoked), [`Expired`](KeyLookup::Expired)). A store that does not
+    /// keep refused keys answers `Unknown` for them. A revocation must be visible to the very
+    /// next call (a cache in front of a store, such as
+    /// [`CachingKeyStore`](crate::cache::CachingKeyStore), makes that a bounded delay); a
+    /// valid key's principal carries the key's expiry, which caches enforce on every hit.
+    async fn lookup(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError>;
 
-    /// The answer of [`lookup`](Self::lookup) when the store has it at hand without waiting
-    /// (it keeps keys in memory), or `None` to be asked through `lookup`. The default is
-    /// `None`. A store that answers here must answer exactly as `lookup` would; the service
-    /// then builds the response without a future.
-    fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<Option<Principal>, StoreError>> {
+    /// The answer of [`lookup`](Self::lookup) when the store has it at hand without waiting,
+    /// or `None` to be asked through `lookup`. The default is `None`. A store that answers
+    /// here must answer exactly as `lookup` would; the service then builds the response
+    /// without a future.
+    fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<KeyLookup, StoreError>> {
         let _ = digest;
         None
     }
-
-    /// The key whose digest is `digest`, or why there is no principal for it. Its principal
-    /// must be [`lookup`](Self::lookup)'s. The default asks `lookup` and calls every refused
-    /// key [`KeyLookup::Unknown`].
-    async fn lookup_outcome(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
-        self.lookup(digest).await.map(KeyLookup::from)
-    }
-
-    /// The answer of [`lookup_outcome`](Self::lookup_outcome) when the store has it at hand,
-    /// as [`lookup_now`](Self::lookup_now). The default asks `lookup_now`.
-    fn lookup_outcome_now(&self, digest: &KeyDigest) -> Option<Result<KeyLookup, StoreError>> {
-        self.lookup_now(digest)
-            .map(|found| found.map(KeyLookup::from))
-    }
 }
 
-/// Reads an organization's orders.
+/// Reads an organization's orders, a page at a time.
 #[async_trait]
 pub trait OrderStore: Send + Sync {
-    /// The newest `limit` orders of the organization `organization_id` (all of them if it
-    /// has fewer): newest by `createdAt`, ties broken by `id` descending (byte order). An
-    /// unknown organization has no orders. [`OrderPage::new`] puts them in that order.
-    async fn newest_orders(
+    /// The page of the organization `organization_id`'s orders that `query` asks for: in the
+    /// order the API serves them (newest by `createdAt` first, ties by `id` descending in
+    /// byte order), the first [`query.limit()`](OrderQuery::limit) of those that come after
+    /// [`query.position()`](OrderQuery::position) (from the newest when it is `None`), and whether
+    /// any order follows them ([`OrderPage::has_more`]). An unknown organization has no
+    /// orders.
+    ///
+    /// The position is a keyset, not an offset: an order created or deleted before it never
+    /// shifts what comes after it. A store reads `limit + 1` orders and builds the page with
+    /// [`OrderPage::first`], which keeps `limit` of them and says whether there were more.
+    async fn orders(
         &self,
         organization_id: &str,
-        limit: usize,
+        query: &OrderQuery,
     ) -> Result<OrderPage, StoreError>;
 
-    /// The answer of [`newest_orders`](Self::newest_orders) when the store has it at hand
-    /// without waiting, or `None` to be asked through `newest_orders`; as
-    /// [`KeyStore::lookup_now`].
-    fn newest_orders_now(
+    /// The answer of [`orders`](Self::orders) when the store has it at hand without waiting,
+    /// or `None` to be asked through `orders`; as [`KeyStore::lookup_now`].
+    fn orders_now(
         &self,
         organization_id: &str,
-        limit: usize,
+        query: &OrderQuery,
     ) -> Option<Result<OrderPage, StoreError>> {
-        let _ = (organization_id, limit);
+        let _ = (organization_id, query);
         None
     }
 }
 
 #[async_trait]
-impl<T: KeyStore + ?Sized> KeyStore for std::sync::Arc<T> {
-    async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
+impl<T: KeyStore + ?Sized> KeyStore for Arc<T> {
+    async fn lookup(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
         (**self).lookup(digest).await
     }
 
-    fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<Option<Principal>, StoreError>> {
+    fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<KeyLookup, StoreError>> {
         (**self).lookup_now(digest)
-    }
-
-    async fn lookup_outcome(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
-        (**self).lookup_outcome(digest).await
-    }
-
-    fn lookup_outcome_now(&self, digest: &KeyDigest) -> Option<Result<KeyLookup, StoreError>> {
-        (**self).lookup_outcome_now(digest)
     }
 }
 
 #[async_trait]
-impl<T: OrderStore + ?Sized> OrderStore for std::sync::Arc<T> {
-    async fn newest_orders(
+impl<T: OrderStore + ?Sized> OrderStore for Arc<T> {
+    async fn orders(
         &self,
         organization_id: &str,
-        limit: usize,
+        query: &OrderQuery,
     ) -> Result<OrderPage, StoreError> {
-        (**self).newest_orders(organization_id, limit).await
+        (**self).orders(organization_id, query).await
     }
 
-    fn newest_orders_now(
+    fn orders_now(
         &self,
         organization_id: &str,
-        limit: usize,
+        query: &OrderQuery,
     ) -> Option<Result<OrderPage, StoreError>> {
-        (**self).newest_orders_now(organization_id, limit)
+        (**self).orders_now(organization_id, query)
     }
 }

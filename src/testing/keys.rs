@@ -7,10 +7,9 @@ use super::namespace;
 use super::report::{ensure, failed, Check, Report};
 use super::store::{key, lookup, lookup_outcome, organization, StoreFixtures};
 use crate::key::{KeyDigest, KeyEnvironment};
+use crate::management::{IssuedKey, KeyManager, KeyRecord, KeyUse, NewKey};
 use crate::model::{Organization, Timestamp};
-use crate::store::{
-    IssuedKey, KeyLookup, KeyManager, KeyRecord, KeyUse, NewKey, StoreError, StoreErrorKind,
-};
+use crate::store::{KeyLookup, StoreError, StoreErrorKind};
 
 /// How long the checks of expiry and overlap wait for a key to expire.
 const EXPIRY: Duration = Duration::from_millis(1500);
@@ -631,13 +630,17 @@ where
         "a duplicate organization is not a conflict"
     );
     let plaintext = key(fixtures, &ns, "k", &org.id).await?;
-    let duplicate = fixtures.add_key(&plaintext, &org.id).await;
+    let duplicate = fixtures.add_key(&plaintext, &org.id, None).await;
     ensure!(
         kind_of(duplicate) == Some(StoreErrorKind::Conflict),
         "a duplicate key is not a conflict"
     );
     let orphan = fixtures
-        .add_key(&format!("pk_test_{ns}_orphan"), &format!("{ns}_missing"))
+        .add_key(
+            &format!("pk_test_{ns}_orphan"),
+            &format!("{ns}_missing"),
+            None,
+        )
         .await;
     ensure!(
         kind_of(orphan) == Some(StoreErrorKind::NotFound),

@@ -36,6 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::{KeyStore, OrderStore, RateLimiter};
 
 mod keys;
+mod pages;
 mod rate_limit;
 mod report;
 mod store;

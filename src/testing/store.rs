@@ -3,11 +3,14 @@
 use async_trait::async_trait;
 use chrono::NaiveDate;
 
-use super::namespace;
 use super::report::{ensure, failed, Check, Report};
+use super::{namespace, pages};
 use crate::key::KeyDigest;
+use crate::model::OrderPage;
 use crate::model::{Order, Organization, Timestamp, MAX_BUDGET_DKK};
-use crate::store::{KeyLookup, KeyStore, MemoryStore, OrderStore, Principal, StoreError};
+use crate::store::{
+    KeyLookup, KeyStore, MemoryStore, OrderQuery, OrderStore, Principal, StoreError,
+};
 
 /// How the suite puts test data into a store.
 #[async_trait]
@@ -21,14 +24,23 @@ pub trait StoreFixtures: Send + Sync {
     /// Adds an organization.
     async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError>;
 
-    /// Adds the API key `key` (plaintext; the store keeps what it keeps) for an organization.
-    async fn add_key(&self, key: &str, organization_id: &str) -> Result<(), StoreError>;
+    /// Adds the API key `key` (plaintext; the store keeps what it keeps) for an organization,
+    /// expiring at `expires_at` if given.
+    async fn add_key(
+        &self,
+        key: &str,
+        organization_id: &str,
+        expires_at: Option<Timestamp>,
+    ) -> Result<(), StoreError>;
 
     /// Revokes the API key `key`.
     async fn revoke_key(&self, key: &str) -> Result<(), StoreError>;
 
     /// Adds orders to an organization.
     async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError>;
+
+    /// Removes the order `order_id` of an organization.
+    async fn remove_order(&self, organization_id: &str, order_id: &str) -> Result<(), StoreError>;
 }
 
 #[async_trait]
@@ -43,8 +55,14 @@ impl StoreFixtures for MemoryStore {
         MemoryStore::add_organization(self, organization.clone())
     }
 
-    async fn add_key(&self, key: &str, organization_id: &str) -> Result<(), StoreError> {
-        MemoryStore::add_key(self, key, organization_id).map(drop)
+    async fn add_key(
+        &self,
+        key: &str,
+        organization_id: &str,
+        expires_at: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        self.add_described_key(key, organization_id, None, expires_at)
+            .map(drop)
     }
 
     async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
@@ -54,6 +72,11 @@ impl StoreFixtures for MemoryStore {
 
     async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError> {
         MemoryStore::add_orders(self, organization_id, orders.iter().cloned())
+    }
+
+    async fn remove_order(&self, organization_id: &str, order_id: &str) -> Result<(), StoreError> {
+        MemoryStore::remove_order(self, organization_id, order_id);
+        Ok(())
     }
 }
 
@@ -70,8 +93,13 @@ impl StoreFixtures for crate::PgStore {
         crate::PgStore::add_organization(self, organization).await
     }
 
-    async fn add_key(&self, key: &str, organization_id: &str) -> Result<(), StoreError> {
-        crate::PgStore::add_key(self, key, organization_id)
+    async fn add_key(
+        &self,
+        key: &str,
+        organization_id: &str,
+        expires_at: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        self.add_expiring_key(key, organization_id, expires_at)
             .await
             .map(drop)
     }
@@ -82,6 +110,12 @@ impl StoreFixtures for crate::PgStore {
 
     async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError> {
         crate::PgStore::add_orders(self, organization_id, orders).await
+    }
+
+    async fn remove_order(&self, organization_id: &str, order_id: &str) -> Result<(), StoreError> {
+        crate::PgStore::remove_order(self, organization_id, order_id)
+            .await
+            .map(drop)
     }
 }
 
@@ -122,6 +156,22 @@ pub async fn run<F: StoreFixtures>(fixtures: &F) -> Report {
         "organizations see only their own orders",
         isolation(fixtures).await,
     );
+    record(
+        "pages hold every order once, newest first, across ties",
+        pages::pages_cover_every_order_once(fixtures).await,
+    );
+    record(
+        "new and deleted orders never shift later pages",
+        pages::pages_hold_across_changes(fixtures).await,
+    );
+    record(
+        "10,000 orders in pages of 100",
+        pages::ten_thousand_orders(fixtures).await,
+    );
+    record(
+        "a key's expiry is reported and enforced",
+        pages::expiry_is_reported(fixtures).await,
+    );
     report
 }
 
@@ -149,14 +199,14 @@ pub(super) async fn key<F: StoreFixtures>(
 ) -> Result<String, String> {
     let key = format!("pk_test_{ns}_{name}");
     fixtures
-        .add_key(&key, organization_id)
+        .add_key(&key, organization_id, None)
         .await
         .map_err(failed("add_key"))?;
     Ok(key)
 }
 
 /// An order created `millis` after 2026-01-01T00:00:00Z.
-fn order(id: String, millis: i64) -> Order {
+pub(super) fn order(id: String, millis: i64) -> Order {
     let start = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap_or_default();
     Order {
         providers: vec!["meta".into(), format!("provider-{}", millis % 7)],
@@ -181,9 +231,8 @@ pub(super) async fn lookup<F: StoreFixtures>(
     Ok(lookup_outcome(fixtures, key).await?.into_principal())
 }
 
-/// What the store knows of `key`, asked every way it answers: [`KeyStore::lookup`] and
-/// [`KeyStore::lookup_outcome`] (and their `_now` forms when the store answers at once)
-/// must agree.
+/// What the store knows of `key`, asked every way it answers: [`KeyStore::lookup`] and, when
+/// the store answers at once, [`KeyStore::lookup_now`] must agree.
 pub(super) async fn lookup_outcome<F: StoreFixtures>(
     fixtures: &F,
     key: &str,
@@ -195,22 +244,38 @@ pub(super) async fn lookup_outcome<F: StoreFixtures>(
         let now = now.map_err(failed("lookup_now"))?;
         ensure!(now == found, "lookup_now gave {now:?}, lookup {found:?}");
     }
-    let outcome = store
-        .lookup_outcome(&digest)
+    Ok(found)
+}
+
+/// The page `query` of `organization_id`, asked every way the store answers:
+/// [`OrderStore::orders`] and, when the store answers at once, [`OrderStore::orders_now`]
+/// must agree.
+pub(super) async fn read_page<F: StoreFixtures>(
+    fixtures: &F,
+    organization_id: &str,
+    query: &OrderQuery,
+) -> Result<OrderPage, String> {
+    let page = fixtures
+        .store()
+        .orders(organization_id, query)
         .await
-        .map_err(failed("lookup_outcome"))?;
-    ensure!(
-        outcome.principal() == found.as_ref(),
-        "lookup_outcome gave {outcome:?}, lookup {found:?}"
-    );
-    if let Some(now) = store.lookup_outcome_now(&digest) {
-        let now = now.map_err(failed("lookup_outcome_now"))?;
+        .map_err(failed("orders"))?;
+    if let Some(now) = fixtures.store().orders_now(organization_id, query) {
+        let now = now.map_err(failed("orders_now"))?;
         ensure!(
-            now == outcome,
-            "lookup_outcome_now gave {now:?}, lookup_outcome {outcome:?}"
+            now.json() == page.json() && now.has_more() == page.has_more(),
+            "orders_now gave {now:?} (more: {}), orders {page:?} (more: {})",
+            now.has_more(),
+            page.has_more()
         );
     }
-    Ok(outcome)
+    ensure!(
+        page.len() <= query.limit(),
+        "a page of at most {} holds {}",
+        query.limit(),
+        page.len()
+    );
+    Ok(page)
 }
 
 async fn read<F: StoreFixtures>(
@@ -218,18 +283,7 @@ async fn read<F: StoreFixtures>(
     organization_id: &str,
     limit: usize,
 ) -> Result<Vec<Order>, String> {
-    let orders = fixtures
-        .store()
-        .newest_orders(organization_id, limit)
-        .await
-        .map_err(failed("newest_orders"))?;
-    if let Some(now) = fixtures.store().newest_orders_now(organization_id, limit) {
-        let now = now.map_err(failed("newest_orders_now"))?;
-        ensure!(
-            now.json() == orders.json(),
-            "newest_orders_now gave {now:?}, newest_orders {orders:?}"
-        );
-    }
+    let orders = read_page(fixtures, organization_id, &OrderQuery::newest(limit)).await?;
     Ok(orders
         .orders()
         .iter()
@@ -237,7 +291,7 @@ async fn read<F: StoreFixtures>(
         .collect())
 }
 
-fn ids(orders: &[Order]) -> Vec<&str> {
+pub(super) fn ids(orders: &[Order]) -> Vec<&str> {
     orders.iter().map(|order| order.id.as_str()).collect()
 }
 
@@ -249,7 +303,7 @@ fn expected(orders: &[Order], limit: usize) -> Vec<Order> {
     sorted
 }
 
-async fn add_orders<F: StoreFixtures>(
+pub(super) async fn add_orders<F: StoreFixtures>(
     fixtures: &F,
     organization_id: &str,
     orders: &[Order],

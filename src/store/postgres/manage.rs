@@ -10,8 +10,9 @@ use sqlx::Row;
 
 use super::{column, store_error, PgStore};
 use crate::key::{ApiKey, KeyEnvironment};
+use crate::management::{IssuedKey, KeyManager, KeyRecord, KeyUse, NewKey};
 use crate::model::Timestamp;
-use crate::store::{IssuedKey, KeyManager, KeyRecord, KeyUse, NewKey, StoreError};
+use crate::store::StoreError;
 
 /// The columns of a [`KeyRecord`], in `record_from_row`'s names.
 const RECORD: &str = "id, organization_id, label, hint, environment, created_at, expires_at, \

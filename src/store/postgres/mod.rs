@@ -8,8 +8,9 @@ use chrono::{DateTime, NaiveDate, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, Row};
 
-use super::{describe_plaintext, KeyLookup, KeyStore, OrderStore, Principal, StoreError};
+use super::{KeyLookup, KeyStore, OrderQuery, OrderStore, Principal, StoreError};
 use crate::key::{is_valid_key, KeyDigest};
+use crate::management::describe_plaintext;
 use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
 
 mod breaker;
@@ -33,11 +34,21 @@ const LOOKUP_KEY: &str = "\
     FROM partner_api_keys k JOIN partner_organizations o ON o.id = k.organization_id \
     WHERE k.key_sha256 = $1";
 
-/// The one query of `GET /orders`: an index range scan of `partner_orders_newest`.
-pub const NEWEST_ORDERS: &str = "\
+/// The one query of the first page of `GET /orders`: an index range scan of
+/// `partner_orders_newest`, one row more than the page holds (to know whether more follow).
+const FIRST_PAGE: &str = "\
     SELECT id, providers, advertiser_name, campaign_name, budget_dkk, start_date, end_date, \
            status, external_reference, created_at \
     FROM partner_orders WHERE organization_id = $1 \
+    ORDER BY created_at DESC, id DESC LIMIT $2";
+
+/// The one query of a later page: the same range scan, started after the position
+/// (`created_at`, `id`) of the previous page's last order. A keyset, not an offset: page 50
+/// costs what page 1 does, and orders created meanwhile never shift it.
+const PAGE_AFTER: &str = "\
+    SELECT id, providers, advertiser_name, campaign_name, budget_dkk, start_date, end_date, \
+           status, external_reference, created_at \
+    FROM partner_orders WHERE organization_id = $1 AND (created_at, id) < ($3, $4) \
     ORDER BY created_at DESC, id DESC LIMIT $2";
 
 /// [`KeyStore`] and [`OrderStore`] over PostgreSQL, in the reference schema of [`MIGRATOR`].
@@ -137,6 +148,16 @@ impl PgStore {
     /// When the key is no bearer token, exists, its organization is unknown, or the database
     /// fails.
     pub async fn add_key(&self, key: &str, organization_id: &str) -> Result<String, StoreError> {
+        self.add_expiring_key(key, organization_id, None).await
+    }
+
+    /// [`add_key`](Self::add_key) with an expiry.
+    pub(crate) async fn add_expiring_key(
+        &self,
+        key: &str,
+        organization_id: &str,
+        expires_at: Option<Timestamp>,
+    ) -> Result<String, StoreError> {
         if !is_valid_key(key) {
             return Err(StoreError::invalid_data(
                 "the key is not an RFC 6750 bearer token of at most 4096 bytes",
@@ -144,13 +165,15 @@ impl PgStore {
         }
         let (hint, environment) = describe_plaintext(key);
         let id: i64 = sqlx::query_scalar(
-            "INSERT INTO partner_api_keys (organization_id, key_sha256, hint, environment) \
-             VALUES ($1, $2, $3, $4) RETURNING id",
+            "INSERT INTO partner_api_keys \
+             (organization_id, key_sha256, hint, environment, expires_at) \
+             VALUES ($1, $2, $3, $4, $5) RETURNING id",
         )
         .bind(organization_id)
         .bind(&KeyDigest::of(key).as_bytes()[..])
         .bind(hint)
         .bind(environment.map(|environment| environment.name()))
+        .bind(expires_at.map(|at| at.as_datetime()))
         .fetch_one(&self.pool)
         .await
         .map_err(store_error)?;
@@ -172,6 +195,27 @@ impl PgStore {
         .await
         .map_err(store_error)?;
         Ok(revoked.rows_affected() > 0)
+    }
+
+    /// Removes the order `order_id` of the organization `organization_id`; returns whether it
+    /// was there.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn remove_order(
+        &self,
+        organization_id: &str,
+        order_id: &str,
+    ) -> Result<bool, StoreError> {
+        let removed =
+            sqlx::query("DELETE FROM partner_orders WHERE organization_id = $1 AND id = $2")
+                .bind(organization_id)
+                .bind(order_id)
+                .execute(&self.pool)
+                .await
+                .map_err(store_error)?;
+        Ok(removed.rows_affected() > 0)
     }
 
     /// Adds orders to an organization, all or none.
@@ -243,7 +287,7 @@ where
         .ok_or_else(|| StoreError::invalid_data(format!("column {name} is null")))
 }
 
-/// An order from a row of [`NEWEST_ORDERS`], checked against the wire contract.
+/// An order from a row of [`FIRST_PAGE`] or [`PAGE_AFTER`], checked against the wire contract.
 fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
     let id: String = column(row, "id")?;
     let budget: i64 = column(row, "budget_dkk")?;
@@ -266,13 +310,7 @@ fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
 
 #[async_trait]
 impl KeyStore for PgStore {
-    async fn lookup(&self, digest: &KeyDigest) -> Result<Option<Principal>, StoreError> {
-        self.lookup_outcome(digest)
-            .await
-            .map(KeyLookup::into_principal)
-    }
-
-    async fn lookup_outcome(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
+    async fn lookup(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
         self.admit()?;
         let found = self.look_up(digest).await;
         self.breaker.record(&found);
@@ -329,28 +367,25 @@ impl PgStore {
 
 #[async_trait]
 impl OrderStore for PgStore {
-    async fn newest_orders(
+    async fn orders(
         &self,
         organization_id: &str,
-        limit: usize,
+        query: &OrderQuery,
     ) -> Result<OrderPage, StoreError> {
         self.admit()?;
-        let page = self.read_newest_orders(organization_id, limit).await;
+        let page = self.read_orders(organization_id, query).await;
         self.breaker.record(&page);
         page
     }
 }
 
 impl PgStore {
-    async fn read_newest_orders(
+    async fn read_orders(
         &self,
         organization_id: &str,
-        limit: usize,
+        query: &OrderQuery,
     ) -> Result<OrderPage, StoreError> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = sqlx::query(NEWEST_ORDERS)
-            .bind(organization_id)
-            .bind(limit)
+        let rows = page_query(organization_id, query)
             .fetch_all(&self.pool)
             .await
             .map_err(store_error)?;
@@ -358,6 +393,90 @@ impl PgStore {
             .iter()
             .map(order_from_row)
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(OrderPage::new(orders))
+        Ok(OrderPage::first(orders, query.limit()))
+    }
+}
+
+/// The statement that reads the page `query` asks for, with its parameters bound.
+fn page_query<'q>(
+    organization_id: &'q str,
+    query: &'q OrderQuery,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    // One row more than the page holds says whether more follow.
+    let rows = i64::try_from(query.limit())
+        .unwrap_or(i64::MAX)
+        .saturating_add(1);
+    match query.position() {
+        None => sqlx::query(FIRST_PAGE).bind(organization_id).bind(rows),
+        Some(position) => sqlx::query(PAGE_AFTER)
+            .bind(organization_id)
+            .bind(rows)
+            .bind(position.created_at.as_datetime())
+            .bind(position.id.as_str()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::OrderPosition;
+
+    /// Both page queries are one range scan of the index, with no sort, whatever the page:
+    /// against the database that `PARTNER_API_TEST_DATABASE_URL` names (`.ci/test` starts one).
+    #[tokio::test]
+    async fn every_page_is_one_index_range_scan() {
+        let Ok(url) = std::env::var("PARTNER_API_TEST_DATABASE_URL") else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI runs this test against PostgreSQL: set PARTNER_API_TEST_DATABASE_URL"
+            );
+            eprintln!("skipped: PARTNER_API_TEST_DATABASE_URL is not set");
+            return;
+        };
+        let store = PgStore::connect_lazy(&url).unwrap();
+        store.migrate().await.unwrap();
+        // Plans as for a large table, whatever this database holds.
+        let mut connection = store.pool().acquire().await.unwrap();
+        sqlx::query("SET enable_seqscan = off")
+            .execute(&mut *connection)
+            .await
+            .unwrap();
+        let after = OrderPosition {
+            created_at: Timestamp::now(),
+            id: "o_50".into(),
+        };
+        for query in [OrderQuery::newest(100), OrderQuery::after(after, 20)] {
+            let (sql, arguments) = match query.position() {
+                None => (FIRST_PAGE, 2),
+                Some(_) => (PAGE_AFTER, 4),
+            };
+            let types = ["text", "bigint", "timestamptz", "text"][..arguments].join(", ");
+            let parameters = ["'org_1'", "101", "now()", "'o_50'"][..arguments].join(", ");
+            sqlx::query(&format!("PREPARE page_plan ({types}) AS {sql}"))
+                .execute(&mut *connection)
+                .await
+                .unwrap();
+            let plan: Vec<String> =
+                sqlx::query_scalar(&format!("EXPLAIN EXECUTE page_plan ({parameters})"))
+                    .fetch_all(&mut *connection)
+                    .await
+                    .unwrap();
+            sqlx::query("DEALLOCATE page_plan")
+                .execute(&mut *connection)
+                .await
+                .unwrap();
+            let plan = plan.join("\n");
+            assert!(
+                plan.contains("Index Scan using partner_orders_newest on partner_orders"),
+                "{plan}"
+            );
+            assert!(!plan.contains("Sort"), "{plan}");
+            if query.position().is_some() {
+                assert!(
+                    plan.contains("Index Cond") && plan.contains("ROW("),
+                    "{plan}"
+                );
+            }
+        }
     }
 }

@@ -2,8 +2,9 @@
 
 use super::{insert_order, store_error, PgStore};
 use crate::key::KeyDigest;
+use crate::management::describe_plaintext;
 use crate::seed::{Seed, SeedError};
-use crate::store::{describe_plaintext, StoreError};
+use crate::store::StoreError;
 
 impl PgStore {
     /// Loads `seed` in one transaction, after checking it as [`Seed::to_memory_store`] does.

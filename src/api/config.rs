@@ -1,0 +1,75 @@
+//! [`Config`]: what every request of one [`PartnerApi`](crate::PartnerApi) reads, as its
+//! builder set it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::api::auth::Challenges;
+use crate::api::openapi;
+use crate::last_used::LastUsedRecorder;
+use crate::metrics::{ResponseCounters, UsageCounters, DEFAULT_MAX_ORGANIZATIONS};
+use crate::rate_limit::RateLimiter;
+use crate::store::{KeyStore, OrderStore};
+
+/// The default mount prefix: the version segment of contract section 9.
+pub const DEFAULT_PREFIX: &str = "/v1";
+/// The default realm of the `WWW-Authenticate` challenge.
+pub const DEFAULT_REALM: &str = "partner-api";
+/// The default time a request may spend waiting for its stores.
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default `Retry-After` of a `503`: long enough that a client's retries do not pile
+/// onto a store that is failing, short enough that a passing failure costs partners little.
+pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// The configuration of one API: shared by its clones, changed only by its builder.
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) keys: Arc<dyn KeyStore>,
+    pub(crate) orders: Arc<dyn OrderStore>,
+    pub(crate) challenges: Challenges,
+    pub(crate) store_timeout: Option<Duration>,
+    pub(crate) retry_after: Duration,
+    pub(crate) rate_limiter: Option<Arc<dyn RateLimiter>>,
+    /// Where each authenticated request's key use is recorded.
+    pub(crate) last_used: Option<LastUsedRecorder>,
+    /// Whether keyed bodies carry an `ETag` and `If-None-Match` can answer `304`.
+    pub(crate) conditional_requests: bool,
+    /// Whether responses carry `x-request-id`.
+    pub(crate) request_ids: bool,
+    /// The keys of the responses metric under `prefix`.
+    pub(crate) responses: ResponseCounters,
+    /// The per-organization series, bounded.
+    pub(crate) usage: Arc<UsageCounters>,
+    /// The OpenAPI document as served under `prefix`.
+    pub(crate) openapi: Bytes,
+    pub(crate) prefix: String,
+}
+
+impl Config {
+    pub(crate) fn new(keys: Arc<dyn KeyStore>, orders: Arc<dyn OrderStore>) -> Self {
+        Self {
+            keys,
+            orders,
+            challenges: Challenges::new(DEFAULT_REALM),
+            store_timeout: Some(DEFAULT_STORE_TIMEOUT),
+            retry_after: DEFAULT_RETRY_AFTER,
+            rate_limiter: None,
+            last_used: None,
+            conditional_requests: true,
+            request_ids: true,
+            responses: ResponseCounters::new(DEFAULT_PREFIX),
+            usage: Arc::new(UsageCounters::new(DEFAULT_MAX_ORGANIZATIONS, 0)),
+            openapi: openapi::encoded(DEFAULT_PREFIX),
+            prefix: DEFAULT_PREFIX.to_owned(),
+        }
+    }
+
+    /// The part of `path` below the prefix (`""` or `/...`), if `path` is under it: `/v1`
+    /// and `/v1/me`, not `/v10`.
+    pub(crate) fn path_below_prefix<'p>(&self, path: &'p str) -> Option<&'p str> {
+        let rest = path.strip_prefix(self.prefix.as_str())?;
+        (rest.is_empty() || rest.starts_with('/')).then_some(rest)
+    }
+}

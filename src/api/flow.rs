@@ -1,0 +1,440 @@
+//! The steps of answering a request that carries a well-formed key, written once: look the key
+//! up, ask the rate limiter, read the orders, write the response.
+//!
+//! [`Flow`] holds where a request stands and takes each store's reply ([`Flow::advance`]);
+//! it never waits itself. Two drivers ask the stores its questions: [`answer_now`] with their
+//! immediate answers (`lookup_now`, `check_now`, `orders_now`), inside `call`, with no
+//! future, box or timer; and, from the first question a store must wait for, [`answer_awaited`]
+//! with awaited answers under the store timeout. A new step is a new question and a new arm of
+//! `advance`; both drivers follow it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::LINK;
+use http::uri::PathAndQuery;
+use http::{HeaderValue, Response, StatusCode};
+
+use crate::api::auth::AuthFailure;
+use crate::api::body::ApiBody;
+use crate::api::conditional::{self, IfNoneMatch};
+use crate::api::config::Config;
+use crate::api::deadline::Deadline;
+use crate::api::pagination::{BadPageRequest, PageRequest};
+use crate::api::response::{self, ApiError};
+use crate::api::routes::Route;
+use crate::key::KeyDigest;
+use crate::log::ErrorChain;
+use crate::metrics::{self, AuthFailureReason, StoreCall};
+use crate::model::OrderPage;
+use crate::rate_limit::RateLimitDecision;
+use crate::store::{KeyLookup, OrderPosition, OrderQuery, Principal, StoreError, StoreErrorKind};
+
+/// What answering needs from the request, owned so a store future can keep it.
+pub(crate) struct Exchange {
+    pub(crate) route: Route,
+    /// The request's `If-None-Match`, when it has one and conditional requests are on.
+    pub(crate) if_none_match: Option<IfNoneMatch>,
+    /// For `GET /orders`: the page its query string asks for (or why it is refused), and the
+    /// path it came in on, which the next page's link names.
+    pub(crate) page: Option<(Result<PageRequest, BadPageRequest>, PathAndQuery)>,
+}
+
+/// Where answering one request stands.
+pub(crate) struct Flow {
+    exchange: Exchange,
+    step: Step,
+}
+
+/// What is known so far, and so what the flow asks next.
+enum Step {
+    /// Only the key's digest: the key store is asked.
+    LookUp(KeyDigest),
+    /// The key is valid: the rate limiter is asked.
+    Limit(Principal),
+    /// The request may be served: the order store is asked for the organization's page.
+    ReadOrders(Principal, Option<RateLimitDecision>, OrderQuery),
+}
+
+/// A question of the flow to a store.
+pub(crate) enum Question<'a> {
+    /// The key store's principal for the digest.
+    Key(&'a KeyDigest),
+    /// The rate limiter's decision for the principal.
+    Limit(&'a Principal),
+    /// The order store's page of the organization's orders.
+    Orders(&'a str, &'a OrderQuery),
+}
+
+impl Question<'_> {
+    /// The store call that answers the question.
+    fn call(&self) -> StoreCall {
+        match self {
+            Self::Key(_) => StoreCall::KeyLookup,
+            Self::Limit(_) => StoreCall::RateLimitCheck,
+            Self::Orders(..) => StoreCall::NewestOrders,
+        }
+    }
+}
+
+/// A store's reply to a [`Question`].
+pub(crate) enum Reply {
+    Key(Result<KeyLookup, StoreError>),
+    Limit(Result<RateLimitDecision, StoreError>),
+    Orders(Result<OrderPage, StoreError>),
+}
+
+impl Reply {
+    /// The store's error, if it failed.
+    fn error(&self) -> Option<&StoreError> {
+        match self {
+            Self::Key(result) => result.as_ref().err(),
+            Self::Limit(result) => result.as_ref().err(),
+            Self::Orders(result) => result.as_ref().err(),
+        }
+    }
+}
+
+/// The flow after a reply: done, or with a next question.
+pub(crate) enum Progress {
+    Done(Response<ApiBody>),
+    Next(Flow),
+}
+
+impl Flow {
+    /// A flow for `exchange` with the key whose digest is `digest`.
+    pub(crate) fn new(exchange: Exchange, digest: KeyDigest) -> Self {
+        Self {
+            exchange,
+            step: Step::LookUp(digest),
+        }
+    }
+
+    /// The question the flow waits on.
+    pub(crate) fn question(&self) -> Question<'_> {
+        match &self.step {
+            Step::LookUp(digest) => Question::Key(digest),
+            Step::Limit(principal) => Question::Limit(principal),
+            Step::ReadOrders(principal, _, query) => {
+                Question::Orders(&principal.organization.id, query)
+            }
+        }
+    }
+
+    /// Takes the reply to [`question`](Self::question).
+    pub(crate) fn advance(self, config: &Config, reply: Reply) -> Progress {
+        let Self { exchange, step } = self;
+        match (step, reply) {
+            (Step::LookUp(_), Reply::Key(found)) => match found {
+                Ok(KeyLookup::Valid(principal)) => {
+                    if let Some(recorder) = &config.last_used {
+                        recorder.record(&principal.key_id);
+                    }
+                    config
+                        .usage
+                        .request(&principal.organization.id, &principal.key_id);
+                    Self::looked_up(config, exchange, principal)
+                }
+                Ok(KeyLookup::Revoked) => refused(config, AuthFailureReason::Revoked),
+                Ok(KeyLookup::Expired) => refused(config, AuthFailureReason::Expired),
+                Ok(_) => refused(config, AuthFailureReason::Unknown),
+                Err(err) => Progress::Done(store_failed(config, err)),
+            },
+            (Step::Limit(principal), Reply::Limit(decided)) => {
+                after_limit(config, exchange, principal, limit_decided(decided))
+            }
+            (Step::ReadOrders(principal, decision, query), Reply::Orders(page)) => {
+                let response =
+                    page.map(|page| orders(config, &exchange, &principal, &query, &page));
+                Progress::Done(finish(config, &principal, decision, response))
+            }
+            // The drivers reply to the question asked; anything else is a bug here, answered
+            // as a failure rather than a panic on the request path.
+            (_, _) => Progress::Done(ApiError::Internal.into_response()),
+        }
+    }
+}
+
+impl Flow {
+    /// The flow once the key is known to be valid: to the rate limiter, if there is one.
+    fn looked_up(config: &Config, exchange: Exchange, principal: Principal) -> Progress {
+        if config.rate_limiter.is_some() {
+            return Progress::Next(Self {
+                exchange,
+                step: Step::Limit(principal),
+            });
+        }
+        after_limit(config, exchange, principal, None)
+    }
+}
+
+/// The answer to a request with a well-formed key: ready, or still waiting for a store.
+pub(crate) enum Answer {
+    /// Every store involved answered at once.
+    Ready(Response<ApiBody>),
+    /// A store must be waited for.
+    Wait(Pin<Box<dyn Future<Output = Response<ApiBody>> + Send>>),
+}
+
+/// Drives `flow` with the stores' immediate answers, and hands it to [`answer_awaited`] at the
+/// first question one of them must wait for.
+pub(crate) fn answer_now(config: &Arc<Config>, mut flow: Flow) -> Answer {
+    loop {
+        let Some(reply) = reply_now(config, &flow.question()) else {
+            return Answer::Wait(Box::pin(answer_awaited(config.clone(), flow)));
+        };
+        match flow.advance(config, reply) {
+            Progress::Done(response) => return Answer::Ready(response),
+            Progress::Next(next) => flow = next,
+        }
+    }
+}
+
+/// The store's immediate answer to `question`, if it has one; a failed one is counted (it
+/// took no time to wait for).
+fn reply_now(config: &Config, question: &Question<'_>) -> Option<Reply> {
+    let reply = match *question {
+        Question::Key(digest) => config.keys.lookup_now(digest).map(Reply::Key),
+        Question::Limit(principal) => config
+            .rate_limiter
+            .as_ref()
+            .and_then(|limiter| limiter.check_now(principal))
+            .map(Reply::Limit),
+        Question::Orders(organization_id, query) => config
+            .orders
+            .orders_now(organization_id, query)
+            .map(Reply::Orders),
+    }?;
+    if let Some(err) = reply.error() {
+        question.call().failed_at_once(err);
+    }
+    Some(reply)
+}
+
+/// Drives `flow` within the store timeout, from a question [`answer_now`] found no immediate
+/// answer to: with the stores' immediate answers where they have them for the questions after
+/// it, else awaited ones; each awaited call is timed, and counted when it fails or times out.
+async fn answer_awaited(config: Arc<Config>, flow: Flow) -> Response<ApiBody> {
+    // The call under way, for the metrics when the deadline passes during it.
+    let mut in_flight = None;
+    let answered = async {
+        let mut flow = flow;
+        // The first question was asked for an immediate answer already.
+        let mut asked_now = true;
+        loop {
+            let question = flow.question();
+            let now = if asked_now {
+                None
+            } else {
+                reply_now(&config, &question)
+            };
+            asked_now = false;
+            let reply = match now {
+                Some(reply) => reply,
+                None => {
+                    let call = question.call();
+                    let started = Instant::now();
+                    in_flight = Some((call, started));
+                    let reply = awaited_reply(&config, question).await;
+                    in_flight = None;
+                    call.finished(started.elapsed(), reply.error());
+                    reply
+                }
+            };
+            match flow.advance(&config, reply) {
+                Progress::Done(response) => return response,
+                Progress::Next(next) => flow = next,
+            }
+        }
+    };
+    match config.store_timeout {
+        None => answered.await,
+        Some(timeout) => Deadline::new(answered, timeout).await.unwrap_or_else(|()| {
+            if let Some((call, started)) = in_flight {
+                call.timed_out(started.elapsed());
+            }
+            let err =
+                StoreError::unavailable(format!("no answer from the store within {timeout:?}"));
+            store_failed(&config, err)
+        }),
+    }
+}
+
+/// The store's awaited answer to `question`.
+async fn awaited_reply(config: &Config, question: Question<'_>) -> Reply {
+    match question {
+        Question::Key(digest) => Reply::Key(config.keys.lookup(digest).await),
+        Question::Limit(principal) => match &config.rate_limiter {
+            Some(limiter) => Reply::Limit(limiter.check(principal).await),
+            None => Reply::Limit(Err(StoreError::other("no rate limiter"))),
+        },
+        Question::Orders(organization_id, query) => {
+            Reply::Orders(config.orders.orders(organization_id, query).await)
+        }
+    }
+}
+
+/// The flow once the limiter decided (or there is none): refused, served without the order
+/// store, or on to read the orders.
+fn after_limit(
+    config: &Config,
+    exchange: Exchange,
+    principal: Principal,
+    decision: Option<RateLimitDecision>,
+) -> Progress {
+    if decision.is_some_and(|decision| !decision.is_allowed()) {
+        config.usage.rate_limited(&principal.organization.id);
+        let refused = Ok(ApiError::TooManyRequests.into_response());
+        return Progress::Done(finish(config, &principal, decision, refused));
+    }
+    if let Some((page, _)) = &exchange.page {
+        let query = page
+            .as_ref()
+            .map_err(|bad| *bad)
+            .and_then(|page| page.query_for(&principal.organization.id));
+        let step = match query {
+            Ok(query) => Step::ReadOrders(principal, decision, query),
+            Err(bad) => {
+                let refused = Ok(ApiError::BadPageRequest(bad).into_response());
+                return Progress::Done(finish(config, &principal, decision, refused));
+            }
+        };
+        return Progress::Next(Flow { exchange, step });
+    }
+    let response = match exchange.route {
+        // Served before any key is looked at (`Route::needs_key`); the same answer here.
+        Route::OpenApi => Ok(response::openapi(config.openapi.clone())),
+        _ => me(config, &exchange, &principal),
+    };
+    Progress::Done(finish(config, &principal, decision, response))
+}
+
+/// The limiter's decision, or none when it failed: the request is served without a limit
+/// rather than refused because the limiter's own store is down.
+fn limit_decided(result: Result<RateLimitDecision, StoreError>) -> Option<RateLimitDecision> {
+    result
+        .inspect_err(|err| {
+            tracing::warn!(
+                kind = ?err.kind(),
+                error = %ErrorChain(err),
+                "partner API rate limiter failed; serving without a limit"
+            );
+        })
+        .ok()
+}
+
+/// The response to `principal`: `response` (or its failure's), with the rate-limit budget when
+/// a limiter decided; the organization recorded in the host's request span.
+fn finish(
+    config: &Config,
+    principal: &Principal,
+    decision: Option<RateLimitDecision>,
+    response: Result<Response<ApiBody>, StoreError>,
+) -> Response<ApiBody> {
+    // The host's request span may declare this field (see the crate docs on logging).
+    let span = tracing::Span::current();
+    if !span.is_disabled() {
+        span.record("organization_id", principal.organization.id.as_str());
+    }
+    let mut response = response.unwrap_or_else(|err| store_failed(config, err));
+    if let Some(decision) = decision {
+        decision.write_headers(response.headers_mut());
+    }
+    response
+}
+
+/// The 200 (or 304) of `GET /me`.
+fn me(
+    config: &Config,
+    exchange: &Exchange,
+    principal: &Principal,
+) -> Result<Response<ApiBody>, StoreError> {
+    let body = response::me_body(&principal.organization).map_err(StoreError::other)?;
+    let etag = config
+        .conditional_requests
+        .then(|| conditional::entity_tag(&[&body]));
+    Ok(tagged_or_not(exchange, ApiBody::new(body), etag))
+}
+
+/// The 200 (or 304) of `GET /orders` for `page`, with the next page's `Link` when more
+/// orders follow. The page size is the service's promise, so it holds whatever the store
+/// returned (and a page is newest first by construction).
+fn orders(
+    config: &Config,
+    exchange: &Exchange,
+    principal: &Principal,
+    query: &OrderQuery,
+    page: &OrderPage,
+) -> Response<ApiBody> {
+    let page = if page.len() > query.limit() {
+        tracing::warn!(
+            len = page.len(),
+            "the order store returned more orders than asked for"
+        );
+        page.truncated(query.limit())
+    } else {
+        page.clone()
+    };
+    // Computed once per stored page and shared by its clones.
+    let etag = config
+        .conditional_requests
+        .then(|| page.etag(response::orders_etag).clone());
+    let mut response = tagged_or_not(exchange, response::orders_body(&page), etag);
+    if let (true, Some(last), Some((Ok(request), path))) =
+        (page.has_more(), page.orders().last(), &exchange.page)
+    {
+        let last = OrderPosition::of(last.order());
+        let link = request.next_link(path.path(), &principal.organization.id, &last);
+        if let Some(link) = link {
+            response.headers_mut().insert(LINK, link);
+        }
+    }
+    response
+}
+
+/// The `200` of `body`, tagged `etag` when there is one, or the `304` when the request's
+/// `If-None-Match` matches that tag.
+fn tagged_or_not(
+    exchange: &Exchange,
+    body: ApiBody,
+    etag: Option<HeaderValue>,
+) -> Response<ApiBody> {
+    let Some(etag) = etag else {
+        return response::json_body(StatusCode::OK, body);
+    };
+    let unchanged = exchange
+        .if_none_match
+        .as_ref()
+        .is_some_and(|condition| condition.matches(&etag));
+    if unchanged {
+        response::not_modified(etag)
+    } else {
+        response::tagged(body, etag)
+    }
+}
+
+/// The 401 for a well-formed key the key store refused, for `reason`.
+fn refused(config: &Config, reason: AuthFailureReason) -> Progress {
+    Progress::Done(unauthenticated(config, AuthFailure::Refused(reason)))
+}
+
+/// The 401 for `failure`, counted by its reason.
+pub(crate) fn unauthenticated(config: &Config, failure: AuthFailure) -> Response<ApiBody> {
+    metrics::auth_failed(failure.reason());
+    response::unauthorized(config.challenges.for_failure(failure))
+}
+
+/// The answer to a store failure; its detail goes to the log only.
+fn store_failed(config: &Config, err: StoreError) -> Response<ApiBody> {
+    tracing::error!(
+        kind = ?err.kind(),
+        error = %ErrorChain(&err),
+        "partner API store failed"
+    );
+    match err.kind() {
+        StoreErrorKind::Unavailable => response::unavailable(config.retry_after),
+        _ => ApiError::Internal.into_response(),
+    }
+}

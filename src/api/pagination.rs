@@ -1,0 +1,325 @@
+//! Pages of `GET /orders`: the query parameters `limit` and `page_token`, the opaque token,
+//! and the `Link: <...>; rel="next"` header (RFC 8288) of a page that more orders follow.
+//!
+//! A token is base64url (no padding) of: a version byte, 8 bytes that bind it to the
+//! organization (a SHA-256 prefix of its id), the `createdAt` of the page's last order in
+//! milliseconds (8 bytes, big-endian), that order's id, and 8 bytes of SHA-256 over all of the
+//! former, so a token that was cut or altered is refused instead of read as another
+//! position. The token names a position, not an offset: a page after it holds the orders
+//! that come after that position in the served order, whatever was created or deleted since.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use bytes::BytesMut;
+use http::HeaderValue;
+use sha2::{Digest, Sha256};
+
+use crate::model::{Timestamp, MAX_ORDERS};
+use crate::store::{OrderPosition, OrderQuery};
+
+/// The version of the token format.
+const VERSION: u8 = 1;
+/// The longest token read: longer ones are refused before decoding.
+const MAX_TOKEN_CHARS: usize = 1024;
+/// Bytes of a token around the order id: version, organization, time, checksum.
+const FIXED_BYTES: usize = 1 + 8 + 8 + 8;
+
+/// What the query string of `GET /orders` asks for, before the organization is known.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PageRequest {
+    /// `limit` as given, if it was.
+    limit: Option<usize>,
+    /// The decoded `page_token`, if one was given.
+    token: Option<PageToken>,
+}
+
+/// A decoded `page_token`: its organization binding and position.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PageToken {
+    organization: [u8; 8],
+    position: OrderPosition,
+}
+
+/// Why a query string was refused: the message of its 400.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BadPageRequest {
+    /// `limit` is not a whole number from 1 to 100.
+    Limit,
+    /// `limit` or `page_token` is given twice.
+    Repeated,
+    /// `page_token` is not a token of this API (cut, altered, or made up).
+    MalformedToken,
+    /// `page_token` is another organization's.
+    ForeignToken,
+}
+
+impl PageRequest {
+    /// The request of `query` (a URI's query string): only `limit` and `page_token` count;
+    /// other parameters are ignored.
+    pub(crate) fn parse(query: Option<&str>) -> Result<Self, BadPageRequest> {
+        let mut request = Self {
+            limit: None,
+            token: None,
+        };
+        let Some(query) = query else {
+            return Ok(request);
+        };
+        let mut seen_token = false;
+        for pair in query.split('&') {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match &*percent_decoded(name) {
+                "limit" => {
+                    if request.limit.is_some() {
+                        return Err(BadPageRequest::Repeated);
+                    }
+                    request.limit = Some(parse_limit(&percent_decoded(value))?);
+                }
+                "page_token" => {
+                    if seen_token {
+                        return Err(BadPageRequest::Repeated);
+                    }
+                    seen_token = true;
+                    request.token = Some(PageToken::decode(&percent_decoded(value))?);
+                }
+                _ => {}
+            }
+        }
+        Ok(request)
+    }
+
+    /// The store query for the organization `organization_id`, or the 400 of a token that
+    /// another organization's page links to.
+    pub(crate) fn query_for(&self, organization_id: &str) -> Result<OrderQuery, BadPageRequest> {
+        let limit = self.limit.unwrap_or(MAX_ORDERS);
+        match &self.token {
+            None => Ok(OrderQuery::newest(limit)),
+            Some(token) if token.organization == organization_tag(organization_id) => {
+                Ok(OrderQuery::after(token.position.clone(), limit))
+            }
+            Some(_) => Err(BadPageRequest::ForeignToken),
+        }
+    }
+
+    /// The `Link` header of a page whose last order is at `last` and that more orders follow:
+    /// the request's `path` with a token for the next page, and the `limit` it was given.
+    pub(crate) fn next_link(
+        &self,
+        path: &str,
+        organization_id: &str,
+        last: &OrderPosition,
+    ) -> Option<HeaderValue> {
+        let token = PageToken {
+            organization: organization_tag(organization_id),
+            position: last.clone(),
+        }
+        .encode();
+        let mut link = BytesMut::with_capacity(path.len() + token.len() + 48);
+        link.extend_from_slice(b"<");
+        link.extend_from_slice(path.as_bytes());
+        link.extend_from_slice(b"?page_token=");
+        link.extend_from_slice(token.as_bytes());
+        if let Some(limit) = self.limit {
+            link.extend_from_slice(format!("&limit={limit}").as_bytes());
+        }
+        link.extend_from_slice(b">; rel=\"next\"");
+        // A path the request came in on is visible ASCII; the token is base64url.
+        HeaderValue::from_maybe_shared(link.freeze()).ok()
+    }
+}
+
+impl PageToken {
+    fn encode(&self) -> String {
+        let id = self.position.id.as_bytes();
+        let mut bytes = Vec::with_capacity(FIXED_BYTES + id.len());
+        bytes.push(VERSION);
+        bytes.extend_from_slice(&self.organization);
+        let millis = self.position.created_at.as_datetime().timestamp_millis();
+        bytes.extend_from_slice(&millis.to_be_bytes());
+        bytes.extend_from_slice(id);
+        let checksum = checksum(&bytes);
+        bytes.extend_from_slice(&checksum);
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    fn decode(text: &str) -> Result<Self, BadPageRequest> {
+        if text.is_empty() || text.len() > MAX_TOKEN_CHARS {
+            return Err(BadPageRequest::MalformedToken);
+        }
+        let bytes = URL_SAFE_NO_PAD
+            .decode(text)
+            .map_err(|_| BadPageRequest::MalformedToken)?;
+        if bytes.len() < FIXED_BYTES || bytes[0] != VERSION {
+            return Err(BadPageRequest::MalformedToken);
+        }
+        let (signed, sum) = bytes.split_at(bytes.len() - 8);
+        if checksum(signed) != sum {
+            return Err(BadPageRequest::MalformedToken);
+        }
+        let organization = array(&signed[1..9]);
+        let millis = i64::from_be_bytes(array(&signed[9..17]));
+        let created_at =
+            Timestamp::from_unix_millis(millis).ok_or(BadPageRequest::MalformedToken)?;
+        let id = std::str::from_utf8(&signed[17..])
+            .map_err(|_| BadPageRequest::MalformedToken)?
+            .to_owned();
+        Ok(Self {
+            organization,
+            position: OrderPosition { created_at, id },
+        })
+    }
+}
+
+fn array(bytes: &[u8]) -> [u8; 8] {
+    let mut array = [0; 8];
+    array.copy_from_slice(bytes);
+    array
+}
+
+fn checksum(bytes: &[u8]) -> [u8; 8] {
+    array(&Sha256::digest(bytes)[..8])
+}
+
+/// The 8 bytes that bind a token to the organization `organization_id`.
+fn organization_tag(organization_id: &str) -> [u8; 8] {
+    let mut hasher = Sha256::new();
+    hasher.update(b"partner-api page token\0");
+    hasher.update(organization_id.as_bytes());
+    array(&hasher.finalize()[..8])
+}
+
+/// A `limit` value: digits only, from 1 to [`MAX_ORDERS`].
+fn parse_limit(value: &str) -> Result<usize, BadPageRequest> {
+    if value.is_empty() || value.len() > 3 || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(BadPageRequest::Limit);
+    }
+    match value.parse() {
+        Ok(limit) if (1..=MAX_ORDERS).contains(&limit) => Ok(limit),
+        _ => Err(BadPageRequest::Limit),
+    }
+}
+
+/// `text` with `%XX` escapes and `+` decoded (as a form would send them); a broken escape is
+/// kept as it is, so it fails whatever check the value then meets.
+fn percent_decoded(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(['%', '+']) {
+        return text.into();
+    }
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match bytes[at] {
+            b'%' if at + 2 < bytes.len() => match (hex(bytes[at + 1]), hex(bytes[at + 2])) {
+                (Some(high), Some(low)) => {
+                    decoded.push((high * 16 + low) as u8);
+                    at += 3;
+                    continue;
+                }
+                _ => decoded.push(b'%'),
+            },
+            b'+' => decoded.push(b' '),
+            byte => decoded.push(byte),
+        }
+        at += 1;
+    }
+    String::from_utf8_lossy(&decoded).into_owned().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn position(millis: i64, id: &str) -> OrderPosition {
+        OrderPosition {
+            created_at: Timestamp::from_unix_millis(millis).unwrap(),
+            id: id.to_owned(),
+        }
+    }
+
+    fn token_of(link: &HeaderValue) -> String {
+        let link = link.to_str().unwrap();
+        let start = link.find("page_token=").unwrap() + "page_token=".len();
+        let end = link[start..].find(['&', '>']).unwrap() + start;
+        link[start..end].to_owned()
+    }
+
+    #[test]
+    fn no_query_is_the_first_page_of_100() {
+        for query in [None, Some(""), Some("foo=bar&x")] {
+            let request = PageRequest::parse(query).unwrap();
+            assert_eq!(request.query_for("org").unwrap(), OrderQuery::newest(100));
+        }
+    }
+
+    #[test]
+    fn a_token_round_trips_for_its_organization_only() {
+        let request = PageRequest::parse(Some("limit=5")).unwrap();
+        let last = position(1_700_000_000_123, "order-ü/7");
+        let link = request
+            .next_link("/partner/v1/orders", "org_a", &last)
+            .unwrap();
+        let token = token_of(&link);
+        assert_eq!(
+            link.to_str().unwrap(),
+            format!("</partner/v1/orders?page_token={token}&limit=5>; rel=\"next\"")
+        );
+        let next = PageRequest::parse(Some(&format!("page_token={token}&limit=5"))).unwrap();
+        assert_eq!(next.query_for("org_a").unwrap(), OrderQuery::after(last, 5));
+        assert_eq!(next.query_for("org_b"), Err(BadPageRequest::ForeignToken));
+    }
+
+    #[test]
+    fn every_altered_or_cut_token_is_malformed() {
+        let request = PageRequest::parse(None).unwrap();
+        let link = request
+            .next_link("/v1/orders", "org", &position(5, "o1"))
+            .unwrap();
+        let token = token_of(&link);
+        for at in 0..token.len() {
+            let mut altered = token.clone().into_bytes();
+            altered[at] = if altered[at] == b'A' { b'B' } else { b'A' };
+            let altered = String::from_utf8(altered).unwrap();
+            assert_eq!(
+                PageRequest::parse(Some(&format!("page_token={altered}"))),
+                Err(BadPageRequest::MalformedToken),
+                "{altered}"
+            );
+        }
+        for cut in 0..token.len() {
+            assert_eq!(
+                PageRequest::parse(Some(&format!("page_token={}", &token[..cut]))),
+                Err(BadPageRequest::MalformedToken)
+            );
+        }
+        for bad in ["page_token=%%%", "page_token=a+b", "page_token=////"] {
+            assert_eq!(
+                PageRequest::parse(Some(bad)),
+                Err(BadPageRequest::MalformedToken)
+            );
+        }
+    }
+
+    #[test]
+    fn limits_are_whole_numbers_from_1_to_100() {
+        for good in ["1", "100", "007", "%35%30"] {
+            assert!(
+                PageRequest::parse(Some(&format!("limit={good}"))).is_ok(),
+                "{good}"
+            );
+        }
+        for bad in [
+            "0", "101", "-1", "+5", "5.0", "", "1e2", "abc", "1000", " 5",
+        ] {
+            assert_eq!(
+                PageRequest::parse(Some(&format!("limit={bad}"))),
+                Err(BadPageRequest::Limit),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            PageRequest::parse(Some("limit=5&limit=5")),
+            Err(BadPageRequest::Repeated)
+        );
+    }
+}

@@ -1,0 +1,381 @@
+//! The JSON documents the API writes: the `meta` envelope (contract 2.1, 9.3), success bodies
+//! and the error object of contract section 7, with the headers every response carries.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{
+    HeaderMap, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, ETAG, RETRY_AFTER,
+    VARY, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
+};
+use http::{Response, StatusCode};
+
+use crate::api::body::ApiBody;
+use crate::api::conditional;
+use crate::api::config::DEFAULT_RETRY_AFTER;
+use crate::api::pagination::BadPageRequest;
+use crate::api::request_id::REQUEST_ID_HEADER;
+use crate::model::{OrderPage, Organization};
+use crate::rate_limit::whole_seconds_at_least_one;
+
+/// The `meta` object of every response, as a literal so bodies can be built with `concat!`.
+macro_rules! meta_json {
+    () => {
+        r#"{"version":"v1","status":"beta"}"#
+    };
+}
+
+/// An error document: `{"meta": {...}, "error": {"message": $message}}`. The message must
+/// not need JSON escaping.
+macro_rules! error_json {
+    ($message:literal) => {
+        concat!(
+            r#"{"meta":"#,
+            meta_json!(),
+            r#","error":{"message":""#,
+            $message,
+            r#""}}"#
+        )
+    };
+}
+
+/// What precedes the organization object in the body of `GET /me`.
+pub(crate) const ME_OPEN: &[u8] =
+    concat!(r#"{"meta":"#, meta_json!(), r#","data":{"organization":"#).as_bytes();
+/// What closes the body of `GET /me`.
+pub(crate) const ME_CLOSE: &[u8] = b"}}";
+/// What precedes the orders' JSON array in the body of `GET /orders`.
+pub(crate) const ORDERS_OPEN: &[u8] =
+    concat!(r#"{"meta":"#, meta_json!(), r#","data":{"orders":"#).as_bytes();
+/// What closes the body of `GET /orders`.
+pub(crate) const ORDERS_CLOSE: &[u8] = b"}}";
+
+/// The error document of a 400 for `bad`.
+fn bad_page_request(bad: BadPageRequest) -> &'static str {
+    match bad {
+        BadPageRequest::Limit => {
+            error_json!("invalid query parameter limit: it must be a whole number from 1 to 100")
+        }
+        BadPageRequest::Repeated => {
+            error_json!("invalid query: limit and page_token may each be given once")
+        }
+        BadPageRequest::MalformedToken => error_json!(
+            "invalid query parameter page_token: it is not a page token of this API (cut or altered); use the link of the previous page as it was given"
+        ),
+        BadPageRequest::ForeignToken => error_json!(
+            "invalid query parameter page_token: it belongs to another organization's pages"
+        ),
+    }
+}
+
+/// A JSON response with the headers every API response carries.
+pub(crate) fn json(status: StatusCode, body: Bytes) -> Response<ApiBody> {
+    json_body(status, ApiBody::new(body))
+}
+
+/// A JSON response of `body` with the headers every API response carries. `Content-Length`
+/// is left to the server, which takes it from the body's exact size; a `HEAD` response gets
+/// it explicitly ([`without_body`]).
+pub(crate) fn json_body(status: StatusCode, body: ApiBody) -> Response<ApiBody> {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    // A clone of a ready map: no header name is hashed per response.
+    *response.headers_mut() = JSON_HEADERS.clone();
+    response
+}
+
+/// The headers of every API response.
+///
+/// `x-request-id` holds an empty placeholder that the service's response future always
+/// replaces or removes ([`set_request_id`]): a cloned map has room for exactly the headers it
+/// holds, so filling a slot costs nothing where adding one would grow the map.
+static JSON_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(|| {
+    // Room to spare: a map at its capacity grows on any insert, even one into a slot.
+    let mut headers = HeaderMap::with_capacity(12);
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    // Errors are not worth keeping, and a 401 says something about a key: no cache may keep
+    // them. Tagged bodies (below) say otherwise.
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(REQUEST_ID_HEADER, HeaderValue::from_static(""));
+    headers
+});
+
+/// Puts the request's id in the slot every API response has for it, or removes the slot.
+pub(crate) fn set_request_id(response: &mut Response<ApiBody>, id: Option<HeaderValue>) {
+    match id {
+        Some(id) => response.headers_mut().insert(REQUEST_ID_HEADER, id),
+        None => response.headers_mut().remove(REQUEST_ID_HEADER),
+    };
+}
+
+/// The headers of a `200` (or `304`) that carries an `ETag`: such a body may be kept by the
+/// partner's own (private) cache and revalidated with `If-None-Match` on every use. `Vary`
+/// keeps a cache from answering one key with another key's body, and, when a host compresses
+/// responses (tower-http's `CompressionLayer` keeps the tag), from answering a client with an
+/// encoding it did not ask for: a cache keeps one variant per encoding and revalidates each
+/// with the one tag, which names the same content.
+static TAGGED_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(|| {
+    let mut headers = JSON_HEADERS.clone();
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("private, no-cache"));
+    headers.insert(
+        VARY,
+        HeaderValue::from_static("Authorization, Accept-Encoding"),
+    );
+    // A slot, as `x-request-id`'s: `tagged` always fills it.
+    headers.insert(ETAG, HeaderValue::from_static(""));
+    headers
+});
+
+/// A `200` of `body`, tagged `etag`.
+pub(crate) fn tagged(body: ApiBody, etag: HeaderValue) -> Response<ApiBody> {
+    let mut response = Response::new(body);
+    *response.headers_mut() = TAGGED_HEADERS.clone();
+    response.headers_mut().insert(ETAG, etag);
+    response
+}
+
+/// The `304 Not Modified` for a representation tagged `etag`: the headers its `200` would
+/// carry (RFC 9110 section 15.4.5) but no body and no `Content-Length`.
+pub(crate) fn not_modified(etag: HeaderValue) -> Response<ApiBody> {
+    let mut response = tagged(ApiBody::empty(), etag);
+    *response.status_mut() = StatusCode::NOT_MODIFIED;
+    response.headers_mut().remove(CONTENT_TYPE);
+    response
+}
+
+/// The `HEAD` form of `response`: the same status and headers, `Content-Length` that of the
+/// body it leaves out, and no body.
+pub(crate) fn without_body(mut response: Response<ApiBody>) -> Response<ApiBody> {
+    if response.status() == StatusCode::NOT_MODIFIED {
+        // Bodiless already; a Content-Length here would have to be the 200's.
+        return response;
+    }
+    let length = HeaderValue::from(response.body().len());
+    response.headers_mut().insert(CONTENT_LENGTH, length);
+    *response.body_mut() = ApiBody::empty();
+    response
+}
+
+/// Every error the API answers with, each with its status and fixed message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ApiError {
+    /// No endpoint at this path.
+    NotFound,
+    /// The endpoint exists but not for this method.
+    MethodNotAllowed,
+    /// A store failed, or the handler panicked.
+    Internal,
+    /// A store is unreachable or did not answer in time.
+    Unavailable,
+    /// The key's rate limit is spent.
+    TooManyRequests,
+    /// The query string of `GET /orders` asks for no page there is.
+    BadPageRequest(BadPageRequest),
+}
+
+impl ApiError {
+    pub(crate) fn into_response(self) -> Response<ApiBody> {
+        let (status, body) = match self {
+            Self::NotFound => (StatusCode::NOT_FOUND, error_json!("not found")),
+            Self::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                error_json!("method not allowed: use GET or HEAD"),
+            ),
+            Self::Internal => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                error_json!("internal server error"),
+            ),
+            Self::Unavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                error_json!("service temporarily unavailable, try again later"),
+            ),
+            Self::TooManyRequests => (
+                StatusCode::TOO_MANY_REQUESTS,
+                error_json!("rate limit exceeded: retry after the time in the Retry-After header"),
+            ),
+            Self::BadPageRequest(bad) => (StatusCode::BAD_REQUEST, bad_page_request(bad)),
+        };
+        let mut response = json(status, Bytes::from_static(body.as_bytes()));
+        if self == Self::MethodNotAllowed {
+            response
+                .headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        }
+        response
+    }
+}
+
+/// Creates a JSON error response in the API's envelope for `status`, with the headers of every API
+/// response: for a host's own layers (a request timeout, a caught panic) so that every error
+/// a partner sees has one shape. 404, 405, 429, 500 and 503 carry the API's own messages;
+/// other statuses their canonical reason.
+///
+/// ```
+/// use http::StatusCode;
+///
+/// let response = partner_api::error_response(StatusCode::SERVICE_UNAVAILABLE);
+/// assert_eq!(response.status(), 503);
+/// assert_eq!(response.headers()["content-type"], "application/json");
+/// ```
+pub fn error_response(status: StatusCode) -> Response<ApiBody> {
+    let known = match status {
+        StatusCode::NOT_FOUND => Some(ApiError::NotFound),
+        StatusCode::METHOD_NOT_ALLOWED => Some(ApiError::MethodNotAllowed),
+        StatusCode::TOO_MANY_REQUESTS => Some(ApiError::TooManyRequests),
+        StatusCode::INTERNAL_SERVER_ERROR => Some(ApiError::Internal),
+        StatusCode::SERVICE_UNAVAILABLE => Some(ApiError::Unavailable),
+        _ => None,
+    };
+    let mut response = match known {
+        Some(ApiError::Unavailable) => unavailable(DEFAULT_RETRY_AFTER),
+        Some(error) => error.into_response(),
+        None => json(status, Bytes::from(other_error_body(status))),
+    };
+    // A host's own response: no request id of the API's to put in the slot.
+    set_request_id(&mut response, None);
+    response
+}
+
+/// The `503` of a store that is unreachable or too slow, with `Retry-After`.
+pub(crate) fn unavailable(retry_after: Duration) -> Response<ApiBody> {
+    let mut response = ApiError::Unavailable.into_response();
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, whole_seconds_at_least_one(retry_after));
+    response
+}
+
+/// The `GET /openapi.json` response: the bare document, which may be cached.
+pub(crate) fn openapi(document: Bytes) -> Response<ApiBody> {
+    let mut response = json(StatusCode::OK, document);
+    response.headers_mut().insert(
+        CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
+    response
+}
+
+/// The body of `GET /me` for `organization`.
+pub(crate) fn me_body(organization: &Organization) -> Result<Bytes, serde_json::Error> {
+    // Exact when nothing needs escaping, so `Bytes::from` takes the buffer without allocating.
+    let mut body = Vec::with_capacity(
+        ME_OPEN.len()
+            + r#"{"id":"","name":""}"#.len()
+            + organization.id.len()
+            + organization.name.len()
+            + ME_CLOSE.len(),
+    );
+    body.extend_from_slice(ME_OPEN);
+    body.extend_from_slice(br#"{"id":"#);
+    write_json_string(&mut body, &organization.id)?;
+    body.extend_from_slice(br#","name":"#);
+    write_json_string(&mut body, &organization.name)?;
+    body.push(b'}');
+    body.extend_from_slice(ME_CLOSE);
+    Ok(body.into())
+}
+
+/// Writes `text` as a JSON string: as it is when nothing in it needs escaping (the common
+/// case, and a copy), else through serde_json.
+fn write_json_string(out: &mut Vec<u8>, text: &str) -> Result<(), serde_json::Error> {
+    // No early exit, so the compiler can check many bytes at once.
+    let plain = text.bytes().fold(true, |plain, b| {
+        plain & (b >= 0x20) & (b != b'"') & (b != b'\\')
+    });
+    if plain {
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+        Ok(())
+    } else {
+        serde_json::to_writer(out, text)
+    }
+}
+
+/// The body of `GET /orders` around `page`'s ready JSON, without a copy.
+pub(crate) fn orders_body(page: &OrderPage) -> ApiBody {
+    ApiBody::chunks([
+        Bytes::from_static(ORDERS_OPEN),
+        page.json().clone(),
+        Bytes::from_static(ORDERS_CLOSE),
+    ])
+}
+
+/// The entity tag of the `GET /orders` body around the page whose JSON is `page_json`.
+pub(crate) fn orders_etag(page_json: &Bytes) -> HeaderValue {
+    conditional::entity_tag(&[ORDERS_OPEN, page_json, ORDERS_CLOSE])
+}
+
+/// The error document for a status the API itself never answers with.
+fn other_error_body(status: StatusCode) -> Vec<u8> {
+    let message = status
+        .canonical_reason()
+        .unwrap_or("error")
+        .to_ascii_lowercase();
+    let body = serde_json::json!({
+        "meta": serde_json::from_str::<serde_json::Value>(meta_json!())
+            .expect("the meta literal is JSON"),
+        "error": { "message": message },
+    });
+    body.to_string().into_bytes()
+}
+
+/// The body of every 401.
+const UNAUTHORIZED_BODY: &str = error_json!(
+    "missing or invalid API key: send the header Authorization: Bearer <API_KEY> with a valid key"
+);
+
+/// A 401 with the `WWW-Authenticate` challenge `challenge`.
+///
+/// One body for every reason, so a caller learns nothing about a key it does not hold
+/// (revoked, expired, unknown); the reason goes to the metrics. The challenge still says
+/// whether a token was presented (RFC 6750 section 3).
+pub(crate) fn unauthorized(challenge: HeaderValue) -> Response<ApiBody> {
+    let mut response = json(
+        StatusCode::UNAUTHORIZED,
+        Bytes::from_static(UNAUTHORIZED_BODY.as_bytes()),
+    );
+    response.headers_mut().insert(WWW_AUTHENTICATE, challenge);
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_responses_for_hosts_share_the_envelope() {
+        use http_body::Body;
+        for status in [StatusCode::GATEWAY_TIMEOUT, StatusCode::SERVICE_UNAVAILABLE] {
+            let response = error_response(status);
+            assert_eq!(response.status(), status);
+            assert_eq!(response.headers()[CACHE_CONTROL], "no-store");
+            assert!(!response.headers().contains_key(REQUEST_ID_HEADER));
+            let length = response.body().size_hint().exact().unwrap();
+            assert!(length > 0);
+        }
+        let gateway = error_response(StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(
+            gateway.body().len(),
+            br#"{"meta":{"version":"v1","status":"beta"},"error":{"message":"gateway timeout"}}"#
+                .len()
+        );
+    }
+
+    #[test]
+    fn every_fixed_body_is_json_with_meta() {
+        let bodies = [error_json!("not found"), UNAUTHORIZED_BODY];
+        for body in bodies {
+            let value: serde_json::Value = serde_json::from_str(body).unwrap();
+            assert_eq!(value["meta"]["version"], "v1");
+            assert_eq!(value["meta"]["status"], "beta");
+            assert!(value["error"]["message"].is_string());
+        }
+        let me = [ME_OPEN, br#"{"id":"o","name":"n"}"#, ME_CLOSE].concat();
+        serde_json::from_slice::<serde_json::Value>(&me).unwrap();
+        let orders = [ORDERS_OPEN, b"[]", ORDERS_CLOSE].concat();
+        let value: serde_json::Value = serde_json::from_slice(&orders).unwrap();
+        assert_eq!(value["data"]["orders"], serde_json::json!([]));
+    }
+}

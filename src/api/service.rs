@@ -1,0 +1,398 @@
+//! [`PartnerApi`]: the API as a terminal tower [`Service`].
+
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::uri::PathAndQuery;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri};
+use tower::Service;
+
+use crate::api::auth::{bearer_token, Challenges};
+use crate::api::body::ApiBody;
+use crate::api::conditional::IfNoneMatch;
+use crate::api::config::Config;
+pub use crate::api::config::{
+    DEFAULT_PREFIX, DEFAULT_REALM, DEFAULT_RETRY_AFTER, DEFAULT_STORE_TIMEOUT,
+};
+use crate::api::flow::{self, Answer, Exchange, Flow};
+use crate::api::openapi;
+use crate::api::pagination::PageRequest;
+use crate::api::request_id;
+use crate::api::response::{self, ApiError};
+use crate::api::routes::Route;
+use crate::key::KeyDigest;
+use crate::last_used::LastUsedRecorder;
+#[cfg(doc)]
+use crate::metrics::DEFAULT_MAX_ORGANIZATIONS;
+use crate::metrics::{ResponseCounters, UsageCounters};
+use crate::rate_limit::RateLimiter;
+use crate::store::{KeyStore, OrderStore};
+
+/// The partner API (contract section 4) as a tower [`Service`] for any request body.
+///
+/// It answers `GET`/`HEAD` `{prefix}/me`, `{prefix}/orders` and `{prefix}/openapi.json` (the
+/// OpenAPI description, without a key) and a JSON error for anything
+/// else; it never fails (`Error = Infallible`) and never reads the request body. Clones are
+/// cheap and share the stores.
+///
+/// ```
+/// use partner_api::{MemoryStore, PartnerApi};
+///
+/// let api = PartnerApi::from_store(MemoryStore::new()).with_prefix("/partner/v1");
+/// assert_eq!(api.prefix(), "/partner/v1");
+/// ```
+#[derive(Clone)]
+pub struct PartnerApi {
+    config: Arc<Config>,
+}
+
+impl PartnerApi {
+    /// Creates the API over separate key and order stores: any [`KeyStore`] and
+    /// [`OrderStore`], an `Arc` of one included.
+    pub fn new(keys: impl KeyStore + 'static, orders: impl OrderStore + 'static) -> Self {
+        Self {
+            config: Arc::new(Config::new(Arc::new(keys), Arc::new(orders))),
+        }
+    }
+
+    /// Creates the API over one store that holds both keys and orders.
+    pub fn from_store<S: KeyStore + OrderStore + 'static>(store: S) -> Self {
+        let store = Arc::new(store);
+        Self::new(store.clone(), store)
+    }
+
+    /// Serves the API under `prefix` instead of [`DEFAULT_PREFIX`]: `"/partner/v1"` answers
+    /// `/partner/v1/me`. A trailing `/` is dropped, and `""` or `"/"` serves at the root (for a
+    /// host that strips the whole prefix itself).
+    ///
+    /// # Panics
+    ///
+    /// When `prefix` does not start with `/` or holds `?`, `#`, `//` or a character that is
+    /// not visible ASCII: it could never match a request path.
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: &str) -> Self {
+        let prefix = prefix.trim_end_matches('/');
+        assert!(
+            (prefix.is_empty() || prefix.starts_with('/'))
+                && !prefix.contains("//")
+                && prefix
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b'?' && b != b'#'),
+            "the prefix must be a path such as \"/v1\" or \"/partner/v1\""
+        );
+        let shared = Arc::make_mut(&mut self.config);
+        shared.prefix = prefix.to_owned();
+        shared.openapi = openapi::encoded(prefix);
+        shared.responses = ResponseCounters::new(prefix);
+        self
+    }
+
+    /// Names `realm` in the `WWW-Authenticate` challenge of a 401 instead of
+    /// [`DEFAULT_REALM`].
+    ///
+    /// # Panics
+    ///
+    /// When `realm` is not printable ASCII or holds `"` or `\`.
+    #[must_use]
+    pub fn with_realm(mut self, realm: &str) -> Self {
+        Arc::make_mut(&mut self.config).challenges = Challenges::new(realm);
+        self
+    }
+
+    /// Bounds the time one request waits for its stores (default
+    /// [`DEFAULT_STORE_TIMEOUT`]); past it the answer is a JSON 503. `None` waits forever.
+    ///
+    /// The timer needs a tokio runtime with its time driver enabled.
+    #[must_use]
+    pub fn with_store_timeout(mut self, timeout: Option<Duration>) -> Self {
+        Arc::make_mut(&mut self.config).store_timeout = timeout;
+        self
+    }
+
+    /// Records the last use of every key that authenticates a request in `recorder` (off by
+    /// default); it writes them to its store in batches, off the request path.
+    #[must_use]
+    pub fn with_last_used(mut self, recorder: LastUsedRecorder) -> Self {
+        Arc::make_mut(&mut self.config).last_used = Some(recorder);
+        self
+    }
+
+    /// Sets the `Retry-After` of a `503` (default [`DEFAULT_RETRY_AFTER`]): how long a client
+    /// should wait after a store was unreachable or too slow. Sent in whole seconds, at
+    /// least 1.
+    #[must_use]
+    pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
+        Arc::make_mut(&mut self.config).retry_after = retry_after;
+        self
+    }
+
+    /// Limits each key's requests with `limiter` (off by default). Over the limit the answer is
+    /// a JSON 429 with `Retry-After`; every response to a valid key reports its budget in
+    /// `X-RateLimit-*` headers (see [`rate_limit`](crate::rate_limit)).
+    #[must_use]
+    pub fn with_rate_limiter(mut self, limiter: impl RateLimiter + 'static) -> Self {
+        Arc::make_mut(&mut self.config).rate_limiter = Some(Arc::new(limiter));
+        self
+    }
+
+    /// Turns conditional requests on or off (on by default). When on, `GET /me` and
+    /// `GET /orders` carry a strong `ETag` over their body, `Cache-Control: private, no-cache`
+    /// and `Vary: Authorization`, and a matching `If-None-Match` gets `304 Not Modified`
+    /// without a body. When off, they carry `Cache-Control: no-store` and no tag.
+    #[must_use]
+    pub fn with_conditional_requests(mut self, enabled: bool) -> Self {
+        Arc::make_mut(&mut self.config).conditional_requests = enabled;
+        self
+    }
+
+    /// Turns request ids on or off (on by default). When on, every API response carries
+    /// `x-request-id`: the request's own when it is well-formed, a new UUID otherwise (see
+    /// [`request_id`]); the id is also recorded in the host's request span
+    /// when it declares a `request_id` field.
+    #[must_use]
+    pub fn with_request_ids(mut self, enabled: bool) -> Self {
+        Arc::make_mut(&mut self.config).request_ids = enabled;
+        self
+    }
+
+    /// Gives at most `max` organizations a series of their own in the per-organization
+    /// metrics (default [`DEFAULT_MAX_ORGANIZATIONS`]); requests of every later one count
+    /// under `organization_id="_other"`. `0` puts every organization there. See
+    /// [`metrics`](crate::metrics) for how the labels stay bounded.
+    #[must_use]
+    pub fn with_organization_labels(mut self, max: usize) -> Self {
+        let shared = Arc::make_mut(&mut self.config);
+        shared.usage = Arc::new(UsageCounters::new(max, shared.usage.max_keys()));
+        self
+    }
+
+    /// Labels the per-organization requests metric with the key id (`key_id`, the store's
+    /// id of the key, never the key) for at most `max` keys; requests with any later key
+    /// count as `key_id="_other"` of their organization. Off (`0`) by default.
+    #[must_use]
+    pub fn with_key_id_labels(mut self, max: usize) -> Self {
+        let shared = Arc::make_mut(&mut self.config);
+        shared.usage = Arc::new(UsageCounters::new(shared.usage.max_organizations(), max));
+        self
+    }
+
+    /// Returns the prefix the API answers under, without a trailing `/`.
+    pub fn prefix(&self) -> &str {
+        &self.config.prefix
+    }
+
+    /// Returns whether `path` is under the prefix: the prefix itself or below it
+    /// (`/v1/...`, not `/v10`).
+    pub fn is_under_prefix(&self, path: &str) -> bool {
+        self.config.path_below_prefix(path).is_some()
+    }
+
+    /// Answers a request from its method, path and headers.
+    fn dispatch(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> ResponseFuture {
+        let request_id = self.config.request_ids.then(|| {
+            let id = request_id::request_id(headers);
+            let span = tracing::Span::current();
+            if !span.is_disabled() {
+                // Ids are plain ASCII: recorded bare, as `request_id=...`.
+                span.record(
+                    "request_id",
+                    tracing::field::display(id.to_str().unwrap_or_default()),
+                );
+            }
+            id
+        });
+        let (route, mut future) = self.answer(method, uri, headers);
+        // An answer still waiting for a store is counted when it is done (`flow`).
+        if let State::Ready(Some(response)) = &future.state {
+            self.config
+                .responses
+                .count(method, route, response.status());
+        }
+        future.request_id = request_id;
+        future
+    }
+
+    /// The route the request matched, if any, and its answer.
+    fn answer(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+    ) -> (Option<Route>, ResponseFuture) {
+        let head = method == Method::HEAD;
+        let config = &self.config;
+        let Some(route) = config.path_below_prefix(uri.path()).and_then(Route::at) else {
+            return (
+                None,
+                ResponseFuture::ready(ApiError::NotFound.into_response(), head),
+            );
+        };
+        let ready = |response| (Some(route), ResponseFuture::ready(response, head));
+        if !route.allows(method) {
+            return ready(ApiError::MethodNotAllowed.into_response());
+        }
+        if !route.needs_key() {
+            return ready(response::openapi(config.openapi.clone()));
+        }
+        let token = match bearer_token(headers) {
+            Ok(token) => token,
+            Err(failure) => return ready(flow::unauthenticated(config, failure)),
+        };
+        // Only the digest goes on: the plaintext never enters a future or a store.
+        let exchange = Exchange {
+            route,
+            if_none_match: config
+                .conditional_requests
+                .then(|| IfNoneMatch::from_headers(headers))
+                .flatten(),
+            page: route.reads_orders().then(|| {
+                let path = uri
+                    .path_and_query()
+                    .cloned()
+                    .unwrap_or_else(|| PathAndQuery::from_static("/"));
+                (PageRequest::parse(uri.query()), path)
+            }),
+        };
+        let flow = Flow::new(exchange, KeyDigest::of_bytes(token));
+        // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in
+        // a future is.
+        let answer = std::panic::catch_unwind(AssertUnwindSafe(|| flow::answer_now(config, flow)));
+        match answer {
+            Ok(Answer::Ready(response)) => ready(response),
+            Ok(Answer::Wait(future)) => (
+                Some(route),
+                ResponseFuture {
+                    state: State::Pending {
+                        future,
+                        counted_as: Some((config.responses.clone(), method.clone(), route)),
+                    },
+                    head,
+                    request_id: None,
+                },
+            ),
+            Err(_panic) => ready(handler_panicked()),
+        }
+    }
+}
+
+impl fmt::Debug for PartnerApi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PartnerApi")
+            .field("prefix", &self.config.prefix)
+            .field("store_timeout", &self.config.store_timeout)
+            .field("retry_after", &self.config.retry_after)
+            .field("rate_limited", &self.config.rate_limiter.is_some())
+            .field("last_used", &self.config.last_used.is_some())
+            .field("conditional_requests", &self.config.conditional_requests)
+            .field("request_ids", &self.config.request_ids)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> Service<Request<B>> for PartnerApi {
+    type Response = Response<ApiBody>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        self.dispatch(request.method(), request.uri(), request.headers())
+    }
+}
+
+/// hyper's own service trait, so a hyper server can serve the API without an adapter:
+/// `builder.serve_connection(io, api.clone())`. It answers exactly as the tower `Service`.
+impl<B> hyper::service::Service<Request<B>> for PartnerApi {
+    type Response = Response<ApiBody>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn call(&self, request: Request<B>) -> Self::Future {
+        self.dispatch(request.method(), request.uri(), request.headers())
+    }
+}
+
+/// The answer when answering panicked (in a store, say): logged without the payload, which
+/// could hold anything, and a JSON 500 instead of a dropped connection.
+fn handler_panicked() -> Response<ApiBody> {
+    tracing::error!("partner API request handler panicked");
+    ApiError::Internal.into_response()
+}
+
+/// The response future of [`PartnerApi`].
+///
+/// A panic while answering (in a store, say) becomes a JSON 500 instead of tearing down the
+/// connection; the panic is logged without its payload, which could hold anything.
+pub struct ResponseFuture {
+    state: State,
+    head: bool,
+    request_id: Option<HeaderValue>,
+}
+
+enum State {
+    Ready(Option<Response<ApiBody>>),
+    Pending {
+        future: Pin<Box<dyn Future<Output = Response<ApiBody>> + Send>>,
+        /// Where the response is counted when it is done (a ready one was counted already).
+        counted_as: Option<(ResponseCounters, Method, Route)>,
+    },
+}
+
+impl ResponseFuture {
+    fn ready(response: Response<ApiBody>, head: bool) -> Self {
+        Self {
+            state: State::Ready(Some(response)),
+            head,
+            request_id: None,
+        }
+    }
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<Response<ApiBody>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let response = match &mut self.state {
+            State::Ready(response) => response
+                .take()
+                .expect("ResponseFuture polled after completion"),
+            State::Pending { future, counted_as } => {
+                let response =
+                    match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+                        Ok(Poll::Pending) => return Poll::Pending,
+                        Ok(Poll::Ready(response)) => response,
+                        Err(_panic) => handler_panicked(),
+                    };
+                if let Some((responses, method, route)) = counted_as.take() {
+                    responses.count(&method, Some(route), response.status());
+                }
+                response
+            }
+        };
+        // The future is done (or panicked): drop it so it is never polled again.
+        self.state = State::Ready(None);
+        let mut response = response;
+        response::set_request_id(&mut response, self.request_id.take());
+        if self.head {
+            return Poll::Ready(Ok(response::without_body(response)));
+        }
+        Poll::Ready(Ok(response))
+    }
+}
+
+impl fmt::Debug for ResponseFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("head", &self.head)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,296 @@
+//! Key management: the keys of an organization as a Settings page manages them (issue, list,
+//! get, revoke and roll by id, and the last use of each).
+//!
+//! - [`KeyManager`], the trait a store implements ([`MemoryStore`](crate::MemoryStore) and
+//!   `PgStore` do), with its records;
+//! - [`KeyManagementService`], its JSON API as a tower service for a host's Settings page,
+//!   and [`OPENAPI_DOCUMENT`], that API's OpenAPI description.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Serialize, Serializer};
+
+use crate::key::{ApiKey, KeyEnvironment, LIVE_PREFIX, TEST_PREFIX};
+use crate::model::Timestamp;
+use crate::store::StoreError;
+
+mod service;
+
+pub use service::{
+    ActingOrganization, KeyManagementService, ResponseFuture, MAX_BODY_BYTES, MAX_OVERLAP,
+    OPENAPI_DOCUMENT,
+};
+
+/// The longest label a key may have, in characters.
+pub const MAX_LABEL_CHARS: usize = 100;
+
+/// Manages the API keys of organizations: what a host's Settings page (and the
+/// `keys` command of the standalone host) calls.
+///
+/// Every operation is scoped to one organization: a key id of another organization's key is
+/// [`NotFound`](crate::StoreErrorKind::NotFound), exactly like an id that does not exist, so
+/// one organization can never see, revoke or roll another's key. An unknown organization is
+/// `NotFound` too. The plaintext of a key is returned once, by the call that creates it
+/// ([`issue`](Self::issue), [`roll`](Self::roll)); stores keep only its digest.
+///
+/// Implemented by [`MemoryStore`](crate::MemoryStore) and `PgStore` with the same semantics;
+/// `testing::run_key_manager` checks any implementation.
+#[async_trait]
+pub trait KeyManager: Send + Sync {
+    /// Issues a new key for `organization_id` as `new` describes, and returns its plaintext
+    /// (this once) with its record.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` for an unknown organization; `InvalidData` for an expiry that is not in the
+    /// future or a label over [`MAX_LABEL_CHARS`].
+    async fn issue(&self, organization_id: &str, new: NewKey) -> Result<IssuedKey, StoreError>;
+
+    /// Returns the records of `organization_id`'s keys, newest first (revoked and expired ones
+    /// included).
+    async fn list(&self, organization_id: &str) -> Result<Vec<KeyRecord>, StoreError>;
+
+    /// Returns the record of the key `key_id` of `organization_id`.
+    async fn get(&self, organization_id: &str, key_id: &str) -> Result<KeyRecord, StoreError>;
+
+    /// Revokes the key `key_id` of `organization_id` at once and returns its record. Revoking
+    /// a revoked key changes nothing (it keeps its first revocation time).
+    async fn revoke(&self, organization_id: &str, key_id: &str) -> Result<KeyRecord, StoreError>;
+
+    /// Rolls the key `key_id` of `organization_id`: issues a new key with the same label and
+    /// environment (and no expiry), and makes the old key expire `overlap` from now, or at its
+    /// own expiry if that is sooner, so clients can move to the new key in between. Returns
+    /// the new key.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` as for [`get`](Self::get); `Conflict` for a revoked key.
+    async fn roll(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        overlap: Duration,
+    ) -> Result<IssuedKey, StoreError>;
+
+    /// Records the last use of keys, as [`LastUsedRecorder`](crate::last_used::LastUsedRecorder)
+    /// gathered them: for each key, its last use becomes the later of the recorded one and
+    /// the given one. Ids of keys that no longer exist are skipped.
+    async fn record_last_used(&self, uses: &[KeyUse]) -> Result<(), StoreError>;
+}
+
+/// What a new key is to be: its environment, and optionally a label and an expiry.
+///
+/// ```
+/// use partner_api::key::KeyEnvironment;
+/// use partner_api::management::NewKey;
+///
+/// let new = NewKey::new(KeyEnvironment::Live).with_label("Reporting");
+/// assert_eq!(new.label(), Some("Reporting"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewKey {
+    environment: KeyEnvironment,
+    label: Option<String>,
+    expires_at: Option<Timestamp>,
+}
+
+impl NewKey {
+    /// Describes a key for `environment`, without label or expiry.
+    pub fn new(environment: KeyEnvironment) -> Self {
+        Self {
+            environment,
+            label: None,
+            expires_at: None,
+        }
+    }
+
+    /// Sets the key's label, a name for people (at most [`MAX_LABEL_CHARS`] characters).
+    #[must_use]
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// Sets when the key expires.
+    #[must_use]
+    pub fn with_expires_at(mut self, expires_at: Timestamp) -> Self {
+        self.expires_at = Some(expires_at);
+        self
+    }
+
+    /// Returns the environment.
+    pub fn environment(&self) -> KeyEnvironment {
+        self.environment
+    }
+
+    /// Returns the label.
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
+    }
+
+    /// Returns the expiry.
+    pub fn expires_at(&self) -> Option<Timestamp> {
+        self.expires_at
+    }
+
+    /// Checks the description against the rules every store applies, at `now`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidData` for an expiry not after `now`, or a label over [`MAX_LABEL_CHARS`]
+    /// characters or with control characters.
+    pub fn check(&self, now: Timestamp) -> Result<(), StoreError> {
+        if self.expires_at.is_some_and(|expires_at| expires_at <= now) {
+            return Err(StoreError::invalid_data("the expiry is not in the future"));
+        }
+        if let Some(label) = &self.label {
+            check_label(label)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks a key's label: at most [`MAX_LABEL_CHARS`] characters, no control characters.
+pub(crate) fn check_label(label: &str) -> Result<(), StoreError> {
+    if label.chars().count() > MAX_LABEL_CHARS {
+        return Err(StoreError::invalid_data(format!(
+            "the label is longer than {MAX_LABEL_CHARS} characters"
+        )));
+    }
+    if label.chars().any(char::is_control) {
+        return Err(StoreError::invalid_data(
+            "the label holds control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// A new key: its plaintext, shown once, and its record.
+pub struct IssuedKey {
+    key: ApiKey,
+    record: KeyRecord,
+}
+
+impl IssuedKey {
+    /// Pairs a generated key with the record its store made of it.
+    pub fn new(key: ApiKey, record: KeyRecord) -> Self {
+        Self { key, record }
+    }
+
+    /// Returns the plaintext key: show it once, it cannot be had again.
+    pub fn plaintext(&self) -> &str {
+        self.key.plaintext()
+    }
+
+    /// Returns the key's record.
+    pub fn record(&self) -> &KeyRecord {
+        &self.record
+    }
+
+    /// Returns the record, dropping the plaintext.
+    pub fn into_record(self) -> KeyRecord {
+        self.record
+    }
+}
+
+impl fmt::Debug for IssuedKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IssuedKey")
+            .field("record", &self.record)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a store knows of one key: never its plaintext or its digest.
+///
+/// Serializes as the JSON object a Settings page and the `keys` command show: `id`, `label`,
+/// `hint`, `environment` (`"live"`, `"test"` or `null`), `createdAt`, `expiresAt`,
+/// `lastUsedAt`, `revokedAt` (RFC 3339 UTC or `null`). Keys that came from a seed or a host's
+/// older format carry what is known of them (no label, a hint and environment only when
+/// the store saw the key).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct KeyRecord {
+    /// The key's id, the one [`Principal::key_id`](crate::Principal::key_id) carries.
+    pub id: String,
+    /// The organization the key belongs to.
+    #[serde(skip)]
+    pub organization_id: String,
+    /// A name for people.
+    pub label: Option<String>,
+    /// A short form that identifies the key without revealing it (`pk_live_...Xy12`).
+    pub hint: Option<String>,
+    /// The environment of the key, when its prefix tells.
+    #[serde(serialize_with = "environment_name")]
+    pub environment: Option<KeyEnvironment>,
+    /// When the key was created.
+    pub created_at: Timestamp,
+    /// When the key expires, if it does.
+    pub expires_at: Option<Timestamp>,
+    /// When the key was last used (recorded with a delay; see
+    /// [`last_used`](crate::last_used)).
+    pub last_used_at: Option<Timestamp>,
+    /// When the key was revoked, if it was.
+    pub revoked_at: Option<Timestamp>,
+}
+
+impl KeyRecord {
+    /// Creates the record of a key `id` of `organization_id` created at `created_at`, with
+    /// nothing else known.
+    pub fn new(
+        id: impl Into<String>,
+        organization_id: impl Into<String>,
+        created_at: Timestamp,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            organization_id: organization_id.into(),
+            label: None,
+            hint: None,
+            environment: None,
+            created_at,
+            expires_at: None,
+            last_used_at: None,
+            revoked_at: None,
+        }
+    }
+
+    /// Returns whether the key is usable at `now`: not revoked and not expired.
+    pub fn is_active_at(&self, now: Timestamp) -> bool {
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|expires_at| expires_at > now)
+    }
+}
+
+fn environment_name<S: Serializer>(
+    environment: &Option<KeyEnvironment>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match environment {
+        Some(environment) => serializer.serialize_str(environment.name()),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// One key's last use, as [`KeyManager::record_last_used`] takes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyUse {
+    /// The key's id.
+    pub key_id: String,
+    /// When it was used.
+    pub at: Timestamp,
+}
+
+/// What the plaintext `key` tells of itself: its hint and, from its prefix, its environment.
+pub(crate) fn describe_plaintext(key: &str) -> (String, Option<KeyEnvironment>) {
+    let environment = if key.starts_with(LIVE_PREFIX) {
+        Some(KeyEnvironment::Live)
+    } else if key.starts_with(TEST_PREFIX) {
+        Some(KeyEnvironment::Test)
+    } else {
+        None
+    };
+    (crate::key::hint_of(key), environment)
+}

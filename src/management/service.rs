@@ -1,0 +1,558 @@
+//! [`KeyManagementService`]: the server side of a host's Settings -> Partner API section, as a
+//! terminal tower [`Service`] over any [`KeyManager`].
+//!
+//! A host mounts it under a path of its choosing, behind its own user authentication, and
+//! tells it which organization the signed-in user acts for with the request extension
+//! [`ActingOrganization`]; a request without one is refused with a 401 (there is no default
+//! organization). JSON in and out; the OpenAPI 3.1 description is served at `/openapi.json`:
+//!
+//! | method and path (below the mount) | does | answers |
+//! |---|---|---|
+//! | `GET /keys` | lists the organization's keys, newest first | 200 `{"data": {"keys": [record, ...]}}` |
+//! | `POST /keys` `{"label", "environment", "expiresAt"}` | issues a key | 201 `{"data": {"key": "pk_...", "record": record}}` |
+//! | `GET /keys/{id}` | shows one key | 200 `{"data": {"record": record}}` |
+//! | `POST /keys/{id}/revoke` `{}` | revokes it | 200 `{"data": {"record": record}}` |
+//! | `POST /keys/{id}/roll` `{"overlapSeconds"}` | rolls it | 201 `{"data": {"key": "pk_...", "record": record}}` |
+//!
+//! The plaintext key is in exactly one response: the one that created it. Every response is
+//! `Cache-Control: no-store`; no body is logged. Errors are `{"error": {"message": "..."}}`
+//! with the status that fits: 400 (not JSON), 401 (no organization), 403 (the host's CSRF
+//! check refused), 404 (no such key in this organization, or no such path), 405, 409 (a revoked
+//! key cannot be rolled), 413 (a body over 16 KiB), 415 (not `application/json`), 422 (JSON
+//! that breaks a rule: an unknown member, an expiry in the past, a label over 100 characters,
+//! an unknown environment), 500, 503. A refused request changes nothing.
+//!
+//! # Cross-site request forgery
+//!
+//! A state-changing request (every `POST`) must carry `Content-Type: application/json`: a
+//! browser sends that cross-origin only after a CORS preflight, and this service answers no
+//! preflight and sends no CORS header, so another site's page cannot make the signed-in user's
+//! browser issue, revoke or roll a key. If the host gives a CSRF check
+//! ([`with_csrf_check`](KeyManagementService::with_csrf_check), say its own token header), a
+//! `POST` must pass it too. The host must still: authenticate the user before this service
+//! (and set [`ActingOrganization`] only for an organization the user may act for), keep its
+//! session cookie `SameSite=Lax` or `Strict`, `Secure` and `HttpOnly`, not add a CORS layer
+//! that allows other origins with credentials in front of this service, and serve the page
+//! over HTTPS.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
+use http::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE, X_CONTENT_TYPE_OPTIONS};
+use http::request::Parts;
+use http::{Method, Request, Response, StatusCode};
+use http_body::Body;
+use http_body_util::{BodyExt, Limited};
+use serde::Deserialize;
+use tower::Service;
+
+use crate::api::body::ApiBody;
+use crate::key::KeyEnvironment;
+use crate::log::ErrorChain;
+use crate::management::{IssuedKey, KeyManager, KeyRecord, NewKey};
+use crate::model::Timestamp;
+use crate::store::{StoreError, StoreErrorKind};
+
+/// The largest request body the service reads.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+/// The longest overlap a roll may ask for: a year.
+pub const MAX_OVERLAP: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// The OpenAPI 3.1 description of the service, as checked in.
+pub const OPENAPI_DOCUMENT: &str = include_str!("openapi.json");
+
+/// The organization the signed-in user acts for: the request extension the host's session
+/// middleware sets before [`KeyManagementService`].
+///
+/// ```
+/// use partner_api::management::ActingOrganization;
+///
+/// let mut request = http::Request::new(());
+/// request.extensions_mut().insert(ActingOrganization::new("org_1"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActingOrganization(Arc<str>);
+
+impl ActingOrganization {
+    /// Creates the extension for the organization `organization_id`.
+    pub fn new(organization_id: impl Into<Arc<str>>) -> Self {
+        Self(organization_id.into())
+    }
+
+    /// Returns the organization's id.
+    pub fn id(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A host's own CSRF check of a state-changing request.
+type CsrfCheck = dyn Fn(&Parts) -> bool + Send + Sync;
+
+/// The key-management API of a Settings page, as a tower [`Service`] (`Error = Infallible`,
+/// so `axum::Router::nest_service` takes it). Clones are cheap and share the store.
+///
+/// ```
+/// use partner_api::management::KeyManagementService;
+/// use partner_api::MemoryStore;
+///
+/// let service = KeyManagementService::new(MemoryStore::new())
+///     .with_csrf_check(|parts| parts.headers.contains_key("x-csrf-token"));
+/// ```
+#[derive(Clone)]
+pub struct KeyManagementService {
+    keys: Arc<dyn KeyManager>,
+    prefix: Arc<str>,
+    csrf: Option<Arc<CsrfCheck>>,
+}
+
+impl KeyManagementService {
+    /// Creates the service over `keys`, answering at the root of its mount (`/keys`).
+    pub fn new(keys: impl KeyManager + 'static) -> Self {
+        Self {
+            keys: Arc::new(keys),
+            prefix: Arc::from(""),
+            csrf: None,
+        }
+    }
+
+    /// Answers below `prefix` (`"/settings/partner-api/api"` answers
+    /// `/settings/partner-api/api/keys`), for hosts that do not strip their mount path as
+    /// axum's `nest_service` does.
+    ///
+    /// # Panics
+    ///
+    /// When `prefix` is neither empty nor a path starting with `/`.
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: &str) -> Self {
+        let prefix = prefix.trim_end_matches('/');
+        assert!(
+            prefix.is_empty() || prefix.starts_with('/'),
+            "the prefix must be a path such as \"/settings/partner-api/api\""
+        );
+        self.prefix = Arc::from(prefix);
+        self
+    }
+
+    /// Requires every state-changing request to pass `check` (the host's own CSRF check, say
+    /// a token header that matches the session); a request that fails it is a 403.
+    #[must_use]
+    pub fn with_csrf_check(
+        mut self,
+        check: impl Fn(&Parts) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.csrf = Some(Arc::new(check));
+        self
+    }
+}
+
+impl fmt::Debug for KeyManagementService {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyManagementService")
+            .field("prefix", &self.prefix)
+            .field("csrf_check", &self.csrf.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> Service<Request<B>> for KeyManagementService
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Response = Response<ApiBody>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let service = self.clone();
+        ResponseFuture {
+            future: Box::pin(async move {
+                service
+                    .answer(request)
+                    .await
+                    .unwrap_or_else(Failure::into_response)
+            }),
+        }
+    }
+}
+
+/// The response future of [`KeyManagementService`].
+pub struct ResponseFuture {
+    future: Pin<Box<dyn Future<Output = Response<ApiBody>> + Send>>,
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<Response<ApiBody>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.future.as_mut().poll(cx).map(Ok)
+    }
+}
+
+impl fmt::Debug for ResponseFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+/// What the service can be asked, by method and path below the mount.
+#[derive(Debug, PartialEq, Eq)]
+enum Route<'p> {
+    Keys,
+    Key(&'p str),
+    Revoke(&'p str),
+    Roll(&'p str),
+    OpenApi,
+}
+
+impl<'p> Route<'p> {
+    fn at(path: &'p str) -> Option<Self> {
+        let rest = path.strip_prefix('/')?;
+        let segments: Vec<&str> = rest.split('/').collect();
+        let valid_id = |id: &str| {
+            !id.is_empty()
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        };
+        match segments.as_slice() {
+            ["keys"] => Some(Self::Keys),
+            ["openapi.json"] => Some(Self::OpenApi),
+            ["keys", id] if valid_id(id) => Some(Self::Key(id)),
+            ["keys", id, "revoke"] if valid_id(id) => Some(Self::Revoke(id)),
+            ["keys", id, "roll"] if valid_id(id) => Some(Self::Roll(id)),
+            _ => None,
+        }
+    }
+
+    fn methods(&self) -> &'static str {
+        match self {
+            Self::Keys => "GET, HEAD, POST",
+            Self::Key(_) | Self::OpenApi => "GET, HEAD",
+            Self::Revoke(_) | Self::Roll(_) => "POST",
+        }
+    }
+}
+
+/// Why a request is refused, and with which status.
+#[derive(Debug)]
+struct Failure {
+    status: StatusCode,
+    message: String,
+    allow: Option<&'static str>,
+}
+
+impl Failure {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            allow: None,
+        }
+    }
+
+    fn into_response(self) -> Response<ApiBody> {
+        let body = serde_json::json!({ "error": { "message": self.message } });
+        let mut response = json(self.status, &body);
+        if let Some(allow) = self.allow {
+            response
+                .headers_mut()
+                .insert(ALLOW, HeaderValue::from_static(allow));
+        }
+        response
+    }
+
+    /// The answer to a store's error: its kind decides the status; the detail of a failure
+    /// goes to the log only.
+    fn from_store(err: StoreError) -> Self {
+        // What the caller sent is checked before the store is asked, so invalid data here is
+        // the store's (a row that breaks the schema): a 500, its detail logged only.
+        let status = match err.kind() {
+            StoreErrorKind::NotFound => StatusCode::NOT_FOUND,
+            StoreErrorKind::Conflict => StatusCode::CONFLICT,
+            StoreErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        if status.is_server_error() {
+            tracing::error!(kind = ?err.kind(), error = %ErrorChain(&err), "key management store failed");
+            let message = if status == StatusCode::SERVICE_UNAVAILABLE {
+                "the key store is unavailable, try again later"
+            } else {
+                "internal server error"
+            };
+            return Self::new(status, message);
+        }
+        // Messages of these kinds name what the caller sent (an id), never a secret.
+        Self::new(status, caller_message(&err))
+    }
+}
+
+/// A store error's own message (its source's), for a caller who may see it.
+fn caller_message(err: &StoreError) -> String {
+    match std::error::Error::source(err) {
+        Some(source) => source.to_string(),
+        None => err.to_string(),
+    }
+}
+
+/// A JSON response with the headers every response of the service carries.
+fn json(status: StatusCode, value: &serde_json::Value) -> Response<ApiBody> {
+    let mut response = Response::new(ApiBody::new(Bytes::from(value.to_string())));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response
+}
+
+/// The body of `POST /keys`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct IssueRequest {
+    #[serde(default)]
+    label: Option<String>,
+    environment: KeyEnvironmentName,
+    #[serde(default)]
+    expires_at: Option<Timestamp>,
+}
+
+/// `"live"` or `"test"`.
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum KeyEnvironmentName {
+    Live,
+    Test,
+}
+
+impl From<KeyEnvironmentName> for KeyEnvironment {
+    fn from(name: KeyEnvironmentName) -> Self {
+        match name {
+            KeyEnvironmentName::Live => Self::Live,
+            KeyEnvironmentName::Test => Self::Test,
+        }
+    }
+}
+
+/// The body of `POST /keys/{id}/revoke`: an empty object.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RevokeRequest {}
+
+/// The body of `POST /keys/{id}/roll`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RollRequest {
+    overlap_seconds: u64,
+}
+
+impl KeyManagementService {
+    async fn answer<B>(&self, request: Request<B>) -> Result<Response<ApiBody>, Failure>
+    where
+        B: Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let (parts, body) = request.into_parts();
+        let head = parts.method == Method::HEAD;
+        let mut response = self.route(parts, body).await?;
+        if head {
+            *response.body_mut() = ApiBody::empty();
+        }
+        Ok(response)
+    }
+
+    async fn route<B>(&self, parts: Parts, body: B) -> Result<Response<ApiBody>, Failure>
+    where
+        B: Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let not_found = || Failure::new(StatusCode::NOT_FOUND, "not found");
+        let path = parts
+            .uri
+            .path()
+            .strip_prefix(&*self.prefix)
+            .ok_or_else(not_found)?;
+        let route = Route::at(path).ok_or_else(not_found)?;
+        let reading = parts.method == Method::GET || parts.method == Method::HEAD;
+        let allowed = if reading {
+            !matches!(route, Route::Revoke(_) | Route::Roll(_))
+        } else {
+            parts.method == Method::POST
+                && matches!(route, Route::Keys | Route::Revoke(_) | Route::Roll(_))
+        };
+        if !allowed {
+            let mut failure = Failure::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+            failure.allow = Some(route.methods());
+            return Err(failure);
+        }
+        if route == Route::OpenApi {
+            let document: serde_json::Value =
+                serde_json::from_str(OPENAPI_DOCUMENT).map_err(|_| {
+                    Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal server error")
+                })?;
+            return Ok(json(StatusCode::OK, &document));
+        }
+        let organization = parts
+            .extensions
+            .get::<ActingOrganization>()
+            .cloned()
+            .ok_or_else(|| Failure::new(StatusCode::UNAUTHORIZED, "sign in to manage API keys"))?;
+        let organization = organization.id();
+        if !reading {
+            self.check_state_change(&parts)?;
+        }
+        let keys = &*self.keys;
+        match route {
+            Route::Keys if reading => {
+                let records = keys.list(organization).await.map_err(Failure::from_store)?;
+                Ok(json(
+                    StatusCode::OK,
+                    &serde_json::json!({ "data": { "keys": records } }),
+                ))
+            }
+            Route::Keys => {
+                let IssueRequest {
+                    label,
+                    environment,
+                    expires_at,
+                } = read_json(body).await?;
+                let mut new = NewKey::new(environment.into());
+                if let Some(label) = label {
+                    new = new.with_label(label);
+                }
+                if let Some(expires_at) = expires_at {
+                    new = new.with_expires_at(expires_at);
+                }
+                // The caller's mistakes are told here; an `InvalidData` from the store after
+                // this is the store's own fault.
+                new.check(Timestamp::now()).map_err(|err| {
+                    Failure::new(StatusCode::UNPROCESSABLE_ENTITY, caller_message(&err))
+                })?;
+                let issued = keys
+                    .issue(organization, new)
+                    .await
+                    .map_err(Failure::from_store)?;
+                Ok(created(&issued))
+            }
+            Route::Key(id) => {
+                let record = keys
+                    .get(organization, id)
+                    .await
+                    .map_err(Failure::from_store)?;
+                Ok(one(&record))
+            }
+            Route::Revoke(id) => {
+                let RevokeRequest {} = read_json(body).await?;
+                let record = keys
+                    .revoke(organization, id)
+                    .await
+                    .map_err(Failure::from_store)?;
+                Ok(one(&record))
+            }
+            Route::Roll(id) => {
+                let RollRequest { overlap_seconds } = read_json(body).await?;
+                let overlap = Duration::from_secs(overlap_seconds);
+                if overlap > MAX_OVERLAP {
+                    return Err(Failure::new(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "overlapSeconds is more than a year",
+                    ));
+                }
+                let issued = keys
+                    .roll(organization, id, overlap)
+                    .await
+                    .map_err(Failure::from_store)?;
+                Ok(created(&issued))
+            }
+            Route::OpenApi => Err(not_found()),
+        }
+    }
+
+    /// Refuses a state-changing request that is not `application/json` (the browser's CSRF
+    /// barrier) or fails the host's own check.
+    fn check_state_change(&self, parts: &Parts) -> Result<(), Failure> {
+        let json = parts
+            .headers
+            .get(CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.split(';').next())
+            .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"));
+        if !json {
+            return Err(Failure::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "send Content-Type: application/json",
+            ));
+        }
+        if self.csrf.as_ref().is_some_and(|check| !check(parts)) {
+            return Err(Failure::new(StatusCode::FORBIDDEN, "the CSRF check failed"));
+        }
+        Ok(())
+    }
+}
+
+/// The `200` of one record.
+fn one(record: &KeyRecord) -> Response<ApiBody> {
+    json(
+        StatusCode::OK,
+        &serde_json::json!({ "data": { "record": record } }),
+    )
+}
+
+/// The `201` of a new key: the one response that holds its plaintext.
+fn created(issued: &IssuedKey) -> Response<ApiBody> {
+    json(
+        StatusCode::CREATED,
+        &serde_json::json!({ "data": { "key": issued.plaintext(), "record": issued.record() } }),
+    )
+}
+
+/// Reads a JSON body of at most [`MAX_BODY_BYTES`] as `T`: 413 when larger, 400 when not JSON,
+/// 422 when JSON of the wrong shape.
+async fn read_json<B, T>(body: B) -> Result<T, Failure>
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    T: for<'de> Deserialize<'de>,
+{
+    let bytes = Limited::new(body, MAX_BODY_BYTES)
+        .collect()
+        .await
+        .map_err(|err| {
+            if err
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                Failure::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "the body is larger than 16 KiB",
+                )
+            } else {
+                Failure::new(StatusCode::BAD_REQUEST, "the body could not be read")
+            }
+        })?
+        .aggregate();
+    serde_json::from_reader(bytes.reader()).map_err(|err| {
+        use serde_json::error::Category;
+        match err.classify() {
+            Category::Data => Failure::new(StatusCode::UNPROCESSABLE_ENTITY, err.to_string()),
+            _ => Failure::new(
+                StatusCode::BAD_REQUEST,
+                format!("the body is not JSON: {err}"),
+            ),
+        }
+    })
+}

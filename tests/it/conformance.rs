@@ -1,0 +1,152 @@
+//! The conformance suites check what they claim: the shipped stores pass, and a store or a
+//! limiter with a deliberate fault fails exactly the checks its fault breaks.
+#![cfg(feature = "testing")]
+
+use async_trait::async_trait;
+use partner_api::store::OrderQuery;
+use partner_api::testing::{run, StoreFixtures};
+use partner_api::{
+    KeyDigest, KeyLookup, KeyStore, MemoryStore, Order, OrderPage, OrderStore, Organization,
+    StoreError, Timestamp,
+};
+
+#[tokio::test]
+async fn the_memory_store_conforms_and_can_run_twice() {
+    let store = MemoryStore::new();
+    let report = run(&store).await;
+    report.assert_passed();
+    assert_eq!(report.len(), 13);
+    run(&store).await.assert_passed();
+}
+
+/// How a [`Faulty`] store breaks the contract.
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    /// Revocations are dropped and the limit is ignored.
+    ForgetsRevocationsAndLimits,
+    /// `lookup_now` resolves no key, while `lookup` does.
+    ForgetsKeysAtOnce,
+    /// Every page starts from the newest order, whatever its position.
+    IgnoresPositions,
+    /// Valid keys resolve without their expiry.
+    DropsExpiry,
+}
+
+/// A memory store with one deliberate fault.
+struct Faulty(MemoryStore, Fault);
+
+#[async_trait]
+impl KeyStore for Faulty {
+    async fn lookup(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
+        let found = self.0.lookup(digest).await?;
+        Ok(match (self.1, found) {
+            (Fault::DropsExpiry, KeyLookup::Valid(principal)) => {
+                KeyLookup::Valid(principal.with_expires_at(None))
+            }
+            (_, found) => found,
+        })
+    }
+    fn lookup_now(&self, _: &KeyDigest) -> Option<Result<KeyLookup, StoreError>> {
+        (self.1 == Fault::ForgetsKeysAtOnce).then_some(Ok(KeyLookup::Unknown))
+    }
+}
+
+#[async_trait]
+impl OrderStore for Faulty {
+    async fn orders(&self, org: &str, query: &OrderQuery) -> Result<OrderPage, StoreError> {
+        let query = match self.1 {
+            Fault::ForgetsRevocationsAndLimits => OrderQuery::newest(usize::MAX),
+            Fault::IgnoresPositions => OrderQuery::newest(query.limit()),
+            _ => query.clone(),
+        };
+        self.0.orders(org, &query).await
+    }
+}
+
+#[async_trait]
+impl StoreFixtures for Faulty {
+    type Store = Self;
+    fn store(&self) -> &Self {
+        self
+    }
+    async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
+        self.0.add_organization(organization.clone())
+    }
+    async fn add_key(
+        &self,
+        key: &str,
+        organization_id: &str,
+        expires_at: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        StoreFixtures::add_key(&self.0, key, organization_id, expires_at).await
+    }
+    async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
+        if self.1 != Fault::ForgetsRevocationsAndLimits {
+            self.0.revoke_key(key);
+        }
+        Ok(())
+    }
+    async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError> {
+        self.0.add_orders(organization_id, orders.iter().cloned())
+    }
+    async fn remove_order(&self, organization_id: &str, order_id: &str) -> Result<(), StoreError> {
+        self.0.remove_order(organization_id, order_id);
+        Ok(())
+    }
+}
+
+/// The names of the checks a store with `fault` fails.
+async fn failures(fault: Fault) -> Vec<&'static str> {
+    let report = run(&Faulty(MemoryStore::new(), fault)).await;
+    println!("{report}");
+    report.failures().map(|(name, _)| name).collect()
+}
+
+#[tokio::test]
+async fn immediate_answers_must_agree_with_waited_ones() {
+    let report = run(&Faulty(MemoryStore::new(), Fault::ForgetsKeysAtOnce)).await;
+    let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
+    assert!(
+        failed.contains(&"a key resolves to its own organization"),
+        "{report}"
+    );
+    assert!(
+        failed.contains(&"a revoked key resolves to nothing at once"),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn a_broken_store_fails_the_checks_it_breaks() {
+    assert_eq!(
+        failures(Fault::ForgetsRevocationsAndLimits).await,
+        [
+            "a revoked key resolves to nothing at once",
+            "the limit is honoured",
+            "more than 100 orders give the newest 100",
+            "pages hold every order once, newest first, across ties",
+            "new and deleted orders never shift later pages",
+            "10,000 orders in pages of 100",
+        ]
+    );
+    assert_eq!(
+        failures(Fault::IgnoresPositions).await,
+        [
+            "pages hold every order once, newest first, across ties",
+            "new and deleted orders never shift later pages",
+            "10,000 orders in pages of 100",
+        ]
+    );
+    assert_eq!(
+        failures(Fault::DropsExpiry).await,
+        ["a key's expiry is reported and enforced"]
+    );
+}
+
+#[tokio::test]
+async fn the_memory_store_manages_keys_as_the_suite_requires() {
+    let store = MemoryStore::new();
+    let report = partner_api::testing::run_key_manager(&store).await;
+    report.assert_passed();
+    assert_eq!(report.len(), 9);
+}

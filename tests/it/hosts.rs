@@ -1,0 +1,137 @@
+//! The axum and tonic examples, each driven through a real listener on 127.0.0.1:0 the way a
+//! product team would run them.
+
+#[allow(dead_code)]
+#[path = "../../examples/axum.rs"]
+mod axum_host;
+#[allow(dead_code)]
+#[path = "../../examples/tonic.rs"]
+mod tonic_host;
+
+use std::net::SocketAddr;
+
+use crate::common::*;
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::Empty;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use tokio::net::TcpListener;
+
+fn http1() -> Client<HttpConnector, Empty<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+async fn fetch(address: SocketAddr, path: &str, key: Option<&str>) -> Collected {
+    let mut request = Request::get(format!("http://{address}{path}"));
+    if let Some(key) = key {
+        request = request.header("authorization", format!("Bearer {key}"));
+    }
+    let response = http1()
+        .request(request.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    collect(response).await
+}
+
+/// `fetch` for a path the API answers: also checked against the OpenAPI document.
+async fn fetch_api(address: SocketAddr, path: &str, key: Option<&str>) -> Collected {
+    let response = fetch(address, path, key).await;
+    crate::common::contract::assert_conforms(&Method::GET, path, &response);
+    response
+}
+
+#[tokio::test]
+async fn axum_host_serves_the_api_nested_and_layered_beside_its_own_routes() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, axum_host::app(api())).await });
+
+    for prefix in ["/partner/v1", "/v1"] {
+        let me = fetch_api(address, &format!("{prefix}/me"), Some(KEY_A)).await;
+        assert_eq!(me.status, StatusCode::OK, "{prefix}");
+        assert_eq!(me.json()["data"]["organization"]["id"], "org_a");
+        let orders = fetch_api(address, &format!("{prefix}/orders"), Some(KEY_B)).await;
+        assert_eq!(orders.json()["data"]["orders"].as_array().unwrap().len(), 3);
+        let missing = fetch_api(address, &format!("{prefix}/orders"), None).await;
+        assert_eq!(missing.status, StatusCode::UNAUTHORIZED);
+        let unknown = fetch_api(address, &format!("{prefix}/nothing"), Some(KEY_A)).await;
+        assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+        assert!(!unknown.error_message().is_empty());
+    }
+    // The host's routes keep their own responses.
+    let home = fetch(address, "/", None).await;
+    assert_eq!(
+        (home.status, home.body.as_ref()),
+        (StatusCode::OK, &b"the host's home page"[..])
+    );
+    assert_eq!(
+        home.header("x-request-id"),
+        None,
+        "the API did not touch it"
+    );
+    let status = fetch(address, "/api/status", None).await;
+    assert_eq!(status.json(), serde_json::json!({"host": "ok"}));
+    let elsewhere = fetch(address, "/v2/me", Some(KEY_A)).await;
+    assert_eq!(elsewhere.status, StatusCode::NOT_FOUND);
+    assert!(elsewhere.body.is_empty(), "axum's own 404, not the API's");
+}
+
+#[tokio::test]
+async fn tonic_host_answers_grpc_and_http1_on_one_listener() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(tonic_host::app(api(), listener, async {
+        let _ = stopped.await;
+    }));
+
+    // A gRPC call (HTTP/2) ...
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel);
+    let answer = health
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(answer.into_inner().status, ServingStatus::Serving as i32);
+
+    // ... and HTTP/1.1 calls of the partner API, against the same listener.
+    let me = fetch_api(address, "/v1/me", Some(KEY_A)).await;
+    assert_eq!(me.status, StatusCode::OK);
+    assert_eq!(me.json()["data"]["organization"]["name"], "Alpha Media");
+    let orders = fetch_api(address, "/v1/orders", Some(KEY_A)).await;
+    assert_eq!(
+        orders.json()["data"]["orders"].as_array().unwrap().len(),
+        100
+    );
+    assert_eq!(
+        fetch_api(address, "/v1/me", None).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+
+    // gRPC still works after the HTTP calls, and an unknown gRPC service is tonic's answer.
+    let unknown = health
+        .check(HealthCheckRequest {
+            service: "no.such.Service".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+
+    stop.send(()).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), server)
+        .await
+        .expect("the tonic host stops")
+        .unwrap()
+        .unwrap();
+}

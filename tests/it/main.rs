@@ -1,0 +1,24 @@
+//! The integration tests, in one binary: each module tests one part of the crate from
+//! outside, through its public API, real sockets, PostgreSQL and Redis (`.ci/test` starts
+//! them) and the example hosts.
+
+mod common;
+
+mod api;
+mod conditional_get;
+mod conformance;
+mod hostile;
+mod hosts;
+mod keys;
+mod layer;
+mod management;
+mod metrics;
+mod openapi;
+mod postgres;
+mod rate_limit;
+mod redis;
+mod replicas;
+mod request_id;
+mod server;
+mod settings_page;
+mod soak;

@@ -1,0 +1,553 @@
+//! The key-management service of a Settings page, through `Service::call`: the organization
+//! comes from the host, state changes need JSON and the host's CSRF check, every bad input
+//! gets a clear JSON error with the right status and changes nothing, and every response
+//! matches the service's OpenAPI description.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use partner_api::management::{ActingOrganization, KeyManagementService, OPENAPI_DOCUMENT};
+use partner_api::seed::Seed;
+use partner_api::MemoryStore;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+struct Answer {
+    status: StatusCode,
+    headers: http::HeaderMap,
+    body: Value,
+    text: String,
+}
+
+/// The OpenAPI path template of a concrete path.
+fn template(path: &str) -> &'static str {
+    match path.split('/').collect::<Vec<_>>().as_slice() {
+        ["", "keys"] => "/keys",
+        ["", "keys", _] => "/keys/{id}",
+        ["", "keys", _, "revoke"] => "/keys/{id}/revoke",
+        ["", "keys", _, "roll"] => "/keys/{id}/roll",
+        _ => "",
+    }
+}
+
+/// Checks `answer` against the response the document declares for it.
+fn assert_documented(method: &Method, path: &str, answer: &Answer) {
+    let document: Value = serde_json::from_str(OPENAPI_DOCUMENT).unwrap();
+    let template = template(path);
+    if template.is_empty() || answer.status == StatusCode::METHOD_NOT_ALLOWED {
+        return;
+    }
+    let operation = &document["paths"][template][method.as_str().to_lowercase()];
+    let mut response = &operation["responses"][answer.status.as_str()];
+    assert!(
+        !response.is_null(),
+        "{method} {path}: {} is not documented",
+        answer.status
+    );
+    if let Some(reference) = response["$ref"].as_str() {
+        response = document.pointer(reference.trim_start_matches('#')).unwrap();
+    }
+    let schema = &response["content"]["application/json"]["schema"];
+    let mut root = document.clone();
+    root["$schema"] = "https://json-schema.org/draft/2020-12/schema".into();
+    root["$ref"] = schema["$ref"].clone();
+    let validator = jsonschema::options()
+        .should_validate_formats(true)
+        .build(&root)
+        .unwrap();
+    assert!(
+        validator.is_valid(&answer.body),
+        "{method} {path}: {} breaks its schema: {}",
+        answer.status,
+        answer.text
+    );
+}
+
+fn store() -> MemoryStore {
+    Seed::demo().to_memory_store().unwrap()
+}
+
+async fn send(
+    service: &KeyManagementService,
+    method: Method,
+    path: &str,
+    organization: Option<&str>,
+    content_type: Option<&str>,
+    body: &str,
+) -> Answer {
+    let mut request = Request::builder().method(method.clone()).uri(path);
+    if let Some(content_type) = content_type {
+        request = request.header("content-type", content_type);
+    }
+    let mut request = request
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    if let Some(organization) = organization {
+        request
+            .extensions_mut()
+            .insert(ActingOrganization::new(organization));
+    }
+    let response = service.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8(bytes.to_vec()).unwrap();
+    let body = if method == Method::HEAD {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"))
+    };
+    assert_eq!(headers["cache-control"], "no-store", "{path}");
+    assert_eq!(headers["content-type"], "application/json", "{path}");
+    let answer = Answer {
+        status,
+        headers,
+        body,
+        text,
+    };
+    if method != Method::HEAD {
+        assert_documented(&method, path, &answer);
+        if !status.is_success() {
+            assert!(
+                answer.body["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| !m.is_empty()),
+                "{}",
+                answer.text
+            );
+        }
+    }
+    answer
+}
+
+async fn get(service: &KeyManagementService, path: &str) -> Answer {
+    send(service, Method::GET, path, Some("org_demo"), None, "").await
+}
+
+async fn post(service: &KeyManagementService, path: &str, body: Value) -> Answer {
+    send(
+        service,
+        Method::POST,
+        path,
+        Some("org_demo"),
+        Some("application/json"),
+        &body.to_string(),
+    )
+    .await
+}
+
+async fn key_count(service: &KeyManagementService) -> usize {
+    get(service, "/keys").await.body["data"]["keys"]
+        .as_array()
+        .unwrap()
+        .len()
+}
+
+#[tokio::test]
+async fn the_plaintext_is_in_the_one_response_that_created_it() {
+    let service = KeyManagementService::new(store());
+    let listed = get(&service, "/keys").await;
+    assert_eq!(listed.status, StatusCode::OK);
+    assert_eq!(
+        listed.body["data"]["keys"].as_array().unwrap().len(),
+        2,
+        "the seed's keys of org_demo"
+    );
+    let created = post(
+        &service,
+        "/keys",
+        json!({"label": "CI", "environment": "test", "expiresAt": "2099-01-01T00:00:00Z"}),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    let key = created.body["data"]["key"].as_str().unwrap().to_owned();
+    let record = &created.body["data"]["record"];
+    assert_eq!(record["label"], "CI");
+    assert_eq!(record["environment"], "test");
+    assert_eq!(record["expiresAt"], "2099-01-01T00:00:00.000Z");
+    let id = record["id"].as_str().unwrap().to_owned();
+    let shown = get(&service, &format!("/keys/{id}")).await;
+    assert_eq!(shown.body["data"]["record"], *record);
+    let rolled = post(
+        &service,
+        &format!("/keys/{id}/roll"),
+        json!({"overlapSeconds": 60}),
+    )
+    .await;
+    assert_eq!(rolled.status, StatusCode::CREATED);
+    let new_key = rolled.body["data"]["key"].as_str().unwrap().to_owned();
+    assert_ne!(new_key, key);
+    let revoked = post(&service, &format!("/keys/{id}/revoke"), json!({})).await;
+    assert_eq!(revoked.status, StatusCode::OK);
+    assert!(revoked.body["data"]["record"]["revokedAt"].is_string());
+    let all = get(&service, "/keys").await;
+    assert_eq!(all.body["data"]["keys"].as_array().unwrap().len(), 4);
+    for answer in [&listed, &shown, &revoked, &all] {
+        assert!(
+            !answer.text.contains(&key) && !answer.text.contains(&new_key),
+            "{}",
+            answer.text
+        );
+    }
+    let head = send(&service, Method::HEAD, "/keys", Some("org_demo"), None, "").await;
+    assert_eq!(head.status, StatusCode::OK);
+    assert!(head.text.is_empty());
+}
+
+#[tokio::test]
+async fn without_an_organization_from_the_host_nothing_is_answered() {
+    let service = KeyManagementService::new(store());
+    for (method, path, body) in [
+        (Method::GET, "/keys", ""),
+        (Method::POST, "/keys", r#"{"environment":"live"}"#),
+        (Method::GET, "/keys/key_1", ""),
+        (Method::POST, "/keys/key_1/revoke", "{}"),
+        (Method::POST, "/keys/key_1/roll", r#"{"overlapSeconds":0}"#),
+    ] {
+        let answer = send(&service, method, path, None, Some("application/json"), body).await;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{path}");
+    }
+    assert_eq!(key_count(&service).await, 2, "nothing changed");
+    let document = send(&service, Method::GET, "/openapi.json", None, None, "").await;
+    assert_eq!(document.status, StatusCode::OK);
+    assert_eq!(document.body["openapi"], "3.1.0");
+}
+
+#[tokio::test]
+async fn state_changes_need_json_and_pass_the_hosts_csrf_check() {
+    let token_checked = KeyManagementService::new(store()).with_csrf_check(|parts| {
+        parts
+            .headers
+            .get("x-csrf-token")
+            .is_some_and(|token| token == "t0k3n")
+    });
+    let body = r#"{"environment":"live"}"#;
+    for content_type in [
+        None,
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=x"),
+    ] {
+        let answer = send(
+            &token_checked,
+            Method::POST,
+            "/keys",
+            Some("org_demo"),
+            content_type,
+            body,
+        )
+        .await;
+        assert_eq!(
+            answer.status,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "{content_type:?}"
+        );
+    }
+    let answer = send(
+        &token_checked,
+        Method::POST,
+        "/keys",
+        Some("org_demo"),
+        Some("application/json"),
+        body,
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        key_count(&token_checked).await,
+        2,
+        "refusals change nothing"
+    );
+    let mut request = Request::post("/keys")
+        .header("content-type", "application/json; charset=utf-8")
+        .header("x-csrf-token", "t0k3n")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    request
+        .extensions_mut()
+        .insert(ActingOrganization::new("org_demo"));
+    let response = token_checked.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    // The service answers no CORS preflight and sends no CORS header.
+    let preflight = send(
+        &token_checked,
+        Method::OPTIONS,
+        "/keys",
+        Some("org_demo"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(preflight.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(!preflight
+        .headers
+        .contains_key("access-control-allow-origin"));
+}
+
+#[tokio::test]
+async fn bad_inputs_get_clear_errors_and_change_nothing() {
+    let store = store();
+    let service = KeyManagementService::new(store.clone());
+    let other = {
+        let mut request = Request::post("/keys")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(
+                r#"{"environment":"live","label":"Other's"}"#,
+            )))
+            .unwrap();
+        request
+            .extensions_mut()
+            .insert(ActingOrganization::new("org_other"));
+        let response = service.clone().oneshot(request).await.unwrap();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice::<Value>(&bytes).unwrap()["data"]["record"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let own = post(
+        &service,
+        "/keys",
+        json!({"environment": "live", "label": "Own"}),
+    )
+    .await
+    .body["data"]["record"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let revoked = post(&service, "/keys", json!({"environment": "live"}))
+        .await
+        .body["data"]["record"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    post(&service, &format!("/keys/{revoked}/revoke"), json!({})).await;
+    let before = get(&service, "/keys").await.body;
+
+    let long_label = "x".repeat(101);
+    let cases: Vec<(Method, String, Option<&str>, String, StatusCode)> = vec![
+        (
+            Method::POST,
+            "/keys".into(),
+            Some("application/json"),
+            "{\"environment\": ".into(),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            Method::POST,
+            "/keys".into(),
+            Some("application/json"),
+            "".into(),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            Method::POST,
+            "/keys".into(),
+            Some("application/json"),
+            json!({"environment": "prod"}).to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            "/keys".into(),
+            Some("application/json"),
+            json!({"label": "x"}).to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            "/keys".into(),
+            Some("application/json"),
+            json!({"environment": "live", "owner": "me"}).to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            "/keys".into(),
+            Some("application/json"),
+            json!({"environment": "live", "expiresAt": "2001-01-01T00:00:00Z"}).to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            "/keys".into(),
+            Some("application/json"),
+            json!({"environment": "live", "expiresAt": "tomorrow"}).to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            "/keys".into(),
+            Some("application/json"),
+            json!({"environment": "live", "label": long_label}).to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            "/keys".into(),
+            Some("application/json"),
+            json!({"environment": "live", "label": "a\u{7}b"}).to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            "/keys".into(),
+            Some("application/json"),
+            json!(["live"]).to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            "/keys".into(),
+            Some("application/json"),
+            format!(
+                "{{\"environment\":\"live\",\"label\":\"{}\"}}",
+                "y".repeat(20_000)
+            ),
+            StatusCode::PAYLOAD_TOO_LARGE,
+        ),
+        (
+            Method::GET,
+            "/keys/424242".into(),
+            None,
+            "".into(),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            Method::GET,
+            format!("/keys/{other}"),
+            None,
+            "".into(),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            Method::POST,
+            format!("/keys/{other}/revoke"),
+            Some("application/json"),
+            "{}".into(),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            Method::POST,
+            format!("/keys/{other}/roll"),
+            Some("application/json"),
+            json!({"overlapSeconds": 0}).to_string(),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            Method::POST,
+            format!("/keys/{own}/revoke"),
+            Some("application/json"),
+            json!({"now": true}).to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            format!("/keys/{own}/roll"),
+            Some("application/json"),
+            json!({"overlapSeconds": -1}).to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            format!("/keys/{own}/roll"),
+            Some("application/json"),
+            json!({"overlapSeconds": 40_000_000}).to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            format!("/keys/{own}/roll"),
+            Some("application/json"),
+            "{}".into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            format!("/keys/{revoked}/roll"),
+            Some("application/json"),
+            json!({"overlapSeconds": 60}).to_string(),
+            StatusCode::CONFLICT,
+        ),
+        (
+            Method::DELETE,
+            format!("/keys/{own}"),
+            None,
+            "".into(),
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
+            Method::GET,
+            format!("/keys/{own}/revoke"),
+            None,
+            "".into(),
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
+            Method::GET,
+            "/keys/a%20b".into(),
+            None,
+            "".into(),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            Method::GET,
+            "/nothing".into(),
+            None,
+            "".into(),
+            StatusCode::NOT_FOUND,
+        ),
+    ];
+    for (method, path, content_type, body, want) in cases {
+        let answer = send(
+            &service,
+            method.clone(),
+            &path,
+            Some("org_demo"),
+            content_type,
+            &body,
+        )
+        .await;
+        assert_eq!(
+            answer.status, want,
+            "{method} {path} {body:.80}: {}",
+            answer.text
+        );
+        if want == StatusCode::METHOD_NOT_ALLOWED {
+            assert!(answer.headers.contains_key("allow"));
+        }
+        assert!(!answer.text.contains("pk_"), "{}", answer.text);
+    }
+    assert_eq!(
+        get(&service, "/keys").await.body,
+        before,
+        "no refusal changed anything"
+    );
+    // The other organization's key is as it was.
+    use partner_api::management::KeyManager;
+    let theirs = store.get("org_other", &other).await.unwrap();
+    assert!(theirs.revoked_at.is_none() && theirs.expires_at.is_none());
+}
+
+#[tokio::test]
+async fn a_prefix_serves_a_host_that_does_not_strip_its_mount() {
+    let service = KeyManagementService::new(store()).with_prefix("/settings/partner-api/api/");
+    let mut request = Request::get("/settings/partner-api/api/keys")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    request
+        .extensions_mut()
+        .insert(ActingOrganization::new(Arc::<str>::from("org_demo")));
+    let response = service.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut outside = Request::get("/keys").body(Full::new(Bytes::new())).unwrap();
+    outside
+        .extensions_mut()
+        .insert(ActingOrganization::new("org_demo"));
+    assert_eq!(
+        service.oneshot(outside).await.unwrap().status(),
+        StatusCode::NOT_FOUND
+    );
+}

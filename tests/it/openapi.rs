@@ -1,0 +1,225 @@
+//! The OpenAPI description: served as documented, and an exact account of the responses.
+//! (Every response of the other suites is checked against it in `crate::common::call`.)
+
+use std::collections::BTreeSet;
+
+use crate::common::contract::{assert_conforms, produced};
+use crate::common::*;
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, StatusCode};
+use partner_api::{openapi, PartnerApi, StoreError};
+use serde_json::{json, Value};
+
+fn document() -> Value {
+    serde_json::from_str(openapi::DOCUMENT).unwrap()
+}
+
+#[tokio::test]
+async fn the_document_is_served_bare_without_a_key() {
+    let response = call(&api(), get("/v1/openapi.json", None)).await;
+    assert_eq!(response.status, StatusCode::OK);
+    assert_eq!(response.header("content-type"), Some("application/json"));
+    let served = response.json();
+    assert_eq!(served, openapi::document("/v1"));
+    assert_eq!(
+        served,
+        document(),
+        "the checked-in file is served as it is under /v1"
+    );
+    assert_eq!(served["openapi"], "3.1.0");
+    assert_eq!(served["info"]["version"], "1.0.0-beta");
+    assert!(
+        served.get("meta").is_none(),
+        "a meta member would make it invalid OpenAPI"
+    );
+
+    let mut head = get("/v1/openapi.json", None);
+    *head.method_mut() = Method::HEAD;
+    let head = call(&api(), head).await;
+    assert_eq!((head.status, head.body.len()), (StatusCode::OK, 0));
+    let post = call(&api(), Request::post("/v1/openapi.json").body(()).unwrap()).await;
+    assert_eq!(post.status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test]
+async fn the_served_server_url_follows_the_prefix() {
+    let api = api().with_prefix("/partner/v1");
+    let served = call(&api, get("/partner/v1/openapi.json", None))
+        .await
+        .json();
+    assert_eq!(served["servers"][0]["url"], "/partner/v1");
+    let root = self::api().with_prefix("");
+    assert_eq!(
+        call(&root, get("/openapi.json", None)).await.json()["servers"][0]["url"],
+        "/"
+    );
+}
+
+#[test]
+fn the_document_describes_the_contract() {
+    let document = document();
+    let order = &document["components"]["schemas"]["Order"];
+    let required: BTreeSet<&str> = order["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let properties: BTreeSet<&str> = order["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(required.len(), 10);
+    assert_eq!(required, properties, "all ten fields, all required");
+    assert_eq!(order["properties"]["budgetDkk"]["type"], "integer");
+    assert_eq!(order["properties"]["startDate"]["format"], "date");
+    assert_eq!(order["properties"]["createdAt"]["format"], "date-time");
+    assert_eq!(
+        document["components"]["securitySchemes"]["bearerAuth"],
+        json!({"type": "http", "scheme": "bearer", "description": document["components"]["securitySchemes"]["bearerAuth"]["description"]})
+    );
+    assert_eq!(document["security"], json!([{"bearerAuth": []}]));
+    assert_eq!(
+        document["paths"]["/openapi.json"]["get"]["security"],
+        json!([])
+    );
+    assert!(
+        !openapi::DOCUMENT.contains("nullable"),
+        "JSON Schema 2020-12: type [X, \"null\"]"
+    );
+    let orders = &document["components"]["schemas"]["OrdersResponse"]["properties"]["data"]
+        ["properties"]["orders"];
+    assert_eq!(orders["maxItems"], partner_api::MAX_ORDERS);
+}
+
+/// Every response the document declares is one the service gives: this test produces each of
+/// them (and `crate::common::call` checks each against the document).
+#[tokio::test]
+async fn every_documented_response_is_produced() {
+    let failing = PartnerApi::from_store(FailingStore(|| StoreError::other("down")));
+    let unavailable = PartnerApi::from_store(FailingStore(|| StoreError::unavailable("down")));
+    for path in ["/v1/me", "/v1/orders"] {
+        call(&api(), get(path, Some(KEY_A))).await;
+        call(&api(), get(path, None)).await;
+        call(&api(), get(path, Some("pk_test_unknown"))).await;
+        call(&failing, get(path, Some(KEY_A))).await;
+        call(&unavailable, get(path, Some(KEY_A))).await;
+        let limited = api().with_rate_limiter(partner_api::LocalRateLimiter::new(
+            std::time::Duration::from_secs(60),
+            std::num::NonZeroU32::MIN,
+        ));
+        let first = call(&limited, get(path, Some(KEY_A))).await;
+        let mut unchanged = get(path, Some(KEY_A));
+        let etag = first.headers["etag"].clone();
+        unchanged.headers_mut().insert("if-none-match", etag);
+        assert_eq!(
+            call(&api(), unchanged).await.status,
+            StatusCode::NOT_MODIFIED
+        );
+        assert_eq!(
+            call(&limited, get(path, Some(KEY_A))).await.status,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+    call(&api(), get("/v1/openapi.json", None)).await;
+
+    let document = document();
+    let mut declared = BTreeSet::new();
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for status in item["get"]["responses"].as_object().unwrap().keys() {
+            declared.insert((path.clone(), status.parse::<u16>().unwrap()));
+        }
+    }
+    let produced = produced().lock().unwrap().clone();
+    let missing: Vec<_> = declared.difference(&produced).collect();
+    assert!(
+        missing.is_empty(),
+        "documented but never produced: {missing:?}"
+    );
+}
+
+fn collected(status: StatusCode, body: Value) -> Collected {
+    let mut headers = HeaderMap::new();
+    headers.insert("content-type", "application/json".parse().unwrap());
+    Collected {
+        status,
+        headers,
+        body: Bytes::from(body.to_string()),
+    }
+}
+
+fn good_orders() -> Value {
+    json!({"meta": {"version": "v1", "status": "beta"}, "data": {"orders": [{
+        "id": "o1", "providers": ["meta"], "advertiserName": "A", "campaignName": "C",
+        "budgetDkk": 1, "startDate": "2026-01-01", "endDate": "2026-01-02", "status": "booked",
+        "externalReference": "X", "createdAt": "2026-01-01T00:00:00.000Z"}]}})
+}
+
+#[test]
+fn the_oracle_accepts_a_conforming_body() {
+    assert_conforms(
+        &Method::GET,
+        "/v1/orders",
+        &collected(StatusCode::OK, good_orders()),
+    );
+}
+
+#[test]
+#[should_panic(expected = "breaks the document")]
+fn the_oracle_rejects_a_decimal_budget() {
+    let mut body = good_orders();
+    body["data"]["orders"][0]["budgetDkk"] = json!(1.5);
+    assert_conforms(&Method::GET, "/v1/orders", &collected(StatusCode::OK, body));
+}
+
+#[test]
+#[should_panic(expected = "breaks the document")]
+fn the_oracle_rejects_an_extra_order_field() {
+    let mut body = good_orders();
+    body["data"]["orders"][0]["organizationId"] = json!("org_a");
+    assert_conforms(&Method::GET, "/v1/orders", &collected(StatusCode::OK, body));
+}
+
+#[test]
+#[should_panic(expected = "breaks the document")]
+fn the_oracle_rejects_a_timestamp_without_milliseconds() {
+    let mut body = good_orders();
+    body["data"]["orders"][0]["createdAt"] = json!("2026-01-01T00:00:00Z");
+    assert_conforms(&Method::GET, "/v1/orders", &collected(StatusCode::OK, body));
+}
+
+#[test]
+#[should_panic(expected = "breaks the document")]
+fn the_oracle_rejects_an_error_without_meta() {
+    let body = json!({"error": {"message": "nope"}});
+    assert_conforms(
+        &Method::GET,
+        "/v1/orders",
+        &collected(StatusCode::INTERNAL_SERVER_ERROR, body),
+    );
+}
+
+#[test]
+#[should_panic(expected = "not in the document")]
+fn the_oracle_rejects_an_undocumented_status() {
+    let body =
+        json!({"meta": {"version": "v1", "status": "beta"}, "error": {"message": "slow down"}});
+    assert_conforms(
+        &Method::GET,
+        "/v1/orders",
+        &collected(StatusCode::IM_A_TEAPOT, body),
+    );
+}
+
+#[test]
+#[should_panic(expected = "no WWW-Authenticate header")]
+fn the_oracle_requires_the_challenge_on_401() {
+    let body = json!({"meta": {"version": "v1", "status": "beta"}, "error": {"message": "no"}});
+    assert_conforms(
+        &Method::GET,
+        "/v1/me",
+        &collected(StatusCode::UNAUTHORIZED, body),
+    );
+}
