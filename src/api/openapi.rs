@@ -1,6 +1,6 @@
 //! The OpenAPI 3.1 description of the API (contract 9 rule 4), version `1.0.0-beta`.
 //!
-//! The document is the checked-in file `src/openapi.json`; the API serves it, without a key,
+//! The document is the checked-in file `src/api/openapi.json`; the API serves it, without a key,
 //! at `{prefix}/openapi.json` as the bare OpenAPI object (a `meta` member would make it
 //! invalid OpenAPI), with its server URL set to the prefix.
 
@@ -22,7 +22,7 @@ pub const VERSION: &str = "1.0.0-beta";
 /// ```
 pub fn document(prefix: &str) -> Value {
     let mut document: Value =
-        serde_json::from_str(DOCUMENT).expect("src/openapi.json is valid JSON (tested)");
+        serde_json::from_str(DOCUMENT).expect("src/api/openapi.json is valid JSON (tested)");
     let url = if prefix.is_empty() { "/" } else { prefix };
     document["servers"][0]["url"] = Value::from(url);
     document

@@ -14,6 +14,7 @@ mod layer;
 mod management;
 mod metrics;
 mod openapi;
+mod pages;
 mod postgres;
 mod rate_limit;
 mod redis;

@@ -29,7 +29,7 @@ async fn the_pg_store_passes_the_conformance_suite() {
     let (store, _) = migrated_store().await;
     let report = partner_api::testing::run(&store).await;
     report.assert_passed();
-    assert_eq!(report.len(), 9);
+    assert_eq!(report.len(), 13);
     // Twice on the same database: the suite needs no empty store.
     partner_api::testing::run(&store).await.assert_passed();
     store.migrate().await.expect("migrations are idempotent");
@@ -40,7 +40,7 @@ async fn the_pg_store_manages_keys_as_the_suite_requires() {
     let (store, _) = migrated_store().await;
     let report = partner_api::testing::run_key_manager(&store).await;
     report.assert_passed();
-    assert_eq!(report.len(), 9);
+    assert_eq!(report.len(), 13);
 }
 
 /// The reasons every key of `keys` is refused (or not), by `store`, in order.

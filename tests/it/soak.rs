@@ -3,7 +3,7 @@
 //! (a 200 with that organization's bytes, or a 401), and the host's resident memory must stay
 //! flat between the first and the last third of the run.
 //!
-//! Ignored by default; CI runs it: `cargo test --test soak -- --ignored --nocapture`
+//! Ignored by default; CI runs it: `cargo test --all-features --test it soak:: -- --ignored --nocapture`
 //! (`SOAK_SECONDS`, default 20; `SOAK_CONNECTIONS`, default 64).
 
 use std::collections::HashMap;
