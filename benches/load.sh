@@ -20,7 +20,10 @@
 # Then the PostgreSQL path (POSTGRES=0 skips it): on a throwaway PostgreSQL (.ci/servers.sh),
 # one seed of 50 organizations x 200 orders, the standalone host on MemoryStore (`memory`), on
 # PostgreSQL with its caches (`pg`, the default) and without them (`pg-nocache`), alternated
-# in one run; then the revocation delay over many trials (benches/revocation_delay.rs).
+# in one run; then a deep page (DEEP=0 skips it): page 50 of an organization of 5,000 orders
+# (pages of 100, found by following the Link headers) against its first page, both on
+# PostgreSQL without caches (the cost of the query) and the first page with them; then the
+# revocation delay over many trials (benches/revocation_delay.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -204,5 +207,61 @@ for route in me orders; do
       "$(median <"$work/$route.$server.ratios")" "$(tr '\n' ' ' <"$work/$route.$server.ratios" | xargs)"
   done
 done
+
+if [ "${DEEP:-1}" != 0 ]; then
+  echo
+  echo "Deep page: page 50 of 5,000 orders (keyset) against the first page, on PostgreSQL"
+  python3 - "$work/deep.json" <<'PY'
+import json, sys
+orders = [{"organizationId": "org_deep", "id": f"deep_{n:05}", "providers": ["meta", "google"],
+           "advertiserName": f"Advertiser {n}", "campaignName": f"Campaign {n}",
+           "budgetDkk": 10000 + n, "startDate": "2026-03-01", "endDate": "2026-04-30",
+           "status": "booked", "externalReference": f"PO-{n}",
+           # ties: three orders a second
+           "createdAt": f"2026-02-{1 + n // 3 // 86400:02}T{n // 3 // 3600 % 24:02}:{n // 3 // 60 % 60:02}:{n // 3 % 60:02}.000Z"}
+          for n in range(5000)]
+json.dump({"organizations": [{"id": "org_deep", "name": "Deep"}],
+           "apiKeys": [{"key": "pk_test_load_deep_abcdefghijklmnop", "organizationId": "org_deep"}],
+           "orders": orders}, open(sys.argv[1], "w"))
+PY
+  deep_key=pk_test_load_deep_abcdefghijklmnop
+  key=$deep_key
+  start "$bin/standalone" --seed "$work/deep.json" --database-url "$database"
+  stop
+  # The path of page 50, by following 49 Link headers.
+  start "$bin/standalone" --database-url "$database" --no-cache
+  page="/v1/orders"
+  for _ in $(seq 1 49); do
+    page=$(curl -s -D - -o /dev/null -H "Authorization: Bearer $deep_key" "$base$page" \
+      | sed -n 's/^[Ll]ink: <\([^>]*\)>.*/\1/p' | tr -d '\r')
+    [ -n "$page" ] || { echo "no next link" >&2; exit 1; }
+  done
+  stop
+  printf '%-26s %10s %8s %8s\n' page "req/s" "p50 us" "p99 us"
+  for kind in first-nocache deep-nocache first-cached; do : >"$work/deep.$kind"; done
+  for _ in $(seq 1 "$RUNS"); do
+    for kind in first-nocache deep-nocache first-cached; do
+      case $kind in
+        first-cached) start "$bin/standalone" --database-url "$database" ;;
+        *) start "$bin/standalone" --database-url "$database" --no-cache ;;
+      esac
+      case $kind in
+        deep-*) url="$base$page" ;;
+        *) url="$base/v1/orders" ;;
+      esac
+      measure "$url" >>"$work/deep.$kind"
+      stop
+    done
+  done
+  for kind in first-nocache deep-nocache first-cached; do
+    file="$work/deep.$kind"
+    printf '%-26s %10s %8s %8s\n' "$kind" "$(cut -d' ' -f1 "$file" | median)" \
+      "$(cut -d' ' -f2 "$file" | median)" "$(cut -d' ' -f3 "$file" | median)"
+  done
+  paste -d' ' "$work/deep.first-nocache" "$work/deep.deep-nocache" | awk '{ printf "%.4f\n", $1 / $4 }' >"$work/deep.ratios"
+  printf 'cost of page 50 / first page (uncached, req/s ratio): %s (runs: %s)\n' \
+    "$(median <"$work/deep.ratios")" "$(tr '\n' ' ' <"$work/deep.ratios" | xargs)"
+fi
+
 echo
 TRIALS=${TRIALS:-500} cargo bench --quiet --features postgres --bench revocation_delay 2>/dev/null | grep 'revocation delay'

@@ -122,6 +122,6 @@ impl<S: partner_api::KeyStore> CachedForBench for CachingKeyStore<S> {
     fn lookup_now_for_bench(&self, key: &str) -> Option<bool> {
         use partner_api::KeyStore;
         self.lookup_now(&KeyDigest::of(key))
-            .map(|answer| matches!(answer, Ok(Some(_))))
+            .map(|answer| matches!(answer, Ok(partner_api::KeyLookup::Valid(_))))
     }
 }

@@ -733,3 +733,84 @@ async fn the_binary_on_postgres_serves_from_its_caches_follows_a_revocation_and_
     );
     assert!(process.terminate().await.success());
 }
+
+/// Follows the `Link` headers of `GET /v1/orders` with `key` from the first page to the last,
+/// calling `between` after each page; returns the ids read.
+async fn walk_pages(
+    api: &PartnerApi,
+    key: &str,
+    mut between: impl AsyncFnMut(usize),
+) -> Vec<String> {
+    let mut read = Vec::new();
+    let mut next = Some("/v1/orders".to_owned());
+    let mut pages = 0;
+    while let Some(path) = next {
+        let response = call(api, get(&path, Some(key))).await;
+        assert_eq!(response.status, StatusCode::OK, "{path}");
+        let orders = response.json()["data"]["orders"]
+            .as_array()
+            .unwrap()
+            .clone();
+        read.extend(orders.iter().map(|o| o["id"].as_str().unwrap().to_owned()));
+        next = response
+            .header("link")
+            .map(|link| link[1..link.find('>').unwrap()].to_owned());
+        between(pages).await;
+        pages += 1;
+        assert!(pages <= 100, "the walk does not end");
+    }
+    read
+}
+
+#[tokio::test]
+async fn walking_5000_orders_with_ties_reads_each_once_newest_first_while_orders_arrive() {
+    let (store, url) = migrated_store().await;
+    let organization = partner_api::Organization {
+        id: "org_walk".into(),
+        name: "Walk".into(),
+    };
+    store.add_organization(&organization).await.unwrap();
+    let key = "pk_test_walk_0123456789abcdefghij";
+    store.add_key(key, "org_walk").await.unwrap();
+    // Three orders a second: every page edge of 100 cuts through a tie.
+    let written: Vec<partner_api::Order> = (0..5_000)
+        .map(|n| order(&format!("w{n:05}"), BASE_MILLIS + (n / 3) * 1_000))
+        .collect();
+    store.add_orders("org_walk", &written).await.unwrap();
+    let mut want = written.clone();
+    want.sort_by(partner_api::Order::cmp_newest_first);
+    let want: Vec<String> = want.into_iter().map(|order| order.id).collect();
+
+    let notifications = partner_api::cache::postgres::listen(store.pool().clone());
+    let cached = PartnerApi::new(
+        store.clone(),
+        partner_api::cache::CachingOrderStore::new(store.clone())
+            .with_notifications(&notifications),
+    );
+    for (name, api) in [
+        ("uncached", PartnerApi::from_store(store.clone())),
+        ("cached", cached),
+    ] {
+        let writer = PgStore::connect_lazy(&url).unwrap();
+        sqlx::query("DELETE FROM partner_orders WHERE id LIKE 'new-%'")
+            .execute(writer.pool())
+            .await
+            .unwrap();
+        let read = walk_pages(&api, key, async |page| {
+            // A newer order after every page: it must never show on a later page.
+            writer
+                .add_orders(
+                    "org_walk",
+                    &[order(
+                        &format!("new-{name}-{page}"),
+                        BASE_MILLIS + 10_000_000,
+                    )],
+                )
+                .await
+                .unwrap();
+        })
+        .await;
+        assert_eq!(read.len(), want.len(), "{name}");
+        assert!(read == want, "{name}: the walk read another order or order");
+    }
+}
