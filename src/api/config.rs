@@ -8,8 +8,9 @@ use bytes::Bytes;
 
 use crate::api::auth::Challenges;
 use crate::api::openapi;
+use crate::api::responses_metric::ResponseCounters;
 use crate::last_used::LastUsedRecorder;
-use crate::metrics::{ResponseCounters, UsageCounters, DEFAULT_MAX_ORGANIZATIONS};
+use crate::metrics::{UsageCounters, DEFAULT_MAX_ORGANIZATIONS};
 use crate::rate_limit::RateLimiter;
 use crate::store::{KeyStore, OrderStore};
 

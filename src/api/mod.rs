@@ -16,5 +16,6 @@ pub mod openapi;
 pub(crate) mod pagination;
 pub mod request_id;
 pub(crate) mod response;
+pub(crate) mod responses_metric;
 pub(crate) mod routes;
 pub mod service;

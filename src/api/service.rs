@@ -25,12 +25,13 @@ use crate::api::openapi;
 use crate::api::pagination::PageRequest;
 use crate::api::request_id;
 use crate::api::response::{self, ApiError};
+use crate::api::responses_metric::ResponseCounters;
 use crate::api::routes::Route;
 use crate::key::KeyDigest;
 use crate::last_used::LastUsedRecorder;
+use crate::metrics::UsageCounters;
 #[cfg(doc)]
 use crate::metrics::DEFAULT_MAX_ORGANIZATIONS;
-use crate::metrics::{ResponseCounters, UsageCounters};
 use crate::rate_limit::RateLimiter;
 use crate::store::{KeyStore, OrderStore};
 

@@ -1,17 +1,20 @@
 //! [`MemoryStore`]: both store traits over process memory, for tests, demos and benchmarks.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use async_trait::async_trait;
 
 use super::{KeyLookup, KeyStore, OrderQuery, OrderStore, Principal, StoreError};
 use crate::key::{is_valid_key, ApiKey, KeyDigest, KeyEnvironment};
-use crate::management::{
-    check_label, describe_plaintext, IssuedKey, KeyManager, KeyRecord, KeyUse, NewKey,
-};
-use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp, MAX_ORDERS};
+use crate::management::{check_label, describe_plaintext, IssuedKey, KeyRecord, NewKey};
+use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
 use crate::seed::{Seed, SeedError};
+
+mod manage;
+mod orders;
+
+use orders::OrganizationOrders;
 
 /// An in-memory [`KeyStore`] and [`OrderStore`] with the semantics of a real store: keys are
 /// held only as digests, a revoked key stays known but resolves to nothing, and every change
@@ -103,15 +106,6 @@ impl std::hash::Hasher for DigestHash {
     fn finish(&self) -> u64 {
         self.0
     }
-}
-
-#[derive(Clone, Default)]
-struct OrganizationOrders {
-    newest_first: Vec<EncodedOrder>,
-    ids: HashSet<String>,
-    /// The page of the newest [`MAX_ORDERS`], what `GET /orders` reads; rebuilt on write, so
-    /// a read is two reference-count increments.
-    newest_page: OrderPage,
 }
 
 impl MemoryStore {
@@ -270,67 +264,6 @@ impl MemoryStore {
     }
 }
 
-impl OrganizationOrders {
-    /// These orders and `added`, or an error naming the first id that would repeat.
-    fn with(&self, organization_id: &str, added: Vec<EncodedOrder>) -> Result<Self, StoreError> {
-        let mut next = self.clone();
-        for order in &added {
-            let id = &order.order().id;
-            if !next.ids.insert(id.clone()) {
-                return Err(StoreError::invalid_data(format!(
-                    "organization {organization_id:?} has an order {id:?}"
-                )));
-            }
-        }
-        if let [order] = added.as_slice() {
-            let at = next
-                .newest_first
-                .partition_point(|held| held.order().cmp_newest_first(order.order()).is_lt());
-            next.newest_first.insert(at, order.clone());
-        } else {
-            next.newest_first.extend(added);
-            next.newest_first
-                .sort_by(|a, b| a.order().cmp_newest_first(b.order()));
-        }
-        next.refresh_newest_page();
-        Ok(next)
-    }
-
-    /// These orders without the order `order_id`, if they hold it.
-    fn without(&self, order_id: &str) -> Option<Self> {
-        if !self.ids.contains(order_id) {
-            return None;
-        }
-        let mut next = self.clone();
-        next.ids.remove(order_id);
-        next.newest_first
-            .retain(|order| order.order().id != order_id);
-        next.refresh_newest_page();
-        Some(next)
-    }
-
-    fn refresh_newest_page(&mut self) {
-        let end = self.newest_first.len().min(MAX_ORDERS + 1);
-        self.newest_page = OrderPage::first(self.newest_first[..end].to_vec(), MAX_ORDERS);
-    }
-
-    /// The page `query` asks for.
-    fn page(&self, query: &OrderQuery) -> OrderPage {
-        if query.is_default_first_page() {
-            return self.newest_page.clone();
-        }
-        let start = query.position().map_or(0, |position| {
-            self.newest_first
-                .partition_point(|held| !position.precedes(held.order()))
-        });
-        let end = self
-            .newest_first
-            .len()
-            .min(start.saturating_add(query.limit()).saturating_add(1));
-        OrderPage::first(self.newest_first[start..end].to_vec(), query.limit())
-    }
-}
-
 fn unknown_organization(organization_id: &str) -> StoreError {
     StoreError::not_found(format!("unknown organization {organization_id:?}"))
 }
@@ -419,89 +352,6 @@ fn generate(environment: KeyEnvironment) -> Result<ApiKey, StoreError> {
     ApiKey::generate(environment).map_err(StoreError::other)
 }
 
-#[async_trait]
-impl KeyManager for MemoryStore {
-    async fn issue(&self, organization_id: &str, new: NewKey) -> Result<IssuedKey, StoreError> {
-        new.check(Timestamp::now())?;
-        let key = generate(new.environment())?;
-        self.write().issue(organization_id, key, &new)
-    }
-
-    async fn list(&self, organization_id: &str) -> Result<Vec<KeyRecord>, StoreError> {
-        let state = self.read();
-        if !state.organizations.contains_key(organization_id) {
-            return Err(unknown_organization(organization_id));
-        }
-        let mut entries: Vec<&KeyEntry> = state
-            .keys
-            .values()
-            .filter(|entry| entry.record.organization_id == organization_id)
-            .collect();
-        entries.sort_by_key(|entry| std::cmp::Reverse((entry.record.created_at, entry.number)));
-        Ok(entries
-            .into_iter()
-            .map(|entry| entry.record.clone())
-            .collect())
-    }
-
-    async fn get(&self, organization_id: &str, key_id: &str) -> Result<KeyRecord, StoreError> {
-        let mut state = self.write();
-        Ok(state.entry_mut(organization_id, key_id)?.record.clone())
-    }
-
-    async fn revoke(&self, organization_id: &str, key_id: &str) -> Result<KeyRecord, StoreError> {
-        let mut state = self.write();
-        let entry = state.entry_mut(organization_id, key_id)?;
-        entry.record.revoked_at.get_or_insert_with(Timestamp::now);
-        Ok(entry.record.clone())
-    }
-
-    async fn roll(
-        &self,
-        organization_id: &str,
-        key_id: &str,
-        overlap: std::time::Duration,
-    ) -> Result<IssuedKey, StoreError> {
-        let environment = {
-            let mut state = self.write();
-            let entry = state.entry_mut(organization_id, key_id)?;
-            entry.record.environment.unwrap_or(KeyEnvironment::Live)
-        };
-        let key = generate(environment)?;
-        let mut state = self.write();
-        let old = state.entry_mut(organization_id, key_id)?;
-        if old.record.revoked_at.is_some() {
-            return Err(StoreError::conflict("a revoked key cannot be rolled"));
-        }
-        let overlap_ends = Timestamp::now().saturating_add(overlap);
-        let expires_at = old
-            .record
-            .expires_at
-            .map_or(overlap_ends, |expires_at| expires_at.min(overlap_ends));
-        old.record.expires_at = Some(expires_at);
-        old.principal.expires_at = Some(expires_at);
-        let mut new = NewKey::new(environment);
-        if let Some(label) = old.record.label.clone() {
-            new = new.with_label(label);
-        }
-        state.issue(organization_id, key, &new)
-    }
-
-    async fn record_last_used(&self, uses: &[KeyUse]) -> Result<(), StoreError> {
-        let mut state = self.write();
-        for KeyUse { key_id, at } in uses {
-            let Some(digest) = state.key_ids.get(key_id).copied() else {
-                continue;
-            };
-            if let Some(entry) = state.keys.get_mut(&digest) {
-                let last = entry.record.last_used_at.get_or_insert(*at);
-                *last = (*last).max(*at);
-            }
-        }
-        Ok(())
-    }
-}
-
 impl Seed {
     /// Loads the seed into a new [`MemoryStore`].
     ///
@@ -554,11 +404,7 @@ impl std::fmt::Debug for MemoryStore {
             .field("keys", &state.keys.len())
             .field(
                 "orders",
-                &state
-                    .orders
-                    .values()
-                    .map(|o| o.newest_first.len())
-                    .sum::<usize>(),
+                &state.orders.values().map(|o| o.len()).sum::<usize>(),
             )
             .finish()
     }
@@ -611,139 +457,4 @@ impl OrderStore for MemoryStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::Timestamp;
-
-    fn order(id: &str, millis: i64) -> Order {
-        Order {
-            id: id.to_owned(),
-            providers: vec![],
-            advertiser_name: "A".to_owned(),
-            campaign_name: "C".to_owned(),
-            budget_dkk: 1,
-            start_date: chrono::NaiveDate::from_ymd_opt(2026, 1, 1).unwrap(),
-            end_date: chrono::NaiveDate::from_ymd_opt(2026, 1, 2).unwrap(),
-            status: "booked".to_owned(),
-            external_reference: "X".to_owned(),
-            created_at: Timestamp::from_unix_millis(millis).unwrap(),
-        }
-    }
-
-    fn store() -> MemoryStore {
-        let store = MemoryStore::new();
-        for id in ["a", "b"] {
-            store
-                .add_organization(Organization {
-                    id: id.to_owned(),
-                    name: id.to_uppercase(),
-                })
-                .unwrap();
-        }
-        store
-    }
-
-    async fn ids(store: &MemoryStore, org: &str, limit: usize) -> Vec<String> {
-        store
-            .orders(org, &OrderQuery::newest(limit))
-            .await
-            .unwrap()
-            .orders()
-            .iter()
-            .map(|o| o.order().id.clone())
-            .collect()
-    }
-
-    #[tokio::test]
-    async fn single_and_bulk_inserts_keep_newest_first_with_id_tie_break() {
-        let store = store();
-        store.add_order("a", order("o2", 10)).unwrap();
-        store.add_order("a", order("o9", 30)).unwrap();
-        store.add_order("a", order("o1", 20)).unwrap();
-        store.add_order("a", order("o3", 20)).unwrap();
-        store
-            .add_orders("a", [order("o0", 20), order("o5", 5)])
-            .unwrap();
-        assert_eq!(
-            ids(&store, "a", 100).await,
-            ["o9", "o3", "o1", "o0", "o2", "o5"]
-        );
-        assert_eq!(ids(&store, "a", 2).await, ["o9", "o3"]);
-        assert!(ids(&store, "b", 100).await.is_empty());
-        assert!(ids(&store, "nope", 100).await.is_empty());
-    }
-
-    #[tokio::test]
-    async fn the_cached_newest_page_follows_every_insert() {
-        let store = store();
-        let many: Vec<Order> = (0..150).map(|n| order(&format!("m{n:03}"), n)).collect();
-        store.add_orders("a", many).unwrap();
-        let page = store
-            .orders("a", &OrderQuery::newest(MAX_ORDERS))
-            .await
-            .unwrap();
-        assert_eq!(page.len(), MAX_ORDERS);
-        assert_eq!(page.orders()[0].order().id, "m149");
-        store.add_order("a", order("newest", 1_000)).unwrap();
-        let page = store
-            .orders("a", &OrderQuery::newest(MAX_ORDERS))
-            .await
-            .unwrap();
-        assert_eq!(page.len(), MAX_ORDERS);
-        assert_eq!(page.orders()[0].order().id, "newest");
-        assert_eq!(page.orders()[99].order().id, "m051");
-        assert_eq!(ids(&store, "a", 3).await, ["newest", "m149", "m148"]);
-    }
-
-    #[tokio::test]
-    async fn failed_bulk_insert_adds_nothing() {
-        let store = store();
-        store.add_order("a", order("o1", 1)).unwrap();
-        let err = store
-            .add_orders("a", [order("o2", 2), order("o1", 3)])
-            .unwrap_err();
-        assert_eq!(err.kind(), crate::StoreErrorKind::InvalidData);
-        assert!(store
-            .add_orders("a", [order("o3", 2), order("o3", 3)])
-            .is_err());
-        assert!(store.add_order("zzz", order("o4", 2)).is_err());
-        assert_eq!(ids(&store, "a", 100).await, ["o1"]);
-    }
-
-    #[tokio::test]
-    async fn keys_resolve_until_revoked() {
-        let store = store();
-        let key_id = store.add_key("secret-a", "a").unwrap();
-        let digest = KeyDigest::of("secret-a");
-        let principal = store
-            .lookup(&digest)
-            .await
-            .unwrap()
-            .into_principal()
-            .unwrap();
-        assert_eq!(principal.organization.id, "a");
-        assert_eq!(&*principal.key_id, key_id);
-        assert!(store.revoke_key("secret-a"));
-        assert!(!store.revoke_key("secret-a"));
-        assert_eq!(store.lookup(&digest).await.unwrap(), KeyLookup::Revoked);
-        assert!(
-            store.add_key("secret-a", "b").is_err(),
-            "a revoked key stays taken"
-        );
-        assert!(store.add_key("bad key", "a").is_err());
-        assert!(store.add_key("secret-c", "zzz").is_err());
-        assert_eq!(
-            store.lookup(&KeyDigest::of("unknown")).await.unwrap(),
-            KeyLookup::Unknown
-        );
-    }
-
-    #[test]
-    fn debug_shows_counts_not_keys() {
-        let store = store();
-        store.add_key("secret-a", "a").unwrap();
-        let debug = format!("{store:?}");
-        assert!(!debug.contains("secret-a"));
-        assert!(debug.contains("keys: 1"));
-    }
-}
+mod tests;

@@ -1,0 +1,136 @@
+//! Unit tests of the memory store.
+
+use super::*;
+use crate::model::Timestamp;
+
+fn order(id: &str, millis: i64) -> Order {
+    Order {
+        id: id.to_owned(),
+        providers: vec![],
+        advertiser_name: "A".to_owned(),
+        campaign_name: "C".to_owned(),
+        budget_dkk: 1,
+        start_date: chrono::NaiveDate::from_ymd_opt(2026, 1, 1).unwrap(),
+        end_date: chrono::NaiveDate::from_ymd_opt(2026, 1, 2).unwrap(),
+        status: "booked".to_owned(),
+        external_reference: "X".to_owned(),
+        created_at: Timestamp::from_unix_millis(millis).unwrap(),
+    }
+}
+
+fn store() -> MemoryStore {
+    let store = MemoryStore::new();
+    for id in ["a", "b"] {
+        store
+            .add_organization(Organization {
+                id: id.to_owned(),
+                name: id.to_uppercase(),
+            })
+            .unwrap();
+    }
+    store
+}
+
+async fn ids(store: &MemoryStore, org: &str, limit: usize) -> Vec<String> {
+    store
+        .orders(org, &OrderQuery::newest(limit))
+        .await
+        .unwrap()
+        .orders()
+        .iter()
+        .map(|o| o.order().id.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn single_and_bulk_inserts_keep_newest_first_with_id_tie_break() {
+    let store = store();
+    store.add_order("a", order("o2", 10)).unwrap();
+    store.add_order("a", order("o9", 30)).unwrap();
+    store.add_order("a", order("o1", 20)).unwrap();
+    store.add_order("a", order("o3", 20)).unwrap();
+    store
+        .add_orders("a", [order("o0", 20), order("o5", 5)])
+        .unwrap();
+    assert_eq!(
+        ids(&store, "a", 100).await,
+        ["o9", "o3", "o1", "o0", "o2", "o5"]
+    );
+    assert_eq!(ids(&store, "a", 2).await, ["o9", "o3"]);
+    assert!(ids(&store, "b", 100).await.is_empty());
+    assert!(ids(&store, "nope", 100).await.is_empty());
+}
+
+#[tokio::test]
+async fn the_cached_newest_page_follows_every_insert() {
+    let store = store();
+    let many: Vec<Order> = (0..150).map(|n| order(&format!("m{n:03}"), n)).collect();
+    store.add_orders("a", many).unwrap();
+    let page = store
+        .orders("a", &OrderQuery::newest(MAX_ORDERS))
+        .await
+        .unwrap();
+    assert_eq!(page.len(), MAX_ORDERS);
+    assert_eq!(page.orders()[0].order().id, "m149");
+    store.add_order("a", order("newest", 1_000)).unwrap();
+    let page = store
+        .orders("a", &OrderQuery::newest(MAX_ORDERS))
+        .await
+        .unwrap();
+    assert_eq!(page.len(), MAX_ORDERS);
+    assert_eq!(page.orders()[0].order().id, "newest");
+    assert_eq!(page.orders()[99].order().id, "m051");
+    assert_eq!(ids(&store, "a", 3).await, ["newest", "m149", "m148"]);
+}
+
+#[tokio::test]
+async fn failed_bulk_insert_adds_nothing() {
+    let store = store();
+    store.add_order("a", order("o1", 1)).unwrap();
+    let err = store
+        .add_orders("a", [order("o2", 2), order("o1", 3)])
+        .unwrap_err();
+    assert_eq!(err.kind(), crate::StoreErrorKind::InvalidData);
+    assert!(store
+        .add_orders("a", [order("o3", 2), order("o3", 3)])
+        .is_err());
+    assert!(store.add_order("zzz", order("o4", 2)).is_err());
+    assert_eq!(ids(&store, "a", 100).await, ["o1"]);
+}
+
+#[tokio::test]
+async fn keys_resolve_until_revoked() {
+    let store = store();
+    let key_id = store.add_key("secret-a", "a").unwrap();
+    let digest = KeyDigest::of("secret-a");
+    let principal = store
+        .lookup(&digest)
+        .await
+        .unwrap()
+        .into_principal()
+        .unwrap();
+    assert_eq!(principal.organization.id, "a");
+    assert_eq!(&*principal.key_id, key_id);
+    assert!(store.revoke_key("secret-a"));
+    assert!(!store.revoke_key("secret-a"));
+    assert_eq!(store.lookup(&digest).await.unwrap(), KeyLookup::Revoked);
+    assert!(
+        store.add_key("secret-a", "b").is_err(),
+        "a revoked key stays taken"
+    );
+    assert!(store.add_key("bad key", "a").is_err());
+    assert!(store.add_key("secret-c", "zzz").is_err());
+    assert_eq!(
+        store.lookup(&KeyDigest::of("unknown")).await.unwrap(),
+        KeyLookup::Unknown
+    );
+}
+
+#[test]
+fn debug_shows_counts_not_keys() {
+    let store = store();
+    store.add_key("secret-a", "a").unwrap();
+    let debug = format!("{store:?}");
+    assert!(!debug.contains("secret-a"));
+    assert!(debug.contains("keys: 1"));
+}
