@@ -1,6 +1,7 @@
 //! Unit tests of the memory store.
 
 use super::*;
+use crate::model::MAX_ORDERS;
 use crate::model::Timestamp;
 
 fn order(id: &str, millis: i64) -> Order {
