@@ -42,8 +42,25 @@
 //!
 //! The contract the API keeps is [`docs::contract`]; the other pages of [`docs`] say how it
 //! behaves where the contract is silent ([`docs::behaviour`]), how to host it
-//! ([`docs::hosting`]), write or run a store ([`docs::stores`]), what it costs
-//! ([`docs::performance`]) and how it keeps secrets ([`docs::security`]).
+//! ([`docs::hosting`]), write or run a store ([`docs::stores`]), manage keys
+//! ([`docs::keys`], [`docs::settings`]), run many replicas ([`docs::replicas`]), watch it
+//! ([`docs::metrics`]), what it costs ([`docs::performance`]) and how it keeps secrets
+//! ([`docs::security`]).
+//!
+//! # Modules
+//!
+//! The request path is `service` (routes, authentication, the flow of store questions,
+//! responses, pages) and `layer`, over the traits of [`store`]. Beside it: [`management`]
+//! (the key manager trait, its HTTP service and OpenAPI document), [`cache`] (caches in front
+//! of any store, following change notifications), [`rate_limit`], [`last_used`], [`metrics`],
+//! [`seed`] (demo data) and `testing` (the conformance suites). Who uses whom:
+//!
+//! ```text
+//! layer ─> service ─> store (KeyStore, OrderStore), rate_limit, last_used, metrics
+//! cache ─> store, metrics          last_used ─> management ─> store (StoreError)
+//! store::{MemoryStore, PgStore} implement KeyStore, OrderStore and management::KeyManager
+//! model, key: used by every module above, use none of them
+//! ```
 //!
 //! # Feature flags
 //!

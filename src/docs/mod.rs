@@ -23,3 +23,15 @@ pub mod security {
 pub mod development {
     #![doc = include_str!("development.md")]
 }
+pub mod keys {
+    #![doc = include_str!("keys.md")]
+}
+pub mod settings {
+    #![doc = include_str!("settings.md")]
+}
+pub mod replicas {
+    #![doc = include_str!("replicas.md")]
+}
+pub mod metrics {
+    #![doc = include_str!("metrics.md")]
+}

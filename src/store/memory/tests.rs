@@ -1,8 +1,8 @@
 //! Unit tests of the memory store.
 
 use super::*;
-use crate::model::MAX_ORDERS;
 use crate::model::Timestamp;
+use crate::model::MAX_ORDERS;
 
 fn order(id: &str, millis: i64) -> Order {
     Order {

@@ -1,13 +1,12 @@
 //! The resources of contract section 2: [`Organization`], [`Order`] and their wire formats.
 
 use std::fmt;
-use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use chrono::{DateTime, Datelike, NaiveDate, SecondsFormat, Timelike, Utc};
+use chrono::{Datelike, NaiveDate};
 use http::HeaderValue;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// The most orders one `GET /orders` response holds (contract 4.2 rule 1, section 8).
 pub const MAX_ORDERS: usize = 100;
@@ -88,101 +87,9 @@ impl Order {
     }
 }
 
-/// A UTC instant with millisecond precision, served as `2026-03-01T08:00:00.000Z`.
-///
-/// Construction truncates to whole milliseconds, so two timestamps that are served alike also
-/// compare equal and the id tie-break of the newest-first order is what a reader sees.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Timestamp(DateTime<Utc>);
+mod timestamp;
 
-impl Timestamp {
-    /// Wraps `instant`, truncated to whole milliseconds.
-    pub fn from_datetime(instant: DateTime<Utc>) -> Self {
-        let millis = instant.nanosecond() / 1_000_000 * 1_000_000;
-        Self(instant.with_nanosecond(millis).unwrap_or(instant))
-    }
-
-    /// Creates the instant `millis` milliseconds after the Unix epoch, if chrono can represent it.
-    pub fn from_unix_millis(millis: i64) -> Option<Self> {
-        DateTime::from_timestamp_millis(millis).map(Self)
-    }
-
-    /// Returns the current instant, by the system clock.
-    pub fn now() -> Self {
-        Self::from_datetime(DateTime::<Utc>::from(std::time::SystemTime::now()))
-    }
-
-    /// Returns the instant `duration` after this one, or the latest representable instant.
-    pub fn saturating_add(self, duration: std::time::Duration) -> Self {
-        chrono::TimeDelta::from_std(duration)
-            .ok()
-            .and_then(|delta| self.0.checked_add_signed(delta))
-            .map_or(Self(DateTime::<Utc>::MAX_UTC), Self::from_datetime)
-    }
-
-    /// Returns the wrapped instant.
-    pub fn as_datetime(&self) -> DateTime<Utc> {
-        self.0
-    }
-}
-
-impl From<DateTime<Utc>> for Timestamp {
-    fn from(instant: DateTime<Utc>) -> Self {
-        Self::from_datetime(instant)
-    }
-}
-
-impl fmt::Display for Timestamp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.to_rfc3339_opts(SecondsFormat::Millis, true))
-    }
-}
-
-impl fmt::Debug for Timestamp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-/// The error of parsing a [`Timestamp`] from text that is not RFC 3339.
-#[derive(Debug, Clone)]
-pub struct TimestampParseError(chrono::ParseError);
-
-impl fmt::Display for TimestampParseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "not an RFC 3339 timestamp: {}", self.0)
-    }
-}
-
-impl std::error::Error for TimestampParseError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.0)
-    }
-}
-
-impl FromStr for Timestamp {
-    type Err = TimestampParseError;
-
-    /// Parses any RFC 3339 timestamp (any offset, any precision) and converts it to UTC.
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        DateTime::parse_from_rfc3339(text)
-            .map(|instant| Self::from_datetime(instant.with_timezone(&Utc)))
-            .map_err(TimestampParseError)
-    }
-}
-
-impl Serialize for Timestamp {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Timestamp {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
-    }
-}
+pub use timestamp::{Timestamp, TimestampParseError};
 
 /// An [`Order`] together with its JSON encoding, computed once.
 ///
@@ -214,7 +121,7 @@ impl EncodedOrder {
         let years = [
             order.start_date.year(),
             order.end_date.year(),
-            order.created_at.0.year(),
+            order.created_at.as_datetime().year(),
         ];
         if years.iter().any(|year| !(0..=9999).contains(year)) {
             return Err(invalid_order(
