@@ -65,21 +65,20 @@ impl PageRequest {
             return Ok(request);
         };
         let mut seen_token = false;
-        for pair in query.split('&') {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match &*percent_decoded(name) {
+        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+            match &*name {
                 "limit" => {
                     if request.limit.is_some() {
                         return Err(BadPageRequest::Repeated);
                     }
-                    request.limit = Some(parse_limit(&percent_decoded(value))?);
+                    request.limit = Some(parse_limit(&value)?);
                 }
                 "page_token" => {
                     if seen_token {
                         return Err(BadPageRequest::Repeated);
                     }
                     seen_token = true;
-                    request.token = Some(PageToken::decode(&percent_decoded(value))?);
+                    request.token = Some(PageToken::decode(&value)?);
                 }
                 _ => {}
             }
@@ -196,34 +195,6 @@ fn parse_limit(value: &str) -> Result<usize, BadPageRequest> {
         Ok(limit) if (1..=MAX_ORDERS).contains(&limit) => Ok(limit),
         _ => Err(BadPageRequest::Limit),
     }
-}
-
-/// `text` with `%XX` escapes and `+` decoded (as a form would send them); a broken escape is
-/// kept as it is, so it fails whatever check the value then meets.
-fn percent_decoded(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.contains(['%', '+']) {
-        return text.into();
-    }
-    let bytes = text.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut at = 0;
-    while at < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match bytes[at] {
-            b'%' if at + 2 < bytes.len() => match (hex(bytes[at + 1]), hex(bytes[at + 2])) {
-                (Some(high), Some(low)) => {
-                    decoded.push((high * 16 + low) as u8);
-                    at += 3;
-                    continue;
-                }
-                _ => decoded.push(b'%'),
-            },
-            b'+' => decoded.push(b' '),
-            byte => decoded.push(byte),
-        }
-        at += 1;
-    }
-    String::from_utf8_lossy(&decoded).into_owned().into()
 }
 
 #[cfg(test)]

@@ -30,8 +30,9 @@ pub struct CachingOrderStore<S> {
     cache: Arc<OrderCache>,
 }
 
-/// The most pages after the first that the cache keeps per organization; past it, the
-/// organization's later pages start over (the first page stays).
+/// The most pages besides the default first page that the cache keeps per organization
+/// (later pages, and first pages of another `limit`); past it, they start over (the default
+/// first page stays).
 pub const LATER_PAGES: usize = 16;
 
 struct OrderCache {
@@ -39,7 +40,8 @@ struct OrderCache {
     gate: Gate,
 }
 
-/// The pages kept of one organization, all dropped together when its orders change.
+/// The pages kept of one organization, all dropped together when its orders change: the
+/// default first page, and other pages (shorter first pages among them) by their query.
 #[derive(Default)]
 struct OrganizationPages {
     first: OnceLock<OrderPage>,
@@ -48,14 +50,24 @@ struct OrganizationPages {
 
 impl OrganizationPages {
     fn get(&self, query: &OrderQuery) -> Option<OrderPage> {
-        if query.position().is_none() && query.limit() <= MAX_ORDERS {
-            return self.first.get().map(|page| page.truncated(query.limit()));
+        if query.is_default_first_page() {
+            return self.first.get().cloned();
         }
-        self.later
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(query)
-            .cloned()
+        if let Some(page) = self.later().get(query) {
+            return Some(page.clone());
+        }
+        // A shorter first page is the start of the default one: cut once, then kept.
+        let first = self.first.get()?;
+        if query.position().is_some() || query.limit() > MAX_ORDERS {
+            return None;
+        }
+        let page = first.truncated(query.limit());
+        self.keep(query, &page);
+        Some(page)
+    }
+
+    fn later(&self) -> std::sync::MutexGuard<'_, HashMap<OrderQuery, OrderPage>> {
+        self.later.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn keep(&self, query: &OrderQuery, page: &OrderPage) {
@@ -63,7 +75,7 @@ impl OrganizationPages {
             let _ = self.first.set(page.clone());
             return;
         }
-        let mut later = self.later.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut later = self.later();
         if later.len() >= LATER_PAGES {
             later.clear();
         }

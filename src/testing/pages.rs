@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use super::namespace;
 use super::report::{ensure, failed, Check};
-use super::store::{add_orders, ids, key, lookup_outcome, order, organization, read_page};
+use super::store::{
+    add_orders, expected, ids, key, lookup_outcome, order, organization, read_page,
+};
 use super::StoreFixtures;
 use crate::model::{Order, Timestamp};
 #[cfg(doc)]
@@ -58,12 +60,6 @@ async fn walk<F: StoreFixtures>(
     Err("the walk did not end within 1,000 pages".into())
 }
 
-fn newest_first(orders: &[Order]) -> Vec<Order> {
-    let mut sorted = orders.to_vec();
-    sorted.sort_by(Order::cmp_newest_first);
-    sorted
-}
-
 /// Every order exactly once, newest first, for page sizes whose edges cut through ties in
 /// `createdAt`; the last page says no more follow.
 pub(super) async fn pages_cover_every_order_once<F: StoreFixtures>(fixtures: &F) -> Check {
@@ -81,7 +77,7 @@ pub(super) async fn pages_cover_every_order_once<F: StoreFixtures>(fixtures: &F)
             .collect();
         add_orders(fixtures, &org.id, &written).await?;
         let read = walk(fixtures, &org.id, limit, &mut |_| (vec![], vec![])).await?;
-        let want = newest_first(&written);
+        let want = expected(&written, usize::MAX);
         ensure!(
             ids(&read) == ids(&want),
             "limit {limit}: read {:?}, want {:?}",
@@ -101,7 +97,7 @@ pub(super) async fn pages_hold_across_changes<F: StoreFixtures>(fixtures: &F) ->
         .map(|n| order(format!("{ns}-{n:02}"), (n / 2) * 1_000))
         .collect();
     add_orders(fixtures, &org.id, &written).await?;
-    let want = newest_first(&written);
+    let want = expected(&written, usize::MAX);
     // After page 0: a newer order, the removal of page 0's last order (the position of
     // page 1) and of the first order of page 2.
     let (position_id, later_id) = (want[3].id.clone(), want[8].id.clone());
@@ -135,7 +131,7 @@ pub(super) async fn ten_thousand_orders<F: StoreFixtures>(fixtures: &F) -> Check
         .collect();
     add_orders(fixtures, &org.id, &written).await?;
     let read = walk(fixtures, &org.id, 100, &mut |_| (vec![], vec![])).await?;
-    let want = newest_first(&written);
+    let want = expected(&written, usize::MAX);
     ensure!(
         read.len() == want.len() && ids(&read) == ids(&want),
         "read {} orders, want {}, or another order",
@@ -165,8 +161,9 @@ pub(super) async fn expiry_is_reported<F: StoreFixtures>(fixtures: &F) -> Check 
         other => return Err(format!("a key expiring tomorrow is {other:?}")),
     }
     let expired = format!("pk_test_{ns}_expired");
-    let past = Timestamp::from_unix_millis(Timestamp::now().as_datetime().timestamp_millis() - 1)
-        .ok_or("no past instant")?;
+    let past = Timestamp::from_datetime(
+        Timestamp::now().as_datetime() - chrono::TimeDelta::milliseconds(1),
+    );
     fixtures
         .add_key(&expired, &org.id, Some(past))
         .await

@@ -296,7 +296,7 @@ pub(super) fn ids(orders: &[Order]) -> Vec<&str> {
 }
 
 /// `orders` as the store must return them: newest first, at most `limit`.
-fn expected(orders: &[Order], limit: usize) -> Vec<Order> {
+pub(super) fn expected(orders: &[Order], limit: usize) -> Vec<Order> {
     let mut sorted = orders.to_vec();
     sorted.sort_by(Order::cmp_newest_first);
     sorted.truncate(limit);
