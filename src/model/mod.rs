@@ -8,6 +8,10 @@ use chrono::{Datelike, NaiveDate};
 use http::HeaderValue;
 use serde::{Deserialize, Deserializer, Serialize};
 
+mod timestamp;
+
+pub use timestamp::{Timestamp, TimestampParseError};
+
 /// The most orders one `GET /orders` response holds (contract 4.2 rule 1, section 8).
 pub const MAX_ORDERS: usize = 100;
 
@@ -86,10 +90,6 @@ impl Order {
             .then_with(|| other.id.as_bytes().cmp(self.id.as_bytes()))
     }
 }
-
-mod timestamp;
-
-pub use timestamp::{Timestamp, TimestampParseError};
 
 /// An [`Order`] together with its JSON encoding, computed once.
 ///

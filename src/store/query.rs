@@ -1,7 +1,5 @@
 //! [`OrderQuery`] and [`OrderPosition`]: which page of an organization's orders a store reads.
 
-use std::cmp::Ordering;
-
 use crate::model::{Order, Timestamp, MAX_ORDERS};
 
 /// A place in an organization's orders, in the order the API serves them (newest
@@ -30,16 +28,7 @@ impl OrderPosition {
     /// Whether `order` comes after this position in the served order (it is older, or as
     /// old with a smaller id in byte order): the orders a page after this position holds.
     pub fn precedes(&self, order: &Order) -> bool {
-        self.cmp_order(order).is_lt()
-    }
-
-    /// Compares this position with `order` in the served order: `Less` when the position
-    /// comes first.
-    fn cmp_order(&self, order: &Order) -> Ordering {
-        order
-            .created_at
-            .cmp(&self.created_at)
-            .then_with(|| order.id.as_bytes().cmp(self.id.as_bytes()))
+        (order.created_at, order.id.as_bytes()) < (self.created_at, self.id.as_bytes())
     }
 }
 
