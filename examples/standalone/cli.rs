@@ -127,6 +127,10 @@ pub(crate) enum KeysAction {
         #[arg(long, value_name = "SECONDS", default_value_t = 86_400)]
         overlap: u64,
     },
+    /// Tell every replica's caches to drop what they hold (keys and pages of orders): after a
+    /// change that bypassed the triggers, such as a restore with --disable-triggers or
+    /// writes under session_replication_role = replica. Prints {"invalidated":"all"}.
+    Invalidate,
 }
 
 fn parse_environment(name: &str) -> Result<KeyEnvironment, String> {

@@ -81,6 +81,12 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
         KeysAction::Revoke { organization, id } => Ok(vec![json(
             &store.revoke(organization, id).await.map_err(failed)?,
         )?]),
+        KeysAction::Invalidate => {
+            partner_api::cache::postgres::invalidate_all(store.pool())
+                .await
+                .map_err(failed)?;
+            Ok(vec![r#"{"invalidated":"all"}"#.to_owned()])
+        }
         KeysAction::Roll {
             organization,
             id,

@@ -1,8 +1,10 @@
-//! [`Notifications`]: how caches learn of changes, and whether they may answer from memory.
+//! [`Notifications`]: how caches learn of changes, and whether they may answer from memory:
+//! only with recent evidence that they applied every change committed before it.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::time::{Duration, Instant};
 
 /// What a cache drops when it is told of a change.
 pub(crate) trait Invalidate: Send + Sync {
@@ -18,55 +20,122 @@ pub(crate) trait Invalidate: Send + Sync {
 /// [`postgres::listen`](super::postgres::listen), or a host's own) and the caches that follow
 /// it ([`CachingKeyStore::with_notifications`](super::CachingKeyStore::with_notifications)).
 ///
-/// Caches that follow a hub answer from memory only while it is *connected*: a source that
-/// loses its connection says so ([`disconnected`](Self::disconnected)), and the caches go to
-/// their store for every request until it is connected again, when they start empty. Clones
-/// share the hub.
+/// # The invariant
+///
+/// A cache that follows a hub answers from memory only while the hub holds *evidence* younger
+/// than its maximum age ([`DEFAULT_MAX_EVIDENCE_AGE`], 800 ms): an instant `E` such that every
+/// change committed before `E` has been applied to the caches. Every hit reads the evidence
+/// (one atomic load and the monotonic clock); older evidence, or none, sends the lookup to the
+/// store.
+///
+/// Why that bounds a revocation's delay: say a revocation commits at `R` and a cache answers
+/// the revoked key from memory at `t`. The revocation's notification was not applied yet, so
+/// the evidence `E` the cache saw was taken before `R` (evidence comes from a heartbeat: the
+/// listener notes the instant `E` at which it *sends* a `NOTIFY` to itself, and, when it hears
+/// that heartbeat, PostgreSQL has delivered every notification committed before it, which the
+/// listener has applied first; a heartbeat sent at `E` commits after `E`). So
+/// `t − R < t − E ≤ max age`: no revoked key is answered from memory later than the maximum
+/// age after its revocation committed, whatever delays the notifications (a burst, a stalled
+/// or dead listener, a partition), because none of those can make evidence younger. A source
+/// that loses its connection must [`connected`](Self::connected) again, which empties the
+/// caches, before its new evidence counts: changes sent meanwhile were lost.
+///
+/// Clones share the hub.
 #[derive(Clone)]
 pub struct Notifications {
     shared: Arc<Shared>,
 }
 
+/// The longest the caches answer from memory after the last evidence: the bound on a
+/// revocation's delay, below the promised second by the time a request takes to be answered.
+pub const DEFAULT_MAX_EVIDENCE_AGE: Duration = Duration::from_millis(800);
+
 pub(crate) struct Shared {
-    connected: AtomicBool,
+    /// The evidence, as [`millis`] of its instant; 0 for none.
+    evidence: AtomicU64,
+    /// The maximum age of evidence, in milliseconds.
+    max_age: u64,
     /// Counts changes: a cache stores what it read only if no change came in meanwhile.
     changes: AtomicU64,
     targets: Mutex<Vec<Weak<dyn Invalidate>>>,
 }
 
+/// `at` as milliseconds after this process's first use of the caches, plus one (0 is "never").
+pub(crate) fn millis(at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(epoch()).as_millis())
+        .unwrap_or(u64::MAX)
+        .saturating_add(1)
+}
+
+/// The instant that [`millis`] gave `millis`, if it is one of this process's.
+#[cfg(feature = "postgres")]
+pub(crate) fn instant(millis: u64) -> Option<Instant> {
+    let epoch = epoch();
+    epoch.checked_add(Duration::from_millis(millis.checked_sub(1)?))
+}
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(|| {
+        let now = Instant::now();
+        now.checked_sub(Duration::from_secs(1)).unwrap_or(now)
+    })
+}
+
 impl Notifications {
-    /// Creates a hub that is not connected yet: its caches answer from their stores until
-    /// [`connected`](Self::connected).
+    /// Creates a hub without evidence yet: its caches answer from their stores until the
+    /// source says it is [`connected`](Self::connected).
     pub fn new() -> Self {
         crate::metrics::cache_notifications_connected(false);
+        let max_age = DEFAULT_MAX_EVIDENCE_AGE.as_millis() as u64;
         Self {
             shared: Arc::new(Shared {
-                connected: AtomicBool::new(false),
+                evidence: AtomicU64::new(0),
+                max_age,
                 changes: AtomicU64::new(0),
                 targets: Mutex::new(Vec::new()),
             }),
         }
     }
 
-    /// Says the source is connected and missed nothing from now on: the caches drop all they
-    /// hold (they may have missed changes before) and answer from memory again.
+    /// Says the source listens from now on: the caches drop all they hold (they may have
+    /// missed changes before) and the instant now is evidence (nothing the caches hold from
+    /// now on predates it).
     pub fn connected(&self) {
         self.clear();
-        self.shared.connected.store(true, Ordering::SeqCst);
+        self.confirmed(Instant::now());
         crate::metrics::cache_notifications_connected(true);
     }
 
-    /// Says the source lost its connection: from now on, until
-    /// [`connected`](Self::connected), the caches answer from their stores only.
+    /// Says every change committed before `sent_at` has been applied (a heartbeat sent at
+    /// `sent_at` was heard after the changes before it): evidence that lets the caches answer
+    /// from memory for the maximum age after `sent_at`. Older evidence than the hub holds
+    /// changes nothing.
+    pub fn confirmed(&self, sent_at: Instant) {
+        let evidence = millis(sent_at);
+        if self.shared.evidence.fetch_max(evidence, Ordering::AcqRel) < evidence {
+            crate::metrics::cache_evidence(sent_at);
+        }
+    }
+
+    /// Says the source lost its connection: the caches answer from their stores until it is
+    /// [`connected`](Self::connected) again.
     pub fn disconnected(&self) {
-        self.shared.connected.store(false, Ordering::SeqCst);
+        self.shared.evidence.store(0, Ordering::Release);
         self.note_change();
         crate::metrics::cache_notifications_connected(false);
     }
 
-    /// Returns whether the source is connected.
+    /// Returns whether the caches may answer from memory now: the hub holds evidence younger
+    /// than its maximum age.
     pub fn is_connected(&self) -> bool {
-        self.shared.connected.load(Ordering::SeqCst)
+        self.evidence_age().is_some_and(|age| age <= self.shared.max_age)
+    }
+
+    /// The age of the evidence in milliseconds, or `None` without evidence.
+    fn evidence_age(&self) -> Option<u64> {
+        let evidence = self.shared.evidence.load(Ordering::Acquire);
+        (evidence != 0).then(|| millis(Instant::now()).saturating_sub(evidence))
     }
 
     /// Tells the caches the key `key_id` changed, or a key was added.
@@ -134,7 +203,8 @@ impl Default for Notifications {
 impl fmt::Debug for Notifications {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Notifications")
-            .field("connected", &self.is_connected())
+            .field("answering", &self.is_connected())
+            .field("evidence_age_ms", &self.evidence_age())
             .finish_non_exhaustive()
     }
 }

@@ -1,7 +1,8 @@
 //! [`CachingKeyStore`]: key lookups answered from memory, known keys and unknown ones alike.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use quick_cache::sync::Cache;
@@ -39,6 +40,10 @@ pub struct CachingKeyStore<S> {
 struct KeyCache {
     /// Keys that resolved to a principal.
     found: Cache<KeyDigest, Principal>,
+    /// The digests held in `found` for each key id, so that a change to one key drops its
+    /// entries at once instead of scanning the cache: a burst of changes costs each of them
+    /// O(1), not O(cached keys). Ids whose digests were evicted since are pruned now and then.
+    by_key_id: Mutex<HashMap<Arc<str>, Vec<KeyDigest>>>,
     /// Keys that resolved to nothing, and why (unknown, revoked, expired).
     absent: Cache<KeyDigest, KeyLookup>,
     gate: Gate,
@@ -55,6 +60,7 @@ impl<S: KeyStore> CachingKeyStore<S> {
         let capacity = capacity.max(1);
         let cache = Arc::new(KeyCache {
             found: Cache::new(capacity),
+            by_key_id: Mutex::default(),
             absent: Cache::new(capacity),
             gate,
         });
@@ -134,7 +140,10 @@ impl KeyCache {
             return;
         }
         match answer {
-            KeyLookup::Valid(principal) => self.found.insert(digest, principal.clone()),
+            KeyLookup::Valid(principal) => {
+                self.found.insert(digest, principal.clone());
+                self.index(&principal.key_id, digest);
+            }
             refused => self.absent.insert(digest, refused.clone()),
         }
         // A change that came in while inserting may have missed the new entry.
@@ -145,11 +154,38 @@ impl KeyCache {
     }
 }
 
+impl KeyCache {
+    /// Notes that `found` holds `digest` for the key `key_id`.
+    fn index(&self, key_id: &Arc<str>, digest: KeyDigest) {
+        let mut index = self.index_guard();
+        let digests = index.entry(key_id.clone()).or_default();
+        if !digests.contains(&digest) {
+            digests.push(digest);
+        }
+        // Entries leave `found` by eviction too; once the index holds twice as many ids as
+        // the cache can, the ids of evicted entries go (amortized O(1) per insert).
+        let capacity = usize::try_from(self.found.capacity()).unwrap_or(usize::MAX);
+        if index.len() > capacity.saturating_mul(2) {
+            index.retain(|_, digests| {
+                digests.retain(|digest| self.found.contains_key(digest));
+                !digests.is_empty()
+            });
+        }
+    }
+
+    fn index_guard(&self) -> MutexGuard<'_, HashMap<Arc<str>, Vec<KeyDigest>>> {
+        self.by_key_id.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 impl Invalidate for KeyCache {
     fn key_changed(&self, key_id: &str) {
         self.gate.note_change();
-        self.found
-            .retain(|_, principal| &*principal.key_id != key_id);
+        let digests = self.index_guard().remove(key_id).unwrap_or_default();
+        for digest in &digests {
+            self.found.remove(digest);
+        }
+        // One of the keys remembered as unknown may just have been added.
         self.absent.clear();
         metrics::cache_invalidated(CacheName::Keys, InvalidationScope::Key);
     }
@@ -159,6 +195,7 @@ impl Invalidate for KeyCache {
     fn clear(&self) {
         self.gate.note_change();
         self.found.clear();
+        self.index_guard().clear();
         self.absent.clear();
         metrics::cache_invalidated(CacheName::Keys, InvalidationScope::All);
     }

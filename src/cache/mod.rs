@@ -26,7 +26,7 @@ mod orders;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 
-pub use freshness::Notifications;
+pub use freshness::{Notifications, DEFAULT_MAX_EVIDENCE_AGE};
 pub use keys::CachingKeyStore;
 pub use orders::{CachingOrderStore, LATER_PAGES};
 

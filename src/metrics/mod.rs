@@ -18,6 +18,8 @@
 //! | [`CACHE_HITS`], [`CACHE_MISSES`] | counter | `cache`: `keys`, `orders` |
 //! | [`CACHE_INVALIDATIONS`] | counter | `cache`, `scope`: `key`, `organization`, `all` |
 //! | [`CACHE_NOTIFICATIONS_CONNECTED`] | gauge (one per process) | none |
+//! | [`CACHE_EVIDENCE`] | gauge (Unix seconds) | none |
+//! | [`CACHE_NOTIFICATION_LAG`] | histogram (seconds) | none |
 //! | [`LAST_USED_BATCH_KEYS`] | histogram (keys) | none |
 //! | [`LAST_USED_FLUSH_FAILURES`], [`LAST_USED_DROPPED`] | counter | none |
 //!
@@ -72,6 +74,13 @@ pub const CACHE_INVALIDATIONS: &str = "partner_api_cache_invalidations_total";
 /// 1 while the caches' change notifications are connected (they answer from memory), 0 while
 /// not (every lookup goes to the store).
 pub const CACHE_NOTIFICATIONS_CONNECTED: &str = "partner_api_cache_notifications_connected";
+/// The Unix time of the caches' latest evidence (every change committed before it applied):
+/// its age, `time() - partner_api_cache_evidence_timestamp_seconds`, is what the caches'
+/// answers from memory may lag behind the database (bounded by the maximum evidence age).
+pub const CACHE_EVIDENCE: &str = "partner_api_cache_evidence_timestamp_seconds";
+/// Time from a heartbeat's send to its hearing by the cache listener: how far the change
+/// notifications lag behind the database.
+pub const CACHE_NOTIFICATION_LAG: &str = "partner_api_cache_notification_lag_seconds";
 /// Keys per batch the last-use recorder wrote.
 pub const LAST_USED_BATCH_KEYS: &str = "partner_api_last_used_batch_keys";
 /// Batches of last uses the store refused (kept and written with the next batch).
@@ -125,6 +134,16 @@ pub fn describe() {
     describe_gauge!(
         CACHE_NOTIFICATIONS_CONNECTED,
         "1 while the caches' change notifications are connected, 0 while they answer from their stores only."
+    );
+    describe_gauge!(
+        CACHE_EVIDENCE,
+        Unit::Seconds,
+        "Unix time of the caches' latest evidence that they applied every earlier change."
+    );
+    describe_histogram!(
+        CACHE_NOTIFICATION_LAG,
+        Unit::Seconds,
+        "Time from a cache listener's heartbeat to its hearing: the lag of change notifications."
     );
     describe_histogram!(
         LAST_USED_BATCH_KEYS,
@@ -325,6 +344,21 @@ pub(crate) fn cache_invalidated(cache: CacheName, scope: InvalidationScope) {
 /// Sets whether the caches' notifications are connected.
 pub(crate) fn cache_notifications_connected(connected: bool) {
     gauge(static_key!(CACHE_NOTIFICATIONS_CONNECTED)).set(if connected { 1.0 } else { 0.0 });
+}
+
+/// Sets the caches' evidence to `at`.
+pub(crate) fn cache_evidence(at: std::time::Instant) {
+    let unix = std::time::SystemTime::now()
+        .checked_sub(at.elapsed())
+        .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0.0, |since| since.as_secs_f64());
+    gauge(static_key!(CACHE_EVIDENCE)).set(unix);
+}
+
+/// Records the lag of a heartbeat.
+#[cfg(feature = "postgres")]
+pub(crate) fn cache_notification_lag(lag: Duration) {
+    histogram(static_key!(CACHE_NOTIFICATION_LAG)).record(lag.as_secs_f64());
 }
 
 /// Records a batch of `keys` last uses: written, or refused by the store.

@@ -173,7 +173,7 @@ async fn while_the_listener_is_down_the_cache_never_answers_for_a_changed_key() 
     let mut admin = PgConnection::connect(&url).await.unwrap();
     let terminated: Vec<bool> = sqlx::query_scalar(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = current_database() AND query ILIKE 'LISTEN%'",
+         WHERE datname = current_database() AND application_name = 'partner_api_cache_listener'",
     )
     .fetch_all(&mut admin)
     .await

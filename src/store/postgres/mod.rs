@@ -243,14 +243,23 @@ pub(super) async fn insert_order(
     order: &Order,
     upsert: bool,
 ) -> Result<(), StoreError> {
-    // The same checks as every store: what cannot be served is not stored.
+    // The same checks as every store: what cannot be served is not stored. An upsert leaves
+    // an unchanged row alone, so it sends the caches no notification.
     EncodedOrder::new(order.clone())?;
     let on_conflict = if upsert {
         " ON CONFLICT (organization_id, id) DO UPDATE SET providers = EXCLUDED.providers, \
           advertiser_name = EXCLUDED.advertiser_name, campaign_name = EXCLUDED.campaign_name, \
           budget_dkk = EXCLUDED.budget_dkk, start_date = EXCLUDED.start_date, \
           end_date = EXCLUDED.end_date, status = EXCLUDED.status, \
-          external_reference = EXCLUDED.external_reference, created_at = EXCLUDED.created_at"
+          external_reference = EXCLUDED.external_reference, created_at = EXCLUDED.created_at \
+          WHERE (partner_orders.providers, partner_orders.advertiser_name, \
+                 partner_orders.campaign_name, partner_orders.budget_dkk, \
+                 partner_orders.start_date, partner_orders.end_date, partner_orders.status, \
+                 partner_orders.external_reference, partner_orders.created_at) \
+          IS DISTINCT FROM (EXCLUDED.providers, EXCLUDED.advertiser_name, \
+                 EXCLUDED.campaign_name, EXCLUDED.budget_dkk, EXCLUDED.start_date, \
+                 EXCLUDED.end_date, EXCLUDED.status, EXCLUDED.external_reference, \
+                 EXCLUDED.created_at)"
     } else {
         ""
     };

@@ -25,7 +25,8 @@ impl PgStore {
         for organization in &seed.organizations {
             sqlx::query(
                 "INSERT INTO partner_organizations (id, name) VALUES ($1, $2) \
-                 ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name",
+                 ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name \
+                 WHERE partner_organizations.name IS DISTINCT FROM EXCLUDED.name",
             )
             .bind(&organization.id)
             .bind(&organization.name)
