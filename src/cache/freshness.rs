@@ -129,7 +129,8 @@ impl Notifications {
     /// Returns whether the caches may answer from memory now: the hub holds evidence younger
     /// than its maximum age.
     pub fn is_connected(&self) -> bool {
-        self.evidence_age().is_some_and(|age| age <= self.shared.max_age)
+        self.evidence_age()
+            .is_some_and(|age| age <= self.shared.max_age)
     }
 
     /// The age of the evidence in milliseconds, or `None` without evidence.

@@ -174,7 +174,9 @@ impl KeyCache {
     }
 
     fn index_guard(&self) -> MutexGuard<'_, HashMap<Arc<str>, Vec<KeyDigest>>> {
-        self.by_key_id.lock().unwrap_or_else(PoisonError::into_inner)
+        self.by_key_id
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -20,6 +20,7 @@ mod rate_limit;
 mod redis;
 mod replicas;
 mod request_id;
+mod revocation;
 mod server;
 mod settings_page;
 mod soak;

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::pg::{demo_key_record, fresh_database};
+use crate::common::pg::{demo_key_record, fresh_database, Proxy};
 use crate::common::*;
 use async_trait::async_trait;
 use http::StatusCode;
@@ -308,68 +308,10 @@ async fn the_stores_pass_the_conformance_suite_through_their_caches() {
     partner_api::testing::run(&cached).await.assert_passed();
 }
 
-/// A TCP proxy to `target` on a fixed loopback port, which a test can stop (refusing new
-/// connections and cutting the open ones) and start again.
-struct Proxy {
-    port: u16,
-    target: String,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Proxy {
-    async fn start(target: String) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut proxy = Self {
-            port,
-            target,
-            task: None,
-        };
-        proxy.resume().await;
-        proxy
-    }
-
-    async fn resume(&mut self) {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
-            .await
-            .unwrap();
-        let target = self.target.clone();
-        self.task = Some(tokio::spawn(async move {
-            let mut connections = tokio::task::JoinSet::new();
-            while let Ok((mut client, _)) = listener.accept().await {
-                let target = target.clone();
-                connections.spawn(async move {
-                    if let Ok(mut server) = tokio::net::TcpStream::connect(target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                    }
-                });
-            }
-        }));
-    }
-
-    /// Stops listening and cuts every connection (the JoinSet aborts them when dropped).
-    fn stop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-}
-
 #[tokio::test]
 async fn while_the_database_is_down_requests_get_fast_503s_and_it_recovers_by_itself() {
     let (url, _) = seeded().await;
-    let admin = std::env::var("PARTNER_API_TEST_DATABASE_URL").unwrap();
-    let server = admin
-        .split('@')
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap()
-        .to_owned();
-    let mut proxy = Proxy::start(server.clone()).await;
-    let proxied = url.replace(&server, &format!("127.0.0.1:{}", proxy.port));
+    let (mut proxy, proxied) = Proxy::in_front_of(&url).await;
     let store = PgStore::connect_lazy(&proxied).unwrap();
     let api = PartnerApi::from_store(store);
     assert_eq!(

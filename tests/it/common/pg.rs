@@ -45,3 +45,105 @@ pub async fn demo_key_record(store: &partner_api::PgStore) -> partner_api::manag
         .find(|record| record.label.as_deref() == Some("Demo integration"))
         .expect("the demo seed's key")
 }
+
+/// A TCP proxy to a database on a fixed loopback port, which a test can stop (refusing new
+/// connections and cutting the open ones) and start again, or stall (connections stay open
+/// and nothing is forwarded, as in a network partition).
+pub struct Proxy {
+    pub port: u16,
+    target: String,
+    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// A proxy to the server of `url`, and `url` through it.
+    pub async fn in_front_of(url: &str) -> (Self, String) {
+        let server = url
+            .split('@')
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .unwrap()
+            .to_owned();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut proxy = Self {
+            port,
+            target: server.clone(),
+            stalled: Default::default(),
+            task: None,
+        };
+        proxy.resume().await;
+        let proxied = url.replace(&server, &format!("127.0.0.1:{port}"));
+        (proxy, proxied)
+    }
+
+    pub async fn resume(&mut self) {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .unwrap();
+        let target = self.target.clone();
+        let stalled = self.stalled.clone();
+        self.task = Some(tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((client, _)) = listener.accept().await {
+                let target = target.clone();
+                let stalled = stalled.clone();
+                connections.spawn(async move {
+                    if let Ok(server) = tokio::net::TcpStream::connect(target).await {
+                        let (client_read, client_write) = client.into_split();
+                        let (server_read, server_write) = server.into_split();
+                        tokio::join!(
+                            pump(client_read, server_write, stalled.clone()),
+                            pump(server_read, client_write, stalled)
+                        );
+                    }
+                });
+            }
+        }));
+    }
+
+    /// Stops listening and cuts every connection (the JoinSet aborts them when dropped).
+    pub fn stop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+
+    /// Stops (or starts again) forwarding, keeping every connection open.
+    pub fn stall(&self, stalled: bool) {
+        self.stalled
+            .store(stalled, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to` until either closes, holding what it read while `stalled`.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buffer = vec![0; 16 * 1024];
+    loop {
+        while stalled.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let Ok(read) = from.read(&mut buffer).await else {
+            return;
+        };
+        if read == 0 {
+            return;
+        }
+        // Read before a stall began: held until it ends, as a partitioned network holds it.
+        while stalled.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        if to.write_all(&buffer[..read]).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! The revocation bound under load and faults: a revoked key is refused within a second on a
+//! replica that verifies keys from memory, after a burst of key changes, with its listener
+//! stopped or its listening connection stalled, and with its request pool saturated.
+//!
+//! `PARTNER_API_BURST_KEYS` sets the number of cached keys of the burst test (default 20,000;
+//! the benchmark `benches/revocation_delay.rs` and `docs::performance` go to 100,000).
+#![cfg(feature = "postgres")]
+
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use partner_api::cache::{CachingKeyStore, CachingOrderStore, Notifications};
+use partner_api::seed::{Seed, DEMO_KEY};
+use partner_api::store::postgres::PgStore;
+use partner_api::{KeyDigest, KeyLookup, KeyStore, PartnerApi};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection};
+
+use crate::common::pg::{fresh_database, Proxy};
+use crate::common::*;
+
+/// The promise: a revoked key is refused within this of its revocation's commit.
+const BOUND: Duration = Duration::from_secs(1);
+
+async fn seeded() -> String {
+    let url = fresh_database().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    store.migrate().await.unwrap();
+    store.load_seed(&Seed::demo()).await.unwrap();
+    url
+}
+
+/// An API on `store` verifying keys through a cache that follows `notifications`.
+fn cached_api(
+    store: &PgStore,
+    notifications: &Notifications,
+) -> (PartnerApi, CachingKeyStore<PgStore>) {
+    let keys = CachingKeyStore::new(store.clone()).with_notifications(notifications);
+    let orders = CachingOrderStore::new(store.clone()).with_notifications(notifications);
+    let api =
+        PartnerApi::new(keys.clone(), orders).with_store_timeout(Some(Duration::from_millis(300)));
+    (api, keys)
+}
+
+async fn until_answering(notifications: &Notifications) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !notifications.is_connected() {
+        assert!(Instant::now() < deadline, "the listener never connected");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Revokes `key` by plain SQL and returns when the revocation committed.
+async fn revoke(admin: &mut PgConnection, key: &str) -> Instant {
+    sqlx::query("UPDATE partner_api_keys SET revoked_at = now() WHERE key_sha256 = $1")
+        .bind(&KeyDigest::of(key).as_bytes()[..])
+        .execute(admin)
+        .await
+        .unwrap();
+    Instant::now()
+}
+
+/// Asks `api` for `/v1/me` with `key` until `BOUND * 2` after `revoked`: no 200 after `BOUND`.
+/// Returns the last 200's delay after the revocation, if any was seen.
+async fn never_served_past_the_bound(
+    api: &PartnerApi,
+    key: &str,
+    revoked: Instant,
+) -> Option<Duration> {
+    let mut last_served = None;
+    while revoked.elapsed() < BOUND * 2 {
+        let asked = Instant::now();
+        let status = call(api, get("/v1/me", Some(key))).await.status;
+        if status == StatusCode::OK {
+            let delay = asked.saturating_duration_since(revoked);
+            assert!(
+                delay <= BOUND,
+                "a revoked key was served {delay:?} after its revocation"
+            );
+            last_served = Some(delay);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    last_served
+}
+
+fn burst_keys() -> usize {
+    std::env::var("PARTNER_API_BURST_KEYS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20_000)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_key_changes_does_not_delay_a_revocation() {
+    let url = seeded().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    let count = burst_keys();
+    // `count` keys of the demo organization, each cached by the replica.
+    sqlx::query(
+        "INSERT INTO partner_api_keys (organization_id, key_sha256) \
+         SELECT 'org_demo', sha256(convert_to('pk_test_burst_' || n, 'UTF8')) \
+         FROM generate_series(1, $1) n",
+    )
+    .bind(count as i64)
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let notifications = partner_api::cache::postgres::listen(store.pool().clone());
+    until_answering(&notifications).await;
+    let keys = CachingKeyStore::new(store.clone()).with_notifications(&notifications);
+    let warm = |range: std::ops::Range<usize>| {
+        let keys = keys.clone();
+        async move {
+            for n in range {
+                let digest = KeyDigest::of(&format!("pk_test_burst_{n}"));
+                assert!(matches!(
+                    keys.lookup(&digest).await.unwrap(),
+                    KeyLookup::Valid(_)
+                ));
+            }
+        }
+    };
+    let quarter = count / 4;
+    tokio::join!(
+        warm(1..quarter),
+        warm(quarter..2 * quarter),
+        warm(2 * quarter..3 * quarter),
+        warm(3 * quarter..count + 1)
+    );
+    assert!(keys.len() >= count, "{} keys cached", keys.len());
+    let api = PartnerApi::new(keys.clone(), store.clone());
+    assert_eq!(
+        call(&api, get("/v1/me", Some(DEMO_KEY))).await.status,
+        StatusCode::OK
+    );
+
+    // One statement changes every other key, then the demo key is revoked.
+    sqlx::query(
+        "UPDATE partner_api_keys SET expires_at = now() + interval '30 days' \
+         WHERE key_sha256 <> $1",
+    )
+    .bind(&KeyDigest::of(DEMO_KEY).as_bytes()[..])
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let revoked = revoke(&mut admin, DEMO_KEY).await;
+    let served = never_served_past_the_bound(&api, DEMO_KEY, revoked).await;
+    println!("one statement over {count} keys, then a revocation: last served {served:?} after it");
+
+    // The burst as single-row transactions from four connections, then another revocation.
+    let other = "pk_test_burst_1";
+    for n in 2..200 {
+        let _ = keys
+            .lookup(&KeyDigest::of(&format!("pk_test_burst_{n}")))
+            .await;
+    }
+    assert_eq!(
+        call(&api, get("/v1/me", Some(other))).await.status,
+        StatusCode::OK
+    );
+    let single = (count / 4).max(1_000);
+    let writers = (0..4).map(|writer| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let mut connection = PgConnection::connect(&url).await.unwrap();
+            for n in (2 + writer..single).step_by(4) {
+                sqlx::query(
+                    "UPDATE partner_api_keys SET expires_at = now() + interval '60 days' \
+                     WHERE key_sha256 = sha256(convert_to('pk_test_burst_' || $1, 'UTF8'))",
+                )
+                .bind(n as i64)
+                .execute(&mut connection)
+                .await
+                .unwrap();
+            }
+        })
+    });
+    for writer in writers.collect::<Vec<_>>() {
+        writer.await.unwrap();
+    }
+    let revoked = revoke(&mut admin, other).await;
+    let served = never_served_past_the_bound(&api, other, revoked).await;
+    println!(
+        "{single} single-row transactions, then a revocation: last served {served:?} after it"
+    );
+}
+
+#[test]
+fn a_stopped_listener_turns_the_caches_off_by_itself() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = runtime.block_on(seeded());
+    // The listener runs on a runtime of its own, which is then dropped: its task stops without
+    // a word, as a panicking or starved one would.
+    let listener_runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = runtime.block_on(async { PgStore::connect_lazy(&url).unwrap() });
+    let notifications = {
+        let _entered = listener_runtime.enter();
+        partner_api::cache::postgres::listen(store.pool().clone())
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let listening = std::thread::spawn(move || {
+        listener_runtime.block_on(async {
+            let _ = stopped.await;
+        });
+        drop(listener_runtime);
+    });
+    runtime.block_on(async {
+        until_answering(&notifications).await;
+        let (api, keys) = cached_api(&store, &notifications);
+        assert_eq!(
+            call(&api, get("/v1/me", Some(DEMO_KEY))).await.status,
+            StatusCode::OK
+        );
+        assert!(
+            keys.lookup_now(&KeyDigest::of(DEMO_KEY)).is_some(),
+            "cached"
+        );
+        stop.send(()).unwrap();
+        listening.join().unwrap();
+        let mut admin = PgConnection::connect(&url).await.unwrap();
+        let revoked = revoke(&mut admin, DEMO_KEY).await;
+        never_served_past_the_bound(&api, DEMO_KEY, revoked).await;
+        assert_eq!(
+            call(&api, get("/v1/me", Some(DEMO_KEY))).await.status,
+            StatusCode::UNAUTHORIZED
+        );
+        assert!(
+            !notifications.is_connected(),
+            "no evidence without a listener"
+        );
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_listening_connection_turns_the_caches_off_and_they_come_back() {
+    let url = seeded().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    // Only the listener goes through the proxy: requests reach the database directly.
+    let (proxy, proxied) = Proxy::in_front_of(&url).await;
+    let listening = PgStore::connect_lazy(&proxied).unwrap();
+    let notifications = partner_api::cache::postgres::listen(listening.pool().clone());
+    until_answering(&notifications).await;
+    let (api, keys) = cached_api(&store, &notifications);
+    assert_eq!(
+        call(&api, get("/v1/me", Some(DEMO_KEY))).await.status,
+        StatusCode::OK
+    );
+    proxy.stall(true);
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    let revoked = revoke(&mut admin, DEMO_KEY).await;
+    never_served_past_the_bound(&api, DEMO_KEY, revoked).await;
+    assert!(
+        !notifications.is_connected(),
+        "a stalled listener gives no evidence"
+    );
+    // The network heals: the caches answer from memory again by themselves.
+    proxy.stall(false);
+    let healed = Instant::now();
+    let other = partner_api::seed::DEMO_OTHER_KEY;
+    loop {
+        assert_eq!(
+            call(&api, get("/v1/me", Some(other))).await.status,
+            StatusCode::OK
+        );
+        if keys.lookup_now(&KeyDigest::of(other)).is_some() {
+            break;
+        }
+        assert!(
+            healed.elapsed() < Duration::from_secs(10),
+            "the caches never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        call(&api, get("/v1/me", Some(DEMO_KEY))).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saturated_pool_neither_starves_the_listener_nor_serves_a_revoked_key() {
+    let url = seeded().await;
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_lazy(&url)
+        .unwrap();
+    let store = PgStore::new(pool.clone());
+    let notifications = partner_api::cache::postgres::listen(pool.clone());
+    until_answering(&notifications).await;
+    let (api, keys) = cached_api(&store, &notifications);
+    let other = partner_api::seed::DEMO_OTHER_KEY;
+    for key in [DEMO_KEY, other] {
+        assert_eq!(
+            call(&api, get("/v1/me", Some(key))).await.status,
+            StatusCode::OK
+        );
+    }
+    // Slow queries hold every connection of the pool for 3 s.
+    let sleepers: Vec<_> = (0..4)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move { sqlx::query("SELECT pg_sleep(3)").execute(&pool).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    let revoked = revoke(&mut admin, DEMO_KEY).await;
+    never_served_past_the_bound(&api, DEMO_KEY, revoked).await;
+    // The listener kept hearing its heartbeats on its own connection: a key whose state did
+    // not change is still answered from memory while the pool is full.
+    assert!(
+        notifications.is_connected(),
+        "the heartbeat waited for the pool"
+    );
+    assert!(keys.lookup_now(&KeyDigest::of(other)).is_some());
+    assert_eq!(
+        call(&api, get("/v1/me", Some(other))).await.status,
+        StatusCode::OK
+    );
+    for sleeper in sleepers {
+        let _ = sleeper.await;
+    }
+}
