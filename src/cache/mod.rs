@@ -15,9 +15,11 @@
 //! - by a [`Notifications`] hub that a listener drives: with `PgStore`,
 //!   [`postgres::listen`] follows the database's `NOTIFY`s, which triggers on the crate's
 //!   tables send on every change, however it was made (through the crate, the `keys` command
-//!   or plain SQL). While the listener is not connected, caches that follow it do not answer
-//!   from memory at all (every request goes to the store), and they drop everything when it
-//!   connects again: correctness first, speed second.
+//!   or plain SQL). Caches that follow a hub answer from memory only with recent evidence that
+//!   they applied every change committed before it (the invariant and its argument are on
+//!   [`Notifications`]): a slow, stalled or dead listener turns them off by itself (every
+//!   request goes to the store), and they drop everything when it connects again:
+//!   correctness first, speed second.
 
 mod freshness;
 mod keys;
