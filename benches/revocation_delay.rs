@@ -155,7 +155,10 @@ async fn revocation_delay(admin: &mut PgConnection, replica: &PartnerApi, key: &
         tokio::task::yield_now().await;
     }
     let delay = revoked.elapsed();
-    assert!(delay < Duration::from_secs(1), "revocation refused only after {delay:?}");
+    assert!(
+        delay < Duration::from_secs(1),
+        "revocation refused only after {delay:?}"
+    );
     delay
 }
 
@@ -220,7 +223,9 @@ async fn burst<S: partner_api::KeyStore + Clone + 'static>(
     // Warm again, then the burst as single-row transactions from eight connections.
     for n in 10..10 + 1_000.min(count - 10) {
         use partner_api::KeyStore;
-        keys.lookup(&KeyDigest::of(&format!("{prefix}{n}"))).await.expect("lookup");
+        keys.lookup(&KeyDigest::of(&format!("{prefix}{n}")))
+            .await
+            .expect("lookup");
     }
     let target = format!("{prefix}9");
     assert_eq!(status(replica, &target).await, StatusCode::OK);
@@ -249,7 +254,5 @@ async fn burst<S: partner_api::KeyStore + Clone + 'static>(
     }
     let written = started.elapsed();
     let delay = revocation_delay(&mut admin, replica, &target).await;
-    println!(
-        "revocation after {count} single-row transactions ({written:?} to write): {delay:?}"
-    );
+    println!("revocation after {count} single-row transactions ({written:?} to write): {delay:?}");
 }

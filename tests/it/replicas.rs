@@ -340,7 +340,8 @@ async fn while_the_database_is_down_requests_get_fast_503s_and_it_recovers_by_it
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 
-    // Back: the next probe finds it, and requests are served again without any restart.
+    // Back: the next probe finds it, and requests are served again within a second, without
+    // any restart.
     proxy.resume().await;
     let started = Instant::now();
     loop {
@@ -348,8 +349,8 @@ async fn while_the_database_is_down_requests_get_fast_503s_and_it_recovers_by_it
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "never recovered"
+            started.elapsed() < Duration::from_secs(1),
+            "not served within a second of the database's return"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -2,23 +2,27 @@
 //! fail at once instead of each waiting out the pool's acquire timeout, while a probe in the
 //! background finds out when it is back.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::error::is_unreachable;
+use super::error::{is_pool_timeout, is_unreachable};
 use crate::store::StoreError;
 
 /// Consecutive failures that say the database is unreachable that open the breaker.
 const THRESHOLD: u32 = 2;
 /// How long an open breaker waits before it probes the database again.
 pub(crate) const COOLDOWN: Duration = Duration::from_millis(500);
+/// How long a probe may take before another may start: a probe whose task was lost (its
+/// runtime shut down, say) never holds the breaker open for good.
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub(crate) struct Breaker {
     epoch: Instant,
     consecutive: AtomicU32,
     /// Milliseconds after `epoch` until which no probe starts; 0 when closed.
     open_until: AtomicU64,
-    probing: AtomicBool,
+    /// Milliseconds after `epoch` at which the probe under way started; 0 for none.
+    probing_since: AtomicU64,
 }
 
 /// The answer of an open breaker.
@@ -35,7 +39,7 @@ impl Breaker {
             epoch: Instant::now(),
             consecutive: AtomicU32::new(0),
             open_until: AtomicU64::new(0),
-            probing: AtomicBool::new(false),
+            probing_since: AtomicU64::new(0),
         }
     }
 
@@ -52,15 +56,32 @@ impl Breaker {
         let err = StoreError::unavailable(
             "the database was unreachable moments ago; not asking it again until a probe finds it back",
         );
-        if self.now() >= open_until && !self.probing.swap(true, Ordering::AcqRel) {
+        let now = self.now();
+        if now >= open_until && self.start_probe(now) {
             return Err(Refusal::FailAndProbe(err));
         }
         Err(Refusal::Fail(err))
     }
 
-    /// Notes how a call ended.
-    pub(crate) fn record<T>(&self, result: &Result<T, StoreError>) {
-        if matches!(result, Err(err) if is_unreachable(err)) {
+    /// Whether the caller may start a probe now: none is under way, or the one under way
+    /// started more than [`PROBE_TIMEOUT`] ago (it was lost).
+    fn start_probe(&self, now: u64) -> bool {
+        let since = self.probing_since.load(Ordering::Acquire);
+        let timeout = u64::try_from(PROBE_TIMEOUT.as_millis()).unwrap_or(u64::MAX);
+        let free = since == 0 || now.saturating_sub(since) > timeout;
+        free && self
+            .probing_since
+            .compare_exchange(since, now.max(1), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Notes how a call ended. `pool_holds_connections` tells a pool that timed out because
+    /// every connection is busy (load, not an outage: it does not open the breaker) from one
+    /// that cannot connect at all.
+    pub(crate) fn record<T>(&self, result: &Result<T, StoreError>, pool_holds_connections: bool) {
+        let outage = matches!(result, Err(err)
+            if is_unreachable(err) && !(pool_holds_connections && is_pool_timeout(err)));
+        if outage {
             let failures = self.consecutive.fetch_add(1, Ordering::AcqRel) + 1;
             if failures >= THRESHOLD {
                 if failures == THRESHOLD {
@@ -83,7 +104,7 @@ impl Breaker {
         } else {
             self.open_for_cooldown();
         }
-        self.probing.store(false, Ordering::Release);
+        self.probing_since.store(0, Ordering::Release);
     }
 
     fn open_for_cooldown(&self) {
@@ -110,7 +131,7 @@ mod tests {
         let breaker = Breaker::new();
         for _ in 0..THRESHOLD {
             assert!(breaker.admit().is_ok());
-            breaker.record(&down());
+            breaker.record(&down(), false);
         }
         assert!(
             matches!(breaker.admit(), Err(Refusal::Fail(_))),
@@ -134,8 +155,38 @@ mod tests {
         assert!(matches!(breaker.admit(), Err(Refusal::FailAndProbe(_))));
         breaker.probed(true);
         assert!(breaker.admit().is_ok(), "closed again");
-        breaker.record(&Err::<(), _>(StoreError::other("a bug")));
-        breaker.record(&Err::<(), _>(StoreError::other("a bug")));
+        breaker.record(&Err::<(), _>(StoreError::other("a bug")), false);
+        breaker.record(&Err::<(), _>(StoreError::other("a bug")), false);
         assert!(breaker.admit().is_ok(), "only unavailability counts");
+    }
+
+    #[test]
+    fn a_busy_pool_is_no_outage_and_a_lost_probe_is_replaced() {
+        let breaker = Breaker::new();
+        let timed_out = || {
+            Err::<(), _>(crate::store::postgres::store_error(
+                sqlx::Error::PoolTimedOut,
+            ))
+        };
+        for _ in 0..THRESHOLD * 3 {
+            breaker.record(&timed_out(), true);
+        }
+        assert!(
+            breaker.admit().is_ok(),
+            "every connection busy: load, not an outage"
+        );
+        for _ in 0..THRESHOLD {
+            breaker.record(&timed_out(), false);
+        }
+        assert!(
+            matches!(breaker.admit(), Err(Refusal::Fail(_))),
+            "no connection at all"
+        );
+        std::thread::sleep(COOLDOWN + Duration::from_millis(20));
+        assert!(matches!(breaker.admit(), Err(Refusal::FailAndProbe(_))));
+        // The probe's task is lost: never `probed`. Another starts once it is overdue.
+        assert!(matches!(breaker.admit(), Err(Refusal::Fail(_))));
+        std::thread::sleep(PROBE_TIMEOUT + Duration::from_millis(20));
+        assert!(matches!(breaker.admit(), Err(Refusal::FailAndProbe(_))));
     }
 }

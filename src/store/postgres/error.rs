@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreErrorKind};
 
 /// Classifies a driver error by what the API answers. A database's own error keeps only its
 /// SQLSTATE, message and constraint: PostgreSQL's detail text quotes the values of a violated
@@ -59,12 +59,19 @@ pub(crate) fn store_error(err: sqlx::Error) -> StoreError {
 /// pool that times out, the server shutting down), as opposed to one slow statement
 /// (`57014`, a statement timeout) that says nothing of the others.
 pub(crate) fn is_unreachable(err: &StoreError) -> bool {
-    if err.kind() != crate::StoreErrorKind::Unavailable {
+    if err.kind() != StoreErrorKind::Unavailable {
         return false;
     }
     let database =
         std::error::Error::source(err).and_then(|source| source.downcast_ref::<DatabaseError>());
     database.is_none_or(|database| database.code.as_deref() != Some("57014"))
+}
+
+/// Whether `err` is a pool that timed out waiting for a connection.
+pub(crate) fn is_pool_timeout(err: &StoreError) -> bool {
+    std::error::Error::source(err)
+        .and_then(|source| source.downcast_ref::<sqlx::Error>())
+        .is_some_and(|err| matches!(err, sqlx::Error::PoolTimedOut))
 }
 
 /// What is kept of a database's own error: never its detail or its query parameters.

@@ -322,7 +322,7 @@ impl KeyStore for PgStore {
     async fn lookup(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
         self.admit()?;
         let found = self.look_up(digest).await;
-        self.breaker.record(&found);
+        self.breaker.record(&found, self.pool.size() > 0);
         found
     }
 }
@@ -338,7 +338,10 @@ impl PgStore {
                 let pool = self.pool.clone();
                 let breaker = self.breaker.clone();
                 tokio::spawn(async move {
-                    let back = sqlx::query("SELECT 1").execute(&pool).await.is_ok();
+                    let probe = sqlx::query("SELECT 1").execute(&pool);
+                    let back = tokio::time::timeout(breaker::PROBE_TIMEOUT, probe)
+                        .await
+                        .is_ok_and(|done| done.is_ok());
                     breaker.probed(back);
                 });
                 Err(err)
@@ -383,7 +386,7 @@ impl OrderStore for PgStore {
     ) -> Result<OrderPage, StoreError> {
         self.admit()?;
         let page = self.read_orders(organization_id, query).await;
-        self.breaker.record(&page);
+        self.breaker.record(&page, self.pool.size() > 0);
         page
     }
 }
