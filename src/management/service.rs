@@ -293,8 +293,15 @@ impl Failure {
             };
             return Self::new(status, message);
         }
-        // Messages of these kinds name what the caller sent (an id), never a secret.
-        Self::new(status, caller_message(&err))
+        // The caller hears the service's own words: a store's message may carry its
+        // database's text (a constraint's name, a table), which is logged only.
+        tracing::debug!(kind = ?err.kind(), error = %ErrorChain(&err), "key management refused");
+        let message = if status == StatusCode::NOT_FOUND {
+            "no key with this id in this organization"
+        } else {
+            "the key's state does not allow this: a revoked key cannot be rolled"
+        };
+        Self::new(status, message)
     }
 }
 

@@ -814,3 +814,54 @@ async fn walking_5000_orders_with_ties_reads_each_once_newest_first_while_orders
         assert!(read == want, "{name}: the walk read another order or order");
     }
 }
+
+#[tokio::test]
+async fn management_error_bodies_never_carry_the_databases_text() {
+    use http_body_util::BodyExt;
+    use partner_api::management::{ActingOrganization, KeyManagementService};
+    use tower::ServiceExt;
+    let (store, _) = migrated_store().await;
+    store.load_seed(&Seed::demo()).await.unwrap();
+    let service = KeyManagementService::new(store.clone());
+    // PostgreSQL raises each kind of constraint violation on the insert of a key, naming a
+    // constraint and a detail that must stay in the database's log.
+    for (code, status) in [
+        ("23503", StatusCode::NOT_FOUND),
+        ("23505", StatusCode::CONFLICT),
+        ("23514", StatusCode::INTERNAL_SERVER_ERROR),
+        ("23502", StatusCode::INTERNAL_SERVER_ERROR),
+    ] {
+        sqlx::query(&format!(
+            "CREATE OR REPLACE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'violates secret_constraint_xyz on partner_api_keys' \
+             USING ERRCODE = '{code}', CONSTRAINT = 'secret_constraint_xyz', \
+             DETAIL = 'Key (key_sha256)=(\\xdeadbeef) secret detail'; END $$"
+        ))
+        .execute(store.pool())
+        .await
+        .unwrap();
+        sqlx::query(
+            "CREATE OR REPLACE TRIGGER test_refuse BEFORE INSERT ON partner_api_keys \
+             FOR EACH ROW EXECUTE FUNCTION test_refuse()",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        let mut request = http::Request::post("/keys")
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from_static(
+                br#"{"label": "x", "environment": "test"}"#,
+            )))
+            .unwrap();
+        request
+            .extensions_mut()
+            .insert(ActingOrganization::new("org_demo"));
+        let response = service.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), status, "{code}");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        for leaked in ["secret", "constraint", "partner_api_keys", "deadbeef", code] {
+            assert!(!text.contains(leaked), "{code}: {text}");
+        }
+    }
+}
