@@ -30,10 +30,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use tokio::sync::{Mutex, Notify};
 
@@ -62,6 +63,9 @@ struct Shared {
     store: Arc<dyn KeyManager>,
     /// Each tracked key's last use, in milliseconds since the Unix epoch; 0 once written.
     uses: DashMap<Arc<str>, AtomicI64>,
+    /// Entries of `uses`, and places reserved for one about to be inserted: reserved before
+    /// inserting, so concurrent new keys never take `uses` past `capacity`.
+    tracked: AtomicUsize,
     /// The clock uses are stamped with, ticked every second by the background task.
     now_millis: AtomicI64,
     capacity: usize,
@@ -95,6 +99,7 @@ impl LastUsedRecorder {
         let shared = Arc::new(Shared {
             store: Arc::new(store),
             uses: DashMap::new(),
+            tracked: AtomicUsize::new(0),
             now_millis: AtomicI64::new(now_millis()),
             capacity: capacity.max(1),
             flush_interval_millis: AtomicU64::new(millis(DEFAULT_FLUSH_INTERVAL)),
@@ -126,17 +131,23 @@ impl LastUsedRecorder {
             last.store(now, Ordering::Relaxed);
             return;
         }
-        if shared.uses.len() >= shared.capacity {
+        if shared.tracked.fetch_add(1, Ordering::AcqRel) >= shared.capacity {
+            shared.tracked.fetch_sub(1, Ordering::AcqRel);
             shared.dropped.fetch_add(1, Ordering::Relaxed);
             metrics::last_used_dropped(1);
             shared.full.notify_one();
             return;
         }
-        shared
-            .uses
-            .entry(key_id.clone())
-            .or_insert_with(|| AtomicI64::new(0))
-            .store(now, Ordering::Relaxed);
+        match shared.uses.entry(key_id.clone()) {
+            Entry::Occupied(entry) => {
+                // Another request inserted it meanwhile: the reserved place is not needed.
+                entry.get().store(now, Ordering::Relaxed);
+                shared.tracked.fetch_sub(1, Ordering::AcqRel);
+            }
+            Entry::Vacant(entry) => {
+                entry.insert(AtomicI64::new(now));
+            }
+        }
     }
 
     /// Writes the uses gathered so far (and any a failed flush kept) in one batch; returns how
@@ -165,8 +176,13 @@ impl Shared {
         let mut batch = self.flushing.lock().await;
         let kept = batch.len();
         // Keys unused since the last flush are forgotten, which bounds the map.
-        self.uses
-            .retain(|_, last| last.load(Ordering::Relaxed) != 0);
+        self.uses.retain(|_, last| {
+            let used = last.load(Ordering::Relaxed) != 0;
+            if !used {
+                self.tracked.fetch_sub(1, Ordering::AcqRel);
+            }
+            used
+        });
         for entry in &self.uses {
             let millis = entry.value().swap(0, Ordering::Relaxed);
             if let Some(at) = (millis != 0)
@@ -283,5 +299,36 @@ impl fmt::Debug for LastUsedRecorder {
             .field("capacity", &self.shared.capacity)
             .field("dropped", &self.dropped())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_new_keys_never_take_the_recorder_past_its_capacity() {
+        let recorder = LastUsedRecorder::with_capacity(MemoryStore::new(), 100)
+            .with_flush_interval(Duration::from_secs(3600));
+        let threads: Vec<_> = (0..8)
+            .map(|thread| {
+                let recorder = recorder.clone();
+                std::thread::spawn(move || {
+                    for n in 0..1_000 {
+                        // Every thread records every key, so inserts of one key race too.
+                        let key: Arc<str> = format!("key-{}", (n * 7 + thread) % 500).into();
+                        recorder.record(&key);
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let shared = &recorder.shared;
+        assert_eq!(shared.uses.len(), 100);
+        assert_eq!(shared.tracked.load(Ordering::SeqCst), 100);
+        assert!(recorder.dropped() > 0);
     }
 }

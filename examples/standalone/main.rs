@@ -132,9 +132,18 @@ async fn main() -> ExitCode {
     }
     let app = stack::app(api, &options);
     serve::serve(listener, app, tls, limits, signals::shutdown_signal()).await;
-    // The last uses gathered since the last batch; a failure is logged by the recorder.
-    let _ = last_used.flush().await;
-    ExitCode::SUCCESS
+    // The last uses gathered since the last batch. Failing to write them is the host's last
+    // word: logged (never with a key) and the exit code says so.
+    match last_used.flush().await {
+        Ok(written) => {
+            tracing::info!(keys = written, "last uses written at shutdown");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            tracing::error!(error = %stores::error_chain(&err), "the last uses in hand could not be written at shutdown");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// A listener on `address`, and the address it is bound to.
