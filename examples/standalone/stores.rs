@@ -101,7 +101,6 @@ pub(crate) async fn api_for(
 }
 
 /// An error and its sources, on one line.
-#[cfg(feature = "postgres")]
 pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
