@@ -331,3 +331,127 @@ async fn a_saturated_pool_neither_starves_the_listener_nor_serves_a_revoked_key(
         let _ = sleeper.await;
     }
 }
+
+/// Notifications on the caches' channels, heard by a plain `LISTEN` of the test's own.
+async fn listening(url: &str) -> sqlx::postgres::PgListener {
+    let mut listener = sqlx::postgres::PgListener::connect(url).await.unwrap();
+    listener
+        .listen_all(["partner_api_keys", "partner_api_orders"])
+        .await
+        .unwrap();
+    listener
+}
+
+/// The payloads heard within `wait`.
+async fn heard(listener: &mut sqlx::postgres::PgListener, wait: Duration) -> Vec<String> {
+    let mut payloads = Vec::new();
+    let deadline = tokio::time::Instant::now() + wait;
+    while let Ok(Ok(notification)) = tokio::time::timeout_at(deadline, listener.recv()).await {
+        payloads.push(format!(
+            "{}:{}",
+            notification.channel(),
+            notification.payload()
+        ));
+    }
+    payloads
+}
+
+#[tokio::test]
+async fn a_seed_loaded_again_notifies_nothing_and_a_changed_key_notifies_its_old_and_new_id() {
+    let url = seeded().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    let mut listener = listening(&url).await;
+    // Every replica may start with the same --seed: an unchanged seed empties no cache.
+    store.load_seed(&Seed::demo()).await.unwrap();
+    assert_eq!(
+        heard(&mut listener, Duration::from_millis(300)).await,
+        Vec::<String>::new()
+    );
+    // A last use or a label is not worth a message; a new digest, id or expiry is, per
+    // statement, with every id it touched.
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    sqlx::query("UPDATE partner_api_keys SET last_used_at = now(), label = 'x'")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(
+        heard(&mut listener, Duration::from_millis(300)).await,
+        Vec::<String>::new()
+    );
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM partner_api_keys ORDER BY id")
+        .fetch_all(&mut admin)
+        .await
+        .unwrap();
+    let new_id: i64 =
+        sqlx::query_scalar("UPDATE partner_api_keys SET id = DEFAULT WHERE id = $1 RETURNING id")
+            .bind(ids[0])
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+    let mut payload = heard(&mut listener, Duration::from_millis(300)).await;
+    assert_eq!(payload.len(), 1, "{payload:?}");
+    let mut sent: Vec<i64> = payload
+        .pop()
+        .unwrap()
+        .strip_prefix("partner_api_keys:")
+        .unwrap()
+        .split(',')
+        .map(|id| id.parse().unwrap())
+        .collect();
+    sent.sort();
+    assert_eq!(sent, [ids[0], new_id]);
+    // One statement over every key: one message whatever their number.
+    sqlx::query("UPDATE partner_api_keys SET expires_at = now() + interval '1 day'")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(
+        heard(&mut listener, Duration::from_millis(300)).await.len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn keys_invalidate_empties_every_replicas_caches() {
+    let url = seeded().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    let notifications = partner_api::cache::postgres::listen(store.pool().clone());
+    until_answering(&notifications).await;
+    let (api, keys) = cached_api(&store, &notifications);
+    assert_eq!(
+        call(&api, get("/v1/me", Some(DEMO_KEY))).await.status,
+        StatusCode::OK
+    );
+    // A change that bypasses the triggers: the cache cannot know.
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    sqlx::query("SET session_replication_role = replica")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    revoke(&mut admin, DEMO_KEY).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        keys.lookup_now(&KeyDigest::of(DEMO_KEY)).is_some(),
+        "still held"
+    );
+    let output = tokio::process::Command::new(standalone_binary())
+        .args(["keys", "invalidate", "--database-url", &url])
+        .env_remove("DATABASE_URL")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        r#"{"invalidated":"all"}"#
+    );
+    let invalidated = Instant::now();
+    while call(&api, get("/v1/me", Some(DEMO_KEY))).await.status != StatusCode::UNAUTHORIZED {
+        assert!(invalidated.elapsed() < BOUND, "the caches kept the key");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
