@@ -16,6 +16,7 @@ use crate::key::{ApiKey, KeyEnvironment, LIVE_PREFIX, TEST_PREFIX};
 use crate::model::Timestamp;
 use crate::store::StoreError;
 
+mod documents;
 mod service;
 
 pub use service::{

@@ -43,21 +43,19 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
-use http::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE, X_CONTENT_TYPE_OPTIONS};
+use http::header::CONTENT_TYPE;
 use http::request::Parts;
 use http::{Method, Request, Response, StatusCode};
 use http_body::Body;
-use http_body_util::{BodyExt, Limited};
-use serde::Deserialize;
 use tower::Service;
 
+use super::documents::{
+    caller_message, created, json, one, read_json, Failure, IssueRequest, RevokeRequest,
+    RollRequest,
+};
 use crate::api::body::ApiBody;
-use crate::key::KeyEnvironment;
-use crate::log::ErrorChain;
-use crate::management::{IssuedKey, KeyManager, KeyRecord, NewKey};
+use crate::management::{KeyManager, NewKey};
 use crate::model::Timestamp;
-use crate::store::{StoreError, StoreErrorKind};
 
 /// The largest request body the service reads.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -245,125 +243,6 @@ impl<'p> Route<'p> {
     }
 }
 
-/// Why a request is refused, and with which status.
-#[derive(Debug)]
-struct Failure {
-    status: StatusCode,
-    message: String,
-    allow: Option<&'static str>,
-}
-
-impl Failure {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            message: message.into(),
-            allow: None,
-        }
-    }
-
-    fn into_response(self) -> Response<ApiBody> {
-        let body = serde_json::json!({ "error": { "message": self.message } });
-        let mut response = json(self.status, &body);
-        if let Some(allow) = self.allow {
-            response
-                .headers_mut()
-                .insert(ALLOW, HeaderValue::from_static(allow));
-        }
-        response
-    }
-
-    /// The answer to a store's error: its kind decides the status; the detail of a failure
-    /// goes to the log only.
-    fn from_store(err: StoreError) -> Self {
-        // What the caller sent is checked before the store is asked, so invalid data here is
-        // the store's (a row that breaks the schema): a 500, its detail logged only.
-        let status = match err.kind() {
-            StoreErrorKind::NotFound => StatusCode::NOT_FOUND,
-            StoreErrorKind::Conflict => StatusCode::CONFLICT,
-            StoreErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        if status.is_server_error() {
-            tracing::error!(kind = ?err.kind(), error = %ErrorChain(&err), "key management store failed");
-            let message = if status == StatusCode::SERVICE_UNAVAILABLE {
-                "the key store is unavailable, try again later"
-            } else {
-                "internal server error"
-            };
-            return Self::new(status, message);
-        }
-        // The caller hears the service's own words: a store's message may carry its
-        // database's text (a constraint's name, a table), which is logged only.
-        tracing::debug!(kind = ?err.kind(), error = %ErrorChain(&err), "key management refused");
-        let message = if status == StatusCode::NOT_FOUND {
-            "no key with this id in this organization"
-        } else {
-            "the key's state does not allow this: a revoked key cannot be rolled"
-        };
-        Self::new(status, message)
-    }
-}
-
-/// A store error's own message (its source's), for a caller who may see it.
-fn caller_message(err: &StoreError) -> String {
-    match std::error::Error::source(err) {
-        Some(source) => source.to_string(),
-        None => err.to_string(),
-    }
-}
-
-/// A JSON response with the headers every response of the service carries.
-fn json(status: StatusCode, value: &serde_json::Value) -> Response<ApiBody> {
-    let mut response = Response::new(ApiBody::new(Bytes::from(value.to_string())));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    response
-}
-
-/// The body of `POST /keys`.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct IssueRequest {
-    #[serde(default)]
-    label: Option<String>,
-    environment: KeyEnvironmentName,
-    #[serde(default)]
-    expires_at: Option<Timestamp>,
-}
-
-/// `"live"` or `"test"`.
-#[derive(Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum KeyEnvironmentName {
-    Live,
-    Test,
-}
-
-impl From<KeyEnvironmentName> for KeyEnvironment {
-    fn from(name: KeyEnvironmentName) -> Self {
-        match name {
-            KeyEnvironmentName::Live => Self::Live,
-            KeyEnvironmentName::Test => Self::Test,
-        }
-    }
-}
-
-/// The body of `POST /keys/{id}/revoke`: an empty object.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RevokeRequest {}
-
-/// The body of `POST /keys/{id}/roll`.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RollRequest {
-    overlap_seconds: u64,
-}
-
 impl KeyManagementService {
     async fn answer<B>(&self, request: Request<B>) -> Result<Response<ApiBody>, Failure>
     where
@@ -508,58 +387,4 @@ impl KeyManagementService {
         }
         Ok(())
     }
-}
-
-/// The `200` of one record.
-fn one(record: &KeyRecord) -> Response<ApiBody> {
-    json(
-        StatusCode::OK,
-        &serde_json::json!({ "data": { "record": record } }),
-    )
-}
-
-/// The `201` of a new key: the one response that holds its plaintext.
-fn created(issued: &IssuedKey) -> Response<ApiBody> {
-    json(
-        StatusCode::CREATED,
-        &serde_json::json!({ "data": { "key": issued.plaintext(), "record": issued.record() } }),
-    )
-}
-
-/// Reads a JSON body of at most [`MAX_BODY_BYTES`] as `T`: 413 when larger, 400 when not JSON,
-/// 422 when JSON of the wrong shape.
-async fn read_json<B, T>(body: B) -> Result<T, Failure>
-where
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    T: for<'de> Deserialize<'de>,
-{
-    let bytes = Limited::new(body, MAX_BODY_BYTES)
-        .collect()
-        .await
-        .map_err(|err| {
-            if err
-                .downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                Failure::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "the body is larger than 16 KiB",
-                )
-            } else {
-                Failure::new(StatusCode::BAD_REQUEST, "the body could not be read")
-            }
-        })?
-        .aggregate();
-    serde_json::from_reader(bytes.reader()).map_err(|err| {
-        use serde_json::error::Category;
-        match err.classify() {
-            Category::Data => Failure::new(StatusCode::UNPROCESSABLE_ENTITY, err.to_string()),
-            _ => Failure::new(
-                StatusCode::BAD_REQUEST,
-                format!("the body is not JSON: {err}"),
-            ),
-        }
-    })
 }

@@ -35,16 +35,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[cfg(doc)]
 use crate::{KeyStore, OrderStore, RateLimiter};
 
+mod fixtures;
+mod key_lifecycle;
 mod keys;
 mod pages;
 mod rate_limit;
 mod report;
 mod store;
 
+pub use fixtures::StoreFixtures;
 pub use keys::run_key_manager;
 pub use rate_limit::run_rate_limiter;
 pub use report::Report;
-pub use store::{run, StoreFixtures};
+pub use store::run;
 
 /// A fresh prefix of ids: unique within this process and, by the clock, across runs.
 fn namespace() -> String {

@@ -1,123 +1,13 @@
-//! The conformance suite for stores: [`StoreFixtures`] and [`run`].
+//! The conformance suite for stores: [`run`].
 
-use async_trait::async_trait;
 use chrono::NaiveDate;
 
 use super::report::{ensure, failed, Check, Report};
-use super::{namespace, pages};
+use super::{namespace, pages, StoreFixtures};
 use crate::key::KeyDigest;
 use crate::model::OrderPage;
 use crate::model::{Order, Organization, Timestamp, MAX_BUDGET_DKK};
-use crate::store::{
-    KeyLookup, KeyStore, MemoryStore, OrderQuery, OrderStore, Principal, StoreError,
-};
-
-/// How the suite puts test data into a store.
-#[async_trait]
-pub trait StoreFixtures: Send + Sync {
-    /// The store under test.
-    type Store: KeyStore + OrderStore;
-
-    /// The store under test.
-    fn store(&self) -> &Self::Store;
-
-    /// Adds an organization.
-    async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError>;
-
-    /// Adds the API key `key` (plaintext; the store keeps what it keeps) for an organization,
-    /// expiring at `expires_at` if given.
-    async fn add_key(
-        &self,
-        key: &str,
-        organization_id: &str,
-        expires_at: Option<Timestamp>,
-    ) -> Result<(), StoreError>;
-
-    /// Revokes the API key `key`.
-    async fn revoke_key(&self, key: &str) -> Result<(), StoreError>;
-
-    /// Adds orders to an organization.
-    async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError>;
-
-    /// Removes the order `order_id` of an organization.
-    async fn remove_order(&self, organization_id: &str, order_id: &str) -> Result<(), StoreError>;
-}
-
-#[async_trait]
-impl StoreFixtures for MemoryStore {
-    type Store = Self;
-
-    fn store(&self) -> &Self {
-        self
-    }
-
-    async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
-        MemoryStore::add_organization(self, organization.clone())
-    }
-
-    async fn add_key(
-        &self,
-        key: &str,
-        organization_id: &str,
-        expires_at: Option<Timestamp>,
-    ) -> Result<(), StoreError> {
-        self.add_described_key(key, organization_id, None, expires_at)
-            .map(drop)
-    }
-
-    async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
-        MemoryStore::revoke_key(self, key);
-        Ok(())
-    }
-
-    async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError> {
-        MemoryStore::add_orders(self, organization_id, orders.iter().cloned())
-    }
-
-    async fn remove_order(&self, organization_id: &str, order_id: &str) -> Result<(), StoreError> {
-        MemoryStore::remove_order(self, organization_id, order_id);
-        Ok(())
-    }
-}
-
-#[cfg(feature = "postgres")]
-#[async_trait]
-impl StoreFixtures for crate::PgStore {
-    type Store = Self;
-
-    fn store(&self) -> &Self {
-        self
-    }
-
-    async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
-        crate::PgStore::add_organization(self, organization).await
-    }
-
-    async fn add_key(
-        &self,
-        key: &str,
-        organization_id: &str,
-        expires_at: Option<Timestamp>,
-    ) -> Result<(), StoreError> {
-        self.add_expiring_key(key, organization_id, expires_at)
-            .await
-            .map(drop)
-    }
-
-    async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
-        crate::PgStore::revoke_key(self, key).await.map(drop)
-    }
-
-    async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError> {
-        crate::PgStore::add_orders(self, organization_id, orders).await
-    }
-
-    async fn remove_order(&self, organization_id: &str, order_id: &str) -> Result<(), StoreError> {
-        crate::PgStore::remove_order(self, organization_id, order_id)
-            .await
-            .map(drop)
-    }
-}
+use crate::store::{KeyLookup, KeyStore, OrderQuery, OrderStore, Principal};
 
 /// Runs every check against the store of `fixtures`.
 pub async fn run<F: StoreFixtures>(fixtures: &F) -> Report {
