@@ -206,3 +206,69 @@ impl<S> fmt::Debug for CachingOrderStore<S> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Order, Organization, Timestamp};
+    use crate::store::OrderPosition;
+    use crate::MemoryStore;
+
+    fn order(id: &str, millis: i64) -> Order {
+        let date = chrono::NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
+        Order {
+            id: id.into(),
+            providers: vec![],
+            advertiser_name: "A".into(),
+            campaign_name: "C".into(),
+            budget_dkk: 1,
+            start_date: date,
+            end_date: date,
+            status: "booked".into(),
+            external_reference: "PO".into(),
+            created_at: Timestamp::from_unix_millis(1_767_225_600_000 + millis).unwrap(),
+        }
+    }
+
+    fn ids(page: &OrderPage) -> Vec<String> {
+        page.orders().iter().map(|o| o.order().id.clone()).collect()
+    }
+
+    #[tokio::test]
+    async fn later_pages_are_kept_and_dropped_with_their_organization() {
+        let store = MemoryStore::new();
+        store
+            .add_organization(Organization {
+                id: "org".into(),
+                name: "Org".into(),
+            })
+            .unwrap();
+        store
+            .add_orders("org", (0..10).map(|n| order(&format!("o{n}"), n)))
+            .unwrap();
+        let cache = CachingOrderStore::new(store.clone());
+        let second = OrderQuery::after(OrderPosition::of(&order("o7", 7)), 3);
+        let page = cache.orders("org", &second).await.unwrap();
+        assert_eq!(ids(&page), ["o6", "o5", "o4"]);
+        let shorter = OrderQuery::newest(2);
+        assert!(
+            cache.orders_now("org", &shorter).is_none(),
+            "no first page yet"
+        );
+        cache.orders("org", &OrderQuery::default()).await.unwrap();
+        // Kept: the later page as read, and a shorter first page cut from the first.
+        let kept = cache.orders_now("org", &second).unwrap().unwrap();
+        assert_eq!(ids(&kept), ["o6", "o5", "o4"]);
+        let cut = cache.orders_now("org", &shorter).unwrap().unwrap();
+        assert_eq!(
+            (ids(&cut), cut.has_more()),
+            (vec!["o9".into(), "o8".into()], true)
+        );
+        // A change drops every page of the organization at once.
+        store.remove_order("org", "o5");
+        cache.invalidate_organization("org");
+        assert!(cache.orders_now("org", &second).is_none());
+        let page = cache.orders("org", &second).await.unwrap();
+        assert_eq!(ids(&page), ["o6", "o4", "o3"]);
+    }
+}

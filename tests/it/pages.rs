@@ -110,9 +110,10 @@ async fn walking_the_links_reads_every_order_once_newest_first() {
 
 #[tokio::test]
 async fn orders_created_while_walking_never_shift_later_pages() {
-    let store = store_with_many(40);
+    // 5,000 orders at 7 instants (ties at every page edge), in the default pages of 100.
+    let store = store_with_many(5_000);
     let api = PartnerApi::from_store(store.clone());
-    let first = call(&api, get("/v1/orders?limit=10", Some(KEY_MANY))).await;
+    let first = call(&api, get("/v1/orders", Some(KEY_MANY))).await;
     let mut read = order_ids(&first);
     let mut next = next_link(&first);
     let mut added = 0;
@@ -138,8 +139,16 @@ async fn orders_created_while_walking_never_shift_later_pages() {
     let unique: HashSet<&String> = read.iter().collect();
     assert_eq!(unique.len(), read.len(), "no order twice: {read:?}");
     assert!(read.iter().all(|id| !id.starts_with("new")), "{read:?}");
-    let originals = read.iter().filter(|id| id.starts_with('m')).count();
-    assert_eq!(originals, 40);
+    let originals: Vec<&String> = read.iter().filter(|id| id.starts_with('m')).collect();
+    let mut want: Vec<Order> = (0..5_000).map(many_order).collect();
+    want.sort_by(Order::cmp_newest_first);
+    assert!(
+        originals
+            .iter()
+            .map(|id| id.as_str())
+            .eq(want.iter().map(|o| o.id.as_str())),
+        "every original order once, newest first"
+    );
     // The older orders come after every original one, in the pages read after they were added.
     assert!(read.iter().any(|id| id.starts_with("old")));
 }
