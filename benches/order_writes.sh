@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# What the change feed costs the host's order writes: pgbench, CLIENTS clients (default 8),
-# one order per transaction into one of 50 organizations, DURATION seconds (default 10) per
-# run, with the crate's orders trigger on and off, alternated ROUNDS times (default 2), on a
-# throwaway PostgreSQL (.ci/servers.sh) or the one PARTNER_API_TEST_DATABASE_URL names.
+# What the caches' change feed costs the host's order writes: pgbench, CLIENTS clients
+# (default 8), one order per transaction into one of 50 organizations, DURATION seconds
+# (default 10) per run, alternated ROUNDS times (default 2) between the crate's orders trigger
+# (a row in partner_api_order_changes), the NOTIFY trigger it replaced, and no trigger, on a
+# throwaway PostgreSQL with durable commits (fsync and synchronous_commit on, as in
+# production: the cost of NOTIFY is its lock held across the commit's flush).
 #
 #   bash benches/order_writes.sh
 set -euo pipefail
@@ -12,27 +14,46 @@ DURATION=${DURATION:-10}
 ROUNDS=${ROUNDS:-2}
 
 source .ci/servers.sh
-work=$(mktemp -d)
-cleanup() { rm -rf "$work"; stop_servers; }
+[ -n "$(postgres_bin)" ] || install_packages "the order-writes bench" postgresql
+bin=$(postgres_bin)
+work=$(mktemp -d /tmp/partner-api-writes.XXXXXX)
+run=()
+if [ "$(id -u)" = 0 ]; then
+  id postgres >/dev/null 2>&1 || useradd --system --no-create-home postgres
+  chown postgres "$work"
+  run=(runuser -u postgres --)
+fi
+port=$(free_port)
+"${run[@]}" "$bin/initdb" -D "$work/db" -U postgres -A trust >/dev/null
+"${run[@]}" "$bin/pg_ctl" -D "$work/db" -l "$work/log" -w \
+  -o "-c listen_addresses=127.0.0.1 -p $port -k $work -c max_connections=50" start >/dev/null
+cleanup() { "${run[@]}" "$bin/pg_ctl" -D "$work/db" -m immediate stop >/dev/null 2>&1 || true; rm -rf "$work"; }
 trap cleanup EXIT
-start_postgres
-pgbench="$(postgres_bin)/pgbench"
-name="partner_api_order_writes_$$"
-psql -q "$PARTNER_API_TEST_DATABASE_URL" -c "CREATE DATABASE $name"
-database="${PARTNER_API_TEST_DATABASE_URL%/*}/$name"
+database="postgres://postgres@127.0.0.1:$port/postgres"
 for migration in src/store/migrations/*.sql; do psql -q "$database" -f "$migration"; done
-psql -q "$database" -c "INSERT INTO partner_organizations SELECT format('org_%s', o), 'x' FROM generate_series(0, 49) o"
+psql -q "$database" <<'SQL'
+INSERT INTO partner_organizations SELECT format('org_%s', o), 'x' FROM generate_series(0, 49) o;
+-- The row-level NOTIFY trigger of the earlier migrations, for comparison.
+CREATE TRIGGER partner_orders_notify_before AFTER INSERT OR UPDATE OR DELETE ON partner_orders
+    FOR EACH ROW EXECUTE FUNCTION partner_api_notify_orders();
+SQL
 cat >"$work/insert.sql" <<'SQL'
 \set org random(0, 49)
 INSERT INTO partner_orders VALUES ('org_' || :org, md5(random()::text || clock_timestamp()::text), ARRAY['meta'], 'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now());
 SQL
-echo "pgbench -c $CLIENTS -T $DURATION, one order per transaction ($(psql -Atc 'SHOW synchronous_commit' "$database") synchronous_commit)"
+echo "pgbench -c $CLIENTS -T $DURATION, one order per transaction, fsync $(psql -Atc 'SHOW fsync' "$database"), synchronous_commit $(psql -Atc 'SHOW synchronous_commit' "$database")"
 for _ in $(seq 1 "$ROUNDS"); do
-  for mode in ENABLE DISABLE; do
-    psql -q "$database" -c "ALTER TABLE partner_orders $mode TRIGGER partner_orders_notify"
-    tps=$("$pgbench" -n -f "$work/insert.sql" -c "$CLIENTS" -j 2 -T "$DURATION" "$database" 2>/dev/null |
+  for mode in log notify none; do
+    case $mode in
+      log) enable=partner_orders_log ;;
+      notify) enable=partner_orders_notify_before ;;
+      none) enable= ;;
+    esac
+    psql -q "$database" -c "ALTER TABLE partner_orders DISABLE TRIGGER partner_orders_notify_before" \
+      -c "ALTER TABLE partner_orders DISABLE TRIGGER partner_orders_log"
+    [ -n "$enable" ] && psql -q "$database" -c "ALTER TABLE partner_orders ENABLE TRIGGER $enable"
+    tps=$("$bin/pgbench" -n -f "$work/insert.sql" -c "$CLIENTS" -j 2 -T "$DURATION" "$database" 2>/dev/null |
       sed -n 's/^tps = \([0-9.]*\).*/\1/p')
-    printf 'orders trigger %-8s %10.0f tps\n' "${mode,,}d" "$tps"
+    printf 'orders trigger %-7s %8.0f tps\n' "$mode" "$tps"
   done
 done
-psql -q "$PARTNER_API_TEST_DATABASE_URL" -c "DROP DATABASE $name WITH (FORCE)"

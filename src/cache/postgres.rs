@@ -1,6 +1,8 @@
-//! The PostgreSQL source of change notifications: `LISTEN` on the channels the crate's
-//! triggers `NOTIFY` (feature `postgres`).
+//! The PostgreSQL source of change notifications (feature `postgres`): `LISTEN` on the
+//! channels the crate's key triggers `NOTIFY`, and the orders' change log read by transaction
+//! id, with a heartbeat that gives the caches their evidence.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,7 +15,10 @@ use crate::log::ErrorChain;
 /// The channel on which the ids of keys are sent (comma-separated) when they are added,
 /// revoked, expired, rolled, moved or deleted (`*`: any key may have changed).
 pub const KEYS_CHANNEL: &str = "partner_api_keys";
-/// The channel on which an organization's id is sent when its orders change (`*`: any).
+/// The channel on which an organization's id may be sent when its orders change (`*`: any):
+/// for a host's table with the `NOTIFY` trigger of earlier versions. The crate's own orders
+/// table logs its changes in `partner_api_order_changes` instead, which the listener reads on
+/// every heartbeat.
 pub const ORDERS_CHANNEL: &str = "partner_api_orders";
 /// The channel on which a listener sends itself a heartbeat, to know what it has heard.
 const HEARTBEAT_CHANNEL: &str = "partner_api_heartbeat";
@@ -101,7 +106,9 @@ async fn follow(pool: &PgPool, hub: &Notifications, pause: &mut Duration) -> Res
         .listen_all([KEYS_CHANNEL, ORDERS_CHANNEL, HEARTBEAT_CHANNEL])
         .await
         .map_err(|err| ErrorChain(&err).to_string())?;
-    // Listening from here on: what changed before is dropped, and the caches answer again.
+    // The orders' change log is read from this snapshot on; what changed before is dropped
+    // (after the snapshot, so nothing falls between), and the caches answer again.
+    let mut orders = OrderLog::start(&mut listener).await?;
     hub.connected();
     *pause = Duration::from_millis(50);
     tracing::info!("partner API cache listener connected");
@@ -119,7 +126,7 @@ async fn follow(pool: &PgPool, hub: &Notifications, pause: &mut Duration) -> Res
                     while let Some(next) = listener.next_buffered() {
                         batch.add(next, &token);
                     }
-                    if let Some(sent) = batch.apply(hub) {
+                    if let Some(sent) = batch.apply(hub, orders.applied_before) {
                         heard = Instant::now();
                         crate::metrics::cache_notification_lag(heard.saturating_duration_since(sent));
                     }
@@ -147,6 +154,12 @@ async fn follow(pool: &PgPool, hub: &Notifications, pause: &mut Duration) -> Res
                     Ok(Ok(_)) => {}
                     Ok(Err(err)) => return Err(ErrorChain(&err).to_string()),
                     Err(_) => return Err("the heartbeat was not sent in time".into()),
+                }
+                // The orders' changes committed before `sent` are in the log now.
+                match tokio::time::timeout(HEARTBEAT_TIMEOUT, orders.read(&mut listener, hub)).await {
+                    Ok(Ok(())) => orders.applied_before = super::freshness::millis(sent),
+                    Ok(Err(err)) => return Err(err),
+                    Err(_) => return Err("the orders' change log was not read in time".into()),
                 }
             }
         }
@@ -185,9 +198,10 @@ impl Batch {
     }
 
     /// Applies the changes, then the evidence of the batch's heartbeat (every notification
-    /// before it in the batch, and so every change committed before it was sent, is applied
-    /// by then). Returns the heartbeat's send instant.
-    fn apply(self, hub: &Notifications) -> Option<Instant> {
+    /// before it in the batch, and so every key change committed before it was sent, is
+    /// applied by then), no later than `orders_before`, the instant before which the orders'
+    /// change log has been applied. Returns the heartbeat's send instant.
+    fn apply(self, hub: &Notifications, orders_before: u64) -> Option<Instant> {
         if self.everything {
             hub.clear();
         } else {
@@ -198,10 +212,108 @@ impl Batch {
                 hub.orders_changed(organization_id);
             }
         }
-        let sent = super::freshness::instant(self.heartbeat?)?;
-        hub.confirmed(sent);
-        Some(sent)
+        let heartbeat = super::freshness::instant(self.heartbeat?)?;
+        let evidence = super::freshness::instant(self.heartbeat?.min(orders_before))?;
+        hub.confirmed(evidence);
+        Some(heartbeat)
     }
+}
+
+/// The reader of the orders' change log (`partner_api_order_changes`), by transaction id.
+struct OrderLog {
+    /// Every transaction below it had ended when the log was last read, and its rows were
+    /// applied.
+    cursor: u64,
+    /// Transactions from `cursor` on whose rows were applied already (read again until the
+    /// cursor passes them, which a long-running transaction elsewhere can delay).
+    applied: HashSet<u64>,
+    /// [`millis`](super::freshness::millis) of the instant before which every order change
+    /// was applied: evidence for the orders as heartbeats are for the keys.
+    applied_before: u64,
+    reads: u64,
+}
+
+/// Rows of the log the cleanup deletes: those of ended transactions logged this long ago.
+const ORDER_LOG_RETENTION: &str = "10 minutes";
+
+impl OrderLog {
+    async fn start(connection: &mut PgListener) -> Result<Self, String> {
+        let cursor: String =
+            sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot())::text")
+                .fetch_one(&mut *connection)
+                .await
+                .map_err(|err| ErrorChain(&err).to_string())?;
+        Ok(Self {
+            cursor: parse_xid(&cursor)?,
+            applied: HashSet::new(),
+            applied_before: 0,
+            reads: 0,
+        })
+    }
+
+    /// Reads the rows of transactions from the cursor on, in one snapshot, tells the caches of
+    /// the organizations of rows not applied before, and moves the cursor to the snapshot's
+    /// `xmin`. Now and then deletes old rows.
+    async fn read(
+        &mut self,
+        connection: &mut PgListener,
+        hub: &Notifications,
+    ) -> Result<(), String> {
+        let failed = |err: sqlx::Error| ErrorChain(&err).to_string();
+        let (xmin, rows): (String, Vec<String>) = sqlx::query_as(
+            "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, \
+                    ARRAY(SELECT DISTINCT xid::text || ' ' || organization_id \
+                          FROM partner_api_order_changes WHERE xid >= $1::text::xid8)",
+        )
+        .bind(self.cursor.to_string())
+        .fetch_one(&mut *connection)
+        .await
+        .map_err(failed)?;
+        let xmin = parse_xid(&xmin)?;
+        let mut rows_by_xid = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let (xid, organization_id) = row.split_once(' ').ok_or("a malformed log row")?;
+            rows_by_xid.push((parse_xid(xid)?, organization_id));
+        }
+        // A transaction's rows become visible together: the ones of transactions not seen
+        // before are new.
+        let new: HashSet<u64> = rows_by_xid
+            .iter()
+            .map(|(xid, _)| *xid)
+            .filter(|xid| !self.applied.contains(xid))
+            .collect();
+        let organizations: HashSet<&str> = rows_by_xid
+            .iter()
+            .filter(|(xid, _)| new.contains(xid))
+            .map(|(_, organization_id)| *organization_id)
+            .collect();
+        self.applied.extend(new);
+        // Applied rows of ended transactions are not read again once the cursor passes them.
+        self.applied.retain(|&xid| xid >= xmin);
+        for organization_id in organizations {
+            hub.orders_changed(organization_id);
+        }
+        self.cursor = xmin;
+        self.reads += 1;
+        if self.reads % 50 == 0 {
+            let deleted = sqlx::query(&format!(
+                "DELETE FROM partner_api_order_changes \
+                 WHERE xid < pg_snapshot_xmin(pg_current_snapshot()) \
+                   AND logged_at < now() - interval '{ORDER_LOG_RETENTION}'"
+            ))
+            .execute(&mut *connection)
+            .await;
+            if let Err(err) = deleted {
+                tracing::debug!(error = %ErrorChain(&err), "the orders' change log was not cleaned");
+            }
+        }
+        Ok(())
+    }
+}
+
+fn parse_xid(text: &str) -> Result<u64, String> {
+    text.parse()
+        .map_err(|_| format!("not a transaction id: {text:?}"))
 }
 
 /// A number per listener of this process, to tell their heartbeats apart.

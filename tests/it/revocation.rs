@@ -455,3 +455,62 @@ async fn keys_invalidate_empties_every_replicas_caches() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_orders_log_misses_no_transaction_however_commits_interleave() {
+    let url = seeded().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    let notifications = partner_api::cache::postgres::listen(store.pool().clone());
+    until_answering(&notifications).await;
+    let (api, _) = cached_api(&store, &notifications);
+    let newest = |response: &Collected| response.json()["data"]["orders"][0]["id"].clone();
+    let first = call(&api, get("/v1/orders", Some(DEMO_KEY))).await;
+    let insert = "INSERT INTO partner_orders VALUES ('org_demo', $1, ARRAY['meta'], 'A', 'C', \
+                  1, '2026-03-01', '2026-04-30', 'booked', 'PO', $2)";
+    // A transaction that started first and commits last: its row is in the log under the
+    // older transaction id, below the ids of what committed meanwhile.
+    let mut slow = PgConnection::connect(&url).await.unwrap();
+    let mut transaction = slow.begin().await.unwrap();
+    sqlx::query(insert)
+        .bind("ord_slow")
+        .bind(chrono::DateTime::parse_from_rfc3339("2030-01-01T00:00:00Z").unwrap())
+        .execute(&mut *transaction)
+        .await
+        .unwrap();
+    let mut fast = PgConnection::connect(&url).await.unwrap();
+    sqlx::query(insert)
+        .bind("ord_fast")
+        .bind(chrono::DateTime::parse_from_rfc3339("2029-01-01T00:00:00Z").unwrap())
+        .execute(&mut fast)
+        .await
+        .unwrap();
+    let committed = Instant::now();
+    loop {
+        let page = call(&api, get("/v1/orders", Some(DEMO_KEY))).await;
+        if newest(&page) == "ord_fast" {
+            break;
+        }
+        assert!(
+            committed.elapsed() < BOUND,
+            "the fast order never showed: {:?}",
+            newest(&first)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The page is cached again; the slow transaction commits well after the log was read past
+    // the fast one.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    transaction.commit().await.unwrap();
+    let committed = Instant::now();
+    loop {
+        let page = call(&api, get("/v1/orders", Some(DEMO_KEY))).await;
+        if newest(&page) == "ord_slow" {
+            break;
+        }
+        assert!(
+            committed.elapsed() < BOUND,
+            "the slow transaction's order was missed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
