@@ -311,6 +311,18 @@ mod tests {
     async fn concurrent_new_keys_never_take_the_recorder_past_its_capacity() {
         let recorder = LastUsedRecorder::with_capacity(MemoryStore::new(), 100)
             .with_flush_interval(Duration::from_secs(3600));
+        // Samples the map while the threads record: it never holds more than its capacity.
+        let sampler = {
+            let recorder = recorder.clone();
+            std::thread::spawn(move || {
+                let mut most = 0;
+                for _ in 0..2_000 {
+                    most = most.max(recorder.shared.uses.len());
+                    std::thread::yield_now();
+                }
+                most
+            })
+        };
         let threads: Vec<_> = (0..8)
             .map(|thread| {
                 let recorder = recorder.clone();
@@ -326,9 +338,11 @@ mod tests {
         for thread in threads {
             thread.join().unwrap();
         }
+        assert!(sampler.join().unwrap() <= 100);
+        // A flush the full map asked for may have emptied it meanwhile; never above capacity.
         let shared = &recorder.shared;
-        assert_eq!(shared.uses.len(), 100);
-        assert_eq!(shared.tracked.load(Ordering::SeqCst), 100);
+        assert!(shared.uses.len() <= 100, "{}", shared.uses.len());
+        assert!(shared.tracked.load(Ordering::SeqCst) <= 100);
         assert!(recorder.dropped() > 0);
     }
 }

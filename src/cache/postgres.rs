@@ -25,7 +25,7 @@ const HEARTBEAT_CHANNEL: &str = "partner_api_heartbeat";
 
 /// How often the listener sends itself a heartbeat: in a quiet run the caches' evidence is
 /// about this old, well within [`DEFAULT_MAX_EVIDENCE_AGE`](super::DEFAULT_MAX_EVIDENCE_AGE).
-pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(200);
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
 /// How long the listener waits to hear a heartbeat before it takes its connection for dead and
 /// connects again (the caches stopped answering from memory long before, when their evidence
 /// aged out).

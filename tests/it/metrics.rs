@@ -878,3 +878,36 @@ fn only_calls_that_wait_are_timed_and_a_failure_at_once_is_counted() {
         1
     );
 }
+
+#[cfg(feature = "postgres")]
+#[test]
+fn the_listener_reports_the_caches_evidence_and_the_notifications_lag() {
+    use partner_api::metrics::{CACHE_EVIDENCE, CACHE_NOTIFICATION_LAG};
+    let url = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(crate::common::pg::fresh_database());
+    let metrics = recorded(|| async {
+        let store = partner_api::PgStore::connect_lazy(&url).unwrap();
+        store.migrate().await.unwrap();
+        let hub = partner_api::cache::postgres::listen(store.pool().clone());
+        let _keys = partner_api::cache::CachingKeyStore::new(store).with_notifications(&hub);
+        // A few heartbeats.
+        tokio::time::sleep(std::time::Duration::from_millis(900)).await;
+        assert!(hub.is_connected());
+    });
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let evidence = metrics.gauges[&id(CACHE_EVIDENCE, &[])];
+    assert!(
+        (0.0..1.0).contains(&(now - evidence)),
+        "evidence {:.3} s old",
+        now - evidence
+    );
+    let lags = metrics.histogram(CACHE_NOTIFICATION_LAG, &[]);
+    assert!(lags.len() >= 2, "{lags:?}");
+    assert!(lags.iter().all(|lag| (0.0..0.8).contains(lag)), "{lags:?}");
+}

@@ -661,6 +661,24 @@ async fn the_binary_on_postgres_serves_from_its_caches_follows_a_revocation_and_
     let base = process.base_url().await;
     let metrics_line = process.line().await;
     let metrics_url = metrics_line.strip_prefix("metrics on ").unwrap().to_owned();
+    // The host serves before its cache listener has connected (the caches then send every
+    // lookup to the database): wait until they answer from memory, as the metrics say.
+    let started = std::time::Instant::now();
+    loop {
+        let scraped =
+            crate::common::net::get_unchecked(&crate::common::net::http1(), &metrics_url).await;
+        let samples = crate::common::net::samples(&String::from_utf8_lossy(&scraped.body));
+        let connected =
+            crate::common::net::sum_of(&samples, "partner_api_cache_notifications_connected", &[]);
+        if connected == 1.0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the listener never connected"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     for _ in 0..3 {
         assert_eq!(
             http_get(&format!("{base}/v1/me"), DEMO_OTHER_KEY).await.0,
