@@ -84,6 +84,7 @@
 mod api;
 pub mod cache;
 pub mod docs;
+mod hashing;
 pub mod key;
 pub mod last_used;
 mod log;

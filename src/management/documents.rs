@@ -2,7 +2,7 @@
 //! and errors it writes.
 
 use bytes::{Buf, Bytes};
-use http::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE, X_CONTENT_TYPE_OPTIONS};
+use http::header::{HeaderValue, ALLOW};
 use http::{Response, StatusCode};
 use http_body::Body;
 use http_body_util::{BodyExt, Limited};
@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use super::service::MAX_BODY_BYTES;
 use crate::api::body::ApiBody;
+use crate::api::request_id::REQUEST_ID_HEADER;
 use crate::key::KeyEnvironment;
 use crate::log::ErrorChain;
 use crate::management::{IssuedKey, KeyRecord};
@@ -84,14 +85,11 @@ pub(super) fn caller_message(err: &StoreError) -> String {
     }
 }
 
-/// A JSON response with the headers every response of the service carries.
+/// A JSON response with the headers every response of the service carries: the API's own
+/// (`Content-Type`, `Cache-Control: no-store`, `X-Content-Type-Options`), without a request id.
 pub(super) fn json(status: StatusCode, value: &serde_json::Value) -> Response<ApiBody> {
-    let mut response = Response::new(ApiBody::new(Bytes::from(value.to_string())));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    let mut response = crate::api::response::json(status, Bytes::from(value.to_string()));
+    response.headers_mut().remove(REQUEST_ID_HEADER);
     response
 }
 

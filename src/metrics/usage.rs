@@ -1,11 +1,12 @@
 //! [`UsageCounters`]: the per-organization (and per-key) series, bounded.
 
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ::metrics::{Key, Label};
 use dashmap::DashMap;
 use xxhash_rust::xxh3::xxh3_64;
+
+use crate::hashing::BuildPrehashed;
 
 use super::{counter, ORGANIZATION_REQUESTS, OTHER, RATE_LIMIT_REFUSALS};
 
@@ -110,7 +111,7 @@ struct SeriesMap<V> {
     /// Entries made, reserved before an insert so the bound holds under concurrent first
     /// requests.
     taken: AtomicUsize,
-    entries: DashMap<u64, (Box<str>, V), BuildHasherDefault<Prehashed>>,
+    entries: DashMap<u64, (Box<str>, V), BuildPrehashed>,
 }
 
 impl<V> SeriesMap<V> {
@@ -155,26 +156,6 @@ impl<V> SeriesMap<V> {
 /// The value of `entry` if it is `id`'s.
 fn same_id<'e, V>(entry: &'e (Box<str>, V), id: &str) -> Option<&'e V> {
     (*entry.0 == *id).then_some(&entry.1)
-}
-
-/// A hasher for keys that are hashes already.
-#[derive(Default)]
-struct Prehashed(u64);
-
-impl Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
-        }
-    }
-
-    fn write_u64(&mut self, hash: u64) {
-        self.0 = hash;
-    }
 }
 
 /// Takes one of `max` slots, if one is left.

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use async_trait::async_trait;
 
 use super::{KeyLookup, KeyStore, OrderQuery, OrderStore, Principal, StoreError};
+use crate::hashing::BuildPrehashed;
 use crate::key::{is_valid_key, ApiKey, KeyDigest, KeyEnvironment};
 use crate::management::{check_label, describe_plaintext, IssuedKey, KeyRecord, NewKey};
 use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
@@ -48,7 +49,7 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct State {
     organizations: HashMap<String, Arc<Organization>>,
-    keys: HashMap<KeyDigest, KeyEntry, DigestHasher>,
+    keys: HashMap<KeyDigest, KeyEntry, BuildPrehashed>,
     /// Each key's id, for the management operations.
     key_ids: HashMap<String, KeyDigest>,
     /// Per organization, its orders newest first, so a read never scans other organizations
@@ -75,36 +76,6 @@ impl KeyEntry {
             Some(expires_at) if expires_at <= Timestamp::now() => KeyLookup::Expired,
             _ => KeyLookup::Valid(self.principal.clone()),
         }
-    }
-}
-
-/// Hashes a [`KeyDigest`] by its first eight bytes. A SHA-256 digest is already uniformly
-/// distributed, and only the host inserts keys, so a keyed hash (SipHash) buys nothing here.
-#[derive(Clone, Copy, Default)]
-struct DigestHasher;
-
-impl std::hash::BuildHasher for DigestHasher {
-    type Hasher = DigestHash;
-
-    fn build_hasher(&self) -> DigestHash {
-        DigestHash(0)
-    }
-}
-
-struct DigestHash(u64);
-
-impl std::hash::Hasher for DigestHash {
-    fn write(&mut self, bytes: &[u8]) {
-        // `[u8; 32]` hashes as a length prefix, then the 32 bytes; keep the first eight.
-        if let Some(head) = bytes.first_chunk::<8>() {
-            self.0 = u64::from_le_bytes(*head);
-        }
-    }
-
-    fn write_usize(&mut self, _length: usize) {}
-
-    fn finish(&self) -> u64 {
-        self.0
     }
 }
 
