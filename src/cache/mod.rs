@@ -13,9 +13,9 @@
 //! - by the host, through its `invalidate_*` methods, when the host changes what the store
 //!   holds (a cache made with `new` always answers from memory);
 //! - by a [`Notifications`] hub that a listener drives: with `PgStore`,
-//!   [`postgres::listen`] follows the database's `NOTIFY`s, which triggers on the crate's
-//!   tables send on every change, however it was made (through the crate, the `keys` command
-//!   or plain SQL). Caches that follow a hub answer from memory only with recent evidence that
+//!   [`postgres::listen`] follows the changes that triggers on the crate's tables report,
+//!   however they were made (through the crate, the `keys` command or plain SQL): keys by
+//!   `NOTIFY`, orders in a change log it reads by transaction id. Caches that follow a hub answer from memory only with recent evidence that
 //!   they applied every change committed before it (the invariant and its argument are on
 //!   [`Notifications`]): a slow, stalled or dead listener turns them off by itself (every
 //!   request goes to the store), and they drop everything when it connects again:
