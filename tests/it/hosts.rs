@@ -1,12 +1,6 @@
-//! The axum and tonic examples, each driven through a real listener on 127.0.0.1:0 the way a
-//! product team would run them.
-
-#[allow(dead_code)]
-#[path = "../../examples/axum.rs"]
-mod axum_host;
-#[allow(dead_code)]
-#[path = "../../examples/tonic.rs"]
-mod tonic_host;
+//! The axum and tonic examples, each run as the program a product team would run (built by
+//! `cargo build --all-features --examples`, as `.ci/test` does) on 127.0.0.1:0, over the
+//! demo data.
 
 use std::net::SocketAddr;
 
@@ -16,7 +10,7 @@ use http::{Method, Request, StatusCode};
 use http_body_util::Empty;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
-use tokio::net::TcpListener;
+use partner_api::seed::{DEMO_KEY, DEMO_OTHER_KEY};
 
 fn http1() -> Client<HttpConnector, Empty<Bytes>> {
     Client::builder(TokioExecutor::new()).build_http()
@@ -43,19 +37,21 @@ async fn fetch_api(address: SocketAddr, path: &str, key: Option<&str>) -> Collec
 
 #[tokio::test]
 async fn axum_host_serves_the_api_nested_and_layered_beside_its_own_routes() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, axum_host::app(api())).await });
+    let mut host = Process::spawn_example("axum", &["127.0.0.1:0"]);
+    let address = host.address().await;
 
     for prefix in ["/partner/v1", "/v1"] {
-        let me = fetch_api(address, &format!("{prefix}/me"), Some(KEY_A)).await;
+        let me = fetch_api(address, &format!("{prefix}/me"), Some(DEMO_KEY)).await;
         assert_eq!(me.status, StatusCode::OK, "{prefix}");
-        assert_eq!(me.json()["data"]["organization"]["id"], "org_a");
-        let orders = fetch_api(address, &format!("{prefix}/orders"), Some(KEY_B)).await;
-        assert_eq!(orders.json()["data"]["orders"].as_array().unwrap().len(), 3);
+        assert_eq!(me.json()["data"]["organization"]["id"], "org_demo");
+        let orders = fetch_api(address, &format!("{prefix}/orders"), Some(DEMO_OTHER_KEY)).await;
+        assert_eq!(
+            orders.json()["data"]["orders"].as_array().unwrap().len(),
+            12
+        );
         let missing = fetch_api(address, &format!("{prefix}/orders"), None).await;
         assert_eq!(missing.status, StatusCode::UNAUTHORIZED);
-        let unknown = fetch_api(address, &format!("{prefix}/nothing"), Some(KEY_A)).await;
+        let unknown = fetch_api(address, &format!("{prefix}/nothing"), Some(DEMO_KEY)).await;
         assert_eq!(unknown.status, StatusCode::NOT_FOUND);
         assert!(!unknown.error_message().is_empty());
     }
@@ -72,7 +68,7 @@ async fn axum_host_serves_the_api_nested_and_layered_beside_its_own_routes() {
     );
     let status = fetch(address, "/api/status", None).await;
     assert_eq!(status.json(), serde_json::json!({"host": "ok"}));
-    let elsewhere = fetch(address, "/v2/me", Some(KEY_A)).await;
+    let elsewhere = fetch(address, "/v2/me", Some(DEMO_KEY)).await;
     assert_eq!(elsewhere.status, StatusCode::NOT_FOUND);
     assert!(elsewhere.body.is_empty(), "axum's own 404, not the API's");
 }
@@ -83,12 +79,8 @@ async fn tonic_host_answers_grpc_and_http1_on_one_listener() {
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::HealthCheckRequest;
 
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(tonic_host::app(api(), listener, async {
-        let _ = stopped.await;
-    }));
+    let mut host = Process::spawn_example("tonic", &["127.0.0.1:0"]);
+    let address = host.address().await;
 
     // A gRPC call (HTTP/2) ...
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
@@ -106,10 +98,13 @@ async fn tonic_host_answers_grpc_and_http1_on_one_listener() {
     assert_eq!(answer.into_inner().status, ServingStatus::Serving as i32);
 
     // ... and HTTP/1.1 calls of the partner API, against the same listener.
-    let me = fetch_api(address, "/v1/me", Some(KEY_A)).await;
+    let me = fetch_api(address, "/v1/me", Some(DEMO_KEY)).await;
     assert_eq!(me.status, StatusCode::OK);
-    assert_eq!(me.json()["data"]["organization"]["name"], "Alpha Media");
-    let orders = fetch_api(address, "/v1/orders", Some(KEY_A)).await;
+    assert_eq!(
+        me.json()["data"]["organization"]["name"],
+        "Demo Media Agency"
+    );
+    let orders = fetch_api(address, "/v1/orders", Some(DEMO_KEY)).await;
     assert_eq!(
         orders.json()["data"]["orders"].as_array().unwrap().len(),
         100
@@ -127,11 +122,4 @@ async fn tonic_host_answers_grpc_and_http1_on_one_listener() {
         .await
         .unwrap_err();
     assert_eq!(unknown.code(), tonic::Code::NotFound);
-
-    stop.send(()).unwrap();
-    tokio::time::timeout(std::time::Duration::from_secs(10), server)
-        .await
-        .expect("the tonic host stops")
-        .unwrap()
-        .unwrap();
 }

@@ -5,8 +5,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hyper_util::rt::TokioExecutor;
-
 use crate::common::net::*;
 use crate::common::*;
 use http::{Method, Request, StatusCode};
@@ -233,34 +231,29 @@ async fn the_binary_serves_https_when_given_a_certificate() {
     assert!(output.stdout.is_empty());
 }
 
-#[allow(dead_code)]
-#[path = "../../examples/baseline.rs"]
-mod baseline;
-
 #[tokio::test]
 async fn the_load_baseline_replays_a_captured_response_byte_for_byte() {
     // A response as `curl --include` saves it: hyper writes Date and Content-Length itself.
-    let capture = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-request-id: r-1\r\n\
-        content-length: 11\r\ndate: Sat, 21 Nov 2026 00:00:00 GMT\r\n\r\n{\"a\":\"b c\"}";
-    let captured = baseline::parse_capture(capture).unwrap();
-    let routes = std::sync::Arc::new(std::collections::HashMap::from([(
-        "/v1/me".to_owned(),
-        captured,
-    )]));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let (stream, _) = listener.accept().await.unwrap();
-        let service = hyper::service::service_fn(baseline::app(routes));
-        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-            .await
-    });
-    let client = http1();
-    let url = format!("http://{address}/v1/me");
+    let dir = std::env::temp_dir().join(format!("partner-api-baseline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let capture = dir.join("me.http");
+    std::fs::write(
+        &capture,
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-request-id: r-1\r\n\
+        content-length: 11\r\ndate: Sat, 21 Nov 2026 00:00:00 GMT\r\n\r\n{\"a\":\"b c\"}",
+    )
+    .unwrap();
+    let route = format!("/v1/me={}", capture.display());
+    let mut baseline =
+        Process::spawn_example("baseline", &["--listen", "127.0.0.1:0", "--route", &route]);
+    let address = baseline.address().await;
     let response = collect(
-        client
-            .request(Request::get(url).body(Empty::new()).unwrap())
+        http1()
+            .request(
+                Request::get(format!("http://{address}/v1/me"))
+                    .body(Empty::new())
+                    .unwrap(),
+            )
             .await
             .unwrap(),
     )
@@ -269,8 +262,22 @@ async fn the_load_baseline_replays_a_captured_response_byte_for_byte() {
     assert_eq!(response.body.as_ref(), b"{\"a\":\"b c\"}");
     assert_eq!(response.header("x-request-id"), Some("r-1"));
     assert_eq!(response.header("content-length"), Some("11"));
-    assert!(baseline::parse_capture(b"HTTP/1.1 200 OK\r\nno-colon\r\n\r\n").is_err());
-    assert!(baseline::parse_capture(b"no blank line").is_err());
+    // A capture that is no HTTP response is refused at start.
+    for (name, bad) in [
+        ("no-colon.http", &b"HTTP/1.1 200 OK\r\nno-colon\r\n\r\n"[..]),
+        ("no-blank-line.http", &b"no blank line"[..]),
+    ] {
+        let file = dir.join(name);
+        std::fs::write(&file, bad).unwrap();
+        let output = tokio::process::Command::new(example_binary("baseline"))
+            .args(["--listen", "127.0.0.1:0", "--route"])
+            .arg(format!("/v1/me={}", file.display()))
+            .output()
+            .await
+            .unwrap();
+        assert!(!output.status.success(), "{name} was served");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Reads from `stream` until it closes; `None` if it is still open after `within`.

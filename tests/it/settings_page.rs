@@ -1,14 +1,11 @@
-//! The Settings -> Partner API page of `examples/settings/`, driven in a real headless
+//! The Settings -> Partner API page of `examples/settings/` (its program, built by `cargo
+//! build --all-features --examples` as `.ci/test` does), driven in a real headless
 //! browser (Debian's chromium and chromedriver, through WebDriver) as a person would use it:
 //! sign in, create a key, read it off the page and call the API with it, revoke it after
 //! confirming, roll another and watch both work until the overlap ends; and a screenshot.
 //!
 //! `bash .ci/test` installs chromium and chromium-driver when they are missing; with
 //! `PARTNER_API_UPDATE_SCREENSHOT=1` the test also writes `examples/settings/screenshot.png`.
-
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../examples/settings/main.rs"]
-mod settings;
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -18,8 +15,6 @@ use fantoccini::wd::Capabilities;
 use fantoccini::{Client, ClientBuilder, Locator};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::connect::HttpConnector;
-use partner_api::last_used::LastUsedRecorder;
-use partner_api::seed::Seed;
 
 /// chromedriver on a free loopback port, ended on drop.
 struct Driver {
@@ -190,12 +185,8 @@ async fn create(browser: &Client, label: &str, environment: &str) -> String {
 
 #[tokio::test]
 async fn a_person_manages_keys_on_the_settings_page() {
-    let store = Seed::demo().to_memory_store().unwrap();
-    let recorder =
-        LastUsedRecorder::spawn(store.clone()).with_flush_interval(Duration::from_secs(1));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, settings::app(store, recorder, None)).await });
+    let mut host = crate::common::Process::spawn_example("settings", &["--listen", "127.0.0.1:0"]);
+    let address = host.address().await;
     let driver = Driver::start();
     let browser = browser(&driver).await;
 

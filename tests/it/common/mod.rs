@@ -312,6 +312,49 @@ pub fn standalone_binary() -> PathBuf {
     path
 }
 
+/// The example `name` (`examples/NAME.rs` or `examples/NAME/`), built by `cargo build
+/// --all-features --examples` (as `.ci/test` does); missing or older than its sources counts
+/// as missing.
+pub fn example_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let path = dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let file = examples.join(format!("{name}.rs"));
+    let source = if file.exists() {
+        file
+    } else {
+        examples.join(name)
+    };
+    let modified = |path: &std::path::Path| std::fs::metadata(path).and_then(|m| m.modified());
+    let written = if source.is_dir() {
+        std::fs::read_dir(&source)
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|entry| entry.path())
+            // Sources only: the Settings test may write its screenshot there.
+            .filter(|path| {
+                path.extension()
+                    .is_some_and(|ext| ext == "rs" || ext == "html")
+            })
+            .filter_map(|path| modified(&path).ok())
+            .max()
+            .unwrap()
+    } else {
+        modified(&source).unwrap()
+    };
+    assert!(
+        modified(&path).is_ok_and(|built| built >= written),
+        "{} is missing or older than {}: run `cargo build --all-features --examples` first \
+         (bash .ci/test does)",
+        path.display(),
+        source.display()
+    );
+    path
+}
+
 /// The standalone example running as a process, its stdout read line by line.
 pub struct Process {
     pub child: tokio::process::Child,
@@ -333,8 +376,17 @@ impl Process {
         Self::spawn_to(args, env, std::fs::File::create(log).unwrap().into())
     }
 
+    /// Runs the single-file example `name` with `args`.
+    pub fn spawn_example(name: &str, args: &[&str]) -> Self {
+        Self::spawn_program(example_binary(name), args, &[], Stdio::null())
+    }
+
     fn spawn_to(args: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Self {
-        let mut child = tokio::process::Command::new(standalone_binary())
+        Self::spawn_program(standalone_binary(), args, env, stderr)
+    }
+
+    fn spawn_program(program: PathBuf, args: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Self {
+        let mut child = tokio::process::Command::new(program)
             .args(args)
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
@@ -352,6 +404,16 @@ impl Process {
             .expect("a line within a minute")
             .unwrap()
             .expect("a line before the end of output")
+    }
+
+    /// The address from the `listening on http://HOST:PORT ...` line.
+    pub async fn address(&mut self) -> std::net::SocketAddr {
+        let line = self.line().await;
+        let address = line
+            .strip_prefix("listening on http://")
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("{line}"));
+        address.parse().unwrap_or_else(|_| panic!("{line}"))
     }
 
     /// The base URL from the `listening on http://HOST:PORT` line.
