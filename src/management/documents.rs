@@ -175,14 +175,19 @@ where
             }
         })?
         .aggregate();
-    serde_json::from_reader(bytes.reader()).map_err(|err| {
-        use serde_json::error::Category;
-        match err.classify() {
-            Category::Data => Failure::new(StatusCode::UNPROCESSABLE_ENTITY, err.to_string()),
-            _ => Failure::new(
-                StatusCode::BAD_REQUEST,
-                format!("the body is not JSON: {err}"),
-            ),
-        }
-    })
+    let value: serde_json::Value = serde_json::from_reader(bytes.reader()).map_err(|err| {
+        Failure::new(
+            StatusCode::BAD_REQUEST,
+            format!("the body is not JSON: {err}"),
+        )
+    })?;
+    // serde reads a struct from an array of its fields too: every body is an object.
+    if !value.is_object() {
+        return Err(Failure::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "the body must be a JSON object",
+        ));
+    }
+    T::deserialize(value)
+        .map_err(|err| Failure::new(StatusCode::UNPROCESSABLE_ENTITY, err.to_string()))
 }

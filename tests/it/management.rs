@@ -349,6 +349,28 @@ async fn bad_inputs_get_clear_errors_and_change_nothing() {
             json!({"environment": "prod"}).to_string(),
             StatusCode::UNPROCESSABLE_ENTITY,
         ),
+        // serde would read a struct from an array of its fields: every body is an object.
+        (
+            Method::POST,
+            "/keys".into(),
+            Some("application/json"),
+            json!(["Label", "live", null]).to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            format!("/keys/{own}/revoke"),
+            Some("application/json"),
+            "[]".into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            format!("/keys/{own}/roll"),
+            Some("application/json"),
+            "[60]".into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
         (
             Method::POST,
             "/keys".into(),
