@@ -172,16 +172,20 @@ impl fmt::Debug for ApiKey {
     }
 }
 
+/// The shortest key whose hint shows its last four characters: generated keys are longer,
+/// while a host's or a seed's short key would give away too large a share of itself.
+pub const MIN_HINTED_LEN: usize = 32;
+
 /// The hint of any key: its `pk_live_`/`pk_test_` prefix (if it has one), `...` and its last
-/// four characters; a key of eight characters or fewer shows only `...`, so a hint never
-/// gives away most of a short key.
+/// four characters; a key under [`MIN_HINTED_LEN`] characters shows none of its own, so a
+/// hint never gives away a useful share of a short key.
 pub(crate) fn hint_of(key: &str) -> String {
     let prefix = [LIVE_PREFIX, TEST_PREFIX]
         .into_iter()
         .find(|prefix| key.starts_with(prefix))
         .unwrap_or("");
     let last = match key.len() {
-        0..=8 => "",
+        len if len < MIN_HINTED_LEN => "",
         // Keys are ASCII (a bearer token); `get` keeps this total for any text anyway.
         len => key.get(len - 4..).unwrap_or(""),
     };
@@ -368,7 +372,9 @@ mod tests {
             hint_of("pk_test_demo_0123456789abcdefghijklmn"),
             "pk_test_...klmn"
         );
-        assert_eq!(hint_of("sk_abcdefghijklmnop"), "...mnop");
+        assert_eq!(hint_of("sk_abcdefghijklmnop"), "...");
+        assert_eq!(hint_of("pk_live_0123456789012345678901"), "pk_live_...");
+        assert_eq!(hint_of("sk_abcdefghijklmnopqrstuvwxyz0123"), "...0123");
         assert_eq!(hint_of("short"), "...");
         assert_eq!("live".parse(), Ok(KeyEnvironment::Live));
         assert_eq!("test".parse(), Ok(KeyEnvironment::Test));

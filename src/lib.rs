@@ -100,6 +100,7 @@ pub mod testing;
 
 pub use api::{body, layer, openapi, request_id, service};
 
+pub use api::client::PeerAddr;
 pub use api::response::error_response;
 pub use body::ApiBody;
 pub use key::KeyDigest;

@@ -21,11 +21,16 @@ pub(crate) struct Args {
     /// with a database: none).
     #[arg(long)]
     pub(crate) seed: Option<PathBuf>,
-    /// Serve from (or manage the keys of) PostgreSQL at this URL, migrated at start, instead
-    /// of memory.
+    /// Serve from (or manage the keys of) PostgreSQL at this URL, migrated at start unless
+    /// --no-migrate, instead of memory.
     #[cfg(feature = "postgres")]
-    #[arg(long, env = "DATABASE_URL", global = true)]
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
     pub(crate) database_url: Option<String>,
+    /// Do not migrate the database at start: for a role without DDL rights, after
+    /// `standalone migrate` ran with the owner's.
+    #[cfg(feature = "postgres")]
+    #[arg(long, global = true)]
+    pub(crate) no_migrate: bool,
     /// PEM certificate chain: serve HTTPS (HTTP/1.1 and HTTP/2 by ALPN). Needs --tls-key.
     #[arg(long, requires = "tls_key")]
     pub(crate) tls_cert: Option<PathBuf>,
@@ -38,8 +43,18 @@ pub(crate) struct Args {
     /// Keep the --rate-limit budgets in the Redis at this URL, shared by every replica
     /// (default: in this process).
     #[cfg(feature = "redis")]
-    #[arg(long, value_name = "URL", env = "REDIS_URL", requires = "rate_limit")]
+    #[arg(long, value_name = "URL", env = "REDIS_URL", hide_env_values = true)]
     pub(crate) redis_url: Option<String>,
+    /// The start of the names of this deployment's budgets in Redis, so that deployments
+    /// sharing a Redis never share a budget.
+    #[cfg(feature = "redis")]
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        default_value = "partner_api:",
+        requires = "redis_url"
+    )]
+    pub(crate) redis_prefix: String,
     /// With --database-url: read every key and page of orders from the database, without the
     /// caches (by default they answer from memory, told of changes by PostgreSQL's NOTIFY).
     #[arg(long)]
@@ -72,6 +87,9 @@ pub(crate) struct Args {
 /// The subcommands.
 #[derive(Subcommand, Debug)]
 pub(crate) enum Command {
+    /// Run the migrations on the database of --database-url (or DATABASE_URL) and exit: with
+    /// the owner's role, before replicas serve with --no-migrate.
+    Migrate,
     /// Manage API keys in the database of --database-url (or DATABASE_URL). `issue` and
     /// `roll` print the new key alone on the first line and its record as JSON on the second;
     /// `list` prints one JSON record a line, newest first.

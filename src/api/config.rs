@@ -7,11 +7,12 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::api::auth::Challenges;
+use crate::api::client::TrustedProxies;
 use crate::api::openapi;
 use crate::api::responses_metric::ResponseCounters;
 use crate::last_used::LastUsedRecorder;
 use crate::metrics::{UsageCounters, DEFAULT_MAX_ORGANIZATIONS};
-use crate::rate_limit::RateLimiter;
+use crate::rate_limit::{LocalRateLimiter, RateLimiter};
 use crate::store::{KeyStore, OrderStore};
 
 /// The default mount prefix: the version segment of contract section 9.
@@ -24,6 +25,17 @@ pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(10);
 /// onto a store that is failing, short enough that a passing failure costs partners little.
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(2);
 
+/// The default budget of failed authentications per client address: this many a second,
+/// with bursts of ten times as many.
+pub const DEFAULT_AUTH_FAILURE_LIMIT: u32 = 20;
+
+/// The in-process throttle of failed authentication: `per_second` a second per client
+/// address, bursts of ten times as many.
+pub(crate) fn auth_failure_limiter(per_second: std::num::NonZeroU32) -> LocalRateLimiter {
+    let burst = per_second.saturating_mul(std::num::NonZeroU32::MIN.saturating_add(9));
+    LocalRateLimiter::new(Duration::from_secs(1) / per_second.get(), burst)
+}
+
 /// The configuration of one API: shared by its clones, changed only by its builder.
 #[derive(Clone)]
 pub(crate) struct Config {
@@ -33,6 +45,10 @@ pub(crate) struct Config {
     pub(crate) store_timeout: Option<Duration>,
     pub(crate) retry_after: Duration,
     pub(crate) rate_limiter: Option<Arc<dyn RateLimiter>>,
+    /// The budgets of failed authentications, by client address.
+    pub(crate) auth_failure_limiter: Option<Arc<dyn RateLimiter>>,
+    /// The proxies whose forwarding headers name the client.
+    pub(crate) trusted_proxies: TrustedProxies,
     /// Where each authenticated request's key use is recorded.
     pub(crate) last_used: Option<LastUsedRecorder>,
     /// Whether keyed bodies carry an `ETag` and `If-None-Match` can answer `304`.
@@ -57,6 +73,11 @@ impl Config {
             store_timeout: Some(DEFAULT_STORE_TIMEOUT),
             retry_after: DEFAULT_RETRY_AFTER,
             rate_limiter: None,
+            auth_failure_limiter: Some(Arc::new(auth_failure_limiter(
+                std::num::NonZeroU32::new(DEFAULT_AUTH_FAILURE_LIMIT)
+                    .unwrap_or(std::num::NonZeroU32::MIN),
+            ))),
+            trusted_proxies: TrustedProxies::default(),
             last_used: None,
             conditional_requests: true,
             request_ids: true,

@@ -40,6 +40,8 @@ pub(crate) struct Exchange {
     /// For `GET /orders`: the page its query string asks for (or why it is refused), and the
     /// path it came in on, which the next page's link names.
     pub(crate) page: Option<(Result<PageRequest, BadPageRequest>, PathAndQuery)>,
+    /// The name of the client's budget of failed authentications, when they are throttled.
+    pub(crate) failure_budget: Option<Box<str>>,
 }
 
 /// Where answering one request stands.
@@ -52,6 +54,18 @@ pub(crate) struct Flow {
 enum Step {
     /// Only the key's digest: the key store is asked.
     LookUp(KeyDigest),
+    /// Only the key's digest, failed authentications throttled: the key store is asked for
+    /// the answer it has at hand, and nothing more yet.
+    LookUpAtHand(KeyDigest),
+    /// The key store must be asked and failures are throttled: one failure is taken from the
+    /// client's budget first, so a flood of unknown keys never reaches the store beyond it.
+    Reserve(KeyDigest),
+    /// The key store is asked, one failure taken (`true`) or not (the limiter failed); a valid
+    /// key gives it back.
+    LookUpReserved(KeyDigest, bool),
+    /// The key store refused the key from memory, failures throttled: the failure is taken
+    /// from the client's budget, a 401 while it lasts, a 429 past it.
+    ChargeFailure(AuthFailureReason),
     /// The key is valid: the rate limiter is asked.
     Limit(Principal),
     /// The request may be served: the order store is asked for the organization's page.
@@ -62,6 +76,10 @@ enum Step {
 pub(crate) enum Question<'a> {
     /// The key store's principal for the digest.
     Key(&'a KeyDigest),
+    /// The key store's principal for the digest if it has it at hand; never waited for.
+    KeyAtHand(&'a KeyDigest),
+    /// The failure limiter's decision for the client's budget.
+    Failures(&'a str),
     /// The rate limiter's decision for the principal.
     Limit(&'a Principal),
     /// The order store's page of the organization's orders.
@@ -72,7 +90,8 @@ impl Question<'_> {
     /// The store call that answers the question.
     fn call(&self) -> StoreCall {
         match self {
-            Self::Key(_) => StoreCall::KeyLookup,
+            Self::Key(_) | Self::KeyAtHand(_) => StoreCall::KeyLookup,
+            Self::Failures(_) => StoreCall::AuthFailureCheck,
             Self::Limit(_) => StoreCall::RateLimitCheck,
             Self::Orders(..) => StoreCall::NewestOrders,
         }
@@ -82,6 +101,8 @@ impl Question<'_> {
 /// A store's reply to a [`Question`].
 pub(crate) enum Reply {
     Key(Result<KeyLookup, StoreError>),
+    /// The key store has no answer at hand (to [`Question::KeyAtHand`]).
+    NotAtHand,
     Limit(Result<RateLimitDecision, StoreError>),
     Orders(Result<OrderPage, StoreError>),
 }
@@ -91,6 +112,7 @@ impl Reply {
     fn error(&self) -> Option<&StoreError> {
         match self {
             Self::Key(result) => result.as_ref().err(),
+            Self::NotAtHand => None,
             Self::Limit(result) => result.as_ref().err(),
             Self::Orders(result) => result.as_ref().err(),
         }
@@ -106,16 +128,22 @@ pub(crate) enum Progress {
 impl Flow {
     /// A flow for `exchange` with the key whose digest is `digest`.
     pub(crate) fn new(exchange: Exchange, digest: KeyDigest) -> Self {
-        Self {
-            exchange,
-            step: Step::LookUp(digest),
-        }
+        let step = if exchange.failure_budget.is_some() {
+            Step::LookUpAtHand(digest)
+        } else {
+            Step::LookUp(digest)
+        };
+        Self { exchange, step }
     }
 
     /// The question the flow waits on.
     pub(crate) fn question(&self) -> Question<'_> {
         match &self.step {
-            Step::LookUp(digest) => Question::Key(digest),
+            Step::LookUp(digest) | Step::LookUpReserved(digest, _) => Question::Key(digest),
+            Step::LookUpAtHand(digest) => Question::KeyAtHand(digest),
+            Step::Reserve(_) | Step::ChargeFailure(_) => {
+                Question::Failures(self.exchange.failure_budget.as_deref().unwrap_or_default())
+            }
             Step::Limit(principal) => Question::Limit(principal),
             Step::ReadOrders(principal, _, query) => {
                 Question::Orders(&principal.organization.id, query)
@@ -127,8 +155,43 @@ impl Flow {
     pub(crate) fn advance(self, config: &Config, reply: Reply) -> Progress {
         let Self { exchange, step } = self;
         match (step, reply) {
-            (Step::LookUp(_), Reply::Key(found)) => match found {
+            (Step::LookUpAtHand(digest), Reply::NotAtHand) => Progress::Next(Self {
+                exchange,
+                step: Step::Reserve(digest),
+            }),
+            (Step::Reserve(digest), Reply::Limit(decided)) => match decided {
+                Ok(decision) if !decision.is_allowed() => {
+                    Progress::Done(throttled(config, decision))
+                }
+                decided => Progress::Next(Self {
+                    exchange,
+                    step: Step::LookUpReserved(digest, limit_decided(decided).is_some()),
+                }),
+            },
+            (Step::LookUpAtHand(_), Reply::Key(Ok(lookup))) if !lookup.is_valid() => {
+                Progress::Next(Self {
+                    exchange,
+                    step: Step::ChargeFailure(refusal_reason(&lookup)),
+                })
+            }
+            (Step::ChargeFailure(reason), Reply::Limit(decided)) => match decided {
+                Ok(decision) if !decision.is_allowed() => {
+                    Progress::Done(throttled(config, decision))
+                }
+                _ => refused(config, reason),
+            },
+            (
+                step @ (Step::LookUp(_) | Step::LookUpAtHand(_) | Step::LookUpReserved(..)),
+                Reply::Key(found),
+            ) => match found {
                 Ok(KeyLookup::Valid(principal)) => {
+                    if let (Step::LookUpReserved(_, true), Some(limiter), Some(budget)) = (
+                        &step,
+                        &config.auth_failure_limiter,
+                        exchange.failure_budget.as_deref(),
+                    ) {
+                        limiter.refund(budget);
+                    }
                     if let Some(recorder) = &config.last_used {
                         recorder.record(&principal.key_id);
                     }
@@ -137,9 +200,7 @@ impl Flow {
                         .request(&principal.organization.id, &principal.key_id);
                     Self::looked_up(config, exchange, principal)
                 }
-                Ok(KeyLookup::Revoked) => refused(config, AuthFailureReason::Revoked),
-                Ok(KeyLookup::Expired) => refused(config, AuthFailureReason::Expired),
-                Ok(_) => refused(config, AuthFailureReason::Unknown),
+                Ok(lookup) => refused(config, refusal_reason(&lookup)),
                 Err(err) => Progress::Done(store_failed(config, err)),
             },
             (Step::Limit(principal), Reply::Limit(decided)) => {
@@ -197,10 +258,21 @@ pub(crate) fn answer_now(config: &Arc<Config>, mut flow: Flow) -> Answer {
 fn reply_now(config: &Config, question: &Question<'_>) -> Option<Reply> {
     let reply = match *question {
         Question::Key(digest) => config.keys.lookup_now(digest).map(Reply::Key),
+        Question::KeyAtHand(digest) => Some(
+            config
+                .keys
+                .lookup_now(digest)
+                .map_or(Reply::NotAtHand, Reply::Key),
+        ),
+        Question::Failures(budget) => config
+            .auth_failure_limiter
+            .as_ref()
+            .and_then(|limiter| limiter.check_now(budget))
+            .map(Reply::Limit),
         Question::Limit(principal) => config
             .rate_limiter
             .as_ref()
-            .and_then(|limiter| limiter.check_now(principal))
+            .and_then(|limiter| limiter.check_now(&principal.key_id))
             .map(Reply::Limit),
         Question::Orders(organization_id, query) => config
             .orders
@@ -266,8 +338,16 @@ async fn answer_awaited(config: Arc<Config>, flow: Flow) -> Response<ApiBody> {
 async fn awaited_reply(config: &Config, question: Question<'_>) -> Reply {
     match question {
         Question::Key(digest) => Reply::Key(config.keys.lookup(digest).await),
+        Question::KeyAtHand(digest) => config
+            .keys
+            .lookup_now(digest)
+            .map_or(Reply::NotAtHand, Reply::Key),
+        Question::Failures(budget) => match &config.auth_failure_limiter {
+            Some(limiter) => Reply::Limit(limiter.check(budget).await),
+            None => Reply::Limit(Err(StoreError::other("no failure limiter"))),
+        },
         Question::Limit(principal) => match &config.rate_limiter {
-            Some(limiter) => Reply::Limit(limiter.check(principal).await),
+            Some(limiter) => Reply::Limit(limiter.check(&principal.key_id).await),
             None => Reply::Limit(Err(StoreError::other("no rate limiter"))),
         },
         Question::Orders(organization_id, query) => {
@@ -413,6 +493,30 @@ fn tagged_or_not(
     } else {
         response::tagged(body, etag)
     }
+}
+
+/// Why the key store refused a key it did not find valid.
+fn refusal_reason(lookup: &KeyLookup) -> AuthFailureReason {
+    match lookup {
+        KeyLookup::Revoked => AuthFailureReason::Revoked,
+        KeyLookup::Expired => AuthFailureReason::Expired,
+        _ => AuthFailureReason::Unknown,
+    }
+}
+
+/// The 429 for a client past its budget of failed authentications: `Retry-After` only, since
+/// the `X-RateLimit-*` headers describe a key's budget.
+fn throttled(config: &Config, decision: RateLimitDecision) -> Response<ApiBody> {
+    let _ = config;
+    metrics::auth_failed(AuthFailureReason::Throttled);
+    let mut response = ApiError::TooManyRequests.into_response();
+    if let Some(retry_after) = decision.retry_after() {
+        response.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            crate::rate_limit::whole_seconds_at_least_one(retry_after),
+        );
+    }
+    response
 }
 
 /// The 401 for a well-formed key the key store refused, for `reason`.

@@ -7,6 +7,7 @@
 
 pub(crate) mod auth;
 pub mod body;
+pub(crate) mod client;
 pub(crate) mod conditional;
 pub(crate) mod config;
 pub(crate) mod deadline;

@@ -15,10 +15,12 @@ use tower::Service;
 
 use crate::api::auth::{bearer_token, Challenges};
 use crate::api::body::ApiBody;
+use crate::api::client::TrustedProxies;
 use crate::api::conditional::IfNoneMatch;
 use crate::api::config::Config;
 pub use crate::api::config::{
-    DEFAULT_PREFIX, DEFAULT_REALM, DEFAULT_RETRY_AFTER, DEFAULT_STORE_TIMEOUT,
+    DEFAULT_AUTH_FAILURE_LIMIT, DEFAULT_PREFIX, DEFAULT_REALM, DEFAULT_RETRY_AFTER,
+    DEFAULT_STORE_TIMEOUT,
 };
 use crate::api::flow::{self, Answer, Exchange, Flow};
 use crate::api::openapi;
@@ -142,6 +144,41 @@ impl PartnerApi {
         self
     }
 
+    /// Throttles failed authentication with `limiter`, its budgets named by client address
+    /// (the [`PeerAddr`](crate::PeerAddr) the host passes, or what a trusted proxy reports,
+    /// see [`with_trusted_proxies`](Self::with_trusted_proxies); an IPv6 client by its /64).
+    ///
+    /// On by default, in this process, at [`DEFAULT_AUTH_FAILURE_LIMIT`] failures a second
+    /// with bursts of ten times as many. A key that the key store must be asked about (not
+    /// answered from memory) first takes one from its client's budget, given back when the
+    /// key is valid; a key refused from memory takes one too. Past the budget the answer is a
+    /// JSON 429 with `Retry-After`, and the key store is not asked: a flood of made-up keys
+    /// costs the store at most the budget. Valid keys answered from memory never touch it.
+    #[must_use]
+    pub fn with_auth_failure_limiter(mut self, limiter: impl RateLimiter + 'static) -> Self {
+        Arc::make_mut(&mut self.config).auth_failure_limiter = Some(Arc::new(limiter));
+        self
+    }
+
+    /// Turns the throttle of failed authentication off (see
+    /// [`with_auth_failure_limiter`](Self::with_auth_failure_limiter)): for a host that
+    /// throttles in front of the API.
+    #[must_use]
+    pub fn without_auth_failure_limiter(mut self) -> Self {
+        Arc::make_mut(&mut self.config).auth_failure_limiter = None;
+        self
+    }
+
+    /// Believes `X-Forwarded-For` and `Forwarded` from peers in these ranges (none by
+    /// default): the client is then the rightmost forwarded address that is not a trusted
+    /// proxy. Name only proxies you run: a header from anyone else is the client's own word.
+    #[must_use]
+    pub fn with_trusted_proxies(mut self, ranges: impl IntoIterator<Item = ipnet::IpNet>) -> Self {
+        Arc::make_mut(&mut self.config).trusted_proxies =
+            TrustedProxies::new(ranges.into_iter().collect());
+        self
+    }
+
     /// Turns conditional requests on or off (on by default). When on, `GET /me` and
     /// `GET /orders` carry a strong `ETag` over their body, `Cache-Control: private, no-cache`
     /// and `Vary: Authorization`, and a matching `If-None-Match` gets `304 Not Modified`
@@ -195,7 +232,8 @@ impl PartnerApi {
     }
 
     /// Answers a request from its method, path and headers.
-    fn dispatch(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> ResponseFuture {
+    fn dispatch<B>(&self, request: &Request<B>) -> ResponseFuture {
+        let (method, uri, headers) = (request.method(), request.uri(), request.headers());
         let request_id = self.config.request_ids.then(|| {
             let id = request_id::request_id(headers);
             let span = tracing::Span::current();
@@ -208,7 +246,7 @@ impl PartnerApi {
             }
             id
         });
-        let (route, mut future) = self.answer(method, uri, headers);
+        let (route, mut future) = self.answer(method, uri, headers, request.extensions());
         // An answer still waiting for a store is counted when it is done (`flow`).
         if let State::Ready(Some(response)) = &future.state {
             self.config
@@ -225,6 +263,7 @@ impl PartnerApi {
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
+        extensions: &http::Extensions,
     ) -> (Option<Route>, ResponseFuture) {
         let head = method == Method::HEAD;
         let config = &self.config;
@@ -259,6 +298,12 @@ impl PartnerApi {
                     .unwrap_or_else(|| PathAndQuery::from_static("/"));
                 (PageRequest::parse(uri.query()), path)
             }),
+            failure_budget: config.auth_failure_limiter.as_ref().map(|_| {
+                config
+                    .trusted_proxies
+                    .client_addr(extensions, headers)
+                    .budget_name()
+            }),
         };
         let flow = Flow::new(exchange, KeyDigest::of_bytes(token));
         // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in
@@ -289,6 +334,10 @@ impl fmt::Debug for PartnerApi {
             .field("store_timeout", &self.config.store_timeout)
             .field("retry_after", &self.config.retry_after)
             .field("rate_limited", &self.config.rate_limiter.is_some())
+            .field(
+                "auth_failures_throttled",
+                &self.config.auth_failure_limiter.is_some(),
+            )
             .field("last_used", &self.config.last_used.is_some())
             .field("conditional_requests", &self.config.conditional_requests)
             .field("request_ids", &self.config.request_ids)
@@ -306,7 +355,7 @@ impl<B> Service<Request<B>> for PartnerApi {
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        self.dispatch(request.method(), request.uri(), request.headers())
+        self.dispatch(&request)
     }
 }
 
@@ -318,7 +367,7 @@ impl<B> hyper::service::Service<Request<B>> for PartnerApi {
     type Future = ResponseFuture;
 
     fn call(&self, request: Request<B>) -> Self::Future {
-        self.dispatch(request.method(), request.uri(), request.headers())
+        self.dispatch(&request)
     }
 }
 

@@ -194,6 +194,8 @@ pub(crate) enum AuthFailureReason {
     Unknown,
     Revoked,
     Expired,
+    /// Refused without a look-up: the client is past its budget of failed authentications.
+    Throttled,
 }
 
 pub(crate) fn auth_failed(reason: AuthFailureReason) {
@@ -206,6 +208,7 @@ pub(crate) fn auth_failed(reason: AuthFailureReason) {
         AuthFailureReason::Unknown => static_key!(AUTH_FAILURES, "reason" => "unknown"),
         AuthFailureReason::Revoked => static_key!(AUTH_FAILURES, "reason" => "revoked"),
         AuthFailureReason::Expired => static_key!(AUTH_FAILURES, "reason" => "expired"),
+        AuthFailureReason::Throttled => static_key!(AUTH_FAILURES, "reason" => "throttled"),
     };
     counter(key).increment(1);
 }
@@ -216,6 +219,7 @@ pub(crate) enum StoreCall {
     KeyLookup,
     NewestOrders,
     RateLimitCheck,
+    AuthFailureCheck,
     RecordLastUsed,
 }
 
@@ -231,6 +235,9 @@ impl StoreCall {
             Self::RateLimitCheck => {
                 static_key!(STORE_CALL_DURATION, "store" => "rate_limiter", "operation" => "check")
             }
+            Self::AuthFailureCheck => static_key!(
+                STORE_CALL_DURATION, "store" => "auth_failure_limiter", "operation" => "check"
+            ),
             Self::RecordLastUsed => static_key!(
                 STORE_CALL_DURATION, "store" => "keys", "operation" => "record_last_used"
             ),

@@ -1,39 +1,35 @@
-//! [`LocalRateLimiter`]: a token bucket per API key in this process.
+//! [`LocalRateLimiter`]: a token bucket per budget (an API key, a client address) in this
+//! process.
 
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
 use std::fmt;
+use std::hash::BuildHasher;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use governor::clock::{Clock, DefaultClock};
-use governor::middleware::StateInformationMiddleware;
-use governor::state::keyed::DashMapStateStore;
-use governor::Quota;
 
 use super::{RateLimitDecision, RateLimiter};
-use crate::store::{Principal, StoreError};
+use crate::store::StoreError;
 
-type KeyedLimiter = governor::RateLimiter<
-    Arc<str>,
-    DashMapStateStore<Arc<str>>,
-    DefaultClock,
-    StateInformationMiddleware,
->;
-
-/// How often the background purge forgets keys whose budget is full again, by default.
+/// How often the background purge forgets budgets that are full again, by default.
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(10);
 
-/// An in-process token bucket per API key (GCRA, from the `governor` crate).
+/// Budgets are spread over this many maps, each behind its own lock, so that concurrent
+/// requests rarely wait for one another.
+const SHARDS: usize = 16;
+
+/// An in-process token bucket per budget (GCRA: one "theoretical arrival time" per budget).
 ///
-/// Each key starts with a full budget of `burst` requests; one request comes back every
-/// `period`. A background thread forgets, every [`DEFAULT_PURGE_INTERVAL`], the keys whose
-/// budget is full again, so memory follows the keys active within the last `burst × period`
-/// plus that interval, not every key ever seen; it ends when the limiter is dropped. A request
-/// never does that work: the most it waits for is the purge of one of the map's shards, a
-/// small fraction of the keys. Budgets live in this process: replicas behind a load balancer
-/// each keep their own.
+/// Each budget starts full with `burst` requests; one request comes back every `period`. A
+/// background thread forgets, every [`DEFAULT_PURGE_INTERVAL`], the budgets that are full
+/// again, so memory follows the budgets active within the last `burst × period` plus that
+/// interval, not every key or address ever seen; it ends when the limiter is dropped. A request
+/// never does that work: the most it waits for is the purge of one of sixteen shards. Budgets
+/// live in this process: replicas behind a load balancer each keep their own.
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -48,48 +44,54 @@ pub struct LocalRateLimiter {
 
 /// The budgets of a [`LocalRateLimiter`], shared with its purge thread.
 struct Budgets {
-    limiter: KeyedLimiter,
+    /// Each budget's theoretical arrival time, in nanoseconds since `epoch`; a budget at or
+    /// before now is full, and absent.
+    shards: [Mutex<HashMap<Box<str>, u64>>; SHARDS],
+    hasher: RandomState,
+    epoch: Instant,
     limit: u32,
     period: Duration,
+    period_nanos: u64,
+    /// How far ahead of now the arrival time may be with a request still allowed:
+    /// `(burst - 1) × period`.
+    tolerance_nanos: u64,
     /// The purge interval in milliseconds; read by the purge thread before each sleep.
     purge_interval_millis: AtomicU64,
+    /// Whether the purge thread was started: by the first budget tracked, so that a limiter
+    /// that is never asked (an API built in a test, say) costs no thread.
+    purge_started: AtomicBool,
 }
 
 impl LocalRateLimiter {
-    /// Creates a limiter of `requests` per second per key, with a burst of `requests`.
+    /// Creates a limiter of `requests` per second per budget, with a burst of `requests`.
     pub fn per_second(requests: NonZeroU32) -> Self {
-        Self::with_quota(Quota::per_second(requests))
+        Self::new(Duration::from_secs(1) / requests.get(), requests)
     }
 
-    /// Creates a limiter of one request per `period` per key, with bursts of up to `burst`
-    /// requests. A period too long to count in nanoseconds over a whole burst (centuries) is
-    /// shortened to the longest that can be.
-    ///
-    /// # Panics
-    ///
-    /// When `period` is zero.
+    /// Creates a limiter of one request per `period` per budget, with bursts of up to
+    /// `burst` requests. A period too long to count in nanoseconds over a whole burst
+    /// (centuries) is shortened to the longest that can be; a zero period is a nanosecond.
     pub fn new(period: Duration, burst: NonZeroU32) -> Self {
-        let longest = Duration::from_nanos(u64::MAX / (u64::from(burst.get()) + 1));
-        let quota = Quota::with_period(period.min(longest))
-            .expect("the period of a rate limit must not be zero")
-            .allow_burst(burst);
-        Self::with_quota(quota)
-    }
-
-    fn with_quota(quota: Quota) -> Self {
+        let longest = u64::MAX / (u64::from(burst.get()) + 1);
+        let period_nanos = u64::try_from(period.as_nanos())
+            .unwrap_or(u64::MAX)
+            .clamp(1, longest);
         let budgets = Arc::new(Budgets {
-            limiter: governor::RateLimiter::dashmap(quota)
-                .with_middleware::<StateInformationMiddleware>(),
-            limit: quota.burst_size().get(),
-            period: quota.replenish_interval(),
+            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            hasher: RandomState::new(),
+            epoch: Instant::now(),
+            limit: burst.get(),
+            period: Duration::from_nanos(period_nanos),
+            period_nanos,
+            tolerance_nanos: period_nanos * u64::from(burst.get() - 1),
             purge_interval_millis: AtomicU64::new(millis(DEFAULT_PURGE_INTERVAL)),
+            purge_started: AtomicBool::new(false),
         });
-        spawn_purge(Arc::downgrade(&budgets));
         Self { budgets }
     }
 
-    /// Sets how often idle keys are forgotten (default [`DEFAULT_PURGE_INTERVAL`]); from the
-    /// next purge on.
+    /// Sets how often full budgets are forgotten (default [`DEFAULT_PURGE_INTERVAL`]); from
+    /// the next purge on.
     #[must_use]
     pub fn with_purge_interval(self, interval: Duration) -> Self {
         self.budgets
@@ -98,47 +100,97 @@ impl LocalRateLimiter {
         self
     }
 
-    /// Returns the number of keys whose budget is tracked now.
+    /// Returns the number of budgets tracked now (those not full, until the next purge).
     pub fn tracked_keys(&self) -> usize {
-        self.budgets.limiter.len()
+        self.budgets
+            .shards
+            .iter()
+            .map(|shard| lock(shard).len())
+            .sum()
     }
 
-    /// Forgets the keys whose budget is full again (they would start full anyway). The
+    /// Forgets the budgets that are full again (they would start full anyway). The
     /// background thread calls this; a host may too.
     pub fn purge(&self) {
         self.budgets.purge();
     }
 
-    fn decide(&self, principal: &Principal) -> RateLimitDecision {
-        let Budgets {
-            limiter,
-            limit,
-            period,
-            ..
-        } = &*self.budgets;
-        let limit = *limit;
-        match limiter.check_key(&principal.key_id) {
-            Ok(state) => {
-                let remaining = state.remaining_burst_capacity();
-                let reset_after = period.saturating_mul(limit - remaining.min(limit));
-                RateLimitDecision::allowed(limit, remaining, reset_after)
+    fn decide(&self, budget: &str) -> RateLimitDecision {
+        let budgets = &*self.budgets;
+        let (limit, period) = (budgets.limit, budgets.period_nanos);
+        let now = budgets.now();
+        let mut shard = budgets.shard(budget);
+        let tat = shard.get(budget).copied().unwrap_or(now).max(now);
+        let allowed_from = tat.saturating_sub(budgets.tolerance_nanos);
+        if now < allowed_from {
+            return RateLimitDecision::refused(
+                limit,
+                Duration::from_nanos(allowed_from - now),
+                Duration::from_nanos(tat - now),
+            );
+        }
+        let next = tat.saturating_add(period);
+        match shard.get_mut(budget) {
+            Some(stored) => *stored = next,
+            None => {
+                shard.insert(budget.into(), next);
+                drop(shard);
+                if !budgets.purge_started.swap(true, Ordering::Relaxed) {
+                    spawn_purge(Arc::downgrade(&self.budgets));
+                }
             }
-            Err(not_until) => {
-                let retry_after = not_until.wait_time_from(limiter.clock().now());
-                // Empty now: the next request comes back after `retry_after`, the rest one
-                // `period` apart.
-                let reset_after = retry_after.saturating_add(period.saturating_mul(limit - 1));
-                RateLimitDecision::refused(limit, retry_after, reset_after)
+        }
+        // Whole requests between the next arrival time and a full budget's.
+        let full = u128::from(now) + u128::from(period) * u128::from(limit);
+        let remaining = full.saturating_sub(u128::from(next)) / u128::from(period);
+        RateLimitDecision::allowed(
+            limit,
+            u32::try_from(remaining).unwrap_or(limit),
+            Duration::from_nanos(next - now),
+        )
+    }
+
+    fn give_back(&self, budget: &str) {
+        let budgets = &*self.budgets;
+        let now = budgets.now();
+        let mut shard = budgets.shard(budget);
+        if let Some(tat) = shard.get_mut(budget) {
+            *tat = tat.saturating_sub(budgets.period_nanos);
+            if *tat <= now {
+                shard.remove(budget);
             }
         }
     }
 }
 
 impl Budgets {
-    fn purge(&self) {
-        self.limiter.retain_recent();
-        self.limiter.shrink_to_fit();
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
+
+    fn shard(&self, budget: &str) -> MutexGuard<'_, HashMap<Box<str>, u64>> {
+        // The remainder is below SHARDS, so the cast cannot truncate.
+        #[allow(clippy::cast_possible_truncation)]
+        let index = (self.hasher.hash_one(budget) % SHARDS as u64) as usize;
+        lock(&self.shards[index])
+    }
+
+    fn purge(&self) {
+        let now = self.now();
+        for shard in &self.shards {
+            let mut shard = lock(shard);
+            shard.retain(|_, tat| *tat > now);
+            shard.shrink_to_fit();
+        }
+    }
+}
+
+/// A shard's map; a panic elsewhere while it was held left arrival times that are still
+/// valid numbers, so the poison is ignored.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn millis(duration: Duration) -> u64 {
@@ -164,19 +216,23 @@ fn spawn_purge(budgets: std::sync::Weak<Budgets>) {
         .name("partner-api-rate-limit-purge".into())
         .spawn(purge);
     if let Err(err) = spawned {
-        // Budgets still work; idle keys are forgotten only when the host calls `purge`.
+        // Budgets still work; full ones are forgotten only when the host calls `purge`.
         tracing::warn!(error = %err, "cannot start the rate limiter's purge thread");
     }
 }
 
 #[async_trait]
 impl RateLimiter for LocalRateLimiter {
-    async fn check(&self, principal: &Principal) -> Result<RateLimitDecision, StoreError> {
-        Ok(self.decide(principal))
+    async fn check(&self, budget: &str) -> Result<RateLimitDecision, StoreError> {
+        Ok(self.decide(budget))
     }
 
-    fn check_now(&self, principal: &Principal) -> Option<Result<RateLimitDecision, StoreError>> {
-        Some(Ok(self.decide(principal)))
+    fn check_now(&self, budget: &str) -> Option<Result<RateLimitDecision, StoreError>> {
+        Some(Ok(self.decide(budget)))
+    }
+
+    fn refund(&self, budget: &str) {
+        self.give_back(budget);
     }
 }
 
@@ -193,26 +249,19 @@ impl fmt::Debug for LocalRateLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Organization;
     use http::header::HeaderMap;
 
-    fn principal(key_id: &str) -> Principal {
-        Principal::new(
-            key_id,
-            Organization {
-                id: "org".into(),
-                name: "Org".into(),
-            },
-        )
+    fn principal(key_id: &str) -> &str {
+        key_id
     }
 
     #[test]
     fn a_burst_is_served_then_refused_with_the_time_to_wait() {
         let limiter = LocalRateLimiter::new(Duration::from_secs(60), NonZeroU32::new(3).unwrap());
         let key = principal("key_1");
-        let remaining: Vec<u32> = (0..3).map(|_| limiter.decide(&key).remaining()).collect();
+        let remaining: Vec<u32> = (0..3).map(|_| limiter.decide(key).remaining()).collect();
         assert_eq!(remaining, [2, 1, 0]);
-        let refused = limiter.decide(&key);
+        let refused = limiter.decide(key);
         assert!(!refused.is_allowed());
         let wait = refused.retry_after().unwrap();
         assert!(
@@ -220,7 +269,27 @@ mod tests {
             "{wait:?}"
         );
         // Another key has its own budget.
-        assert_eq!(limiter.decide(&principal("key_2")).remaining(), 2);
+        assert_eq!(limiter.decide(principal("key_2")).remaining(), 2);
+    }
+
+    #[test]
+    fn a_refund_gives_one_request_back() {
+        let limiter = LocalRateLimiter::new(Duration::from_secs(60), NonZeroU32::new(2).unwrap());
+        assert_eq!(limiter.decide("a").remaining(), 1);
+        assert_eq!(limiter.decide("a").remaining(), 0);
+        limiter.give_back("a");
+        assert_eq!(limiter.decide("a").remaining(), 0, "one came back");
+        assert!(!limiter.decide("a").is_allowed());
+        limiter.give_back("a");
+        limiter.give_back("a");
+        limiter.give_back("a");
+        assert_eq!(limiter.tracked_keys(), 0, "a full budget is forgotten");
+        assert_eq!(
+            limiter.decide("a").remaining(),
+            1,
+            "never more than a full budget"
+        );
+        limiter.give_back("unknown");
     }
 
     #[test]
@@ -229,7 +298,7 @@ mod tests {
         let limiter = LocalRateLimiter::new(Duration::from_micros(1), NonZeroU32::new(1).unwrap())
             .with_purge_interval(Duration::from_millis(20));
         for index in 0..10_000 {
-            limiter.decide(&principal(&format!("key_{index}")));
+            limiter.decide(principal(&format!("key_{index}")));
         }
         // No request purged: the background thread does, within a few intervals.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -241,7 +310,7 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
-        limiter.decide(&principal("key_again"));
+        limiter.decide(principal("key_again"));
         limiter.purge();
         std::thread::sleep(Duration::from_millis(1));
         limiter.purge();
@@ -252,6 +321,7 @@ mod tests {
     fn the_purge_thread_ends_with_its_limiter() {
         let limiter = LocalRateLimiter::new(Duration::from_secs(1), NonZeroU32::new(1).unwrap())
             .with_purge_interval(Duration::from_millis(1));
+        limiter.decide("started");
         let weak = Arc::downgrade(&limiter.budgets);
         drop(limiter);
         // The thread holds the budgets only while it purges them, and then stops.
@@ -282,7 +352,7 @@ mod tests {
             let limiter = LocalRateLimiter::new(period, NonZeroU32::new(burst).unwrap());
             let key = principal("key");
             for _ in 0..3 {
-                let decision = limiter.decide(&key);
+                let decision = limiter.decide(key);
                 decision.write_headers(&mut HeaderMap::new());
             }
             let reset = Duration::new(reset_secs, 999_999_999);

@@ -1,6 +1,7 @@
-//! Per-key rate limits (opt-in): the [`RateLimiter`] trait the API asks after authenticating a
-//! request, its in-process implementation [`LocalRateLimiter`], and the headers that tell a
-//! partner its budget.
+//! Rate limits: the [`RateLimiter`] trait, which the API asks per key after authenticating a
+//! request (opt-in) and per client address before a store is asked about an unknown key (the
+//! throttle of failed authentication), its in-process implementation [`LocalRateLimiter`], and
+//! the headers that tell a partner its budget.
 //!
 //! Headers follow GitHub's convention: `X-RateLimit-Limit` (requests in a full budget),
 //! `X-RateLimit-Remaining` (requests left now), `X-RateLimit-Reset` (Unix time, in seconds,
@@ -12,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
-use crate::store::{Principal, StoreError};
+use crate::store::StoreError;
 
 mod local;
 #[cfg(feature = "redis")]
@@ -28,38 +29,52 @@ pub const RATE_LIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimi
 /// `X-RateLimit-Reset`: the Unix time, in whole seconds rounded up, when the budget is full.
 pub const RATE_LIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
-/// Decides whether an authenticated request may be served now.
+/// Counts requests against named budgets and decides whether one more may go on now.
 ///
-/// The API asks after the key is known and before anything is read for the request; a
-/// limiter keys its budgets on [`Principal::key_id`] (never the raw key). Ship
-/// [`LocalRateLimiter`] for one process; a deployment of several replicas implements this
-/// trait over a shared counter store (Redis, say) so the budget is the key's, not the
-/// replica's.
+/// The API asks it in two places, each with a limiter of its own: after a key is known, with
+/// the budget named by the key's id ([`Principal::key_id`](crate::Principal::key_id), never
+/// the raw key); and, for the throttle of failed authentication
+/// ([`PartnerApi::with_auth_failure_limiter`](crate::PartnerApi::with_auth_failure_limiter)),
+/// with the budget named by the client's address. Ship [`LocalRateLimiter`] for one process;
+/// a deployment of several replicas uses one over a shared counter store (`RedisRateLimiter`)
+/// so the budget is the key's or the address's, not the replica's.
 ///
 /// When [`check`](Self::check) fails, the request is served without a limit (and the error
 /// logged): an outage of the counter store does not take the API down with it.
 #[async_trait]
 pub trait RateLimiter: Send + Sync {
-    /// Takes one request from `principal`'s budget, or refuses it.
-    async fn check(&self, principal: &Principal) -> Result<RateLimitDecision, StoreError>;
+    /// Takes one request from the budget named `budget`, or refuses it.
+    async fn check(&self, budget: &str) -> Result<RateLimitDecision, StoreError>;
 
     /// The answer of [`check`](Self::check) when the limiter has it at hand without waiting,
     /// or `None` to be asked through `check` (the default); as
     /// [`KeyStore::lookup_now`](crate::KeyStore::lookup_now).
-    fn check_now(&self, principal: &Principal) -> Option<Result<RateLimitDecision, StoreError>> {
-        let _ = principal;
+    fn check_now(&self, budget: &str) -> Option<Result<RateLimitDecision, StoreError>> {
+        let _ = budget;
         None
     }
+
+    /// Gives back to `budget` one request that an allowed [`check`](Self::check) took,
+    /// never filling it past full: the throttle of failed authentication takes one before
+    /// it asks the store about a key, and gives it back when the key was valid.
+    ///
+    /// It must not wait: a limiter whose budgets are remote sends it in the background, and a
+    /// refund that fails is lost (the budget refills with time anyway).
+    fn refund(&self, budget: &str);
 }
 
 #[async_trait]
 impl<T: RateLimiter + ?Sized> RateLimiter for Arc<T> {
-    async fn check(&self, principal: &Principal) -> Result<RateLimitDecision, StoreError> {
-        (**self).check(principal).await
+    async fn check(&self, budget: &str) -> Result<RateLimitDecision, StoreError> {
+        (**self).check(budget).await
     }
 
-    fn check_now(&self, principal: &Principal) -> Option<Result<RateLimitDecision, StoreError>> {
-        (**self).check_now(principal)
+    fn check_now(&self, budget: &str) -> Option<Result<RateLimitDecision, StoreError>> {
+        (**self).check_now(budget)
+    }
+
+    fn refund(&self, budget: &str) {
+        (**self).refund(budget);
     }
 }
 

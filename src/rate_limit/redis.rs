@@ -10,7 +10,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 
 use super::{RateLimitDecision, RateLimiter};
-use crate::store::{Principal, StoreError};
+use crate::store::StoreError;
 
 /// How long a check may take before the request is served without a limit, by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
@@ -34,7 +34,23 @@ redis.call('SET', KEYS[1], next_tat, 'PX', math.ceil((next_tat - now) / 1000))
 return {1, math.floor((now + burst * period - next_tat) / period), next_tat - now}
 ";
 
-/// A token bucket per API key in Redis (GCRA, one atomic script per check), so that all
+/// A refund: the arrival time moves back one period, never before now (a full budget, which
+/// is deleted).
+const REFUND: &str = r"
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local tat = tonumber(redis.call('GET', KEYS[1]))
+if not tat then return 0 end
+tat = tat - tonumber(ARGV[1])
+if tat <= now then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SET', KEYS[1], tat, 'PX', math.ceil((tat - now) / 1000))
+end
+return 1
+";
+
+/// A token bucket per budget (API key, client address) in Redis (GCRA, one atomic script per check), so that all
 /// replicas share one budget per key: the limit is the key's, not the replica's.
 ///
 /// Each key starts with a full budget of `burst` requests; one comes back every `period`.
@@ -47,6 +63,7 @@ pub struct RedisRateLimiter {
     client: redis::Client,
     connection: OnceCell<ConnectionManager>,
     script: redis::Script,
+    refund_script: redis::Script,
     limit: u32,
     period: Duration,
     timeout: Duration,
@@ -78,6 +95,7 @@ impl RedisRateLimiter {
             client,
             connection: OnceCell::new(),
             script: redis::Script::new(GCRA),
+            refund_script: redis::Script::new(REFUND),
             limit: burst.get(),
             period: period.max(Duration::from_micros(1)),
             timeout: DEFAULT_TIMEOUT,
@@ -112,12 +130,12 @@ impl RedisRateLimiter {
             .cloned()
     }
 
-    async fn decide(&self, key_id: &str) -> Result<RateLimitDecision, StoreError> {
+    async fn decide(&self, budget: &str) -> Result<RateLimitDecision, StoreError> {
         let mut connection = self.connection().await.map_err(StoreError::unavailable)?;
         let period = u64::try_from(self.period.as_micros()).unwrap_or(u64::MAX);
         let (allowed, first, reset): (i64, i64, i64) = self
             .script
-            .key(format!("{}{key_id}", self.prefix))
+            .key(format!("{}{budget}", self.prefix))
             .arg(period)
             .arg(self.limit)
             .invoke_async(&mut connection)
@@ -135,14 +153,38 @@ impl RedisRateLimiter {
 
 #[async_trait]
 impl RateLimiter for RedisRateLimiter {
-    async fn check(&self, principal: &Principal) -> Result<RateLimitDecision, StoreError> {
-        match tokio::time::timeout(self.timeout, self.decide(&principal.key_id)).await {
+    async fn check(&self, budget: &str) -> Result<RateLimitDecision, StoreError> {
+        match tokio::time::timeout(self.timeout, self.decide(budget)).await {
             Ok(decided) => decided,
             Err(_) => Err(StoreError::unavailable(format!(
                 "no answer from Redis within {:?}",
                 self.timeout
             ))),
         }
+    }
+
+    fn refund(&self, budget: &str) {
+        // Only after a check, so the connection is up; without a runtime there is nothing to
+        // send it on, and the budget refills with time anyway.
+        let (Some(connection), Ok(runtime)) = (
+            self.connection.get().cloned(),
+            tokio::runtime::Handle::try_current(),
+        ) else {
+            return;
+        };
+        let mut connection = connection;
+        let script = self.refund_script.clone();
+        let name = format!("{}{budget}", self.prefix);
+        let period = u64::try_from(self.period.as_micros()).unwrap_or(u64::MAX);
+        let timeout = self.timeout;
+        runtime.spawn(async move {
+            let mut invocation = script.key(name);
+            invocation.arg(period);
+            let sent = invocation.invoke_async::<i64>(&mut connection);
+            if let Ok(Err(err)) = tokio::time::timeout(timeout, sent).await {
+                tracing::debug!(error = %err, "a rate-limit refund was lost");
+            }
+        });
     }
 }
 

@@ -90,6 +90,11 @@ pub enum KeyLookup {
 }
 
 impl KeyLookup {
+    /// Returns whether the key is valid.
+    pub fn is_valid(&self) -> bool {
+        matches!(self, Self::Valid(_))
+    }
+
     /// Returns the principal of a valid key.
     pub fn principal(&self) -> Option<&Principal> {
         match self {

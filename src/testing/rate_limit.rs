@@ -1,16 +1,14 @@
 //! The conformance suite for [`RateLimiter`]s.
 
-use std::sync::Arc;
+use std::time::Duration;
 
 use super::namespace;
 use super::report::{ensure, failed, Check, Report};
-use crate::model::Organization;
 use crate::rate_limit::{RateLimitDecision, RateLimiter};
-use crate::store::Principal;
 
-/// Runs every rate-limiter check against `limiter`, whose budget per key is `burst` requests
-/// and which must not give a request back within the run (a refill period of a second or
-/// more does). Each check uses key ids of its own.
+/// Runs every rate-limiter check against `limiter`, whose budget is `burst` requests and which
+/// must not give a request back by itself within the run (a refill period of a second or more
+/// does). Each check uses budget names of its own.
 pub async fn run_rate_limiter<L: RateLimiter>(limiter: &L, burst: u32) -> Report {
     let mut report = Report::default();
     let mut record = |name, result| report.results.push((name, result));
@@ -19,35 +17,26 @@ pub async fn run_rate_limiter<L: RateLimiter>(limiter: &L, burst: u32) -> Report
         burst_then_refused(limiter, burst).await,
     );
     record(
-        "each key id has a budget of its own, even within one organization",
+        "each budget name has a budget of its own",
         keys_apart(limiter, burst).await,
     );
     record(
         "an immediate answer spends the budget as an awaited one does",
         now_agrees(limiter, burst).await,
     );
+    record(
+        "a refund gives one request back, and never fills past full",
+        refund_gives_back(limiter, burst).await,
+    );
     report
 }
 
-fn principal_of(key_id: String, organization_id: &str) -> Principal {
-    Principal::new(
-        key_id,
-        Arc::new(Organization {
-            id: organization_id.into(),
-            name: "Rate limit conformance".into(),
-        }),
-    )
-}
-
-async fn decide<L: RateLimiter>(
-    limiter: &L,
-    principal: &Principal,
-) -> Result<RateLimitDecision, String> {
-    limiter.check(principal).await.map_err(failed("check"))
+async fn decide<L: RateLimiter>(limiter: &L, budget: &str) -> Result<RateLimitDecision, String> {
+    limiter.check(budget).await.map_err(failed("check"))
 }
 
 async fn burst_then_refused<L: RateLimiter>(limiter: &L, burst: u32) -> Check {
-    let principal = principal_of(namespace(), "org");
+    let principal = namespace();
     for served in 1..=burst {
         let decision = decide(limiter, &principal).await?;
         ensure!(
@@ -87,11 +76,11 @@ async fn burst_then_refused<L: RateLimiter>(limiter: &L, burst: u32) -> Check {
 
 async fn keys_apart<L: RateLimiter>(limiter: &L, burst: u32) -> Check {
     let ns = namespace();
-    let spender = principal_of(format!("{ns}_a"), &ns);
+    let spender = format!("{ns}_a");
     for _ in 0..=burst {
         decide(limiter, &spender).await?;
     }
-    let other = principal_of(format!("{ns}_b"), &ns);
+    let other = format!("{ns}_b");
     let decision = decide(limiter, &other).await?;
     ensure!(
         decision.is_allowed() && decision.remaining() == burst - 1,
@@ -101,7 +90,7 @@ async fn keys_apart<L: RateLimiter>(limiter: &L, burst: u32) -> Check {
 }
 
 async fn now_agrees<L: RateLimiter>(limiter: &L, burst: u32) -> Check {
-    let principal = principal_of(namespace(), "org");
+    let principal = namespace();
     let Some(immediate) = limiter.check_now(&principal) else {
         return Ok(()); // answers only when awaited: nothing to compare
     };
@@ -112,6 +101,42 @@ async fn now_agrees<L: RateLimiter>(limiter: &L, burst: u32) -> Check {
         "check_now then check left {} and {} of {burst}",
         immediate.remaining(),
         awaited.remaining()
+    );
+    Ok(())
+}
+
+async fn refund_gives_back<L: RateLimiter>(limiter: &L, burst: u32) -> Check {
+    let budget = namespace();
+    for _ in 0..burst {
+        decide(limiter, &budget).await?;
+    }
+    limiter.refund(&budget);
+    // A remote limiter sends refunds in the background: wait for it to land.
+    let mut decision = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        decision = Some(decide(limiter, &budget).await?);
+        if decision.is_some_and(|decision| decision.is_allowed()) {
+            break;
+        }
+    }
+    ensure!(
+        decision.is_some_and(|decision| decision.is_allowed()),
+        "after a refund of an empty budget, the next request was refused: {decision:?}"
+    );
+    for _ in 0..burst.saturating_mul(2) {
+        limiter.refund(&budget);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut allowed = 0;
+    for _ in 0..=burst {
+        if decide(limiter, &budget).await?.is_allowed() {
+            allowed += 1;
+        }
+    }
+    ensure!(
+        allowed == burst,
+        "after many refunds, {allowed} requests were allowed, not a full budget of {burst}"
     );
     Ok(())
 }

@@ -10,9 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::common::*;
 use async_trait::async_trait;
 use http::{Request, StatusCode};
-use partner_api::{
-    LocalRateLimiter, PartnerApi, Principal, RateLimitDecision, RateLimiter, StoreError,
-};
+use partner_api::{LocalRateLimiter, PartnerApi, RateLimitDecision, RateLimiter, StoreError};
 
 fn limited(burst: u32, period: Duration) -> PartnerApi {
     api().with_rate_limiter(LocalRateLimiter::new(
@@ -116,15 +114,12 @@ struct SharedCounter {
 
 #[async_trait]
 impl RateLimiter for SharedCounter {
-    async fn check(&self, principal: &Principal) -> Result<RateLimitDecision, StoreError> {
+    async fn check(&self, budget: &str) -> Result<RateLimitDecision, StoreError> {
         tokio::task::yield_now().await;
         if self.down {
             return Err(StoreError::unavailable("counter store unreachable"));
         }
-        self.asked
-            .lock()
-            .unwrap()
-            .push(principal.key_id.to_string());
+        self.asked.lock().unwrap().push(budget.to_owned());
         let served = self.served.fetch_add(1, Ordering::SeqCst) as u32;
         Ok(if served < 2 {
             RateLimitDecision::allowed(2, 1 - served, Duration::from_secs(10))
@@ -132,6 +127,8 @@ impl RateLimiter for SharedCounter {
             RateLimitDecision::refused(2, Duration::from_millis(2500), Duration::from_secs(10))
         })
     }
+
+    fn refund(&self, _: &str) {}
 }
 
 #[tokio::test]
@@ -160,13 +157,13 @@ async fn limiters_pass_the_conformance_suite_and_a_broken_one_fails_it() {
     let local = LocalRateLimiter::new(Duration::from_secs(60), NonZeroU32::new(3).unwrap());
     let report = partner_api::testing::run_rate_limiter(&local, 3).await;
     report.assert_passed();
-    assert_eq!(report.len(), 3);
+    assert_eq!(report.len(), 4);
 
     /// Counts down but never refuses.
     struct NeverRefuses(AtomicUsize);
     #[async_trait]
     impl RateLimiter for NeverRefuses {
-        async fn check(&self, _: &Principal) -> Result<RateLimitDecision, StoreError> {
+        async fn check(&self, _: &str) -> Result<RateLimitDecision, StoreError> {
             let used = self.0.fetch_add(1, Ordering::SeqCst) as u32;
             Ok(RateLimitDecision::allowed(
                 3,
@@ -174,6 +171,8 @@ async fn limiters_pass_the_conformance_suite_and_a_broken_one_fails_it() {
                 Duration::ZERO,
             ))
         }
+
+        fn refund(&self, _: &str) {}
     }
     let report =
         partner_api::testing::run_rate_limiter(&NeverRefuses(AtomicUsize::new(0)), 3).await;

@@ -1,0 +1,233 @@
+//! Who is asking: the client's address, from the connection's peer and, behind trusted
+//! proxies only, from `X-Forwarded-For` or `Forwarded`.
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use http::header::{HeaderMap, FORWARDED};
+use http::{Extensions, HeaderName};
+use ipnet::IpNet;
+
+/// `X-Forwarded-For`, the de facto header of proxies.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// The address of the connection's peer: the host puts it in each request's extensions, and
+/// the API reads the client's address from it (to throttle failed authentication by client).
+///
+/// hyper's accept loop has it from `TcpListener::accept`; axum from
+/// `ConnectInfo<SocketAddr>`; tonic from `Request::remote_addr`. Without it, every client
+/// shares one budget of failed authentications.
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use partner_api::PeerAddr;
+///
+/// let mut request = http::Request::new(());
+/// let peer: SocketAddr = "192.0.2.7:50312".parse().unwrap();
+/// request.extensions_mut().insert(PeerAddr(peer));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// The proxies whose forwarding headers are believed.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TrustedProxies {
+    ranges: Vec<IpNet>,
+}
+
+/// The client's address as the API sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ClientAddr {
+    /// The peer, or the address a trusted proxy reported.
+    Known(IpAddr),
+    /// The host passed no [`PeerAddr`].
+    Unknown,
+    /// A trusted proxy sent a forwarding header that does not parse (the proxy's address).
+    Unparseable(IpAddr),
+}
+
+impl TrustedProxies {
+    pub(crate) fn new(ranges: Vec<IpNet>) -> Self {
+        Self { ranges }
+    }
+
+    fn trusts(&self, address: IpAddr) -> bool {
+        let address = canonical(address);
+        self.ranges.iter().any(|range| range.contains(&address))
+    }
+
+    /// The client's address for a request with these `extensions` and `headers`: the peer;
+    /// or, when the peer is a trusted proxy and it forwarded the request, the rightmost
+    /// forwarded address that is not a trusted proxy (the leftmost ones are the client's
+    /// word, which anyone can forge).
+    pub(crate) fn client_addr(&self, extensions: &Extensions, headers: &HeaderMap) -> ClientAddr {
+        let Some(PeerAddr(peer)) = extensions.get::<PeerAddr>() else {
+            return ClientAddr::Unknown;
+        };
+        let peer = canonical(peer.ip());
+        if self.ranges.is_empty() || !self.trusts(peer) {
+            return ClientAddr::Known(peer);
+        }
+        let Some(hops) = forwarded_hops(headers) else {
+            return ClientAddr::Unparseable(peer);
+        };
+        // Walks from the nearest hop outwards, past every trusted proxy.
+        let mut client = peer;
+        for hop in hops.into_iter().rev() {
+            client = canonical(hop);
+            if !self.trusts(client) {
+                break;
+            }
+        }
+        ClientAddr::Known(client)
+    }
+}
+
+impl ClientAddr {
+    /// The name of this client's budget of failed authentications: the address, an IPv6
+    /// one by its /64 (the smallest block a host is given, so one attacker is one budget).
+    pub(crate) fn budget_name(self) -> Box<str> {
+        match self {
+            Self::Known(IpAddr::V4(address)) => address.to_string().into(),
+            Self::Known(IpAddr::V6(address)) => {
+                let network = u128::from(address) & !((1_u128 << 64) - 1);
+                format!("{}/64", Ipv6Addr::from(network)).into()
+            }
+            Self::Unknown => "unknown".into(),
+            Self::Unparseable(proxy) => format!("unparseable-via-{proxy}").into(),
+        }
+    }
+}
+
+/// An IPv4-mapped IPv6 address (`::ffff:192.0.2.1`, as a dual-stack socket reports IPv4
+/// peers) as the IPv4 address it is.
+fn canonical(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// The addresses the proxies reported, nearest last: every `X-Forwarded-For` (or, without
+/// one, every `Forwarded` `for=`) in order; `None` when there is no such header or one of
+/// its addresses does not parse.
+fn forwarded_hops(headers: &HeaderMap) -> Option<Vec<IpAddr>> {
+    let mut hops = Vec::new();
+    if headers.contains_key(X_FORWARDED_FOR) {
+        for value in headers.get_all(X_FORWARDED_FOR) {
+            for hop in value.to_str().ok()?.split(',') {
+                hops.push(parse_hop(hop.trim())?);
+            }
+        }
+    } else {
+        for value in headers.get_all(FORWARDED) {
+            for element in value.to_str().ok()?.split(',') {
+                let node = element.split(';').find_map(|pair| {
+                    let (name, value) = pair.trim().split_once('=')?;
+                    name.eq_ignore_ascii_case("for").then_some(value)
+                })?;
+                hops.push(parse_hop(node.trim_matches('"'))?);
+            }
+        }
+    }
+    (!hops.is_empty()).then_some(hops)
+}
+
+/// One hop's address: `192.0.2.1`, `192.0.2.1:8080`, `[2001:db8::1]` or
+/// `[2001:db8::1]:8080`, or a bare IPv6 address.
+fn parse_hop(hop: &str) -> Option<IpAddr> {
+    if let Ok(address) = hop.parse::<IpAddr>() {
+        return Some(address);
+    }
+    if let Ok(socket) = hop.parse::<SocketAddr>() {
+        return Some(socket.ip());
+    }
+    hop.strip_prefix('[')?.strip_suffix(']')?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(peer: &str, headers: &[(&str, &str)]) -> (Extensions, HeaderMap) {
+        let mut extensions = Extensions::new();
+        extensions.insert(PeerAddr(peer.parse().unwrap()));
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+        }
+        (extensions, map)
+    }
+
+    fn proxies(ranges: &[&str]) -> TrustedProxies {
+        TrustedProxies::new(ranges.iter().map(|range| range.parse().unwrap()).collect())
+    }
+
+    fn addr(text: &str) -> ClientAddr {
+        ClientAddr::Known(text.parse().unwrap())
+    }
+
+    #[test]
+    fn the_peer_is_the_client_unless_it_is_a_trusted_proxy() {
+        let forged = [("x-forwarded-for", "203.0.113.9")];
+        let (ext, headers) = request("198.51.100.1:4000", &forged);
+        assert_eq!(
+            TrustedProxies::default().client_addr(&ext, &headers),
+            addr("198.51.100.1")
+        );
+        assert_eq!(
+            proxies(&["10.0.0.0/8"]).client_addr(&ext, &headers),
+            addr("198.51.100.1"),
+            "an untrusted peer's header is ignored"
+        );
+        assert_eq!(
+            TrustedProxies::default().client_addr(&Extensions::new(), &headers),
+            ClientAddr::Unknown
+        );
+    }
+
+    #[test]
+    fn behind_trusted_proxies_the_rightmost_untrusted_hop_is_the_client() {
+        let trusted = proxies(&["10.0.0.0/8"]);
+        let (ext, headers) = request(
+            "10.0.0.2:4000",
+            &[("x-forwarded-for", "1.1.1.1, 203.0.113.9, 10.0.0.7")],
+        );
+        assert_eq!(trusted.client_addr(&ext, &headers), addr("203.0.113.9"));
+        let (ext, headers) = request(
+            "10.0.0.2:4000",
+            &[(
+                "forwarded",
+                "for=1.1.1.1, for=\"[2001:db8::1]:443\";proto=https",
+            )],
+        );
+        assert_eq!(trusted.client_addr(&ext, &headers), addr("2001:db8::1"));
+        let (ext, headers) = request("10.0.0.2:4000", &[]);
+        assert_eq!(
+            trusted.client_addr(&ext, &headers),
+            ClientAddr::Unparseable("10.0.0.2".parse().unwrap())
+        );
+        let (ext, headers) = request("10.0.0.2:4000", &[("x-forwarded-for", "1.1.1.1, junk")]);
+        assert_eq!(
+            trusted.client_addr(&ext, &headers),
+            ClientAddr::Unparseable("10.0.0.2".parse().unwrap())
+        );
+        let (ext, headers) = request("[::ffff:10.0.0.2]:4000", &[("x-forwarded-for", "1.1.1.1")]);
+        assert_eq!(trusted.client_addr(&ext, &headers), addr("1.1.1.1"));
+    }
+
+    #[test]
+    fn budgets_are_per_address_and_per_ipv6_slash_64() {
+        assert_eq!(&*addr("192.0.2.7").budget_name(), "192.0.2.7");
+        assert_eq!(
+            addr("2001:db8:1:2:aaaa::1").budget_name(),
+            addr("2001:db8:1:2:bbbb::9").budget_name()
+        );
+        assert_ne!(
+            addr("2001:db8:1:2::1").budget_name(),
+            addr("2001:db8:1:3::1").budget_name()
+        );
+    }
+}
