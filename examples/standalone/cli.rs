@@ -40,7 +40,8 @@ pub(crate) struct Args {
     /// Limit each API key to N requests per second (burst N); off by default.
     #[arg(long, value_name = "N")]
     pub(crate) rate_limit: Option<NonZeroU32>,
-    /// Keep the --rate-limit budgets in the Redis at this URL, shared by every replica
+    /// Keep the --rate-limit and --auth-failure-limit budgets in the Redis at this URL, shared
+    /// by every replica
     /// (default: in this process).
     #[cfg(feature = "redis")]
     #[arg(long, value_name = "URL", env = "REDIS_URL", hide_env_values = true)]
@@ -59,17 +60,43 @@ pub(crate) struct Args {
     /// caches (by default they answer from memory, told of changes by PostgreSQL's NOTIFY).
     #[arg(long)]
     pub(crate) no_cache: bool,
+    /// Seconds a cached key or page answers before the database is asked again: the bound on
+    /// a change that no trigger reported (a restore with --disable-triggers, writes under
+    /// session_replication_role = replica). Reported changes reach the caches within 1 s.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub(crate) cache_max_age: u64,
     /// Seconds one request may take before it is answered with a JSON 503.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub(crate) request_timeout: u64,
-    /// Seconds a connection may stay open with no request in flight and no byte sent, from
-    /// accept and between keep-alive requests.
+    /// Seconds a connection may stay open with no request in flight, from accept and
+    /// between keep-alive requests (HTTP/2 pings and other bytes that carry no request do
+    /// not count).
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub(crate) idle_timeout: u64,
     /// Most connections served at once; at the cap, new ones wait in the listen backlog
-    /// until one closes.
-    #[arg(long, value_name = "N", default_value_t = 1024)]
+    /// until one closes. The open-file limit is raised to fit at start (each connection is a
+    /// file descriptor); where the hard limit is lower, the cap is lowered to fit, with a
+    /// warning.
+    #[arg(long, value_name = "N", default_value_t = crate::serve::DEFAULT_MAX_CONNECTIONS)]
     pub(crate) max_connections: usize,
+    /// Most connections one client address may hold at once (0: no cap); more from it are
+    /// closed at once. Behind a load balancer every client has its address: raise it or
+    /// turn it off (0) there, and cap at the balancer instead.
+    #[arg(long, value_name = "N", default_value_t = crate::serve::DEFAULT_MAX_CONNECTIONS_PER_IP)]
+    pub(crate) max_connections_per_ip: usize,
+    /// Seconds a connection may live; then it is closed gracefully, after its requests in
+    /// flight (HTTP/2 with a GOAWAY), and the client reconnects.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    pub(crate) max_connection_age: u64,
+    /// Failed authentications a client address may make per second, with bursts of ten
+    /// times as many; past that, 429 without asking the database. In Redis with
+    /// --redis-url, shared by every replica. 0 turns the throttle off.
+    #[arg(long, value_name = "N", default_value_t = partner_api::service::DEFAULT_AUTH_FAILURE_LIMIT)]
+    pub(crate) auth_failure_limit: u32,
+    /// A proxy (CIDR, repeatable) whose X-Forwarded-For and Forwarded headers name the
+    /// client; from anyone else those headers are ignored.
+    #[arg(long = "trusted-proxy", value_name = "CIDR", value_parser = parse_cidr)]
+    pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
     /// Serve the API's metrics for Prometheus at http://ADDR/metrics, on this listener of
     /// their own (never on the API's port); port 0 picks a free port. Off by default.
     #[arg(long, value_name = "ADDR")]
@@ -151,6 +178,12 @@ pub(crate) enum KeysAction {
     Invalidate,
 }
 
+fn parse_cidr(text: &str) -> Result<ipnet::IpNet, String> {
+    text.parse::<ipnet::IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{text:?} is not an address range such as 10.0.0.0/8"))
+}
+
 fn parse_environment(name: &str) -> Result<KeyEnvironment, String> {
     name.parse()
         .map_err(|err: partner_api::key::UnknownEnvironment| err.to_string())
@@ -160,9 +193,16 @@ fn parse_environment(name: &str) -> Result<KeyEnvironment, String> {
 #[derive(Clone, Debug)]
 pub(crate) struct Options {
     pub(crate) rate_limit: Option<NonZeroU32>,
+    /// Failed authentications per second per client address (`None`: not throttled).
+    pub(crate) auth_failure_limit: Option<NonZeroU32>,
     /// Where rate-limit budgets live: Redis at this URL, or this process.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) redis_url: Option<String>,
+    /// The start of this deployment's budget names in Redis.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) redis_prefix: String,
+    /// Proxies whose forwarding headers are believed.
+    pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
     pub(crate) request_timeout: Duration,
     /// Organizations with a metrics series of their own.
     pub(crate) metrics_organizations: usize,
@@ -174,7 +214,10 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             rate_limit: None,
+            auth_failure_limit: NonZeroU32::new(partner_api::service::DEFAULT_AUTH_FAILURE_LIMIT),
             redis_url: None,
+            redis_prefix: "partner_api:".to_owned(),
+            trusted_proxies: Vec::new(),
             request_timeout: Duration::from_secs(30),
             metrics_organizations: partner_api::metrics::DEFAULT_MAX_ORGANIZATIONS,
             metrics_key_ids: 0,
@@ -188,9 +231,16 @@ impl Options {
         let redis_url = args.redis_url.clone();
         #[cfg(not(feature = "redis"))]
         let redis_url = None;
+        #[cfg(feature = "redis")]
+        let redis_prefix = args.redis_prefix.clone();
+        #[cfg(not(feature = "redis"))]
+        let redis_prefix = String::new();
         Self {
             rate_limit: args.rate_limit,
+            auth_failure_limit: NonZeroU32::new(args.auth_failure_limit),
             redis_url,
+            redis_prefix,
+            trusted_proxies: args.trusted_proxies.clone(),
             request_timeout: Duration::from_secs(args.request_timeout),
             metrics_organizations: args.metrics_organizations,
             metrics_key_ids: args.metrics_key_ids,

@@ -21,6 +21,34 @@ pub(crate) async fn run(args: &Args, action: &KeysAction) -> ExitCode {
     }
 }
 
+/// `standalone migrate`: runs the migrations and exits, 0 or 1 with a message.
+pub(crate) async fn migrate_only(args: &Args) -> ExitCode {
+    #[cfg(feature = "postgres")]
+    let migrated = match &args.database_url {
+        Some(url) => crate::stores::database(url, false).await.map(|_| ()),
+        None => Err("migrate needs a database: give --database-url or set DATABASE_URL".into()),
+    };
+    #[cfg(not(feature = "postgres"))]
+    let migrated: Result<(), String> = {
+        let _ = args;
+        Err(
+            "migrate works on a database: this build has no PostgreSQL support \
+             (build with --features postgres)"
+                .into(),
+        )
+    };
+    match migrated {
+        Ok(()) => {
+            println!(r#"{{"migrated":true}}"#);
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 #[cfg(not(feature = "postgres"))]
 async fn execute(_args: &Args, _action: &KeysAction) -> Result<Vec<String>, String> {
     Err(
@@ -36,23 +64,19 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
     use std::time::Duration;
 
     use partner_api::management::{IssuedKey, KeyManager, KeyRecord, NewKey};
-    use partner_api::{PgStore, Timestamp};
+    use partner_api::Timestamp;
 
-    use crate::stores::error_chain;
+    use crate::stores::{error_chain, without_password};
 
     let Some(url) = &args.database_url else {
         return Err(
             "the keys command needs a database: give --database-url or set DATABASE_URL".into(),
         );
     };
-    let store = PgStore::connect_lazy(url).map_err(|err| error_chain(&err))?;
-    store
-        .migrate()
-        .await
-        .map_err(|err| format!("cannot migrate the database: {}", error_chain(&err)))?;
+    let store = crate::stores::database(url, args.no_migrate).await?;
+    let failed = |err: partner_api::StoreError| without_password(&error_chain(&err), url);
     let json = |record: &KeyRecord| serde_json::to_string(record).map_err(|err| err.to_string());
     let shown = |issued: IssuedKey| Ok(vec![issued.plaintext().to_owned(), json(issued.record())?]);
-    let failed = |err: partner_api::StoreError| error_chain(&err);
     match action {
         KeysAction::Issue {
             organization,

@@ -53,8 +53,10 @@ async fn main() -> ExitCode {
         .init();
     let args = cli::Args::parse();
     stores::warn_of_unused_database_url();
-    if let Some(cli::Command::Keys { action }) = &args.command {
-        return keys::run(&args, action).await;
+    match &args.command {
+        Some(cli::Command::Keys { action }) => return keys::run(&args, action).await,
+        Some(cli::Command::Migrate) => return keys::migrate_only(&args).await,
+        None => {}
     }
 
     let options = cli::Options::from_args(&args);
@@ -64,7 +66,9 @@ async fn main() -> ExitCode {
     }
     let limits = serve::Limits {
         idle_timeout: Duration::from_secs(args.idle_timeout.max(1)),
-        max_connections: args.max_connections,
+        max_connections: serve::fit_open_files(args.max_connections),
+        max_connections_per_ip: args.max_connections_per_ip,
+        max_connection_age: Duration::from_secs(args.max_connection_age.max(1)),
     };
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => match tls::tls_acceptor(cert, key) {

@@ -1,24 +1,25 @@
-//! The accept loop: at most so many connections at once, each closed when idle, TLS when
-//! given, and a graceful stop.
+//! The accept loop: at most so many connections at once and per client address, each closed
+//! when idle or old, TLS when given, and a graceful stop.
 
-use std::io;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body::Body;
+use http_body::{Body, Frame, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
+use partner_api::PeerAddr;
 use pin_project_lite::pin_project;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tower::Service;
 use tower_http::BoxError;
@@ -31,21 +32,71 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How connections are served.
 #[derive(Clone, Debug)]
 pub(crate) struct Limits {
-    /// How long a connection may stay open with no request in flight and no byte moved,
-    /// from accept and between keep-alive requests: it is closed between 1 and 1.5 times this.
+    /// How long a connection may stay open with no request in flight, from accept and between
+    /// requests: it is closed between 1 and 1.5 times this. Only requests count: bytes that
+    /// carry none (HTTP/2 pings, window updates, a trickle of header bytes) do not.
     pub(crate) idle_timeout: Duration,
     /// How many connections are served at once; at the cap the loop stops accepting, and new
     /// connections wait in the listen backlog until one closes.
     pub(crate) max_connections: usize,
+    /// How many of them one client address may hold (0: no cap); beyond it, a new connection
+    /// from that address is closed at once, so one client never holds every slot.
+    pub(crate) max_connections_per_ip: usize,
+    /// How long a connection may live: then it is closed gracefully (after its requests in
+    /// flight; HTTP/2 with a GOAWAY), so that clients spread over replicas again and no
+    /// connection is held forever.
+    pub(crate) max_connection_age: Duration,
 }
+
+/// The default cap on connections: what one async process holds easily, within the file
+/// descriptors `main` raises its limit to.
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// The default cap per client address.
+pub(crate) const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 64;
+/// The default maximum connection age.
+pub(crate) const DEFAULT_MAX_CONNECTION_AGE: Duration = Duration::from_secs(600);
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
             idle_timeout: Duration::from_secs(30),
-            max_connections: 1024,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
+            max_connection_age: DEFAULT_MAX_CONNECTION_AGE,
         }
     }
+}
+
+/// File descriptors kept for everything but the API's connections: the listeners, the
+/// database pool and its listener, Redis, the metrics listener, logs.
+const OTHER_FILES: usize = 256;
+
+/// Raises the open-file limit to fit `max_connections` connections (each is a file
+/// descriptor) and the host's other files, and returns the cap that fits: `max_connections`,
+/// or less with a warning when the hard limit is lower (raise it with `ulimit -Hn`, or
+/// systemd's `LimitNOFILE=`).
+pub(crate) fn fit_open_files(max_connections: usize) -> usize {
+    let wanted = u64::try_from(max_connections.saturating_add(OTHER_FILES)).unwrap_or(u64::MAX);
+    let granted = match rlimit::increase_nofile_limit(wanted) {
+        Ok(granted) => granted,
+        // Not a platform with such a limit, or not allowed to ask: keep the cap.
+        Err(_) => return max_connections,
+    };
+    if granted >= wanted {
+        return max_connections;
+    }
+    let fits = usize::try_from(granted)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(OTHER_FILES)
+        .max(1);
+    tracing::warn!(
+        max_connections,
+        open_file_limit = granted,
+        serving = fits,
+        "the open-file limit is too low for --max-connections; serving fewer (raise it with \
+         `ulimit -n` or systemd's LimitNOFILE=)"
+    );
+    fits
 }
 
 /// What [`serve`] serves: a tower service of hyper requests, as `stack::app` makes (with
@@ -91,8 +142,10 @@ pub(crate) async fn serve<S, RB>(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(CLIENT_TIMEOUT);
-    let graceful = GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let max_connections = limits.max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(max_connections));
+    let per_ip = Arc::new(PerAddress::new(limits.max_connections_per_ip));
+    let (stopping, stop_signal) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         // At the cap, wait for a connection to close before accepting the next.
@@ -103,9 +156,9 @@ pub(crate) async fn serve<S, RB>(
             },
             () = &mut shutdown => break,
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => stream,
+                Ok(accepted) => accepted,
                 Err(err) => {
                     // Out of file descriptors and the like: back off instead of spinning.
                     tracing::warn!(error = %err, "accept failed");
@@ -115,21 +168,29 @@ pub(crate) async fn serve<S, RB>(
             },
             () = &mut shutdown => break,
         };
+        let Some(held) = per_ip.enter(peer.ip()) else {
+            // Closed at once, its slot free again: the client already holds its share.
+            tracing::debug!(peer = %peer.ip(), "too many connections from one address");
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let builder = builder.clone();
-        let watcher = graceful.watcher();
         let app = app.clone();
         let tls = tls.clone();
-        let idle_timeout = limits.idle_timeout;
+        let limits = limits.clone();
+        let stop_signal = stop_signal.clone();
         tokio::spawn(async move {
-            let _slot = slot;
+            let _held = (slot, held);
+            let connection = Connection {
+                peer,
+                limits: &limits,
+                stop_signal,
+            };
             match tls {
-                None => serve_connection(stream, &builder, app, watcher, idle_timeout).await,
+                None => connection.serve(stream, &builder, app).await,
                 Some(acceptor) => {
                     match tokio::time::timeout(CLIENT_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => {
-                            serve_connection(stream, &builder, app, watcher, idle_timeout).await
-                        }
+                        Ok(Ok(stream)) => connection.serve(stream, &builder, app).await,
                         Ok(Err(err)) => tracing::debug!(error = %err, "TLS handshake failed"),
                         Err(_) => tracing::debug!("TLS handshake timed out"),
                     }
@@ -138,7 +199,10 @@ pub(crate) async fn serve<S, RB>(
         });
     }
     drop(listener);
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+    let _ = stopping.send(true);
+    // Every connection holds a slot until it ends: all of them back means all ended.
+    let all_closed = slots.acquire_many(u32::try_from(max_connections).unwrap_or(u32::MAX));
+    if tokio::time::timeout(SHUTDOWN_GRACE, all_closed)
         .await
         .is_err()
     {
@@ -146,46 +210,122 @@ pub(crate) async fn serve<S, RB>(
     }
 }
 
-/// Serves one connection (HTTP/1.1, or HTTP/2 by ALPN or prior knowledge) under `watcher`,
-/// and closes it once it has been idle for `idle_timeout`.
-async fn serve_connection<I, S, RB>(
-    io: I,
-    builder: &auto::Builder<TokioExecutor>,
-    app: S,
-    watcher: Watcher,
-    idle_timeout: Duration,
-) where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    S: HostService<RB>,
-    RB: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
-{
-    let activity = Arc::new(Activity::default());
-    // Counts the requests in flight: a connection waiting for its answer is not idle.
-    let service = CountRequests {
-        inner: app,
-        activity: activity.clone(),
-    };
-    let io = Tracked {
-        io,
-        activity: activity.clone(),
-    };
-    let connection = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
-    tokio::select! {
-        served = watcher.watch(connection.into_owned()) => {
-            if let Err(err) = served {
-                tracing::debug!(error = %err, "connection ended with an error");
-            }
+/// The connections each client address holds, for the cap per address.
+struct PerAddress {
+    max: usize,
+    held: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl PerAddress {
+    fn new(max: usize) -> Self {
+        Self {
+            max,
+            held: Mutex::new(HashMap::new()),
         }
-        () = activity.idle_for(idle_timeout) => {
-            tracing::debug!("closing an idle connection");
+    }
+
+    /// One more connection of `address`, held until the guard drops; `None` at the cap.
+    fn enter(self: &Arc<Self>, address: IpAddr) -> Option<AddressGuard> {
+        if self.max == 0 {
+            return Some(AddressGuard(None));
+        }
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let count = held.entry(address).or_insert(0);
+        if *count >= self.max {
+            return None;
+        }
+        *count += 1;
+        Some(AddressGuard(Some((self.clone(), address))))
+    }
+}
+
+/// One connection of an address, counted in [`PerAddress`] until dropped.
+struct AddressGuard(Option<(Arc<PerAddress>, IpAddr)>);
+
+impl Drop for AddressGuard {
+    fn drop(&mut self) {
+        let Some((per_ip, address)) = self.0.take() else {
+            return;
+        };
+        let mut held = per_ip.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = held.get_mut(&address) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&address);
+            }
         }
     }
 }
 
-/// What a connection did lately, as its IO and its requests report it.
+/// One accepted connection and what bounds it.
+struct Connection<'a> {
+    peer: SocketAddr,
+    limits: &'a Limits,
+    stop_signal: watch::Receiver<bool>,
+}
+
+impl Connection<'_> {
+    /// Serves the connection (HTTP/1.1, or HTTP/2 by ALPN or prior knowledge) until the client
+    /// closes it, it is idle for the idle timeout (closed at once), or it reaches its maximum
+    /// age or the server stops (closed gracefully: after the requests in flight).
+    async fn serve<I, S, RB>(mut self, io: I, builder: &auto::Builder<TokioExecutor>, app: S)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: HostService<RB>,
+        RB: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
+    {
+        let activity = Arc::new(Activity::default());
+        let service = PerConnection {
+            inner: app,
+            activity: activity.clone(),
+            peer: PeerAddr(self.peer),
+        };
+        let connection = builder
+            .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
+            .into_owned();
+        tokio::pin!(connection);
+        let idle = activity.idle_for(self.limits.idle_timeout);
+        tokio::pin!(idle);
+        let old = tokio::time::sleep(self.limits.max_connection_age);
+        tokio::pin!(old);
+        let mut closing = *self.stop_signal.borrow();
+        if closing {
+            connection.as_mut().graceful_shutdown();
+        }
+        loop {
+            tokio::select! {
+                served = connection.as_mut() => {
+                    if let Err(err) = served {
+                        tracing::debug!(error = %err, "connection ended with an error");
+                    }
+                    return;
+                }
+                () = &mut idle => {
+                    tracing::debug!("closing an idle connection");
+                    return;
+                }
+                () = &mut old, if !closing => {
+                    tracing::debug!("closing a connection at its maximum age");
+                    closing = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+                changed = self.stop_signal.changed(), if !closing => {
+                    // A closed channel is a stop too: the server is gone.
+                    if changed.is_err() || *self.stop_signal.borrow() {
+                        closing = true;
+                        connection.as_mut().graceful_shutdown();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What a connection did lately: its requests, from their start to the end of their
+/// response body.
 #[derive(Default)]
 struct Activity {
-    /// Whether a byte moved (or a request ended) since the watchdog last looked.
+    /// Whether a request started or ended since the watchdog last looked.
     moved: AtomicBool,
     /// The requests in flight.
     in_flight: AtomicUsize,
@@ -196,9 +336,9 @@ impl Activity {
         self.moved.store(true, Ordering::Relaxed);
     }
 
-    /// Completes once nothing moved and no request was in flight for `timeout`: it looks
-    /// every half `timeout` (so a busy connection costs no timer per byte or request) and
-    /// completes at the second look in a row that finds the connection quiet.
+    /// Completes once no request started, ended or was in flight for `timeout`: it looks
+    /// every half `timeout` (so a busy connection costs no timer per request) and completes
+    /// at the second look in a row that finds the connection quiet.
     async fn idle_for(&self, timeout: Duration) {
         let half = timeout / 2;
         let mut quiet_looks = 0;
@@ -217,24 +357,30 @@ impl Activity {
     }
 }
 
-/// A connection's service that counts its requests in flight in its [`Activity`].
+/// A connection's service: tells the API the peer's address, and counts the requests in
+/// flight in its [`Activity`].
 #[derive(Clone)]
-struct CountRequests<S> {
+struct PerConnection<S> {
     inner: S,
     activity: Arc<Activity>,
+    peer: PeerAddr,
 }
 
-impl<S: Service<R>, R> Service<R> for CountRequests<S> {
-    type Response = S::Response;
+impl<S, B, RB> Service<Request<B>> for PerConnection<S>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+{
+    type Response = Response<Counted<RB>>;
     type Error = S::Error;
-    type Future = Counted<S::Future>;
+    type Future = CountedFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: R) -> Self::Future {
-        Counted {
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        request.extensions_mut().insert(self.peer);
+        CountedFuture {
             in_flight: Some(InFlight::enter(&self.activity)),
             future: self.inner.call(request),
         }
@@ -242,31 +388,69 @@ impl<S: Service<R>, R> Service<R> for CountRequests<S> {
 }
 
 pin_project! {
-    /// A response future that holds its request's [`InFlight`] until it completes.
-    struct Counted<F> {
+    /// A response future that hands its request's [`InFlight`] to the response body.
+    struct CountedFuture<F> {
         #[pin]
         future: F,
         in_flight: Option<InFlight>,
     }
 }
 
-impl<F: std::future::Future> std::future::Future for Counted<F> {
-    type Output = F::Output;
+impl<F, RB, E> std::future::Future for CountedFuture<F>
+where
+    F: std::future::Future<Output = Result<Response<RB>, E>>,
+{
+    type Output = Result<Response<Counted<RB>>, E>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let output = std::task::ready!(this.future.poll(cx));
-        this.in_flight.take();
-        Poll::Ready(output)
+        let in_flight = this.in_flight.take();
+        Poll::Ready(output.map(|response| {
+            response.map(|body| Counted {
+                body,
+                _in_flight: in_flight,
+            })
+        }))
+    }
+}
+
+pin_project! {
+    /// A response body that keeps its request in flight until hyper drops it, sent.
+    pub(crate) struct Counted<B> {
+        #[pin]
+        body: B,
+        _in_flight: Option<InFlight>,
+    }
+}
+
+impl<B: Body> Body for Counted<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        self.project().body.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 
 /// One request in flight on a connection, until dropped.
-struct InFlight(Arc<Activity>);
+pub(crate) struct InFlight(Arc<Activity>);
 
 impl InFlight {
     fn enter(activity: &Arc<Activity>) -> Self {
         activity.in_flight.fetch_add(1, Ordering::Relaxed);
+        activity.touch();
         Self(activity.clone())
     }
 }
@@ -275,70 +459,5 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.0.touch();
-    }
-}
-
-pin_project! {
-    /// A connection's IO that reports every byte it moves to its [`Activity`].
-    struct Tracked<I> {
-        #[pin]
-        io: I,
-        activity: Arc<Activity>,
-    }
-}
-
-impl<I: AsyncRead> AsyncRead for Tracked<I> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.project();
-        let before = buf.filled().len();
-        let polled = this.io.poll_read(cx, buf);
-        if buf.filled().len() > before {
-            this.activity.touch();
-        }
-        polled
-    }
-}
-
-impl<I: AsyncWrite> AsyncWrite for Tracked<I> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.project();
-        let polled = this.io.poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(written)) if written > 0) {
-            this.activity.touch();
-        }
-        polled
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.project();
-        let polled = this.io.poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(written)) if written > 0) {
-            this.activity.touch();
-        }
-        polled
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.project().io.poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.project().io.poll_shutdown(cx)
     }
 }

@@ -7,6 +7,8 @@ use partner_api::management::KeyManager;
 use partner_api::seed::Seed;
 use partner_api::{KeyStore, LocalRateLimiter, MemoryStore, OrderStore, PartnerApi};
 
+use std::num::NonZeroU32;
+
 use crate::cli::{Args, Options};
 
 /// The partner API over `store`, configured by `options`.
@@ -14,33 +16,66 @@ pub(crate) fn api<S: KeyStore + OrderStore + 'static>(store: S, options: &Option
     configured(PartnerApi::from_store(store), options)
 }
 
-/// `api` with the metrics labels and rate limits `options` ask for: limits in Redis when
-/// given its URL, else in this process. (A Redis URL that is not one is a start-up error,
-/// caught by `check_redis_url`.)
+/// `api` with the metrics labels, rate limits and throttle of failed authentication `options`
+/// ask for: budgets in Redis when given its URL, else in this process. (A Redis URL that is
+/// not one is a start-up error, caught by `check_redis_url`.)
 fn configured(api: PartnerApi, options: &Options) -> PartnerApi {
-    let api = api
+    let mut api = api
         .with_organization_labels(options.metrics_organizations)
-        .with_key_id_labels(options.metrics_key_ids);
+        .with_key_id_labels(options.metrics_key_ids)
+        .with_trusted_proxies(options.trusted_proxies.iter().copied());
+    api = match options.auth_failure_limit {
+        None => api.without_auth_failure_limiter(),
+        Some(limit) => match shared_limiter(options, "auth_failures:", limit, ten_times(limit)) {
+            Some(limiter) => api.with_auth_failure_limiter(limiter),
+            None => api.with_auth_failure_limiter(LocalRateLimiter::new(
+                std::time::Duration::from_secs(1) / limit.get(),
+                ten_times(limit),
+            )),
+        },
+    };
     let Some(limit) = options.rate_limit else {
         return api;
     };
+    match shared_limiter(options, "rate:", limit, limit) {
+        Some(limiter) => api.with_rate_limiter(limiter),
+        None => api.with_rate_limiter(LocalRateLimiter::per_second(limit)),
+    }
+}
+
+fn ten_times(limit: NonZeroU32) -> NonZeroU32 {
+    limit.saturating_mul(NonZeroU32::MIN.saturating_add(9))
+}
+
+/// A limiter of `per_second` (bursts of `burst`) in the Redis of `options`, its budgets named
+/// `{--redis-prefix}{kind}...`; `None` without Redis.
+#[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+fn shared_limiter(
+    options: &Options,
+    kind: &str,
+    per_second: NonZeroU32,
+    burst: NonZeroU32,
+) -> Option<impl partner_api::RateLimiter + 'static> {
     #[cfg(feature = "redis")]
     if let Some(url) = &options.redis_url {
-        if let Ok(limiter) =
-            partner_api::rate_limit::redis::RedisRateLimiter::per_second(url, limit)
-        {
-            return api.with_rate_limiter(limiter);
-        }
+        let period = std::time::Duration::from_secs(1) / per_second.get();
+        return partner_api::rate_limit::redis::RedisRateLimiter::new(url, period, burst)
+            .ok()
+            .map(|limiter| limiter.with_key_prefix(format!("{}{kind}", options.redis_prefix)));
     }
-    api.with_rate_limiter(LocalRateLimiter::per_second(limit))
+    #[cfg(not(feature = "redis"))]
+    return None::<LocalRateLimiter>;
+    #[cfg(feature = "redis")]
+    None
 }
 
 /// Refuses a `--redis-url` that is no Redis URL before anything is served.
 pub(crate) fn check_redis_url(options: &Options) -> Result<(), String> {
     #[cfg(feature = "redis")]
-    if let (Some(url), Some(limit)) = (&options.redis_url, options.rate_limit) {
-        partner_api::rate_limit::redis::RedisRateLimiter::per_second(url, limit)
-            .map_err(|err| format!("bad --redis-url: {err}"))?;
+    if let Some(url) = &options.redis_url {
+        let one = NonZeroU32::MIN;
+        partner_api::rate_limit::redis::RedisRateLimiter::per_second(url, one)
+            .map_err(|err| without_password(&format!("bad --redis-url: {err}"), url))?;
     }
     let _ = options;
     Ok(())
@@ -65,11 +100,7 @@ pub(crate) async fn api_for(
 ) -> Result<(PartnerApi, LastUsedRecorder), String> {
     #[cfg(feature = "postgres")]
     if let Some(url) = &args.database_url {
-        let store = partner_api::PgStore::connect_lazy(url).map_err(|err| error_chain(&err))?;
-        store
-            .migrate()
-            .await
-            .map_err(|err| format!("cannot migrate the database: {}", error_chain(&err)))?;
+        let store = database(url, args.no_migrate).await?;
         if let Some(path) = &args.seed {
             let seed = Seed::from_path(path).map_err(|err| err.to_string())?;
             store
@@ -83,8 +114,13 @@ pub(crate) async fn api_for(
         // Keys and pages answered from memory; every change, however made, reaches the caches
         // through the database's notifications.
         let notifications = partner_api::cache::postgres::listen(store.pool().clone());
-        let keys = CachingKeyStore::new(store.clone()).with_notifications(&notifications);
-        let orders = CachingOrderStore::new(store.clone()).with_notifications(&notifications);
+        let max_age = std::time::Duration::from_secs(args.cache_max_age.max(1));
+        let keys = CachingKeyStore::new(store.clone())
+            .with_max_age(max_age)
+            .with_notifications(&notifications);
+        let orders = CachingOrderStore::new(store.clone())
+            .with_max_age(max_age)
+            .with_notifications(&notifications);
         let recorder = LastUsedRecorder::spawn(store);
         let api =
             configured(PartnerApi::new(keys, orders), options).with_last_used(recorder.clone());
@@ -98,6 +134,70 @@ pub(crate) async fn api_for(
         .and_then(|seed| seed.to_memory_store())
         .map_err(|err| err.to_string())?;
     Ok(recorded_api(store, options))
+}
+
+/// The database at `url`, migrated unless `no_migrate`. Errors never show the URL's
+/// password.
+#[cfg(feature = "postgres")]
+pub(crate) async fn database(url: &str, no_migrate: bool) -> Result<partner_api::PgStore, String> {
+    let store = partner_api::PgStore::connect_lazy(url)
+        .map_err(|err| without_password(&error_chain(&err), url))?;
+    if !no_migrate {
+        store.migrate().await.map_err(|err| {
+            let message = format!("cannot migrate the database: {}", error_chain(&err));
+            without_password(&message, url)
+        })?;
+    }
+    Ok(store)
+}
+
+#[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]
+/// `message` with the password of `url` (as written, and percent-decoded) masked: for any
+/// message that could quote the URL.
+pub(crate) fn without_password(message: &str, url: &str) -> String {
+    let Some(password) = password_of(url) else {
+        return message.to_owned();
+    };
+    let decoded = percent_decoded(password);
+    let mut masked = message.replace(password, "***");
+    if !decoded.is_empty() {
+        masked = masked.replace(&decoded, "***");
+    }
+    masked
+}
+
+#[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]
+/// The password of `scheme://user:password@host...`, if there is one.
+fn password_of(url: &str) -> Option<&str> {
+    let (_, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    let (_, password) = userinfo.split_once(':')?;
+    (!password.is_empty()).then_some(password)
+}
+
+#[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let hex = bytes
+            .get(index + 1..index + 3)
+            .and_then(|pair| std::str::from_utf8(pair).ok())
+            .and_then(|pair| u8::from_str_radix(pair, 16).ok());
+        match (bytes[index], hex) {
+            (b'%', Some(byte)) => {
+                decoded.push(byte);
+                index += 3;
+            }
+            (byte, _) => {
+                decoded.push(byte);
+                index += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned()
 }
 
 /// An error and its sources, on one line.

@@ -212,20 +212,62 @@ impl fmt::Debug for Notifications {
 
 /// Whether a cache may answer from memory, and the change count its reads are checked
 /// against.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct Gate {
     /// The hub the cache follows; none for a cache its host invalidates.
     hub: Option<Notifications>,
     /// Changes told to the cache itself (by its host, or the hub).
     own_changes: Arc<AtomicU64>,
+    /// The longest an entry answers, in milliseconds from the read that made it.
+    max_age: u64,
+}
+
+/// Taken before a store is read: whether a change came in since, and when the read began.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Mark {
+    changes: u64,
+    /// [`millis`] of the instant the read began: the age of what it returns counts from it.
+    pub(crate) at: u64,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self {
+            hub: None,
+            own_changes: Arc::default(),
+            max_age: duration_millis(super::DEFAULT_MAX_AGE),
+        }
+    }
+}
+
+fn duration_millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl Gate {
-    pub(crate) fn following(hub: &Notifications) -> Self {
+    /// A gate that follows `hub`, with this gate's maximum age.
+    pub(crate) fn following(&self, hub: &Notifications) -> Self {
         Self {
             hub: Some(hub.clone()),
             own_changes: Arc::default(),
+            max_age: self.max_age,
         }
+    }
+
+    /// This gate with entries answering for at most `max_age`.
+    pub(crate) fn with_max_age(mut self, max_age: Duration) -> Self {
+        self.max_age = duration_millis(max_age);
+        self
+    }
+
+    /// The maximum age of entries.
+    pub(crate) fn max_age(&self) -> Duration {
+        Duration::from_millis(self.max_age)
+    }
+
+    /// Whether an entry whose read began at `read_at` (a [`Mark::at`]) may still answer.
+    pub(crate) fn fresh(&self, read_at: u64) -> bool {
+        millis(Instant::now()).saturating_sub(read_at) < self.max_age
     }
 
     /// Whether the cache may answer from memory now.
@@ -235,7 +277,14 @@ impl Gate {
 
     /// A mark to take before reading the store: [`unchanged_since`](Self::unchanged_since)
     /// says whether what was read may be kept.
-    pub(crate) fn mark(&self) -> u64 {
+    pub(crate) fn mark(&self) -> Mark {
+        Mark {
+            changes: self.changes(),
+            at: millis(Instant::now()),
+        }
+    }
+
+    fn changes(&self) -> u64 {
         let hub = self
             .hub
             .as_ref()
@@ -244,8 +293,8 @@ impl Gate {
     }
 
     /// Whether no change came in since `mark`, and the cache may answer from memory.
-    pub(crate) fn unchanged_since(&self, mark: u64) -> bool {
-        self.open() && self.mark() == mark
+    pub(crate) fn unchanged_since(&self, mark: Mark) -> bool {
+        self.open() && self.changes() == mark.changes
     }
 
     pub(crate) fn note_change(&self) {

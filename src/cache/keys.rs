@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 use quick_cache::sync::Cache;
 
-use super::freshness::{Gate, Invalidate, Notifications};
+use super::freshness::{Gate, Invalidate, Mark, Notifications};
 use super::DEFAULT_CAPACITY;
 use crate::key::KeyDigest;
 use crate::metrics::{self, CacheName, InvalidationScope};
@@ -38,14 +38,15 @@ pub struct CachingKeyStore<S> {
 }
 
 struct KeyCache {
-    /// Keys that resolved to a principal.
-    found: Cache<KeyDigest, Principal>,
+    /// Keys that resolved to a principal, with the [`Mark::at`] of the read.
+    found: Cache<KeyDigest, (Principal, u64)>,
     /// The digests held in `found` for each key id, so that a change to one key drops its
     /// entries at once instead of scanning the cache: a burst of changes costs each of them
     /// O(1), not O(cached keys). Ids whose digests were evicted since are pruned now and then.
     by_key_id: Mutex<HashMap<Arc<str>, Vec<KeyDigest>>>,
-    /// Keys that resolved to nothing, and why (unknown, revoked, expired).
-    absent: Cache<KeyDigest, KeyLookup>,
+    /// Keys that resolved to nothing, and why (unknown, revoked, expired), with the
+    /// [`Mark::at`] of the read.
+    absent: Cache<KeyDigest, (KeyLookup, u64)>,
     gate: Gate,
 }
 
@@ -81,7 +82,19 @@ impl<S: KeyStore> CachingKeyStore<S> {
     #[must_use]
     pub fn with_notifications(self, notifications: &Notifications) -> Self {
         let capacity = self.cache.found.capacity() as usize;
-        Self::with_gate(self.inner, Gate::following(notifications), capacity)
+        let gate = self.cache.gate.following(notifications);
+        Self::with_gate(self.inner, gate, capacity)
+    }
+
+    /// Answers from an entry for at most `max_age` after the read that made it (default
+    /// [`DEFAULT_MAX_AGE`](super::DEFAULT_MAX_AGE)); then the store is asked again. This bounds
+    /// how long a change that no notification reported (one that bypassed the triggers) is
+    /// missed. Drops what the cache held.
+    #[must_use]
+    pub fn with_max_age(self, max_age: std::time::Duration) -> Self {
+        let capacity = self.cache.found.capacity() as usize;
+        let gate = self.cache.gate.clone().with_max_age(max_age);
+        Self::with_gate(self.inner, gate, capacity)
     }
 
     /// Forgets the key `key_id` (changed or removed), and every key remembered as unknown (one
@@ -117,7 +130,11 @@ impl KeyCache {
         if !self.gate.open() {
             return None;
         }
-        let answer = if let Some(principal) = self.found.get(digest) {
+        let answer = if let Some((principal, read_at)) = self.found.get(digest) {
+            if !self.gate.fresh(read_at) {
+                self.found.remove(digest);
+                return None;
+            }
             // Expiry holds on every hit; the clock is read only for a key that expires.
             let expired = principal
                 .expires_at
@@ -128,23 +145,28 @@ impl KeyCache {
                 KeyLookup::Valid(principal)
             }
         } else {
-            self.absent.get(digest)?
+            let (refused, read_at) = self.absent.get(digest)?;
+            if !self.gate.fresh(read_at) {
+                self.absent.remove(digest);
+                return None;
+            }
+            refused
         };
         metrics::cache_hit(CacheName::Keys);
         Some(answer)
     }
 
     /// Keeps what the store answered for `digest`, unless a change came in since `mark`.
-    fn keep(&self, digest: KeyDigest, answer: &KeyLookup, mark: u64) {
+    fn keep(&self, digest: KeyDigest, answer: &KeyLookup, mark: Mark) {
         if !self.gate.unchanged_since(mark) {
             return;
         }
         match answer {
             KeyLookup::Valid(principal) => {
-                self.found.insert(digest, principal.clone());
+                self.found.insert(digest, (principal.clone(), mark.at));
                 self.index(&principal.key_id, digest);
             }
-            refused => self.absent.insert(digest, refused.clone()),
+            refused => self.absent.insert(digest, (refused.clone(), mark.at)),
         }
         // A change that came in while inserting may have missed the new entry.
         if !self.gate.unchanged_since(mark) {
@@ -227,6 +249,7 @@ impl<S> fmt::Debug for CachingKeyStore<S> {
             .field("known", &self.cache.found.len())
             .field("unknown", &self.cache.absent.len())
             .field("answering", &self.cache.gate.open())
+            .field("max_age", &self.cache.gate.max_age())
             .finish_non_exhaustive()
     }
 }
@@ -236,6 +259,49 @@ mod tests {
     use super::*;
     use crate::model::Organization;
     use crate::MemoryStore;
+
+    #[tokio::test]
+    async fn a_change_no_one_reported_is_seen_after_the_maximum_age() {
+        let store = MemoryStore::new();
+        store
+            .add_organization(Organization {
+                id: "org".into(),
+                name: "Org".into(),
+            })
+            .unwrap();
+        store.add_key("pk_test_aging_key", "org").unwrap();
+        let digest = KeyDigest::of("pk_test_aging_key");
+        let unknown = KeyDigest::of("pk_test_never_issued");
+        let hub = Notifications::new();
+        hub.connected();
+        let max_age = std::time::Duration::from_millis(300);
+        let cache = CachingKeyStore::new(store.clone())
+            .with_max_age(max_age)
+            .with_notifications(&hub);
+        assert!(cache.lookup(&digest).await.unwrap().is_valid());
+        assert_eq!(cache.lookup(&unknown).await.unwrap(), KeyLookup::Unknown);
+        // Revoked behind the cache's back, as a write with the triggers disabled would.
+        assert!(store.revoke_key("pk_test_aging_key"));
+        store.add_key("pk_test_never_issued", "org").unwrap();
+        assert!(
+            matches!(cache.lookup_now(&digest), Some(Ok(KeyLookup::Valid(_)))),
+            "within the maximum age, the cache answers what it read"
+        );
+        let read = std::time::Instant::now();
+        let deadline = read + max_age * 20;
+        while cache.lookup_now(&digest).is_some() || cache.lookup_now(&unknown).is_some() {
+            // Fresh evidence: only the age can turn the entries away.
+            hub.confirmed(std::time::Instant::now());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "entries outlived their age"
+            );
+            tokio::time::sleep(max_age / 10).await;
+        }
+        assert!(read.elapsed() >= max_age / 2, "turned away before its age");
+        assert_eq!(cache.lookup(&digest).await.unwrap(), KeyLookup::Revoked);
+        assert!(cache.lookup(&unknown).await.unwrap().is_valid());
+    }
 
     #[tokio::test]
     async fn a_cache_hears_of_changes_whatever_order_its_builder_ran_in() {

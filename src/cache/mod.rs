@@ -32,5 +32,10 @@ pub use freshness::{Notifications, DEFAULT_MAX_EVIDENCE_AGE};
 pub use keys::CachingKeyStore;
 pub use orders::{CachingOrderStore, LATER_PAGES};
 
+/// The longest a cache answers from one read of its store, by default: the bound on how
+/// long a change that no notification reported (a write that bypassed the triggers) is
+/// missed. Changes that are reported reach the caches within [`DEFAULT_MAX_EVIDENCE_AGE`].
+pub const DEFAULT_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The most entries a cache keeps, by default.
 pub const DEFAULT_CAPACITY: usize = 100_000;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use async_trait::async_trait;
 use quick_cache::sync::Cache;
 
-use super::freshness::{Gate, Invalidate, Notifications};
+use super::freshness::{Gate, Invalidate, Mark, Notifications};
 use super::DEFAULT_CAPACITY;
 use crate::metrics::{self, CacheName, InvalidationScope};
 use crate::model::{OrderPage, MAX_ORDERS};
@@ -40,10 +40,13 @@ struct OrderCache {
     gate: Gate,
 }
 
-/// The pages kept of one organization, all dropped together when its orders change: the
-/// default first page, and other pages (shorter first pages among them) by their query.
+/// The pages kept of one organization, all dropped together when its orders change or the
+/// first of them is too old: the default first page, and other pages (shorter first pages
+/// among them) by their query.
 #[derive(Default)]
 struct OrganizationPages {
+    /// The [`Mark::at`] of the first read kept: the age of every page counts from it.
+    read_at: u64,
     first: OnceLock<OrderPage>,
     later: Mutex<HashMap<OrderQuery, OrderPage>>,
 }
@@ -110,7 +113,18 @@ impl<S: OrderStore> CachingOrderStore<S> {
     #[must_use]
     pub fn with_notifications(self, notifications: &Notifications) -> Self {
         let capacity = self.cache.organizations.capacity() as usize;
-        Self::with_gate(self.inner, Gate::following(notifications), capacity)
+        let gate = self.cache.gate.following(notifications);
+        Self::with_gate(self.inner, gate, capacity)
+    }
+
+    /// Answers from a page for at most `max_age` after the read that made it, as
+    /// [`CachingKeyStore::with_max_age`](super::CachingKeyStore::with_max_age). Drops what
+    /// the cache held.
+    #[must_use]
+    pub fn with_max_age(self, max_age: std::time::Duration) -> Self {
+        let capacity = self.cache.organizations.capacity() as usize;
+        let gate = self.cache.gate.clone().with_max_age(max_age);
+        Self::with_gate(self.inner, gate, capacity)
     }
 
     /// Forgets the pages of `organization_id`, whose orders changed.
@@ -135,18 +149,26 @@ impl OrderCache {
         if !self.gate.open() {
             return None;
         }
-        let page = self.organizations.get(organization_id)?.get(query)?;
+        let pages = self.organizations.get(organization_id)?;
+        if !self.gate.fresh(pages.read_at) {
+            self.organizations.remove(organization_id);
+            return None;
+        }
+        let page = pages.get(query)?;
         metrics::cache_hit(CacheName::Orders);
         Some(page)
     }
 
     /// Keeps what the store answered, unless a change came in since `mark`.
-    fn keep(&self, organization_id: &str, query: &OrderQuery, page: &OrderPage, mark: u64) {
+    fn keep(&self, organization_id: &str, query: &OrderQuery, page: &OrderPage, mark: Mark) {
         if !self.gate.unchanged_since(mark) {
             return;
         }
         let Ok(pages) = self.organizations.get_or_insert_with(organization_id, || {
-            Ok::<_, std::convert::Infallible>(Arc::default())
+            Ok::<_, std::convert::Infallible>(Arc::new(OrganizationPages {
+                read_at: mark.at,
+                ..OrganizationPages::default()
+            }))
         });
         pages.keep(query, page);
         // A change that came in while keeping may have missed the new page.
@@ -203,6 +225,7 @@ impl<S> fmt::Debug for CachingOrderStore<S> {
         f.debug_struct("CachingOrderStore")
             .field("organizations", &self.cache.organizations.len())
             .field("answering", &self.cache.gate.open())
+            .field("max_age", &self.cache.gate.max_age())
             .finish_non_exhaustive()
     }
 }

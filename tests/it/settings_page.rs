@@ -1,20 +1,47 @@
 //! The Settings -> Partner API page of `examples/settings/` (its program, built by `cargo
 //! build --all-features --examples` as `.ci/test` does), driven in a real headless
-//! browser (Debian's chromium and chromedriver, through WebDriver) as a person would use it:
-//! sign in, create a key, read it off the page and call the API with it, revoke it after
-//! confirming, roll another and watch both work until the overlap ends; and a screenshot.
+//! browser (Debian's chromium and chromedriver, through WebDriver) over HTTPS as a person
+//! would use it: sign in, create a key, read it off the page and call the API with it, revoke
+//! it after confirming, roll another and watch both work until the overlap ends; and a
+//! screenshot. Beside it, the host's hardening over plain requests: the cookies' flags, the
+//! CSRF checks of sign-in and sign-out, the Content-Security-Policy of every page, sessions
+//! that expire and a session store that stays bounded.
 //!
 //! `bash .ci/test` installs chromium and chromium-driver when they are missing; with
 //! `PARTNER_API_UPDATE_SCREENSHOT=1` the test also writes `examples/settings/screenshot.png`.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use fantoccini::wd::Capabilities;
 use fantoccini::{Client, ClientBuilder, Locator};
-use http_body_util::{BodyExt, Empty};
+use http::{Method, Request, StatusCode};
+use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+
+use crate::common::net::Certificate;
+use crate::common::{collect, Collected, Process};
+
+/// The page's path.
+const PAGE: &str = "/settings/partner-api";
+/// The key-management API's list of keys.
+const KEYS: &str = "/settings/partner-api/api/keys";
+/// A form's content type.
+const FORM: &str = "application/x-www-form-urlencoded";
+/// Where the sign-in form's CSRF token is, and the page's.
+const FORM_TOKEN: &str = r#"name="csrf_token" value=""#;
+const PAGE_TOKEN: &str = r#"<meta name="csrf-token" content=""#;
+/// The example's default session lifetime, in seconds (the session cookie's `Max-Age`).
+const SESSION_SECONDS: u64 = 8 * 60 * 60;
+/// How long a sign-in form's token lasts, in seconds.
+const SIGN_IN_FORM_SECONDS: u64 = 15 * 60;
 
 /// chromedriver on a free loopback port, ended on drop.
 struct Driver {
@@ -45,10 +72,12 @@ impl Drop for Driver {
     }
 }
 
-/// A browser session on `driver`, retried until chromedriver is up.
+/// A browser session on `driver`, retried until chromedriver is up. It accepts the test's
+/// self-signed certificate.
 async fn browser(driver: &Driver) -> Client {
     let mut capabilities = Capabilities::new();
     capabilities.insert("browserName".into(), "chrome".into());
+    capabilities.insert("acceptInsecureCerts".into(), true.into());
     capabilities.insert(
         "goog:chromeOptions".into(),
         serde_json::json!({
@@ -56,7 +85,8 @@ async fn browser(driver: &Driver) -> Client {
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                      "--window-size=1280,1100", "--disable-background-networking",
                      "--disable-component-update", "--disable-sync", "--disable-extensions",
-                     "--no-first-run", "--no-default-browser-check"]
+                     "--no-first-run", "--no-default-browser-check",
+                     "--ignore-certificate-errors"]
         }),
     );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -76,18 +106,617 @@ async fn browser(driver: &Driver) -> Client {
     }
 }
 
-/// The status of `GET /v1/me` with `key` on the host at `address`.
-async fn me_status(address: SocketAddr, key: &str) -> u16 {
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Empty<bytes::Bytes>>();
-    let request = http::Request::get(format!("http://{address}/v1/me"))
-        .header("authorization", format!("Bearer {key}"))
-        .body(Empty::new())
-        .unwrap();
-    let response = client.request(request).await.unwrap();
-    let status = response.status().as_u16();
-    let _ = response.into_body().collect().await;
-    status
+/// The example running as a program, and how to reach it: plain HTTP, or HTTPS trusting only
+/// the test's certificate. The program ends when this is dropped.
+struct Example {
+    _process: Process,
+    address: SocketAddr,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    /// `__Host-` when its cookies are `Secure`.
+    cookie_prefix: &'static str,
+}
+
+impl Example {
+    /// The example over plain HTTP, with `args` besides its address.
+    async fn start(args: &[&str]) -> Self {
+        let mut all = vec!["--listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let mut process = Process::spawn_example("settings", &all);
+        let address = process.address().await;
+        Self {
+            _process: process,
+            address,
+            tls: None,
+            cookie_prefix: if args.contains(&"--secure-cookies") {
+                "__Host-"
+            } else {
+                ""
+            },
+        }
+    }
+
+    /// The example over HTTPS with `certificate`.
+    async fn start_tls(certificate: &Certificate) -> Self {
+        let cert = certificate.cert_path.to_str().unwrap();
+        let key = certificate.key_path.to_str().unwrap();
+        let mut process = Process::spawn_example(
+            "settings",
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--tls-cert",
+                cert,
+                "--tls-key",
+                key,
+            ],
+        );
+        let line = process.line().await;
+        let address = line
+            .strip_prefix("listening on https://")
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("{line}"))
+            .parse()
+            .unwrap_or_else(|_| panic!("{line}"));
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(certificate.der.clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Self {
+            _process: process,
+            address,
+            tls: Some(Arc::new(config)),
+            cookie_prefix: "__Host-",
+        }
+    }
+
+    /// The base URL a browser opens.
+    fn base(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.address)
+    }
+
+    /// The name of the example's cookie `name`.
+    fn cookie(&self, name: &str) -> String {
+        format!("{}{name}", self.cookie_prefix)
+    }
+
+    /// `method path` with `headers` and `body`, on a connection of its own.
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Collected {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", self.address.to_string());
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .unwrap();
+        let tcp = TcpStream::connect(self.address).await.unwrap();
+        let response = match &self.tls {
+            Some(config) => {
+                let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+                let tls = tokio_rustls::TlsConnector::from(config.clone())
+                    .connect(name, tcp)
+                    .await
+                    .unwrap();
+                exchange(TokioIo::new(tls), request).await
+            }
+            None => exchange(TokioIo::new(tcp), request).await,
+        };
+        collect(response).await
+    }
+
+    /// `GET path`, with `cookie` (`name=value`) unless it is empty.
+    async fn get(&self, path: &str, cookie: &str) -> Collected {
+        let mut headers = Vec::new();
+        if !cookie.is_empty() {
+            headers.push(("cookie", cookie));
+        }
+        self.send(Method::GET, path, &headers, "").await
+    }
+
+    /// `POST path` of the form `body`, with `cookie` unless it is empty, and `extra` headers.
+    async fn post_form(
+        &self,
+        path: &str,
+        cookie: &str,
+        extra: &[(&str, &str)],
+        body: &str,
+    ) -> Collected {
+        let mut headers = vec![("content-type", FORM)];
+        if !cookie.is_empty() {
+            headers.push(("cookie", cookie));
+        }
+        headers.extend_from_slice(extra);
+        self.send(Method::POST, path, &headers, body).await
+    }
+}
+
+/// `request` over `io`, HTTP/1.1.
+async fn exchange<I>(io: I, request: Request<Full<Bytes>>) -> http::Response<hyper::body::Incoming>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await.unwrap();
+    tokio::spawn(connection);
+    sender.send_request(request).await.unwrap()
+}
+
+/// The status of `GET /v1/me` with `key` on `example`.
+async fn me_status(example: &Example, key: &str) -> u16 {
+    let bearer = format!("Bearer {key}");
+    example
+        .send(
+            Method::GET,
+            "/v1/me",
+            &[("authorization", bearer.as_str())],
+            "",
+        )
+        .await
+        .status
+        .as_u16()
+}
+
+/// The body of `response`, as text.
+fn body(response: &Collected) -> &str {
+    std::str::from_utf8(&response.body).unwrap()
+}
+
+/// The text after `prefix` in `html`, up to the next `"`: an attribute's value.
+fn attribute_after(html: &str, prefix: &str) -> String {
+    let start = html
+        .find(prefix)
+        .unwrap_or_else(|| panic!("no {prefix} in {html}"))
+        + prefix.len();
+    html[start..].split('"').next().unwrap().to_owned()
+}
+
+/// The `Set-Cookie` header of the cookie `name` in `response`.
+fn set_cookie(response: &Collected, name: &str) -> String {
+    let start = format!("{name}=");
+    response
+        .headers
+        .get_all(http::header::SET_COOKIE)
+        .iter()
+        .map(|value| value.to_str().unwrap())
+        .find(|value| value.starts_with(&start))
+        .unwrap_or_else(|| panic!("no Set-Cookie of {name}: {:?}", response.headers))
+        .to_owned()
+}
+
+/// The cookie's `name=value`, as a `Cookie` header sends it back.
+fn cookie_pair(set_cookie: &str) -> String {
+    set_cookie.split(';').next().unwrap().trim().to_owned()
+}
+
+/// The cookie's attributes, lowercased: `httponly`, `path=/`, ...
+fn cookie_attributes(set_cookie: &str) -> Vec<String> {
+    set_cookie
+        .split(';')
+        .skip(1)
+        .map(|attribute| attribute.trim().to_ascii_lowercase())
+        .collect()
+}
+
+/// Asserts the flags every cookie of the host has, `Secure` when `secure`, and its `Max-Age`.
+fn assert_cookie_flags(set_cookie: &str, secure: bool, max_age: u64) {
+    let attributes = cookie_attributes(set_cookie);
+    let has = |wanted: &str| attributes.iter().any(|attribute| attribute == wanted);
+    assert!(has("httponly"), "{set_cookie}");
+    assert!(has("samesite=strict"), "{set_cookie}");
+    assert!(has("path=/"), "{set_cookie}");
+    assert!(has(&format!("max-age={max_age}")), "{set_cookie}");
+    assert_eq!(has("secure"), secure, "{set_cookie}");
+    assert!(
+        !attributes
+            .iter()
+            .any(|attribute| attribute.starts_with("domain")),
+        "host-only: {set_cookie}"
+    );
+}
+
+/// A signed-in session: its `Set-Cookie`, the `Cookie` to send, and its CSRF token (off the
+/// page).
+struct SignedIn {
+    set_cookie: String,
+    cookie: String,
+    csrf: String,
+}
+
+/// The sign-in form's pre-session cookie (`name=value`) and the token of its hidden field.
+async fn sign_in_form(example: &Example) -> (String, String) {
+    let form = example.get("/sign-in", "").await;
+    assert_eq!(form.status, StatusCode::OK);
+    let cookie = cookie_pair(&set_cookie(&form, &example.cookie("sign_in_csrf")));
+    (cookie, attribute_after(body(&form), FORM_TOKEN))
+}
+
+/// Signs in to `organization` by the form, as a browser does.
+async fn sign_in(example: &Example, organization: &str) -> SignedIn {
+    let (form_cookie, token) = sign_in_form(example).await;
+    let form = format!("organization={organization}&csrf_token={token}");
+    let signed_in = example
+        .post_form("/sign-in", &form_cookie, &[], &form)
+        .await;
+    assert_eq!(
+        signed_in.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        body(&signed_in)
+    );
+    assert_eq!(signed_in.header("location"), Some(PAGE));
+    let session = set_cookie(&signed_in, &example.cookie("session"));
+    let cookie = cookie_pair(&session);
+    let page = example.get(PAGE, &cookie).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let csrf = attribute_after(body(&page), PAGE_TOKEN);
+    SignedIn {
+        set_cookie: session,
+        cookie,
+        csrf,
+    }
+}
+
+/// Asserts that `response` would send the browser to the sign-in.
+fn assert_signed_out(response: &Collected, what: &str) {
+    assert_eq!(response.status, StatusCode::SEE_OTHER, "{what}");
+    assert_eq!(response.header("location"), Some("/sign-in"), "{what}");
+}
+
+/// Asserts the host's Content-Security-Policy on `response`: nothing by default, scripts and
+/// styles from the host only (no inline code), no framing.
+fn assert_strict_policy(response: &Collected, what: &str) {
+    let policy = response
+        .header("content-security-policy")
+        .unwrap_or_else(|| panic!("{what}: no Content-Security-Policy"));
+    let directives: HashMap<&str, Vec<&str>> = policy
+        .split(';')
+        .filter_map(|directive| {
+            let mut words = directive.split_whitespace();
+            Some((words.next()?, words.collect()))
+        })
+        .collect();
+    assert_eq!(directives["default-src"], ["'none'"], "{what}: {policy}");
+    assert_eq!(
+        directives["frame-ancestors"],
+        ["'none'"],
+        "{what}: {policy}"
+    );
+    for kind in ["script-src", "style-src"] {
+        let sources = directives.get(kind).unwrap_or(&directives["default-src"]);
+        for loose in [
+            "'unsafe-inline'",
+            "'unsafe-eval'",
+            "*",
+            "data:",
+            "https:",
+            "http:",
+        ] {
+            assert!(
+                !sources.contains(&loose),
+                "{what}: {kind} {loose}: {policy}"
+            );
+        }
+    }
+    assert_eq!(response.header("x-frame-options"), Some("DENY"), "{what}");
+}
+
+/// Whether `html` has an inline event handler attribute (` onclick=`, ...).
+fn has_inline_handler(html: &str) -> bool {
+    html.match_indices(" on").any(|(at, _)| {
+        let rest = &html[at + 3..];
+        let name = rest.bytes().take_while(|b| b.is_ascii_lowercase()).count();
+        name > 0 && rest[name..].starts_with('=')
+    })
+}
+
+/// Asserts that `html` has nothing a strict CSP would refuse: no inline script, style or
+/// event handler.
+fn assert_no_inline_code(html: &str, what: &str) {
+    for (at, _) in html.match_indices("<script") {
+        assert!(
+            html[at..].starts_with("<script src="),
+            "{what}: an inline script"
+        );
+    }
+    assert!(!html.contains("<style"), "{what}: an inline style sheet");
+    assert!(!html.contains(" style="), "{what}: an inline style");
+    assert!(!has_inline_handler(html), "{what}: an inline event handler");
+}
+
+#[tokio::test]
+async fn sign_in_and_sign_out_refuse_requests_without_their_csrf_token() {
+    let example = Example::start(&[]).await;
+
+    // The sign-in form: a fresh token, in its hidden field and in a short-lived cookie.
+    let form_page = example.get("/sign-in", "").await;
+    let form_cookie = set_cookie(&form_page, "sign_in_csrf");
+    assert_cookie_flags(&form_cookie, false, SIGN_IN_FORM_SECONDS);
+    assert_eq!(form_page.header("cache-control"), Some("no-store"));
+    let token = attribute_after(body(&form_page), FORM_TOKEN);
+    let form_cookie = cookie_pair(&form_cookie);
+    assert_eq!(form_cookie, format!("sign_in_csrf={token}"));
+
+    // Refused: without the cookie or the field, with a wrong token, or from another site.
+    let form = format!("organization=org_demo&csrf_token={token}");
+    let wrong = format!(
+        "organization=org_demo&csrf_token={}",
+        "x".repeat(token.len())
+    );
+    let cases = [
+        (
+            "no token at all",
+            "",
+            vec![],
+            "organization=org_demo".to_owned(),
+        ),
+        (
+            "no token in the form",
+            form_cookie.as_str(),
+            vec![],
+            "organization=org_demo".to_owned(),
+        ),
+        ("no cookie", "", vec![], form.clone()),
+        ("a wrong token", form_cookie.as_str(), vec![], wrong),
+        (
+            "another site, by Sec-Fetch-Site",
+            form_cookie.as_str(),
+            vec![("sec-fetch-site", "cross-site")],
+            form.clone(),
+        ),
+        (
+            "another site, by Origin",
+            form_cookie.as_str(),
+            vec![("origin", "http://attacker.example")],
+            form.clone(),
+        ),
+    ];
+    for (case, cookie, headers, form) in cases {
+        let refused = example.post_form("/sign-in", cookie, &headers, &form).await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{case}");
+        assert!(refused.headers.get("set-cookie").is_none(), "{case}");
+    }
+    let not_a_form = example
+        .send(
+            Method::POST,
+            "/sign-in",
+            &[("cookie", form_cookie.as_str())],
+            "",
+        )
+        .await;
+    assert_eq!(not_a_form.status, StatusCode::FORBIDDEN);
+
+    // Accepted: both tokens, from the page itself.
+    let origin = format!("http://{}", example.address);
+    let signed_in = example
+        .post_form(
+            "/sign-in",
+            &form_cookie,
+            &[
+                ("sec-fetch-site", "same-origin"),
+                ("origin", origin.as_str()),
+            ],
+            &form,
+        )
+        .await;
+    assert_eq!(signed_in.status, StatusCode::SEE_OTHER);
+    assert_eq!(signed_in.header("location"), Some(PAGE));
+    let session_cookie = set_cookie(&signed_in, "session");
+    assert_cookie_flags(&session_cookie, false, SESSION_SECONDS);
+    // The form's token is spent.
+    assert_cookie_flags(&set_cookie(&signed_in, "sign_in_csrf"), false, 0);
+    let session = cookie_pair(&session_cookie);
+    let page = example.get(PAGE, &session).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let csrf = attribute_after(body(&page), PAGE_TOKEN);
+    assert_eq!(
+        attribute_after(body(&page), FORM_TOKEN),
+        csrf,
+        "the sign-out form carries the session's token"
+    );
+
+    // Sign-out without the session's token, with a wrong one, or from another site: refused,
+    // and the session is kept.
+    for (case, extra, form) in [
+        ("no token", vec![], String::new()),
+        (
+            "a wrong token",
+            vec![],
+            format!("csrf_token={}", "x".repeat(csrf.len())),
+        ),
+        (
+            "another site",
+            vec![("sec-fetch-site", "cross-site")],
+            format!("csrf_token={csrf}"),
+        ),
+    ] {
+        let refused = example
+            .post_form("/sign-out", &session, &extra, &form)
+            .await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{case}");
+        assert!(refused.headers.get("set-cookie").is_none(), "{case}");
+        let page = example.get(PAGE, &session).await;
+        assert_eq!(page.status, StatusCode::OK, "{case}: the session is kept");
+    }
+
+    // With it, the session ends and its cookie is deleted.
+    let signed_out = example
+        .post_form("/sign-out", &session, &[], &format!("csrf_token={csrf}"))
+        .await;
+    assert_signed_out(&signed_out, "sign-out");
+    assert_cookie_flags(&set_cookie(&signed_out, "session"), false, 0);
+    assert_signed_out(
+        &example.get(PAGE, &session).await,
+        "the page after sign-out",
+    );
+    assert_eq!(
+        example.get(KEYS, &session).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+
+    // The page's header works as well as the form's field.
+    let again = sign_in(&example, "org_demo").await;
+    let signed_out = example
+        .send(
+            Method::POST,
+            "/sign-out",
+            &[
+                ("cookie", again.cookie.as_str()),
+                ("x-csrf-token", again.csrf.as_str()),
+            ],
+            "",
+        )
+        .await;
+    assert_signed_out(&signed_out, "sign-out by header");
+    assert_signed_out(&example.get(PAGE, &again.cookie).await, "after it");
+}
+
+#[tokio::test]
+async fn secure_cookies_are_secure_and_host_only() {
+    // As behind a proxy that terminates HTTPS (the browser test serves HTTPS itself).
+    let example = Example::start(&["--secure-cookies"]).await;
+    let form_page = example.get("/sign-in", "").await;
+    assert_cookie_flags(
+        &set_cookie(&form_page, "__Host-sign_in_csrf"),
+        true,
+        SIGN_IN_FORM_SECONDS,
+    );
+    let signed_in = sign_in(&example, "org_demo").await;
+    assert!(signed_in.set_cookie.starts_with("__Host-session="));
+    assert_cookie_flags(&signed_in.set_cookie, true, SESSION_SECONDS);
+
+    // Only the `__Host-` cookie signs in: one without the prefix may have been planted.
+    let id = signed_in.cookie.split_once('=').unwrap().1;
+    assert_signed_out(
+        &example.get(PAGE, &format!("session={id}")).await,
+        "an unprefixed cookie",
+    );
+
+    // Deleting a `__Host-` cookie needs `Secure` too.
+    let signed_out = example
+        .post_form(
+            "/sign-out",
+            &signed_in.cookie,
+            &[],
+            &format!("csrf_token={}", signed_in.csrf),
+        )
+        .await;
+    assert_signed_out(&signed_out, "sign-out");
+    assert_cookie_flags(&set_cookie(&signed_out, "__Host-session"), true, 0);
+}
+
+#[tokio::test]
+async fn every_page_has_a_strict_content_security_policy() {
+    let example = Example::start(&[]).await;
+    let signed_in = sign_in(&example, "org_demo").await;
+    let session = signed_in.cookie.as_str();
+    for (path, cookie, status) in [
+        ("/", "", StatusCode::SEE_OTHER),
+        ("/sign-in", "", StatusCode::OK),
+        (PAGE, "", StatusCode::SEE_OTHER),
+        (PAGE, session, StatusCode::OK),
+        (KEYS, session, StatusCode::OK),
+        (KEYS, "", StatusCode::UNAUTHORIZED),
+        ("/assets/page.js", "", StatusCode::OK),
+        ("/assets/page.css", "", StatusCode::OK),
+        ("/assets/sign_in.css", "", StatusCode::OK),
+    ] {
+        let what = format!("GET {path} (signed in: {})", !cookie.is_empty());
+        let response = example.get(path, cookie).await;
+        assert_eq!(response.status, status, "{what}");
+        assert_strict_policy(&response, &what);
+    }
+    let refused = example
+        .post_form("/sign-in", "", &[], "organization=org_demo")
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert_strict_policy(&refused, "a refused sign-in");
+
+    // Nothing on the pages for the policy to refuse, and a script that builds no HTML from
+    // strings.
+    for (path, cookie) in [("/sign-in", ""), (PAGE, session)] {
+        let page = example.get(path, cookie).await;
+        assert_no_inline_code(body(&page), path);
+    }
+    let script = example.get("/assets/page.js", "").await;
+    assert_eq!(
+        script.header("content-type"),
+        Some("text/javascript; charset=utf-8")
+    );
+    assert_eq!(script.header("x-content-type-options"), Some("nosniff"));
+    for sink in [
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+    ] {
+        assert!(!body(&script).contains(sink), "page.js uses {sink}");
+    }
+    assert!(!has_inline_handler(body(&script)));
+}
+
+#[tokio::test]
+async fn an_expired_session_is_signed_out() {
+    let example = Example::start(&["--session-lifetime", "2"]).await;
+    let signed_in = sign_in(&example, "org_demo").await;
+    assert_cookie_flags(&signed_in.set_cookie, false, 2);
+    assert_eq!(
+        example.get(KEYS, &signed_in.cookie).await.status,
+        StatusCode::OK
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // The browser would have dropped the cookie; one sent anyway is refused.
+    assert_signed_out(
+        &example.get(PAGE, &signed_in.cookie).await,
+        "an expired session",
+    );
+    assert_eq!(
+        example.get(KEYS, &signed_in.cookie).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let signed_out = example
+        .post_form(
+            "/sign-out",
+            &signed_in.cookie,
+            &[],
+            &format!("csrf_token={}", signed_in.csrf),
+        )
+        .await;
+    assert_signed_out(&signed_out, "signing out of an expired session");
+}
+
+#[tokio::test]
+async fn the_session_store_is_bounded() {
+    let example = Example::start(&["--max-sessions", "2"]).await;
+    let mut sessions = Vec::new();
+    for _ in 0..6 {
+        sessions.push(sign_in(&example, "org_demo").await);
+    }
+    // The two newest are kept; every sign-in past the bound evicted the oldest.
+    let (evicted, kept) = sessions.split_at(4);
+    for (n, session) in evicted.iter().enumerate() {
+        assert_signed_out(
+            &example.get(PAGE, &session.cookie).await,
+            &format!("session {n}"),
+        );
+    }
+    for session in kept {
+        assert_eq!(
+            example.get(PAGE, &session.cookie).await.status,
+            StatusCode::OK
+        );
+    }
 }
 
 /// The text of the element at `css`, once it is there (looked up again if the page changed
@@ -101,6 +730,21 @@ async fn text(browser: &Client, css: &str) -> String {
             }
         }
         assert!(tokio::time::Instant::now() < deadline, "no {css}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the page's `h1` reads `wanted` (after a navigation).
+async fn wait_for_heading(browser: &Client, wanted: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if text(browser, "h1").await.contains(wanted) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the page never showed {wanted}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -140,6 +784,18 @@ async fn click(browser: &Client, locator: Locator<'_>) {
     browser.find(locator).await.unwrap().click().await.unwrap();
 }
 
+/// Clicks the button `css` in the row of `label`.
+async fn click_in_row(browser: &Client, label: &str, css: &str) {
+    row_of(browser, label)
+        .await
+        .find(Locator::Css(css))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
 /// The text of the element with id `id`, as it is now.
 async fn text_of_id(browser: &Client, id: &str) -> String {
     browser
@@ -164,6 +820,22 @@ async fn new_key_shown(browser: &Client, before: &str, what: &str) -> String {
     }
 }
 
+/// The page's status line, once it says something.
+async fn status_line(browser: &Client) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let shown = text_of_id(browser, "status").await;
+        if !shown.is_empty() {
+            return shown;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the status line stayed empty"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Creates a key on the page and returns the plaintext the page shows once.
 async fn create(browser: &Client, label: &str, environment: &str) -> String {
     let field = browser.find(Locator::Id("label")).await.unwrap();
@@ -183,18 +855,105 @@ async fn create(browser: &Client, label: &str, environment: &str) -> String {
     shown
 }
 
+/// `method path` of the key-management API sent from the page as its own script sends it
+/// (same origin, the session's cookie and CSRF token): the status and the JSON answer.
+async fn page_call(browser: &Client, method: &str, path: &str, body: Value) -> (u16, Value) {
+    let answer = browser
+        .execute_async(
+            r#"const [method, path, body, done] = arguments;
+            const options = { method, headers: { "Accept": "application/json" } };
+            if (method !== "GET") {
+              options.headers["Content-Type"] = "application/json";
+              options.headers["X-CSRF-Token"] =
+                document.querySelector('meta[name="csrf-token"]').content;
+              options.body = JSON.stringify(body);
+            }
+            fetch("/settings/partner-api/api" + path, options)
+              .then((response) => response.json().then((json) => done([response.status, json])))
+              .catch((error) => done([0, String(error)]));"#,
+            vec![json!(method), json!(path), body],
+        )
+        .await
+        .unwrap();
+    let status = answer[0]
+        .as_u64()
+        .and_then(|status| u16::try_from(status).ok());
+    (
+        status.unwrap_or_else(|| panic!("{answer}")),
+        answer[1].clone(),
+    )
+}
+
+/// The CSP violations the page's script recorded since it loaded.
+async fn csp_violations(browser: &Client) -> Vec<Value> {
+    let recorded = browser
+        .execute("return window.cspViolations;", vec![])
+        .await
+        .unwrap();
+    recorded
+        .as_array()
+        .unwrap_or_else(|| panic!("the page's script records no violations: {recorded}"))
+        .clone()
+}
+
+/// The page's own markup as it is now (scripts may have added to it): nothing a strict CSP
+/// would refuse.
+async fn assert_no_inline_code_in_browser(browser: &Client, what: &str) {
+    let found = browser
+        .execute(
+            r#"const inline = document.querySelectorAll("script:not([src]), style, [style]").length;
+            const handlers = [...document.querySelectorAll("*")]
+              .filter((element) => [...element.attributes].some((a) => a.name.startsWith("on")))
+              .length;
+            return inline + handlers;"#,
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(found, json!(0), "{what}: inline script, style or handler");
+}
+
+/// Asserts that the browser keeps the cookie `name` `HttpOnly`, `SameSite=Strict`, `Secure`
+/// and for the whole host.
+async fn assert_browser_cookie(browser: &Client, name: &str) {
+    let cookie = browser
+        .get_named_cookie(name)
+        .await
+        .unwrap_or_else(|err| panic!("no cookie {name}: {err}"));
+    assert_eq!(cookie.http_only(), Some(true), "{name}");
+    assert_eq!(cookie.secure(), Some(true), "{name}");
+    assert_eq!(
+        cookie.same_site().map(|same_site| same_site.to_string()),
+        Some("Strict".to_owned()),
+        "{name}"
+    );
+    assert_eq!(cookie.path(), Some("/"), "{name}");
+}
+
+/// Seconds from now until the RFC 3339 time `at`.
+fn seconds_until(at: &str) -> i64 {
+    let at = chrono::DateTime::parse_from_rfc3339(at)
+        .unwrap_or_else(|err| panic!("{at}: {err}"))
+        .timestamp();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    at - i64::try_from(now).unwrap()
+}
+
 #[tokio::test]
 async fn a_person_manages_keys_on_the_settings_page() {
-    let mut host = crate::common::Process::spawn_example("settings", &["--listen", "127.0.0.1:0"]);
-    let address = host.address().await;
+    // Over HTTPS, as a host serves it: the cookies are `Secure` and `__Host-` named.
+    let certificate = Certificate::generate("settings-page");
+    let example = Example::start_tls(&certificate).await;
+    let base = example.base();
     let driver = Driver::start();
     let browser = browser(&driver).await;
 
-    // Signed out, the page sends the user to the (demo) sign-in.
-    browser
-        .goto(&format!("http://{address}/settings/partner-api"))
-        .await
-        .unwrap();
+    // Signed out, the page sends the user to the (demo) sign-in, whose form carries a token
+    // that its cookie must match.
+    browser.goto(&format!("{base}{PAGE}")).await.unwrap();
     browser
         .find(Locator::Id("organization"))
         .await
@@ -202,11 +961,22 @@ async fn a_person_manages_keys_on_the_settings_page() {
         .select_by_value("org_demo")
         .await
         .unwrap();
+    assert_browser_cookie(&browser, "__Host-sign_in_csrf").await;
+    assert_no_inline_code_in_browser(&browser, "the sign-in page").await;
     click(&browser, Locator::Id("sign-in")).await;
-    assert!(text(&browser, "h1").await.contains("Partner API"));
+    wait_for_heading(&browser, "Partner API").await;
+    assert_browser_cookie(&browser, "__Host-session").await;
+    assert!(
+        browser
+            .get_named_cookie("__Host-sign_in_csrf")
+            .await
+            .is_err(),
+        "the sign-in token is spent"
+    );
     // The seed's keys are listed, the revoked one as such, by hint, never in full.
     wait_for_row_text(&browser, "Demo integration", "pk_test_...klmn").await;
     wait_for_row_text(&browser, "Old integration", "Revoked").await;
+    assert_no_inline_code_in_browser(&browser, "the page").await;
 
     // Create a key, read it off the page, and use it.
     let key = create(&browser, "Reporting", "live").await;
@@ -214,7 +984,7 @@ async fn a_person_manages_keys_on_the_settings_page() {
     assert!(text(&browser, "#reveal")
         .await
         .contains("will not be shown again"));
-    assert_eq!(me_status(address, &key).await, 200);
+    assert_eq!(me_status(&example, &key).await, 200);
     let page = browser.source().await.unwrap();
     assert_eq!(
         page.matches(&key).count(),
@@ -222,15 +992,8 @@ async fn a_person_manages_keys_on_the_settings_page() {
         "the plaintext is on the page once"
     );
 
-    // Revoke it, after confirming.
-    row_of(&browser, "Reporting")
-        .await
-        .find(Locator::Css("button.revoke-key"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    // Revoke it, after confirming: it stops working, and its plaintext leaves the page.
+    click_in_row(&browser, "Reporting", "button.revoke-key").await;
     assert!(browser
         .get_alert_text()
         .await
@@ -238,19 +1001,60 @@ async fn a_person_manages_keys_on_the_settings_page() {
         .starts_with("Revoke Reporting"));
     browser.accept_alert().await.unwrap();
     wait_for_row_text(&browser, "Reporting", "Revoked").await;
-    assert_eq!(me_status(address, &key).await, 401);
-
-    // Roll another key with an overlap: both work until it ends. (The page offers an hour at
-    // the least; the test adds a two-second choice to the select, as a person cannot wait.)
-    let old_key = create(&browser, "ETL", "test").await;
-    row_of(&browser, "ETL")
-        .await
-        .find(Locator::Css("button.roll-key"))
+    assert_eq!(me_status(&example, &key).await, 401);
+    assert!(
+        !browser.source().await.unwrap().contains(&key),
+        "a revoked key's plaintext is taken off the page"
+    );
+    assert!(!browser
+        .find(Locator::Id("reveal-key"))
         .await
         .unwrap()
-        .click()
+        .is_displayed()
         .await
-        .unwrap();
+        .unwrap());
+
+    // A key revoked elsewhere (another tab, a colleague) while its roll form is open: the
+    // roll is refused with a 409, and the page says why, in the service's words.
+    let legacy = create(&browser, "Legacy", "test").await;
+    let legacy_id = row_of(&browser, "Legacy")
+        .await
+        .attr("data-id")
+        .await
+        .unwrap()
+        .expect("a row carries its key's id");
+    click_in_row(&browser, "Legacy", "button.roll-key").await;
+    let (status, revoked) = page_call(
+        &browser,
+        "POST",
+        &format!("/keys/{legacy_id}/revoke"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{revoked}");
+    click(&browser, Locator::Css("button.confirm-roll")).await;
+    let shown = status_line(&browser).await;
+    let (status, refusal) = page_call(
+        &browser,
+        "POST",
+        &format!("/keys/{legacy_id}/roll"),
+        json!({"overlapSeconds": 0}),
+    )
+    .await;
+    assert_eq!(status, 409, "{refusal}");
+    let message = refusal["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{refusal}"));
+    assert_eq!(shown, format!("Could not roll the key: {message}"));
+    // The table shows the key as it is now, and its plaintext is gone with it.
+    wait_for_row_text(&browser, "Legacy", "Revoked").await;
+    assert!(!browser.source().await.unwrap().contains(&legacy));
+
+    // Roll another key with an overlap and a lifetime for the new key: both work until the
+    // overlap ends. (The page offers an hour at the least; the test adds a two-second choice
+    // to the select, as a person cannot wait.)
+    let old_key = create(&browser, "ETL", "test").await;
+    click_in_row(&browser, "ETL", "button.roll-key").await;
     let overlap = browser.find(Locator::Css("select.overlap")).await.unwrap();
     browser
         .execute(
@@ -260,18 +1064,54 @@ async fn a_person_manages_keys_on_the_settings_page() {
         .await
         .unwrap();
     overlap.select_by_value("2").await.unwrap();
+    browser
+        .find(Locator::Css("input.roll-expiry"))
+        .await
+        .unwrap()
+        .send_keys("30")
+        .await
+        .unwrap();
     click(&browser, Locator::Css("button.confirm-roll")).await;
     let new_key = new_key_shown(&browser, &old_key, "the roll showed no key").await;
     assert!(new_key.starts_with("pk_test_"), "{new_key}");
     assert_eq!(
-        me_status(address, &old_key).await,
+        text_of_id(&browser, "status").await,
+        "",
+        "the 409 is cleared"
+    );
+    assert_eq!(
+        me_status(&example, &old_key).await,
         200,
         "the old key works in the overlap"
     );
-    assert_eq!(me_status(address, &new_key).await, 200);
+    assert_eq!(me_status(&example, &new_key).await, 200);
+    // The new key (the newest labelled ETL) lives 30 days from the roll.
+    let (status, listed) = page_call(&browser, "GET", "/keys", Value::Null).await;
+    assert_eq!(status, 200, "{listed}");
+    let rolled = listed["data"]["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|record| record["label"] == "ETL")
+        .unwrap();
+    let expires_at = rolled["expiresAt"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the rolled key has no expiry: {rolled}"));
+    let lifetime = seconds_until(expires_at);
+    assert!(
+        (30 * 86_400 - 300..=30 * 86_400).contains(&lifetime),
+        "{expires_at}: {lifetime} s"
+    );
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert_eq!(me_status(address, &old_key).await, 401, "the overlap ended");
-    assert_eq!(me_status(address, &new_key).await, 200);
+    assert_eq!(
+        me_status(&example, &old_key).await,
+        401,
+        "the overlap ended"
+    );
+    assert_eq!(me_status(&example, &new_key).await, 200);
+
+    // All of that under the page's CSP without a single violation.
+    assert_eq!(csp_violations(&browser).await, Vec::<Value>::new());
 
     // The page with a few keys, their last use recorded: a screenshot that is not blank.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -307,5 +1147,46 @@ async fn a_person_manages_keys_on_the_settings_page() {
         );
         std::fs::write(committed, &screenshot).unwrap();
     }
+    assert_eq!(csp_violations(&browser).await, Vec::<Value>::new());
+
+    // The policy holds: an inline script put on the page does not run, and the page's
+    // listener records the violation (so an empty record above means none happened).
+    browser
+        .execute(
+            "const script = document.createElement('script'); \
+             script.textContent = 'window.inlineRan = true;'; \
+             document.head.append(script); return true;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let violations = loop {
+        let violations = csp_violations(&browser).await;
+        if !violations.is_empty() {
+            break violations;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no violation was recorded for an inline script"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        violations[0].to_string().contains("script-src"),
+        "{violations:?}"
+    );
+    let ran = browser
+        .execute("return window.inlineRan === true;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(ran, json!(false), "an inline script ran");
+
+    // Sign out from the page: back to the sign-in, the session cookie gone.
+    click(&browser, Locator::Id("sign-out")).await;
+    wait_for_heading(&browser, "Sign in").await;
+    assert!(browser.get_named_cookie("__Host-session").await.is_err());
+    browser.goto(&format!("{base}{PAGE}")).await.unwrap();
+    wait_for_heading(&browser, "Sign in").await;
     browser.close().await.unwrap();
 }

@@ -65,10 +65,16 @@ const PAGE_AFTER: &str = "\
 /// `Retry-After`) instead of each waiting out the pool's acquire timeout, while a probe in the
 /// background (one at a time, every half second at most) finds out when the database is
 /// back; then everything works again by itself.
+///
+/// Key look-ups hold at most half of the pool's connections at once (rounded down, at least
+/// one); the rest queue for a turn. Behind a cache, look-ups are of keys the cache does not
+/// know, so a flood of made-up keys waits among itself while order reads of known keys still
+/// find a connection.
 #[derive(Clone)]
 pub struct PgStore {
     pool: PgPool,
     breaker: std::sync::Arc<breaker::Breaker>,
+    lookups: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -82,9 +88,11 @@ impl std::fmt::Debug for PgStore {
 impl PgStore {
     /// Creates a store over the host's own pool.
     pub fn new(pool: PgPool) -> Self {
+        let half = usize::try_from(pool.options().get_max_connections() / 2).unwrap_or(1);
         Self {
             pool,
             breaker: std::sync::Arc::new(breaker::Breaker::new()),
+            lookups: std::sync::Arc::new(tokio::sync::Semaphore::new(half.max(1))),
         }
     }
 
@@ -321,6 +329,12 @@ fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
 impl KeyStore for PgStore {
     async fn lookup(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
         self.admit()?;
+        // Never closed: the semaphore lives as long as the store.
+        let _turn = self
+            .lookups
+            .acquire()
+            .await
+            .map_err(|_| StoreError::other("key look-ups closed"))?;
         let found = self.look_up(digest).await;
         self.breaker.record(&found, self.pool.size() > 0);
         found

@@ -337,7 +337,7 @@ pub fn example_binary(name: &str) -> PathBuf {
             // Sources only: the Settings test may write its screenshot there.
             .filter(|path| {
                 path.extension()
-                    .is_some_and(|ext| ext == "rs" || ext == "html")
+                    .is_some_and(|ext| matches!(ext.to_str(), Some("rs" | "html" | "js" | "css")))
             })
             .filter_map(|path| modified(&path).ok())
             .max()

@@ -1,0 +1,232 @@
+// The Settings -> Partner API page's script. A file of its own (the CSP allows no inline
+// script), loaded in the head so it sees every CSP violation; the page starts once parsed.
+// Every element is built with createElement and textContent, never from an HTML string, so
+// no key field (a label, a hint) can ever be read as markup.
+"use strict";
+
+// CSP violations, for the page's test and a developer's console: none is expected.
+window.cspViolations = [];
+document.addEventListener("securitypolicyviolation", (event) => {
+  window.cspViolations.push(`${event.violatedDirective} ${event.blockedURI}`);
+  console.warn("CSP violation:", event.violatedDirective, event.blockedURI);
+});
+
+const api = "/settings/partner-api/api";
+const DAY_SECONDS = 86400;
+const OVERLAPS = [
+  ["3600", "Old key works 1 more hour"],
+  ["86400", "Old key works 24 more hours"],
+  ["604800", "Old key works 7 more days"],
+  ["0", "Old key stops now"],
+];
+
+let csrf = "";
+let statusLine = null;
+// The id of the key whose plaintext is shown, so it can be hidden once that key is revoked.
+let shownKeyId = null;
+
+async function call(method, path, body) {
+  const options = { method, headers: { "Accept": "application/json" } };
+  if (method !== "GET") {
+    options.headers["Content-Type"] = "application/json";
+    options.headers["X-CSRF-Token"] = csrf;
+    options.body = JSON.stringify(body || {});
+  }
+  const response = await fetch(api + path, options);
+  const json = await response.json().catch(() => ({}));
+  // The service's errors are {"error": {"message": ...}} (a 409 when a key cannot be rolled).
+  if (!response.ok) throw new Error((json.error && json.error.message) || response.statusText);
+  return json.data;
+}
+
+function element(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function cell(text, className) {
+  return element("td", className, text);
+}
+
+function dateCell(iso) {
+  const td = cell(iso ? "" : "—", "date");
+  if (iso) {
+    const at = new Date(iso);
+    td.textContent = at.toLocaleDateString("en-GB", { day: "numeric", month: "short", year: "numeric" });
+    td.append(element("small", "", at.toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit" })));
+    td.title = at.toString();
+  }
+  return td;
+}
+
+function statusOf(key) {
+  if (key.revokedAt) return ["revoked", "Revoked"];
+  if (key.expiresAt && new Date(key.expiresAt) <= new Date()) return ["expired", "Expired"];
+  if (key.expiresAt) return ["expiring", "Expires"];
+  return ["active", "Active"];
+}
+
+function button(text, className, onClick, label) {
+  const b = element("button", className, text);
+  b.type = "button";
+  b.setAttribute("aria-label", label);
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+function render(keys) {
+  const body = document.getElementById("keys");
+  body.replaceChildren();
+  if (shownKeyId && keys.some((key) => key.id === shownKeyId && key.revokedAt)) hideReveal();
+  if (keys.length === 0) {
+    const row = body.insertRow();
+    row.append(Object.assign(cell("No keys yet: create one above.", "empty"), { colSpan: 8 }));
+    return;
+  }
+  for (const key of keys) {
+    const row = body.insertRow();
+    row.dataset.id = key.id;
+    const name = key.label || "Untitled key";
+    const [state, stateText] = statusOf(key);
+    const env = cell(key.environment ? key.environment[0].toUpperCase() + key.environment.slice(1) : "—", "env " + (key.environment || ""));
+    const status = cell("");
+    status.append(element("span", "badge " + state, stateText));
+    const actions = cell("", "actions");
+    if (state === "active" || state === "expiring") {
+      actions.append(button("Roll", "roll-key", () => showRoll(actions, key), "Roll " + name));
+    }
+    if (!key.revokedAt) {
+      actions.append(button("Revoke", "danger revoke-key", () => revoke(key), "Revoke " + name));
+    }
+    row.append(cell(name, "label"), cell(key.hint || "—", "hint"), env, dateCell(key.createdAt),
+      dateCell(key.lastUsedAt), dateCell(key.expiresAt), status, actions);
+  }
+}
+
+async function refresh() {
+  try { render((await call("GET", "/keys")).keys); }
+  catch (error) { statusLine.textContent = "Could not load the keys: " + error.message; }
+}
+
+function reveal(plaintext, id) {
+  shownKeyId = id;
+  document.getElementById("reveal-empty").hidden = true;
+  document.getElementById("reveal-key").hidden = false;
+  document.getElementById("reveal").classList.add("shown");
+  document.getElementById("new-key").textContent = plaintext;
+  const copyButton = document.getElementById("copy");
+  copyButton.textContent = "Copy";
+  copyButton.focus();
+}
+
+// The key is revoked: its plaintext is of no use any more, and is taken off the page.
+function hideReveal() {
+  shownKeyId = null;
+  document.getElementById("new-key").textContent = "";
+  document.getElementById("reveal-key").hidden = true;
+  document.getElementById("reveal-empty").hidden = false;
+  document.getElementById("reveal").classList.remove("shown");
+  document.getElementById("copy").textContent = "Copy";
+}
+
+async function copy(event) {
+  const target = event.currentTarget;
+  try {
+    await navigator.clipboard.writeText(document.getElementById("new-key").textContent);
+    target.textContent = "Copied";
+  } catch (error) {
+    target.textContent = "Select and copy";
+  }
+}
+
+async function create(event) {
+  event.preventDefault();
+  statusLine.textContent = "";
+  const form = event.target;
+  const seconds = form.expiry.value;
+  const body = { label: form.label.value.trim() || null, environment: form.environment.value };
+  if (seconds) body.expiresAt = new Date(Date.now() + seconds * 1000).toISOString();
+  try {
+    const created = await call("POST", "/keys", body);
+    form.reset();
+    reveal(created.key, created.record.id);
+    await refresh();
+  } catch (error) { statusLine.textContent = "Could not create the key: " + error.message; }
+}
+
+async function revoke(key) {
+  const name = key.label || "this key";
+  if (!window.confirm(`Revoke ${name} (${key.hint})? Partners using it lose access at once.`)) return;
+  statusLine.textContent = "";
+  try {
+    await call("POST", `/keys/${encodeURIComponent(key.id)}/revoke`);
+    if (key.id === shownKeyId) hideReveal();
+    await refresh();
+  } catch (error) { statusLine.textContent = "Could not revoke the key: " + error.message; }
+}
+
+function showRoll(actions, key) {
+  const name = key.label || "this key";
+  const form = element("form", "roll");
+  const overlapLabel = element("label", "sr-only", "Old key keeps working for");
+  overlapLabel.htmlFor = "overlap-" + key.id;
+  const overlap = element("select", "overlap");
+  overlap.id = overlapLabel.htmlFor;
+  for (const [value, text] of OVERLAPS) overlap.add(new Option(text, value));
+  overlap.value = "86400";
+  // Empty: the new key keeps the lifetime its predecessor was issued with.
+  const expiryLabel = element("label", "sr-only", "New key expires in (days), empty to keep the old key's lifetime");
+  expiryLabel.htmlFor = "roll-expiry-" + key.id;
+  const expiry = element("input", "roll-expiry");
+  expiry.id = expiryLabel.htmlFor;
+  expiry.type = "number";
+  expiry.min = "1";
+  expiry.step = "1";
+  expiry.inputMode = "numeric";
+  expiry.placeholder = "Expires in (days)";
+  expiry.title = "The new key's lifetime in days; empty keeps the old key's";
+  const rollButton = element("button", "primary confirm-roll", "Roll");
+  rollButton.type = "submit";
+  rollButton.setAttribute("aria-label", "Roll " + name);
+  const cancel = element("button", "cancel", "Cancel");
+  cancel.type = "button";
+  cancel.addEventListener("click", () => refresh());
+  form.append(overlapLabel, overlap, expiryLabel, expiry, rollButton, cancel);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    statusLine.textContent = "";
+    const body = { overlapSeconds: Number(overlap.value) };
+    if (expiry.validity.badInput || expiry.value.trim() !== "") {
+      const days = Number(expiry.value);
+      if (expiry.validity.badInput || !Number.isInteger(days) || days < 1) {
+        statusLine.textContent = "Could not roll the key: give the new key's lifetime in whole days, 1 or more, or leave it empty.";
+        expiry.focus();
+        return;
+      }
+      body.expiresInSeconds = days * DAY_SECONDS;
+    }
+    try {
+      const rolled = await call("POST", `/keys/${encodeURIComponent(key.id)}/roll`, body);
+      reveal(rolled.key, rolled.record.id);
+      await refresh();
+    } catch (error) {
+      statusLine.textContent = "Could not roll the key: " + error.message;
+      // A 409 means the key was revoked or expired meanwhile: show it as it is now.
+      await refresh();
+    }
+  });
+  actions.replaceChildren(form);
+  overlap.focus();
+}
+
+function start() {
+  csrf = document.querySelector('meta[name="csrf-token"]').content;
+  statusLine = document.getElementById("status");
+  document.getElementById("copy").addEventListener("click", copy);
+  document.getElementById("create").addEventListener("submit", create);
+  refresh();
+}
+
+document.addEventListener("DOMContentLoaded", start);
