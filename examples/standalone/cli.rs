@@ -171,6 +171,27 @@ pub(crate) enum KeysAction {
         /// Seconds the old key keeps working beside the new one.
         #[arg(long, value_name = "SECONDS", default_value_t = 86_400)]
         overlap: u64,
+        /// Seconds until the new key expires (default: as long as the old key was issued for;
+        /// never, for a key issued without expiry).
+        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+        expires_in: Option<u64>,
+    },
+    /// Show an organization's key policy, or change it with the flags given; prints it as
+    /// JSON ({"maxKeyLifetimeSeconds": n or null, "maxActiveKeys": n}).
+    Policy {
+        /// The organization's id.
+        #[arg(long)]
+        organization: String,
+        /// The longest a key may live from its issue or roll, in seconds; keys without
+        /// expiry are then refused.
+        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "no_max_lifetime")]
+        max_lifetime: Option<u64>,
+        /// Lift the maximum lifetime.
+        #[arg(long)]
+        no_max_lifetime: bool,
+        /// The most active keys the organization may have (default 100).
+        #[arg(long, value_name = "N")]
+        max_active_keys: Option<u32>,
     },
     /// Tell every replica's caches to drop what they hold (keys and pages of orders): after a
     /// change that bypassed the triggers, such as a restore with --disable-triggers or

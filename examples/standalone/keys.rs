@@ -63,7 +63,7 @@ async fn execute(_args: &Args, _action: &KeysAction) -> Result<Vec<String>, Stri
 async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String> {
     use std::time::Duration;
 
-    use partner_api::management::{IssuedKey, KeyManager, KeyRecord, NewKey};
+    use partner_api::management::{IssuedKey, KeyManager, KeyRecord, NewKey, RollKey};
     use partner_api::Timestamp;
 
     use crate::stores::{error_chain, without_password};
@@ -115,11 +115,40 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
             organization,
             id,
             overlap,
-        } => shown(
-            store
-                .roll(organization, id, Duration::from_secs(*overlap))
-                .await
-                .map_err(failed)?,
-        ),
+            expires_in,
+        } => {
+            let mut roll = RollKey::new(Duration::from_secs(*overlap));
+            if let Some(seconds) = expires_in {
+                roll = roll.with_expires_in(Duration::from_secs(*seconds));
+            }
+            shown(store.roll(organization, id, roll).await.map_err(failed)?)
+        }
+        KeysAction::Policy {
+            organization,
+            max_lifetime,
+            no_max_lifetime,
+            max_active_keys,
+        } => {
+            let mut policy = store.key_policy(organization).await.map_err(failed)?;
+            let changed = max_lifetime.is_some() || *no_max_lifetime || max_active_keys.is_some();
+            if let Some(seconds) = max_lifetime {
+                policy = policy.with_max_lifetime(Some(Duration::from_secs(*seconds)));
+            }
+            if *no_max_lifetime {
+                policy = policy.with_max_lifetime(None);
+            }
+            if let Some(max) = max_active_keys {
+                policy = policy.with_max_active_keys(*max);
+            }
+            if changed {
+                policy = store
+                    .set_key_policy(organization, policy)
+                    .await
+                    .map_err(failed)?;
+            }
+            Ok(vec![
+                serde_json::to_string(&policy).map_err(|err| err.to_string())?
+            ])
+        }
     }
 }

@@ -48,6 +48,19 @@ impl Failure {
     /// The answer to a store's error: its kind decides the status; the detail of a failure
     /// goes to the log only.
     pub(super) fn from_store(err: StoreError) -> Self {
+        // A refusal in the store's own words, meant for the caller.
+        let refusal = std::error::Error::source(&err)
+            .and_then(|source| source.downcast_ref::<crate::management::KeyRefusal>());
+        if let Some(refusal) = refusal {
+            let status = match err.kind() {
+                StoreErrorKind::Conflict => Some(StatusCode::CONFLICT),
+                StoreErrorKind::InvalidData => Some(StatusCode::UNPROCESSABLE_ENTITY),
+                _ => None,
+            };
+            if let Some(status) = status {
+                return Self::new(status, refusal.to_string());
+            }
+        }
         // What the caller sent is checked before the store is asked, so invalid data here is
         // the store's (a row that breaks the schema): a 500, its detail logged only.
         let status = match err.kind() {
@@ -131,6 +144,9 @@ pub(super) struct RevokeRequest {}
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct RollRequest {
     pub(super) overlap_seconds: u64,
+    /// The new key's lifetime; absent: the old key's.
+    #[serde(default)]
+    pub(super) expires_in_seconds: Option<u64>,
 }
 
 /// The `200` of one record.

@@ -1,5 +1,6 @@
 //! Key management: the keys of an organization as a Settings page manages them (issue, list,
-//! get, revoke and roll by id, and the last use of each).
+//! get, revoke and roll by id, and the last use of each), within the organization's
+//! [`KeyPolicy`] (a maximum key lifetime, a cap on active keys).
 //!
 //! - [`KeyManager`], the trait a store implements ([`MemoryStore`](crate::MemoryStore) and
 //!   `PgStore` do), with its records;
@@ -20,12 +21,15 @@ mod documents;
 mod service;
 
 pub use service::{
-    ActingOrganization, KeyManagementService, ResponseFuture, MAX_BODY_BYTES, MAX_OVERLAP,
-    OPENAPI_DOCUMENT,
+    ActingOrganization, KeyManagementService, ResponseFuture, MAX_BODY_BYTES, MAX_LIFETIME,
+    MAX_OVERLAP, OPENAPI_DOCUMENT,
 };
 
 /// The longest label a key may have, in characters.
 pub const MAX_LABEL_CHARS: usize = 100;
+
+/// The most active (neither revoked nor expired) keys an organization may have, by default.
+pub const DEFAULT_MAX_ACTIVE_KEYS: u32 = 100;
 
 /// Manages the API keys of organizations: what a host's Settings page (and the
 /// `keys` command of the standalone host) calls.
@@ -41,12 +45,14 @@ pub const MAX_LABEL_CHARS: usize = 100;
 #[async_trait]
 pub trait KeyManager: Send + Sync {
     /// Issues a new key for `organization_id` as `new` describes, and returns its plaintext
-    /// (this once) with its record.
+    /// (this once) with its record. The key's lifetime is the time from now to its expiry.
     ///
     /// # Errors
     ///
     /// `NotFound` for an unknown organization; `InvalidData` for an expiry that is not in the
-    /// future or a label over [`MAX_LABEL_CHARS`].
+    /// future, a label over [`MAX_LABEL_CHARS`], or a lifetime the organization's
+    /// [`KeyPolicy`] does not allow (longer than its maximum, or none when it has one);
+    /// `Conflict` when the organization has [`KeyPolicy::max_active_keys`] active keys.
     async fn issue(&self, organization_id: &str, new: NewKey) -> Result<IssuedKey, StoreError>;
 
     /// Returns the records of `organization_id`'s keys, newest first (revoked and expired ones
@@ -61,19 +67,47 @@ pub trait KeyManager: Send + Sync {
     async fn revoke(&self, organization_id: &str, key_id: &str) -> Result<KeyRecord, StoreError>;
 
     /// Rolls the key `key_id` of `organization_id`: issues a new key with the same label and
-    /// environment (and no expiry), and makes the old key expire `overlap` from now, or at its
-    /// own expiry if that is sooner, so clients can move to the new key in between. Returns
-    /// the new key.
+    /// environment, and makes the old key expire [`RollKey::overlap`] from now, or at its own
+    /// expiry if that is sooner, so clients can move to the new key in between. The new key
+    /// lives for [`RollKey::expires_in`] when given, else for the lifetime the old key was
+    /// issued with (counted from now; none for a key without expiry). Returns the new key.
+    ///
+    /// Only an active key rolls: rolling must never bring back a key that no longer works.
+    /// The overlap lets one key more than [`KeyPolicy::max_active_keys`] exist, so that an
+    /// organization at its cap can still rotate; a second roll then waits for the overlap.
     ///
     /// # Errors
     ///
-    /// `NotFound` as for [`get`](Self::get); `Conflict` for a revoked key.
+    /// `NotFound` as for [`get`](Self::get); `Conflict` for a revoked or expired key, or an
+    /// organization over its cap of active keys; `InvalidData` for a lifetime the policy
+    /// does not allow.
     async fn roll(
         &self,
         organization_id: &str,
         key_id: &str,
-        overlap: Duration,
+        roll: RollKey,
     ) -> Result<IssuedKey, StoreError>;
+
+    /// Returns the key policy of `organization_id` (the default one until
+    /// [`set_key_policy`](Self::set_key_policy)).
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` for an unknown organization.
+    async fn key_policy(&self, organization_id: &str) -> Result<KeyPolicy, StoreError>;
+
+    /// Sets the key policy of `organization_id`, for the keys issued and rolled from now on
+    /// (keys that exist keep their expiry). An operator's call: the organization's own
+    /// Settings page only reads it.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` for an unknown organization.
+    async fn set_key_policy(
+        &self,
+        organization_id: &str,
+        policy: KeyPolicy,
+    ) -> Result<KeyPolicy, StoreError>;
 
     /// Records the last use of keys, as [`LastUsedRecorder`](crate::last_used::LastUsedRecorder)
     /// gathered them: for each key, its last use becomes the later of the recorded one and
@@ -153,6 +187,195 @@ impl NewKey {
     }
 }
 
+/// How to roll a key: how long the old key keeps working, and how long the new one lives.
+///
+/// ```
+/// use std::time::Duration;
+/// use partner_api::management::RollKey;
+///
+/// let roll = RollKey::new(Duration::from_secs(3600)).with_expires_in(Duration::from_secs(30 * 86_400));
+/// assert_eq!(roll.expires_in(), Some(Duration::from_secs(30 * 86_400)));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RollKey {
+    overlap: Duration,
+    expires_in: Option<Duration>,
+}
+
+impl RollKey {
+    /// A roll whose old key keeps working for `overlap`, and whose new key keeps the old
+    /// one's lifetime.
+    pub fn new(overlap: Duration) -> Self {
+        Self {
+            overlap,
+            expires_in: None,
+        }
+    }
+
+    /// Makes the new key expire `expires_in` from now instead.
+    #[must_use]
+    pub fn with_expires_in(mut self, expires_in: Duration) -> Self {
+        self.expires_in = Some(expires_in);
+        self
+    }
+
+    /// Returns how long the old key keeps working.
+    pub fn overlap(&self) -> Duration {
+        self.overlap
+    }
+
+    /// Returns the new key's lifetime, when the caller chose one.
+    pub fn expires_in(&self) -> Option<Duration> {
+        self.expires_in
+    }
+}
+
+/// What an organization's keys must obey, as GitHub's organizations set a maximum lifetime
+/// for their members' tokens: serializes as `{"maxKeyLifetimeSeconds": n or null,
+/// "maxActiveKeys": n}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct KeyPolicy {
+    /// The longest a key may live from its issue or roll; `None` for no limit. With a limit,
+    /// a key without expiry is refused too.
+    #[serde(rename = "maxKeyLifetimeSeconds", with = "optional_seconds")]
+    pub max_lifetime: Option<Duration>,
+    /// The most active keys the organization may have (see [`KeyManager::roll`] for the one
+    /// a roll's overlap adds).
+    pub max_active_keys: u32,
+}
+
+impl Default for KeyPolicy {
+    fn default() -> Self {
+        Self {
+            max_lifetime: None,
+            max_active_keys: DEFAULT_MAX_ACTIVE_KEYS,
+        }
+    }
+}
+
+impl KeyPolicy {
+    /// The default policy (no maximum lifetime, [`DEFAULT_MAX_ACTIVE_KEYS`]).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the maximum lifetime of keys.
+    #[must_use]
+    pub fn with_max_lifetime(mut self, max_lifetime: Option<Duration>) -> Self {
+        self.max_lifetime = max_lifetime;
+        self
+    }
+
+    /// Sets the most active keys.
+    #[must_use]
+    pub fn with_max_active_keys(mut self, max_active_keys: u32) -> Self {
+        self.max_active_keys = max_active_keys;
+        self
+    }
+
+    /// Checks a new key's `lifetime` (`None`: it never expires) against the policy.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidData` for a lifetime over the maximum, or none when there is a maximum.
+    pub fn check_lifetime(&self, lifetime: Option<Duration>) -> Result<(), StoreError> {
+        let Some(max) = self.max_lifetime else {
+            return Ok(());
+        };
+        match lifetime {
+            None => Err(KeyRefusal::invalid(format!(
+                "keys of this organization must expire within {} seconds",
+                max.as_secs()
+            ))),
+            // A second of slack for the time between the caller's clock and the store's.
+            Some(lifetime) if lifetime > max + Duration::from_secs(1) => {
+                Err(KeyRefusal::invalid(format!(
+                    "the key would live longer than this organization's maximum of {} seconds",
+                    max.as_secs()
+                )))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Checks that one more key may be issued when the organization has `active` active keys
+    /// (`extra`: how many over the cap are allowed, 1 for a roll's overlap).
+    ///
+    /// # Errors
+    ///
+    /// `Conflict` at the cap.
+    pub fn check_active_keys(&self, active: u64, extra: u32) -> Result<(), StoreError> {
+        if active >= u64::from(self.max_active_keys) + u64::from(extra) {
+            return Err(KeyRefusal::conflict(format!(
+                "this organization has {active} active keys, the most it may have: \
+                 revoke one first"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `Option<Duration>` as whole seconds or `null`.
+mod optional_seconds {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        value: &Option<Duration>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(duration) => serializer.serialize_u64(duration.as_secs()),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(deserializer)?.map(Duration::from_secs))
+    }
+}
+
+/// Why key management refused a request, in words the caller may read: a store returns it as
+/// the source of a `Conflict` (the key's or the organization's state forbids it: 409) or an
+/// `InvalidData` (what was asked breaks a rule: 422) [`StoreError`], and the management API
+/// shows its message. Any other store error's text is logged only, never shown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyRefusal {
+    message: String,
+}
+
+impl KeyRefusal {
+    /// A refusal saying `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+
+    /// The `Conflict` store error of a refusal saying `message`.
+    pub fn conflict(message: impl Into<String>) -> StoreError {
+        StoreError::conflict(Self::new(message))
+    }
+
+    /// The `InvalidData` store error of a refusal saying `message`.
+    pub fn invalid(message: impl Into<String>) -> StoreError {
+        StoreError::invalid_data(Self::new(message))
+    }
+}
+
+impl fmt::Display for KeyRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for KeyRefusal {}
+
 /// Checks a key's label: at most [`MAX_LABEL_CHARS`] characters, no control characters.
 pub(crate) fn check_label(label: &str) -> Result<(), StoreError> {
     if label.chars().count() > MAX_LABEL_CHARS {
@@ -208,7 +431,8 @@ impl fmt::Debug for IssuedKey {
 ///
 /// Serializes as the JSON object a Settings page and the `keys` command show: `id`, `label`,
 /// `hint`, `environment` (`"live"`, `"test"` or `null`), `createdAt`, `expiresAt`,
-/// `lastUsedAt`, `revokedAt` (RFC 3339 UTC or `null`). Keys that came from a seed or a host's
+/// `lastUsedAt`, `revokedAt` (RFC 3339 UTC or `null`), and `lifetimeSeconds` (the lifetime
+/// it was issued with, which a roll passes on, or `null`). Keys that came from a seed or a host's
 /// older format carry what is known of them (no label, a hint and environment only when
 /// the store saw the key).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -236,6 +460,10 @@ pub struct KeyRecord {
     pub last_used_at: Option<Timestamp>,
     /// When the key was revoked, if it was.
     pub revoked_at: Option<Timestamp>,
+    /// The lifetime the key was issued with (from its creation to its expiry then), which a
+    /// roll gives the new key; `None` for a key that was issued without expiry.
+    #[serde(rename = "lifetimeSeconds", with = "optional_seconds")]
+    pub lifetime: Option<Duration>,
 }
 
 impl KeyRecord {
@@ -256,6 +484,7 @@ impl KeyRecord {
             expires_at: None,
             last_used_at: None,
             revoked_at: None,
+            lifetime: None,
         }
     }
 

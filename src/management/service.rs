@@ -12,15 +12,17 @@
 //! | `POST /keys` `{"label", "environment", "expiresAt"}` | issues a key | 201 `{"data": {"key": "pk_...", "record": record}}` |
 //! | `GET /keys/{id}` | shows one key | 200 `{"data": {"record": record}}` |
 //! | `POST /keys/{id}/revoke` `{}` | revokes it | 200 `{"data": {"record": record}}` |
-//! | `POST /keys/{id}/roll` `{"overlapSeconds"}` | rolls it | 201 `{"data": {"key": "pk_...", "record": record}}` |
+//! | `POST /keys/{id}/roll` `{"overlapSeconds", "expiresInSeconds"}` | rolls it (the new key lives `expiresInSeconds`, or as long as the old one was issued for) | 201 `{"data": {"key": "pk_...", "record": record}}` |
+//! | `GET /policy` | the organization's key policy | 200 `{"data": {"policy": {"maxKeyLifetimeSeconds", "maxActiveKeys"}}}` |
 //!
 //! The plaintext key is in exactly one response: the one that created it. Every response is
 //! `Cache-Control: no-store`; no body is logged. Errors are `{"error": {"message": "..."}}`
 //! with the status that fits: 400 (not JSON), 401 (no organization), 403 (the host's CSRF
 //! check refused), 404 (no such key in this organization, or no such path), 405, 409 (a revoked
-//! key cannot be rolled), 413 (a body over 16 KiB), 415 (not `application/json`), 422 (JSON
+//! or expired key cannot be rolled; the organization has as many active keys as its policy
+//! allows), 413 (a body over 16 KiB), 415 (not `application/json`), 422 (JSON
 //! that breaks a rule: an unknown member, an expiry in the past, a label over 100 characters,
-//! an unknown environment), 500, 503. A refused request changes nothing.
+//! an unknown environment, a lifetime the organization's key policy does not allow), 500, 503. A refused request changes nothing.
 //!
 //! # Cross-site request forgery
 //!
@@ -54,13 +56,16 @@ use super::documents::{
     RollRequest,
 };
 use crate::api::body::ApiBody;
-use crate::management::{KeyManager, NewKey};
+use crate::management::{KeyManager, NewKey, RollKey};
 use crate::model::Timestamp;
 
 /// The largest request body the service reads.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 /// The longest overlap a roll may ask for: a year.
 pub const MAX_OVERLAP: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// The longest lifetime a roll may give a key: a hundred years.
+pub const MAX_LIFETIME: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// The OpenAPI 3.1 description of the service, as checked in.
 pub const OPENAPI_DOCUMENT: &str = include_str!("openapi.json");
@@ -211,6 +216,7 @@ enum Route<'p> {
     Key(&'p str),
     Revoke(&'p str),
     Roll(&'p str),
+    Policy,
     OpenApi,
 }
 
@@ -227,6 +233,7 @@ impl<'p> Route<'p> {
         match segments.as_slice() {
             ["keys"] => Some(Self::Keys),
             ["openapi.json"] => Some(Self::OpenApi),
+            ["policy"] => Some(Self::Policy),
             ["keys", id] if valid_id(id) => Some(Self::Key(id)),
             ["keys", id, "revoke"] if valid_id(id) => Some(Self::Revoke(id)),
             ["keys", id, "roll"] if valid_id(id) => Some(Self::Roll(id)),
@@ -237,7 +244,7 @@ impl<'p> Route<'p> {
     fn methods(&self) -> &'static str {
         match self {
             Self::Keys => "GET, HEAD, POST",
-            Self::Key(_) | Self::OpenApi => "GET, HEAD",
+            Self::Key(_) | Self::Policy | Self::OpenApi => "GET, HEAD",
             Self::Revoke(_) | Self::Roll(_) => "POST",
         }
     }
@@ -349,7 +356,10 @@ impl KeyManagementService {
                 Ok(one(&record))
             }
             Route::Roll(id) => {
-                let RollRequest { overlap_seconds } = read_json(body).await?;
+                let RollRequest {
+                    overlap_seconds,
+                    expires_in_seconds,
+                } = read_json(body).await?;
                 let overlap = Duration::from_secs(overlap_seconds);
                 if overlap > MAX_OVERLAP {
                     return Err(Failure::new(
@@ -357,11 +367,38 @@ impl KeyManagementService {
                         "overlapSeconds is more than a year",
                     ));
                 }
+                let mut roll = RollKey::new(overlap);
+                match expires_in_seconds {
+                    Some(0) => {
+                        return Err(Failure::new(
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            "expiresInSeconds must be at least 1",
+                        ))
+                    }
+                    Some(seconds) if Duration::from_secs(seconds) > MAX_LIFETIME => {
+                        return Err(Failure::new(
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            "expiresInSeconds is more than a hundred years",
+                        ))
+                    }
+                    Some(seconds) => roll = roll.with_expires_in(Duration::from_secs(seconds)),
+                    None => {}
+                }
                 let issued = keys
-                    .roll(organization, id, overlap)
+                    .roll(organization, id, roll)
                     .await
                     .map_err(Failure::from_store)?;
                 Ok(created(&issued))
+            }
+            Route::Policy => {
+                let policy = keys
+                    .key_policy(organization)
+                    .await
+                    .map_err(Failure::from_store)?;
+                Ok(json(
+                    StatusCode::OK,
+                    &serde_json::json!({ "data": { "policy": policy } }),
+                ))
             }
             Route::OpenApi => Err(not_found()),
         }

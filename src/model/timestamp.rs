@@ -38,6 +38,15 @@ impl Timestamp {
             .map_or(Self(DateTime::<Utc>::MAX_UTC), Self::from_datetime)
     }
 
+    /// Returns the time from `earlier` to this instant, or `None` when `earlier` is not
+    /// earlier.
+    pub fn duration_since(self, earlier: Self) -> Option<std::time::Duration> {
+        (self.0 - earlier.0)
+            .to_std()
+            .ok()
+            .filter(|duration| !duration.is_zero())
+    }
+
     /// Returns the wrapped instant.
     pub fn as_datetime(&self) -> DateTime<Utc> {
         self.0

@@ -9,7 +9,7 @@ use super::report::{ensure, failed, Check};
 use super::store::{key, lookup, lookup_outcome, organization};
 use super::StoreFixtures;
 use crate::key::KeyEnvironment;
-use crate::management::{KeyManager, KeyUse, NewKey};
+use crate::management::{KeyManager, KeyUse, NewKey, RollKey};
 use crate::model::Timestamp;
 use crate::store::{KeyLookup, StoreErrorKind};
 
@@ -77,7 +77,7 @@ where
     .await?;
     let before = Timestamp::now();
     let new = store
-        .roll(&org.id, &old.record().id, EXPIRY)
+        .roll(&org.id, &old.record().id, RollKey::new(EXPIRY))
         .await
         .map_err(failed("roll"))?;
     ensure!(
@@ -127,7 +127,7 @@ where
     );
     // No overlap: the old key stops at once. A revoked key cannot be rolled.
     let newer = store
-        .roll(&org.id, &new.record().id, Duration::ZERO)
+        .roll(&org.id, &new.record().id, RollKey::new(Duration::ZERO))
         .await
         .map_err(failed("roll"))?;
     ensure!(
@@ -143,8 +143,11 @@ where
         .await
         .map_err(failed("revoke"))?;
     ensure!(
-        kind_of(store.roll(&org.id, &newer.record().id, EXPIRY).await)
-            == Some(StoreErrorKind::Conflict),
+        kind_of(
+            store
+                .roll(&org.id, &newer.record().id, RollKey::new(EXPIRY))
+                .await,
+        ) == Some(StoreErrorKind::Conflict),
         "a revoked key was rolled"
     );
     // A key that expires before the overlap ends keeps its own expiry.
@@ -156,7 +159,11 @@ where
     )
     .await?;
     store
-        .roll(&org.id, &short.record().id, Duration::from_secs(3600))
+        .roll(
+            &org.id,
+            &short.record().id,
+            RollKey::new(Duration::from_secs(3600)),
+        )
         .await
         .map_err(failed("roll"))?;
     let short_after = record_of(fixtures, &org.id, &short.record().id).await?;

@@ -6,9 +6,9 @@ use std::time::Duration;
 use super::report::{ensure, failed, Check, Report};
 use super::store::{key, lookup, organization};
 use super::StoreFixtures;
-use super::{key_lifecycle as lifecycle, namespace};
+use super::{key_lifecycle as lifecycle, key_policy as policy, namespace};
 use crate::key::{KeyDigest, KeyEnvironment};
-use crate::management::{IssuedKey, KeyManager, KeyRecord, NewKey};
+use crate::management::{IssuedKey, KeyManager, KeyRecord, NewKey, RollKey};
 use crate::model::{Organization, Timestamp};
 use crate::store::{StoreError, StoreErrorKind};
 
@@ -51,6 +51,14 @@ where
     record(
         "a roll keeps label and environment, and both keys work until the overlap ends",
         lifecycle::rolled(fixtures).await,
+    );
+    record(
+        "a roll never revives an expired key, and passes on the lifetime or takes the one given",
+        policy::roll_keeps_expiry(fixtures).await,
+    );
+    record(
+        "an organization's maximum lifetime and cap on active keys hold for issue and roll",
+        policy::organization_policy(fixtures).await,
     );
     record(
         "the latest recorded use is the key's last use",
@@ -262,6 +270,7 @@ where
                     "id",
                     "label",
                     "lastUsedAt",
+                    "lifetimeSeconds",
                     "revokedAt"
                 ],
             "a record's JSON has the members {members:?}"
@@ -341,7 +350,8 @@ where
         "B can revoke A's key"
     );
     ensure!(
-        kind_of(store.roll(&b.id, id, Duration::ZERO).await) == Some(StoreErrorKind::NotFound),
+        kind_of(store.roll(&b.id, id, RollKey::new(Duration::ZERO)).await)
+            == Some(StoreErrorKind::NotFound),
         "B can roll A's key"
     );
     let listed = store.list(&b.id).await.map_err(failed("list"))?;
@@ -387,7 +397,11 @@ where
             "revoke of key id {key_id:?}"
         );
         ensure!(
-            kind_of(store.roll(&org.id, key_id, Duration::ZERO).await) == not_found,
+            kind_of(
+                store
+                    .roll(&org.id, key_id, RollKey::new(Duration::ZERO))
+                    .await
+            ) == not_found,
             "roll of key id {key_id:?}"
         );
         ensure!(

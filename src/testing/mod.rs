@@ -37,6 +37,7 @@ use crate::{KeyStore, OrderStore, RateLimiter};
 
 mod fixtures;
 mod key_lifecycle;
+mod key_policy;
 mod keys;
 mod pages;
 mod rate_limit;

@@ -3,6 +3,9 @@
 #![cfg(feature = "testing")]
 
 use async_trait::async_trait;
+use partner_api::management::{
+    IssuedKey, KeyManager, KeyPolicy, KeyRecord, KeyUse, NewKey, RollKey,
+};
 use partner_api::store::OrderQuery;
 use partner_api::testing::{run, StoreFixtures};
 use partner_api::{
@@ -30,6 +33,8 @@ enum Fault {
     IgnoresPositions,
     /// Valid keys resolve without their expiry.
     DropsExpiry,
+    /// Rolls drop the lifetime asked for, and key policies are never kept.
+    IgnoresKeyPolicy,
 }
 
 /// A memory store with one deliberate fault.
@@ -95,6 +100,57 @@ impl StoreFixtures for Faulty {
     }
 }
 
+#[async_trait]
+impl KeyManager for Faulty {
+    async fn issue(&self, org: &str, new: NewKey) -> Result<IssuedKey, StoreError> {
+        self.0.issue(org, new).await
+    }
+    async fn list(&self, org: &str) -> Result<Vec<KeyRecord>, StoreError> {
+        self.0.list(org).await
+    }
+    async fn get(&self, org: &str, id: &str) -> Result<KeyRecord, StoreError> {
+        self.0.get(org, id).await
+    }
+    async fn revoke(&self, org: &str, id: &str) -> Result<KeyRecord, StoreError> {
+        self.0.revoke(org, id).await
+    }
+    async fn roll(&self, org: &str, id: &str, roll: RollKey) -> Result<IssuedKey, StoreError> {
+        let roll = match self.1 {
+            Fault::IgnoresKeyPolicy => RollKey::new(roll.overlap()),
+            _ => roll,
+        };
+        self.0.roll(org, id, roll).await
+    }
+    async fn key_policy(&self, org: &str) -> Result<KeyPolicy, StoreError> {
+        self.0.key_policy(org).await
+    }
+    async fn set_key_policy(&self, org: &str, policy: KeyPolicy) -> Result<KeyPolicy, StoreError> {
+        match self.1 {
+            Fault::IgnoresKeyPolicy => Ok(policy),
+            _ => self.0.set_key_policy(org, policy).await,
+        }
+    }
+    async fn record_last_used(&self, uses: &[KeyUse]) -> Result<(), StoreError> {
+        self.0.record_last_used(uses).await
+    }
+}
+
+#[tokio::test]
+async fn a_key_manager_that_ignores_the_policy_fails_the_policy_checks() {
+    let report =
+        partner_api::testing::run_key_manager(&Faulty(MemoryStore::new(), Fault::IgnoresKeyPolicy))
+            .await;
+    let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
+    assert_eq!(
+        failed,
+        [
+            "a roll never revives an expired key, and passes on the lifetime or takes the one given",
+            "an organization's maximum lifetime and cap on active keys hold for issue and roll",
+        ],
+        "{report}"
+    );
+}
+
 /// The names of the checks a store with `fault` fails.
 async fn failures(fault: Fault) -> Vec<&'static str> {
     let report = run(&Faulty(MemoryStore::new(), fault)).await;
@@ -148,5 +204,5 @@ async fn the_memory_store_manages_keys_as_the_suite_requires() {
     let store = MemoryStore::new();
     let report = partner_api::testing::run_key_manager(&store).await;
     report.assert_passed();
-    assert_eq!(report.len(), 9);
+    assert_eq!(report.len(), 11);
 }

@@ -102,6 +102,14 @@ async fn no_history_serves_a_revoked_key_past_the_bound() {
     let store = PgStore::connect_lazy(&url).unwrap();
     store.migrate().await.unwrap();
     store.load_seed(&Seed::demo()).await.unwrap();
+    // The history issues keys by the hundred: past the default cap of active keys.
+    store
+        .set_key_policy(
+            "org_demo",
+            partner_api::management::KeyPolicy::new().with_max_active_keys(1_000_000),
+        )
+        .await
+        .unwrap();
     let keys: Vec<String> = (0..KEYS)
         .map(|n| format!("pk_test_history_{n:02}_abcdefghijklmnop"))
         .collect();
@@ -176,7 +184,11 @@ async fn no_history_serves_a_revoked_key_past_the_bound() {
                             .await
                             .unwrap();
                     store
-                        .roll("org_demo", &id.to_string(), Duration::ZERO)
+                        .roll(
+                            "org_demo",
+                            &id.to_string(),
+                            partner_api::management::RollKey::new(Duration::ZERO),
+                        )
                         .await
                         .unwrap();
                     history.lock().unwrap().revoked.insert(key, Instant::now());

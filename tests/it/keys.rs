@@ -57,7 +57,11 @@ async fn a_rolled_key_and_its_successor_both_work_until_the_overlap_ends() {
         .await
         .unwrap();
     let new = store
-        .roll("org_b", &old.record().id, Duration::from_millis(400))
+        .roll(
+            "org_b",
+            &old.record().id,
+            partner_api::management::RollKey::new(Duration::from_millis(400)),
+        )
         .await
         .unwrap();
     for key in [old.plaintext(), new.plaintext()] {
@@ -191,9 +195,22 @@ impl KeyManager for Flaky {
         &self,
         org: &str,
         id: &str,
-        overlap: Duration,
+        roll: partner_api::management::RollKey,
     ) -> Result<partner_api::management::IssuedKey, partner_api::StoreError> {
-        self.inner.roll(org, id, overlap).await
+        self.inner.roll(org, id, roll).await
+    }
+    async fn key_policy(
+        &self,
+        organization_id: &str,
+    ) -> Result<partner_api::management::KeyPolicy, partner_api::StoreError> {
+        self.inner.key_policy(organization_id).await
+    }
+    async fn set_key_policy(
+        &self,
+        organization_id: &str,
+        policy: partner_api::management::KeyPolicy,
+    ) -> Result<partner_api::management::KeyPolicy, partner_api::StoreError> {
+        self.inner.set_key_policy(organization_id, policy).await
     }
     async fn record_last_used(
         &self,

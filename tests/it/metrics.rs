@@ -684,9 +684,22 @@ impl KeyManager for FlakyLastUse {
         &self,
         organization_id: &str,
         key_id: &str,
-        overlap: Duration,
+        roll: partner_api::management::RollKey,
     ) -> Result<partner_api::management::IssuedKey, StoreError> {
-        self.store.roll(organization_id, key_id, overlap).await
+        self.store.roll(organization_id, key_id, roll).await
+    }
+    async fn key_policy(
+        &self,
+        organization_id: &str,
+    ) -> Result<partner_api::management::KeyPolicy, StoreError> {
+        self.store.key_policy(organization_id).await
+    }
+    async fn set_key_policy(
+        &self,
+        organization_id: &str,
+        policy: partner_api::management::KeyPolicy,
+    ) -> Result<partner_api::management::KeyPolicy, StoreError> {
+        self.store.set_key_policy(organization_id, policy).await
     }
     async fn record_last_used(
         &self,

@@ -2,18 +2,25 @@
 
 use async_trait::async_trait;
 
-use super::{generate, unknown_organization, KeyEntry, MemoryStore};
+use super::{generate, unknown_organization, KeyEntry, MemoryStore, State};
 use crate::key::KeyEnvironment;
-use crate::management::{IssuedKey, KeyManager, KeyRecord, KeyUse, NewKey};
+use crate::management::{
+    IssuedKey, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, NewKey, RollKey,
+};
 use crate::model::Timestamp;
 use crate::store::StoreError;
 
 #[async_trait]
 impl KeyManager for MemoryStore {
     async fn issue(&self, organization_id: &str, new: NewKey) -> Result<IssuedKey, StoreError> {
-        new.check(Timestamp::now())?;
+        let now = Timestamp::now();
+        new.check(now)?;
         let key = generate(new.environment())?;
-        self.write().issue(organization_id, key, &new)
+        let mut state = self.write();
+        let policy = state.policy(organization_id)?;
+        policy.check_lifetime(new.expires_at().and_then(|at| at.duration_since(now)))?;
+        policy.check_active_keys(state.active_keys(organization_id, now), 0)?;
+        state.issue(organization_id, key, &new, now)
     }
 
     async fn list(&self, organization_id: &str) -> Result<Vec<KeyRecord>, StoreError> {
@@ -49,20 +56,30 @@ impl KeyManager for MemoryStore {
         &self,
         organization_id: &str,
         key_id: &str,
-        overlap: std::time::Duration,
+        roll: RollKey,
     ) -> Result<IssuedKey, StoreError> {
         let environment = {
             let mut state = self.write();
             let entry = state.entry_mut(organization_id, key_id)?;
             entry.record.environment.unwrap_or(KeyEnvironment::Live)
         };
+        // Generated outside the lock: the operating system's randomness may take a while.
         let key = generate(environment)?;
         let mut state = self.write();
+        let now = Timestamp::now();
+        let policy = state.policy(organization_id)?;
+        let active = state.active_keys(organization_id, now);
         let old = state.entry_mut(organization_id, key_id)?;
         if old.record.revoked_at.is_some() {
-            return Err(StoreError::conflict("a revoked key cannot be rolled"));
+            return Err(KeyRefusal::conflict("a revoked key cannot be rolled"));
         }
-        let overlap_ends = Timestamp::now().saturating_add(overlap);
+        if !old.record.is_active_at(now) {
+            return Err(KeyRefusal::conflict("an expired key cannot be rolled"));
+        }
+        let lifetime = roll.expires_in().or(old.record.lifetime);
+        policy.check_lifetime(lifetime)?;
+        policy.check_active_keys(active, 1)?;
+        let overlap_ends = now.saturating_add(roll.overlap());
         let expires_at = old
             .record
             .expires_at
@@ -73,7 +90,25 @@ impl KeyManager for MemoryStore {
         if let Some(label) = old.record.label.clone() {
             new = new.with_label(label);
         }
-        state.issue(organization_id, key, &new)
+        if let Some(lifetime) = lifetime {
+            new = new.with_expires_at(now.saturating_add(lifetime));
+        }
+        state.issue(organization_id, key, &new, now)
+    }
+
+    async fn key_policy(&self, organization_id: &str) -> Result<KeyPolicy, StoreError> {
+        self.read().policy(organization_id)
+    }
+
+    async fn set_key_policy(
+        &self,
+        organization_id: &str,
+        policy: KeyPolicy,
+    ) -> Result<KeyPolicy, StoreError> {
+        let mut state = self.write();
+        state.policy(organization_id)?;
+        state.policies.insert(organization_id.to_owned(), policy);
+        Ok(policy)
     }
 
     async fn record_last_used(&self, uses: &[KeyUse]) -> Result<(), StoreError> {
@@ -88,5 +123,31 @@ impl KeyManager for MemoryStore {
             }
         }
         Ok(())
+    }
+}
+
+impl State {
+    /// The key policy of `organization_id`.
+    fn policy(&self, organization_id: &str) -> Result<KeyPolicy, StoreError> {
+        if !self.organizations.contains_key(organization_id) {
+            return Err(unknown_organization(organization_id));
+        }
+        Ok(self
+            .policies
+            .get(organization_id)
+            .copied()
+            .unwrap_or_default())
+    }
+
+    /// How many keys of `organization_id` are active at `now`.
+    fn active_keys(&self, organization_id: &str, now: Timestamp) -> u64 {
+        let active = self
+            .keys
+            .values()
+            .filter(|entry| {
+                entry.record.organization_id == organization_id && entry.record.is_active_at(now)
+            })
+            .count();
+        u64::try_from(active).unwrap_or(u64::MAX)
     }
 }

@@ -55,6 +55,8 @@ struct State {
     /// Per organization, its orders newest first, so a read never scans other organizations
     /// or sorts; replaced whole by a writer, never changed in place.
     orders: HashMap<String, Arc<OrganizationOrders>>,
+    /// The key policies organizations have other than the default.
+    policies: HashMap<String, crate::management::KeyPolicy>,
     next_key_number: u64,
 }
 
@@ -153,6 +155,7 @@ impl MemoryStore {
             Some(hint),
             environment,
             expires_at,
+            Timestamp::now(),
         )?;
         Ok(record.id)
     }
@@ -244,7 +247,9 @@ fn unknown_key(key_id: &str) -> StoreError {
 }
 
 impl State {
-    /// Adds a key of `organization_id` under `digest`, created now; returns its record.
+    /// Adds a key of `organization_id` under `digest`, created at `created_at`; returns its
+    /// record.
+    #[allow(clippy::too_many_arguments)]
     fn insert_key(
         &mut self,
         digest: KeyDigest,
@@ -253,6 +258,7 @@ impl State {
         hint: Option<String>,
         environment: Option<KeyEnvironment>,
         expires_at: Option<Timestamp>,
+        created_at: Timestamp,
     ) -> Result<KeyRecord, StoreError> {
         let Some(organization) = self.organizations.get(organization_id).cloned() else {
             return Err(unknown_organization(organization_id));
@@ -263,7 +269,8 @@ impl State {
         self.next_key_number += 1;
         let number = self.next_key_number;
         let key_id = format!("key_{number}");
-        let mut record = KeyRecord::new(key_id.clone(), organization_id, Timestamp::now());
+        let mut record = KeyRecord::new(key_id.clone(), organization_id, created_at);
+        record.lifetime = expires_at.and_then(|expires_at| expires_at.duration_since(created_at));
         record.label = label;
         record.hint = hint;
         record.environment = environment;
@@ -299,12 +306,13 @@ impl State {
             .ok_or_else(|| unknown_key(key_id))
     }
 
-    /// Issues `key` as `new` describes, for `organization_id`.
+    /// Issues `key` as `new` describes, for `organization_id`, created at `created_at`.
     fn issue(
         &mut self,
         organization_id: &str,
         key: ApiKey,
         new: &NewKey,
+        created_at: Timestamp,
     ) -> Result<IssuedKey, StoreError> {
         let record = self.insert_key(
             key.digest(),
@@ -313,6 +321,7 @@ impl State {
             Some(key.hint()),
             Some(key.environment()),
             new.expires_at(),
+            created_at,
         )?;
         Ok(IssuedKey::new(key, record))
     }

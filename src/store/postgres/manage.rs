@@ -10,24 +10,43 @@ use sqlx::Row;
 
 use super::{column, store_error, PgStore};
 use crate::key::{ApiKey, KeyEnvironment};
-use crate::management::{IssuedKey, KeyManager, KeyRecord, KeyUse, NewKey};
+use crate::management::{
+    IssuedKey, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, NewKey, RollKey,
+};
 use crate::model::Timestamp;
 use crate::store::StoreError;
 
 /// The columns of a [`KeyRecord`], in `record_from_row`'s names.
 const RECORD: &str = "id, organization_id, label, hint, environment, created_at, expires_at, \
-                      last_used_at, revoked_at";
+                      last_used_at, revoked_at, lifetime_ms";
+
+/// The policy of the organization `$1` (the default one without a row), locked against a
+/// concurrent issue or roll: two of them at the cap make one key, not two.
+const POLICY: &str = "SELECT o.id, p.max_lifetime_ms, p.max_active_keys \
+                      FROM partner_organizations o \
+                      LEFT JOIN partner_api_key_policies p ON p.organization_id = o.id \
+                      WHERE o.id = $1 FOR UPDATE OF o";
+
+/// The active keys of the organization `$1`, by the database's clock.
+const ACTIVE_KEYS: &str = "SELECT count(*) FROM partner_api_keys WHERE organization_id = $1 \
+                           AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())";
 
 #[async_trait]
 impl KeyManager for PgStore {
     async fn issue(&self, organization_id: &str, new: NewKey) -> Result<IssuedKey, StoreError> {
         // The database's clock decides expiry; this only refuses what is plainly past.
-        new.check(Timestamp::now())?;
+        let now = Timestamp::now();
+        new.check(now)?;
         let key = ApiKey::generate(new.environment()).map_err(StoreError::other)?;
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        let policy = locked_policy(&mut transaction, organization_id).await?;
+        policy.check_lifetime(new.expires_at().and_then(|at| at.duration_since(now)))?;
+        policy.check_active_keys(active_keys(&mut transaction, organization_id).await?, 0)?;
         let row = sqlx::query(&format!(
             "INSERT INTO partner_api_keys \
-               (organization_id, key_sha256, label, hint, environment, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) RETURNING {RECORD}"
+               (organization_id, key_sha256, label, hint, environment, expires_at, lifetime_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, \
+                     (extract(epoch FROM $6 - now()) * 1000)::bigint) RETURNING {RECORD}"
         ))
         .bind(organization_id)
         .bind(&key.digest().as_bytes()[..])
@@ -35,10 +54,12 @@ impl KeyManager for PgStore {
         .bind(key.hint())
         .bind(new.environment().name())
         .bind(new.expires_at().map(|at| at.as_datetime()))
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *transaction)
         .await
-        .map_err(|err| unknown_organization(store_error(err), organization_id))?;
-        Ok(IssuedKey::new(key, record_from_row(&row)?))
+        .map_err(store_error)?;
+        let record = record_from_row(&row)?;
+        transaction.commit().await.map_err(store_error)?;
+        Ok(IssuedKey::new(key, record))
     }
 
     async fn list(&self, organization_id: &str) -> Result<Vec<KeyRecord>, StoreError> {
@@ -83,14 +104,15 @@ impl KeyManager for PgStore {
         &self,
         organization_id: &str,
         key_id: &str,
-        overlap: Duration,
+        roll: RollKey,
     ) -> Result<IssuedKey, StoreError> {
         let id = parse_id(key_id)?;
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        let policy = locked_policy(&mut transaction, organization_id).await?;
         // Locks the old key, so two rolls of one key make one new key each, in turn.
         let old = sqlx::query(&format!(
-            "SELECT {RECORD} FROM partner_api_keys \
-             WHERE organization_id = $1 AND id = $2 FOR UPDATE"
+            "SELECT {RECORD}, COALESCE(expires_at <= now(), false) AS expired \
+             FROM partner_api_keys WHERE organization_id = $1 AND id = $2 FOR UPDATE"
         ))
         .bind(organization_id)
         .bind(id)
@@ -98,11 +120,18 @@ impl KeyManager for PgStore {
         .await
         .map_err(store_error)?
         .ok_or_else(|| unknown_key(key_id))?;
+        let expired: bool = old.try_get("expired").map_err(store_error)?;
         let old = record_from_row(&old)?;
         if old.revoked_at.is_some() {
-            return Err(StoreError::conflict("a revoked key cannot be rolled"));
+            return Err(KeyRefusal::conflict("a revoked key cannot be rolled"));
         }
-        let overlap_ms = i64::try_from(overlap.as_millis()).unwrap_or(i64::MAX);
+        if expired {
+            return Err(KeyRefusal::conflict("an expired key cannot be rolled"));
+        }
+        let lifetime = roll.expires_in().or(old.lifetime);
+        policy.check_lifetime(lifetime)?;
+        policy.check_active_keys(active_keys(&mut transaction, organization_id).await?, 1)?;
+        let overlap_ms = i64::try_from(roll.overlap().as_millis()).unwrap_or(i64::MAX);
         sqlx::query(
             "UPDATE partner_api_keys SET expires_at = LEAST(expires_at, \
                now() + LEAST($3, 3153600000000) * interval '1 millisecond') \
@@ -116,22 +145,71 @@ impl KeyManager for PgStore {
         .map_err(store_error)?;
         let environment = old.environment.unwrap_or(KeyEnvironment::Live);
         let key = ApiKey::generate(environment).map_err(StoreError::other)?;
+        // Capped at a century, as the overlap: an interval that PostgreSQL can add to now.
+        let lifetime_ms = lifetime.map(|lifetime| {
+            i64::try_from(lifetime.as_millis())
+                .unwrap_or(i64::MAX)
+                .clamp(1, 3_153_600_000_000)
+        });
         let row = sqlx::query(&format!(
             "INSERT INTO partner_api_keys \
-               (organization_id, key_sha256, label, hint, environment) \
-             VALUES ($1, $2, $3, $4, $5) RETURNING {RECORD}"
+               (organization_id, key_sha256, label, hint, environment, expires_at, lifetime_ms) \
+             VALUES ($1, $2, $3, $4, $5, now() + $6 * interval '1 millisecond', $6) \
+             RETURNING {RECORD}"
         ))
         .bind(organization_id)
         .bind(&key.digest().as_bytes()[..])
         .bind(&old.label)
         .bind(key.hint())
         .bind(environment.name())
+        .bind(lifetime_ms)
         .fetch_one(&mut *transaction)
         .await
         .map_err(store_error)?;
         let record = record_from_row(&row)?;
         transaction.commit().await.map_err(store_error)?;
         Ok(IssuedKey::new(key, record))
+    }
+
+    async fn key_policy(&self, organization_id: &str) -> Result<KeyPolicy, StoreError> {
+        let row = sqlx::query(
+            "SELECT o.id, p.max_lifetime_ms, p.max_active_keys FROM partner_organizations o \
+             LEFT JOIN partner_api_key_policies p ON p.organization_id = o.id WHERE o.id = $1",
+        )
+        .bind(organization_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| {
+            StoreError::not_found(format!("unknown organization {organization_id:?}"))
+        })?;
+        policy_from_row(&row)
+    }
+
+    async fn set_key_policy(
+        &self,
+        organization_id: &str,
+        policy: KeyPolicy,
+    ) -> Result<KeyPolicy, StoreError> {
+        let max_lifetime_ms = policy.max_lifetime.map(|lifetime| {
+            i64::try_from(lifetime.as_millis())
+                .unwrap_or(i64::MAX)
+                .max(1)
+        });
+        let max_active_keys = i32::try_from(policy.max_active_keys).unwrap_or(i32::MAX);
+        sqlx::query(
+            "INSERT INTO partner_api_key_policies (organization_id, max_lifetime_ms, max_active_keys) \
+             VALUES ($1, $2, $3) ON CONFLICT (organization_id) DO UPDATE \
+             SET max_lifetime_ms = EXCLUDED.max_lifetime_ms, \
+                 max_active_keys = EXCLUDED.max_active_keys",
+        )
+        .bind(organization_id)
+        .bind(max_lifetime_ms)
+        .bind(max_active_keys)
+        .execute(&self.pool)
+        .await
+        .map_err(|err| unknown_organization(store_error(err), organization_id))?;
+        self.key_policy(organization_id).await
     }
 
     async fn record_last_used(&self, uses: &[KeyUse]) -> Result<(), StoreError> {
@@ -158,6 +236,45 @@ impl KeyManager for PgStore {
         .map_err(store_error)?;
         Ok(())
     }
+}
+
+/// The policy of `organization_id`, its organization row locked until the transaction ends.
+async fn locked_policy(
+    transaction: &mut sqlx::PgConnection,
+    organization_id: &str,
+) -> Result<KeyPolicy, StoreError> {
+    let row = sqlx::query(POLICY)
+        .bind(organization_id)
+        .fetch_optional(&mut *transaction)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| {
+            StoreError::not_found(format!("unknown organization {organization_id:?}"))
+        })?;
+    policy_from_row(&row)
+}
+
+fn policy_from_row(row: &PgRow) -> Result<KeyPolicy, StoreError> {
+    let max_lifetime_ms: Option<i64> = row.try_get("max_lifetime_ms").map_err(store_error)?;
+    let max_active_keys: Option<i32> = row.try_get("max_active_keys").map_err(store_error)?;
+    let mut policy = KeyPolicy::default()
+        .with_max_lifetime(max_lifetime_ms.map(|ms| Duration::from_millis(ms.unsigned_abs())));
+    if let Some(max) = max_active_keys {
+        policy = policy.with_max_active_keys(max.unsigned_abs());
+    }
+    Ok(policy)
+}
+
+async fn active_keys(
+    transaction: &mut sqlx::PgConnection,
+    organization_id: &str,
+) -> Result<u64, StoreError> {
+    let active: i64 = sqlx::query_scalar(ACTIVE_KEYS)
+        .bind(organization_id)
+        .fetch_one(&mut *transaction)
+        .await
+        .map_err(store_error)?;
+    Ok(active.unsigned_abs())
 }
 
 impl PgStore {
@@ -219,5 +336,7 @@ fn record_from_row(row: &PgRow) -> Result<KeyRecord, StoreError> {
     record.expires_at = timestamp(row, "expires_at")?;
     record.last_used_at = timestamp(row, "last_used_at")?;
     record.revoked_at = timestamp(row, "revoked_at")?;
+    let lifetime_ms: Option<i64> = row.try_get("lifetime_ms").map_err(store_error)?;
+    record.lifetime = lifetime_ms.map(|ms| Duration::from_millis(ms.unsigned_abs()));
     Ok(record)
 }

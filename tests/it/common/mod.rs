@@ -457,7 +457,11 @@ pub async fn expired_key(
         .await
         .unwrap();
     store
-        .roll(organization_id, &issued.record().id, Duration::ZERO)
+        .roll(
+            organization_id,
+            &issued.record().id,
+            partner_api::management::RollKey::new(Duration::ZERO),
+        )
         .await
         .unwrap();
     issued.plaintext().to_owned()
