@@ -7,6 +7,7 @@ mod common;
 mod api;
 mod conditional_get;
 mod conformance;
+mod fairness;
 mod history;
 mod hostile;
 mod hosts;

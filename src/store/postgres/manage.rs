@@ -20,12 +20,17 @@ use crate::store::StoreError;
 const RECORD: &str = "id, organization_id, label, hint, environment, created_at, expires_at, \
                       last_used_at, revoked_at, lifetime_ms";
 
-/// The policy of the organization `$1` (the default one without a row), locked against a
-/// concurrent issue or roll: two of them at the cap make one key, not two.
+/// The policy of the organization `$1` (the default one without a row).
 const POLICY: &str = "SELECT o.id, p.max_lifetime_ms, p.max_active_keys \
                       FROM partner_organizations o \
                       LEFT JOIN partner_api_key_policies p ON p.organization_id = o.id \
-                      WHERE o.id = $1 FOR UPDATE OF o";
+                      WHERE o.id = $1";
+
+/// Serializes the issues and rolls of the organization `$1` until the transaction ends, so
+/// two of them at the cap make one key, not two. An advisory lock, not `FOR UPDATE`: that
+/// would need the right to update organizations, which a key-managing role has no use for.
+const ISSUE_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended('partner_api_keys:' || $1, 0))";
 
 /// The active keys of the organization `$1`, by the database's clock.
 const ACTIVE_KEYS: &str = "SELECT count(*) FROM partner_api_keys WHERE organization_id = $1 \
@@ -172,17 +177,14 @@ impl KeyManager for PgStore {
     }
 
     async fn key_policy(&self, organization_id: &str) -> Result<KeyPolicy, StoreError> {
-        let row = sqlx::query(
-            "SELECT o.id, p.max_lifetime_ms, p.max_active_keys FROM partner_organizations o \
-             LEFT JOIN partner_api_key_policies p ON p.organization_id = o.id WHERE o.id = $1",
-        )
-        .bind(organization_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(store_error)?
-        .ok_or_else(|| {
-            StoreError::not_found(format!("unknown organization {organization_id:?}"))
-        })?;
+        let row = sqlx::query(POLICY)
+            .bind(organization_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(store_error)?
+            .ok_or_else(|| {
+                StoreError::not_found(format!("unknown organization {organization_id:?}"))
+            })?;
         policy_from_row(&row)
     }
 
@@ -238,11 +240,17 @@ impl KeyManager for PgStore {
     }
 }
 
-/// The policy of `organization_id`, its organization row locked until the transaction ends.
+/// The policy of `organization_id`, with the organization's issue lock held until the
+/// transaction ends.
 async fn locked_policy(
     transaction: &mut sqlx::PgConnection,
     organization_id: &str,
 ) -> Result<KeyPolicy, StoreError> {
+    sqlx::query(ISSUE_LOCK)
+        .bind(organization_id)
+        .execute(&mut *transaction)
+        .await
+        .map_err(store_error)?;
     let row = sqlx::query(POLICY)
         .bind(organization_id)
         .fetch_optional(&mut *transaction)
