@@ -64,7 +64,6 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
     use std::time::Duration;
 
     use partner_api::management::{IssuedKey, KeyManager, KeyRecord, NewKey, RollKey};
-    use partner_api::Timestamp;
 
     use crate::stores::{error_chain, without_password};
 
@@ -89,9 +88,7 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
                 new = new.with_label(label.clone());
             }
             if let Some(seconds) = expires_in {
-                new = new.with_expires_at(
-                    Timestamp::now().saturating_add(Duration::from_secs(*seconds)),
-                );
+                new = new.with_expires_in(Duration::from_secs(*seconds));
             }
             shown(store.issue(organization, new).await.map_err(failed)?)
         }

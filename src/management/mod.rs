@@ -129,6 +129,7 @@ pub struct NewKey {
     environment: KeyEnvironment,
     label: Option<String>,
     expires_at: Option<Timestamp>,
+    lifetime: Option<Duration>,
 }
 
 impl NewKey {
@@ -138,6 +139,7 @@ impl NewKey {
             environment,
             label: None,
             expires_at: None,
+            lifetime: None,
         }
     }
 
@@ -148,11 +150,31 @@ impl NewKey {
         self
     }
 
-    /// Sets when the key expires.
+    /// Sets when the key expires; its lifetime is the time from its issue to then, in whole
+    /// seconds.
     #[must_use]
     pub fn with_expires_at(mut self, expires_at: Timestamp) -> Self {
         self.expires_at = Some(expires_at);
+        self.lifetime = None;
         self
+    }
+
+    /// Makes the key expire `lifetime` from now: its lifetime, exactly, for later rolls.
+    #[must_use]
+    pub fn with_expires_in(mut self, lifetime: Duration) -> Self {
+        self.expires_at = Some(Timestamp::now().saturating_add(lifetime));
+        self.lifetime = Some(lifetime);
+        self
+    }
+
+    /// Returns the key's lifetime when issued at `issued_at`: as given to
+    /// [`with_expires_in`](Self::with_expires_in), else the time to its expiry rounded to whole
+    /// seconds (at least one); `None` without expiry.
+    pub fn lifetime_at(&self, issued_at: Timestamp) -> Option<Duration> {
+        if self.lifetime.is_some() {
+            return self.lifetime;
+        }
+        lifetime_until(self.expires_at?, issued_at)
     }
 
     /// Returns the environment.
@@ -375,6 +397,14 @@ impl fmt::Display for KeyRefusal {
 }
 
 impl std::error::Error for KeyRefusal {}
+
+/// The lifetime of a key issued at `issued_at` that expires at `expires_at`: whole seconds,
+/// rounded, at least one; `None` when it expires before its issue.
+pub(crate) fn lifetime_until(expires_at: Timestamp, issued_at: Timestamp) -> Option<Duration> {
+    let until = expires_at.duration_since(issued_at)?;
+    let seconds = u64::try_from(until.as_millis().saturating_add(500) / 1000).unwrap_or(u64::MAX);
+    Some(Duration::from_secs(seconds.max(1)))
+}
 
 /// Checks a key's label: at most [`MAX_LABEL_CHARS`] characters, no control characters.
 pub(crate) fn check_label(label: &str) -> Result<(), StoreError> {

@@ -16,6 +16,7 @@ mod layer;
 mod management;
 mod metrics;
 mod openapi;
+mod operators;
 mod pages;
 mod postgres;
 mod rate_limit;

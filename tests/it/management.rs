@@ -28,6 +28,7 @@ fn template(path: &str) -> &'static str {
         ["", "keys", _] => "/keys/{id}",
         ["", "keys", _, "revoke"] => "/keys/{id}/revoke",
         ["", "keys", _, "roll"] => "/keys/{id}/roll",
+        ["", "policy"] => "/policy",
         _ => "",
     }
 }
@@ -572,4 +573,115 @@ async fn a_prefix_serves_a_host_that_does_not_strip_its_mount() {
         service.oneshot(outside).await.unwrap().status(),
         StatusCode::NOT_FOUND
     );
+}
+
+#[tokio::test]
+async fn rolls_keep_or_choose_a_lifetime_and_never_revive_a_key() {
+    use partner_api::management::{KeyManager, KeyPolicy, NewKey};
+    let store = store();
+    let service = KeyManagementService::new(store.clone());
+    let in_a_day =
+        partner_api::Timestamp::now().saturating_add(std::time::Duration::from_secs(86_400));
+    let issued = store
+        .issue(
+            "org_demo",
+            NewKey::new(partner_api::key::KeyEnvironment::Live).with_expires_at(in_a_day),
+        )
+        .await
+        .unwrap();
+    let id = issued.record().id.clone();
+    let rolled = post(
+        &service,
+        &format!("/keys/{id}/roll"),
+        json!({"overlapSeconds": 0}),
+    )
+    .await;
+    assert_eq!(rolled.status, StatusCode::CREATED, "{}", rolled.text);
+    let record = &rolled.body["data"]["record"];
+    assert_eq!(record["lifetimeSeconds"], 86_400, "{}", rolled.text);
+    assert!(record["expiresAt"].is_string());
+    let successor = record["id"].as_str().unwrap().to_owned();
+    let chosen = post(
+        &service,
+        &format!("/keys/{successor}/roll"),
+        json!({"overlapSeconds": 0, "expiresInSeconds": 600}),
+    )
+    .await;
+    assert_eq!(chosen.status, StatusCode::CREATED, "{}", chosen.text);
+    assert_eq!(chosen.body["data"]["record"]["lifetimeSeconds"], 600);
+    // The first key expired at its roll: rolling it again is refused, in the service's words.
+    let again = post(
+        &service,
+        &format!("/keys/{id}/roll"),
+        json!({"overlapSeconds": 60}),
+    )
+    .await;
+    assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.text);
+    assert_eq!(
+        again.body["error"]["message"],
+        "an expired key cannot be rolled"
+    );
+    for bad in [
+        json!({"overlapSeconds": 0, "expiresInSeconds": 0}),
+        json!({"overlapSeconds": 0, "expiresInSeconds": -5}),
+    ] {
+        let refused = post(&service, &format!("/keys/{successor}/roll"), bad).await;
+        assert_eq!(
+            refused.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{}",
+            refused.text
+        );
+    }
+    // The policy: read by the page, set by the operator, obeyed with 422 and 409.
+    let policy = get(&service, "/policy").await;
+    assert_eq!(policy.status, StatusCode::OK);
+    assert_eq!(
+        policy.body,
+        json!({"data": {"policy": {"maxKeyLifetimeSeconds": null, "maxActiveKeys": 100}}})
+    );
+    store
+        .set_key_policy(
+            "org_demo",
+            KeyPolicy::new()
+                .with_max_lifetime(Some(std::time::Duration::from_secs(3_600)))
+                .with_max_active_keys(2),
+        )
+        .await
+        .unwrap();
+    let policy = get(&service, "/policy").await;
+    assert_eq!(
+        policy.body["data"]["policy"]["maxKeyLifetimeSeconds"],
+        3_600
+    );
+    let forever = post(&service, "/keys", json!({"environment": "live"})).await;
+    assert_eq!(
+        forever.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        forever.text
+    );
+    assert!(
+        forever.text.contains("must expire within 3600 seconds"),
+        "{}",
+        forever.text
+    );
+    let active = store
+        .list("org_demo")
+        .await
+        .unwrap()
+        .iter()
+        .filter(|record| record.is_active_at(partner_api::Timestamp::now()))
+        .count();
+    assert!(active >= 2, "{active} active keys");
+    let in_an_hour =
+        partner_api::Timestamp::now().saturating_add(std::time::Duration::from_secs(1_800));
+    let capped = post(
+        &service,
+        "/keys",
+        json!({"environment": "live", "expiresAt": in_an_hour.to_string()}),
+    )
+    .await;
+    assert_eq!(capped.status, StatusCode::CONFLICT, "{}", capped.text);
+    assert!(capped.text.contains("active keys"), "{}", capped.text);
 }

@@ -18,7 +18,7 @@ impl KeyManager for MemoryStore {
         let key = generate(new.environment())?;
         let mut state = self.write();
         let policy = state.policy(organization_id)?;
-        policy.check_lifetime(new.expires_at().and_then(|at| at.duration_since(now)))?;
+        policy.check_lifetime(new.lifetime_at(now))?;
         policy.check_active_keys(state.active_keys(organization_id, now), 0)?;
         state.issue(organization_id, key, &new, now)
     }
@@ -91,7 +91,7 @@ impl KeyManager for MemoryStore {
             new = new.with_label(label);
         }
         if let Some(lifetime) = lifetime {
-            new = new.with_expires_at(now.saturating_add(lifetime));
+            new = new.with_expires_in(lifetime);
         }
         state.issue(organization_id, key, &new, now)
     }

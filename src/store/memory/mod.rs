@@ -270,7 +270,8 @@ impl State {
         let number = self.next_key_number;
         let key_id = format!("key_{number}");
         let mut record = KeyRecord::new(key_id.clone(), organization_id, created_at);
-        record.lifetime = expires_at.and_then(|expires_at| expires_at.duration_since(created_at));
+        record.lifetime = expires_at
+            .and_then(|expires_at| crate::management::lifetime_until(expires_at, created_at));
         record.label = label;
         record.hint = hint;
         record.environment = environment;
@@ -323,6 +324,12 @@ impl State {
             new.expires_at(),
             created_at,
         )?;
+        // The lifetime as the caller gave it, not as rounded through the expiry.
+        let mut record = record;
+        record.lifetime = new.lifetime_at(created_at);
+        if let Some(entry) = self.keys.get_mut(&key.digest()) {
+            entry.record.lifetime = record.lifetime;
+        }
         Ok(IssuedKey::new(key, record))
     }
 }

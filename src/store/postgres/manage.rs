@@ -45,13 +45,13 @@ impl KeyManager for PgStore {
         let key = ApiKey::generate(new.environment()).map_err(StoreError::other)?;
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
         let policy = locked_policy(&mut transaction, organization_id).await?;
-        policy.check_lifetime(new.expires_at().and_then(|at| at.duration_since(now)))?;
+        let lifetime = new.lifetime_at(now);
+        policy.check_lifetime(lifetime)?;
         policy.check_active_keys(active_keys(&mut transaction, organization_id).await?, 0)?;
         let row = sqlx::query(&format!(
             "INSERT INTO partner_api_keys \
                (organization_id, key_sha256, label, hint, environment, expires_at, lifetime_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, \
-                     (extract(epoch FROM $6 - now()) * 1000)::bigint) RETURNING {RECORD}"
+             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {RECORD}"
         ))
         .bind(organization_id)
         .bind(&key.digest().as_bytes()[..])
@@ -59,6 +59,7 @@ impl KeyManager for PgStore {
         .bind(key.hint())
         .bind(new.environment().name())
         .bind(new.expires_at().map(|at| at.as_datetime()))
+        .bind(lifetime.map(lifetime_millis))
         .fetch_one(&mut *transaction)
         .await
         .map_err(store_error)?;
@@ -150,12 +151,7 @@ impl KeyManager for PgStore {
         .map_err(store_error)?;
         let environment = old.environment.unwrap_or(KeyEnvironment::Live);
         let key = ApiKey::generate(environment).map_err(StoreError::other)?;
-        // Capped at a century, as the overlap: an interval that PostgreSQL can add to now.
-        let lifetime_ms = lifetime.map(|lifetime| {
-            i64::try_from(lifetime.as_millis())
-                .unwrap_or(i64::MAX)
-                .clamp(1, 3_153_600_000_000)
-        });
+        let lifetime_ms = lifetime.map(lifetime_millis);
         let row = sqlx::query(&format!(
             "INSERT INTO partner_api_keys \
                (organization_id, key_sha256, label, hint, environment, expires_at, lifetime_ms) \
@@ -260,6 +256,14 @@ async fn locked_policy(
             StoreError::not_found(format!("unknown organization {organization_id:?}"))
         })?;
     policy_from_row(&row)
+}
+
+/// A lifetime in milliseconds, capped at a century as the overlap is: an interval that
+/// PostgreSQL can add to now.
+fn lifetime_millis(lifetime: Duration) -> i64 {
+    i64::try_from(lifetime.as_millis())
+        .unwrap_or(i64::MAX)
+        .clamp(1, 3_153_600_000_000)
 }
 
 fn policy_from_row(row: &PgRow) -> Result<KeyPolicy, StoreError> {
