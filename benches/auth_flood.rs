@@ -166,7 +166,7 @@ async fn main() {
 
         let mut valid = connect_from("127.0.0.1", api).await;
         quiet_round(&mut valid, 200).await; // warm: the cache knows the key and the page
-        let quiet = quiet_round(&mut valid, 2_000).await;
+        let quiet = quiet_round(&mut valid, 10_000).await;
 
         let started = Instant::now();
         let mut flooders = Vec::new();

@@ -29,6 +29,9 @@ pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(2);
 /// with bursts of ten times as many.
 pub const DEFAULT_AUTH_FAILURE_LIMIT: u32 = 20;
 
+/// How long the failure throttle's 429 waits before it is sent, by default.
+pub const DEFAULT_AUTH_FAILURE_DELAY: Duration = Duration::from_millis(50);
+
 /// The in-process throttle of failed authentication: `per_second` a second per client
 /// address, bursts of ten times as many.
 pub(crate) fn auth_failure_limiter(per_second: std::num::NonZeroU32) -> LocalRateLimiter {
@@ -49,6 +52,8 @@ pub(crate) struct Config {
     pub(crate) auth_failure_limiter: Option<Arc<dyn RateLimiter>>,
     /// The proxies whose forwarding headers name the client.
     pub(crate) trusted_proxies: TrustedProxies,
+    /// How long the failure throttle's 429 waits before it is sent.
+    pub(crate) auth_failure_delay: Duration,
     /// Where each authenticated request's key use is recorded.
     pub(crate) last_used: Option<LastUsedRecorder>,
     /// Whether keyed bodies carry an `ETag` and `If-None-Match` can answer `304`.
@@ -78,6 +83,7 @@ impl Config {
                     .unwrap_or(std::num::NonZeroU32::MIN),
             ))),
             trusted_proxies: TrustedProxies::default(),
+            auth_failure_delay: DEFAULT_AUTH_FAILURE_DELAY,
             last_used: None,
             conditional_requests: true,
             request_ids: true,

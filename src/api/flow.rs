@@ -122,6 +122,8 @@ impl Reply {
 /// The flow after a reply: done, or with a next question.
 pub(crate) enum Progress {
     Done(Response<ApiBody>),
+    /// Done, with the 429 of the failure throttle: answered after the throttle's delay.
+    Throttled(Response<ApiBody>),
     Next(Flow),
 }
 
@@ -161,7 +163,7 @@ impl Flow {
             }),
             (Step::Reserve(digest), Reply::Limit(decided)) => match decided {
                 Ok(decision) if !decision.is_allowed() => {
-                    Progress::Done(throttled(config, decision))
+                    Progress::Throttled(throttled(config, decision))
                 }
                 decided => Progress::Next(Self {
                     exchange,
@@ -176,7 +178,7 @@ impl Flow {
             }
             (Step::ChargeFailure(reason), Reply::Limit(decided)) => match decided {
                 Ok(decision) if !decision.is_allowed() => {
-                    Progress::Done(throttled(config, decision))
+                    Progress::Throttled(throttled(config, decision))
                 }
                 _ => refused(config, reason),
             },
@@ -248,9 +250,24 @@ pub(crate) fn answer_now(config: &Arc<Config>, mut flow: Flow) -> Answer {
         };
         match flow.advance(config, reply) {
             Progress::Done(response) => return Answer::Ready(response),
+            Progress::Throttled(response) => return slowed(config, response),
             Progress::Next(next) => flow = next,
         }
     }
+}
+
+/// The 429 of the failure throttle, answered after [`Config::auth_failure_delay`]: a client
+/// past its budget waits before it can send the next made-up key on the connection, so a
+/// flood spends little of the host's CPU on its refusals.
+fn slowed(config: &Config, response: Response<ApiBody>) -> Answer {
+    if config.auth_failure_delay.is_zero() {
+        return Answer::Ready(response);
+    }
+    let delay = config.auth_failure_delay;
+    Answer::Wait(Box::pin(async move {
+        tokio::time::sleep(delay).await;
+        response
+    }))
 }
 
 /// The store's immediate answer to `question`, if it has one; a failed one is counted (it
@@ -317,6 +334,10 @@ async fn answer_awaited(config: Arc<Config>, flow: Flow) -> Response<ApiBody> {
             };
             match flow.advance(&config, reply) {
                 Progress::Done(response) => return response,
+                Progress::Throttled(response) => {
+                    tokio::time::sleep(config.auth_failure_delay).await;
+                    return response;
+                }
                 Progress::Next(next) => flow = next,
             }
         }

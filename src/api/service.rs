@@ -19,8 +19,8 @@ use crate::api::client::TrustedProxies;
 use crate::api::conditional::IfNoneMatch;
 use crate::api::config::Config;
 pub use crate::api::config::{
-    DEFAULT_AUTH_FAILURE_LIMIT, DEFAULT_PREFIX, DEFAULT_REALM, DEFAULT_RETRY_AFTER,
-    DEFAULT_STORE_TIMEOUT,
+    DEFAULT_AUTH_FAILURE_DELAY, DEFAULT_AUTH_FAILURE_LIMIT, DEFAULT_PREFIX, DEFAULT_REALM,
+    DEFAULT_RETRY_AFTER, DEFAULT_STORE_TIMEOUT,
 };
 use crate::api::flow::{self, Answer, Exchange, Flow};
 use crate::api::openapi;
@@ -157,6 +157,17 @@ impl PartnerApi {
     #[must_use]
     pub fn with_auth_failure_limiter(mut self, limiter: impl RateLimiter + 'static) -> Self {
         Arc::make_mut(&mut self.config).auth_failure_limiter = Some(Arc::new(limiter));
+        self
+    }
+
+    /// Sets how long the failure throttle's 429 waits before it is sent (default
+    /// [`DEFAULT_AUTH_FAILURE_DELAY`]; zero sends it at once). A client past its budget then
+    /// waits that long before it can send its next key on the connection, so a flood costs
+    /// the host little CPU and other clients keep their latency. The wait needs a tokio
+    /// runtime with its time driver.
+    #[must_use]
+    pub fn with_auth_failure_delay(mut self, delay: Duration) -> Self {
+        Arc::make_mut(&mut self.config).auth_failure_delay = delay;
         self
     }
 
