@@ -11,10 +11,13 @@
 //! curl -H 'Authorization: Bearer pk_test_demo_0123456789abcdefghijklmn' http://127.0.0.1:3000/partner/v1/me
 //! ```
 
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Request};
 use axum::routing::get;
 use axum::{Json, Router};
 use partner_api::seed::{Seed, DEMO_KEY};
-use partner_api::{PartnerApi, PartnerApiLayer};
+use partner_api::{PartnerApi, PartnerApiLayer, PeerAddr};
 
 /// The host's router with the partner API mounted at `/partner/v1` and at `/v1`.
 pub(crate) fn app(api: PartnerApi) -> Router {
@@ -29,6 +32,22 @@ pub(crate) fn app(api: PartnerApi) -> Router {
         .nest_service("/partner", api.clone())
         // The API answers `/v1/...` itself, in front of every route above.
         .layer(PartnerApiLayer::new(api))
+        // Outermost: tells the API the client's address (axum's `ConnectInfo`, from
+        // `into_make_service_with_connect_info`), which its throttle of failed
+        // authentication counts by.
+        .layer(axum::middleware::map_request(pass_peer_addr))
+}
+
+/// Copies axum's `ConnectInfo` into the API's `PeerAddr`, when the server provides it.
+async fn pass_peer_addr(mut request: Request) -> Request {
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(peer)| *peer);
+    if let Some(peer) = peer {
+        request.extensions_mut().insert(PeerAddr(peer));
+    }
+    request
 }
 
 #[tokio::main]
@@ -41,10 +60,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let address = listener.local_addr()?;
     println!("listening on http://{address}");
     println!("  curl -H 'Authorization: Bearer {DEMO_KEY}' http://{address}/partner/v1/me");
-    axum::serve(listener, app(PartnerApi::from_store(store)))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    let app = app(PartnerApi::from_store(store));
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
     Ok(())
 }

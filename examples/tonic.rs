@@ -13,9 +13,9 @@
 use std::future::Future;
 
 use partner_api::seed::{Seed, DEMO_KEY};
-use partner_api::{PartnerApi, PartnerApiLayer};
+use partner_api::{PartnerApi, PartnerApiLayer, PeerAddr};
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
+use tonic::transport::server::{TcpConnectInfo, TcpIncoming};
 use tonic::transport::Server;
 
 /// Serves gRPC health checks and the partner API on `listener` until `shutdown` completes.
@@ -28,12 +28,30 @@ pub(crate) async fn app(
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
+    // The client's address first (tonic's `TcpConnectInfo`), which the API's throttle of
+    // failed authentication counts by; then the API.
+    let layers = tower::ServiceBuilder::new()
+        .map_request(pass_peer_addr)
+        .layer(PartnerApiLayer::new(api))
+        .into_inner();
     Server::builder()
         .accept_http1(true)
-        .layer(PartnerApiLayer::new(api))
+        .layer(layers)
         .add_service(health_service)
         .serve_with_incoming_shutdown(TcpIncoming::from(listener), shutdown)
         .await
+}
+
+/// Copies tonic's `TcpConnectInfo` into the API's `PeerAddr`.
+fn pass_peer_addr<B>(mut request: http::Request<B>) -> http::Request<B> {
+    let peer = request
+        .extensions()
+        .get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr);
+    if let Some(peer) = peer {
+        request.extensions_mut().insert(PeerAddr(peer));
+    }
+    request
 }
 
 #[tokio::main]

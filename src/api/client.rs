@@ -14,8 +14,9 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 /// the API reads the client's address from it (to throttle failed authentication by client).
 ///
 /// hyper's accept loop has it from `TcpListener::accept`; axum from
-/// `ConnectInfo<SocketAddr>`; tonic from `Request::remote_addr`. Without it, every client
-/// shares one budget of failed authentications.
+/// `ConnectInfo<SocketAddr>`; tonic from `Request::remote_addr`. Without it, failed
+/// authentication is not throttled (one budget shared by every client would let one of them
+/// lock the others out).
 ///
 /// ```
 /// use std::net::SocketAddr;
@@ -84,17 +85,20 @@ impl TrustedProxies {
 
 impl ClientAddr {
     /// The name of this client's budget of failed authentications: the address, an IPv6
-    /// one by its /64 (the smallest block a host is given, so one attacker is one budget).
-    pub(crate) fn budget_name(self) -> Box<str> {
-        match self {
+    /// one by its /64 (the smallest block a host is given, so one attacker is one budget);
+    /// through a trusted proxy that sent a header that does not parse, that proxy's own
+    /// budget. `None` without an address: the host passed none, and one budget for every
+    /// client would let one lock the others out.
+    pub(crate) fn budget_name(self) -> Option<Box<str>> {
+        Some(match self {
             Self::Known(IpAddr::V4(address)) => address.to_string().into(),
             Self::Known(IpAddr::V6(address)) => {
                 let network = u128::from(address) & !((1_u128 << 64) - 1);
                 format!("{}/64", Ipv6Addr::from(network)).into()
             }
-            Self::Unknown => "unknown".into(),
+            Self::Unknown => return None,
             Self::Unparseable(proxy) => format!("unparseable-via-{proxy}").into(),
-        }
+        })
     }
 }
 
@@ -220,7 +224,11 @@ mod tests {
 
     #[test]
     fn budgets_are_per_address_and_per_ipv6_slash_64() {
-        assert_eq!(&*addr("192.0.2.7").budget_name(), "192.0.2.7");
+        assert_eq!(
+            addr("192.0.2.7").budget_name().as_deref(),
+            Some("192.0.2.7")
+        );
+        assert_eq!(ClientAddr::Unknown.budget_name(), None);
         assert_eq!(
             addr("2001:db8:1:2:aaaa::1").budget_name(),
             addr("2001:db8:1:2:bbbb::9").budget_name()

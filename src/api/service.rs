@@ -149,7 +149,9 @@ impl PartnerApi {
     /// see [`with_trusted_proxies`](Self::with_trusted_proxies); an IPv6 client by its /64).
     ///
     /// On by default, in this process, at [`DEFAULT_AUTH_FAILURE_LIMIT`] failures a second
-    /// with bursts of ten times as many. A key that the key store must be asked about (not
+    /// with bursts of ten times as many, for every request that carries its client's address:
+    /// a request without a [`PeerAddr`](crate::PeerAddr) is not throttled, since one budget
+    /// shared by every client would let one of them lock the others out. A key that the key store must be asked about (not
     /// answered from memory) first takes one from its client's budget, given back when the
     /// key is valid; a key refused from memory takes one too. Past the budget the answer is a
     /// JSON 429 with `Retry-After`, and the key store is not asked: a flood of made-up keys
@@ -309,7 +311,7 @@ impl PartnerApi {
                     .unwrap_or_else(|| PathAndQuery::from_static("/"));
                 (PageRequest::parse(uri.query()), path)
             }),
-            failure_budget: config.auth_failure_limiter.as_ref().map(|_| {
+            failure_budget: config.auth_failure_limiter.as_ref().and_then(|_| {
                 config
                     .trusted_proxies
                     .client_addr(extensions, headers)

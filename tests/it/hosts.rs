@@ -123,3 +123,35 @@ async fn tonic_host_answers_grpc_and_http1_on_one_listener() {
         .unwrap_err();
     assert_eq!(unknown.code(), tonic::Code::NotFound);
 }
+
+/// Sends a made-up key from one address until a 429 comes back: only a host that passes the
+/// client's address (`PeerAddr`) to the API gets its failed authentications throttled.
+async fn throttled_after(address: SocketAddr, path: &str) -> usize {
+    let client = http1();
+    for sent in 1..=400 {
+        let request = Request::get(format!("http://{address}{path}"))
+            .header("authorization", "Bearer made_up_key_0123456789abcdefghij")
+            .body(Empty::new())
+            .unwrap();
+        let status = client.request(request).await.unwrap().status();
+        match status {
+            StatusCode::UNAUTHORIZED => {}
+            StatusCode::TOO_MANY_REQUESTS => return sent,
+            other => panic!("{other}"),
+        }
+    }
+    panic!("400 failed authentications from one address were never throttled");
+}
+
+#[tokio::test]
+async fn axum_and_tonic_hosts_pass_the_client_address_to_the_throttle() {
+    let mut axum = Process::spawn_example("axum", &["127.0.0.1:0"]);
+    let address = axum.address().await;
+    // A burst of 200 failures, then the budget's refill: the 429 comes soon after.
+    let sent = throttled_after(address, "/partner/v1/me").await;
+    assert!((200..=300).contains(&sent), "throttled after {sent}");
+    let mut tonic = Process::spawn_example("tonic", &["127.0.0.1:0"]);
+    let address = tonic.address().await;
+    let sent = throttled_after(address, "/v1/me").await;
+    assert!((200..=300).contains(&sent), "throttled after {sent}");
+}
