@@ -19,28 +19,31 @@
 //! state, sign-in and sign-out included; and a Content-Security-Policy that allows no inline
 //! script or style and no framing, on every response.
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::rejection::FormRejection;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::{Form, Router};
+use axum::Router;
 use clap::Parser;
 use partner_api::last_used::LastUsedRecorder;
 use partner_api::management::{ActingOrganization, KeyManagementService};
 use partner_api::seed::Seed;
 use partner_api::{MemoryStore, PartnerApi, PartnerApiLayer};
+
+mod sessions;
+mod sign_in;
+mod tls;
+
+use sessions::{Session, Sessions};
+use sign_in::{sign_in, sign_in_page, sign_out};
 use subtle::ConstantTimeEq;
-use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::server::TlsStream;
-use tokio_rustls::TlsAcceptor;
+use tls::{tls_acceptor, TlsListener};
+use tokio::net::TcpListener;
 
 /// The page, served as it is; the server fills in the organization and the CSRF token.
 const PAGE: &str = include_str!("page.html");
@@ -64,8 +67,6 @@ const CSRF_HEADER: &str = "x-csrf-token";
 const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
      img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; \
      base-uri 'none'";
-/// How long a TLS handshake may take before the connection is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serve the Settings -> Partner API demo.
 #[derive(Parser, Debug)]
@@ -124,71 +125,6 @@ impl Default for Config {
             session_lifetime: Duration::from_secs(8 * 60 * 60),
             max_sessions: 10_000,
         }
-    }
-}
-
-/// A signed-in user of the demo: the organization they act for, their CSRF token, and when
-/// they signed in.
-#[derive(Clone, Debug)]
-struct Session {
-    organization_id: String,
-    csrf_token: String,
-    created: Instant,
-}
-
-/// The demo's sessions by id, bounded in number and in age.
-#[derive(Debug)]
-struct Sessions {
-    by_id: HashMap<String, Session>,
-    lifetime: Duration,
-    capacity: usize,
-}
-
-impl Sessions {
-    fn new(lifetime: Duration, capacity: usize) -> Self {
-        Self {
-            by_id: HashMap::new(),
-            lifetime,
-            capacity: capacity.max(1),
-        }
-    }
-
-    fn expired(&self, session: &Session, now: Instant) -> bool {
-        now.saturating_duration_since(session.created) >= self.lifetime
-    }
-
-    /// The live session `id`; an expired one is removed, and the user is signed out.
-    fn get(&mut self, id: &str, now: Instant) -> Option<Session> {
-        let session = self.by_id.get(id)?;
-        if self.expired(session, now) {
-            self.by_id.remove(id);
-            return None;
-        }
-        Some(session.clone())
-    }
-
-    /// Adds a session; when full, expired sessions go first, then the oldest. (A scan of
-    /// the store, only when it is full: fine for a demo's bound.)
-    fn insert(&mut self, id: String, session: Session, now: Instant) {
-        if self.by_id.len() >= self.capacity {
-            let lifetime = self.lifetime;
-            self.by_id
-                .retain(|_, kept| now.saturating_duration_since(kept.created) < lifetime);
-        }
-        while self.by_id.len() >= self.capacity {
-            let oldest = self
-                .by_id
-                .iter()
-                .min_by_key(|(_, other)| other.created)
-                .map(|(oldest, _)| oldest.clone());
-            let Some(oldest) = oldest else { break };
-            self.by_id.remove(&oldest);
-        }
-        self.by_id.insert(id, session);
-    }
-
-    fn remove(&mut self, id: &str) {
-        self.by_id.remove(id);
     }
 }
 
@@ -391,134 +327,6 @@ fn forbidden(message: &'static str) -> Response {
     (StatusCode::FORBIDDEN, message).into_response()
 }
 
-/// The demo sign-in page, with a fresh pre-session CSRF token in a hidden field and in a
-/// short-lived cookie: the sign-in checks that both came back (a double submit), which another
-/// site can do only if it can read this page or set this host's cookies.
-async fn sign_in_page(State(host): State<Host>) -> Response {
-    let Some(token) = random_token() else {
-        return (StatusCode::SERVICE_UNAVAILABLE, "no randomness for a token").into_response();
-    };
-    let options: String = host
-        .organizations
-        .iter()
-        .map(|(id, name)| format!("<option value=\"{}\">{}</option>", escape(id), escape(name)))
-        .collect();
-    let html = SIGN_IN
-        .replace("{{organizations}}", &options)
-        .replace("{{csrf_token}}", &escape(&token));
-    let mut response = Html(html).into_response();
-    let headers = response.headers_mut();
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if let Some(cookie) = host.set_cookie(SIGN_IN_CSRF_COOKIE, &token, SIGN_IN_CSRF_LIFETIME) {
-        headers.append(header::SET_COOKIE, cookie);
-    }
-    response
-}
-
-/// The sign-in form. A missing member is the empty string, so a bad form is refused by the
-/// token check (403) rather than by the form parser.
-#[derive(serde::Deserialize, Default)]
-struct SignIn {
-    #[serde(default)]
-    organization: String,
-    #[serde(default)]
-    csrf_token: String,
-}
-
-async fn sign_in(
-    State(host): State<Host>,
-    headers: HeaderMap,
-    form: Result<Form<SignIn>, FormRejection>,
-) -> Response {
-    let form = form.map(|Form(form)| form).unwrap_or_default();
-    // Without this, another site could sign the user in to an organization of its choosing
-    // (login CSRF).
-    let expected = cookie(&headers, &host.cookie_name(SIGN_IN_CSRF_COOKIE)).unwrap_or_default();
-    if cross_origin(&headers) || !same_token(&form.csrf_token, expected) {
-        return forbidden("the sign-in form has expired or came from another site: reload it");
-    }
-    if !host
-        .organizations
-        .iter()
-        .any(|(id, _)| *id == form.organization)
-    {
-        return (StatusCode::BAD_REQUEST, "unknown organization").into_response();
-    }
-    let (Some(id), Some(csrf_token)) = (random_token(), random_token()) else {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no randomness for a session",
-        )
-            .into_response();
-    };
-    let session = Session {
-        organization_id: form.organization,
-        csrf_token,
-        created: Instant::now(),
-    };
-    let Ok(mut sessions) = host.sessions.lock() else {
-        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-    };
-    // The browser's previous session, if any, ends here: one browser, one session.
-    if let Some(previous) = cookie(&headers, &host.cookie_name(SESSION_COOKIE)) {
-        sessions.remove(previous);
-    }
-    sessions.insert(id.clone(), session, Instant::now());
-    drop(sessions);
-    let mut response = Redirect::to("/settings/partner-api").into_response();
-    let headers = response.headers_mut();
-    if let Some(cookie) = host.set_cookie(SESSION_COOKIE, &id, host.session_lifetime) {
-        headers.append(header::SET_COOKIE, cookie);
-    }
-    // The pre-session token is spent.
-    if let Some(cookie) = host.set_cookie(SIGN_IN_CSRF_COOKIE, "", Duration::ZERO) {
-        headers.append(header::SET_COOKIE, cookie);
-    }
-    response
-}
-
-/// The sign-out form: the session's CSRF token, in a hidden field (or the page's header).
-#[derive(serde::Deserialize, Default)]
-struct SignOut {
-    #[serde(default)]
-    csrf_token: String,
-}
-
-async fn sign_out(
-    State(host): State<Host>,
-    headers: HeaderMap,
-    form: Result<Form<SignOut>, FormRejection>,
-) -> Response {
-    let given = form
-        .map(|Form(form)| form.csrf_token)
-        .ok()
-        .filter(|token| !token.is_empty())
-        .or_else(|| {
-            headers
-                .get(CSRF_HEADER)
-                .and_then(|value| value.to_str().ok())
-                .map(str::to_owned)
-        })
-        .unwrap_or_default();
-    if let Some(id) = cookie(&headers, &host.cookie_name(SESSION_COOKIE)) {
-        let Ok(mut sessions) = host.sessions.lock() else {
-            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-        };
-        if let Some(session) = sessions.get(id, Instant::now()) {
-            // Another site must not be able to end the session either.
-            if cross_origin(&headers) || !same_token(&given, &session.csrf_token) {
-                return forbidden("sign out from the page: the form's token is missing");
-            }
-            sessions.remove(id);
-        }
-    }
-    let mut response = Redirect::to("/sign-in").into_response();
-    if let Some(cookie) = host.set_cookie(SESSION_COOKIE, "", Duration::ZERO) {
-        response.headers_mut().append(header::SET_COOKIE, cookie);
-    }
-    response
-}
-
 /// The Settings -> Partner API page of the signed-in user's organization.
 async fn page(State(host): State<Host>, request: Request) -> Response {
     let Some(session) = request.extensions().get::<Session>().cloned().or_else(|| {
@@ -561,86 +369,6 @@ fn random_token() -> Option<String> {
     partner_api::key::ApiKey::generate(partner_api::key::KeyEnvironment::Test)
         .ok()
         .and_then(|key| key.plaintext().get(8..32).map(str::to_owned))
-}
-
-/// A TLS acceptor for the PEM certificate chain and key at `cert` and `key`, offering
-/// HTTP/1.1 (what `axum::serve` speaks here).
-fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
-    use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-
-    let certs = CertificateDer::pem_file_iter(cert)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|err| format!("cannot read the certificate {}: {err}", cert.display()))?;
-    if certs.is_empty() {
-        return Err(format!("no certificate in {}", cert.display()));
-    }
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|err| format!("cannot read the private key {}: {err}", key.display()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .and_then(|builder| builder.with_no_client_auth().with_single_cert(certs, key))
-        .map_err(|err| format!("bad TLS certificate or key: {err}"))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
-}
-
-/// HTTPS for `axum::serve`: each TLS handshake runs in a task of its own, with a time limit,
-/// so a client that stalls its handshake holds up no one else.
-struct TlsListener {
-    handshaken: tokio::sync::mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    address: SocketAddr,
-}
-
-impl TlsListener {
-    fn new(listener: TcpListener, acceptor: TlsAcceptor) -> std::io::Result<Self> {
-        let address = listener.local_addr()?;
-        let (sender, handshaken) = tokio::sync::mpsc::channel(64);
-        tokio::spawn(async move {
-            while !sender.is_closed() {
-                let (tcp, peer) = match listener.accept().await {
-                    Ok(accepted) => accepted,
-                    Err(err) => {
-                        tracing::warn!(error = %err, "accepting a connection failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                let (acceptor, sender) = (acceptor.clone(), sender.clone());
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        Ok(Ok(tls)) => {
-                            let _ = sender.send((tls, peer)).await;
-                        }
-                        Ok(Err(err)) => tracing::debug!(error = %err, "TLS handshake failed"),
-                        Err(_) => tracing::debug!("TLS handshake timed out"),
-                    }
-                });
-            }
-        });
-        Ok(Self {
-            handshaken,
-            address,
-        })
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.handshaken.recv().await {
-            Some(accepted) => accepted,
-            // The accepting task ends only once this listener is gone.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.address)
-    }
 }
 
 #[tokio::main]

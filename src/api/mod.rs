@@ -11,6 +11,7 @@ pub(crate) mod client;
 pub(crate) mod conditional;
 pub(crate) mod config;
 pub(crate) mod deadline;
+pub(crate) mod drive;
 pub(crate) mod flow;
 pub mod layer;
 pub mod openapi;

@@ -22,7 +22,8 @@ pub use crate::api::config::{
     DEFAULT_AUTH_FAILURE_DELAY, DEFAULT_AUTH_FAILURE_LIMIT, DEFAULT_PREFIX, DEFAULT_REALM,
     DEFAULT_RETRY_AFTER, DEFAULT_STORE_TIMEOUT,
 };
-use crate::api::flow::{self, Answer, Exchange, Flow};
+use crate::api::drive::{self, Answer};
+use crate::api::flow::{self, Exchange, Flow};
 use crate::api::openapi;
 use crate::api::pagination::PageRequest;
 use crate::api::request_id;
@@ -321,7 +322,7 @@ impl PartnerApi {
         let flow = Flow::new(exchange, KeyDigest::of_bytes(token));
         // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in
         // a future is.
-        let answer = std::panic::catch_unwind(AssertUnwindSafe(|| flow::answer_now(config, flow)));
+        let answer = std::panic::catch_unwind(AssertUnwindSafe(|| drive::answer_now(config, flow)));
         match answer {
             Ok(Answer::Ready(response)) => ready(response),
             Ok(Answer::Wait(future)) => (

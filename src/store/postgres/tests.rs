@@ -1,0 +1,63 @@
+//! `PgStore`'s own tests: its page queries' plans.
+
+use super::*;
+use crate::store::OrderPosition;
+
+/// Both page queries are one range scan of the index, with no sort, whatever the page:
+/// against the database that `PARTNER_API_TEST_DATABASE_URL` names (`.ci/test` starts one).
+#[tokio::test]
+async fn every_page_is_one_index_range_scan() {
+    let Ok(url) = std::env::var("PARTNER_API_TEST_DATABASE_URL") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs this test against PostgreSQL: set PARTNER_API_TEST_DATABASE_URL"
+        );
+        eprintln!("skipped: PARTNER_API_TEST_DATABASE_URL is not set");
+        return;
+    };
+    let store = PgStore::connect_lazy(&url).unwrap();
+    store.migrate().await.unwrap();
+    // Plans as for a large table, whatever this database holds.
+    let mut connection = store.pool().acquire().await.unwrap();
+    sqlx::query("SET enable_seqscan = off")
+        .execute(&mut *connection)
+        .await
+        .unwrap();
+    let after = OrderPosition {
+        created_at: Timestamp::now(),
+        id: "o_50".into(),
+    };
+    for query in [OrderQuery::newest(100), OrderQuery::after(after, 20)] {
+        let (sql, arguments) = match query.position() {
+            None => (FIRST_PAGE, 2),
+            Some(_) => (PAGE_AFTER, 4),
+        };
+        let types = ["text", "bigint", "timestamptz", "text"][..arguments].join(", ");
+        let parameters = ["'org_1'", "101", "now()", "'o_50'"][..arguments].join(", ");
+        sqlx::query(&format!("PREPARE page_plan ({types}) AS {sql}"))
+            .execute(&mut *connection)
+            .await
+            .unwrap();
+        let plan: Vec<String> =
+            sqlx::query_scalar(&format!("EXPLAIN EXECUTE page_plan ({parameters})"))
+                .fetch_all(&mut *connection)
+                .await
+                .unwrap();
+        sqlx::query("DEALLOCATE page_plan")
+            .execute(&mut *connection)
+            .await
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(
+            plan.contains("Index Scan using partner_orders_newest on partner_orders"),
+            "{plan}"
+        );
+        assert!(!plan.contains("Sort"), "{plan}");
+        if query.position().is_some() {
+            assert!(
+                plan.contains("Index Cond") && plan.contains("ROW("),
+                "{plan}"
+            );
+        }
+    }
+}
