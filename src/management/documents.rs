@@ -144,9 +144,17 @@ pub(super) struct RevokeRequest {}
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct RollRequest {
     pub(super) overlap_seconds: u64,
-    /// The new key's lifetime; absent: the old key's.
-    #[serde(default)]
+    /// The new key's lifetime; absent: the old key's. `null` is refused: it could be read as
+    /// "never expires", which a roll does not offer.
+    #[serde(default, deserialize_with = "present_number")]
     pub(super) expires_in_seconds: Option<u64>,
+}
+
+/// A member that, when present, must be a number (not `null`).
+fn present_number<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u64>, D::Error> {
+    u64::deserialize(deserializer).map(Some)
 }
 
 /// The `200` of one record.

@@ -624,6 +624,7 @@ async fn rolls_keep_or_choose_a_lifetime_and_never_revive_a_key() {
     for bad in [
         json!({"overlapSeconds": 0, "expiresInSeconds": 0}),
         json!({"overlapSeconds": 0, "expiresInSeconds": -5}),
+        json!({"overlapSeconds": 0, "expiresInSeconds": null}),
     ] {
         let refused = post(&service, &format!("/keys/{successor}/roll"), bad).await;
         assert_eq!(
