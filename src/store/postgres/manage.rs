@@ -173,15 +173,8 @@ impl KeyManager for PgStore {
     }
 
     async fn key_policy(&self, organization_id: &str) -> Result<KeyPolicy, StoreError> {
-        let row = sqlx::query(POLICY)
-            .bind(organization_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(store_error)?
-            .ok_or_else(|| {
-                StoreError::not_found(format!("unknown organization {organization_id:?}"))
-            })?;
-        policy_from_row(&row)
+        let mut connection = self.pool.acquire().await.map_err(store_error)?;
+        read_policy(&mut connection, organization_id).await
     }
 
     async fn set_key_policy(
@@ -247,9 +240,17 @@ async fn locked_policy(
         .execute(&mut *transaction)
         .await
         .map_err(store_error)?;
+    read_policy(transaction, organization_id).await
+}
+
+/// The policy of `organization_id`, or `NotFound` for an unknown organization.
+async fn read_policy(
+    connection: &mut sqlx::PgConnection,
+    organization_id: &str,
+) -> Result<KeyPolicy, StoreError> {
     let row = sqlx::query(POLICY)
         .bind(organization_id)
-        .fetch_optional(&mut *transaction)
+        .fetch_optional(&mut *connection)
         .await
         .map_err(store_error)?
         .ok_or_else(|| {
