@@ -5,9 +5,10 @@ use partner_api::cache::{CachingKeyStore, CachingOrderStore};
 use partner_api::last_used::LastUsedRecorder;
 use partner_api::management::KeyManager;
 use partner_api::seed::Seed;
-use partner_api::{KeyStore, LocalRateLimiter, MemoryStore, OrderStore, PartnerApi};
+use partner_api::{KeyStore, LocalRateLimiter, MemoryStore, OrderStore, PartnerApi, RateLimiter};
 
 use std::num::NonZeroU32;
+use std::sync::Arc;
 
 use crate::cli::{Args, Options};
 
@@ -26,47 +27,36 @@ fn configured(api: PartnerApi, options: &Options) -> PartnerApi {
         .with_trusted_proxies(options.trusted_proxies.iter().copied());
     api = match options.auth_failure_limit {
         None => api.without_auth_failure_limiter(),
-        Some(limit) => match shared_limiter(options, "auth_failures:", limit, ten_times(limit)) {
-            Some(limiter) => api.with_auth_failure_limiter(limiter),
-            None => api.with_auth_failure_limiter(LocalRateLimiter::new(
-                std::time::Duration::from_secs(1) / limit.get(),
-                ten_times(limit),
-            )),
-        },
+        Some(limit) => {
+            let burst = limit.saturating_mul(NonZeroU32::MIN.saturating_add(9));
+            api.with_auth_failure_limiter(limiter(options, "auth_failures:", limit, burst))
+        }
     };
-    let Some(limit) = options.rate_limit else {
-        return api;
-    };
-    match shared_limiter(options, "rate:", limit, limit) {
-        Some(limiter) => api.with_rate_limiter(limiter),
-        None => api.with_rate_limiter(LocalRateLimiter::per_second(limit)),
+    match options.rate_limit {
+        Some(limit) => api.with_rate_limiter(limiter(options, "rate:", limit, limit)),
+        None => api,
     }
 }
 
-fn ten_times(limit: NonZeroU32) -> NonZeroU32 {
-    limit.saturating_mul(NonZeroU32::MIN.saturating_add(9))
-}
-
-/// A limiter of `per_second` (bursts of `burst`) in the Redis of `options`, its budgets named
-/// `{--redis-prefix}{kind}...`; `None` without Redis.
-#[cfg_attr(not(feature = "redis"), allow(unused_variables))]
-fn shared_limiter(
+/// A limiter of `per_second` with bursts of `burst`: in the Redis of `options`, its budgets
+/// named `{--redis-prefix}{kind}...`, or else in this process.
+fn limiter(
     options: &Options,
     kind: &str,
     per_second: NonZeroU32,
     burst: NonZeroU32,
-) -> Option<impl partner_api::RateLimiter + 'static> {
+) -> Arc<dyn RateLimiter> {
+    let period = std::time::Duration::from_secs(1) / per_second.get();
     #[cfg(feature = "redis")]
     if let Some(url) = &options.redis_url {
-        let period = std::time::Duration::from_secs(1) / per_second.get();
-        return partner_api::rate_limit::redis::RedisRateLimiter::new(url, period, burst)
-            .ok()
-            .map(|limiter| limiter.with_key_prefix(format!("{}{kind}", options.redis_prefix)));
+        if let Ok(shared) =
+            partner_api::rate_limit::redis::RedisRateLimiter::new(url, period, burst)
+        {
+            return Arc::new(shared.with_key_prefix(format!("{}{kind}", options.redis_prefix)));
+        }
     }
-    #[cfg(not(feature = "redis"))]
-    return None::<LocalRateLimiter>;
-    #[cfg(feature = "redis")]
-    None
+    let _ = (options, kind);
+    Arc::new(LocalRateLimiter::new(period, burst))
 }
 
 /// Refuses a `--redis-url` that is no Redis URL before anything is served.

@@ -40,8 +40,6 @@ pub(crate) struct TrustedProxies {
 pub(crate) enum ClientAddr {
     /// The peer, or the address a trusted proxy reported.
     Known(IpAddr),
-    /// The host passed no [`PeerAddr`].
-    Unknown,
     /// A trusted proxy sent a forwarding header that does not parse (the proxy's address).
     Unparseable(IpAddr),
 }
@@ -59,17 +57,19 @@ impl TrustedProxies {
     /// The client's address for a request with these `extensions` and `headers`: the peer;
     /// or, when the peer is a trusted proxy and it forwarded the request, the rightmost
     /// forwarded address that is not a trusted proxy (the leftmost ones are the client's
-    /// word, which anyone can forge).
-    pub(crate) fn client_addr(&self, extensions: &Extensions, headers: &HeaderMap) -> ClientAddr {
-        let Some(PeerAddr(peer)) = extensions.get::<PeerAddr>() else {
-            return ClientAddr::Unknown;
-        };
+    /// word, which anyone can forge). `None` when the host passed no [`PeerAddr`].
+    pub(crate) fn client_addr(
+        &self,
+        extensions: &Extensions,
+        headers: &HeaderMap,
+    ) -> Option<ClientAddr> {
+        let PeerAddr(peer) = extensions.get::<PeerAddr>()?;
         let peer = canonical(peer.ip());
         if self.ranges.is_empty() || !self.trusts(peer) {
-            return ClientAddr::Known(peer);
+            return Some(ClientAddr::Known(peer));
         }
         let Some(hops) = forwarded_hops(headers) else {
-            return ClientAddr::Unparseable(peer);
+            return Some(ClientAddr::Unparseable(peer));
         };
         // Walks from the nearest hop outwards, past every trusted proxy.
         let mut client = peer;
@@ -79,7 +79,7 @@ impl TrustedProxies {
                 break;
             }
         }
-        ClientAddr::Known(client)
+        Some(ClientAddr::Known(client))
     }
 }
 
@@ -87,18 +87,16 @@ impl ClientAddr {
     /// The name of this client's budget of failed authentications: the address, an IPv6
     /// one by its /64 (the smallest block a host is given, so one attacker is one budget);
     /// through a trusted proxy that sent a header that does not parse, that proxy's own
-    /// budget. `None` without an address: the host passed none, and one budget for every
-    /// client would let one lock the others out.
-    pub(crate) fn budget_name(self) -> Option<Box<str>> {
-        Some(match self {
+    /// budget.
+    pub(crate) fn budget_name(self) -> Box<str> {
+        match self {
             Self::Known(IpAddr::V4(address)) => address.to_string().into(),
             Self::Known(IpAddr::V6(address)) => {
                 let network = u128::from(address) & !((1_u128 << 64) - 1);
                 format!("{}/64", Ipv6Addr::from(network)).into()
             }
-            Self::Unknown => return None,
             Self::Unparseable(proxy) => format!("unparseable-via-{proxy}").into(),
-        })
+        }
     }
 }
 
@@ -173,22 +171,26 @@ mod tests {
         ClientAddr::Known(text.parse().unwrap())
     }
 
+    fn known(text: &str) -> Option<ClientAddr> {
+        Some(addr(text))
+    }
+
     #[test]
     fn the_peer_is_the_client_unless_it_is_a_trusted_proxy() {
         let forged = [("x-forwarded-for", "203.0.113.9")];
         let (ext, headers) = request("198.51.100.1:4000", &forged);
         assert_eq!(
             TrustedProxies::default().client_addr(&ext, &headers),
-            addr("198.51.100.1")
+            known("198.51.100.1")
         );
         assert_eq!(
             proxies(&["10.0.0.0/8"]).client_addr(&ext, &headers),
-            addr("198.51.100.1"),
+            known("198.51.100.1"),
             "an untrusted peer's header is ignored"
         );
         assert_eq!(
             TrustedProxies::default().client_addr(&Extensions::new(), &headers),
-            ClientAddr::Unknown
+            None
         );
     }
 
@@ -199,7 +201,7 @@ mod tests {
             "10.0.0.2:4000",
             &[("x-forwarded-for", "1.1.1.1, 203.0.113.9, 10.0.0.7")],
         );
-        assert_eq!(trusted.client_addr(&ext, &headers), addr("203.0.113.9"));
+        assert_eq!(trusted.client_addr(&ext, &headers), known("203.0.113.9"));
         let (ext, headers) = request(
             "10.0.0.2:4000",
             &[(
@@ -207,28 +209,24 @@ mod tests {
                 "for=1.1.1.1, for=\"[2001:db8::1]:443\";proto=https",
             )],
         );
-        assert_eq!(trusted.client_addr(&ext, &headers), addr("2001:db8::1"));
+        assert_eq!(trusted.client_addr(&ext, &headers), known("2001:db8::1"));
         let (ext, headers) = request("10.0.0.2:4000", &[]);
         assert_eq!(
             trusted.client_addr(&ext, &headers),
-            ClientAddr::Unparseable("10.0.0.2".parse().unwrap())
+            Some(ClientAddr::Unparseable("10.0.0.2".parse().unwrap()))
         );
         let (ext, headers) = request("10.0.0.2:4000", &[("x-forwarded-for", "1.1.1.1, junk")]);
         assert_eq!(
             trusted.client_addr(&ext, &headers),
-            ClientAddr::Unparseable("10.0.0.2".parse().unwrap())
+            Some(ClientAddr::Unparseable("10.0.0.2".parse().unwrap()))
         );
         let (ext, headers) = request("[::ffff:10.0.0.2]:4000", &[("x-forwarded-for", "1.1.1.1")]);
-        assert_eq!(trusted.client_addr(&ext, &headers), addr("1.1.1.1"));
+        assert_eq!(trusted.client_addr(&ext, &headers), known("1.1.1.1"));
     }
 
     #[test]
     fn budgets_are_per_address_and_per_ipv6_slash_64() {
-        assert_eq!(
-            addr("192.0.2.7").budget_name().as_deref(),
-            Some("192.0.2.7")
-        );
-        assert_eq!(ClientAddr::Unknown.budget_name(), None);
+        assert_eq!(&*addr("192.0.2.7").budget_name(), "192.0.2.7");
         assert_eq!(
             addr("2001:db8:1:2:aaaa::1").budget_name(),
             addr("2001:db8:1:2:bbbb::9").budget_name()

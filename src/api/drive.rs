@@ -64,6 +64,8 @@ fn reply_now(config: &Config, question: &Question<'_>) -> Option<Reply> {
                 .lookup_now(digest)
                 .map_or(Reply::NotAtHand, Reply::Key),
         ),
+        // Asked right after memory had no answer: straight to the store.
+        Question::StoredKey(_) => None,
         Question::Failures(budget) => config
             .auth_failure_limiter
             .as_ref()
@@ -141,7 +143,9 @@ async fn answer_awaited(config: Arc<Config>, flow: Flow) -> Response<ApiBody> {
 /// The store's awaited answer to `question`.
 async fn awaited_reply(config: &Config, question: Question<'_>) -> Reply {
     match question {
-        Question::Key(digest) => Reply::Key(config.keys.lookup(digest).await),
+        Question::Key(digest) | Question::StoredKey(digest) => {
+            Reply::Key(config.keys.lookup(digest).await)
+        }
         Question::KeyAtHand(digest) => config
             .keys
             .lookup_now(digest)

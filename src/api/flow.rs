@@ -11,6 +11,7 @@ use http::{HeaderValue, Response, StatusCode};
 
 use crate::api::auth::AuthFailure;
 use crate::api::body::ApiBody;
+use crate::api::client::ClientAddr;
 use crate::api::conditional::{self, IfNoneMatch};
 use crate::api::config::Config;
 use crate::api::pagination::{BadPageRequest, PageRequest};
@@ -31,8 +32,18 @@ pub(crate) struct Exchange {
     /// For `GET /orders`: the page its query string asks for (or why it is refused), and the
     /// path it came in on, which the next page's link names.
     pub(crate) page: Option<(Result<PageRequest, BadPageRequest>, PathAndQuery)>,
-    /// The name of the client's budget of failed authentications, when they are throttled.
-    pub(crate) failure_budget: Option<Box<str>>,
+    /// The client whose failed authentications are throttled; `None` when they are not (no
+    /// limiter, or no client address).
+    pub(crate) throttled_client: Option<ClientAddr>,
+}
+
+impl Exchange {
+    /// The name of the throttled client's budget, made only when the throttle is asked (a
+    /// valid key answered from memory never needs it).
+    fn failure_budget(&self) -> Box<str> {
+        self.throttled_client
+            .map_or_else(|| "".into(), ClientAddr::budget_name)
+    }
 }
 
 /// Where answering one request stands.
@@ -49,14 +60,15 @@ enum Step {
     /// the answer it has at hand, and nothing more yet.
     LookUpAtHand(KeyDigest),
     /// The key store must be asked and failures are throttled: one failure is taken from the
-    /// client's budget first, so a flood of unknown keys never reaches the store beyond it.
-    Reserve(KeyDigest),
-    /// The key store is asked, one failure taken (`true`) or not (the limiter failed); a valid
-    /// key gives it back.
-    LookUpReserved(KeyDigest, bool),
+    /// client's budget (named here) first, so a flood of unknown keys never reaches the store
+    /// beyond it.
+    Reserve(KeyDigest, Box<str>),
+    /// The key store is asked, past its memory (which had no answer a moment ago); the budget
+    /// one failure was taken from, if the limiter answered, gets it back for a valid key.
+    LookUpReserved(KeyDigest, Option<Box<str>>),
     /// The key store refused the key from memory, failures throttled: the failure is taken
-    /// from the client's budget, a 401 while it lasts, a 429 past it.
-    ChargeFailure(AuthFailureReason),
+    /// from the client's budget (named here), a 401 while it lasts, a 429 past it.
+    ChargeFailure(AuthFailureReason, Box<str>),
     /// The key is valid: the rate limiter is asked.
     Limit(Principal),
     /// The request may be served: the order store is asked for the organization's page.
@@ -69,6 +81,8 @@ pub(crate) enum Question<'a> {
     Key(&'a KeyDigest),
     /// The key store's principal for the digest if it has it at hand; never waited for.
     KeyAtHand(&'a KeyDigest),
+    /// The key store's principal for the digest, from the store itself: always waited for.
+    StoredKey(&'a KeyDigest),
     /// The failure limiter's decision for the client's budget.
     Failures(&'a str),
     /// The rate limiter's decision for the principal.
@@ -81,7 +95,7 @@ impl Question<'_> {
     /// The store call that answers the question.
     pub(crate) fn call(&self) -> StoreCall {
         match self {
-            Self::Key(_) | Self::KeyAtHand(_) => StoreCall::KeyLookup,
+            Self::Key(_) | Self::KeyAtHand(_) | Self::StoredKey(_) => StoreCall::KeyLookup,
             Self::Failures(_) => StoreCall::AuthFailureCheck,
             Self::Limit(_) => StoreCall::RateLimitCheck,
             Self::Orders(..) => StoreCall::NewestOrders,
@@ -121,7 +135,7 @@ pub(crate) enum Progress {
 impl Flow {
     /// A flow for `exchange` with the key whose digest is `digest`.
     pub(crate) fn new(exchange: Exchange, digest: KeyDigest) -> Self {
-        let step = if exchange.failure_budget.is_some() {
+        let step = if exchange.throttled_client.is_some() {
             Step::LookUpAtHand(digest)
         } else {
             Step::LookUp(digest)
@@ -132,11 +146,10 @@ impl Flow {
     /// The question the flow waits on.
     pub(crate) fn question(&self) -> Question<'_> {
         match &self.step {
-            Step::LookUp(digest) | Step::LookUpReserved(digest, _) => Question::Key(digest),
+            Step::LookUp(digest) => Question::Key(digest),
             Step::LookUpAtHand(digest) => Question::KeyAtHand(digest),
-            Step::Reserve(_) | Step::ChargeFailure(_) => {
-                Question::Failures(self.exchange.failure_budget.as_deref().unwrap_or_default())
-            }
+            Step::LookUpReserved(digest, _) => Question::StoredKey(digest),
+            Step::Reserve(_, budget) | Step::ChargeFailure(_, budget) => Question::Failures(budget),
             Step::Limit(principal) => Question::Limit(principal),
             Step::ReadOrders(principal, _, query) => {
                 Question::Orders(&principal.organization.id, query)
@@ -148,29 +161,32 @@ impl Flow {
     pub(crate) fn advance(self, config: &Config, reply: Reply) -> Progress {
         let Self { exchange, step } = self;
         match (step, reply) {
-            (Step::LookUpAtHand(digest), Reply::NotAtHand) => Progress::Next(Self {
-                exchange,
-                step: Step::Reserve(digest),
-            }),
-            (Step::Reserve(digest), Reply::Limit(decided)) => match decided {
-                Ok(decision) if !decision.is_allowed() => {
-                    Progress::Throttled(throttled(config, decision))
-                }
-                decided => Progress::Next(Self {
-                    exchange,
-                    step: Step::LookUpReserved(digest, limit_decided(decided).is_some()),
-                }),
-            },
-            (Step::LookUpAtHand(_), Reply::Key(Ok(lookup))) if !lookup.is_valid() => {
+            (Step::LookUpAtHand(digest), Reply::NotAtHand) => {
+                let budget = exchange.failure_budget();
                 Progress::Next(Self {
                     exchange,
-                    step: Step::ChargeFailure(refusal_reason(&lookup)),
+                    step: Step::Reserve(digest, budget),
                 })
             }
-            (Step::ChargeFailure(reason), Reply::Limit(decided)) => match decided {
-                Ok(decision) if !decision.is_allowed() => {
-                    Progress::Throttled(throttled(config, decision))
+            (Step::Reserve(digest, budget), Reply::Limit(decided)) => match decided {
+                Ok(decision) if !decision.is_allowed() => Progress::Throttled(throttled(decision)),
+                decided => {
+                    let reserved = limit_decided(decided).map(|_| budget);
+                    Progress::Next(Self {
+                        exchange,
+                        step: Step::LookUpReserved(digest, reserved),
+                    })
                 }
+            },
+            (Step::LookUpAtHand(_), Reply::Key(Ok(lookup))) if !lookup.is_valid() => {
+                let budget = exchange.failure_budget();
+                Progress::Next(Self {
+                    exchange,
+                    step: Step::ChargeFailure(refusal_reason(&lookup), budget),
+                })
+            }
+            (Step::ChargeFailure(reason, _), Reply::Limit(decided)) => match decided {
+                Ok(decision) if !decision.is_allowed() => Progress::Throttled(throttled(decision)),
                 _ => refused(config, reason),
             },
             (
@@ -178,11 +194,9 @@ impl Flow {
                 Reply::Key(found),
             ) => match found {
                 Ok(KeyLookup::Valid(principal)) => {
-                    if let (Step::LookUpReserved(_, true), Some(limiter), Some(budget)) = (
-                        &step,
-                        &config.auth_failure_limiter,
-                        exchange.failure_budget.as_deref(),
-                    ) {
+                    if let (Step::LookUpReserved(_, Some(budget)), Some(limiter)) =
+                        (&step, &config.auth_failure_limiter)
+                    {
                         limiter.refund(budget);
                     }
                     if let Some(recorder) = &config.last_used {
@@ -374,8 +388,7 @@ fn refusal_reason(lookup: &KeyLookup) -> AuthFailureReason {
 
 /// The 429 for a client past its budget of failed authentications: `Retry-After` only, since
 /// the `X-RateLimit-*` headers describe a key's budget.
-fn throttled(config: &Config, decision: RateLimitDecision) -> Response<ApiBody> {
-    let _ = config;
+fn throttled(decision: RateLimitDecision) -> Response<ApiBody> {
     metrics::auth_failed(AuthFailureReason::Throttled);
     let mut response = ApiError::TooManyRequests.into_response();
     if let Some(retry_after) = decision.retry_after() {

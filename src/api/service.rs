@@ -312,12 +312,10 @@ impl PartnerApi {
                     .unwrap_or_else(|| PathAndQuery::from_static("/"));
                 (PageRequest::parse(uri.query()), path)
             }),
-            failure_budget: config.auth_failure_limiter.as_ref().and_then(|_| {
-                config
-                    .trusted_proxies
-                    .client_addr(extensions, headers)
-                    .budget_name()
-            }),
+            throttled_client: config
+                .auth_failure_limiter
+                .as_ref()
+                .and_then(|_| config.trusted_proxies.client_addr(extensions, headers)),
         };
         let flow = Flow::new(exchange, KeyDigest::of_bytes(token));
         // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in

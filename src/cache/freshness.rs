@@ -129,8 +129,13 @@ impl Notifications {
     /// Returns whether the caches may answer from memory now: the hub holds evidence younger
     /// than its maximum age.
     pub fn is_connected(&self) -> bool {
-        self.evidence_age()
-            .is_some_and(|age| age <= self.shared.max_age)
+        self.is_connected_at(millis(Instant::now()))
+    }
+
+    /// [`is_connected`](Self::is_connected) at `now` (a [`millis`] value).
+    fn is_connected_at(&self, now: u64) -> bool {
+        let evidence = self.shared.evidence.load(Ordering::Acquire);
+        evidence != 0 && now.saturating_sub(evidence) <= self.shared.max_age
     }
 
     /// The age of the evidence in milliseconds, or `None` without evidence.
@@ -265,14 +270,25 @@ impl Gate {
         Duration::from_millis(self.max_age)
     }
 
-    /// Whether an entry whose read began at `read_at` (a [`Mark::at`]) may still answer.
-    pub(crate) fn fresh(&self, read_at: u64) -> bool {
-        millis(Instant::now()).saturating_sub(read_at) < self.max_age
+    /// Whether an entry whose read began at `read_at` (a [`Mark::at`]) may still answer at
+    /// `now` (both [`millis`] values, `now` from [`now_if_open`](Self::now_if_open)).
+    pub(crate) fn fresh(&self, read_at: u64, now: u64) -> bool {
+        now.saturating_sub(read_at) < self.max_age
     }
 
     /// Whether the cache may answer from memory now.
     pub(crate) fn open(&self) -> bool {
-        self.hub.as_ref().is_none_or(Notifications::is_connected)
+        self.now_if_open().is_some()
+    }
+
+    /// The present instant as [`millis`] if the cache may answer from memory now: one clock
+    /// read for the gate and the entry's age alike.
+    pub(crate) fn now_if_open(&self) -> Option<u64> {
+        let now = millis(Instant::now());
+        self.hub
+            .as_ref()
+            .is_none_or(|hub| hub.is_connected_at(now))
+            .then_some(now)
     }
 
     /// A mark to take before reading the store: [`unchanged_since`](Self::unchanged_since)

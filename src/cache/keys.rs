@@ -127,11 +127,9 @@ impl<S: KeyStore> CachingKeyStore<S> {
 impl KeyCache {
     /// The remembered answer for `digest`, if the cache may answer (a hit).
     fn answer(&self, digest: &KeyDigest) -> Option<KeyLookup> {
-        if !self.gate.open() {
-            return None;
-        }
+        let now = self.gate.now_if_open()?;
         let answer = if let Some((principal, read_at)) = self.found.get(digest) {
-            if !self.gate.fresh(read_at) {
+            if !self.gate.fresh(read_at, now) {
                 self.found.remove(digest);
                 return None;
             }
@@ -146,7 +144,7 @@ impl KeyCache {
             }
         } else {
             let (refused, read_at) = self.absent.get(digest)?;
-            if !self.gate.fresh(read_at) {
+            if !self.gate.fresh(read_at, now) {
                 self.absent.remove(digest);
                 return None;
             }

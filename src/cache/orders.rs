@@ -146,11 +146,9 @@ impl<S: OrderStore> CachingOrderStore<S> {
 impl OrderCache {
     /// The kept page `query` asks for, if the cache may answer (a hit).
     fn answer(&self, organization_id: &str, query: &OrderQuery) -> Option<OrderPage> {
-        if !self.gate.open() {
-            return None;
-        }
+        let now = self.gate.now_if_open()?;
         let pages = self.organizations.get(organization_id)?;
-        if !self.gate.fresh(pages.read_at) {
+        if !self.gate.fresh(pages.read_at, now) {
             self.organizations.remove(organization_id);
             return None;
         }
