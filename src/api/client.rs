@@ -7,6 +7,8 @@ use http::header::{HeaderMap, FORWARDED};
 use http::{Extensions, HeaderName};
 use ipnet::IpNet;
 
+use crate::key::canonical;
+
 /// `X-Forwarded-For`, the de facto header of proxies.
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
@@ -97,15 +99,6 @@ impl ClientAddr {
             }
             Self::Unparseable(proxy) => format!("unparseable-via-{proxy}").into(),
         }
-    }
-}
-
-/// An IPv4-mapped IPv6 address (`::ffff:192.0.2.1`, as a dual-stack socket reports IPv4
-/// peers) as the IPv4 address it is.
-fn canonical(address: IpAddr) -> IpAddr {
-    match address {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
     }
 }
 

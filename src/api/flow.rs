@@ -32,17 +32,27 @@ pub(crate) struct Exchange {
     /// For `GET /orders`: the page its query string asks for (or why it is refused), and the
     /// path it came in on, which the next page's link names.
     pub(crate) page: Option<(Result<PageRequest, BadPageRequest>, PathAndQuery)>,
-    /// The client whose failed authentications are throttled; `None` when they are not (no
-    /// limiter, or no client address).
-    pub(crate) throttled_client: Option<ClientAddr>,
+    /// The client's address; `None` when the host passed no [`PeerAddr`](super::client::PeerAddr).
+    pub(crate) client: Option<ClientAddr>,
+    /// Whether the client's failed authentications are throttled (a failure limiter, and a
+    /// client address).
+    pub(crate) throttle_failures: bool,
 }
 
 impl Exchange {
     /// The name of the throttled client's budget, made only when the throttle is asked (a
     /// valid key answered from memory never needs it).
     fn failure_budget(&self) -> Box<str> {
-        self.throttled_client
+        self.client
             .map_or_else(|| "".into(), ClientAddr::budget_name)
+    }
+
+    /// Whether `principal`'s key may be used from the client's address: any key without
+    /// ranges; a restricted one only from a known address inside them (an unknown client,
+    /// or a forwarding header that does not parse, is outside every range).
+    fn allows(&self, principal: &Principal) -> bool {
+        principal.allowed_ips.is_any()
+            || matches!(self.client, Some(ClientAddr::Known(address)) if principal.allowed_ips.allows(address))
     }
 }
 
@@ -135,7 +145,7 @@ pub(crate) enum Progress {
 impl Flow {
     /// A flow for `exchange` with the key whose digest is `digest`.
     pub(crate) fn new(exchange: Exchange, digest: KeyDigest) -> Self {
-        let step = if exchange.throttled_client.is_some() {
+        let step = if exchange.throttle_failures {
             Step::LookUpAtHand(digest)
         } else {
             Step::LookUp(digest)
@@ -198,6 +208,12 @@ impl Flow {
                         (&step, &config.auth_failure_limiter)
                     {
                         limiter.refund(budget);
+                    }
+                    // Before the rate limiter: a leaked key used from elsewhere must not
+                    // spend its owner's budget. Not a use of the key either.
+                    if !exchange.allows(&principal) {
+                        metrics::auth_failed(AuthFailureReason::AddressNotAllowed);
+                        return Progress::Done(ApiError::Forbidden.into_response());
                     }
                     if let Some(recorder) = &config.last_used {
                         recorder.record(&principal.key_id);

@@ -170,6 +170,8 @@ pub(crate) enum ApiError {
     Unavailable,
     /// The key's rate limit is spent.
     TooManyRequests,
+    /// The key may not be used from the client's address.
+    Forbidden,
     /// The query string of `GET /orders` asks for no page there is.
     BadPageRequest(BadPageRequest),
 }
@@ -193,6 +195,10 @@ impl ApiError {
             Self::TooManyRequests => (
                 StatusCode::TOO_MANY_REQUESTS,
                 error_json!("rate limit exceeded: retry after the time in the Retry-After header"),
+            ),
+            Self::Forbidden => (
+                StatusCode::FORBIDDEN,
+                error_json!("this API key may not be used from this address"),
             ),
             Self::BadPageRequest(bad) => (StatusCode::BAD_REQUEST, bad_page_request(bad)),
         };

@@ -298,6 +298,7 @@ impl PartnerApi {
             Ok(token) => token,
             Err(failure) => return ready(flow::unauthenticated(config, failure)),
         };
+        let client = config.trusted_proxies.client_addr(extensions, headers);
         // Only the digest goes on: the plaintext never enters a future or a store.
         let exchange = Exchange {
             route,
@@ -312,10 +313,8 @@ impl PartnerApi {
                     .unwrap_or_else(|| PathAndQuery::from_static("/"));
                 (PageRequest::parse(uri.query()), path)
             }),
-            throttled_client: config
-                .auth_failure_limiter
-                .as_ref()
-                .and_then(|_| config.trusted_proxies.client_addr(extensions, headers)),
+            client,
+            throttle_failures: client.is_some() && config.auth_failure_limiter.is_some(),
         };
         let flow = Flow::new(exchange, KeyDigest::of_bytes(token));
         // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in

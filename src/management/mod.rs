@@ -13,13 +13,16 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Serialize, Serializer};
 
-use crate::key::{ApiKey, KeyEnvironment, LIVE_PREFIX, TEST_PREFIX};
+use crate::key::{AllowedIps, ApiKey, KeyEnvironment, LIVE_PREFIX, TEST_PREFIX};
 use crate::model::Timestamp;
 use crate::store::StoreError;
 
 mod documents;
+mod leaks;
 mod policy;
 mod service;
+
+pub use leaks::{Leak, LeakReport, LeakedKey, RevocationReason};
 
 pub(crate) use policy::lifetime_until;
 pub use policy::{KeyPolicy, KeyRefusal, RollKey};
@@ -70,8 +73,32 @@ pub trait KeyManager: Send + Sync {
     /// a revoked key changes nothing (it keeps its first revocation time).
     async fn revoke(&self, organization_id: &str, key_id: &str) -> Result<KeyRecord, StoreError>;
 
-    /// Rolls the key `key_id` of `organization_id`: issues a new key with the same label and
-    /// environment, and makes the old key expire [`RollKey::overlap`] from now, or at its own
+    /// Sets the address ranges the key `key_id` of `organization_id` may be used from
+    /// ([`AllowedIps::any`] lifts the restriction), and returns its record. Takes effect like
+    /// a revocation: the very next lookup, and the caches as they learn of revocations.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` as for [`get`](Self::get).
+    async fn restrict(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        allowed_ips: AllowedIps,
+    ) -> Result<KeyRecord, StoreError>;
+
+    /// Revokes the keys that a secret scanner found in public, whichever organizations they
+    /// belong to, in one call for the whole report. Answers each report in order: the key's
+    /// record when the store knows the key (active, expired or already revoked: a true
+    /// positive), `None` otherwise. A key keeps its first revocation (time and reason) and
+    /// its first leak, so a report sent again changes nothing.
+    async fn revoke_leaked(
+        &self,
+        reports: &[LeakReport],
+    ) -> Result<Vec<Option<LeakedKey>>, StoreError>;
+
+    /// Rolls the key `key_id` of `organization_id`: issues a new key with the same label,
+    /// environment and allowed address ranges, and makes the old key expire [`RollKey::overlap`] from now, or at its own
     /// expiry if that is sooner, so clients can move to the new key in between. The new key
     /// lives for [`RollKey::expires_in`] when given, else for the lifetime the old key was
     /// issued with (counted from now; none for a key without expiry). Returns the new key.
@@ -134,6 +161,7 @@ pub struct NewKey {
     label: Option<String>,
     expires_at: Option<Timestamp>,
     lifetime: Option<Duration>,
+    allowed_ips: AllowedIps,
 }
 
 impl NewKey {
@@ -144,6 +172,7 @@ impl NewKey {
             label: None,
             expires_at: None,
             lifetime: None,
+            allowed_ips: AllowedIps::any(),
         }
     }
 
@@ -169,6 +198,18 @@ impl NewKey {
         self.expires_at = Some(Timestamp::now().saturating_add(lifetime));
         self.lifetime = Some(lifetime);
         self
+    }
+
+    /// Limits the key to the address ranges `allowed_ips`.
+    #[must_use]
+    pub fn with_allowed_ips(mut self, allowed_ips: AllowedIps) -> Self {
+        self.allowed_ips = allowed_ips;
+        self
+    }
+
+    /// Returns the address ranges the key may be used from.
+    pub fn allowed_ips(&self) -> &AllowedIps {
+        &self.allowed_ips
     }
 
     /// Returns the key's lifetime when issued at `issued_at`: as given to
@@ -268,8 +309,10 @@ impl fmt::Debug for IssuedKey {
 ///
 /// Serializes as the JSON object a Settings page and the `keys` command show: `id`, `label`,
 /// `hint`, `environment` (`"live"`, `"test"` or `null`), `createdAt`, `expiresAt`,
-/// `lastUsedAt`, `revokedAt` (RFC 3339 UTC or `null`), and `lifetimeSeconds` (the lifetime
-/// it was issued with, which a roll passes on, or `null`). Keys that came from a seed or a host's
+/// `lastUsedAt`, `revokedAt` (RFC 3339 UTC or `null`), `revokedReason` (`"manual"`,
+/// `"leaked"` or `null`), `leak` (`{"url", "source", "reportedAt"}` for a leaked key, else
+/// `null`), `lifetimeSeconds` (the lifetime it was issued with, which a roll passes on, or
+/// `null`) and `allowedIps` (CIDR ranges; empty for any address). Keys that came from a seed or a host's
 /// older format carry what is known of them (no label, a hint and environment only when
 /// the store saw the key).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -297,10 +340,16 @@ pub struct KeyRecord {
     pub last_used_at: Option<Timestamp>,
     /// When the key was revoked, if it was.
     pub revoked_at: Option<Timestamp>,
+    /// Why the key was revoked, if it was.
+    pub revoked_reason: Option<RevocationReason>,
+    /// Where the key was found in public, if a secret scanner reported it.
+    pub leak: Option<Leak>,
     /// The lifetime the key was issued with (from its creation to its expiry then), which a
     /// roll gives the new key; `None` for a key that was issued without expiry.
     #[serde(rename = "lifetimeSeconds", with = "policy::optional_seconds")]
     pub lifetime: Option<Duration>,
+    /// The address ranges the key may be used from.
+    pub allowed_ips: AllowedIps,
 }
 
 impl KeyRecord {
@@ -321,7 +370,10 @@ impl KeyRecord {
             expires_at: None,
             last_used_at: None,
             revoked_at: None,
+            revoked_reason: None,
+            leak: None,
             lifetime: None,
+            allowed_ips: AllowedIps::any(),
         }
     }
 

@@ -196,6 +196,8 @@ pub(crate) enum AuthFailureReason {
     Expired,
     /// Refused without a look-up: the client is past its budget of failed authentications.
     Throttled,
+    /// A valid key used from an address outside its allowed ranges (the 403).
+    AddressNotAllowed,
 }
 
 pub(crate) fn auth_failed(reason: AuthFailureReason) {
@@ -209,6 +211,9 @@ pub(crate) fn auth_failed(reason: AuthFailureReason) {
         AuthFailureReason::Revoked => static_key!(AUTH_FAILURES, "reason" => "revoked"),
         AuthFailureReason::Expired => static_key!(AUTH_FAILURES, "reason" => "expired"),
         AuthFailureReason::Throttled => static_key!(AUTH_FAILURES, "reason" => "throttled"),
+        AuthFailureReason::AddressNotAllowed => {
+            static_key!(AUTH_FAILURES, "reason" => "address_not_allowed")
+        }
     };
     counter(key).increment(1);
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::key::KeyDigest;
+use crate::key::{AllowedIps, KeyDigest};
 #[cfg(doc)]
 use crate::model::MAX_ORDERS;
 use crate::model::{OrderPage, Organization, Timestamp};
@@ -42,6 +42,9 @@ pub struct Principal {
     pub organization: Arc<Organization>,
     /// When the key expires, if it does: a cache of principals checks it on every hit.
     pub expires_at: Option<Timestamp>,
+    /// The address ranges the key may be used from ([`AllowedIps::any`] for any): the API
+    /// answers 403 to a request from elsewhere.
+    pub allowed_ips: AllowedIps,
 }
 
 impl Principal {
@@ -51,6 +54,7 @@ impl Principal {
             key_id: key_id.into(),
             organization: organization.into(),
             expires_at: None,
+            allowed_ips: AllowedIps::any(),
         }
     }
 
@@ -58,6 +62,13 @@ impl Principal {
     #[must_use]
     pub fn with_expires_at(mut self, expires_at: Option<Timestamp>) -> Self {
         self.expires_at = expires_at;
+        self
+    }
+
+    /// Sets the address ranges the key may be used from.
+    #[must_use]
+    pub fn with_allowed_ips(mut self, allowed_ips: AllowedIps) -> Self {
+        self.allowed_ips = allowed_ips;
         self
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::report::{ensure, failed, Check, Report};
 use super::store::{key, lookup, organization};
 use super::StoreFixtures;
-use super::{key_lifecycle as lifecycle, key_policy as policy, namespace};
+use super::{key_lifecycle as lifecycle, key_policy as policy, key_restrictions, namespace};
 use crate::key::{KeyDigest, KeyEnvironment};
 use crate::management::{IssuedKey, KeyManager, KeyRecord, NewKey, RollKey};
 use crate::model::{Organization, Timestamp};
@@ -59,6 +59,14 @@ where
     record(
         "an organization's maximum lifetime and cap on active keys hold for issue and roll",
         policy::organization_policy(fixtures).await,
+    );
+    record(
+        "a key's allowed address ranges are kept, seen by the next lookup and passed on by a roll",
+        key_restrictions::allowed_ips(fixtures).await,
+    );
+    record(
+        "leaked keys are revoked in any organization, keeping their first revocation",
+        key_restrictions::leaked(fixtures).await,
     );
     record(
         "the latest recorded use is the key's last use",
@@ -263,6 +271,7 @@ where
         ensure!(
             members
                 == [
+                    "allowedIps",
                     "createdAt",
                     "environment",
                     "expiresAt",
@@ -270,8 +279,10 @@ where
                     "id",
                     "label",
                     "lastUsedAt",
+                    "leak",
                     "lifetimeSeconds",
-                    "revokedAt"
+                    "revokedAt",
+                    "revokedReason"
                 ],
             "a record's JSON has the members {members:?}"
         );

@@ -38,6 +38,7 @@ use crate::{KeyStore, OrderStore, RateLimiter};
 mod fixtures;
 mod key_lifecycle;
 mod key_policy;
+mod key_restrictions;
 mod keys;
 mod pages;
 mod rate_limit;

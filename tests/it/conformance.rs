@@ -35,6 +35,8 @@ enum Fault {
     DropsExpiry,
     /// Rolls drop the lifetime asked for, and key policies are never kept.
     IgnoresKeyPolicy,
+    /// Allowed address ranges are recorded but never reach a lookup.
+    ForgetsAllowedIps,
 }
 
 /// A memory store with one deliberate fault.
@@ -114,6 +116,27 @@ impl KeyManager for Faulty {
     async fn revoke(&self, org: &str, id: &str) -> Result<KeyRecord, StoreError> {
         self.0.revoke(org, id).await
     }
+    async fn restrict(
+        &self,
+        org: &str,
+        id: &str,
+        allowed_ips: partner_api::key::AllowedIps,
+    ) -> Result<KeyRecord, StoreError> {
+        match self.1 {
+            // Records the ranges, but lookups keep answering the key as unrestricted.
+            Fault::ForgetsAllowedIps => self.0.get(org, id).await.map(|mut record| {
+                record.allowed_ips = allowed_ips;
+                record
+            }),
+            _ => self.0.restrict(org, id, allowed_ips).await,
+        }
+    }
+    async fn revoke_leaked(
+        &self,
+        reports: &[partner_api::management::LeakReport],
+    ) -> Result<Vec<Option<partner_api::management::LeakedKey>>, StoreError> {
+        self.0.revoke_leaked(reports).await
+    }
     async fn roll(&self, org: &str, id: &str, roll: RollKey) -> Result<IssuedKey, StoreError> {
         let roll = match self.1 {
             Fault::IgnoresKeyPolicy => RollKey::new(roll.overlap()),
@@ -147,6 +170,21 @@ async fn a_key_manager_that_ignores_the_policy_fails_the_policy_checks() {
             "a roll never revives an expired key, and passes on the lifetime or takes the one given",
             "an organization's maximum lifetime and cap on active keys hold for issue and roll",
         ],
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn a_key_manager_whose_lookups_miss_new_ranges_fails_that_check() {
+    let report = partner_api::testing::run_key_manager(&Faulty(
+        MemoryStore::new(),
+        Fault::ForgetsAllowedIps,
+    ))
+    .await;
+    let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
+    assert_eq!(
+        failed,
+        ["a key's allowed address ranges are kept, seen by the next lookup and passed on by a roll"],
         "{report}"
     );
 }
@@ -204,5 +242,5 @@ async fn the_memory_store_manages_keys_as_the_suite_requires() {
     let store = MemoryStore::new();
     let report = partner_api::testing::run_key_manager(&store).await;
     report.assert_passed();
-    assert_eq!(report.len(), 11);
+    assert_eq!(report.len(), 13);
 }

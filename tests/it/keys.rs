@@ -191,6 +191,20 @@ impl KeyManager for Flaky {
     ) -> Result<partner_api::management::KeyRecord, partner_api::StoreError> {
         self.inner.revoke(org, id).await
     }
+    async fn restrict(
+        &self,
+        org: &str,
+        id: &str,
+        allowed_ips: partner_api::key::AllowedIps,
+    ) -> Result<partner_api::management::KeyRecord, partner_api::StoreError> {
+        self.inner.restrict(org, id, allowed_ips).await
+    }
+    async fn revoke_leaked(
+        &self,
+        reports: &[partner_api::management::LeakReport],
+    ) -> Result<Vec<Option<partner_api::management::LeakedKey>>, partner_api::StoreError> {
+        self.inner.revoke_leaked(reports).await
+    }
     async fn roll(
         &self,
         org: &str,

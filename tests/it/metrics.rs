@@ -680,6 +680,20 @@ impl KeyManager for FlakyLastUse {
     ) -> Result<partner_api::management::KeyRecord, StoreError> {
         self.store.revoke(organization_id, key_id).await
     }
+    async fn restrict(
+        &self,
+        org: &str,
+        id: &str,
+        allowed_ips: partner_api::key::AllowedIps,
+    ) -> Result<partner_api::management::KeyRecord, partner_api::StoreError> {
+        self.store.restrict(org, id, allowed_ips).await
+    }
+    async fn revoke_leaked(
+        &self,
+        reports: &[partner_api::management::LeakReport],
+    ) -> Result<Vec<Option<partner_api::management::LeakedKey>>, partner_api::StoreError> {
+        self.store.revoke_leaked(reports).await
+    }
     async fn roll(
         &self,
         organization_id: &str,

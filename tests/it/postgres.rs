@@ -40,7 +40,7 @@ async fn the_pg_store_manages_keys_as_the_suite_requires() {
     let (store, _) = migrated_store().await;
     let report = partner_api::testing::run_key_manager(&store).await;
     report.assert_passed();
-    assert_eq!(report.len(), 11);
+    assert_eq!(report.len(), 13);
 }
 
 /// The reasons every key of `keys` is refused (or not), by `store`, in order.
@@ -465,6 +465,7 @@ fn record_members(line: &str) -> serde_json::Value {
     assert_eq!(
         members,
         [
+            "allowedIps",
             "createdAt",
             "environment",
             "expiresAt",
@@ -472,8 +473,10 @@ fn record_members(line: &str) -> serde_json::Value {
             "id",
             "label",
             "lastUsedAt",
+            "leak",
             "lifetimeSeconds",
-            "revokedAt"
+            "revokedAt",
+            "revokedReason"
         ]
     );
     record

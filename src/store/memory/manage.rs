@@ -3,9 +3,10 @@
 use async_trait::async_trait;
 
 use super::{generate, unknown_organization, KeyEntry, MemoryStore, State};
-use crate::key::KeyEnvironment;
+use crate::key::{AllowedIps, KeyEnvironment};
 use crate::management::{
-    IssuedKey, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, NewKey, RollKey,
+    IssuedKey, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, LeakReport, LeakedKey, NewKey,
+    RevocationReason, RollKey,
 };
 use crate::model::Timestamp;
 use crate::store::StoreError;
@@ -48,8 +49,48 @@ impl KeyManager for MemoryStore {
     async fn revoke(&self, organization_id: &str, key_id: &str) -> Result<KeyRecord, StoreError> {
         let mut state = self.write();
         let entry = state.entry_mut(organization_id, key_id)?;
-        entry.record.revoked_at.get_or_insert_with(Timestamp::now);
+        if entry.record.revoked_at.is_none() {
+            entry.record.revoked_at = Some(Timestamp::now());
+            entry.record.revoked_reason = Some(RevocationReason::Manual);
+        }
         Ok(entry.record.clone())
+    }
+
+    async fn restrict(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        allowed_ips: AllowedIps,
+    ) -> Result<KeyRecord, StoreError> {
+        let mut state = self.write();
+        let entry = state.entry_mut(organization_id, key_id)?;
+        entry.record.allowed_ips = allowed_ips.clone();
+        entry.principal.allowed_ips = allowed_ips;
+        Ok(entry.record.clone())
+    }
+
+    async fn revoke_leaked(
+        &self,
+        reports: &[LeakReport],
+    ) -> Result<Vec<Option<LeakedKey>>, StoreError> {
+        let mut state = self.write();
+        let now = Timestamp::now();
+        Ok(reports
+            .iter()
+            .map(|report| {
+                let entry = state.keys.get_mut(&report.digest)?;
+                let record = &mut entry.record;
+                if record.revoked_at.is_none() {
+                    record.revoked_at = Some(now);
+                    record.revoked_reason = Some(RevocationReason::Leaked);
+                }
+                let first_report = record.leak.is_none();
+                if first_report {
+                    record.leak = Some(report.leak.clone());
+                }
+                Some(LeakedKey::new(record.clone(), first_report))
+            })
+            .collect())
     }
 
     async fn roll(
@@ -86,7 +127,7 @@ impl KeyManager for MemoryStore {
             .map_or(overlap_ends, |expires_at| expires_at.min(overlap_ends));
         old.record.expires_at = Some(expires_at);
         old.principal.expires_at = Some(expires_at);
-        let mut new = NewKey::new(environment);
+        let mut new = NewKey::new(environment).with_allowed_ips(old.record.allowed_ips.clone());
         if let Some(label) = old.record.label.clone() {
             new = new.with_label(label);
         }

@@ -8,7 +8,9 @@ use async_trait::async_trait;
 use super::{KeyLookup, KeyStore, OrderQuery, OrderStore, Principal, StoreError};
 use crate::hashing::BuildPrehashed;
 use crate::key::{is_valid_key, ApiKey, KeyDigest, KeyEnvironment};
-use crate::management::{check_label, describe_plaintext, IssuedKey, KeyRecord, NewKey};
+use crate::management::{
+    check_label, describe_plaintext, IssuedKey, KeyRecord, NewKey, RevocationReason,
+};
 use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
 use crate::seed::{Seed, SeedError};
 
@@ -167,6 +169,7 @@ impl MemoryStore {
         match self.write().keys.get_mut(&digest) {
             Some(entry) if entry.record.revoked_at.is_none() => {
                 entry.record.revoked_at = Some(Timestamp::now());
+                entry.record.revoked_reason = Some(RevocationReason::Manual);
                 true
             }
             _ => false,
@@ -327,8 +330,11 @@ impl State {
         // The lifetime as the caller gave it, not as rounded through the expiry.
         let mut record = record;
         record.lifetime = new.lifetime_at(created_at);
+        record.allowed_ips = new.allowed_ips().clone();
         if let Some(entry) = self.keys.get_mut(&key.digest()) {
             entry.record.lifetime = record.lifetime;
+            entry.record.allowed_ips = record.allowed_ips.clone();
+            entry.principal.allowed_ips = record.allowed_ips.clone();
         }
         Ok(IssuedKey::new(key, record))
     }

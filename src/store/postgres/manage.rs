@@ -8,17 +8,19 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
-use super::{column, store_error, PgStore};
-use crate::key::{ApiKey, KeyEnvironment};
+use super::{allowed_ips, column, store_error, PgStore};
+use crate::key::{AllowedIps, ApiKey, KeyDigest, KeyEnvironment};
 use crate::management::{
-    IssuedKey, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, NewKey, RollKey,
+    IssuedKey, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, Leak, LeakReport, LeakedKey,
+    NewKey, RevocationReason, RollKey,
 };
 use crate::model::Timestamp;
 use crate::store::StoreError;
 
 /// The columns of a [`KeyRecord`], in `record_from_row`'s names.
 const RECORD: &str = "id, organization_id, label, hint, environment, created_at, expires_at, \
-                      last_used_at, revoked_at, lifetime_ms";
+                      last_used_at, revoked_at, lifetime_ms, allowed_ips::text[] AS allowed_ips, \
+                      revoked_reason, leak_url, leak_source, leak_reported_at";
 
 /// The policy of the organization `$1` (the default one without a row).
 const POLICY: &str = "SELECT o.id, p.max_lifetime_ms, p.max_active_keys \
@@ -50,8 +52,9 @@ impl KeyManager for PgStore {
         policy.check_active_keys(active_keys(&mut transaction, organization_id).await?, 0)?;
         let row = sqlx::query(&format!(
             "INSERT INTO partner_api_keys \
-               (organization_id, key_sha256, label, hint, environment, expires_at, lifetime_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {RECORD}"
+               (organization_id, key_sha256, label, hint, environment, expires_at, lifetime_ms, \
+                allowed_ips) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text[]::cidr[]) RETURNING {RECORD}"
         ))
         .bind(organization_id)
         .bind(&key.digest().as_bytes()[..])
@@ -60,6 +63,7 @@ impl KeyManager for PgStore {
         .bind(new.environment().name())
         .bind(new.expires_at().map(|at| at.as_datetime()))
         .bind(lifetime.map(lifetime_millis))
+        .bind(range_texts(new.allowed_ips()))
         .fetch_one(&mut *transaction)
         .await
         .map_err(store_error)?;
@@ -100,10 +104,103 @@ impl KeyManager for PgStore {
 
     async fn revoke(&self, organization_id: &str, key_id: &str) -> Result<KeyRecord, StoreError> {
         let sql = format!(
-            "UPDATE partner_api_keys SET revoked_at = COALESCE(revoked_at, now()) \
+            "UPDATE partner_api_keys SET revoked_at = COALESCE(revoked_at, now()), \
+               revoked_reason = CASE WHEN revoked_at IS NULL THEN 'manual' ELSE revoked_reason END \
              WHERE organization_id = $1 AND id = $2 RETURNING {RECORD}"
         );
         self.one_record(&sql, organization_id, key_id).await
+    }
+
+    async fn restrict(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        allowed_ips: AllowedIps,
+    ) -> Result<KeyRecord, StoreError> {
+        let row = sqlx::query(&format!(
+            "UPDATE partner_api_keys SET allowed_ips = $3::text[]::cidr[] \
+             WHERE organization_id = $1 AND id = $2 RETURNING {RECORD}"
+        ))
+        .bind(organization_id)
+        .bind(parse_id(key_id)?)
+        .bind(range_texts(&allowed_ips))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(store_error)?;
+        row.as_ref()
+            .map(record_from_row)
+            .unwrap_or_else(|| Err(unknown_key(key_id)))
+    }
+
+    async fn revoke_leaked(
+        &self,
+        reports: &[LeakReport],
+    ) -> Result<Vec<Option<LeakedKey>>, StoreError> {
+        if reports.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One statement for the whole report, whatever its size: the first report of each
+        // digest counts, and a key keeps its first revocation and its first leak.
+        let mut seen = std::collections::HashSet::new();
+        let firsts: Vec<&LeakReport> = reports
+            .iter()
+            .filter(|report| seen.insert(report.digest))
+            .collect();
+        let digests: Vec<&[u8]> = firsts.iter().map(|r| &r.digest.as_bytes()[..]).collect();
+        let urls: Vec<&str> = firsts.iter().map(|r| r.leak.url.as_str()).collect();
+        let sources: Vec<&str> = firsts.iter().map(|r| r.leak.source.as_str()).collect();
+        let times: Vec<DateTime<Utc>> = firsts
+            .iter()
+            .map(|r| r.leak.reported_at.as_datetime())
+            .collect();
+        let rows = sqlx::query(&format!(
+            "WITH reports AS ( \
+               SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::timestamptz[]) \
+                 AS r(digest, url, source, reported_at)), \
+             before AS ( \
+               SELECT k.id, k.leak_reported_at IS NULL AS first_report \
+               FROM partner_api_keys k JOIN reports r ON k.key_sha256 = r.digest FOR UPDATE OF k), \
+             updated AS ( \
+             UPDATE partner_api_keys k SET \
+               revoked_at = COALESCE(k.revoked_at, now()), \
+               revoked_reason = CASE WHEN k.revoked_at IS NULL THEN 'leaked' \
+                                ELSE k.revoked_reason END, \
+               leak_url = COALESCE(k.leak_url, r.url), \
+               leak_source = COALESCE(k.leak_source, r.source), \
+               leak_reported_at = COALESCE(k.leak_reported_at, r.reported_at) \
+             FROM reports r, before b \
+             WHERE k.key_sha256 = r.digest AND b.id = k.id \
+             RETURNING k.*, b.first_report) \
+             SELECT {RECORD}, key_sha256, first_report FROM updated"
+        ))
+        .bind(&digests)
+        .bind(&urls)
+        .bind(&sources)
+        .bind(&times)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(store_error)?;
+        let mut found = std::collections::HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let digest: Vec<u8> = column(row, "key_sha256")?;
+            let first_report: bool = column(row, "first_report")?;
+            let digest = <[u8; 32]>::try_from(digest.as_slice())
+                .map_err(|_| StoreError::invalid_data("a key digest is not 32 bytes"))?;
+            found.insert(
+                KeyDigest::from_bytes(digest),
+                (record_from_row(row)?, first_report),
+            );
+        }
+        // Later reports of a digest in the same message are replays of its first.
+        let mut told = std::collections::HashSet::new();
+        Ok(reports
+            .iter()
+            .map(|report| {
+                let (record, first_report) = found.get(&report.digest)?;
+                let first_report = *first_report && told.insert(report.digest);
+                Some(LeakedKey::new(record.clone(), first_report))
+            })
+            .collect())
     }
 
     async fn roll(
@@ -154,8 +251,10 @@ impl KeyManager for PgStore {
         let lifetime_ms = lifetime.map(lifetime_millis);
         let row = sqlx::query(&format!(
             "INSERT INTO partner_api_keys \
-               (organization_id, key_sha256, label, hint, environment, expires_at, lifetime_ms) \
-             VALUES ($1, $2, $3, $4, $5, now() + $6 * interval '1 millisecond', $6) \
+               (organization_id, key_sha256, label, hint, environment, expires_at, lifetime_ms, \
+                allowed_ips) \
+             VALUES ($1, $2, $3, $4, $5, now() + $6 * interval '1 millisecond', $6, \
+                     $7::text[]::cidr[]) \
              RETURNING {RECORD}"
         ))
         .bind(organization_id)
@@ -164,6 +263,7 @@ impl KeyManager for PgStore {
         .bind(key.hint())
         .bind(environment.name())
         .bind(lifetime_ms)
+        .bind(range_texts(&old.allowed_ips))
         .fetch_one(&mut *transaction)
         .await
         .map_err(store_error)?;
@@ -351,5 +451,35 @@ fn record_from_row(row: &PgRow) -> Result<KeyRecord, StoreError> {
     record.revoked_at = timestamp(row, "revoked_at")?;
     let lifetime_ms: Option<i64> = row.try_get("lifetime_ms").map_err(store_error)?;
     record.lifetime = lifetime_ms.map(|ms| Duration::from_millis(ms.unsigned_abs()));
+    record.allowed_ips = allowed_ips(row)?;
+    // A key revoked by plain SQL has no reason recorded: it was revoked by hand.
+    let reason: Option<String> = row.try_get("revoked_reason").map_err(store_error)?;
+    record.revoked_reason = record.revoked_at.map(|_| match reason.as_deref() {
+        Some("leaked") => RevocationReason::Leaked,
+        _ => RevocationReason::Manual,
+    });
+    record.leak = match timestamp(row, "leak_reported_at")? {
+        Some(reported_at) => Some(Leak {
+            url: row
+                .try_get::<Option<String>, _>("leak_url")
+                .map_err(store_error)?
+                .unwrap_or_default(),
+            source: row
+                .try_get::<Option<String>, _>("leak_source")
+                .map_err(store_error)?
+                .unwrap_or_default(),
+            reported_at,
+        }),
+        None => None,
+    };
     Ok(record)
+}
+
+/// Address ranges as PostgreSQL's `cidr` input reads them.
+fn range_texts(allowed_ips: &AllowedIps) -> Vec<String> {
+    allowed_ips
+        .ranges()
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }

@@ -9,7 +9,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, Row};
 
 use super::{KeyLookup, KeyStore, OrderQuery, OrderStore, Principal, StoreError};
-use crate::key::{is_valid_key, KeyDigest};
+use crate::key::{is_valid_key, AllowedIps, KeyDigest};
 use crate::management::describe_plaintext;
 use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
 
@@ -29,7 +29,7 @@ pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// database's clock), and its organization.
 const LOOKUP_KEY: &str = "\
     SELECT k.id, k.expires_at, k.revoked_at IS NOT NULL AS revoked, \
-           COALESCE(k.expires_at <= now(), false) AS expired, \
+           COALESCE(k.expires_at <= now(), false) AS expired, k.allowed_ips::text[] AS allowed_ips, \
            o.id AS organization_id, o.name \
     FROM partner_api_keys k JOIN partner_organizations o ON o.id = k.organization_id \
     WHERE k.key_sha256 = $1";
@@ -386,9 +386,19 @@ impl PgStore {
         };
         Ok(KeyLookup::Valid(
             Principal::new(key_id.to_string(), organization)
-                .with_expires_at(expires_at.map(Timestamp::from_datetime)),
+                .with_expires_at(expires_at.map(Timestamp::from_datetime))
+                .with_allowed_ips(allowed_ips(&row)?),
         ))
     }
+}
+
+/// The `allowed_ips` column, read as `allowed_ips::text[]` (PostgreSQL's `cidr` output).
+fn allowed_ips(row: &sqlx::postgres::PgRow) -> Result<AllowedIps, StoreError> {
+    let ranges: Vec<String> = column(row, "allowed_ips")?;
+    if ranges.is_empty() {
+        return Ok(AllowedIps::any());
+    }
+    AllowedIps::parse(&ranges).map_err(StoreError::invalid_data)
 }
 
 #[async_trait]

@@ -12,6 +12,11 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 
+mod allowed_ips;
+
+pub(crate) use allowed_ips::canonical;
+pub use allowed_ips::{AllowedIps, AllowedIpsError, MAX_ALLOWED_IPS};
+
 /// The longest API key the service accepts, in bytes. Longer tokens are rejected as invalid
 /// before they are hashed or looked up.
 pub const MAX_KEY_LEN: usize = 4096;
