@@ -144,6 +144,23 @@ pub(crate) enum KeysAction {
         /// Seconds until the key expires (default: never).
         #[arg(long, value_name = "SECONDS")]
         expires_in: Option<u64>,
+        /// An address range (CIDR, or one address) the key may be used from; repeatable.
+        /// Without it, any address.
+        #[arg(long = "allow-ip", value_name = "CIDR", value_parser = parse_allowed_ip)]
+        allow_ip: Vec<ipnet::IpNet>,
+    },
+    /// Set the address ranges a key may be used from; without --allow-ip, lift the
+    /// restriction. Prints the key's record.
+    Restrict {
+        /// The organization's id.
+        #[arg(long)]
+        organization: String,
+        /// The key's id, as `list` shows it.
+        #[arg(long)]
+        id: String,
+        /// An address range (CIDR, or one address) the key may be used from; repeatable.
+        #[arg(long = "allow-ip", value_name = "CIDR", value_parser = parse_allowed_ip)]
+        allow_ip: Vec<ipnet::IpNet>,
     },
     /// List an organization's keys, newest first.
     List {
@@ -203,6 +220,16 @@ fn parse_cidr(text: &str) -> Result<ipnet::IpNet, String> {
     text.parse::<ipnet::IpNet>()
         .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
         .map_err(|_| format!("{text:?} is not an address range such as 10.0.0.0/8"))
+}
+
+/// One range as the API's key management reads it: no bits past the prefix length.
+fn parse_allowed_ip(text: &str) -> Result<ipnet::IpNet, String> {
+    let parsed = partner_api::key::AllowedIps::parse([text]).map_err(|err| err.to_string())?;
+    parsed
+        .ranges()
+        .first()
+        .copied()
+        .ok_or_else(|| format!("{text:?} is not an address range"))
 }
 
 fn parse_environment(name: &str) -> Result<KeyEnvironment, String> {

@@ -82,8 +82,9 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
             label,
             environment,
             expires_in,
+            allow_ip,
         } => {
-            let mut new = NewKey::new(*environment);
+            let mut new = NewKey::new(*environment).with_allowed_ips(allowed_ips(allow_ip)?);
             if let Some(label) = label {
                 new = new.with_label(label.clone());
             }
@@ -101,6 +102,16 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
             .collect(),
         KeysAction::Revoke { organization, id } => Ok(vec![json(
             &store.revoke(organization, id).await.map_err(failed)?,
+        )?]),
+        KeysAction::Restrict {
+            organization,
+            id,
+            allow_ip,
+        } => Ok(vec![json(
+            &store
+                .restrict(organization, id, allowed_ips(allow_ip)?)
+                .await
+                .map_err(failed)?,
         )?]),
         KeysAction::Invalidate => {
             partner_api::cache::postgres::invalidate_all(store.pool())
@@ -148,4 +159,10 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
             ])
         }
     }
+}
+
+/// The ranges of the `--allow-ip` flags: none for any address.
+#[cfg(feature = "postgres")]
+fn allowed_ips(ranges: &[ipnet::IpNet]) -> Result<partner_api::key::AllowedIps, String> {
+    partner_api::key::AllowedIps::new(ranges.iter().copied()).map_err(|err| err.to_string())
 }

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use super::service::MAX_BODY_BYTES;
 use crate::api::body::ApiBody;
 use crate::api::request_id::REQUEST_ID_HEADER;
-use crate::key::KeyEnvironment;
+use crate::key::{AllowedIps, KeyEnvironment};
 use crate::log::ErrorChain;
 use crate::management::{IssuedKey, KeyRecord};
 use crate::model::Timestamp;
@@ -115,6 +115,15 @@ pub(super) struct IssueRequest {
     pub(super) environment: KeyEnvironmentName,
     #[serde(default)]
     pub(super) expires_at: Option<Timestamp>,
+    #[serde(default)]
+    pub(super) allowed_ips: Option<AllowedIps>,
+}
+
+/// The body of `POST /keys/{id}/restrict`: the ranges, empty to lift the restriction.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RestrictRequest {
+    pub(super) allowed_ips: AllowedIps,
 }
 
 /// `"live"` or `"test"`.

@@ -9,10 +9,11 @@
 //! | method and path (below the mount) | does | answers |
 //! |---|---|---|
 //! | `GET /keys` | lists the organization's keys, newest first | 200 `{"data": {"keys": [record, ...]}}` |
-//! | `POST /keys` `{"label", "environment", "expiresAt"}` | issues a key | 201 `{"data": {"key": "pk_...", "record": record}}` |
+//! | `POST /keys` `{"label", "environment", "expiresAt", "allowedIps"}` | issues a key | 201 `{"data": {"key": "pk_...", "record": record}}` |
 //! | `GET /keys/{id}` | shows one key | 200 `{"data": {"record": record}}` |
 //! | `POST /keys/{id}/revoke` `{}` | revokes it | 200 `{"data": {"record": record}}` |
 //! | `POST /keys/{id}/roll` `{"overlapSeconds", "expiresInSeconds"}` | rolls it (the new key lives `expiresInSeconds`, or as long as the old one was issued for) | 201 `{"data": {"key": "pk_...", "record": record}}` |
+//! | `POST /keys/{id}/restrict` `{"allowedIps": ["192.0.2.0/24", ...]}` | sets the address ranges it may be used from (`[]`: any) | 200 `{"data": {"record": record}}` |
 //! | `GET /policy` | the organization's key policy | 200 `{"data": {"policy": {"maxKeyLifetimeSeconds", "maxActiveKeys"}}}` |
 //!
 //! The plaintext key is in exactly one response: the one that created it. Every response is
@@ -22,7 +23,8 @@
 //! or expired key cannot be rolled; the organization has as many active keys as its policy
 //! allows), 413 (a body over 16 KiB), 415 (not `application/json`), 422 (JSON
 //! that breaks a rule: an unknown member, an expiry in the past, a label over 100 characters,
-//! an unknown environment, a lifetime the organization's key policy does not allow), 500, 503. A refused request changes nothing.
+//! an unknown environment, a lifetime the organization's key policy does not allow, an address
+//! range that is not a network, more than 100 ranges), 500, 503. A refused request changes nothing.
 //!
 //! # Cross-site request forgery
 //!
@@ -52,8 +54,8 @@ use http_body::Body;
 use tower::Service;
 
 use super::documents::{
-    caller_message, created, json, one, read_json, Failure, IssueRequest, RevokeRequest,
-    RollRequest,
+    caller_message, created, json, one, read_json, Failure, IssueRequest, RestrictRequest,
+    RevokeRequest, RollRequest,
 };
 use crate::api::body::ApiBody;
 use crate::management::{KeyManager, NewKey, RollKey};
@@ -216,6 +218,7 @@ enum Route<'p> {
     Key(&'p str),
     Revoke(&'p str),
     Roll(&'p str),
+    Restrict(&'p str),
     Policy,
     OpenApi,
 }
@@ -237,6 +240,7 @@ impl<'p> Route<'p> {
             ["keys", id] if valid_id(id) => Some(Self::Key(id)),
             ["keys", id, "revoke"] if valid_id(id) => Some(Self::Revoke(id)),
             ["keys", id, "roll"] if valid_id(id) => Some(Self::Roll(id)),
+            ["keys", id, "restrict"] if valid_id(id) => Some(Self::Restrict(id)),
             _ => None,
         }
     }
@@ -245,7 +249,7 @@ impl<'p> Route<'p> {
         match self {
             Self::Keys => "GET, HEAD, POST",
             Self::Key(_) | Self::Policy | Self::OpenApi => "GET, HEAD",
-            Self::Revoke(_) | Self::Roll(_) => "POST",
+            Self::Revoke(_) | Self::Roll(_) | Self::Restrict(_) => "POST",
         }
     }
 }
@@ -281,10 +285,16 @@ impl KeyManagementService {
         let route = Route::at(path).ok_or_else(not_found)?;
         let reading = parts.method == Method::GET || parts.method == Method::HEAD;
         let allowed = if reading {
-            !matches!(route, Route::Revoke(_) | Route::Roll(_))
+            !matches!(
+                route,
+                Route::Revoke(_) | Route::Roll(_) | Route::Restrict(_)
+            )
         } else {
             parts.method == Method::POST
-                && matches!(route, Route::Keys | Route::Revoke(_) | Route::Roll(_))
+                && matches!(
+                    route,
+                    Route::Keys | Route::Revoke(_) | Route::Roll(_) | Route::Restrict(_)
+                )
         };
         if !allowed {
             let mut failure = Failure::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
@@ -321,8 +331,10 @@ impl KeyManagementService {
                     label,
                     environment,
                     expires_at,
+                    allowed_ips,
                 } = read_json(body).await?;
-                let mut new = NewKey::new(environment.into());
+                let mut new = NewKey::new(environment.into())
+                    .with_allowed_ips(allowed_ips.unwrap_or_default());
                 if let Some(label) = label {
                     new = new.with_label(label);
                 }
@@ -351,6 +363,14 @@ impl KeyManagementService {
                 let RevokeRequest {} = read_json(body).await?;
                 let record = keys
                     .revoke(organization, id)
+                    .await
+                    .map_err(Failure::from_store)?;
+                Ok(one(&record))
+            }
+            Route::Restrict(id) => {
+                let RestrictRequest { allowed_ips } = read_json(body).await?;
+                let record = keys
+                    .restrict(organization, id, allowed_ips)
                     .await
                     .map_err(Failure::from_store)?;
                 Ok(one(&record))

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod allowed_ips;
 mod api;
 mod conditional_get;
 mod conformance;

@@ -62,8 +62,29 @@ pub fn temp_file(name: &str, contents: &str) -> PathBuf {
 
 /// Sends raw bytes to the server and returns the status code of its answer.
 pub async fn raw_status(address: SocketAddr, request: &[u8]) -> u16 {
+    raw_status_from(None, address, request).await
+}
+
+/// [`raw_status`] from the local address `local` (`127.0.0.2`, say), when given.
+pub async fn raw_status_from(
+    local: Option<std::net::IpAddr>,
+    address: SocketAddr,
+    request: &[u8],
+) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let mut stream = match local {
+        None => tokio::net::TcpStream::connect(address).await.unwrap(),
+        Some(local) => {
+            let socket = if local.is_ipv4() {
+                tokio::net::TcpSocket::new_v4()
+            } else {
+                tokio::net::TcpSocket::new_v6()
+            }
+            .unwrap();
+            socket.bind(SocketAddr::new(local, 0)).unwrap();
+            socket.connect(address).await.unwrap()
+        }
+    };
     stream.write_all(request).await.unwrap();
     let mut answer = Vec::new();
     let mut buffer = [0u8; 4096];
