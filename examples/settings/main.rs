@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -33,7 +33,7 @@ use clap::Parser;
 use partner_api::last_used::LastUsedRecorder;
 use partner_api::management::{ActingOrganization, KeyManagementService};
 use partner_api::seed::Seed;
-use partner_api::{MemoryStore, PartnerApi, PartnerApiLayer};
+use partner_api::{MemoryStore, PartnerApi, PartnerApiLayer, PeerAddr};
 
 mod sessions;
 mod sign_in;
@@ -228,7 +228,37 @@ pub fn app(store: MemoryStore, recorder: LastUsedRecorder, config: Config) -> Ro
         .layer(middleware::from_fn_with_state(host.clone(), session))
         .layer(middleware::from_fn(security_headers))
         .layer(PartnerApiLayer::new(api))
+        // Outermost: the client's address, for keys pinned to address ranges.
+        .layer(middleware::map_request(pass_peer_addr))
         .with_state(host)
+}
+
+/// The peer of a connection, over TLS or not, as `axum::serve` hands it to `ConnectInfo`.
+#[derive(Clone, Copy, Debug)]
+struct Peer(std::net::SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TcpListener>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TcpListener>) -> Self {
+        Self(*stream.remote_addr())
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
+        Self(*stream.remote_addr())
+    }
+}
+
+/// Copies axum's `ConnectInfo` into the API's `PeerAddr`, when the server provides it.
+async fn pass_peer_addr(mut request: Request) -> Request {
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<Peer>>()
+        .map(|ConnectInfo(Peer(peer))| *peer);
+    if let Some(peer) = peer {
+        request.extensions_mut().insert(PeerAddr(peer));
+    }
+    request
 }
 
 /// The host's session middleware: the cookie's session, and the organization it acts for as
@@ -403,13 +433,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     match tls {
         Some(acceptor) => {
             println!("listening on https://{address}");
-            axum::serve(TlsListener::new(listener, acceptor)?, router)
+            let service = router.into_make_service_with_connect_info::<Peer>();
+            axum::serve(TlsListener::new(listener, acceptor)?, service)
                 .with_graceful_shutdown(shutdown)
                 .await?;
         }
         None => {
             println!("listening on http://{address}");
-            axum::serve(listener, router)
+            let service = router.into_make_service_with_connect_info::<Peer>();
+            axum::serve(listener, service)
                 .with_graceful_shutdown(shutdown)
                 .await?;
         }

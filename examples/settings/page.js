@@ -20,6 +20,31 @@ const OVERLAPS = [
   ["0", "Old key stops now"],
 ];
 
+// One address range as people write it: IPv4 or IPv6, optionally with a prefix length. The
+// server checks each exactly (no bits past the prefix, at most 100); this catches typos early.
+const IPV4 = /^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}(\/(3[0-2]|[12]?\d))?$/;
+const IPV6 = /^[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(\/(12[0-8]|1[01]\d|[1-9]?\d))?$/;
+
+// The ranges typed in `input` (separated by commas or spaces), or null after saying why not.
+function rangesOf(input, what) {
+  const ranges = input.value.split(/[\s,]+/).filter((range) => range !== "");
+  const bad = ranges.find((range) => !IPV4.test(range) && !IPV6.test(range));
+  if (bad !== undefined) {
+    input.setAttribute("aria-invalid", "true");
+    statusLine.textContent = `Could not ${what}: "${bad}" is not an IP address or CIDR range (such as 203.0.113.0/24).`;
+    input.focus();
+    return null;
+  }
+  if (ranges.length > 100) {
+    input.setAttribute("aria-invalid", "true");
+    statusLine.textContent = `Could not ${what}: a key may carry at most 100 address ranges.`;
+    input.focus();
+    return null;
+  }
+  input.removeAttribute("aria-invalid");
+  return ranges;
+}
+
 let csrf = "";
 let statusLine = null;
 // The id of the key whose plaintext is shown, so it can be hidden once that key is revoked.
@@ -62,6 +87,7 @@ function dateCell(iso) {
 }
 
 function statusOf(key) {
+  if (key.revokedAt && key.revokedReason === "leaked") return ["leaked", "Leaked"];
   if (key.revokedAt) return ["revoked", "Revoked"];
   if (key.expiresAt && new Date(key.expiresAt) <= new Date()) return ["expired", "Expired"];
   if (key.expiresAt) return ["expiring", "Expires"];
@@ -82,7 +108,7 @@ function render(keys) {
   if (shownKeyId && keys.some((key) => key.id === shownKeyId && key.revokedAt)) hideReveal();
   if (keys.length === 0) {
     const row = body.insertRow();
-    row.append(Object.assign(cell("No keys yet: create one above.", "empty"), { colSpan: 8 }));
+    row.append(Object.assign(cell("No keys yet: create one above.", "empty"), { colSpan: 9 }));
     return;
   }
   for (const key of keys) {
@@ -93,15 +119,26 @@ function render(keys) {
     const env = cell(key.environment ? key.environment[0].toUpperCase() + key.environment.slice(1) : "—", "env " + (key.environment || ""));
     const status = cell("");
     status.append(element("span", "badge " + state, stateText));
+    // Where a secret scanner found the key: a link only to a web address.
+    if (key.leak && /^https?:\/\//.test(key.leak.url)) {
+      const where = element("a", "leak-link", "where");
+      where.href = key.leak.url;
+      where.rel = "noopener noreferrer";
+      where.target = "_blank";
+      where.title = `Found in public (${key.leak.source}) on ${new Date(key.leak.reportedAt).toLocaleString("en-GB")}`;
+      status.append(" ", where);
+    }
+    const ips = cell(key.allowedIps.length ? key.allowedIps.join(", ") : "Any", "ips");
     const actions = cell("", "actions");
     if (state === "active" || state === "expiring") {
       actions.append(button("Roll", "roll-key", () => showRoll(actions, key), "Roll " + name));
+      actions.append(button("IPs", "restrict-key", () => showRestrict(actions, key), "Allowed IPs of " + name));
     }
     if (!key.revokedAt) {
       actions.append(button("Revoke", "danger revoke-key", () => revoke(key), "Revoke " + name));
     }
     row.append(cell(name, "label"), cell(key.hint || "—", "hint"), env, dateCell(key.createdAt),
-      dateCell(key.lastUsedAt), dateCell(key.expiresAt), status, actions);
+      dateCell(key.lastUsedAt), dateCell(key.expiresAt), ips, status, actions);
   }
 }
 
@@ -146,7 +183,9 @@ async function create(event) {
   statusLine.textContent = "";
   const form = event.target;
   const seconds = form.expiry.value;
-  const body = { label: form.label.value.trim() || null, environment: form.environment.value };
+  const allowedIps = rangesOf(form.allowedIps, "create the key");
+  if (allowedIps === null) return;
+  const body = { label: form.label.value.trim() || null, environment: form.environment.value, allowedIps };
   if (seconds) body.expiresAt = new Date(Date.now() + seconds * 1000).toISOString();
   try {
     const created = await call("POST", "/keys", body);
@@ -219,6 +258,41 @@ function showRoll(actions, key) {
   });
   actions.replaceChildren(form);
   overlap.focus();
+}
+
+function showRestrict(actions, key) {
+  const name = key.label || "this key";
+  const form = element("form", "roll");
+  const label = element("label", "sr-only", "Addresses allowed to use " + name + ", empty for any");
+  label.htmlFor = "ips-" + key.id;
+  const input = element("input", "restrict-ips");
+  input.id = label.htmlFor;
+  input.value = key.allowedIps.join(", ");
+  input.placeholder = "Any address";
+  input.title = "IP addresses or CIDR ranges, separated by commas; empty for any address";
+  input.autocomplete = "off";
+  const save = element("button", "primary confirm-restrict", "Save");
+  save.type = "submit";
+  save.setAttribute("aria-label", "Save the allowed IPs of " + name);
+  const cancel = element("button", "cancel", "Cancel");
+  cancel.type = "button";
+  cancel.addEventListener("click", () => refresh());
+  form.append(label, input, save, cancel);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    statusLine.textContent = "";
+    const allowedIps = rangesOf(input, "change the allowed IPs");
+    if (allowedIps === null) return;
+    try {
+      await call("POST", `/keys/${encodeURIComponent(key.id)}/restrict`, { allowedIps });
+      await refresh();
+    } catch (error) {
+      statusLine.textContent = "Could not change the allowed IPs: " + error.message;
+      input.focus();
+    }
+  });
+  actions.replaceChildren(form);
+  input.focus();
 }
 
 function start() {

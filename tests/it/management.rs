@@ -28,6 +28,7 @@ fn template(path: &str) -> &'static str {
         ["", "keys", _] => "/keys/{id}",
         ["", "keys", _, "revoke"] => "/keys/{id}/revoke",
         ["", "keys", _, "roll"] => "/keys/{id}/roll",
+        ["", "keys", _, "restrict"] => "/keys/{id}/restrict",
         ["", "policy"] => "/policy",
         _ => "",
     }
@@ -685,4 +686,89 @@ async fn rolls_keep_or_choose_a_lifetime_and_never_revive_a_key() {
     .await;
     assert_eq!(capped.status, StatusCode::CONFLICT, "{}", capped.text);
     assert!(capped.text.contains("active keys"), "{}", capped.text);
+}
+
+#[tokio::test]
+async fn keys_are_pinned_to_address_ranges_on_issue_and_by_restrict() {
+    let store = store();
+    let service = KeyManagementService::new(store.clone());
+    let api = partner_api::PartnerApi::from_store(store);
+    let issued = post(
+        &service,
+        "/keys",
+        json!({"environment": "live", "allowedIps": ["192.0.2.0/24", "2001:db8::1"]}),
+    )
+    .await;
+    assert_eq!(issued.status, StatusCode::CREATED, "{}", issued.text);
+    let record = &issued.body["data"]["record"];
+    assert_eq!(
+        record["allowedIps"],
+        json!(["192.0.2.0/24", "2001:db8::1/128"])
+    );
+    assert!(record["revokedReason"].is_null() && record["leak"].is_null());
+    let key = issued.body["data"]["key"].as_str().unwrap().to_owned();
+    let id = record["id"].as_str().unwrap().to_owned();
+    let me_from = |address: &str| {
+        let mut request = http::Request::get("/v1/me")
+            .header("authorization", format!("Bearer {key}"))
+            .body(())
+            .unwrap();
+        request
+            .extensions_mut()
+            .insert(partner_api::PeerAddr(std::net::SocketAddr::new(
+                address.parse().unwrap(),
+                1234,
+            )));
+        let api = api.clone();
+        async move { api.oneshot(request).await.unwrap().status() }
+    };
+    assert_eq!(me_from("192.0.2.9").await, StatusCode::OK);
+    assert_eq!(me_from("198.51.100.1").await, StatusCode::FORBIDDEN);
+
+    let path = format!("/keys/{id}/restrict");
+    let lifted = post(&service, &path, json!({"allowedIps": []})).await;
+    assert_eq!(lifted.status, StatusCode::OK, "{}", lifted.text);
+    assert_eq!(lifted.body["data"]["record"]["allowedIps"], json!([]));
+    assert_eq!(me_from("198.51.100.1").await, StatusCode::OK);
+
+    // Bad ranges are a 422 that names them, and change nothing.
+    let before = get(&service, &format!("/keys/{id}")).await.body;
+    let too_many: Vec<String> = (0..101).map(|n| format!("10.0.0.{n}")).collect();
+    for (body, fragment) in [
+        (json!({"allowedIps": ["10.1.2.3/8"]}), "10.0.0.0/8"),
+        (json!({"allowedIps": ["localhost"]}), "localhost"),
+        (json!({"allowedIps": ["10.0.0.0/33"]}), "10.0.0.0/33"),
+        (json!({"allowedIps": too_many}), "at most 100"),
+        (json!({"allowedIps": "10.0.0.0/8"}), "sequence"),
+        (json!({"allowedIps": [7]}), "string"),
+        (json!({}), "allowedIps"),
+        (json!({"allowedIps": [], "other": 1}), "other"),
+    ] {
+        let refused = post(&service, &path, body.clone()).await;
+        assert_eq!(
+            refused.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{body}: {}",
+            refused.text
+        );
+        assert!(refused.text.contains(fragment), "{body}: {}", refused.text);
+    }
+    let issue_refused = post(
+        &service,
+        "/keys",
+        json!({"environment": "live", "allowedIps": ["10.1.2.3/8"]}),
+    )
+    .await;
+    assert_eq!(issue_refused.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(get(&service, &format!("/keys/{id}")).await.body, before);
+    let unknown = post(
+        &service,
+        "/keys/key_999999/restrict",
+        json!({"allowedIps": []}),
+    )
+    .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+    let wrong_method = get(&service, &path).await;
+    assert_eq!(wrong_method.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(wrong_method.headers["allow"], "POST");
 }

@@ -836,11 +836,20 @@ async fn status_line(browser: &Client) -> String {
     }
 }
 
+/// Replaces the text of the input `locator` by `text`.
+async fn fill(browser: &Client, locator: Locator<'_>, text: &str) {
+    let field = browser.find(locator).await.unwrap();
+    field.clear().await.unwrap();
+    field.send_keys(text).await.unwrap();
+}
+
+async fn set_label(browser: &Client, label: &str) {
+    fill(browser, Locator::Id("label"), label).await;
+}
+
 /// Creates a key on the page and returns the plaintext the page shows once.
 async fn create(browser: &Client, label: &str, environment: &str) -> String {
-    let field = browser.find(Locator::Id("label")).await.unwrap();
-    field.clear().await.unwrap();
-    field.send_keys(label).await.unwrap();
+    set_label(browser, label).await;
     browser
         .find(Locator::Id("environment"))
         .await
@@ -1013,6 +1022,47 @@ async fn a_person_manages_keys_on_the_settings_page() {
         .is_displayed()
         .await
         .unwrap());
+
+    // A key pinned to addresses: the page checks what is typed, shows the ranges, and
+    // changes them; the API follows at once.
+    fill(&browser, Locator::Id("allowed-ips"), "127.0.0.1, not-an-ip").await;
+    set_label(&browser, "Pinned").await;
+    click(&browser, Locator::Id("create-key")).await;
+    assert!(
+        status_line(&browser)
+            .await
+            .contains("\"not-an-ip\" is not an IP address"),
+        "a bad range is refused before anything is sent"
+    );
+    fill(
+        &browser,
+        Locator::Id("allowed-ips"),
+        "127.0.0.1, 2001:db8::/48",
+    )
+    .await;
+    let pinned = create(&browser, "Pinned", "live").await;
+    wait_for_row_text(&browser, "Pinned", "127.0.0.1/32, 2001:db8::/48").await;
+    assert_eq!(
+        me_status(&example, &pinned).await,
+        200,
+        "served from 127.0.0.1"
+    );
+    click_in_row(&browser, "Pinned", "button.restrict-key").await;
+    fill(&browser, Locator::Css("input.restrict-ips"), "10.1.2.3/8").await;
+    click(&browser, Locator::Css("button.confirm-restrict")).await;
+    let refused = status_line(&browser).await;
+    assert!(
+        refused.starts_with("Could not change the allowed IPs:") && refused.contains("10.0.0.0/8"),
+        "the service's own words: {refused}"
+    );
+    fill(&browser, Locator::Css("input.restrict-ips"), "192.0.2.1").await;
+    click(&browser, Locator::Css("button.confirm-restrict")).await;
+    wait_for_row_text(&browser, "Pinned", "192.0.2.1/32").await;
+    assert_eq!(
+        me_status(&example, &pinned).await,
+        403,
+        "no longer from 127.0.0.1"
+    );
 
     // A key revoked elsewhere (another tab, a colleague) while its roll form is open: the
     // roll is refused with a 409, and the page says why, in the service's words.
