@@ -69,6 +69,7 @@
 //! | `testing` | no      | `partner_api::testing`: the conformance suite every store must pass |
 //! | `postgres`| no      | `PgStore`: both store traits over PostgreSQL (sqlx), with migrations; `cache::postgres::listen` |
 //! | `redis`   | no      | `rate_limit::redis::RedisRateLimiter`: one budget per key shared by every replica |
+//! | `secret-scanning` | no | `secret_scanning::SecretScanningService`: GitHub's secret scanning reports revoke leaked keys (ECDSA P-256, RustCrypto's `p256`) |
 //!
 //! # Logging
 //!
@@ -92,6 +93,9 @@ pub mod management;
 pub mod metrics;
 pub mod model;
 pub mod rate_limit;
+#[cfg(feature = "secret-scanning")]
+#[cfg_attr(docsrs, doc(cfg(feature = "secret-scanning")))]
+pub mod secret_scanning;
 pub mod seed;
 pub mod store;
 #[cfg(feature = "testing")]

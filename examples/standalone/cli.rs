@@ -97,6 +97,11 @@ pub(crate) struct Args {
     /// client; from anyone else those headers are ignored.
     #[arg(long = "trusted-proxy", value_name = "CIDR", value_parser = parse_cidr)]
     pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
+    /// Serve GitHub's secret scanning endpoint at POST /secret-scanning/github on the API's
+    /// listener, verifying reports with the public keys of this file or URL (GitHub's is
+    /// https://api.github.com/meta/public_keys/secret_scanning); leaked keys are revoked.
+    #[arg(long, value_name = "FILE or URL")]
+    pub(crate) secret_scanning_keys: Option<String>,
     /// Serve the API's metrics for Prometheus at http://ADDR/metrics, on this listener of
     /// their own (never on the API's port); port 0 picks a free port. Off by default.
     #[arg(long, value_name = "ADDR")]

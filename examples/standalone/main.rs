@@ -16,6 +16,7 @@
 //! - `cli.rs`: the command line;
 //! - `keys.rs`: the `keys` subcommand (issue, list, revoke, roll keys in the database);
 //! - `metrics.rs`: the Prometheus exporter on its own listener;
+//! - `secret_scanning.rs`: GitHub's secret scanning endpoint (`--secret-scanning-keys`);
 //! - `stores.rs`: which stores the API reads (PostgreSQL, a seed file, the demo data);
 //! - `stack.rs`: the layers around the API (request ids, a log line per response, a caught
 //!   panic as a JSON 500, a request timeout as a JSON 503);
@@ -34,6 +35,7 @@ use tokio::net::TcpListener;
 mod cli;
 mod keys;
 mod metrics;
+mod secret_scanning;
 mod serve;
 mod signals;
 mod stack;
@@ -91,12 +93,26 @@ async fn main() -> ExitCode {
         },
         None => None,
     };
-    let (api, last_used) = match stores::api_for(&args, &options).await {
+    let stores::Served {
+        api,
+        last_used,
+        keys,
+    } = match stores::api_for(&args, &options).await {
         Ok(served) => served,
         Err(err) => {
             eprintln!("error: {err}");
             return ExitCode::FAILURE;
         }
+    };
+    let endpoint = match &args.secret_scanning_keys {
+        Some(source) => match secret_scanning::endpoint(source, keys) {
+            Ok(endpoint) => Some(endpoint),
+            Err(err) => {
+                eprintln!("error: {err}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
     };
     let (listener, address) = match bind(&args.listen).await {
         Ok(bound) => bound,
@@ -134,7 +150,7 @@ async fn main() -> ExitCode {
     if let Some(((listener, _), handle)) = metrics_listener {
         tokio::spawn(metrics::serve(listener, handle));
     }
-    let app = stack::app(api, &options);
+    let app = stack::app(secret_scanning::Routes { api, endpoint }, &options);
     serve::serve(listener, app, tls, limits, signals::shutdown_signal()).await;
     // The last uses gathered since the last batch. Failing to write them is the host's last
     // word: logged (never with a key) and the exit code says so.

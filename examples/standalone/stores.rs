@@ -73,21 +73,30 @@ pub(crate) fn check_redis_url(options: &Options) -> Result<(), String> {
 
 /// The partner API over `store`, configured by `options`, recording the last use of keys in
 /// `store` (the recorder is returned, to write the batch in hand at shutdown).
-fn recorded_api<S>(store: S, options: &Options) -> (PartnerApi, LastUsedRecorder)
+fn recorded_api<S>(store: S, options: &Options) -> Served
 where
     S: KeyStore + OrderStore + KeyManager + Clone + 'static,
 {
     let recorder = LastUsedRecorder::spawn(store.clone());
-    let api = api(store, options).with_last_used(recorder.clone());
-    (api, recorder)
+    let api = api(store.clone(), options).with_last_used(recorder.clone());
+    Served {
+        api,
+        last_used: recorder,
+        keys: Arc::new(store),
+    }
+}
+
+/// What the host serves: the API, its last-use recorder, and the key manager of its store
+/// (for the secret scanning endpoint).
+pub(crate) struct Served {
+    pub(crate) api: PartnerApi,
+    pub(crate) last_used: LastUsedRecorder,
+    pub(crate) keys: Arc<dyn KeyManager>,
 }
 
 /// The API over what `args` name: PostgreSQL (migrated, and seeded if a seed file is given),
 /// a seed file in memory, or the demo data in memory; and its last-use recorder.
-pub(crate) async fn api_for(
-    args: &Args,
-    options: &Options,
-) -> Result<(PartnerApi, LastUsedRecorder), String> {
+pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, String> {
     #[cfg(feature = "postgres")]
     if let Some(url) = &args.database_url {
         let store = database(url, args.no_migrate).await?;
@@ -111,10 +120,14 @@ pub(crate) async fn api_for(
         let orders = CachingOrderStore::new(store.clone())
             .with_max_age(max_age)
             .with_notifications(&notifications);
-        let recorder = LastUsedRecorder::spawn(store);
+        let recorder = LastUsedRecorder::spawn(store.clone());
         let api =
             configured(PartnerApi::new(keys, orders), options).with_last_used(recorder.clone());
-        return Ok((api, recorder));
+        return Ok(Served {
+            api,
+            last_used: recorder,
+            keys: Arc::new(store),
+        });
     }
     let seed = match &args.seed {
         Some(path) => Seed::from_path(path),

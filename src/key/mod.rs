@@ -31,6 +31,9 @@ const CHECKSUM_LEN: usize = 6;
 pub const LIVE_PREFIX: &str = "pk_live_";
 /// The prefix of generated test keys.
 pub const TEST_PREFIX: &str = "pk_test_";
+/// The regular expression of generated keys, as a secret scanner (GitHub's partner program)
+/// is told to match them: a prefix, then 24 random and 6 checksum base62 characters.
+pub const KEY_PATTERN: &str = "pk_(live|test)_[0-9A-Za-z]{30}";
 
 /// Which environment a generated key is for; it is written into the key's prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -211,16 +214,27 @@ fn checksum(head: &[u8]) -> String {
 /// Whether `key` has the shape of a generated key but not its checksum: such a key was
 /// mistyped or made up, and no store needs to be asked about it.
 pub(crate) fn is_forged(key: &[u8]) -> bool {
-    let generated_shape = key.len() == LIVE_PREFIX.len() + RANDOM_LEN + CHECKSUM_LEN
+    has_generated_shape(key) && !checksum_matches(key)
+}
+
+/// Whether `key` is a generated key: its shape ([`KEY_PATTERN`]) and its checksum.
+#[cfg(feature = "secret-scanning")]
+pub(crate) fn is_generated(key: &[u8]) -> bool {
+    has_generated_shape(key) && checksum_matches(key)
+}
+
+fn has_generated_shape(key: &[u8]) -> bool {
+    key.len() == LIVE_PREFIX.len() + RANDOM_LEN + CHECKSUM_LEN
         && (key.starts_with(LIVE_PREFIX.as_bytes()) || key.starts_with(TEST_PREFIX.as_bytes()))
         && key[LIVE_PREFIX.len()..]
             .iter()
-            .all(u8::is_ascii_alphanumeric);
-    if !generated_shape {
-        return false;
-    }
+            .all(u8::is_ascii_alphanumeric)
+}
+
+/// Whether the last characters of a key in the generated shape are the checksum of the rest.
+fn checksum_matches(key: &[u8]) -> bool {
     let (head, tail) = key.split_at(key.len() - CHECKSUM_LEN);
-    checksum(head).as_bytes() != tail
+    checksum(head).as_bytes() == tail
 }
 
 /// The SHA-256 digest of an API key: all a store ever sees of a key.

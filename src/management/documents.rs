@@ -100,7 +100,7 @@ pub(super) fn caller_message(err: &StoreError) -> String {
 
 /// A JSON response with the headers every response of the service carries: the API's own
 /// (`Content-Type`, `Cache-Control: no-store`, `X-Content-Type-Options`), without a request id.
-pub(super) fn json(status: StatusCode, value: &serde_json::Value) -> Response<ApiBody> {
+pub(crate) fn json(status: StatusCode, value: &serde_json::Value) -> Response<ApiBody> {
     let mut response = crate::api::response::json(status, Bytes::from(value.to_string()));
     response.headers_mut().remove(REQUEST_ID_HEADER);
     response

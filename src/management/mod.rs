@@ -17,10 +17,11 @@ use crate::key::{AllowedIps, ApiKey, KeyEnvironment, LIVE_PREFIX, TEST_PREFIX};
 use crate::model::Timestamp;
 use crate::store::StoreError;
 
-mod documents;
+pub(crate) mod documents;
 mod leaks;
 mod policy;
 mod service;
+mod shared;
 
 pub use leaks::{Leak, LeakReport, LeakedKey, RevocationReason};
 

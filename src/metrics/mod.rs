@@ -10,7 +10,7 @@
 //! | metric | kind | labels |
 //! |---|---|---|
 //! | [`RESPONSES`] | counter | `http_request_method`, `http_route` (absent for an unknown path), `http_response_status_code` |
-//! | [`AUTH_FAILURES`] | counter | `reason`: `missing`, `malformed`, `bad_checksum`, `unknown`, `revoked`, `expired` |
+//! | [`AUTH_FAILURES`] | counter | `reason`: `missing`, `malformed`, `bad_checksum`, `unknown`, `revoked`, `expired`, `throttled`, `address_not_allowed` |
 //! | [`ORGANIZATION_REQUESTS`] | counter | `organization_id`, and `key_id` when the host opts in |
 //! | [`RATE_LIMIT_REFUSALS`] | counter | `organization_id` |
 //! | [`STORE_CALL_DURATION`] | histogram (seconds) | `store`, `operation`; `error_type` when the call failed |
@@ -22,6 +22,7 @@
 //! | [`CACHE_NOTIFICATION_LAG`] | histogram (seconds) | none |
 //! | [`LAST_USED_BATCH_KEYS`] | histogram (keys) | none |
 //! | [`LAST_USED_FLUSH_FAILURES`], [`LAST_USED_DROPPED`] | counter | none |
+//! | [`SECRET_SCANNING_REPORTS`] | counter | `label`: `true_positive`, `false_positive`; `source`: where GitHub found the match (`content`, `commit`, `issue_comment`, ... its documented values; anything else as `other`) |
 //!
 //! `store` and `operation` are `keys`/`lookup`, `orders`/`newest_orders`,
 //! `rate_limiter`/`check` and `keys`/`record_last_used`; `error_type` is `unavailable`,
@@ -88,6 +89,9 @@ pub const LAST_USED_FLUSH_FAILURES: &str = "partner_api_last_used_flush_failures
 /// Last uses the recorder could not keep because it was full.
 pub const LAST_USED_DROPPED: &str = "partner_api_last_used_dropped_total";
 
+/// Matches in verified secret scanning reports, by label and source.
+pub const SECRET_SCANNING_REPORTS: &str = "partner_api_secret_scanning_reports_total";
+
 /// The label value of every organization or key id beyond the bound.
 pub const OTHER: &str = "_other";
 /// How many organizations get a series of their own, by default.
@@ -103,7 +107,7 @@ pub fn describe() {
     );
     describe_counter!(
         AUTH_FAILURES,
-        "Refused authentications (401), by reason: missing, malformed, bad_checksum, unknown, revoked, expired."
+        "Refused authentications (401, the throttle's 429, the 403 of a key used outside its address ranges), by reason: missing, malformed, bad_checksum, unknown, revoked, expired, throttled, address_not_allowed."
     );
     describe_counter!(
         ORGANIZATION_REQUESTS,
@@ -158,6 +162,52 @@ pub fn describe() {
         LAST_USED_DROPPED,
         "Last uses not recorded because the recorder was full."
     );
+    describe_counter!(
+        SECRET_SCANNING_REPORTS,
+        "Matches in verified secret scanning reports, by label (true_positive: a key of ours, revoked) and source."
+    );
+}
+
+/// The `source` values GitHub documents for a secret scanning match; any other is counted as
+/// `other`, so the label stays bounded.
+#[cfg(feature = "secret-scanning")]
+const SCANNING_SOURCES: &[&str] = &[
+    "content",
+    "commit",
+    "pull_request_title",
+    "pull_request_description",
+    "pull_request_comment",
+    "pull_request_review",
+    "pull_request_review_comment",
+    "issue_title",
+    "issue_description",
+    "issue_comment",
+    "discussion_title",
+    "discussion_body",
+    "discussion_comment",
+    "commit_comment",
+    "gist_content",
+    "gist_comment",
+    "wiki_content",
+    "wiki_commit",
+    "npm",
+    "unknown",
+];
+
+/// Counts one match of a verified secret scanning report.
+#[cfg(feature = "secret-scanning")]
+pub(crate) fn secret_scanning_report(true_positive: bool, source: &str) {
+    let label = if true_positive {
+        "true_positive"
+    } else {
+        "false_positive"
+    };
+    let source = SCANNING_SOURCES
+        .iter()
+        .find(|known| **known == source)
+        .copied()
+        .unwrap_or("other");
+    ::metrics::counter!(SECRET_SCANNING_REPORTS, "label" => label, "source" => source).increment(1);
 }
 
 /// The metadata of every metric of the crate.
