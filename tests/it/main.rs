@@ -25,6 +25,8 @@ mod redis;
 mod replicas;
 mod request_id;
 mod revocation;
+#[cfg(feature = "secret-scanning")]
+mod secret_scanning;
 mod server;
 mod settings_page;
 mod soak;
