@@ -99,6 +99,11 @@ struct Args {
     /// The most sessions kept at once; when full, expired ones go first, then the oldest.
     #[arg(long, default_value_t = Config::default().max_sessions)]
     max_sessions: usize,
+    /// Serve GitHub's secret scanning endpoint at POST /secret-scanning/github, verifying
+    /// reports with the public keys of this file: a key reported leaked is revoked, and the
+    /// page shows it as such (needs the feature `secret-scanning`).
+    #[arg(long, value_name = "FILE")]
+    secret_scanning_keys: Option<PathBuf>,
 }
 
 /// How the host runs.
@@ -231,6 +236,27 @@ pub fn app(store: MemoryStore, recorder: LastUsedRecorder, config: Config) -> Ro
         // Outermost: the client's address, for keys pinned to address ranges.
         .layer(middleware::map_request(pass_peer_addr))
         .with_state(host)
+}
+
+/// GitHub's secret scanning endpoint over `store`, its public keys from the file at `path`.
+#[cfg(feature = "secret-scanning")]
+fn secret_scanning_endpoint(
+    path: &std::path::Path,
+    store: MemoryStore,
+) -> Result<partner_api::secret_scanning::SecretScanningService, Box<dyn std::error::Error>> {
+    use partner_api::secret_scanning::{GithubPublicKeys, SecretScanningService};
+    let public_keys = GithubPublicKeys::from_document(&std::fs::read(path)?)?;
+    Ok(SecretScanningService::new(store, public_keys).with_leak_hook(|leaked| {
+        tracing::warn!(key_id = %leaked.record.id, organization_id = %leaked.record.organization_id, "a leaked API key was revoked");
+    }))
+}
+
+#[cfg(not(feature = "secret-scanning"))]
+fn secret_scanning_endpoint(
+    _path: &std::path::Path,
+    _store: MemoryStore,
+) -> Result<axum::routing::MethodRouter, Box<dyn std::error::Error>> {
+    Err("--secret-scanning-keys needs the feature secret-scanning".into())
 }
 
 /// The peer of a connection, over TLS or not, as `axum::serve` hands it to `ConnectInfo`.
@@ -424,7 +450,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         session_lifetime: Duration::from_secs(args.session_lifetime),
         max_sessions: args.max_sessions,
     };
-    let router = app(store, recorder.clone(), config);
+    let router = app(store.clone(), recorder.clone(), config);
+    let router = match &args.secret_scanning_keys {
+        Some(path) => router.route_service(
+            "/secret-scanning/github",
+            secret_scanning_endpoint(path, store)?,
+        ),
+        None => router,
+    };
     let listener = TcpListener::bind(&args.listen).await?;
     let address = listener.local_addr()?;
     let shutdown = async {

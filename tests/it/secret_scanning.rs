@@ -28,13 +28,13 @@ use tower::ServiceExt;
 use crate::common::*;
 
 /// A key pair as GitHub holds one, and its identifier.
-struct Signer {
+pub(crate) struct Signer {
     identifier: String,
     key: SigningKey,
 }
 
 impl Signer {
-    fn generate(identifier: &str) -> Self {
+    pub(crate) fn generate(identifier: &str) -> Self {
         let mut secret = [0u8; 32];
         getrandom::fill(&mut secret).unwrap();
         Self {
@@ -44,7 +44,7 @@ impl Signer {
     }
 
     /// Base64 of the DER signature of `body`, as the header carries it.
-    fn sign(&self, body: &[u8]) -> String {
+    pub(crate) fn sign(&self, body: &[u8]) -> String {
         let signature: Signature = self.key.sign(body);
         base64::engine::general_purpose::STANDARD.encode(signature.to_der().as_bytes())
     }
@@ -58,7 +58,7 @@ impl Signer {
 }
 
 /// GitHub's key document listing `signers`.
-fn document(signers: &[&Signer]) -> String {
+pub(crate) fn document(signers: &[&Signer]) -> String {
     let keys: Vec<Value> = signers
         .iter()
         .enumerate()
@@ -92,7 +92,7 @@ async fn send(
     )
 }
 
-fn matches(tokens: &[(&str, &str)]) -> Vec<u8> {
+pub(crate) fn matches(tokens: &[(&str, &str)]) -> Vec<u8> {
     let matches: Vec<Value> = tokens
         .iter()
         .map(|(token, url)| {

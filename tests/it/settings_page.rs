@@ -136,20 +136,19 @@ impl Example {
     }
 
     /// The example over HTTPS with `certificate`.
-    async fn start_tls(certificate: &Certificate) -> Self {
+    async fn start_tls(certificate: &Certificate, extra: &[&str]) -> Self {
         let cert = certificate.cert_path.to_str().unwrap();
         let key = certificate.key_path.to_str().unwrap();
-        let mut process = Process::spawn_example(
-            "settings",
-            &[
-                "--listen",
-                "127.0.0.1:0",
-                "--tls-cert",
-                cert,
-                "--tls-key",
-                key,
-            ],
-        );
+        let mut args = vec![
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+        ];
+        args.extend_from_slice(extra);
+        let mut process = Process::spawn_example("settings", &args);
         let line = process.line().await;
         let address = line
             .strip_prefix("listening on https://")
@@ -955,7 +954,19 @@ fn seconds_until(at: &str) -> i64 {
 async fn a_person_manages_keys_on_the_settings_page() {
     // Over HTTPS, as a host serves it: the cookies are `Secure` and `__Host-` named.
     let certificate = Certificate::generate("settings-page");
-    let example = Example::start_tls(&certificate).await;
+    // GitHub's secret scanning reports, signed by a key made here.
+    #[cfg(feature = "secret-scanning")]
+    let scanner = crate::secret_scanning::Signer::generate("github-key-1");
+    #[cfg(feature = "secret-scanning")]
+    let scanning_keys = crate::common::net::temp_file(
+        "settings-scanning-keys.json",
+        &crate::secret_scanning::document(&[&scanner]),
+    );
+    #[cfg(feature = "secret-scanning")]
+    let extra = ["--secret-scanning-keys", scanning_keys.to_str().unwrap()];
+    #[cfg(not(feature = "secret-scanning"))]
+    let extra: [&str; 0] = [];
+    let example = Example::start_tls(&certificate, &extra).await;
     let base = example.base();
     let driver = Driver::start();
     let browser = browser(&driver).await;
@@ -1063,6 +1074,38 @@ async fn a_person_manages_keys_on_the_settings_page() {
         403,
         "no longer from 127.0.0.1"
     );
+
+    // A key GitHub found in public: revoked by the report, and shown as leaked with a link
+    // to where it was found.
+    #[cfg(feature = "secret-scanning")]
+    {
+        let leaky = create(&browser, "Leaky", "live").await;
+        let found_at = "https://github.com/acme/app/blob/main/.env";
+        let report = crate::secret_scanning::matches(&[(leaky.as_str(), found_at)]);
+        let signature = scanner.sign(&report);
+        let answer = example
+            .send(
+                Method::POST,
+                "/secret-scanning/github",
+                &[
+                    ("content-type", "application/json"),
+                    ("github-public-key-identifier", "github-key-1"),
+                    ("github-public-key-signature", signature.as_str()),
+                ],
+                std::str::from_utf8(&report).unwrap(),
+            )
+            .await;
+        assert_eq!(answer.status, 200, "{}", body(&answer));
+        assert_eq!(me_status(&example, &leaky).await, 401);
+        browser.refresh().await.unwrap();
+        wait_for_row_text(&browser, "Leaky", "Leaked").await;
+        let link = row_of(&browser, "Leaky")
+            .await
+            .find(Locator::Css("a.leak-link"))
+            .await
+            .unwrap();
+        assert_eq!(link.attr("href").await.unwrap().as_deref(), Some(found_at));
+    }
 
     // A key revoked elsewhere (another tab, a colleague) while its roll form is open: the
     // roll is refused with a 409, and the page says why, in the service's words.
