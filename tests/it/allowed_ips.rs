@@ -2,11 +2,10 @@
 //! limit; over real sockets from 127.0.0.1, 127.0.0.2 and ::1, through trusted and untrusted
 //! proxies, managed with `keys issue --allow-ip` and `keys restrict`.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::num::NonZeroU32;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::common::net::raw_status_from;
 use crate::common::*;
 use http::{Request, StatusCode};
 use partner_api::key::{AllowedIps, KeyEnvironment};
@@ -156,7 +155,8 @@ async fn forwarding_headers_count_only_from_trusted_proxies() {
         async move { call(&api, from(peer, "/v1/me", &key, headers)).await.status }
     };
     // Through the trusted proxy, the rightmost untrusted hop is the client.
-    let cases: [(&str, &[(&str, &str)], StatusCode); 7] = [
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], StatusCode);
+    let cases: [Case<'_>; 7] = [
         (
             "10.0.0.2",
             &[("x-forwarded-for", "203.0.113.9")],
@@ -197,35 +197,40 @@ async fn forwarding_headers_count_only_from_trusted_proxies() {
     }
 }
 
+#[cfg(feature = "postgres")]
 /// `GET /v1/me` with `key` over a fresh connection from `local` to `address`.
 async fn me_from(local: &str, address: SocketAddr, key: &str, extra: &str) -> u16 {
     let request = format!(
         "GET /v1/me HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer {key}\r\n{extra}Connection: close\r\n\r\n"
     );
-    raw_status_from(Some(local.parse().unwrap()), address, request.as_bytes()).await
+    crate::common::net::raw_status_from(Some(local.parse().unwrap()), address, request.as_bytes())
+        .await
 }
 
+#[cfg(feature = "postgres")]
 /// Polls until `key` answers `expected` from `local` (a change reaches the host's cache
 /// through PostgreSQL's notifications within the revocation bound).
 async fn eventually(local: &str, address: SocketAddr, key: &str, expected: u16) {
-    let deadline = Instant::now() + Duration::from_secs(3);
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
     loop {
         let status = me_from(local, address, key, "").await;
         if status == expected {
             return;
         }
         assert!(
-            Instant::now() < deadline,
+            std::time::Instant::now() < deadline,
             "{local}: {status}, not {expected}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
+#[cfg(feature = "postgres")]
 fn ipv6_loopback() -> bool {
     std::net::TcpListener::bind("[::1]:0").is_ok()
 }
 
+#[cfg(feature = "postgres")]
 #[tokio::test]
 async fn over_real_sockets_the_standalone_host_pins_keys_to_addresses() {
     let url = crate::common::pg::fresh_database().await;
@@ -358,7 +363,7 @@ async fn over_real_sockets_the_standalone_host_pins_keys_to_addresses() {
     assert!(pinned_v6.status.success(), "{pinned_v6:?}");
     let mut v6 = Process::spawn(&["--listen", "[::1]:0", "--database-url", &url]);
     let address = v6.address().await;
-    assert!(matches!(address.ip(), IpAddr::V6(_)), "{address}");
+    assert!(address.ip().is_ipv6(), "{address}");
     assert_eq!(me_from("::1", address, &key, "").await, 200);
     keys(&[
         "restrict",
