@@ -78,6 +78,15 @@ fn capture(
     })
 }
 
+/// `request(path, key)` from the client 127.0.0.1, as a host passes its peer.
+fn request_from_loopback(path: &str, key: Option<&str>) -> Request<()> {
+    let mut request = request(path, key);
+    request
+        .extensions_mut()
+        .insert(partner_api::PeerAddr(([127, 0, 0, 1], 40_000).into()));
+    request
+}
+
 /// Nanoseconds per call of `call`, over a timed loop (best of five rounds).
 fn nanos_per_call<S>(
     runtime: &tokio::runtime::Runtime,
@@ -88,11 +97,23 @@ fn nanos_per_call<S>(
 where
     S: Service<Request<()>>,
 {
+    nanos_per_call_of(runtime, service, || request(path, key))
+}
+
+/// Nanoseconds per call of `call` with the requests `make` builds.
+fn nanos_per_call_of<S>(
+    runtime: &tokio::runtime::Runtime,
+    service: &mut S,
+    make: impl Fn() -> Request<()>,
+) -> f64
+where
+    S: Service<Request<()>>,
+{
     const CALLS: u32 = 20_000;
     runtime.block_on(async {
         let mut best = f64::MAX;
         for _ in 0..5 {
-            let requests: Vec<Request<()>> = (0..CALLS).map(|_| request(path, key)).collect();
+            let requests: Vec<Request<()>> = (0..CALLS).map(|_| make()).collect();
             let started = std::time::Instant::now();
             for request in requests {
                 let _ = black_box(service.call(request).await);
@@ -204,6 +225,49 @@ fn bench(c: &mut Criterion) {
     let with = nanos_per_call(&runtime, &mut recorded.clone(), "/v1/me", Some(KEY));
     let without = nanos_per_call(&runtime, &mut api.clone(), "/v1/me", Some(KEY));
     ratios.push(("me_last_used", with, without));
+
+    // A key pinned to address ranges (issue 22), served from inside them, against a key
+    // without ranges: both from 127.0.0.1, as a host passes its peer.
+    let pinned_store = store();
+    let pinned_key = "pk_test_bench_pinned_abcdefghijklmnop";
+    pinned_store.add_key(pinned_key, "org_00").expect("key");
+    let pinned_id = runtime.block_on(async {
+        use partner_api::management::KeyManager;
+        let records = pinned_store.list("org_00").await.expect("keys");
+        let id = records[0].id.clone();
+        let ranges =
+            partner_api::key::AllowedIps::parse(["10.0.0.0/8", "127.0.0.0/8"]).expect("ranges");
+        pinned_store
+            .restrict("org_00", &id, ranges)
+            .await
+            .expect("restrict");
+        id
+    });
+    assert!(!pinned_id.is_empty());
+    let pinned_api = PartnerApi::from_store(pinned_store);
+    let mut group = c.benchmark_group("me_allowed_ips");
+    group.bench_function("pinned", |b| {
+        let mut api = pinned_api.clone();
+        b.to_async(&runtime).iter(|| {
+            let response = api.call(request_from_loopback("/v1/me", Some(pinned_key)));
+            async move { black_box(response.await) }
+        });
+    });
+    group.bench_function("any_address", |b| {
+        let mut api = pinned_api.clone();
+        b.to_async(&runtime).iter(|| {
+            let response = api.call(request_from_loopback("/v1/me", Some(KEY)));
+            async move { black_box(response.await) }
+        });
+    });
+    group.finish();
+    let pinned = nanos_per_call_of(&runtime, &mut pinned_api.clone(), || {
+        request_from_loopback("/v1/me", Some(pinned_key))
+    });
+    let any = nanos_per_call_of(&runtime, &mut pinned_api.clone(), || {
+        request_from_loopback("/v1/me", Some(KEY))
+    });
+    ratios.push(("me_allowed_ips", pinned, any));
 
     // The metrics (issue 16) with the Prometheus exporter's recorder installed, against the
     // same calls with no recorder (every metric a no-op, as in every case above).
