@@ -156,96 +156,14 @@ async fn a_full_recorder_drops_new_keys_instead_of_growing_or_waiting() {
     assert_eq!(recorder.dropped(), 3);
 }
 
-/// A key manager whose writes of last uses fail while `failing` is set.
-struct Flaky {
-    inner: partner_api::MemoryStore,
-    failing: Arc<std::sync::atomic::AtomicBool>,
-}
-
-#[async_trait::async_trait]
-impl KeyManager for Flaky {
-    async fn issue(
-        &self,
-        org: &str,
-        new: NewKey,
-    ) -> Result<partner_api::management::IssuedKey, partner_api::StoreError> {
-        self.inner.issue(org, new).await
-    }
-    async fn list(
-        &self,
-        org: &str,
-    ) -> Result<Vec<partner_api::management::KeyRecord>, partner_api::StoreError> {
-        self.inner.list(org).await
-    }
-    async fn get(
-        &self,
-        org: &str,
-        id: &str,
-    ) -> Result<partner_api::management::KeyRecord, partner_api::StoreError> {
-        self.inner.get(org, id).await
-    }
-    async fn revoke(
-        &self,
-        org: &str,
-        id: &str,
-    ) -> Result<partner_api::management::KeyRecord, partner_api::StoreError> {
-        self.inner.revoke(org, id).await
-    }
-    async fn restrict(
-        &self,
-        org: &str,
-        id: &str,
-        allowed_ips: partner_api::key::AllowedIps,
-    ) -> Result<partner_api::management::KeyRecord, partner_api::StoreError> {
-        self.inner.restrict(org, id, allowed_ips).await
-    }
-    async fn revoke_leaked(
-        &self,
-        reports: &[partner_api::management::LeakReport],
-    ) -> Result<Vec<Option<partner_api::management::LeakedKey>>, partner_api::StoreError> {
-        self.inner.revoke_leaked(reports).await
-    }
-    async fn roll(
-        &self,
-        org: &str,
-        id: &str,
-        roll: partner_api::management::RollKey,
-    ) -> Result<partner_api::management::IssuedKey, partner_api::StoreError> {
-        self.inner.roll(org, id, roll).await
-    }
-    async fn key_policy(
-        &self,
-        organization_id: &str,
-    ) -> Result<partner_api::management::KeyPolicy, partner_api::StoreError> {
-        self.inner.key_policy(organization_id).await
-    }
-    async fn set_key_policy(
-        &self,
-        organization_id: &str,
-        policy: partner_api::management::KeyPolicy,
-    ) -> Result<partner_api::management::KeyPolicy, partner_api::StoreError> {
-        self.inner.set_key_policy(organization_id, policy).await
-    }
-    async fn record_last_used(
-        &self,
-        uses: &[partner_api::management::KeyUse],
-    ) -> Result<(), partner_api::StoreError> {
-        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(partner_api::StoreError::unavailable("the database is down"));
-        }
-        self.inner.record_last_used(uses).await
-    }
-}
-
 #[tokio::test]
 async fn uses_a_failed_batch_held_are_written_with_the_next_one() {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::Ordering;
     let store = store();
-    let failing = Arc::new(AtomicBool::new(true));
-    let recorder = LastUsedRecorder::spawn(Flaky {
-        inner: store.clone(),
-        failing: failing.clone(),
-    });
+    let keys = SpyKeys::new(store.clone());
+    keys.failing_last_used.store(true, Ordering::SeqCst);
+    let failing = keys.failing_last_used.clone();
+    let recorder = LastUsedRecorder::spawn(keys);
     let issued = store
         .issue("org_a", NewKey::new(KeyEnvironment::Live))
         .await

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -12,7 +11,6 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
 use partner_api::cache::{CachingKeyStore, CachingOrderStore};
 use partner_api::key::{ApiKey, KeyEnvironment};
-use partner_api::management::KeyManager;
 use partner_api::store::OrderQuery;
 use partner_api::{
     KeyDigest, KeyLookup, KeyStore, LocalRateLimiter, MemoryStore, OrderPage, OrderStore,
@@ -644,97 +642,15 @@ fn caches_count_hits_misses_and_invalidations() {
     }
 }
 
-/// A key manager whose last-use writes fail while `failing` is set.
-#[derive(Clone)]
-struct FlakyLastUse {
-    store: MemoryStore,
-    failing: Arc<std::sync::atomic::AtomicBool>,
-}
-
-#[async_trait]
-impl KeyManager for FlakyLastUse {
-    async fn issue(
-        &self,
-        organization_id: &str,
-        new: partner_api::management::NewKey,
-    ) -> Result<partner_api::management::IssuedKey, StoreError> {
-        self.store.issue(organization_id, new).await
-    }
-    async fn list(
-        &self,
-        organization_id: &str,
-    ) -> Result<Vec<partner_api::management::KeyRecord>, StoreError> {
-        self.store.list(organization_id).await
-    }
-    async fn get(
-        &self,
-        organization_id: &str,
-        key_id: &str,
-    ) -> Result<partner_api::management::KeyRecord, StoreError> {
-        self.store.get(organization_id, key_id).await
-    }
-    async fn revoke(
-        &self,
-        organization_id: &str,
-        key_id: &str,
-    ) -> Result<partner_api::management::KeyRecord, StoreError> {
-        self.store.revoke(organization_id, key_id).await
-    }
-    async fn restrict(
-        &self,
-        org: &str,
-        id: &str,
-        allowed_ips: partner_api::key::AllowedIps,
-    ) -> Result<partner_api::management::KeyRecord, partner_api::StoreError> {
-        self.store.restrict(org, id, allowed_ips).await
-    }
-    async fn revoke_leaked(
-        &self,
-        reports: &[partner_api::management::LeakReport],
-    ) -> Result<Vec<Option<partner_api::management::LeakedKey>>, partner_api::StoreError> {
-        self.store.revoke_leaked(reports).await
-    }
-    async fn roll(
-        &self,
-        organization_id: &str,
-        key_id: &str,
-        roll: partner_api::management::RollKey,
-    ) -> Result<partner_api::management::IssuedKey, StoreError> {
-        self.store.roll(organization_id, key_id, roll).await
-    }
-    async fn key_policy(
-        &self,
-        organization_id: &str,
-    ) -> Result<partner_api::management::KeyPolicy, StoreError> {
-        self.store.key_policy(organization_id).await
-    }
-    async fn set_key_policy(
-        &self,
-        organization_id: &str,
-        policy: partner_api::management::KeyPolicy,
-    ) -> Result<partner_api::management::KeyPolicy, StoreError> {
-        self.store.set_key_policy(organization_id, policy).await
-    }
-    async fn record_last_used(
-        &self,
-        uses: &[partner_api::management::KeyUse],
-    ) -> Result<(), StoreError> {
-        if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(StoreError::unavailable("down"));
-        }
-        self.store.record_last_used(uses).await
-    }
-}
-
 #[test]
 fn last_use_batches_and_failures_are_counted() {
     let metrics = recorded(|| async {
         let store = store();
-        let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let manager = FlakyLastUse {
-            store: store.clone(),
-            failing: failing.clone(),
-        };
+        let manager = crate::common::SpyKeys::new(store.clone());
+        manager
+            .failing_last_used
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let failing = manager.failing_last_used.clone();
         let recorder = partner_api::last_used::LastUsedRecorder::spawn(manager);
         let api = PartnerApi::from_store(store).with_last_used(recorder.clone());
         for key in [KEY_A, KEY_B] {

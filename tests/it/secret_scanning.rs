@@ -16,7 +16,7 @@ use p256::ecdsa::signature::Signer as _;
 use p256::ecdsa::{Signature, SigningKey};
 use p256::pkcs8::{EncodePublicKey, LineEnding};
 use partner_api::key::{ApiKey, KeyEnvironment};
-use partner_api::management::{KeyManager, LeakReport, LeakedKey, NewKey, RevocationReason};
+use partner_api::management::{KeyManager, NewKey, RevocationReason};
 use partner_api::secret_scanning::{
     BoxError, GithubPublicKeys, PublicKeyFetcher, SecretScanningService,
 };
@@ -109,86 +109,6 @@ fn hash(token: &str) -> String {
         .collect()
 }
 
-/// A memory store that counts the reports it is asked to revoke.
-#[derive(Clone)]
-struct Counting {
-    store: MemoryStore,
-    reported: Arc<AtomicUsize>,
-}
-
-#[async_trait::async_trait]
-impl KeyManager for Counting {
-    async fn issue(
-        &self,
-        org: &str,
-        new: NewKey,
-    ) -> Result<partner_api::management::IssuedKey, partner_api::StoreError> {
-        self.store.issue(org, new).await
-    }
-    async fn list(
-        &self,
-        org: &str,
-    ) -> Result<Vec<partner_api::management::KeyRecord>, partner_api::StoreError> {
-        self.store.list(org).await
-    }
-    async fn get(
-        &self,
-        org: &str,
-        id: &str,
-    ) -> Result<partner_api::management::KeyRecord, partner_api::StoreError> {
-        self.store.get(org, id).await
-    }
-    async fn revoke(
-        &self,
-        org: &str,
-        id: &str,
-    ) -> Result<partner_api::management::KeyRecord, partner_api::StoreError> {
-        self.store.revoke(org, id).await
-    }
-    async fn restrict(
-        &self,
-        org: &str,
-        id: &str,
-        allowed_ips: partner_api::key::AllowedIps,
-    ) -> Result<partner_api::management::KeyRecord, partner_api::StoreError> {
-        self.store.restrict(org, id, allowed_ips).await
-    }
-    async fn revoke_leaked(
-        &self,
-        reports: &[LeakReport],
-    ) -> Result<Vec<Option<LeakedKey>>, partner_api::StoreError> {
-        self.reported.fetch_add(reports.len(), Ordering::SeqCst);
-        self.store.revoke_leaked(reports).await
-    }
-    async fn roll(
-        &self,
-        org: &str,
-        id: &str,
-        roll: partner_api::management::RollKey,
-    ) -> Result<partner_api::management::IssuedKey, partner_api::StoreError> {
-        self.store.roll(org, id, roll).await
-    }
-    async fn key_policy(
-        &self,
-        org: &str,
-    ) -> Result<partner_api::management::KeyPolicy, partner_api::StoreError> {
-        self.store.key_policy(org).await
-    }
-    async fn set_key_policy(
-        &self,
-        org: &str,
-        policy: partner_api::management::KeyPolicy,
-    ) -> Result<partner_api::management::KeyPolicy, partner_api::StoreError> {
-        self.store.set_key_policy(org, policy).await
-    }
-    async fn record_last_used(
-        &self,
-        uses: &[partner_api::management::KeyUse],
-    ) -> Result<(), partner_api::StoreError> {
-        self.store.record_last_used(uses).await
-    }
-}
-
 struct Fixture {
     store: MemoryStore,
     api: PartnerApi,
@@ -202,13 +122,10 @@ fn fixture() -> Fixture {
     let store = store();
     let signer = Signer::generate("github-key-1");
     let public_keys = GithubPublicKeys::from_document(document(&[&signer]).as_bytes()).unwrap();
-    let reported = Arc::new(AtomicUsize::new(0));
     let told = Arc::new(Mutex::new(Vec::new()));
     let hook_told = told.clone();
-    let counting = Counting {
-        store: store.clone(),
-        reported: reported.clone(),
-    };
+    let counting = SpyKeys::new(store.clone());
+    let reported = counting.leak_reports.clone();
     let service = SecretScanningService::new(counting, public_keys).with_leak_hook(move |leaked| {
         let record = &leaked.record;
         let url = record

@@ -5,6 +5,10 @@ pub mod contract;
 pub mod net;
 #[cfg(feature = "postgres")]
 pub mod pg;
+pub mod spy;
+
+#[allow(unused_imports)] // the standalone example's tests include this module too
+pub use spy::SpyKeys;
 
 use std::io::Write;
 use std::path::PathBuf;
