@@ -22,13 +22,39 @@ const OVERLAPS = [
 
 // One address range as people write it: IPv4 or IPv6, optionally with a prefix length. The
 // server checks each exactly (no bits past the prefix, at most 100); this catches typos early.
-const IPV4 = /^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}(\/(3[0-2]|[12]?\d))?$/;
-const IPV6 = /^[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(\/(12[0-8]|1[01]\d|[1-9]?\d))?$/;
+const IPV4 = /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$/;
+
+// An IPv4 address or range.
+function isIPv4Range(text) {
+  const [address, prefix, extra] = text.split("/");
+  return extra === undefined && IPV4.test(address) &&
+    (prefix === undefined || /^(3[0-2]|[12]?\d)$/.test(prefix));
+}
+
+// An IPv6 address or range: groups of 1 to 4 hex digits, one "::" at most, an IPv4 tail
+// allowed (::ffff:192.0.2.1); "203.0.113.7:443" (an address with a port) is not one.
+function isIPv6Range(text) {
+  const [address, prefix, extra] = text.split("/");
+  if (extra !== undefined || (prefix !== undefined && !/^(12[0-8]|1[01]\d|[1-9]?\d)$/.test(prefix))) return false;
+  if (!/^[0-9A-Fa-f:.]+$/.test(address) || !address.includes(":") || address.includes(":::")) return false;
+  const halves = address.split("::");
+  if (halves.length > 2) return false;
+  const groups = halves.flatMap((half) => (half === "" ? [] : half.split(":")));
+  let count = groups.length;
+  const last = groups[groups.length - 1];
+  if (last !== undefined && last.includes(".")) {
+    if (!IPV4.test(last)) return false;
+    groups.pop();
+    count += 1;
+  }
+  if (groups.some((group) => !/^[0-9A-Fa-f]{1,4}$/.test(group))) return false;
+  return halves.length === 2 ? count < 8 : count === 8;
+}
 
 // The ranges typed in `input` (separated by commas or spaces), or null after saying why not.
 function rangesOf(input, what) {
   const ranges = input.value.split(/[\s,]+/).filter((range) => range !== "");
-  const bad = ranges.find((range) => !IPV4.test(range) && !IPV6.test(range));
+  const bad = ranges.find((range) => !isIPv4Range(range) && !isIPv6Range(range));
   if (bad !== undefined) {
     input.setAttribute("aria-invalid", "true");
     statusLine.textContent = `Could not ${what}: "${bad}" is not an IP address or CIDR range (such as 203.0.113.0/24).`;

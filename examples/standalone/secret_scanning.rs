@@ -158,6 +158,20 @@ mod fetcher {
             let url: http::Uri = url
                 .parse()
                 .map_err(|err| format!("--secret-scanning-keys {url:?}: {err}"))?;
+            // Whoever serves the keys decides which reports revoke keys: HTTPS, except on
+            // this machine (a test's server).
+            let loopback = url.host().is_some_and(|host| {
+                host == "localhost"
+                    || host
+                        .trim_matches(|c| c == '[' || c == ']')
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|address| address.is_loopback())
+            });
+            if url.scheme_str() != Some("https") && !loopback {
+                return Err(format!(
+                    "--secret-scanning-keys {url}: the keys must come over https (plain http only from a loopback address)"
+                ));
+            }
             let connector = hyper_rustls::HttpsConnectorBuilder::new()
                 .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
                 .map_err(|err| err.to_string())?

@@ -49,20 +49,23 @@ impl AllowedIps {
         Self::default()
     }
 
-    /// The ranges `ranges`, each as its network (host bits cleared), duplicates dropped.
+    /// The ranges `ranges`, each as its network (host bits cleared; an IPv4-mapped IPv6 range
+    /// as the IPv4 range it is), duplicates dropped.
     ///
     /// # Errors
     ///
     /// More than [`MAX_ALLOWED_IPS`] ranges.
     pub fn new(ranges: impl IntoIterator<Item = IpNet>) -> Result<Self, AllowedIpsError> {
         let mut kept: Vec<IpNet> = Vec::new();
+        let mut given = 0_usize;
         for range in ranges {
-            let range = range.trunc();
+            given += 1;
+            let range = canonical_range(range).trunc();
             if !kept.contains(&range) {
                 kept.push(range);
             }
         }
-        if kept.len() > MAX_ALLOWED_IPS {
+        if given > MAX_ALLOWED_IPS {
             return Err(AllowedIpsError(format!(
                 "a key may carry at most {MAX_ALLOWED_IPS} address ranges"
             )));
@@ -125,6 +128,19 @@ fn parse_range(text: &str) -> Result<IpNet, AllowedIpsError> {
         )));
     }
     Ok(range)
+}
+
+/// An IPv4-mapped IPv6 range (`::ffff:192.0.2.0/120`) as the IPv4 range it is, since
+/// clients are matched as IPv4 ([`canonical`]).
+fn canonical_range(range: IpNet) -> IpNet {
+    match range {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => v6
+            .addr()
+            .to_ipv4_mapped()
+            .and_then(|v4| ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).ok())
+            .map_or(range, IpNet::V4),
+        other => other,
+    }
 }
 
 /// An IPv4-mapped IPv6 address as the IPv4 address it is.
@@ -208,6 +224,12 @@ mod tests {
         assert!(!allowed.allows("127.0.0.1".parse().unwrap()));
         assert!(allowed.allows("2001:db8::ffff".parse().unwrap()));
         assert!(!allowed.allows("2001:db8:0:1::1".parse().unwrap()));
+        let mapped = AllowedIps::parse(["::ffff:192.0.2.0/120"]).unwrap();
+        assert_eq!(mapped.ranges()[0].to_string(), "192.0.2.0/24");
+        assert!(mapped.allows("192.0.2.9".parse().unwrap()));
+        assert!(mapped.allows("::ffff:192.0.2.9".parse().unwrap()));
+        let duplicates = vec!["10.0.0.1"; MAX_ALLOWED_IPS + 1];
+        assert!(AllowedIps::parse(&duplicates).is_err(), "counted as given");
         assert!(
             AllowedIps::new(["10.1.2.3/8".parse().unwrap(), "10.0.0.0/8".parse().unwrap()])
                 .unwrap()

@@ -70,7 +70,7 @@ mod public_keys;
 
 pub use public_keys::{
     BoxError, GithubPublicKeys, PublicKeyFetcher, PublicKeysError, DEFAULT_REFRESH_INTERVAL,
-    GITHUB_PUBLIC_KEYS_URL,
+    FETCH_TIMEOUT, GITHUB_PUBLIC_KEYS_URL,
 };
 
 /// The largest report the service reads, in bytes (1 MiB); a larger one is a 413.
@@ -109,7 +109,7 @@ impl SecretScanningService {
 
     /// Calls `hook` with the record of each key reported for the first time (revoked by now),
     /// to tell its organization. It runs on the request's task: hand slow work (an email) to
-    /// a task of its own.
+    /// a task of its own. A panic in it is caught and logged.
     #[must_use]
     pub fn with_leak_hook(mut self, hook: impl Fn(&LeakedKey) + Send + Sync + 'static) -> Self {
         self.on_leak = Some(Arc::new(hook));
@@ -151,10 +151,15 @@ impl SecretScanningService {
         let body = read_body(body).await?;
         // Over the raw bytes, before anything parses them.
         key.verify(&body, &signature).map_err(|_| unsigned())?;
+        // serde's own message may quote the body (a token): only where it went wrong.
         let matches: Vec<Match> = serde_json::from_slice(&body).map_err(|err| {
             Failure::new(
                 StatusCode::BAD_REQUEST,
-                format!("the report is not a JSON array of matches: {err}"),
+                format!(
+                    "the report is not a JSON array of matches (at line {}, column {})",
+                    err.line(),
+                    err.column()
+                ),
             )
         })?;
         let feedback = self.revoke(&matches).await?;
@@ -193,9 +198,14 @@ impl SecretScanningService {
             for ((index, _), leaked) in batch.iter().zip(found) {
                 let Some(leaked) = leaked else { continue };
                 true_positive[*index] = true;
-                if leaked.first_report {
-                    if let Some(hook) = &self.on_leak {
+                if let (true, Some(hook)) = (leaked.first_report, &self.on_leak) {
+                    // A panicking hook must not cost GitHub its answer: the key is revoked
+                    // already, and a report sent again is no first report.
+                    let told = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         hook(&leaked);
+                    }));
+                    if told.is_err() {
+                        tracing::error!(key_id = %leaked.record.id, "the leak hook panicked");
                     }
                 }
             }

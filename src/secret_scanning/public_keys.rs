@@ -20,6 +20,10 @@ pub const GITHUB_PUBLIC_KEYS_URL: &str = "https://api.github.com/meta/public_key
 /// identifier (a rotation, or a forger's made-up one) fetches at most this often.
 pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 
+/// The longest a fetch of the key document may take; a fetch that takes longer fails (and
+/// reports wait for it meanwhile, so it must not hang).
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Any error a fetcher reports.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -146,12 +150,15 @@ impl GithubPublicKeys {
             return None;
         }
         *last_fetch = Some(Instant::now());
-        match fetcher
-            .fetch()
-            .await
-            .map_err(|err| PublicKeysError(ErrorChain(&*err).to_string()))
-            .and_then(|json| parse(&json))
-        {
+        let fetched = match tokio::time::timeout(FETCH_TIMEOUT, fetcher.fetch()).await {
+            Ok(Ok(json)) => parse(&json),
+            Ok(Err(err)) => Err(PublicKeysError(ErrorChain(&*err).to_string())),
+            Err(_) => Err(PublicKeysError(format!(
+                "no document within {} s",
+                FETCH_TIMEOUT.as_secs()
+            ))),
+        };
+        match fetched {
             Ok(keys) => {
                 let found = keys.get(identifier).copied();
                 *self

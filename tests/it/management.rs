@@ -753,6 +753,7 @@ async fn keys_are_pinned_to_address_ranges_on_issue_and_by_restrict() {
         );
         assert!(refused.text.contains(fragment), "{body}: {}", refused.text);
     }
+    let keys_before = key_count(&service).await;
     let issue_refused = post(
         &service,
         "/keys",
@@ -760,6 +761,11 @@ async fn keys_are_pinned_to_address_ranges_on_issue_and_by_restrict() {
     )
     .await;
     assert_eq!(issue_refused.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        key_count(&service).await,
+        keys_before,
+        "a refused issue makes no key"
+    );
     assert_eq!(get(&service, &format!("/keys/{id}")).await.body, before);
     let unknown = post(
         &service,

@@ -115,6 +115,7 @@ struct Fixture {
     service: SecretScanningService,
     signer: Signer,
     reported: Arc<AtomicUsize>,
+    calls: Arc<AtomicUsize>,
     told: Arc<Mutex<Vec<(String, String, String)>>>,
 }
 
@@ -126,6 +127,7 @@ fn fixture() -> Fixture {
     let hook_told = told.clone();
     let counting = SpyKeys::new(store.clone());
     let reported = counting.leak_reports.clone();
+    let calls = counting.leak_calls.clone();
     let service = SecretScanningService::new(counting, public_keys).with_leak_hook(move |leaked| {
         let record = &leaked.record;
         let url = record
@@ -144,6 +146,7 @@ fn fixture() -> Fixture {
         service,
         signer,
         reported,
+        calls,
         told,
     }
 }
@@ -323,13 +326,23 @@ async fn anything_not_signed_over_the_exact_bytes_is_refused_and_revokes_nothing
     );
 
     // Signed but not a report: 400. Too large: 413. Not a POST: 405.
-    for bad in [&b"{\"token\": 1}"[..], b"not json", b"[{\"type\": \"x\"}]"] {
+    let quoted = format!("[\"{key}\"]");
+    for bad in [
+        &b"{\"token\": 1}"[..],
+        b"not json",
+        b"[{\"type\": \"x\"}]",
+        quoted.as_bytes(),
+    ] {
         let (status, answer) = send(
             &f.service,
             report_request(bad, "github-key-1", &f.signer.sign(bad)),
         )
         .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+        assert!(
+            !answer.to_string().contains(&key),
+            "a 400 never quotes a token: {answer}"
+        );
     }
     let (status, answer) = send(
         &f.service,
@@ -375,7 +388,7 @@ async fn unknown_identifiers_fetch_at_most_once_an_interval_and_rotations_verify
     let served = Served::default();
     *served.document.lock().unwrap() = document(&[&old]);
     let public_keys = GithubPublicKeys::from_fetcher(served.clone())
-        .with_refresh_interval(Duration::from_millis(300));
+        .with_refresh_interval(Duration::from_secs(1));
     let service = SecretScanningService::new(store, public_keys);
     let body = b"[]";
     let (status, _) = send(&service, report_request(body, "old", &old.sign(body))).await;
@@ -386,7 +399,7 @@ async fn unknown_identifiers_fetch_at_most_once_an_interval_and_rotations_verify
     let (status, _) = send(&service, report_request(body, "forged", &old.sign(body))).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(served.fetches.load(Ordering::SeqCst), 1);
-    tokio::time::sleep(Duration::from_millis(350)).await;
+    tokio::time::sleep(Duration::from_millis(1_050)).await;
     for n in 0..20 {
         let (status, _) = send(
             &service,
@@ -398,12 +411,29 @@ async fn unknown_identifiers_fetch_at_most_once_an_interval_and_rotations_verify
     assert_eq!(served.fetches.load(Ordering::SeqCst), 2);
     // GitHub rotates: both keys listed, both verify once the document is fetched again.
     *served.document.lock().unwrap() = document(&[&new, &old]);
-    tokio::time::sleep(Duration::from_millis(350)).await;
+    tokio::time::sleep(Duration::from_millis(1_050)).await;
     let (status, _) = send(&service, report_request(body, "new", &new.sign(body))).await;
     assert_eq!(status, StatusCode::OK);
     let (status, _) = send(&service, report_request(body, "old", &old.sign(body))).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(served.fetches.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn the_standalone_host_takes_its_keys_over_https_only() {
+    let output = tokio::process::Command::new(standalone_binary())
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--secret-scanning-keys",
+            "http://example.com/keys",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("must come over https"), "{stderr}");
 }
 
 #[test]
@@ -466,6 +496,9 @@ async fn ten_thousand_matches_are_answered_in_one_report() {
     // GitHub's own time-out for an answer: a protocol limit, not a speed target.
     assert!(took < Duration::from_secs(30), "{took:?}");
     assert_eq!(me(&f.api, &keys[499]).await, StatusCode::UNAUTHORIZED);
+    // In batches, not a store call per match: 10,000 keys in our shape (500 of them real).
+    assert_eq!(f.reported.load(Ordering::SeqCst), 10_000);
+    assert_eq!(f.calls.load(Ordering::SeqCst), 10, "batches of 1,000");
 }
 
 /// POSTs a signed report to the host at `address`: its status and JSON answer.

@@ -140,7 +140,8 @@ impl KeyManager for PgStore {
             return Ok(Vec::new());
         }
         // One statement for the whole report, whatever its size: the first report of each
-        // digest counts, and a key keeps its first revocation and its first leak.
+        // digest counts, and a key keeps its first revocation and its first leak. Rows are
+        // locked in id order, so two reports of the same keys at once wait, never deadlock.
         let mut seen = std::collections::HashSet::new();
         let firsts: Vec<&LeakReport> = reports
             .iter()
@@ -159,7 +160,8 @@ impl KeyManager for PgStore {
                  AS r(digest, url, source, reported_at)), \
              before AS ( \
                SELECT k.id, k.leak_reported_at IS NULL AS first_report \
-               FROM partner_api_keys k JOIN reports r ON k.key_sha256 = r.digest FOR UPDATE OF k), \
+               FROM partner_api_keys k JOIN reports r ON k.key_sha256 = r.digest \
+               ORDER BY k.id FOR UPDATE OF k), \
              updated AS ( \
              UPDATE partner_api_keys k SET \
                revoked_at = COALESCE(k.revoked_at, now()), \

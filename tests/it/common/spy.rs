@@ -17,6 +17,8 @@ pub struct SpyKeys {
     pub store: MemoryStore,
     pub failing_last_used: Arc<AtomicBool>,
     pub leak_reports: Arc<AtomicUsize>,
+    /// Calls of `revoke_leaked`.
+    pub leak_calls: Arc<AtomicUsize>,
 }
 
 impl SpyKeys {
@@ -55,6 +57,7 @@ impl KeyManager for SpyKeys {
         reports: &[LeakReport],
     ) -> Result<Vec<Option<LeakedKey>>, StoreError> {
         self.leak_reports.fetch_add(reports.len(), Ordering::SeqCst);
+        self.leak_calls.fetch_add(1, Ordering::SeqCst);
         self.store.revoke_leaked(reports).await
     }
     async fn roll(&self, org: &str, id: &str, roll: RollKey) -> Result<IssuedKey, StoreError> {
