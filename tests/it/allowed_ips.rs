@@ -200,11 +200,7 @@ async fn forwarding_headers_count_only_from_trusted_proxies() {
 #[cfg(feature = "postgres")]
 /// `GET /v1/me` with `key` over a fresh connection from `local` to `address`.
 async fn me_from(local: &str, address: SocketAddr, key: &str, extra: &str) -> u16 {
-    let request = format!(
-        "GET /v1/me HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer {key}\r\n{extra}Connection: close\r\n\r\n"
-    );
-    crate::common::net::raw_status_from(Some(local.parse().unwrap()), address, request.as_bytes())
-        .await
+    crate::common::net::me_status_from(Some(local), address, key, extra).await
 }
 
 #[cfg(feature = "postgres")]

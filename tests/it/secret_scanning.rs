@@ -520,10 +520,7 @@ async fn post_report(address: std::net::SocketAddr, body: &[u8], signer: &Signer
 
 /// `GET /v1/me` with `key` on the host at `address`: its status.
 async fn me_at(address: std::net::SocketAddr, key: &str) -> u16 {
-    let request = format!(
-        "GET /v1/me HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"
-    );
-    crate::common::net::raw_status(address, request.as_bytes()).await
+    crate::common::net::me_status_from(None, address, key, "").await
 }
 
 /// Serves `document` at `http://ADDRESS/keys` until the test ends.

@@ -100,6 +100,21 @@ pub async fn raw_status_from(
     text.split(' ').nth(1).unwrap().parse().unwrap()
 }
 
+/// The status of `GET /v1/me` with `key` and the raw header lines `extra` (each ending in
+/// CRLF), over a fresh connection to `address` from `local` when given.
+pub async fn me_status_from(
+    local: Option<&str>,
+    address: SocketAddr,
+    key: &str,
+    extra: &str,
+) -> u16 {
+    let request = format!(
+        "GET /v1/me HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer {key}\r\n{extra}Connection: close\r\n\r\n"
+    );
+    let local = local.map(|local| local.parse().unwrap());
+    raw_status_from(local, address, request.as_bytes()).await
+}
+
 /// Sends `GET path` with `headers` over `client` and returns the collected response, checked
 /// against the OpenAPI document.
 pub async fn fetch_with(
