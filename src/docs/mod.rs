@@ -35,3 +35,6 @@ pub mod replicas {
 pub mod metrics {
     #![doc = include_str!("metrics.md")]
 }
+pub mod webhooks {
+    #![doc = include_str!("webhooks.md")]
+}

@@ -22,6 +22,11 @@
 //! | [`CACHE_NOTIFICATION_LAG`] | histogram (seconds) | none |
 //! | [`LAST_USED_BATCH_KEYS`] | histogram (keys) | none |
 //! | [`LAST_USED_FLUSH_FAILURES`], [`LAST_USED_DROPPED`] | counter | none |
+//! | [`WEBHOOK_DELIVERIES`] | counter | `outcome`: `succeeded`, `failed` |
+//! | [`WEBHOOK_ATTEMPT_DURATION`] | histogram (seconds) | `outcome` |
+//! | [`WEBHOOK_DUE`] | gauge (deliveries) | none |
+//! | [`WEBHOOK_OLDEST_DUE`] | gauge (seconds) | none |
+//! | [`WEBHOOK_ENDPOINTS_DISABLED`] | counter | `reason`: `gone`, `failing` |
 //! | [`SECRET_SCANNING_REPORTS`] | counter | `label`: `true_positive`, `false_positive`; `source`: where GitHub found the match (`content`, `commit`, `issue_comment`, ... its documented values; anything else as `other`) |
 //!
 //! `store` and `operation` are `keys`/`lookup`, `orders`/`newest_orders`,
@@ -92,6 +97,18 @@ pub const LAST_USED_DROPPED: &str = "partner_api_last_used_dropped_total";
 /// Matches in verified secret scanning reports, by label and source.
 pub const SECRET_SCANNING_REPORTS: &str = "partner_api_secret_scanning_reports_total";
 
+/// Webhook delivery attempts, by outcome (`succeeded`, `failed`).
+pub const WEBHOOK_DELIVERIES: &str = "partner_api_webhook_deliveries_total";
+/// Time a webhook delivery attempt took, in seconds.
+pub const WEBHOOK_ATTEMPT_DURATION: &str = "partner_api_webhook_attempt_duration_seconds";
+/// Webhook deliveries due now to enabled endpoints.
+pub const WEBHOOK_DUE: &str = "partner_api_webhook_due_messages";
+/// How long the longest-waiting due webhook delivery has been due, in seconds.
+pub const WEBHOOK_OLDEST_DUE: &str = "partner_api_webhook_oldest_due_seconds";
+/// Webhook endpoints disabled by delivery, by reason (`gone`: the endpoint answered 410;
+/// `failing`: every delivery failed for the disable period).
+pub const WEBHOOK_ENDPOINTS_DISABLED: &str = "partner_api_webhook_endpoints_disabled_total";
+
 /// The label value of every organization or key id beyond the bound.
 pub const OTHER: &str = "_other";
 /// How many organizations get a series of their own, by default.
@@ -112,6 +129,28 @@ pub fn describe() {
     describe_counter!(
         ORGANIZATION_REQUESTS,
         "Authenticated requests, by organization (bounded; later ones as _other)."
+    );
+    describe_counter!(
+        WEBHOOK_DELIVERIES,
+        "Webhook delivery attempts, by outcome (succeeded, failed)."
+    );
+    describe_histogram!(
+        WEBHOOK_ATTEMPT_DURATION,
+        Unit::Seconds,
+        "Time a webhook delivery attempt took, by outcome."
+    );
+    describe_gauge!(
+        WEBHOOK_DUE,
+        "Webhook deliveries due now to enabled endpoints (as this replica last counted)."
+    );
+    describe_gauge!(
+        WEBHOOK_OLDEST_DUE,
+        Unit::Seconds,
+        "How long the longest-waiting due webhook delivery has been due."
+    );
+    describe_counter!(
+        WEBHOOK_ENDPOINTS_DISABLED,
+        "Webhook endpoints disabled by delivery, by reason (gone, failing)."
     );
     describe_counter!(
         RATE_LIMIT_REFUSALS,

@@ -1,0 +1,588 @@
+//! The delivery worker every replica runs: claims due deliveries from the outbox, posts them
+//! signed, and records each attempt with what comes next.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
+use http::{HeaderValue, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::task::JoinSet;
+
+use super::destination::CheckedResolver;
+use super::{
+    sign, AttemptOutcome, ClaimRequest, Delivery, DestinationPolicy, Endpoint, FinishedAttempt,
+    NextStep, WebhookOutbox,
+};
+use crate::log::ErrorChain;
+use crate::metrics as names;
+use crate::model::Timestamp;
+
+/// The waits before the retries of a failed delivery, each counted from the attempt before:
+/// 5 s, 5 min, 30 min, 2 h, 5 h, 10 h and 10 h (eight tries over about 27 hours), each
+/// with ±20 % jitter.
+pub const DEFAULT_RETRY_SCHEDULE: [Duration; 7] = [
+    Duration::from_secs(5),
+    Duration::from_secs(5 * 60),
+    Duration::from_secs(30 * 60),
+    Duration::from_secs(2 * 3600),
+    Duration::from_secs(5 * 3600),
+    Duration::from_secs(10 * 3600),
+    Duration::from_secs(10 * 3600),
+];
+
+const USER_AGENT_VALUE: &str = concat!("partner-api-webhooks/", env!("CARGO_PKG_VERSION"));
+
+/// How a [`Dispatcher`] delivers.
+#[derive(Clone, Debug)]
+pub struct DeliveryConfig {
+    retry_schedule: Vec<Duration>,
+    timeout: Duration,
+    disable_after: Duration,
+    concurrency: usize,
+    per_endpoint: usize,
+    poll_interval: Duration,
+    max_retry_after: Duration,
+    response_body_bytes: usize,
+    destinations: DestinationPolicy,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        Self {
+            retry_schedule: DEFAULT_RETRY_SCHEDULE.to_vec(),
+            timeout: Duration::from_secs(15),
+            disable_after: Duration::from_secs(5 * 24 * 3600),
+            concurrency: 32,
+            per_endpoint: 4,
+            poll_interval: Duration::from_millis(200),
+            max_retry_after: Duration::from_secs(3600),
+            response_body_bytes: 1024,
+            destinations: DestinationPolicy::default(),
+        }
+    }
+}
+
+impl DeliveryConfig {
+    /// The defaults: [`DEFAULT_RETRY_SCHEDULE`], a 15 s time-out per attempt, endpoints
+    /// disabled after 5 days of failures only, 32 deliveries in flight per replica and 4 per
+    /// endpoint, the outbox polled every 200 ms, `Retry-After` honoured up to an hour, 1 KiB
+    /// of each response body kept, and the default [`DestinationPolicy`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the waits before the retries (none: one try only).
+    #[must_use]
+    pub fn with_retry_schedule(mut self, schedule: Vec<Duration>) -> Self {
+        self.retry_schedule = schedule;
+        self
+    }
+
+    /// Sets the time-out of one attempt (connecting, sending, and reading the answer).
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Sets how long every delivery to an endpoint must have failed before it is disabled.
+    #[must_use]
+    pub fn with_disable_after(mut self, disable_after: Duration) -> Self {
+        self.disable_after = disable_after;
+        self
+    }
+
+    /// Sets how many deliveries this replica has in flight at most, and how many of them to
+    /// one endpoint (at least one each).
+    #[must_use]
+    pub fn with_concurrency(mut self, total: usize, per_endpoint: usize) -> Self {
+        self.concurrency = total.max(1);
+        self.per_endpoint = per_endpoint.clamp(1, self.concurrency);
+        self
+    }
+
+    /// Sets how often the outbox is asked for due deliveries when there was nothing to do:
+    /// about half of it is the median wait of an event before its first attempt.
+    #[must_use]
+    pub fn with_poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Sets the longest `Retry-After` honoured.
+    #[must_use]
+    pub fn with_max_retry_after(mut self, bound: Duration) -> Self {
+        self.max_retry_after = bound;
+        self
+    }
+
+    /// Sets where deliveries may go.
+    #[must_use]
+    pub fn with_destinations(mut self, destinations: DestinationPolicy) -> Self {
+        self.destinations = destinations;
+        self
+    }
+
+    /// Returns where deliveries may go.
+    pub fn destinations(&self) -> &DestinationPolicy {
+        &self.destinations
+    }
+
+    /// The lease of a claimed delivery: the attempt's time-out and time to record it. A
+    /// worker that is still busy after it has hung or lost its database; the delivery is
+    /// then due for another worker.
+    fn lease(&self) -> Duration {
+        self.timeout + Duration::from_secs(15)
+    }
+}
+
+/// Why a delivery disabled an endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DisableReason {
+    /// The endpoint answered 410 Gone.
+    Gone,
+    /// Every delivery to it failed for the configured period.
+    Failing,
+}
+
+impl DisableReason {
+    /// Returns the reason's name: `gone` or `failing`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Gone => "gone",
+            Self::Failing => "failing",
+        }
+    }
+}
+
+/// An endpoint that delivery disabled, as the hook of
+/// [`Dispatcher::with_on_disabled`] hears of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DisabledEndpoint {
+    /// Its record (now disabled).
+    pub endpoint: Endpoint,
+    /// Why.
+    pub reason: DisableReason,
+}
+
+type DisabledHook = Arc<dyn Fn(&DisabledEndpoint) + Send + Sync>;
+type HttpsClient = Client<HttpsConnector<HttpConnector<CheckedResolver>>, Full<Bytes>>;
+
+/// The delivery worker: run one per replica with [`run`](Self::run).
+///
+/// It asks the outbox for due deliveries whenever it has room (at most the configured
+/// concurrency in flight, and per endpoint at most its share, so a slow or dead endpoint
+/// holds a few slots and never the rest), posts each signed, and records the attempt. Its
+/// HTTP client keeps connections per endpoint for reuse, follows no redirect, and connects
+/// only to destinations the [`DestinationPolicy`] allows.
+pub struct Dispatcher {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    outbox: Arc<dyn WebhookOutbox>,
+    config: DeliveryConfig,
+    client: HttpsClient,
+    on_disabled: Option<DisabledHook>,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dispatcher {
+    /// A worker over `outbox`, delivering as `config` says.
+    pub fn new(outbox: impl WebhookOutbox + 'static, config: DeliveryConfig) -> Self {
+        Self::from_arc(Arc::new(outbox), config)
+    }
+
+    /// A worker over a shared outbox.
+    pub fn from_arc(outbox: Arc<dyn WebhookOutbox>, config: DeliveryConfig) -> Self {
+        let mut http = HttpConnector::new_with_resolver(CheckedResolver {
+            policy: Arc::new(config.destinations.clone()),
+        });
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(config.timeout));
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
+            // ring's provider supports the default protocol versions: this cannot fail.
+            .expect("ring supports TLS 1.2 and 1.3")
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(config.per_endpoint)
+            .build(https);
+        Self {
+            inner: Arc::new(Inner {
+                outbox,
+                config,
+                client,
+                on_disabled: None,
+            }),
+        }
+    }
+
+    /// Calls `hook` for every endpoint a delivery disables (it answered 410 Gone, or failed
+    /// for the disable period), once, from the replica that disabled it: to tell its
+    /// organization.
+    #[must_use]
+    pub fn with_on_disabled(
+        mut self,
+        hook: impl Fn(&DisabledEndpoint) + Send + Sync + 'static,
+    ) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.on_disabled = Some(Arc::new(hook));
+        }
+        self
+    }
+
+    /// Delivers until `shutdown` completes; then claims nothing more and waits (at most the
+    /// attempt time-out) for the attempts in flight to be recorded. An attempt cut short
+    /// keeps its lease and is taken over when the lease ends.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let inner = self.inner;
+        let config = &inner.config;
+        tokio::pin!(shutdown);
+        let in_flight: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let mut tasks = JoinSet::new();
+        let mut next_backlog = Instant::now();
+        let mut claim_failures = 0_u32;
+        loop {
+            if Instant::now() >= next_backlog {
+                next_backlog = Instant::now() + Duration::from_secs(5);
+                inner.report_backlog().await;
+            }
+            let room = config.concurrency.saturating_sub(tasks.len());
+            if room > 0 {
+                let busy = in_flight
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .iter()
+                    .map(|(id, count)| (id.clone(), *count))
+                    .collect();
+                let request = ClaimRequest::new(room, config.per_endpoint, config.lease())
+                    .with_in_flight(busy);
+                match inner.outbox.claim(&request).await {
+                    Ok(deliveries) => {
+                        claim_failures = 0;
+                        for delivery in deliveries {
+                            let guard = InFlight::enter(&in_flight, &delivery.endpoint_id);
+                            let inner = Arc::clone(&inner);
+                            tasks.spawn(async move {
+                                let _guard = guard;
+                                inner.deliver(delivery).await;
+                            });
+                        }
+                    }
+                    Err(error) => {
+                        // One line per outage, not one per poll.
+                        if claim_failures == 0 {
+                            tracing::warn!(error = %ErrorChain(&error), "webhooks: claiming due deliveries failed; retrying");
+                        }
+                        claim_failures = claim_failures.saturating_add(1);
+                    }
+                }
+            }
+            tokio::select! {
+                () = &mut shutdown => break,
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {
+                    while tasks.try_join_next().is_some() {}
+                }
+                () = tokio::time::sleep(config.poll_interval) => {}
+            }
+        }
+        let drain = async { while tasks.join_next().await.is_some() {} };
+        let _ = tokio::time::timeout(config.timeout + Duration::from_secs(1), drain).await;
+    }
+}
+
+/// One delivery in flight to an endpoint, counted until dropped (a panicking attempt
+/// included).
+struct InFlight {
+    counts: Arc<Mutex<HashMap<String, usize>>>,
+    endpoint_id: String,
+}
+
+impl InFlight {
+    fn enter(counts: &Arc<Mutex<HashMap<String, usize>>>, endpoint_id: &str) -> Self {
+        *counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(endpoint_id.to_owned())
+            .or_default() += 1;
+        Self {
+            counts: Arc::clone(counts),
+            endpoint_id: endpoint_id.to_owned(),
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.endpoint_id) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.endpoint_id);
+            }
+        }
+    }
+}
+
+/// What an endpoint answered.
+struct Answer {
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    body: String,
+}
+
+impl Inner {
+    async fn report_backlog(&self) {
+        if let Ok(backlog) = self.outbox.backlog().await {
+            ::metrics::gauge!(names::WEBHOOK_DUE).set(backlog.due as f64);
+            ::metrics::gauge!(names::WEBHOOK_OLDEST_DUE)
+                .set(backlog.oldest_due.unwrap_or_default().as_secs_f64());
+        }
+    }
+
+    async fn deliver(&self, delivery: Delivery) {
+        let attempted_at = Timestamp::now();
+        let started = Instant::now();
+        let answer = self.send(&delivery).await;
+        let duration = started.elapsed();
+        let attempt = self.judge(&delivery, answer, attempted_at, duration);
+        ::metrics::counter!(names::WEBHOOK_DELIVERIES, "outcome" => attempt.outcome.as_str())
+            .increment(1);
+        ::metrics::histogram!(names::WEBHOOK_ATTEMPT_DURATION, "outcome" => attempt.outcome.as_str())
+            .record(duration.as_secs_f64());
+        let mut finished = None;
+        for wait in [0, 200, 1000] {
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            match self.outbox.finish(&delivery, &attempt).await {
+                Ok(finish) => {
+                    finished = Some(finish);
+                    break;
+                }
+                Err(error) => tracing::warn!(
+                    error = %ErrorChain(&error),
+                    endpoint_id = %delivery.endpoint_id,
+                    message_id = %delivery.message_id,
+                    "webhooks: recording an attempt failed"
+                ),
+            }
+        }
+        let Some(finish) = finished else {
+            // Its lease ends and the delivery is due again: at least once, not lost.
+            return;
+        };
+        if let Some(endpoint) = finish.disabled {
+            let reason = if attempt.response_status == Some(410) {
+                DisableReason::Gone
+            } else {
+                DisableReason::Failing
+            };
+            ::metrics::counter!(names::WEBHOOK_ENDPOINTS_DISABLED, "reason" => reason.as_str())
+                .increment(1);
+            if let Some(hook) = &self.on_disabled {
+                let disabled = DisabledEndpoint { endpoint, reason };
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(&disabled)))
+                    .is_err()
+                {
+                    tracing::error!("webhooks: the disabled-endpoint hook panicked");
+                }
+            }
+        }
+    }
+
+    /// Posts the delivery, within the time-out.
+    async fn send(&self, delivery: &Delivery) -> Result<Answer, String> {
+        let uri: http::Uri = delivery
+            .url
+            .parse()
+            .map_err(|_| "the endpoint URL is not a valid URI".to_owned())?;
+        self.config
+            .destinations
+            .check_url(&uri)
+            .map_err(|blocked| blocked.to_string())?;
+        let timestamp = unix_seconds(SystemTime::now());
+        let signatures = delivery
+            .secrets
+            .iter()
+            .map(|secret| sign(secret, &delivery.message_id, timestamp, &delivery.body))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let request = Request::post(uri)
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .header(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE))
+            .header("webhook-id", &delivery.message_id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signatures)
+            .body(Full::new(delivery.body.clone()))
+            .map_err(|error| format!("the request could not be built: {error}"))?;
+        let exchange = async {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|error| ErrorChain(&error).to_string())?;
+            let status = response.status();
+            let retry_after = response
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|value| value.to_str().ok())
+                .and_then(parse_retry_after);
+            let mut body = response.into_body();
+            let mut kept = Vec::new();
+            // Read up to the cap, then stop: a huge answer costs no more than that.
+            while kept.len() < self.config.response_body_bytes {
+                match body.frame().await {
+                    Some(Ok(frame)) => {
+                        if let Ok(data) = frame.into_data() {
+                            let room = self.config.response_body_bytes - kept.len();
+                            kept.extend_from_slice(&data[..data.len().min(room)]);
+                        }
+                    }
+                    Some(Err(_)) | None => break,
+                }
+            }
+            Ok(Answer {
+                status,
+                retry_after,
+                body: String::from_utf8_lossy(&kept).into_owned(),
+            })
+        };
+        match tokio::time::timeout(self.config.timeout, exchange).await {
+            Ok(answer) => answer,
+            Err(_) => Err(format!(
+                "timed out after {} ms",
+                self.config.timeout.as_millis()
+            )),
+        }
+    }
+
+    /// The attempt's record and what comes next.
+    fn judge(
+        &self,
+        delivery: &Delivery,
+        answer: Result<Answer, String>,
+        attempted_at: Timestamp,
+        duration: Duration,
+    ) -> FinishedAttempt {
+        let (outcome, retry_after) = match &answer {
+            Ok(answer) if answer.status.is_success() => (AttemptOutcome::Succeeded, None),
+            Ok(answer) => (AttemptOutcome::Failed, answer.retry_after),
+            Err(_) => (AttemptOutcome::Failed, None),
+        };
+        let mut attempt = FinishedAttempt::new(outcome, attempted_at, duration);
+        match answer {
+            Ok(answer) => {
+                attempt.response_status = Some(answer.status.as_u16());
+                if answer.status.is_redirection() {
+                    attempt.error = Some("redirects are not followed".to_owned());
+                }
+                attempt.response_body = (!answer.body.is_empty()).then_some(answer.body);
+            }
+            Err(error) => attempt.error = Some(error),
+        }
+        if outcome == AttemptOutcome::Succeeded {
+            return attempt;
+        }
+        if attempt.response_status == Some(StatusCode::GONE.as_u16()) {
+            attempt.next = NextStep::GiveUp;
+            attempt.disable_endpoint = true;
+            return attempt;
+        }
+        let index = usize::try_from(delivery.attempt.saturating_sub(1)).unwrap_or(usize::MAX);
+        attempt.next = match self.config.retry_schedule.get(index) {
+            Some(wait) => {
+                let mut wait = jitter(*wait);
+                if let Some(asked) = retry_after {
+                    wait = wait.max(asked.min(self.config.max_retry_after));
+                }
+                NextStep::RetryAt(Timestamp::now().saturating_add(wait))
+            }
+            None => NextStep::GiveUp,
+        };
+        let failing_since = delivery.failing_since.unwrap_or(attempted_at);
+        attempt.disable_endpoint = Timestamp::now()
+            .duration_since(failing_since)
+            .is_some_and(|failing| failing >= self.config.disable_after);
+        attempt
+    }
+}
+
+/// `wait` times a random factor in [0.8, 1.2), so retries of many deliveries that failed
+/// together do not arrive together.
+fn jitter(wait: Duration) -> Duration {
+    let mut random = [0_u8; 4];
+    let unit = match getrandom::fill(&mut random) {
+        Ok(()) => f64::from(u32::from_le_bytes(random)) / f64::from(u32::MAX),
+        Err(_) => 0.5,
+    };
+    wait.mul_f64(0.8 + 0.4 * unit)
+}
+
+fn unix_seconds(time: SystemTime) -> i64 {
+    time.duration_since(UNIX_EPOCH).map_or(0, |since| {
+        i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+    })
+}
+
+/// `Retry-After` as delta seconds or an HTTP date.
+fn parse_retry_after(value: &str) -> Option<Duration> {
+    if let Ok(seconds) = value.trim().parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let date = chrono::DateTime::parse_from_rfc2822(value.trim()).ok()?;
+    let wait = date.timestamp() - unix_seconds(SystemTime::now());
+    Some(Duration::from_secs(u64::try_from(wait).unwrap_or(0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_twenty_percent() {
+        for _ in 0..1000 {
+            let wait = jitter(Duration::from_secs(100));
+            assert!(
+                wait >= Duration::from_secs(80) && wait <= Duration::from_secs(120),
+                "{wait:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        assert_eq!(parse_retry_after("120"), Some(Duration::from_secs(120)));
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"),
+            Some(Duration::ZERO)
+        );
+        let later = (Timestamp::now().as_datetime() + chrono::Duration::seconds(600)).to_rfc2822();
+        let wait = parse_retry_after(&later).unwrap();
+        assert!(
+            wait > Duration::from_secs(590) && wait <= Duration::from_secs(600),
+            "{wait:?}"
+        );
+        assert_eq!(parse_retry_after("soon"), None);
+    }
+}

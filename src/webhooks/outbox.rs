@@ -1,0 +1,242 @@
+//! The outbox as the delivery workers see it: claim what is due under a lease, finish an
+//! attempt if it is still the current one.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::{AttemptOutcome, Endpoint, EventType, WebhookSecret};
+use crate::model::Timestamp;
+use crate::store::StoreError;
+
+/// The body of an event: `{"type":...,"timestamp":...,"data":...}`, with `data` the given
+/// JSON bytes as they are (for an order, [`EncodedOrder::json`](crate::EncodedOrder::json),
+/// the bytes `GET /v1/orders` serves) and `timestamp` in milliseconds with `Z`.
+///
+/// ```
+/// use partner_api::webhooks::{payload, EventType};
+///
+/// let timestamp = "2026-11-23T10:00:00Z".parse()?;
+/// let body = payload(EventType::OrderDeleted, timestamp, br#"{"id":"ord_1"}"#);
+/// assert_eq!(
+///     body,
+///     r#"{"type":"order.deleted","timestamp":"2026-11-23T10:00:00.000Z","data":{"id":"ord_1"}}"#
+/// );
+/// # Ok::<(), partner_api::model::TimestampParseError>(())
+/// ```
+pub fn payload(kind: EventType, timestamp: Timestamp, data: &[u8]) -> Bytes {
+    let mut body = Vec::with_capacity(data.len() + 80);
+    body.extend_from_slice(br#"{"type":""#);
+    body.extend_from_slice(kind.as_str().as_bytes());
+    body.extend_from_slice(br#"","timestamp":""#);
+    body.extend_from_slice(timestamp.to_string().as_bytes());
+    body.extend_from_slice(br#"","data":"#);
+    body.extend_from_slice(data);
+    body.push(b'}');
+    Bytes::from(body)
+}
+
+/// What a worker asks for: at most `limit` due deliveries, and per endpoint at most
+/// `per_endpoint` at once, counting the ones it already has in flight.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClaimRequest {
+    /// The most deliveries to claim.
+    pub limit: usize,
+    /// The most deliveries per endpoint in flight at once in this worker.
+    pub per_endpoint: usize,
+    /// The endpoints this worker has deliveries in flight to, and how many.
+    pub in_flight: Vec<(String, usize)>,
+    /// How long a claimed delivery is this worker's: after that it is due again, for any
+    /// worker (this one died, or hangs).
+    pub lease: Duration,
+}
+
+impl ClaimRequest {
+    /// Asks for `limit` deliveries, `per_endpoint` per endpoint, leased for `lease`.
+    pub fn new(limit: usize, per_endpoint: usize, lease: Duration) -> Self {
+        Self {
+            limit,
+            per_endpoint,
+            in_flight: Vec::new(),
+            lease,
+        }
+    }
+
+    /// Says which endpoints already have deliveries in flight.
+    #[must_use]
+    pub fn with_in_flight(mut self, in_flight: Vec<(String, usize)>) -> Self {
+        self.in_flight = in_flight;
+        self
+    }
+
+    /// How many more this worker may claim for `endpoint_id`.
+    pub fn room_for(&self, endpoint_id: &str) -> usize {
+        let busy = self
+            .in_flight
+            .iter()
+            .find(|(id, _)| id == endpoint_id)
+            .map_or(0, |(_, count)| *count);
+        self.per_endpoint.saturating_sub(busy)
+    }
+}
+
+/// A claimed delivery: one message to one endpoint, one attempt, signed with the endpoint's
+/// current secrets.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Delivery {
+    /// The store's handle of the delivery.
+    pub delivery_id: String,
+    /// The `webhook-id`: one per message and endpoint, the same on every attempt.
+    pub message_id: String,
+    /// The endpoint's id.
+    pub endpoint_id: String,
+    /// The endpoint's organization.
+    pub organization_id: String,
+    /// Where to post.
+    pub url: String,
+    /// The secrets that sign it: the newest, and the previous one during a rotation's overlap.
+    pub secrets: Vec<WebhookSecret>,
+    /// The event's type.
+    pub event_type: EventType,
+    /// The body, the same bytes on every attempt.
+    pub body: Bytes,
+    /// Which attempt this is, from 1: a finish with another number is not current.
+    pub attempt: u32,
+    /// Since when every delivery to the endpoint has failed, if its last one did.
+    pub failing_since: Option<Timestamp>,
+}
+
+impl Delivery {
+    /// Creates a delivery (for stores).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        delivery_id: String,
+        message_id: String,
+        endpoint: &Endpoint,
+        secrets: Vec<WebhookSecret>,
+        event_type: EventType,
+        body: Bytes,
+        attempt: u32,
+        failing_since: Option<Timestamp>,
+    ) -> Self {
+        Self {
+            delivery_id,
+            message_id,
+            endpoint_id: endpoint.id.clone(),
+            organization_id: endpoint.organization_id.clone(),
+            url: endpoint.url.clone(),
+            secrets,
+            event_type,
+            body,
+            attempt,
+            failing_since,
+        }
+    }
+}
+
+/// How an attempt ended and what comes next, as the worker reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FinishedAttempt {
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// The endpoint's status, if it answered.
+    pub response_status: Option<u16>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// The start of the response body.
+    pub response_body: Option<String>,
+    /// How long it took.
+    pub duration: Duration,
+    /// When it started.
+    pub attempted_at: Timestamp,
+    /// What the delivery does next.
+    pub next: NextStep,
+    /// Whether the endpoint is to be disabled (it answered 410 Gone, or has failed for too
+    /// long).
+    pub disable_endpoint: bool,
+}
+
+impl FinishedAttempt {
+    /// A finished attempt that started at `attempted_at` and took `duration`.
+    pub fn new(outcome: AttemptOutcome, attempted_at: Timestamp, duration: Duration) -> Self {
+        Self {
+            outcome,
+            response_status: None,
+            error: None,
+            response_body: None,
+            duration,
+            attempted_at,
+            next: match outcome {
+                AttemptOutcome::Succeeded => NextStep::Done,
+                AttemptOutcome::Failed => NextStep::GiveUp,
+            },
+            disable_endpoint: false,
+        }
+    }
+}
+
+/// What a delivery does after an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NextStep {
+    /// It succeeded: nothing more.
+    Done,
+    /// Try again at this time.
+    RetryAt(Timestamp),
+    /// It ran out of tries (or was refused for good): failed, until retried or recovered.
+    GiveUp,
+}
+
+/// What finishing an attempt did.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Finish {
+    /// Whether the attempt was still the current one and was recorded. A worker whose lease
+    /// ran out finds that another took the delivery over; nothing it reports is written.
+    pub current: bool,
+    /// The endpoint's record, when this finish disabled it.
+    pub disabled: Option<Endpoint>,
+}
+
+/// How much is waiting, for the metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Backlog {
+    /// Deliveries due now to enabled endpoints.
+    pub due: u64,
+    /// How long the longest-waiting of them has been due.
+    pub oldest_due: Option<Duration>,
+}
+
+/// The outbox of deliveries, as the [`Dispatcher`](super::Dispatcher) works it off.
+///
+/// Each delivery is one message to one endpoint. The rules every store keeps (the
+/// conformance suite checks them):
+///
+/// - **Claim** returns due deliveries (pending, due time passed) of enabled endpoints, first
+///   attempts before retries, and never a delivery while an earlier one of the same order to
+///   the same endpoint is pending: one order's events go out in commit order. Claiming a
+///   delivery increments its attempt number and makes it due again `lease` later, in the
+///   same committed write, so a worker that dies loses only its lease, and concurrent
+///   workers never claim the same delivery.
+/// - **Finish** writes the attempt only if the delivery is still pending at that attempt
+///   number; a late worker whose delivery was taken over changes nothing.
+#[async_trait]
+pub trait WebhookOutbox: Send + Sync {
+    /// Claims due deliveries as [`ClaimRequest`] allows.
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Delivery>, StoreError>;
+
+    /// Records how the attempt of `delivery` ended, if it is still current.
+    async fn finish(
+        &self,
+        delivery: &Delivery,
+        attempt: &FinishedAttempt,
+    ) -> Result<Finish, StoreError>;
+
+    /// Returns how much is due.
+    async fn backlog(&self) -> Result<Backlog, StoreError>;
+}
