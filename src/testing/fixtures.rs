@@ -35,6 +35,10 @@ pub trait StoreFixtures: Send + Sync {
 
     /// Removes the order `order_id` of an organization.
     async fn remove_order(&self, organization_id: &str, order_id: &str) -> Result<(), StoreError>;
+
+    /// Replaces an organization's order that has `order`'s id with `order` (the webhooks
+    /// suite's `order.updated`).
+    async fn update_order(&self, organization_id: &str, order: &Order) -> Result<(), StoreError>;
 }
 
 #[async_trait]
@@ -71,6 +75,10 @@ impl StoreFixtures for MemoryStore {
     async fn remove_order(&self, organization_id: &str, order_id: &str) -> Result<(), StoreError> {
         MemoryStore::remove_order(self, organization_id, order_id);
         Ok(())
+    }
+
+    async fn update_order(&self, organization_id: &str, order: &Order) -> Result<(), StoreError> {
+        MemoryStore::update_order(self, organization_id, order.clone())
     }
 }
 
@@ -110,5 +118,12 @@ impl StoreFixtures for crate::PgStore {
         crate::PgStore::remove_order(self, organization_id, order_id)
             .await
             .map(drop)
+    }
+
+    async fn update_order(&self, organization_id: &str, order: &Order) -> Result<(), StoreError> {
+        match crate::PgStore::update_order(self, organization_id, order).await? {
+            true => Ok(()),
+            false => Err(StoreError::not_found("no such order")),
+        }
     }
 }

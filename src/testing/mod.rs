@@ -44,12 +44,16 @@ mod pages;
 mod rate_limit;
 mod report;
 mod store;
+#[cfg(feature = "webhooks")]
+mod webhooks;
 
 pub use fixtures::StoreFixtures;
 pub use keys::run_key_manager;
 pub use rate_limit::run_rate_limiter;
 pub use report::Report;
 pub use store::run;
+#[cfg(feature = "webhooks")]
+pub use webhooks::run_webhooks;
 
 /// A fresh prefix of ids: unique within this process and, by the clock, across runs.
 fn namespace() -> String {

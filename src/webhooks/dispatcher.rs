@@ -509,7 +509,7 @@ impl Inner {
             attempt.disable_endpoint = true;
             return attempt;
         }
-        let index = usize::try_from(delivery.attempt.saturating_sub(1)).unwrap_or(usize::MAX);
+        let index = usize::try_from(delivery.tries.saturating_sub(1)).unwrap_or(usize::MAX);
         attempt.next = match self.config.retry_schedule.get(index) {
             Some(wait) => {
                 let mut wait = jitter(*wait);

@@ -103,8 +103,12 @@ pub struct Delivery {
     pub event_type: EventType,
     /// The body, the same bytes on every attempt.
     pub body: Bytes,
-    /// Which attempt this is, from 1: a finish with another number is not current.
+    /// Which attempt this is, from 1 and across retries on request: a finish with another
+    /// number is not current.
     pub attempt: u32,
+    /// Which try of the current round this is, from 1: the retry schedule counts these (a
+    /// message retried or recovered on request gets a fresh round).
+    pub tries: u32,
     /// Since when every delivery to the endpoint has failed, if its last one did.
     pub failing_since: Option<Timestamp>,
 }
@@ -120,6 +124,7 @@ impl Delivery {
         event_type: EventType,
         body: Bytes,
         attempt: u32,
+        tries: u32,
         failing_since: Option<Timestamp>,
     ) -> Self {
         Self {
@@ -132,6 +137,7 @@ impl Delivery {
             event_type,
             body,
             attempt,
+            tries,
             failing_since,
         }
     }

@@ -100,6 +100,9 @@ impl StoreFixtures for Faulty {
         self.0.remove_order(organization_id, order_id);
         Ok(())
     }
+    async fn update_order(&self, organization_id: &str, order: &Order) -> Result<(), StoreError> {
+        self.0.update_order(organization_id, order.clone())
+    }
 }
 
 #[async_trait]

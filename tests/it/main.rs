@@ -30,3 +30,5 @@ mod secret_scanning;
 mod server;
 mod settings_page;
 mod soak;
+#[cfg(feature = "webhooks")]
+mod webhooks;

@@ -287,6 +287,11 @@ impl StoreFixtures for Cached {
         settle().await;
         Ok(())
     }
+    async fn update_order(&self, organization_id: &str, order: &Order) -> Result<(), StoreError> {
+        self.database.update_order(organization_id, order).await?;
+        settle().await;
+        Ok(())
+    }
 }
 
 /// Waits out the bound on a change reaching the caches.

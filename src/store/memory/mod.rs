@@ -4,6 +4,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use async_trait::async_trait;
+#[cfg(feature = "webhooks")]
+use bytes::Bytes;
 
 use super::{KeyLookup, KeyStore, OrderQuery, OrderStore, Principal, StoreError};
 use crate::hashing::BuildPrehashed;
@@ -16,6 +18,8 @@ use crate::seed::{Seed, SeedError};
 
 mod manage;
 mod orders;
+#[cfg(feature = "webhooks")]
+mod webhooks;
 
 use orders::OrganizationOrders;
 
@@ -46,6 +50,10 @@ pub struct MemoryStore {
     /// Held by writers of orders from their snapshot to their swap, so two writers never
     /// build on the same snapshot; readers never take it.
     order_writer: Arc<Mutex<()>>,
+    /// The webhook endpoints and their deliveries; raised into by order writers while they
+    /// hold `order_writer`, so one order's events queue in the order of its changes.
+    #[cfg(feature = "webhooks")]
+    webhooks: Arc<Mutex<webhooks::Outbox>>,
 }
 
 #[derive(Default)]
@@ -200,6 +208,17 @@ impl MemoryStore {
         self.write()
             .orders
             .insert(organization_id.to_owned(), Arc::new(next));
+        #[cfg(feature = "webhooks")]
+        self.outbox().raise(
+            organization_id,
+            &[webhooks::OrderEvent {
+                kind: crate::webhooks::EventType::OrderDeleted,
+                order_id: order_id.to_owned(),
+                data: serde_json::to_vec(&serde_json::json!({ "id": order_id }))
+                    .unwrap_or_default()
+                    .into(),
+            }],
+        );
         true
     }
 
@@ -233,11 +252,85 @@ impl MemoryStore {
                 .unwrap_or_default()
         };
         // Built outside the lock: readers go on with the current page meanwhile.
-        let next = current.with(organization_id, encoded)?;
+        let next = current.with(organization_id, encoded.clone())?;
         self.write()
             .orders
             .insert(organization_id.to_owned(), Arc::new(next));
+        #[cfg(feature = "webhooks")]
+        self.raise_written(
+            organization_id,
+            crate::webhooks::EventType::OrderCreated,
+            &encoded,
+        );
+        #[cfg(not(feature = "webhooks"))]
+        drop(encoded);
         Ok(())
+    }
+
+    /// Replaces the order of `organization_id` that has `order`'s id with `order`.
+    ///
+    /// # Errors
+    ///
+    /// [`NotFound`](crate::StoreErrorKind::NotFound) if the organization has no order with
+    /// that id; [`InvalidData`](crate::StoreErrorKind::InvalidData) if the order cannot be
+    /// served ([`EncodedOrder::new`]).
+    pub fn update_order(&self, organization_id: &str, order: Order) -> Result<(), StoreError> {
+        let encoded = EncodedOrder::new(order)?;
+        let _writer = self
+            .order_writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let current = self.read().orders.get(organization_id).cloned();
+        let order_id = &encoded.order().id;
+        let Some(current) = current else {
+            return Err(StoreError::not_found(format!(
+                "no order {order_id:?} in this organization"
+            )));
+        };
+        let unchanged = current
+            .get(order_id)
+            .map(|held| held.json() == encoded.json());
+        let Some(unchanged) = unchanged else {
+            return Err(StoreError::not_found(format!(
+                "no order {order_id:?} in this organization"
+            )));
+        };
+        if unchanged {
+            return Ok(());
+        }
+        let next = current
+            .without(order_id)
+            .unwrap_or_default()
+            .with(organization_id, vec![encoded.clone()])?;
+        self.write()
+            .orders
+            .insert(organization_id.to_owned(), Arc::new(next));
+        #[cfg(feature = "webhooks")]
+        self.raise_written(
+            organization_id,
+            crate::webhooks::EventType::OrderUpdated,
+            &[encoded],
+        );
+        Ok(())
+    }
+
+    /// Raises one event per written order (while the caller holds `order_writer`).
+    #[cfg(feature = "webhooks")]
+    fn raise_written(
+        &self,
+        organization_id: &str,
+        kind: crate::webhooks::EventType,
+        orders: &[EncodedOrder],
+    ) {
+        let events: Vec<webhooks::OrderEvent> = orders
+            .iter()
+            .map(|order| webhooks::OrderEvent {
+                kind,
+                order_id: order.order().id.clone(),
+                data: Bytes::copy_from_slice(order.json()),
+            })
+            .collect();
+        self.outbox().raise(organization_id, &events);
     }
 }
 

@@ -50,6 +50,16 @@ impl OrganizationOrders {
         Ok(next)
     }
 
+    /// The order `order_id`, if held.
+    pub(super) fn get(&self, order_id: &str) -> Option<&EncodedOrder> {
+        if !self.ids.contains(order_id) {
+            return None;
+        }
+        self.newest_first
+            .iter()
+            .find(|order| order.order().id == order_id)
+    }
+
     /// These orders without the order `order_id`, if they hold it.
     pub(super) fn without(&self, order_id: &str) -> Option<Self> {
         if !self.ids.contains(order_id) {

@@ -18,6 +18,8 @@ mod error;
 mod manage;
 mod migrate;
 mod seed;
+#[cfg(feature = "webhooks")]
+mod webhooks;
 
 pub(crate) use error::store_error;
 pub use migrate::{MIGRATIONS_TABLE, MIGRATOR};
@@ -224,6 +226,40 @@ impl PgStore {
                 .await
                 .map_err(store_error)?;
         Ok(removed.rows_affected() > 0)
+    }
+
+    /// Replaces the order of `organization_id` that has `order`'s id with `order`, and
+    /// returns whether there was one (the orders' trigger raises `order.updated` when a
+    /// field changed).
+    pub async fn update_order(
+        &self,
+        organization_id: &str,
+        order: &Order,
+    ) -> Result<bool, StoreError> {
+        EncodedOrder::new(order.clone())?;
+        let budget = i64::try_from(order.budget_dkk)
+            .map_err(|_| StoreError::invalid_data("budget_dkk does not fit a BIGINT"))?;
+        let done = sqlx::query(
+            "UPDATE partner_orders SET providers = $3, advertiser_name = $4, campaign_name = $5, \
+                 budget_dkk = $6, start_date = $7, end_date = $8, status = $9, \
+                 external_reference = $10, created_at = $11 \
+             WHERE organization_id = $1 AND id = $2",
+        )
+        .bind(organization_id)
+        .bind(&order.id)
+        .bind(&order.providers)
+        .bind(&order.advertiser_name)
+        .bind(&order.campaign_name)
+        .bind(budget)
+        .bind(order.start_date)
+        .bind(order.end_date)
+        .bind(&order.status)
+        .bind(&order.external_reference)
+        .bind(order.created_at.as_datetime())
+        .execute(&self.pool)
+        .await
+        .map_err(store_error)?;
+        Ok(done.rows_affected() > 0)
     }
 
     /// Adds orders to an organization, all or none.

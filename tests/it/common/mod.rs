@@ -5,6 +5,8 @@ pub mod contract;
 pub mod net;
 #[cfg(feature = "postgres")]
 pub mod pg;
+#[cfg(feature = "webhooks")]
+pub mod receiver;
 pub mod spy;
 
 #[allow(unused_imports)] // the standalone example's tests include this module too

@@ -1,0 +1,498 @@
+//! [`WebhookManager`] and [`WebhookOutbox`] over the memory store: the same rules as
+//! PostgreSQL's outbox, in process and without durability.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::{unknown_organization, MemoryStore};
+use crate::model::Timestamp;
+use crate::store::StoreError;
+use crate::webhooks::{
+    payload, Attempt, AttemptOutcome, Backlog, ClaimRequest, CreatedEndpoint, Delivery, Endpoint,
+    EventType, Finish, FinishedAttempt, NewEndpoint, NextStep, WebhookManager, WebhookOutbox,
+    WebhookSecret,
+};
+
+/// One change of an order, as the memory store's writers raise it.
+pub(super) struct OrderEvent {
+    pub(super) kind: EventType,
+    pub(super) order_id: String,
+    /// `data`: the order's JSON, or `{"id":...}` for a deletion.
+    pub(super) data: Bytes,
+}
+
+#[derive(Default)]
+pub(super) struct Outbox {
+    endpoints: BTreeMap<u64, EndpointEntry>,
+    deliveries: BTreeMap<u64, DeliveryEntry>,
+    /// Every attempt, oldest first, with its endpoint.
+    attempts: Vec<(u64, Attempt)>,
+    next_id: u64,
+}
+
+struct EndpointEntry {
+    record: Endpoint,
+    secret: WebhookSecret,
+    previous: Option<(WebhookSecret, Timestamp)>,
+    failing_since: Option<Timestamp>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Pending,
+    Succeeded,
+    Failed,
+}
+
+struct DeliveryEntry {
+    message_id: String,
+    endpoint: u64,
+    order_id: Option<String>,
+    kind: EventType,
+    body: Bytes,
+    raised_at: Timestamp,
+    state: State,
+    due: Timestamp,
+    attempts: u32,
+    /// `attempts` when the current round of tries began (a retry or recovery starts one).
+    round_start: u32,
+}
+
+impl Outbox {
+    fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn endpoint_mut(
+        &mut self,
+        organization_id: &str,
+        endpoint_id: &str,
+    ) -> Result<(u64, &mut EndpointEntry), StoreError> {
+        let id = endpoint_id.parse::<u64>().ok();
+        match id.and_then(|id| self.endpoints.get_mut(&id).map(|entry| (id, entry))) {
+            Some((id, entry)) if entry.record.organization_id == organization_id => Ok((id, entry)),
+            _ => Err(StoreError::not_found(format!(
+                "no webhook endpoint {:?} in this organization",
+                endpoint_id.chars().take(64).collect::<String>()
+            ))),
+        }
+    }
+
+    fn queue(
+        &mut self,
+        endpoint: u64,
+        kind: EventType,
+        order_id: Option<String>,
+        body: Bytes,
+    ) -> String {
+        let id = self.next_id();
+        let message_id = format!("msg_{}", uuid::Uuid::new_v4().simple());
+        let now = Timestamp::now();
+        self.deliveries.insert(
+            id,
+            DeliveryEntry {
+                message_id: message_id.clone(),
+                endpoint,
+                order_id,
+                kind,
+                body,
+                raised_at: now,
+                state: State::Pending,
+                due: now,
+                attempts: 0,
+                round_start: 0,
+            },
+        );
+        message_id
+    }
+
+    /// Queues `events` of `organization_id` for its enabled endpoints subscribed to them.
+    pub(super) fn raise(&mut self, organization_id: &str, events: &[OrderEvent]) {
+        for event in events {
+            let timestamp = Timestamp::now();
+            let subscribed: Vec<u64> = self
+                .endpoints
+                .iter()
+                .filter(|(_, entry)| {
+                    entry.record.enabled
+                        && entry.record.organization_id == organization_id
+                        && entry.record.subscribes_to(event.kind)
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            if subscribed.is_empty() {
+                continue;
+            }
+            let body = payload(event.kind, timestamp, &event.data);
+            for endpoint in subscribed {
+                self.queue(
+                    endpoint,
+                    event.kind,
+                    Some(event.order_id.clone()),
+                    body.clone(),
+                );
+            }
+        }
+    }
+}
+
+impl EndpointEntry {
+    fn secrets(&self, now: Timestamp) -> Vec<WebhookSecret> {
+        let mut secrets = vec![self.secret.clone()];
+        if let Some((previous, until)) = &self.previous {
+            if *until > now {
+                secrets.push(previous.clone());
+            }
+        }
+        secrets
+    }
+}
+
+impl MemoryStore {
+    pub(super) fn outbox(&self) -> MutexGuard<'_, Outbox> {
+        self.webhooks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn check_organization(&self, organization_id: &str) -> Result<(), StoreError> {
+        if self.read().organizations.contains_key(organization_id) {
+            Ok(())
+        } else {
+            Err(unknown_organization(organization_id))
+        }
+    }
+}
+
+fn new_secret() -> Result<WebhookSecret, StoreError> {
+    WebhookSecret::generate().map_err(StoreError::other)
+}
+
+#[async_trait]
+impl WebhookManager for MemoryStore {
+    async fn add_endpoint(
+        &self,
+        organization_id: &str,
+        new: NewEndpoint,
+    ) -> Result<CreatedEndpoint, StoreError> {
+        let events = new.check()?;
+        self.check_organization(organization_id)?;
+        let secret = new_secret()?;
+        let mut outbox = self.outbox();
+        let id = outbox.next_id();
+        let mut record = Endpoint::new(id.to_string(), organization_id, new.url, Timestamp::now());
+        record.events = events;
+        record.description = new.description;
+        outbox.endpoints.insert(
+            id,
+            EndpointEntry {
+                record: record.clone(),
+                secret: secret.clone(),
+                previous: None,
+                failing_since: None,
+            },
+        );
+        Ok(CreatedEndpoint { record, secret })
+    }
+
+    async fn endpoints(&self, organization_id: &str) -> Result<Vec<Endpoint>, StoreError> {
+        self.check_organization(organization_id)?;
+        Ok(self
+            .outbox()
+            .endpoints
+            .values()
+            .rev()
+            .filter(|entry| entry.record.organization_id == organization_id)
+            .map(|entry| entry.record.clone())
+            .collect())
+    }
+
+    async fn endpoint(
+        &self,
+        organization_id: &str,
+        endpoint_id: &str,
+    ) -> Result<Endpoint, StoreError> {
+        Ok(self
+            .outbox()
+            .endpoint_mut(organization_id, endpoint_id)?
+            .1
+            .record
+            .clone())
+    }
+
+    async fn rotate_secret(
+        &self,
+        organization_id: &str,
+        endpoint_id: &str,
+        overlap: Duration,
+    ) -> Result<CreatedEndpoint, StoreError> {
+        let secret = new_secret()?;
+        let mut outbox = self.outbox();
+        let (_, entry) = outbox.endpoint_mut(organization_id, endpoint_id)?;
+        let old = std::mem::replace(&mut entry.secret, secret.clone());
+        entry.previous =
+            (!overlap.is_zero()).then(|| (old, Timestamp::now().saturating_add(overlap)));
+        Ok(CreatedEndpoint {
+            record: entry.record.clone(),
+            secret,
+        })
+    }
+
+    async fn set_enabled(
+        &self,
+        organization_id: &str,
+        endpoint_id: &str,
+        enabled: bool,
+    ) -> Result<Endpoint, StoreError> {
+        let mut outbox = self.outbox();
+        let (_, entry) = outbox.endpoint_mut(organization_id, endpoint_id)?;
+        if enabled && !entry.record.enabled {
+            entry.failing_since = None;
+        }
+        entry.record.enabled = enabled;
+        Ok(entry.record.clone())
+    }
+
+    async fn remove_endpoint(
+        &self,
+        organization_id: &str,
+        endpoint_id: &str,
+    ) -> Result<(), StoreError> {
+        let mut outbox = self.outbox();
+        let (id, _) = outbox.endpoint_mut(organization_id, endpoint_id)?;
+        outbox.endpoints.remove(&id);
+        outbox
+            .deliveries
+            .retain(|_, delivery| delivery.endpoint != id);
+        outbox.attempts.retain(|(endpoint, _)| *endpoint != id);
+        Ok(())
+    }
+
+    async fn send_test(
+        &self,
+        organization_id: &str,
+        endpoint_id: &str,
+    ) -> Result<String, StoreError> {
+        let mut outbox = self.outbox();
+        let (id, entry) = outbox.endpoint_mut(organization_id, endpoint_id)?;
+        if !entry.record.enabled {
+            return Err(StoreError::conflict(
+                "the endpoint is disabled; enable it first",
+            ));
+        }
+        let data = serde_json::to_vec(&serde_json::json!({ "endpointId": entry.record.id }))
+            .map_err(StoreError::other)?;
+        let body = payload(EventType::WebhookTest, Timestamp::now(), &data);
+        Ok(outbox.queue(id, EventType::WebhookTest, None, body))
+    }
+
+    async fn attempts(
+        &self,
+        organization_id: &str,
+        endpoint_id: &str,
+        limit: usize,
+    ) -> Result<Vec<Attempt>, StoreError> {
+        let mut outbox = self.outbox();
+        let (id, _) = outbox.endpoint_mut(organization_id, endpoint_id)?;
+        Ok(outbox
+            .attempts
+            .iter()
+            .rev()
+            .filter(|(endpoint, _)| *endpoint == id)
+            .take(limit)
+            .map(|(_, attempt)| attempt.clone())
+            .collect())
+    }
+
+    async fn retry_message(
+        &self,
+        organization_id: &str,
+        endpoint_id: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError> {
+        let mut outbox = self.outbox();
+        let (id, _) = outbox.endpoint_mut(organization_id, endpoint_id)?;
+        let delivery = outbox
+            .deliveries
+            .values_mut()
+            .find(|delivery| delivery.endpoint == id && delivery.message_id == message_id)
+            .ok_or_else(|| StoreError::not_found("no such message to this endpoint"))?;
+        delivery.requeue();
+        Ok(())
+    }
+
+    async fn recover(
+        &self,
+        organization_id: &str,
+        endpoint_id: &str,
+        since: Timestamp,
+    ) -> Result<u64, StoreError> {
+        let mut outbox = self.outbox();
+        let (id, _) = outbox.endpoint_mut(organization_id, endpoint_id)?;
+        let mut recovered = 0;
+        for delivery in outbox.deliveries.values_mut() {
+            if delivery.endpoint == id
+                && delivery.state == State::Failed
+                && delivery.raised_at >= since
+            {
+                delivery.requeue();
+                recovered += 1;
+            }
+        }
+        Ok(recovered)
+    }
+}
+
+impl DeliveryEntry {
+    fn requeue(&mut self) {
+        self.state = State::Pending;
+        self.due = Timestamp::now();
+        self.round_start = self.attempts;
+    }
+}
+
+#[async_trait]
+impl WebhookOutbox for MemoryStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Delivery>, StoreError> {
+        let now = Timestamp::now();
+        let mut outbox = self.outbox();
+        let outbox = &mut *outbox;
+        // Pending deliveries in id order: the first pending one of an order to an endpoint is
+        // the only one of that order that may go.
+        let mut blocked: HashSet<(u64, &str)> = HashSet::new();
+        let mut candidates: Vec<(bool, Timestamp, u64)> = Vec::new();
+        for (id, delivery) in &outbox.deliveries {
+            if delivery.state != State::Pending {
+                continue;
+            }
+            if let Some(order_id) = &delivery.order_id {
+                if !blocked.insert((delivery.endpoint, order_id)) {
+                    continue;
+                }
+            }
+            let enabled = outbox
+                .endpoints
+                .get(&delivery.endpoint)
+                .is_some_and(|entry| entry.record.enabled);
+            if enabled && delivery.due <= now {
+                candidates.push((delivery.attempts > delivery.round_start, delivery.due, *id));
+            }
+        }
+        // First attempts before retries, then the longest due first.
+        candidates.sort_unstable();
+        let mut taken: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut claimed = Vec::new();
+        for (_, _, id) in candidates {
+            if claimed.len() >= request.limit {
+                break;
+            }
+            let delivery = &outbox.deliveries[&id];
+            let endpoint = &outbox.endpoints[&delivery.endpoint];
+            let count = taken.entry(delivery.endpoint).or_default();
+            if *count >= request.room_for(&endpoint.record.id) {
+                continue;
+            }
+            *count += 1;
+            claimed.push(id);
+        }
+        let lease_end = now.saturating_add(request.lease);
+        Ok(claimed
+            .into_iter()
+            .map(|id| {
+                let delivery = outbox
+                    .deliveries
+                    .get_mut(&id)
+                    .expect("claimed from the map");
+                delivery.attempts += 1;
+                delivery.due = lease_end;
+                let endpoint = &outbox.endpoints[&delivery.endpoint];
+                Delivery::new(
+                    id.to_string(),
+                    delivery.message_id.clone(),
+                    &endpoint.record,
+                    endpoint.secrets(now),
+                    delivery.kind,
+                    delivery.body.clone(),
+                    delivery.attempts,
+                    delivery.attempts - delivery.round_start,
+                    endpoint.failing_since,
+                )
+            })
+            .collect())
+    }
+
+    async fn finish(
+        &self,
+        delivery: &Delivery,
+        attempt: &FinishedAttempt,
+    ) -> Result<Finish, StoreError> {
+        let mut outbox = self.outbox();
+        let id = delivery.delivery_id.parse::<u64>().unwrap_or(0);
+        let Some(entry) = outbox.deliveries.get_mut(&id) else {
+            return Ok(Finish::default());
+        };
+        if entry.state != State::Pending || entry.attempts != delivery.attempt {
+            return Ok(Finish::default());
+        }
+        match attempt.next {
+            NextStep::Done => entry.state = State::Succeeded,
+            NextStep::GiveUp => entry.state = State::Failed,
+            NextStep::RetryAt(at) => entry.due = at,
+        }
+        let endpoint_id = entry.endpoint;
+        let record = Attempt {
+            message_id: entry.message_id.clone(),
+            event_type: entry.kind,
+            attempt: delivery.attempt,
+            outcome: attempt.outcome,
+            response_status: attempt.response_status,
+            error: attempt.error.clone(),
+            response_body: attempt.response_body.clone(),
+            duration_ms: u64::try_from(attempt.duration.as_millis()).unwrap_or(u64::MAX),
+            attempted_at: attempt.attempted_at,
+        };
+        outbox.attempts.push((endpoint_id, record));
+        let mut finish = Finish {
+            current: true,
+            disabled: None,
+        };
+        if let Some(endpoint) = outbox.endpoints.get_mut(&endpoint_id) {
+            match attempt.outcome {
+                AttemptOutcome::Succeeded => endpoint.failing_since = None,
+                _ => {
+                    endpoint.failing_since.get_or_insert(attempt.attempted_at);
+                }
+            }
+            if attempt.disable_endpoint && endpoint.record.enabled {
+                endpoint.record.enabled = false;
+                finish.disabled = Some(endpoint.record.clone());
+            }
+        }
+        Ok(finish)
+    }
+
+    async fn backlog(&self) -> Result<Backlog, StoreError> {
+        let now = Timestamp::now();
+        let outbox = self.outbox();
+        let mut backlog = Backlog::default();
+        for delivery in outbox.deliveries.values() {
+            let enabled = outbox
+                .endpoints
+                .get(&delivery.endpoint)
+                .is_some_and(|entry| entry.record.enabled);
+            if delivery.state == State::Pending && enabled && delivery.due <= now {
+                backlog.due += 1;
+                let waited = now.duration_since(delivery.due).unwrap_or_default();
+                backlog.oldest_due = Some(
+                    backlog
+                        .oldest_due
+                        .map_or(waited, |oldest| oldest.max(waited)),
+                );
+            }
+        }
+        Ok(backlog)
+    }
+}

@@ -1,0 +1,647 @@
+//! The webhooks suite: endpoints scoped to their organization, order events into the outbox,
+//! and the outbox's claims and finishes (order per order, leases, current attempts, rounds of
+//! tries, rotation, disabling).
+//!
+//! Claims are global to the store: run the suite where no dispatcher works the outbox.
+
+use std::time::Duration;
+
+use super::keys::kind_of;
+use super::namespace;
+use super::report::{ensure, failed, Check, Report};
+use super::store::{order, organization};
+use super::StoreFixtures;
+use crate::model::{EncodedOrder, Timestamp};
+use crate::store::StoreErrorKind;
+use crate::webhooks::{
+    AttemptOutcome, ClaimRequest, Delivery, EventType, FinishedAttempt, NewEndpoint, NextStep,
+    WebhookManager, WebhookOutbox,
+};
+
+/// Runs every webhooks check against the store of `fixtures`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let store = partner_api::MemoryStore::new();
+/// partner_api::testing::run_webhooks(&store).await.assert_passed();
+/// # }
+/// ```
+pub async fn run_webhooks<F>(fixtures: &F) -> Report
+where
+    F: StoreFixtures,
+    F::Store: WebhookManager + WebhookOutbox,
+{
+    let mut report = Report::default();
+    report.results.push((
+        "webhooks: endpoints are scoped and checked",
+        endpoints(fixtures).await,
+    ));
+    report.results.push((
+        "webhooks: order writes raise events in order",
+        order_events(fixtures).await,
+    ));
+    report.results.push((
+        "webhooks: leases and current attempts",
+        leases(fixtures).await,
+    ));
+    report
+        .results
+        .push(("webhooks: give up, retry, recover", rounds(fixtures).await));
+    report.results.push((
+        "webhooks: rotation, disabling, room per endpoint",
+        endpoint_state(fixtures).await,
+    ));
+    report
+}
+
+const LEASE: Duration = Duration::from_secs(60);
+
+/// Claims everything due and keeps the deliveries to `endpoint_id`.
+async fn claim_for<S: WebhookOutbox>(
+    store: &S,
+    endpoint_id: &str,
+    request: ClaimRequest,
+) -> Result<Vec<Delivery>, String> {
+    let claimed = store.claim(&request).await.map_err(failed("claim"))?;
+    Ok(claimed
+        .into_iter()
+        .filter(|delivery| delivery.endpoint_id == endpoint_id)
+        .collect())
+}
+
+async fn claim_all<S: WebhookOutbox>(
+    store: &S,
+    endpoint_id: &str,
+) -> Result<Vec<Delivery>, String> {
+    claim_for(store, endpoint_id, ClaimRequest::new(10_000, 10_000, LEASE)).await
+}
+
+async fn finish<S: WebhookOutbox>(
+    store: &S,
+    delivery: &Delivery,
+    outcome: AttemptOutcome,
+    next: NextStep,
+) -> Result<crate::webhooks::Finish, String> {
+    let mut attempt = FinishedAttempt::new(outcome, Timestamp::now(), Duration::from_millis(3));
+    attempt.next = next;
+    if outcome == AttemptOutcome::Failed {
+        attempt.response_status = Some(500);
+    }
+    store
+        .finish(delivery, &attempt)
+        .await
+        .map_err(failed("finish"))
+}
+
+fn body_json(delivery: &Delivery) -> Result<serde_json::Value, String> {
+    serde_json::from_slice(&delivery.body).map_err(|err| format!("a body is not JSON: {err}"))
+}
+
+async fn endpoints<F>(fixtures: &F) -> Check
+where
+    F: StoreFixtures,
+    F::Store: WebhookManager + WebhookOutbox,
+{
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "a").await?;
+    let other = organization(fixtures, &ns, "b").await?;
+    let store = fixtures.store();
+    let first = store
+        .add_endpoint(&org.id, NewEndpoint::new("https://example.com/hooks/1"))
+        .await
+        .map_err(failed("add_endpoint"))?;
+    let second = store
+        .add_endpoint(
+            &org.id,
+            NewEndpoint::new("https://example.com/hooks/2")
+                .with_events([
+                    EventType::OrderDeleted,
+                    EventType::OrderCreated,
+                    EventType::OrderDeleted,
+                ])
+                .with_description("ops"),
+        )
+        .await
+        .map_err(failed("add_endpoint"))?;
+    ensure!(
+        first.secret.expose().starts_with("whsec_") && first.secret != second.secret,
+        "secrets are not distinct whsec_ secrets"
+    );
+    ensure!(
+        second.record.events == [EventType::OrderCreated, EventType::OrderDeleted]
+            && second.record.description == "ops"
+            && second.record.enabled
+            && second.record.organization_id == org.id,
+        "the record of an added endpoint is {:?}",
+        second.record
+    );
+    let listed = store
+        .endpoints(&org.id)
+        .await
+        .map_err(failed("endpoints"))?;
+    ensure!(
+        listed == [second.record.clone(), first.record.clone()],
+        "endpoints are not the organization's, newest first: {listed:?}"
+    );
+    ensure!(
+        store
+            .endpoints(&other.id)
+            .await
+            .map_err(failed("endpoints"))?
+            .is_empty(),
+        "another organization lists the endpoints"
+    );
+    let id = &first.record.id;
+    ensure!(
+        kind_of(store.endpoint(&other.id, id).await) == Some(StoreErrorKind::NotFound)
+            && kind_of(store.rotate_secret(&other.id, id, LEASE).await)
+                == Some(StoreErrorKind::NotFound)
+            && kind_of(store.set_enabled(&other.id, id, false).await)
+                == Some(StoreErrorKind::NotFound)
+            && kind_of(store.send_test(&other.id, id).await) == Some(StoreErrorKind::NotFound)
+            && kind_of(store.attempts(&other.id, id, 10).await) == Some(StoreErrorKind::NotFound)
+            && kind_of(store.remove_endpoint(&other.id, id).await)
+                == Some(StoreErrorKind::NotFound),
+        "another organization reaches an endpoint"
+    );
+    ensure!(
+        kind_of(store.endpoint(&org.id, "no-such-endpoint").await)
+            == Some(StoreErrorKind::NotFound),
+        "a made-up id is not NotFound"
+    );
+    ensure!(
+        kind_of(
+            store
+                .add_endpoint(
+                    &format!("{ns}_none"),
+                    NewEndpoint::new("https://example.com/")
+                )
+                .await
+        ) == Some(StoreErrorKind::NotFound),
+        "an unknown organization got an endpoint"
+    );
+    for url in [
+        "ftp://example.com/",
+        "https://user:pw@example.com/",
+        "/relative",
+        "https://example.com/#x",
+    ] {
+        ensure!(
+            kind_of(store.add_endpoint(&org.id, NewEndpoint::new(url)).await)
+                == Some(StoreErrorKind::InvalidData),
+            "the URL {url:?} was accepted"
+        );
+    }
+    store
+        .remove_endpoint(&org.id, id)
+        .await
+        .map_err(failed("remove_endpoint"))?;
+    ensure!(
+        kind_of(store.endpoint(&org.id, id).await) == Some(StoreErrorKind::NotFound),
+        "a removed endpoint is still found"
+    );
+    store
+        .remove_endpoint(&org.id, &second.record.id)
+        .await
+        .map_err(failed("remove_endpoint"))?;
+    Ok(())
+}
+
+async fn order_events<F>(fixtures: &F) -> Check
+where
+    F: StoreFixtures,
+    F::Store: WebhookManager + WebhookOutbox,
+{
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "a").await?;
+    let store = fixtures.store();
+    let all = store
+        .add_endpoint(&org.id, NewEndpoint::new("https://example.com/all"))
+        .await
+        .map_err(failed("add_endpoint"))?
+        .record;
+    let deletions = store
+        .add_endpoint(
+            &org.id,
+            NewEndpoint::new("https://example.com/deleted").with_events([EventType::OrderDeleted]),
+        )
+        .await
+        .map_err(failed("add_endpoint"))?
+        .record;
+    let off = store
+        .add_endpoint(&org.id, NewEndpoint::new("https://example.com/off"))
+        .await
+        .map_err(failed("add_endpoint"))?
+        .record;
+    store
+        .set_enabled(&org.id, &off.id, false)
+        .await
+        .map_err(failed("set_enabled"))?;
+
+    let created = order(format!("{ns}_o1"), 1);
+    let mut updated = created.clone();
+    updated.status = "running".into();
+    fixtures
+        .add_orders(&org.id, &[created.clone()])
+        .await
+        .map_err(failed("add_orders"))?;
+    fixtures
+        .update_order(&org.id, &updated)
+        .await
+        .map_err(failed("update_order"))?;
+    fixtures
+        .remove_order(&org.id, &created.id)
+        .await
+        .map_err(failed("remove_order"))?;
+
+    // One claim: the deletions-only endpoint has its one event at once, the other endpoint
+    // only the first change of the order.
+    let claimed = store
+        .claim(&ClaimRequest::new(10_000, 10_000, LEASE))
+        .await
+        .map_err(failed("claim"))?;
+    let of = |endpoint: &str| -> Vec<Delivery> {
+        claimed
+            .iter()
+            .filter(|d| d.endpoint_id == endpoint)
+            .cloned()
+            .collect()
+    };
+    let to_deletions = of(&deletions.id);
+    let mut first_claim = Some(of(&all.id));
+    ensure!(
+        to_deletions.len() == 1 && to_deletions[0].event_type == EventType::OrderDeleted,
+        "an endpoint subscribed to order.deleted got {:?}",
+        to_deletions
+            .iter()
+            .map(|d| d.event_type)
+            .collect::<Vec<_>>()
+    );
+    let body = body_json(&to_deletions[0])?;
+    ensure!(
+        body["data"] == serde_json::json!({ "id": created.id }),
+        "order.deleted carries {body}"
+    );
+    ensure!(
+        claim_all(store, &off.id).await?.is_empty(),
+        "a disabled endpoint got events"
+    );
+
+    // The other endpoint: one order's events one at a time, in the order of the changes.
+    let mut message_ids = Vec::new();
+    for (kind, state) in [
+        (EventType::OrderCreated, Some(&created)),
+        (EventType::OrderUpdated, Some(&updated)),
+        (EventType::OrderDeleted, None),
+    ] {
+        let claimed = match first_claim.take() {
+            Some(claimed) => claimed,
+            None => claim_all(store, &all.id).await?,
+        };
+        ensure!(
+            claimed.len() == 1 && claimed[0].event_type == kind,
+            "expected only {kind} due, got {:?}",
+            claimed.iter().map(|d| d.event_type).collect::<Vec<_>>()
+        );
+        let delivery = &claimed[0];
+        let body = body_json(delivery)?;
+        ensure!(
+            body["type"] == kind.as_str(),
+            "the body's type is {}",
+            body["type"]
+        );
+        let timestamp = body["timestamp"].as_str().unwrap_or_default();
+        ensure!(
+            timestamp.len() == 24
+                && timestamp.ends_with('Z')
+                && timestamp.parse::<Timestamp>().is_ok(),
+            "the timestamp {timestamp:?} is not ISO 8601 UTC with milliseconds"
+        );
+        if let Some(state) = state {
+            let expected = EncodedOrder::new(state.clone()).map_err(|err| err.to_string())?;
+            let data = format!(",\"data\":{}}}", String::from_utf8_lossy(expected.json()));
+            ensure!(
+                String::from_utf8_lossy(&delivery.body).ends_with(&data),
+                "the data of {kind} is not the order's bytes as GET /v1/orders serves them: {}",
+                String::from_utf8_lossy(&delivery.body)
+            );
+        }
+        ensure!(
+            delivery.attempt == 1 && delivery.tries == 1 && delivery.secrets.len() == 1,
+            "a first attempt is {delivery:?}"
+        );
+        message_ids.push(delivery.message_id.clone());
+        let done = finish(store, delivery, AttemptOutcome::Succeeded, NextStep::Done).await?;
+        ensure!(done.current, "finishing a current attempt did not count");
+    }
+    ensure!(
+        claim_all(store, &all.id).await?.is_empty(),
+        "a delivered event came again"
+    );
+    message_ids.push(to_deletions[0].message_id.clone());
+    message_ids.sort();
+    message_ids.dedup();
+    ensure!(
+        message_ids.len() == 4,
+        "message ids repeat across messages or endpoints"
+    );
+    for endpoint in [&all, &deletions, &off] {
+        store
+            .remove_endpoint(&org.id, &endpoint.id)
+            .await
+            .map_err(failed("remove_endpoint"))?;
+    }
+    Ok(())
+}
+
+async fn leases<F>(fixtures: &F) -> Check
+where
+    F: StoreFixtures,
+    F::Store: WebhookManager + WebhookOutbox,
+{
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "a").await?;
+    let store = fixtures.store();
+    let endpoint = store
+        .add_endpoint(&org.id, NewEndpoint::new("https://example.com/"))
+        .await
+        .map_err(failed("add_endpoint"))?
+        .record;
+    let message_id = store
+        .send_test(&org.id, &endpoint.id)
+        .await
+        .map_err(failed("send_test"))?;
+    let first = claim_all(store, &endpoint.id).await?;
+    ensure!(
+        first.len() == 1
+            && first[0].message_id == message_id
+            && first[0].event_type == EventType::WebhookTest,
+        "the test message is not claimed: {first:?}"
+    );
+    ensure!(
+        claim_all(store, &endpoint.id).await?.is_empty(),
+        "a leased delivery was claimed twice"
+    );
+    // A failure with a retry due now: the next claim is attempt 2, same message.
+    let retry = NextStep::RetryAt(Timestamp::now());
+    finish(store, &first[0], AttemptOutcome::Failed, retry).await?;
+    let second = claim_all(store, &endpoint.id).await?;
+    ensure!(
+        second.len() == 1
+            && second[0].attempt == 2
+            && second[0].tries == 2
+            && second[0].message_id == message_id,
+        "the retry is {second:?}"
+    );
+    ensure!(
+        second[0].failing_since.is_some(),
+        "a failed attempt did not start the endpoint's failure streak"
+    );
+    // Attempt 1 finishing late changes nothing.
+    let late = finish(store, &first[0], AttemptOutcome::Succeeded, NextStep::Done).await?;
+    ensure!(
+        !late.current,
+        "a late finish of attempt 1 counted over attempt 2"
+    );
+    // A lease that ends: another worker takes the delivery over, and the first one's finish
+    // is no longer current.
+    finish(
+        store,
+        &second[0],
+        AttemptOutcome::Failed,
+        NextStep::RetryAt(Timestamp::now()),
+    )
+    .await?;
+    let short = claim_for(
+        store,
+        &endpoint.id,
+        ClaimRequest::new(100, 100, Duration::ZERO),
+    )
+    .await?;
+    ensure!(
+        short.len() == 1 && short[0].attempt == 3,
+        "attempt 3 is {short:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let taken = claim_all(store, &endpoint.id).await?;
+    ensure!(
+        taken.len() == 1 && taken[0].attempt == 4,
+        "an ended lease was not taken over: {taken:?}"
+    );
+    ensure!(
+        !finish(store, &short[0], AttemptOutcome::Succeeded, NextStep::Done)
+            .await?
+            .current,
+        "a finish after the lease was taken over counted"
+    );
+    ensure!(
+        finish(store, &taken[0], AttemptOutcome::Succeeded, NextStep::Done)
+            .await?
+            .current,
+        "the current attempt's finish did not count"
+    );
+    let attempts = store
+        .attempts(&org.id, &endpoint.id, 10)
+        .await
+        .map_err(failed("attempts"))?;
+    let numbers: Vec<u32> = attempts.iter().map(|attempt| attempt.attempt).collect();
+    ensure!(
+        numbers == [4, 2, 1],
+        "attempts, newest first, are {numbers:?}"
+    );
+    ensure!(
+        attempts[0].outcome == AttemptOutcome::Succeeded
+            && attempts[1].outcome == AttemptOutcome::Failed
+            && attempts[1].response_status == Some(500)
+            && attempts
+                .iter()
+                .all(|a| a.message_id == message_id && a.event_type == EventType::WebhookTest),
+        "the attempts are {attempts:?}"
+    );
+    ensure!(
+        claim_all(store, &endpoint.id).await?.is_empty(),
+        "a succeeded delivery is due again"
+    );
+    store
+        .remove_endpoint(&org.id, &endpoint.id)
+        .await
+        .map_err(failed("remove_endpoint"))?;
+    Ok(())
+}
+
+async fn rounds<F>(fixtures: &F) -> Check
+where
+    F: StoreFixtures,
+    F::Store: WebhookManager + WebhookOutbox,
+{
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "a").await?;
+    let store = fixtures.store();
+    let endpoint = store
+        .add_endpoint(&org.id, NewEndpoint::new("https://example.com/"))
+        .await
+        .map_err(failed("add_endpoint"))?
+        .record;
+    // A second early, for stores whose clock is the database's.
+    let before =
+        Timestamp::from_datetime(Timestamp::now().as_datetime() - chrono::Duration::seconds(1));
+    let message_id = store
+        .send_test(&org.id, &endpoint.id)
+        .await
+        .map_err(failed("send_test"))?;
+    let claimed = claim_all(store, &endpoint.id).await?;
+    ensure!(claimed.len() == 1, "the test message was not claimed");
+    finish(store, &claimed[0], AttemptOutcome::Failed, NextStep::GiveUp).await?;
+    ensure!(
+        claim_all(store, &endpoint.id).await?.is_empty(),
+        "a given-up delivery is due"
+    );
+    let recovered = store
+        .recover(&org.id, &endpoint.id, before)
+        .await
+        .map_err(failed("recover"))?;
+    ensure!(recovered == 1, "recover queued {recovered} messages, not 1");
+    let again = claim_all(store, &endpoint.id).await?;
+    ensure!(
+        again.len() == 1
+            && again[0].message_id == message_id
+            && again[0].tries == 1
+            && again[0].attempt == 2,
+        "a recovered message is {again:?}"
+    );
+    finish(store, &again[0], AttemptOutcome::Failed, NextStep::GiveUp).await?;
+    let later = Timestamp::now().saturating_add(Duration::from_secs(3600));
+    ensure!(
+        store
+            .recover(&org.id, &endpoint.id, later)
+            .await
+            .map_err(failed("recover"))?
+            == 0,
+        "recover took a message raised before its time"
+    );
+    store
+        .retry_message(&org.id, &endpoint.id, &message_id)
+        .await
+        .map_err(failed("retry_message"))?;
+    let retried = claim_all(store, &endpoint.id).await?;
+    ensure!(
+        retried.len() == 1 && retried[0].tries == 1 && retried[0].attempt == 3,
+        "a retried message is {retried:?}"
+    );
+    finish(
+        store,
+        &retried[0],
+        AttemptOutcome::Succeeded,
+        NextStep::Done,
+    )
+    .await?;
+    ensure!(
+        kind_of(
+            store
+                .retry_message(&org.id, &endpoint.id, "msg_unknown")
+                .await
+        ) == Some(StoreErrorKind::NotFound),
+        "retrying an unknown message is not NotFound"
+    );
+    store
+        .remove_endpoint(&org.id, &endpoint.id)
+        .await
+        .map_err(failed("remove_endpoint"))?;
+    Ok(())
+}
+
+async fn endpoint_state<F>(fixtures: &F) -> Check
+where
+    F: StoreFixtures,
+    F::Store: WebhookManager + WebhookOutbox,
+{
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "a").await?;
+    let store = fixtures.store();
+    let added = store
+        .add_endpoint(&org.id, NewEndpoint::new("https://example.com/"))
+        .await
+        .map_err(failed("add_endpoint"))?;
+    let id = &added.record.id;
+    let rotated = store
+        .rotate_secret(&org.id, id, Duration::from_secs(3600))
+        .await
+        .map_err(failed("rotate_secret"))?;
+    store
+        .send_test(&org.id, id)
+        .await
+        .map_err(failed("send_test"))?;
+    let claimed = claim_all(store, id).await?;
+    ensure!(
+        claimed.len() == 1 && claimed[0].secrets == [rotated.secret.clone(), added.secret.clone()],
+        "during the overlap a delivery is not signed with the new and the old secret"
+    );
+    // Disabled by a finish: reported once, then nothing is claimed and no test is taken.
+    let mut attempt =
+        FinishedAttempt::new(AttemptOutcome::Failed, Timestamp::now(), Duration::ZERO);
+    attempt.response_status = Some(410);
+    attempt.disable_endpoint = true;
+    let done = store
+        .finish(&claimed[0], &attempt)
+        .await
+        .map_err(failed("finish"))?;
+    ensure!(
+        done.current
+            && done
+                .disabled
+                .as_ref()
+                .is_some_and(|endpoint| !endpoint.enabled && endpoint.id == *id),
+        "a finish that disables did not report the endpoint: {done:?}"
+    );
+    ensure!(
+        kind_of(store.send_test(&org.id, id).await) == Some(StoreErrorKind::Conflict),
+        "a disabled endpoint took a test"
+    );
+    store
+        .set_enabled(&org.id, id, true)
+        .await
+        .map_err(failed("set_enabled"))?;
+    let rotated_again = store
+        .rotate_secret(&org.id, id, Duration::ZERO)
+        .await
+        .map_err(failed("rotate_secret"))?;
+    for _ in 0..3 {
+        store
+            .send_test(&org.id, id)
+            .await
+            .map_err(failed("send_test"))?;
+    }
+    let two = claim_for(store, id, ClaimRequest::new(100, 2, LEASE)).await?;
+    ensure!(
+        two.len() == 2,
+        "with room for 2 per endpoint, {} were claimed",
+        two.len()
+    );
+    ensure!(
+        two.iter().all(
+            |delivery| delivery.secrets == [rotated_again.secret.clone()]
+                && delivery.failing_since.is_none()
+        ),
+        "after a rotation without overlap, or re-enabling, deliveries are {two:?}"
+    );
+    let busy = ClaimRequest::new(100, 2, LEASE).with_in_flight(vec![(id.clone(), 2)]);
+    ensure!(
+        claim_for(store, id, busy).await?.is_empty(),
+        "an endpoint at its room got more"
+    );
+    for delivery in &two {
+        finish(store, delivery, AttemptOutcome::Succeeded, NextStep::Done).await?;
+    }
+    let rest = claim_all(store, id).await?;
+    ensure!(
+        rest.len() == 1,
+        "the third test message is not due: {rest:?}"
+    );
+    finish(store, &rest[0], AttemptOutcome::Succeeded, NextStep::Done).await?;
+    store
+        .remove_endpoint(&org.id, id)
+        .await
+        .map_err(failed("remove_endpoint"))?;
+    Ok(())
+}

@@ -1,0 +1,470 @@
+//! Webhooks end to end: real receivers on loopback, the delivery worker, the memory store and
+//! PostgreSQL (the trigger, several workers, a worker killed half-way).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use crate::common::receiver::{Receiver, Reply};
+use crate::common::*;
+use partner_api::webhooks::{
+    verify, AttemptOutcome, DeliveryConfig, DestinationPolicy, DisableReason, Dispatcher,
+    EventType, NewEndpoint, WebhookManager, WebhookSecret,
+};
+use partner_api::{EncodedOrder, MemoryStore, PartnerApi};
+
+/// A worker for tests: receivers on loopback over plain http, a fast poll.
+fn config() -> DeliveryConfig {
+    DeliveryConfig::new()
+        .with_destinations(
+            DestinationPolicy::new()
+                .with_allow_http(true)
+                .with_allowed_subnet("127.0.0.0/8".parse().unwrap()),
+        )
+        .with_poll_interval(Duration::from_millis(20))
+        .with_retry_schedule(vec![Duration::from_millis(100); 3])
+}
+
+/// Runs a worker until the returned sender is dropped or sent to.
+fn start(
+    dispatcher: Dispatcher,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(dispatcher.run(async move {
+        let _ = stopped.await;
+    }));
+    (stop, task)
+}
+
+fn checked(received: &crate::common::receiver::Received, secrets: &[WebhookSecret]) {
+    let id = verify(
+        secrets,
+        &received.headers,
+        &received.body,
+        SystemTime::now(),
+    )
+    .expect("the crate's verifier accepts the delivery");
+    assert!(id.starts_with("msg_"));
+    assert_eq!(received.header("content-type"), "application/json");
+    assert!(received
+        .header("user-agent")
+        .starts_with("partner-api-webhooks/"));
+}
+
+#[tokio::test]
+async fn the_memory_store_conforms() {
+    let store = MemoryStore::new();
+    let report = partner_api::testing::run_webhooks(&store).await;
+    report.assert_passed();
+    assert_eq!(report.len(), 5);
+}
+
+#[tokio::test]
+async fn each_event_type_arrives_signed_with_the_order_as_the_api_serves_it() {
+    let receiver = Receiver::ok().await;
+    let store = store();
+    let endpoint = store
+        .add_endpoint("org_b", NewEndpoint::new(receiver.url("/hooks")))
+        .await
+        .unwrap();
+    let (_stop, _task) = start(Dispatcher::new(store.clone(), config()));
+
+    let mut placed = order("b9", BASE_MILLIS + 60_000);
+    store.add_order("org_b", placed.clone()).unwrap();
+    placed.status = "running".into();
+    store.update_order("org_b", placed.clone()).unwrap();
+    let served = call(
+        &PartnerApi::from_store(store.clone()),
+        get("/v1/orders", Some(KEY_B)),
+    )
+    .await;
+    store.remove_order("org_b", "b9");
+
+    let received = receiver.wait_for(3, Duration::from_secs(10)).await;
+    let types: Vec<String> = received
+        .iter()
+        .map(|r| r.json()["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(types, ["order.created", "order.updated", "order.deleted"]);
+    for delivery in &received {
+        checked(delivery, std::slice::from_ref(&endpoint.secret));
+        let timestamp = delivery.json()["timestamp"].as_str().unwrap().to_owned();
+        assert!(
+            timestamp.ends_with('Z') && timestamp.len() == 24,
+            "{timestamp}"
+        );
+    }
+    // The updated order's bytes are exactly those GET /v1/orders served.
+    let updated = EncodedOrder::new(placed).unwrap();
+    let order_bytes = String::from_utf8_lossy(updated.json()).into_owned();
+    assert!(String::from_utf8_lossy(&served.body).contains(&order_bytes));
+    assert!(
+        String::from_utf8_lossy(&received[1].body).ends_with(&format!(",\"data\":{order_bytes}}}"))
+    );
+    assert_eq!(received[2].json()["data"], serde_json::json!({"id": "b9"}));
+    // Every message has its own id.
+    let mut ids: Vec<&str> = received.iter().map(|r| r.header("webhook-id")).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 3);
+
+    let attempts = store
+        .attempts("org_b", &endpoint.record.id, 10)
+        .await
+        .unwrap();
+    assert_eq!(attempts.len(), 3);
+    assert!(attempts
+        .iter()
+        .all(|a| a.outcome == AttemptOutcome::Succeeded && a.response_status == Some(204)));
+    assert_eq!(attempts[0].event_type, EventType::OrderDeleted);
+}
+
+#[tokio::test]
+async fn failures_are_retried_under_one_id_and_410_disables_at_once() {
+    // 500, then a redirect, then 200: three tries, one webhook-id.
+    let flaky = Receiver::start(|nth, _| match nth {
+        0 => Reply::Status(500),
+        1 => Reply::StatusWith(302, "location", "http://127.0.0.1:9/".into()),
+        _ => Reply::Status(200),
+    })
+    .await;
+    let gone = Receiver::start(|_, _| Reply::Status(410)).await;
+    let store = store();
+    let retried = store
+        .add_endpoint(
+            "org_a",
+            NewEndpoint::new(flaky.url("/")).with_events([EventType::WebhookTest]),
+        )
+        .await
+        .unwrap();
+    let ended = store
+        .add_endpoint("org_a", NewEndpoint::new(gone.url("/")))
+        .await
+        .unwrap();
+    let disabled = Arc::new(Mutex::new(Vec::new()));
+    let hook = {
+        let disabled = Arc::clone(&disabled);
+        move |event: &partner_api::webhooks::DisabledEndpoint| {
+            disabled
+                .lock()
+                .unwrap()
+                .push((event.endpoint.id.clone(), event.reason));
+        }
+    };
+    let (_stop, _task) = start(Dispatcher::new(store.clone(), config()).with_on_disabled(hook));
+    store.send_test("org_a", &retried.record.id).await.unwrap();
+    store.send_test("org_a", &ended.record.id).await.unwrap();
+
+    let received = flaky.wait_for(3, Duration::from_secs(10)).await;
+    let ids: Vec<&str> = received.iter().map(|r| r.header("webhook-id")).collect();
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    assert_eq!(flaky.connections.load(Ordering::SeqCst) >= 1, true);
+    gone.wait_for(1, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(gone.received().len(), 1, "a 410 was retried");
+    assert_eq!(
+        *disabled.lock().unwrap(),
+        [(ended.record.id.clone(), DisableReason::Gone)]
+    );
+    assert!(
+        !store
+            .endpoint("org_a", &ended.record.id)
+            .await
+            .unwrap()
+            .enabled
+    );
+
+    let attempts = store
+        .attempts("org_a", &retried.record.id, 10)
+        .await
+        .unwrap();
+    let summary: Vec<(u32, AttemptOutcome, Option<u16>)> = attempts
+        .iter()
+        .map(|a| (a.attempt, a.outcome, a.response_status))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (3, AttemptOutcome::Succeeded, Some(200)),
+            (2, AttemptOutcome::Failed, Some(302)),
+            (1, AttemptOutcome::Failed, Some(500)),
+        ]
+    );
+    assert_eq!(
+        attempts[1].error.as_deref(),
+        Some("redirects are not followed")
+    );
+    assert_eq!(attempts[2].response_body.as_deref(), Some("thanks"));
+}
+
+#[tokio::test]
+async fn a_destination_resolving_to_a_blocked_address_gets_no_connection() {
+    let receiver = Receiver::ok().await;
+    let store = store();
+    // `localhost` resolves to loopback, which the default policy blocks; so is the literal.
+    let by_name = store
+        .add_endpoint(
+            "org_a",
+            NewEndpoint::new(format!("http://localhost:{}/", receiver.address.port())),
+        )
+        .await
+        .unwrap();
+    let by_address = store
+        .add_endpoint("org_a", NewEndpoint::new(receiver.url("/")))
+        .await
+        .unwrap();
+    let config = config()
+        .with_destinations(DestinationPolicy::new().with_allow_http(true))
+        .with_retry_schedule(vec![]);
+    let (_stop, _task) = start(Dispatcher::new(store.clone(), config));
+    for endpoint in [&by_name, &by_address] {
+        store.send_test("org_a", &endpoint.record.id).await.unwrap();
+    }
+    for endpoint in [&by_name, &by_address] {
+        let attempts = eventually(|| async {
+            let attempts = store
+                .attempts("org_a", &endpoint.record.id, 10)
+                .await
+                .unwrap();
+            (!attempts.is_empty()).then_some(attempts)
+        })
+        .await;
+        let error = attempts[0].error.clone().unwrap_or_default();
+        assert!(
+            error.contains("is in the blocked range 127.0.0.0/8"),
+            "{error}"
+        );
+        assert_eq!(attempts[0].outcome, AttemptOutcome::Failed);
+    }
+    assert_eq!(receiver.connections.load(Ordering::SeqCst), 0);
+    // And https only, by default.
+    let https_only = DestinationPolicy::new();
+    assert!(https_only
+        .check_url(&"http://example.com/".parse().unwrap())
+        .is_err());
+}
+
+#[tokio::test]
+async fn a_hanging_endpoint_does_not_delay_a_healthy_one() {
+    let hanging = Receiver::start(|_, _| Reply::Hang).await;
+    let healthy = Receiver::ok().await;
+    let store = store();
+    let stuck = store
+        .add_endpoint("org_a", NewEndpoint::new(hanging.url("/")))
+        .await
+        .unwrap();
+    let fine = store
+        .add_endpoint("org_b", NewEndpoint::new(healthy.url("/")))
+        .await
+        .unwrap();
+    let config = config()
+        .with_timeout(Duration::from_secs(60))
+        .with_concurrency(4, 2);
+    let (_stop, _task) = start(Dispatcher::new(store.clone(), config));
+    for _ in 0..10 {
+        store.send_test("org_a", &stuck.record.id).await.unwrap();
+    }
+    hanging.wait_for(2, Duration::from_secs(10)).await;
+    for _ in 0..20 {
+        store.send_test("org_b", &fine.record.id).await.unwrap();
+    }
+    // All twenty arrive while the hanging endpoint holds its two slots (its time-out is a
+    // minute away).
+    healthy.wait_for(20, Duration::from_secs(20)).await;
+    assert_eq!(
+        hanging.received().len(),
+        2,
+        "the hanging endpoint got more than its share"
+    );
+}
+
+/// Polls `check` until it gives a value (panics after 10 s).
+async fn eventually<T, F, Fut>(check: F) -> T
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(std::time::Instant::now() < deadline, "not within 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+mod postgres {
+    use super::*;
+    use crate::common::pg::fresh_database;
+    use partner_api::PgStore;
+
+    async fn database() -> PgStore {
+        let store = PgStore::connect_lazy(&fresh_database().await).unwrap();
+        store.migrate().await.unwrap();
+        store
+            .add_organization(&partner_api::Organization {
+                id: "org_a".into(),
+                name: "A".into(),
+            })
+            .await
+            .unwrap();
+        store
+    }
+
+    #[tokio::test]
+    async fn the_postgres_store_conforms() {
+        let store = PgStore::connect_lazy(&fresh_database().await).unwrap();
+        store.migrate().await.unwrap();
+        let report = partner_api::testing::run_webhooks(&store).await;
+        report.assert_passed();
+        partner_api::testing::run_webhooks(&store)
+            .await
+            .assert_passed();
+    }
+
+    #[tokio::test]
+    async fn a_rolled_back_change_raises_nothing_and_sql_changes_raise_events() {
+        let receiver = Receiver::ok().await;
+        let store = database().await;
+        let endpoint = store
+            .add_endpoint("org_a", NewEndpoint::new(receiver.url("/")))
+            .await
+            .unwrap();
+        let mut transaction = store.pool().begin().await.unwrap();
+        sqlx::query(INSERT)
+            .bind("rolled-back")
+            .execute(&mut *transaction)
+            .await
+            .unwrap();
+        transaction.rollback().await.unwrap();
+        sqlx::query(INSERT)
+            .bind("o1")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        sqlx::query("UPDATE partner_orders SET status = 'running' WHERE id = 'o1'")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        // Nothing changed: no event.
+        sqlx::query("UPDATE partner_orders SET status = 'running' WHERE id = 'o1'")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        sqlx::query("DELETE FROM partner_orders WHERE id = 'o1'")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        let (_stop, _task) = start(Dispatcher::new(store.clone(), config()));
+        let received = receiver.wait_for(3, Duration::from_secs(10)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(receiver.received().len(), 3);
+        let statuses: Vec<(String, serde_json::Value)> = received
+            .iter()
+            .map(|r| {
+                (
+                    r.json()["type"].as_str().unwrap().to_owned(),
+                    r.json()["data"]["status"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            statuses,
+            [
+                ("order.created".into(), "booked".into()),
+                ("order.updated".into(), "running".into()),
+                ("order.deleted".into(), serde_json::Value::Null),
+            ]
+        );
+        for delivery in &received {
+            checked(delivery, std::slice::from_ref(&endpoint.secret));
+            assert!(delivery.json()["data"]["id"] == "o1");
+        }
+    }
+
+    const INSERT: &str =
+        "INSERT INTO partner_orders VALUES ('org_a', $1, ARRAY['meta'], 'A', 'C', 1, \
+                          '2026-03-01', '2026-04-30', 'booked', 'PO', now())";
+
+    /// Two workers, 2,000 changes of 100 orders, one worker killed half-way: every change
+    /// arrives, and each order's in the order of its commits.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_workers_and_one_killed_deliver_everything_in_order() {
+        let receiver = Receiver::ok().await;
+        let store = database().await;
+        store
+            .add_endpoint("org_a", NewEndpoint::new(receiver.url("/")))
+            .await
+            .unwrap();
+        let (_stop_a, worker_a) = start(Dispatcher::new(
+            store.clone(),
+            config()
+                .with_concurrency(16, 8)
+                .with_timeout(Duration::from_secs(2)),
+        ));
+        let (_stop_b, _worker_b) = start(Dispatcher::new(
+            store.clone(),
+            config()
+                .with_concurrency(16, 8)
+                .with_timeout(Duration::from_secs(2)),
+        ));
+        let orders = 100;
+        let writes = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for order in 0..orders {
+                    sqlx::query(INSERT)
+                        .bind(format!("o{order}"))
+                        .execute(store.pool())
+                        .await
+                        .unwrap();
+                }
+                for round in 1..20 {
+                    for order in 0..orders {
+                        sqlx::query("UPDATE partner_orders SET status = $2 WHERE id = $1")
+                            .bind(format!("o{order}"))
+                            .bind(format!("s{round}"))
+                            .execute(store.pool())
+                            .await
+                            .unwrap();
+                    }
+                }
+            })
+        };
+        receiver.wait_for(1000, Duration::from_secs(60)).await;
+        worker_a.abort();
+        writes.await.unwrap();
+        // Every change, once per webhook-id (a duplicate only for a delivery in flight at the
+        // kill), each order's statuses in commit order.
+        let received = receiver.wait_for(2000, Duration::from_secs(120)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let received = receiver
+            .received()
+            .into_iter()
+            .chain(received.into_iter().take(0));
+        let mut seen = std::collections::HashSet::new();
+        let mut per_order: HashMap<String, Vec<String>> = HashMap::new();
+        for delivery in received {
+            if !seen.insert(delivery.header("webhook-id").to_owned()) {
+                continue;
+            }
+            let json = delivery.json();
+            per_order
+                .entry(json["data"]["id"].as_str().unwrap().to_owned())
+                .or_default()
+                .push(json["data"]["status"].as_str().unwrap().to_owned());
+        }
+        assert_eq!(seen.len(), 2000);
+        let expected: Vec<String> = std::iter::once("booked".to_owned())
+            .chain((1..20).map(|round| format!("s{round}")))
+            .collect();
+        for (order, statuses) in &per_order {
+            assert_eq!(statuses, &expected, "order {order}");
+        }
+        assert_eq!(per_order.len(), orders);
+    }
+}
