@@ -114,6 +114,34 @@ pub(crate) struct Args {
     /// rest as key_id="_other"); off (0) by default.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) metrics_key_ids: usize,
+    /// With --database-url, this replica does not deliver webhooks (the others still do).
+    #[cfg(feature = "webhooks")]
+    #[arg(long)]
+    pub(crate) no_webhooks: bool,
+    /// Seconds to wait before each retry of a failed webhook delivery, the first counted
+    /// from the first attempt and each from the one before (comma-separated; empty: no
+    /// retries); each with +-20 % jitter.
+    #[cfg(feature = "webhooks")]
+    #[arg(long, value_name = "SECONDS,...", value_delimiter = ',', num_args = 0..,
+          default_value = "5,300,1800,7200,18000,36000,36000")]
+    pub(crate) webhook_retry_schedule: Vec<u64>,
+    /// Seconds one webhook delivery attempt may take (connect, send, answer).
+    #[cfg(feature = "webhooks")]
+    #[arg(long, value_name = "SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) webhook_timeout: u64,
+    /// Seconds every delivery to an endpoint must have failed before it is disabled.
+    #[cfg(feature = "webhooks")]
+    #[arg(long, value_name = "SECONDS", default_value_t = 5 * 24 * 3600)]
+    pub(crate) webhook_disable_after: u64,
+    /// Let webhook deliveries reach this range (CIDR, repeatable) although it is blocked by
+    /// default (loopback, private, link-local, ...).
+    #[cfg(feature = "webhooks")]
+    #[arg(long = "webhook-allow-subnet", value_name = "CIDR", value_parser = parse_cidr)]
+    pub(crate) webhook_allow_subnets: Vec<ipnet::IpNet>,
+    /// Deliver webhooks to plain http URLs too (by default https only).
+    #[cfg(feature = "webhooks")]
+    #[arg(long)]
+    pub(crate) webhook_allow_http: bool,
 }
 
 /// The subcommands.
@@ -130,6 +158,89 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: KeysAction,
     },
+    /// Manage webhook endpoints in the database of --database-url (or DATABASE_URL). `add`
+    /// and `rotate` print the endpoint's record with its `secret` as one JSON line; `list`
+    /// and `attempts` print one JSON record a line, newest first.
+    #[cfg(feature = "webhooks")]
+    Webhooks {
+        /// What to do with endpoints.
+        #[command(subcommand)]
+        action: WebhooksAction,
+    },
+}
+
+/// What the `webhooks` subcommand does.
+#[cfg(feature = "webhooks")]
+#[derive(Subcommand, Debug)]
+pub(crate) enum WebhooksAction {
+    /// Add an endpoint; prints its record with its secret.
+    Add {
+        /// The organization's id.
+        #[arg(long)]
+        organization: String,
+        /// Where events are posted.
+        #[arg(long)]
+        url: String,
+        /// An event type to send (repeatable; default: every type).
+        #[arg(long = "event", value_name = "TYPE")]
+        events: Vec<partner_api::webhooks::EventType>,
+        /// Free text for people.
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// List an organization's endpoints, newest first (without secrets).
+    List {
+        /// The organization's id.
+        #[arg(long)]
+        organization: String,
+    },
+    /// Give an endpoint a new secret; the old one keeps signing beside it for the overlap.
+    Rotate {
+        /// The organization's id.
+        #[arg(long)]
+        organization: String,
+        /// The endpoint's id, as `list` shows it.
+        #[arg(long)]
+        id: String,
+        /// Seconds the old secret keeps signing beside the new one.
+        #[arg(long, value_name = "SECONDS", default_value_t = 86_400)]
+        overlap: u64,
+    },
+    /// Enable an endpoint; prints its record.
+    Enable(EndpointRef),
+    /// Disable an endpoint; prints its record.
+    Disable(EndpointRef),
+    /// Remove an endpoint with its messages and attempts; prints {"removed":ID}.
+    Remove(EndpointRef),
+    /// Queue a webhook.test event for an endpoint; prints {"messageId":...}.
+    Test(EndpointRef),
+    /// List an endpoint's delivery attempts, newest first.
+    Attempts(EndpointRef),
+    /// Queue again every message to an endpoint that ran out of tries since a time; prints
+    /// {"recovered":N}.
+    Recover {
+        /// The organization's id.
+        #[arg(long)]
+        organization: String,
+        /// The endpoint's id, as `list` shows it.
+        #[arg(long)]
+        id: String,
+        /// Messages raised at or after this RFC 3339 time.
+        #[arg(long, value_name = "RFC3339")]
+        since: partner_api::Timestamp,
+    },
+}
+
+/// One endpoint of one organization.
+#[cfg(feature = "webhooks")]
+#[derive(clap::Args, Debug)]
+pub(crate) struct EndpointRef {
+    /// The organization's id.
+    #[arg(long)]
+    pub(crate) organization: String,
+    /// The endpoint's id, as `list` shows it.
+    #[arg(long)]
+    pub(crate) id: String,
 }
 
 /// What the `keys` subcommand does.

@@ -43,6 +43,8 @@ mod stores;
 #[cfg(test)]
 mod tests;
 mod tls;
+#[cfg(all(feature = "postgres", feature = "webhooks"))]
+mod webhooks;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -58,6 +60,15 @@ async fn main() -> ExitCode {
     match &args.command {
         Some(cli::Command::Keys { action }) => return keys::run(&args, action).await,
         Some(cli::Command::Migrate) => return keys::migrate_only(&args).await,
+        #[cfg(all(feature = "postgres", feature = "webhooks"))]
+        Some(cli::Command::Webhooks { action }) => return webhooks::run(&args, action).await,
+        #[cfg(all(not(feature = "postgres"), feature = "webhooks"))]
+        Some(cli::Command::Webhooks { .. }) => {
+            eprintln!(
+                "error: the webhooks command works on a database: build with --features postgres"
+            );
+            return ExitCode::FAILURE;
+        }
         None => {}
     }
 
@@ -97,6 +108,8 @@ async fn main() -> ExitCode {
         api,
         last_used,
         keys,
+        #[cfg(feature = "postgres")]
+        database,
     } = match stores::api_for(&args, &options).await {
         Ok(served) => served,
         Err(err) => {
@@ -150,8 +163,19 @@ async fn main() -> ExitCode {
     if let Some(((listener, _), handle)) = metrics_listener {
         tokio::spawn(metrics::serve(listener, handle));
     }
+    // Every replica on a database delivers webhooks, unless told not to.
+    #[cfg(all(feature = "postgres", feature = "webhooks"))]
+    let worker = database
+        .filter(|_| !args.no_webhooks)
+        .map(|store| webhooks::Worker::start(store, &args));
+    #[cfg(all(feature = "postgres", not(feature = "webhooks")))]
+    drop(database);
     let app = stack::app(secret_scanning::Routes { api, endpoint }, &options);
     serve::serve(listener, app, tls, limits, signals::shutdown_signal()).await;
+    #[cfg(all(feature = "postgres", feature = "webhooks"))]
+    if let Some(worker) = worker {
+        worker.stop().await;
+    }
     // The last uses gathered since the last batch. Failing to write them is the host's last
     // word: logged (never with a key) and the exit code says so.
     match last_used.flush().await {

@@ -83,6 +83,8 @@ where
         api,
         last_used: recorder,
         keys: Arc::new(store),
+        #[cfg(feature = "postgres")]
+        database: None,
     }
 }
 
@@ -92,6 +94,9 @@ pub(crate) struct Served {
     pub(crate) api: PartnerApi,
     pub(crate) last_used: LastUsedRecorder,
     pub(crate) keys: Arc<dyn KeyManager>,
+    /// The database, when serving from one (its outbox is what this replica delivers).
+    #[cfg(feature = "postgres")]
+    pub(crate) database: Option<partner_api::PgStore>,
 }
 
 /// The API over what `args` name: PostgreSQL (migrated, and seeded if a seed file is given),
@@ -108,7 +113,9 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, St
                 .map_err(|err| err.to_string())?;
         }
         if args.no_cache {
-            return Ok(recorded_api(store, options));
+            let mut served = recorded_api(store.clone(), options);
+            served.database = Some(store);
+            return Ok(served);
         }
         // Keys and pages answered from memory; every change, however made, reaches the caches
         // through the database's notifications.
@@ -126,7 +133,8 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, St
         return Ok(Served {
             api,
             last_used: recorder,
-            keys: Arc::new(store),
+            keys: Arc::new(store.clone()),
+            database: Some(store),
         });
     }
     let seed = match &args.seed {

@@ -297,6 +297,7 @@ where
     }
 }
 
+#[cfg(feature = "postgres")]
 mod postgres {
     use super::*;
     use crate::common::pg::fresh_database;
@@ -386,7 +387,7 @@ mod postgres {
         }
     }
 
-    const INSERT: &str =
+    pub(super) const INSERT: &str =
         "INSERT INTO partner_orders VALUES ('org_a', $1, ARRAY['meta'], 'A', 'C', 1, \
                           '2026-03-01', '2026-04-30', 'booked', 'PO', now())";
 
@@ -466,5 +467,256 @@ mod postgres {
             assert_eq!(statuses, &expected, "order {order}");
         }
         assert_eq!(per_order.len(), orders);
+    }
+}
+
+/// The standalone host: the `webhooks` subcommand and delivery from every replica.
+#[cfg(feature = "postgres")]
+mod standalone {
+    use super::*;
+    use crate::common::pg::fresh_database;
+    use partner_api::PgStore;
+
+    async fn cli(database: &str, args: &[&str]) -> Vec<serde_json::Value> {
+        let output = tokio::process::Command::new(standalone_binary())
+            .arg("--database-url")
+            .arg(database)
+            .arg("webhooks")
+            .args(args)
+            .env_remove("DATABASE_URL")
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        assert!(
+            output.status.success(),
+            "webhooks {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_webhooks_command_manages_endpoints_and_every_replica_delivers() {
+        let database = fresh_database().await;
+        let store = PgStore::connect_lazy(&database).unwrap();
+        store.migrate().await.unwrap();
+        store
+            .add_organization(&partner_api::Organization {
+                id: "org_a".into(),
+                name: "A".into(),
+            })
+            .await
+            .unwrap();
+        let receiver = Receiver::ok().await;
+        let gone = Receiver::start(|_, _| Reply::Status(410)).await;
+
+        let added = cli(
+            &database,
+            &[
+                "add",
+                "--organization",
+                "org_a",
+                "--url",
+                &receiver.url("/hooks"),
+                "--event",
+                "order.created",
+                "--event",
+                "order.updated",
+                "--description",
+                "ERP",
+            ],
+        )
+        .await;
+        let endpoint = &added[0];
+        let id = endpoint["id"].as_str().unwrap().to_owned();
+        let secret: WebhookSecret = endpoint["secret"].as_str().unwrap().parse().unwrap();
+        assert_eq!(endpoint["organizationId"], "org_a");
+        assert_eq!(
+            endpoint["events"],
+            serde_json::json!(["order.created", "order.updated"])
+        );
+        assert_eq!(endpoint["description"], "ERP");
+        assert_eq!(endpoint["enabled"], true);
+        assert!(endpoint["createdAt"].as_str().unwrap().ends_with('Z'));
+        let listed = cli(&database, &["list", "--organization", "org_a"]).await;
+        assert_eq!(listed.len(), 1);
+        assert!(listed[0].get("secret").is_none(), "list shows a secret");
+
+        let logs: Vec<std::path::PathBuf> = (0..2)
+            .map(|n| crate::common::net::temp_file(&format!("webhooks-replica-{n}.log"), ""))
+            .collect();
+        let mut replicas = Vec::new();
+        for log in &logs {
+            let mut replica = Process::spawn_with_stderr(
+                &[
+                    "--database-url",
+                    &database,
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--webhook-allow-http",
+                    "--webhook-allow-subnet",
+                    "127.0.0.0/8",
+                    "--webhook-retry-schedule",
+                    "1,1",
+                    "--webhook-timeout",
+                    "5",
+                ],
+                &[],
+                log,
+            );
+            replica.address().await;
+            replicas.push(replica);
+        }
+
+        // An order written by plain SQL: created, then updated; its deletion is not subscribed.
+        sqlx::query(postgres::INSERT)
+            .bind("o1")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        sqlx::query("UPDATE partner_orders SET status = 'running' WHERE id = 'o1'")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        sqlx::query("DELETE FROM partner_orders WHERE id = 'o1'")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        let test = cli(&database, &["test", "--organization", "org_a", "--id", &id]).await;
+        let test_id = test[0]["messageId"].as_str().unwrap().to_owned();
+        let received = receiver.wait_for(3, Duration::from_secs(15)).await;
+        for delivery in &received {
+            checked(delivery, std::slice::from_ref(&secret));
+        }
+        let mut types: Vec<String> = received
+            .iter()
+            .map(|r| r.json()["type"].as_str().unwrap().to_owned())
+            .collect();
+        types.sort();
+        assert_eq!(types, ["order.created", "order.updated", "webhook.test"]);
+        assert!(received.iter().any(|r| r.header("webhook-id") == test_id));
+
+        let attempts = cli(
+            &database,
+            &["attempts", "--organization", "org_a", "--id", &id],
+        )
+        .await;
+        assert_eq!(attempts.len(), 3);
+        for attempt in &attempts {
+            assert_eq!(attempt["outcome"], "succeeded");
+            assert_eq!(attempt["responseStatus"], 204);
+            assert_eq!(attempt["attempt"], 1);
+            assert_eq!(attempt["error"], serde_json::Value::Null);
+            assert!(attempt["messageId"].as_str().unwrap().starts_with("msg_"));
+            assert!(
+                attempt["attemptedAt"].as_str().is_some()
+                    && attempt["eventType"].as_str().is_some()
+            );
+        }
+
+        // A rotation: the next delivery carries two signatures, each valid on its own.
+        let rotated = cli(
+            &database,
+            &[
+                "rotate",
+                "--organization",
+                "org_a",
+                "--id",
+                &id,
+                "--overlap",
+                "3600",
+            ],
+        )
+        .await;
+        let new_secret: WebhookSecret = rotated[0]["secret"].as_str().unwrap().parse().unwrap();
+        assert_ne!(new_secret, secret);
+        cli(&database, &["test", "--organization", "org_a", "--id", &id]).await;
+        let received = receiver.wait_for(4, Duration::from_secs(15)).await;
+        let last = &received[3];
+        assert_eq!(last.header("webhook-signature").split(' ').count(), 2);
+        checked(last, std::slice::from_ref(&secret));
+        checked(last, std::slice::from_ref(&new_secret));
+
+        // 410 Gone: disabled at once, logged at WARN by the replica that delivered.
+        let ended = cli(
+            &database,
+            &["add", "--organization", "org_a", "--url", &gone.url("/")],
+        )
+        .await;
+        let ended_id = ended[0]["id"].as_str().unwrap().to_owned();
+        let before = partner_api::Timestamp::now().to_string();
+        cli(
+            &database,
+            &["test", "--organization", "org_a", "--id", &ended_id],
+        )
+        .await;
+        gone.wait_for(1, Duration::from_secs(15)).await;
+        let disabled = eventually(|| async {
+            let listed = cli(&database, &["list", "--organization", "org_a"]).await;
+            let record = listed
+                .into_iter()
+                .find(|e| e["id"] == ended_id.as_str())
+                .unwrap();
+            (record["enabled"] == false).then_some(record)
+        })
+        .await;
+        assert_eq!(disabled["url"], gone.url("/"));
+        let enabled = cli(
+            &database,
+            &["enable", "--organization", "org_a", "--id", &ended_id],
+        )
+        .await;
+        assert_eq!(enabled[0]["enabled"], true);
+        let recovered = cli(
+            &database,
+            &[
+                "recover",
+                "--organization",
+                "org_a",
+                "--id",
+                &ended_id,
+                "--since",
+                &before,
+            ],
+        )
+        .await;
+        assert_eq!(recovered[0]["recovered"], 1);
+        gone.wait_for(2, Duration::from_secs(15)).await;
+        let off = cli(
+            &database,
+            &["disable", "--organization", "org_a", "--id", &ended_id],
+        )
+        .await;
+        assert_eq!(off[0]["enabled"], false);
+        let removed = cli(
+            &database,
+            &["remove", "--organization", "org_a", "--id", &ended_id],
+        )
+        .await;
+        assert_eq!(removed[0]["removed"], ended_id.as_str());
+        assert_eq!(
+            cli(&database, &["list", "--organization", "org_a"])
+                .await
+                .len(),
+            1
+        );
+
+        for replica in replicas {
+            replica.terminate().await;
+        }
+        let log: String = logs
+            .iter()
+            .map(|log| std::fs::read_to_string(log).unwrap())
+            .collect();
+        assert!(log.contains("webhook endpoint disabled"), "{log}");
+        for secret in [&secret, &new_secret] {
+            let text = secret.expose();
+            let encoded = text.trim_start_matches("whsec_");
+            assert!(!log.contains(encoded), "a secret is in the log");
+        }
     }
 }
