@@ -22,6 +22,8 @@ mod leaks;
 mod policy;
 mod service;
 mod shared;
+#[cfg(feature = "webhooks")]
+mod webhooks;
 
 pub use leaks::{Leak, LeakReport, LeakedKey, RevocationReason};
 

@@ -114,6 +114,8 @@ pub struct KeyManagementService {
     keys: Arc<dyn KeyManager>,
     prefix: Arc<str>,
     csrf: Option<Arc<CsrfCheck>>,
+    #[cfg(feature = "webhooks")]
+    webhooks: Option<Arc<dyn crate::webhooks::WebhookManager>>,
 }
 
 impl KeyManagementService {
@@ -123,7 +125,23 @@ impl KeyManagementService {
             keys: Arc::new(keys),
             prefix: Arc::from(""),
             csrf: None,
+            #[cfg(feature = "webhooks")]
+            webhooks: None,
         }
+    }
+
+    /// Serves the organization's webhook endpoints too, below `/webhooks`, from `manager`
+    /// (feature `webhooks`). Without it those paths are 404 and absent from the OpenAPI
+    /// document the service serves.
+    #[cfg(feature = "webhooks")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
+    #[must_use]
+    pub fn with_webhooks(
+        mut self,
+        manager: impl crate::webhooks::WebhookManager + 'static,
+    ) -> Self {
+        self.webhooks = Some(Arc::new(manager));
+        self
     }
 
     /// Answers below `prefix` (`"/settings/partner-api/api"` answers
@@ -221,6 +239,8 @@ enum Route<'p> {
     Restrict(&'p str),
     Policy,
     OpenApi,
+    #[cfg(feature = "webhooks")]
+    Webhooks(super::webhooks::WebhookRoute<'p>),
 }
 
 impl<'p> Route<'p> {
@@ -241,6 +261,10 @@ impl<'p> Route<'p> {
             ["keys", id, "revoke"] if valid_id(id) => Some(Self::Revoke(id)),
             ["keys", id, "roll"] if valid_id(id) => Some(Self::Roll(id)),
             ["keys", id, "restrict"] if valid_id(id) => Some(Self::Restrict(id)),
+            #[cfg(feature = "webhooks")]
+            ["webhooks", rest @ ..] => {
+                super::webhooks::WebhookRoute::at(rest, valid_id).map(Self::Webhooks)
+            }
             _ => None,
         }
     }
@@ -250,6 +274,8 @@ impl<'p> Route<'p> {
             Self::Keys => "GET, HEAD, POST",
             Self::Key(_) | Self::Policy | Self::OpenApi => "GET, HEAD",
             Self::Revoke(_) | Self::Roll(_) | Self::Restrict(_) => "POST",
+            #[cfg(feature = "webhooks")]
+            Self::Webhooks(route) => route.methods(),
         }
     }
 }
@@ -284,6 +310,21 @@ impl KeyManagementService {
             .ok_or_else(not_found)?;
         let route = Route::at(path).ok_or_else(not_found)?;
         let reading = parts.method == Method::GET || parts.method == Method::HEAD;
+        #[cfg(feature = "webhooks")]
+        if let Route::Webhooks(route) = route {
+            let manager = self.webhooks.as_deref().ok_or_else(not_found)?;
+            if !route.allows(&parts.method) {
+                let mut failure =
+                    Failure::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+                failure.allow = Some(route.methods());
+                return Err(failure);
+            }
+            let organization = self.acting_organization(&parts)?;
+            if !reading {
+                self.check_state_change(&parts)?;
+            }
+            return super::webhooks::answer(manager, route, organization.id(), &parts, body).await;
+        }
         let allowed = if reading {
             !matches!(
                 route,
@@ -302,17 +343,9 @@ impl KeyManagementService {
             return Err(failure);
         }
         if route == Route::OpenApi {
-            let document: serde_json::Value =
-                serde_json::from_str(OPENAPI_DOCUMENT).map_err(|_| {
-                    Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal server error")
-                })?;
-            return Ok(json(StatusCode::OK, &document));
+            return Ok(json(StatusCode::OK, &self.document()?));
         }
-        let organization = parts
-            .extensions
-            .get::<ActingOrganization>()
-            .cloned()
-            .ok_or_else(|| Failure::new(StatusCode::UNAUTHORIZED, "sign in to manage API keys"))?;
+        let organization = self.acting_organization(&parts)?;
         let organization = organization.id();
         if !reading {
             self.check_state_change(&parts)?;
@@ -421,7 +454,36 @@ impl KeyManagementService {
                 ))
             }
             Route::OpenApi => Err(not_found()),
+            #[cfg(feature = "webhooks")]
+            Route::Webhooks(_) => Err(not_found()),
         }
+    }
+
+    /// The organization the host says the user acts for.
+    fn acting_organization(&self, parts: &Parts) -> Result<ActingOrganization, Failure> {
+        parts
+            .extensions
+            .get::<ActingOrganization>()
+            .cloned()
+            .ok_or_else(|| Failure::new(StatusCode::UNAUTHORIZED, "sign in to manage API keys"))
+    }
+
+    /// The OpenAPI document, without the webhook paths when webhooks are not served.
+    fn document(&self) -> Result<serde_json::Value, Failure> {
+        let mut document: serde_json::Value =
+            serde_json::from_str(OPENAPI_DOCUMENT).map_err(|_| {
+                Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal server error")
+            })?;
+        #[cfg(feature = "webhooks")]
+        let serves_webhooks = self.webhooks.is_some();
+        #[cfg(not(feature = "webhooks"))]
+        let serves_webhooks = false;
+        if !serves_webhooks {
+            if let Some(paths) = document.get_mut("paths").and_then(|p| p.as_object_mut()) {
+                paths.retain(|path, _| !path.starts_with("/webhooks"));
+            }
+        }
+        Ok(document)
     }
 
     /// Refuses a state-changing request that is not `application/json` (the browser's CSRF

@@ -30,6 +30,16 @@ fn template(path: &str) -> &'static str {
         ["", "keys", _, "roll"] => "/keys/{id}/roll",
         ["", "keys", _, "restrict"] => "/keys/{id}/restrict",
         ["", "policy"] => "/policy",
+        ["", "webhooks"] => "/webhooks",
+        ["", "webhooks", _] => "/webhooks/{id}",
+        ["", "webhooks", _, "attempts"] => "/webhooks/{id}/attempts",
+        ["", "webhooks", _, "rotate"] => "/webhooks/{id}/rotate",
+        ["", "webhooks", _, "enable"] => "/webhooks/{id}/enable",
+        ["", "webhooks", _, "disable"] => "/webhooks/{id}/disable",
+        ["", "webhooks", _, "remove"] => "/webhooks/{id}/remove",
+        ["", "webhooks", _, "test"] => "/webhooks/{id}/test",
+        ["", "webhooks", _, "retry"] => "/webhooks/{id}/retry",
+        ["", "webhooks", _, "recover"] => "/webhooks/{id}/recover",
         _ => "",
     }
 }
@@ -777,4 +787,216 @@ async fn keys_are_pinned_to_address_ranges_on_issue_and_by_restrict() {
     let wrong_method = get(&service, &path).await;
     assert_eq!(wrong_method.status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(wrong_method.headers["allow"], "POST");
+}
+
+#[cfg(feature = "webhooks")]
+#[tokio::test]
+async fn webhook_endpoints_are_managed_through_the_documented_routes() {
+    use partner_api::webhooks::{ClaimRequest, WebhookOutbox};
+    let memory = store();
+    let without = KeyManagementService::new(memory.clone());
+    assert_eq!(
+        get(&without, "/webhooks").await.status,
+        StatusCode::NOT_FOUND
+    );
+    let document = send(&without, Method::GET, "/openapi.json", None, None, "").await;
+    assert!(
+        document.body["paths"]["/webhooks"].is_null(),
+        "a host without webhooks documents them"
+    );
+
+    let service = KeyManagementService::new(memory.clone()).with_webhooks(memory.clone());
+    let document = send(&service, Method::GET, "/openapi.json", None, None, "").await;
+    assert!(!document.body["paths"]["/webhooks"].is_null());
+    assert_eq!(
+        get(&service, "/webhooks").await.body,
+        json!({"data": {"endpoints": []}})
+    );
+
+    let added = post(&service, "/webhooks", json!({"url": "https://partner.example/hooks", "events": ["order.created"], "description": "ERP"})).await;
+    assert_eq!(added.status, StatusCode::CREATED, "{}", added.text);
+    let endpoint = &added.body["data"]["endpoint"];
+    let id = endpoint["id"].as_str().unwrap().to_owned();
+    let secret = endpoint["secret"].as_str().unwrap().to_owned();
+    assert!(secret.starts_with("whsec_"));
+    let listed = get(&service, "/webhooks").await;
+    assert!(!listed.text.contains(&secret), "the list shows the secret");
+    assert_eq!(listed.body["data"]["endpoints"][0]["id"], id.as_str());
+    assert_eq!(
+        get(&service, &format!("/webhooks/{id}")).await.body["data"]["endpoint"]["url"],
+        "https://partner.example/hooks"
+    );
+
+    // Every bad input: a clear error, the right status, nothing changed.
+    for (body, status) in [
+        (
+            json!({"url": "ftp://partner.example/"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"url": "https://u:p@partner.example/"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"url": "https://partner.example/", "events": ["order.exploded"]}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"url": "https://partner.example/", "extra": 1}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (json!({}), StatusCode::UNPROCESSABLE_ENTITY),
+    ] {
+        let refused = post(&service, "/webhooks", body.clone()).await;
+        assert_eq!(refused.status, status, "{body}: {}", refused.text);
+    }
+    let not_json = send(
+        &service,
+        Method::POST,
+        "/webhooks",
+        Some("org_demo"),
+        Some("application/json"),
+        "{",
+    )
+    .await;
+    assert_eq!(not_json.status, StatusCode::BAD_REQUEST);
+    let form = send(
+        &service,
+        Method::POST,
+        "/webhooks",
+        Some("org_demo"),
+        Some("text/plain"),
+        "{}",
+    )
+    .await;
+    assert_eq!(form.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let unsigned = send(&service, Method::GET, "/webhooks", None, None, "").await;
+    assert_eq!(unsigned.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        send(
+            &service,
+            Method::DELETE,
+            &format!("/webhooks/{id}"),
+            Some("org_demo"),
+            None,
+            ""
+        )
+        .await
+        .status,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+    assert_eq!(
+        get(&service, "/webhooks").await.body["data"]["endpoints"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // Another organization's endpoint is not found.
+    let other = send(
+        &service,
+        Method::GET,
+        &format!("/webhooks/{id}"),
+        Some("org_other"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(other.status, StatusCode::NOT_FOUND);
+
+    let test = post(&service, &format!("/webhooks/{id}/test"), json!({})).await;
+    assert_eq!(test.status, StatusCode::ACCEPTED);
+    let message_id = test.body["data"]["messageId"].as_str().unwrap().to_owned();
+    // A worker's attempt, so that attempts has something to list.
+    let claimed = memory
+        .claim(&ClaimRequest::new(
+            10,
+            10,
+            std::time::Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    let mut attempt = partner_api::webhooks::FinishedAttempt::new(
+        partner_api::webhooks::AttemptOutcome::Failed,
+        partner_api::Timestamp::now(),
+        std::time::Duration::from_millis(12),
+    );
+    attempt.response_status = Some(503);
+    memory.finish(&claimed[0], &attempt).await.unwrap();
+    let attempts = get(&service, &format!("/webhooks/{id}/attempts")).await;
+    assert_eq!(
+        attempts.body["data"]["attempts"][0]["messageId"],
+        message_id.as_str()
+    );
+    assert_eq!(attempts.body["data"]["attempts"][0]["responseStatus"], 503);
+    let retried = post(
+        &service,
+        &format!("/webhooks/{id}/retry"),
+        json!({"messageId": message_id}),
+    )
+    .await;
+    assert_eq!(retried.status, StatusCode::ACCEPTED);
+    assert_eq!(
+        post(
+            &service,
+            &format!("/webhooks/{id}/retry"),
+            json!({"messageId": "msg_nope"})
+        )
+        .await
+        .status,
+        StatusCode::NOT_FOUND
+    );
+    let recovered = post(
+        &service,
+        &format!("/webhooks/{id}/recover"),
+        json!({"since": "2020-01-01T00:00:00Z"}),
+    )
+    .await;
+    assert_eq!(recovered.body["data"]["recovered"], 0);
+    assert_eq!(
+        post(
+            &service,
+            &format!("/webhooks/{id}/recover"),
+            json!({"since": "yesterday"})
+        )
+        .await
+        .status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+
+    let rotated = post(
+        &service,
+        &format!("/webhooks/{id}/rotate"),
+        json!({"overlapSeconds": 3600}),
+    )
+    .await;
+    let new_secret = rotated.body["data"]["endpoint"]["secret"].as_str().unwrap();
+    assert!(new_secret.starts_with("whsec_") && new_secret != secret);
+    assert_eq!(
+        post(
+            &service,
+            &format!("/webhooks/{id}/rotate"),
+            json!({"overlapSeconds": 40_000_000})
+        )
+        .await
+        .status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+
+    let disabled = post(&service, &format!("/webhooks/{id}/disable"), json!({})).await;
+    assert_eq!(disabled.body["data"]["endpoint"]["enabled"], false);
+    assert_eq!(
+        post(&service, &format!("/webhooks/{id}/test"), json!({}))
+            .await
+            .status,
+        StatusCode::CONFLICT
+    );
+    let enabled = post(&service, &format!("/webhooks/{id}/enable"), json!({})).await;
+    assert_eq!(enabled.body["data"]["endpoint"]["enabled"], true);
+    let removed = post(&service, &format!("/webhooks/{id}/remove"), json!({})).await;
+    assert_eq!(removed.body, json!({"data": {"removed": id}}));
+    assert_eq!(
+        get(&service, &format!("/webhooks/{id}")).await.status,
+        StatusCode::NOT_FOUND
+    );
 }
