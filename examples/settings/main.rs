@@ -49,6 +49,8 @@ use tokio::net::TcpListener;
 const PAGE: &str = include_str!("page.html");
 /// The page's script and style, files of their own so the CSP needs no `'unsafe-inline'`.
 const PAGE_JS: &str = include_str!("page.js");
+/// The script of the page's Webhooks section (shown when the host serves webhooks).
+const WEBHOOKS_JS: &str = include_str!("webhooks.js");
 const PAGE_CSS: &str = include_str!("page.css");
 /// The demo sign-in page and its style.
 const SIGN_IN: &str = include_str!("sign_in.html");
@@ -104,6 +106,15 @@ struct Args {
     /// page shows it as such (needs the feature `secret-scanning`).
     #[arg(long, value_name = "FILE")]
     secret_scanning_keys: Option<PathBuf>,
+    /// Deliver webhooks to plain http URLs too (by default https only; feature `webhooks`).
+    #[cfg(feature = "webhooks")]
+    #[arg(long)]
+    webhook_allow_http: bool,
+    /// Let webhook deliveries reach this blocked range (CIDR, repeatable), such as a
+    /// receiver on loopback (feature `webhooks`).
+    #[cfg(feature = "webhooks")]
+    #[arg(long = "webhook-allow-subnet", value_name = "CIDR")]
+    webhook_allow_subnets: Vec<ipnet::IpNet>,
 }
 
 /// How the host runs.
@@ -195,6 +206,8 @@ pub fn app(store: MemoryStore, recorder: LastUsedRecorder, config: Config) -> Ro
         session_lifetime: config.session_lifetime,
     };
     let management = KeyManagementService::new(store.clone());
+    #[cfg(feature = "webhooks")]
+    let management = management.with_webhooks(store.clone());
     // The host's own CSRF check: the token of the session, in a header the page sends. A test
     // host that signs everyone in has no sessions, hence no tokens.
     let management = if config.signed_in_as.is_some() {
@@ -220,6 +233,10 @@ pub fn app(store: MemoryStore, recorder: LastUsedRecorder, config: Config) -> Ro
         .route(
             "/assets/page.js",
             get(|| async { asset("text/javascript; charset=utf-8", PAGE_JS) }),
+        )
+        .route(
+            "/assets/webhooks.js",
+            get(|| async { asset("text/javascript; charset=utf-8", WEBHOOKS_JS) }),
         )
         .route(
             "/assets/page.css",
@@ -450,6 +467,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         session_lifetime: Duration::from_secs(args.session_lifetime),
         max_sessions: args.max_sessions,
     };
+    // The demo delivers its organizations' webhooks in process, from the memory store.
+    #[cfg(feature = "webhooks")]
+    {
+        use partner_api::webhooks::{DeliveryConfig, DestinationPolicy, Dispatcher};
+        let mut destinations = DestinationPolicy::new().with_allow_http(args.webhook_allow_http);
+        for subnet in &args.webhook_allow_subnets {
+            destinations = destinations.with_allowed_subnet(*subnet);
+        }
+        let config = DeliveryConfig::new().with_destinations(destinations);
+        tokio::spawn(Dispatcher::new(store.clone(), config).run(std::future::pending()));
+    }
     let router = app(store.clone(), recorder.clone(), config);
     let router = match &args.secret_scanning_keys {
         Some(path) => router.route_service(

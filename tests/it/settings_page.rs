@@ -863,6 +863,158 @@ async fn create(browser: &Client, label: &str, environment: &str) -> String {
     shown
 }
 
+/// The Webhooks section: add an endpoint, see its secret once, send a test event that a
+/// receiver gets signed with that secret, see it in the attempts, rotate the secret.
+#[cfg(feature = "webhooks")]
+async fn webhooks_on_the_page(browser: &Client) {
+    use crate::common::receiver::Receiver;
+    use partner_api::webhooks::{verify, WebhookSecret};
+
+    let receiver = Receiver::ok().await;
+    let url = receiver.url("/partner-hooks");
+    browser
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("#webhooks-section:not([hidden])"))
+        .await
+        .expect("the Webhooks section is shown");
+    fill(browser, Locator::Id("endpoint-url"), &url).await;
+    click(browser, Locator::Css("input[value='order.created']")).await;
+    fill(browser, Locator::Id("endpoint-description"), "Partner ERP").await;
+    click(browser, Locator::Id("add-endpoint-button")).await;
+    let secret_text = wait_for_text(browser, "new-secret", "", "no secret was shown").await;
+    let secret: WebhookSecret = secret_text.parse().expect("a whsec_ secret");
+    let row = format!("//tbody[@id='endpoints']/tr[td[1][normalize-space()='{url}']]");
+    let row = browser
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath(&row))
+        .await
+        .unwrap();
+    let row_text = row.text().await.unwrap();
+    assert!(
+        row_text.contains("order.created")
+            && row_text.contains("Partner ERP")
+            && row_text.contains("Enabled"),
+        "{row_text}"
+    );
+    assert!(
+        !row_text.contains(&secret_text),
+        "the list shows the secret"
+    );
+
+    row.find(Locator::Css(".test-endpoint"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let received = receiver.wait_for(1, Duration::from_secs(15)).await;
+    assert_eq!(received[0].json()["type"], "webhook.test");
+    verify(
+        &[secret.clone()],
+        &received[0].headers,
+        &received[0].body,
+        std::time::SystemTime::now(),
+    )
+    .expect("the test event is signed with the secret the page showed");
+
+    let row = browser
+        .find(Locator::XPath(&format!(
+            "//tbody[@id='endpoints']/tr[td[1][normalize-space()='{url}']]"
+        )))
+        .await
+        .unwrap();
+    row.find(Locator::Css(".show-attempts"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let message_id = received[0].header("webhook-id").to_owned();
+    let attempt_row = format!("//tbody[@id='attempts']/tr[@data-message-id='{message_id}']");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let attempt_text = loop {
+        if let Ok(found) = browser.find(Locator::XPath(&attempt_row)).await {
+            if let Ok(text) = found.text().await {
+                break text;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the attempt is not listed"
+        );
+        click(browser, Locator::Id("attempts-refresh")).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        attempt_text.contains("webhook.test")
+            && attempt_text.contains("succeeded")
+            && attempt_text.contains("204"),
+        "{attempt_text}"
+    );
+
+    // Rotate: a new secret is shown, and the next delivery is signed with both.
+    let row = browser
+        .find(Locator::XPath(&format!(
+            "//tbody[@id='endpoints']/tr[td[1][normalize-space()='{url}']]"
+        )))
+        .await
+        .unwrap();
+    row.find(Locator::Css(".rotate-endpoint"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser.accept_alert().await.unwrap();
+    let rotated = wait_for_text(
+        browser,
+        "new-secret",
+        &secret_text,
+        "no new secret was shown",
+    )
+    .await;
+    let rotated: WebhookSecret = rotated.parse().unwrap();
+    assert_ne!(rotated, secret);
+    let row = browser
+        .find(Locator::XPath(&format!(
+            "//tbody[@id='endpoints']/tr[td[1][normalize-space()='{url}']]"
+        )))
+        .await
+        .unwrap();
+    row.find(Locator::Css(".test-endpoint"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let received = receiver.wait_for(2, Duration::from_secs(15)).await;
+    for key in [&secret, &rotated] {
+        verify(
+            std::slice::from_ref(key),
+            &received[1].headers,
+            &received[1].body,
+            std::time::SystemTime::now(),
+        )
+        .expect("during the overlap both secrets sign");
+    }
+}
+
+/// Waits until the element `id` shows text other than `before`, and returns it.
+#[cfg(feature = "webhooks")]
+async fn wait_for_text(browser: &Client, id: &str, before: &str, what: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let shown = text_of_id(browser, id).await;
+        if !shown.is_empty() && shown != before {
+            return shown;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// `method path` of the key-management API sent from the page as its own script sends it
 /// (same origin, the session's cookie and CSRF token): the status and the JSON answer.
 async fn page_call(browser: &Client, method: &str, path: &str, body: Value) -> (u16, Value) {
@@ -962,10 +1114,17 @@ async fn a_person_manages_keys_on_the_settings_page() {
         "settings-scanning-keys.json",
         &crate::secret_scanning::document(&[&scanner]),
     );
+    #[allow(unused_mut)]
+    let mut extra: Vec<&str> = Vec::new();
     #[cfg(feature = "secret-scanning")]
-    let extra = ["--secret-scanning-keys", scanning_keys.to_str().unwrap()];
-    #[cfg(not(feature = "secret-scanning"))]
-    let extra: [&str; 0] = [];
+    extra.extend(["--secret-scanning-keys", scanning_keys.to_str().unwrap()]);
+    // Webhooks to a receiver on loopback, over plain http.
+    #[cfg(feature = "webhooks")]
+    extra.extend([
+        "--webhook-allow-http",
+        "--webhook-allow-subnet",
+        "127.0.0.0/8",
+    ]);
     let example = Example::start_tls(&certificate, &extra).await;
     let base = example.base();
     let driver = Driver::start();
@@ -1202,6 +1361,9 @@ async fn a_person_manages_keys_on_the_settings_page() {
         "the overlap ended"
     );
     assert_eq!(me_status(&example, &new_key).await, 200);
+
+    #[cfg(feature = "webhooks")]
+    webhooks_on_the_page(&browser).await;
 
     // All of that under the page's CSP without a single violation.
     assert_eq!(csp_violations(&browser).await, Vec::<Value>::new());

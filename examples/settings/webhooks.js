@@ -1,0 +1,138 @@
+// The Webhooks section of the Settings -> Partner API page: the organization's endpoints,
+// their signing secrets (shown once), test events and delivery attempts. It uses page.js's
+// `call`, `element`, `cell`, `button` and `dateCell`, and builds every element with
+// textContent, never from HTML. Shown only when the host serves webhooks (else the list is a
+// 404 and the section stays hidden).
+"use strict";
+
+let webhookStatus = null;
+// The endpoint whose attempts are shown.
+let attemptsOf = null;
+
+function showSecret(secret) {
+  document.getElementById("secret-empty").hidden = true;
+  document.getElementById("secret-shown").hidden = false;
+  document.getElementById("secret-reveal").classList.add("shown");
+  document.getElementById("new-secret").textContent = secret;
+}
+
+function renderEndpoints(endpoints) {
+  const body = document.getElementById("endpoints");
+  body.replaceChildren();
+  if (endpoints.length === 0) {
+    const row = body.insertRow();
+    row.append(Object.assign(cell("No endpoints yet: add one above.", "empty"), { colSpan: 6 }));
+    return;
+  }
+  for (const endpoint of endpoints) {
+    const row = body.insertRow();
+    row.dataset.id = endpoint.id;
+    const status = cell("");
+    status.append(element("span", "badge " + (endpoint.enabled ? "active" : "revoked"), endpoint.enabled ? "Enabled" : "Disabled"));
+    const actions = cell("", "actions");
+    const name = endpoint.url;
+    if (endpoint.enabled) actions.append(button("Send test", "test-endpoint", () => act(endpoint, "test", "send a test event"), "Send a test event to " + name));
+    actions.append(button("Attempts", "show-attempts", () => showAttempts(endpoint), "Attempts of " + name));
+    actions.append(button("Rotate secret", "rotate-endpoint", () => rotate(endpoint), "Rotate the secret of " + name));
+    actions.append(endpoint.enabled
+      ? button("Disable", "disable-endpoint", () => act(endpoint, "disable", "disable the endpoint"), "Disable " + name)
+      : button("Enable", "enable-endpoint", () => act(endpoint, "enable", "enable the endpoint"), "Enable " + name));
+    actions.append(button("Remove", "danger remove-endpoint", () => remove(endpoint), "Remove " + name));
+    row.append(cell(endpoint.url, "url"), cell(endpoint.events.length ? endpoint.events.join(", ") : "All", "events"),
+      cell(endpoint.description || "—", "description"), dateCell(endpoint.createdAt), status, actions);
+  }
+}
+
+async function refreshEndpoints() {
+  try { renderEndpoints((await call("GET", "/webhooks")).endpoints); }
+  catch (error) { webhookStatus.textContent = "Could not load the endpoints: " + error.message; }
+}
+
+async function addEndpoint(event) {
+  event.preventDefault();
+  webhookStatus.textContent = "";
+  const form = event.target;
+  const events = [...form.querySelectorAll('input[name="events"]:checked')].map((box) => box.value);
+  const body = { url: form.url.value.trim(), events, description: form.description.value.trim() };
+  try {
+    const added = await call("POST", "/webhooks", body);
+    form.reset();
+    showSecret(added.endpoint.secret);
+    await refreshEndpoints();
+  } catch (error) { webhookStatus.textContent = "Could not add the endpoint: " + error.message; }
+}
+
+async function act(endpoint, action, what) {
+  webhookStatus.textContent = "";
+  try {
+    const done = await call("POST", `/webhooks/${encodeURIComponent(endpoint.id)}/${action}`);
+    if (action === "test") webhookStatus.textContent = `Test event queued (${done.messageId}).`;
+    await refreshEndpoints();
+    if (attemptsOf && attemptsOf.id === endpoint.id) await refreshAttempts();
+  } catch (error) { webhookStatus.textContent = `Could not ${what}: ` + error.message; }
+}
+
+async function rotate(endpoint) {
+  if (!window.confirm(`Rotate the signing secret of ${endpoint.url}? The old secret keeps signing beside the new one for 24 hours.`)) return;
+  webhookStatus.textContent = "";
+  try {
+    const rotated = await call("POST", `/webhooks/${encodeURIComponent(endpoint.id)}/rotate`, { overlapSeconds: 86400 });
+    showSecret(rotated.endpoint.secret);
+  } catch (error) { webhookStatus.textContent = "Could not rotate the secret: " + error.message; }
+}
+
+async function remove(endpoint) {
+  if (!window.confirm(`Remove ${endpoint.url}? Its queued events are dropped.`)) return;
+  webhookStatus.textContent = "";
+  try {
+    await call("POST", `/webhooks/${encodeURIComponent(endpoint.id)}/remove`);
+    if (attemptsOf && attemptsOf.id === endpoint.id) {
+      attemptsOf = null;
+      document.getElementById("attempts-panel").hidden = true;
+    }
+    await refreshEndpoints();
+  } catch (error) { webhookStatus.textContent = "Could not remove the endpoint: " + error.message; }
+}
+
+async function showAttempts(endpoint) {
+  attemptsOf = endpoint;
+  document.getElementById("attempts-title").textContent = "Attempts: " + endpoint.url;
+  document.getElementById("attempts-panel").hidden = false;
+  await refreshAttempts();
+}
+
+async function refreshAttempts() {
+  if (!attemptsOf) return;
+  const body = document.getElementById("attempts");
+  try {
+    const { attempts } = await call("GET", `/webhooks/${encodeURIComponent(attemptsOf.id)}/attempts`);
+    body.replaceChildren();
+    if (attempts.length === 0) {
+      const row = body.insertRow();
+      row.append(Object.assign(cell("No attempts yet.", "empty"), { colSpan: 7 }));
+    }
+    for (const attempt of attempts) {
+      const row = body.insertRow();
+      row.dataset.messageId = attempt.messageId;
+      const outcome = cell("", "outcome");
+      outcome.append(element("span", "badge " + (attempt.outcome === "succeeded" ? "active" : "revoked"), attempt.outcome));
+      row.append(dateCell(attempt.attemptedAt), cell(attempt.eventType, "event"), cell(String(attempt.attempt), "attempt"),
+        outcome, cell(attempt.responseStatus === null ? "—" : String(attempt.responseStatus), "http-status"),
+        cell(attempt.error || "—", "error"), cell(attempt.durationMs + " ms", "duration"));
+    }
+  } catch (error) { webhookStatus.textContent = "Could not load the attempts: " + error.message; }
+}
+
+async function startWebhooks() {
+  webhookStatus = document.getElementById("webhook-status");
+  try {
+    renderEndpoints((await call("GET", "/webhooks")).endpoints);
+  } catch (error) {
+    return; // This host serves no webhooks: the section stays hidden.
+  }
+  document.getElementById("webhooks-section").hidden = false;
+  document.getElementById("add-endpoint").addEventListener("submit", addEndpoint);
+  document.getElementById("attempts-refresh").addEventListener("click", refreshAttempts);
+}
+
+document.addEventListener("DOMContentLoaded", startWebhooks);
