@@ -720,3 +720,86 @@ mod standalone {
         }
     }
 }
+
+/// The reference verifier (the PyPI package `standardwebhooks`) accepts every delivery, and
+/// refuses one whose body was changed. Run by `.ci/run` with the Python of its environment:
+/// `PARTNER_API_STANDARDWEBHOOKS_PYTHON=... cargo test --all-features --test it reference -- --ignored`.
+#[tokio::test]
+#[ignore = "needs Python with standardwebhooks; .ci/run runs it"]
+async fn the_reference_verifier_accepts_every_delivery() {
+    let python = std::env::var("PARTNER_API_STANDARDWEBHOOKS_PYTHON")
+        .expect("PARTNER_API_STANDARDWEBHOOKS_PYTHON names a Python with standardwebhooks");
+    let receiver = Receiver::ok().await;
+    let store = store();
+    let endpoint = store
+        .add_endpoint("org_b", NewEndpoint::new(receiver.url("/")))
+        .await
+        .unwrap();
+    let (_stop, _task) = start(Dispatcher::new(store.clone(), config()));
+    let mut placed = order("b-ref", BASE_MILLIS + 1);
+    placed.campaign_name = "Ünïcode «campaign» \"quoted\" \\ / \u{1F680}".into();
+    store.add_order("org_b", placed.clone()).unwrap();
+    placed.status = "running".into();
+    store.update_order("org_b", placed).unwrap();
+    store.remove_order("org_b", "b-ref");
+    store.send_test("org_b", &endpoint.record.id).await.unwrap();
+    receiver.wait_for(4, Duration::from_secs(10)).await;
+    // After a rotation, two signatures: each secret verifies on its own.
+    let rotated = store
+        .rotate_secret("org_b", &endpoint.record.id, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    store.send_test("org_b", &endpoint.record.id).await.unwrap();
+    let received = receiver.wait_for(5, Duration::from_secs(10)).await;
+
+    let cases: Vec<serde_json::Value> = received
+        .iter()
+        .enumerate()
+        .flat_map(|(n, delivery)| {
+            let secrets = if n == 4 {
+                vec![endpoint.secret.expose(), rotated.secret.expose()]
+            } else {
+                vec![endpoint.secret.expose()]
+            };
+            let headers: serde_json::Map<String, serde_json::Value> = ["webhook-id", "webhook-timestamp", "webhook-signature"]
+                .into_iter()
+                .map(|name| (name.to_owned(), delivery.header(name).into()))
+                .collect();
+            let body = String::from_utf8(delivery.body.to_vec()).unwrap();
+            secrets
+                .into_iter()
+                .map(move |secret| serde_json::json!({"secret": secret, "headers": headers, "body": body}))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let input = crate::common::net::temp_file(
+        "standardwebhooks.json",
+        &serde_json::Value::from(cases).to_string(),
+    );
+    let script = r#"
+import json, sys
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+cases = json.load(open(sys.argv[1], encoding="utf-8"))
+for case in cases:
+    Webhook(case["secret"]).verify(case["body"], case["headers"])
+    try:
+        Webhook(case["secret"]).verify(case["body"] + " ", case["headers"])
+        sys.exit("a changed body was accepted")
+    except WebhookVerificationError:
+        pass
+print(f"standardwebhooks verified {len(cases)} deliveries")
+"#;
+    let output = std::process::Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("verified 6 deliveries"));
+}
