@@ -854,3 +854,68 @@ fn the_listener_reports_the_caches_evidence_and_the_notifications_lag() {
     assert!(lags.len() >= 2, "{lags:?}");
     assert!(lags.iter().all(|lag| (0.0..0.8).contains(lag)), "{lags:?}");
 }
+
+/// Deliveries by outcome, their durations, endpoints disabled by reason, and the backlog.
+#[cfg(feature = "webhooks")]
+#[test]
+fn webhook_deliveries_are_counted() {
+    use crate::common::receiver::{Receiver, Reply};
+    use partner_api::webhooks::{
+        DeliveryConfig, DestinationPolicy, Dispatcher, NewEndpoint, WebhookManager,
+    };
+    use std::time::Duration;
+    let metrics = recorded(|| async {
+        let fine = Receiver::ok().await;
+        let gone = Receiver::start(|_, _| Reply::Status(410)).await;
+        let store = store();
+        let config = DeliveryConfig::new()
+            .with_destinations(
+                DestinationPolicy::new()
+                    .with_allow_http(true)
+                    .with_allowed_subnet("127.0.0.0/8".parse().unwrap()),
+            )
+            .with_poll_interval(Duration::from_millis(10));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let worker = tokio::spawn(Dispatcher::new(store.clone(), config).run(async move {
+            let _ = stopped.await;
+        }));
+        for receiver in [&fine, &gone] {
+            let endpoint = store
+                .add_endpoint("org_a", NewEndpoint::new(receiver.url("/")))
+                .await
+                .unwrap();
+            store.send_test("org_a", &endpoint.record.id).await.unwrap();
+            receiver.wait_for(1, Duration::from_secs(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let _ = stop.send(());
+        worker.await.unwrap();
+    });
+    use partner_api::metrics::{
+        WEBHOOK_ATTEMPT_DURATION, WEBHOOK_DELIVERIES, WEBHOOK_DUE, WEBHOOK_ENDPOINTS_DISABLED,
+    };
+    assert_eq!(
+        metrics.counter(WEBHOOK_DELIVERIES, &[("outcome", "succeeded")]),
+        1
+    );
+    assert_eq!(
+        metrics.counter(WEBHOOK_DELIVERIES, &[("outcome", "failed")]),
+        1
+    );
+    assert_eq!(
+        metrics.counter(WEBHOOK_ENDPOINTS_DISABLED, &[("reason", "gone")]),
+        1
+    );
+    assert_eq!(
+        metrics
+            .histogram(WEBHOOK_ATTEMPT_DURATION, &[("outcome", "succeeded")])
+            .len(),
+        1
+    );
+    // Counted when the worker starts (then the first test event was already due) and every
+    // 5 s after.
+    assert!(metrics
+        .gauges
+        .get(&id(WEBHOOK_DUE, &[]))
+        .is_some_and(|due| *due <= 1.0));
+}

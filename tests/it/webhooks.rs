@@ -281,6 +281,75 @@ async fn a_hanging_endpoint_does_not_delay_a_healthy_one() {
     );
 }
 
+#[tokio::test]
+async fn retry_after_is_honoured_and_a_failing_endpoint_is_disabled_after_its_period() {
+    // 429 with Retry-After: 1 against a 100 ms schedule: the retry waits the second.
+    let throttled = Receiver::start(|nth, _| match nth {
+        0 => Reply::StatusWith(429, "retry-after", "1".into()),
+        _ => Reply::Status(200),
+    })
+    .await;
+    let failing = Receiver::start(|_, _| Reply::Status(500)).await;
+    let store = store();
+    let slow = store
+        .add_endpoint("org_a", NewEndpoint::new(throttled.url("/")))
+        .await
+        .unwrap();
+    let broken = store
+        .add_endpoint("org_b", NewEndpoint::new(failing.url("/")))
+        .await
+        .unwrap();
+    let disabled = Arc::new(Mutex::new(Vec::new()));
+    let hook = {
+        let disabled = Arc::clone(&disabled);
+        move |event: &partner_api::webhooks::DisabledEndpoint| {
+            disabled
+                .lock()
+                .unwrap()
+                .push((event.endpoint.id.clone(), event.reason));
+        }
+    };
+    let config = config()
+        .with_retry_schedule(vec![Duration::from_millis(100); 50])
+        .with_disable_after(Duration::from_millis(600));
+    let (_stop, _task) = start(Dispatcher::new(store.clone(), config).with_on_disabled(hook));
+    store.send_test("org_a", &slow.record.id).await.unwrap();
+    store.send_test("org_b", &broken.record.id).await.unwrap();
+
+    throttled.wait_for(2, Duration::from_secs(10)).await;
+    let attempts = store.attempts("org_a", &slow.record.id, 10).await.unwrap();
+    let waited = attempts[0]
+        .attempted_at
+        .duration_since(attempts[1].attempted_at)
+        .unwrap();
+    assert!(
+        waited >= Duration::from_millis(950),
+        "the retry came after {waited:?}"
+    );
+
+    // Every attempt fails: disabled once its failures span 600 ms, and no attempt after.
+    let reason = eventually(|| async { disabled.lock().unwrap().first().cloned() }).await;
+    assert_eq!(reason, (broken.record.id.clone(), DisableReason::Failing));
+    assert!(
+        !store
+            .endpoint("org_b", &broken.record.id)
+            .await
+            .unwrap()
+            .enabled
+    );
+    let count = failing.received().len();
+    assert!(
+        (5..=12).contains(&count),
+        "{count} attempts before the disable"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        failing.received().len(),
+        count,
+        "a disabled endpoint got more attempts"
+    );
+}
+
 /// Polls `check` until it gives a value (panics after 10 s).
 async fn eventually<T, F, Fut>(check: F) -> T
 where
