@@ -243,7 +243,7 @@ where
     let mut updated = created.clone();
     updated.status = "running".into();
     fixtures
-        .add_orders(&org.id, &[created.clone()])
+        .add_orders(&org.id, std::slice::from_ref(&created))
         .await
         .map_err(failed("add_orders"))?;
     fixtures

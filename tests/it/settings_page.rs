@@ -912,7 +912,7 @@ async fn webhooks_on_the_page(browser: &Client) {
     let received = receiver.wait_for(1, Duration::from_secs(15)).await;
     assert_eq!(received[0].json()["type"], "webhook.test");
     verify(
-        &[secret.clone()],
+        std::slice::from_ref(&secret),
         &received[0].headers,
         &received[0].body,
         std::time::SystemTime::now(),

@@ -51,8 +51,11 @@ CREATE TABLE partner_webhook_deliveries (
     -- `attempts` when the current round of tries began (a retry or recovery on request).
     round_start INTEGER NOT NULL DEFAULT 0
 );
+-- A claim's order (per endpoint: first attempts before retries, then by due time) as an index
+-- range, so a claim reads the few rows it takes, not the whole backlog.
 CREATE INDEX partner_webhook_deliveries_due
-    ON partner_webhook_deliveries (endpoint_id, due_at) WHERE state = 'pending';
+    ON partner_webhook_deliveries (endpoint_id, (attempts > round_start), due_at, id)
+    WHERE state = 'pending';
 -- "Is an earlier change of this order still pending to this endpoint?"
 CREATE INDEX partner_webhook_deliveries_order
     ON partner_webhook_deliveries (endpoint_id, order_id, id) WHERE state = 'pending';
