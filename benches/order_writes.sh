@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# What the caches' change feed costs the host's order writes: pgbench, CLIENTS clients
-# (default 8), one order per transaction into one of 50 organizations, DURATION seconds
-# (default 10) per run, alternated ROUNDS times (default 2) between the crate's orders trigger
-# (a row in partner_api_order_changes), the NOTIFY trigger it replaced, and no trigger, on a
-# throwaway PostgreSQL with durable commits (fsync and synchronous_commit on, as in
-# production: the cost of NOTIFY is its lock held across the commit's flush).
+# What the caches' change feed and the webhooks' outbox cost the host's order writes:
+# pgbench, CLIENTS clients (default 8), one order per transaction into one of 50
+# organizations, DURATION seconds (default 10) per run, alternated ROUNDS times (default 2)
+# between the crate's orders trigger with no webhook endpoint (`outbox`: a row in
+# partner_api_order_changes and one indexed look-up of endpoints), the same with one enabled
+# endpoint on every organization (`outbox+endpoints`: a message and a delivery per order too),
+# the change log alone as it was before webhooks (`log`), the NOTIFY trigger the log replaced,
+# and no trigger, on a throwaway PostgreSQL with durable commits (fsync and synchronous_commit
+# on, as in production: the cost of NOTIFY is its lock held across the commit's flush).
 #
 #   bash benches/order_writes.sh
 set -euo pipefail
@@ -36,6 +39,24 @@ INSERT INTO partner_organizations SELECT format('org_%s', o), 'x' FROM generate_
 -- The row-level NOTIFY trigger of the earlier migrations, for comparison.
 CREATE TRIGGER partner_orders_notify_before AFTER INSERT OR UPDATE OR DELETE ON partner_orders
     FOR EACH ROW EXECUTE FUNCTION partner_api_notify_orders();
+-- The change log alone, as the orders' trigger was before webhooks.
+CREATE FUNCTION log_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+        INSERT INTO partner_api_order_changes (organization_id) VALUES (OLD.organization_id);
+    END IF;
+    IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND NEW.organization_id IS DISTINCT FROM OLD.organization_id) THEN
+        INSERT INTO partner_api_order_changes (organization_id) VALUES (NEW.organization_id);
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER partner_orders_log_only AFTER INSERT OR UPDATE OR DELETE ON partner_orders
+    FOR EACH ROW EXECUTE FUNCTION log_only();
+-- One endpoint per organization, enabled only for the `outbox+endpoints` runs.
+INSERT INTO partner_webhook_endpoints (organization_id, url, secret, enabled)
+    SELECT id, 'https://partner.example/hooks', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', false
+    FROM partner_organizations;
 SQL
 cat >"$work/insert.sql" <<'SQL'
 \set org random(0, 49)
@@ -43,17 +64,22 @@ INSERT INTO partner_orders VALUES ('org_' || :org, md5(random()::text || clock_t
 SQL
 echo "pgbench -c $CLIENTS -T $DURATION, one order per transaction, fsync $(psql -Atc 'SHOW fsync' "$database"), synchronous_commit $(psql -Atc 'SHOW synchronous_commit' "$database")"
 for _ in $(seq 1 "$ROUNDS"); do
-  for mode in log notify none; do
+  for mode in outbox outbox+endpoints log notify none; do
     case $mode in
-      log) enable=partner_orders_log ;;
+      outbox|outbox+endpoints) enable=partner_orders_log ;;
+      log) enable=partner_orders_log_only ;;
       notify) enable=partner_orders_notify_before ;;
       none) enable= ;;
     esac
+    endpoints=false
+    [ "$mode" = outbox+endpoints ] && endpoints=true
     psql -q "$database" -c "ALTER TABLE partner_orders DISABLE TRIGGER partner_orders_notify_before" \
-      -c "ALTER TABLE partner_orders DISABLE TRIGGER partner_orders_log"
+      -c "ALTER TABLE partner_orders DISABLE TRIGGER partner_orders_log" \
+      -c "ALTER TABLE partner_orders DISABLE TRIGGER partner_orders_log_only" \
+      -c "UPDATE partner_webhook_endpoints SET enabled = $endpoints"
     [ -n "$enable" ] && psql -q "$database" -c "ALTER TABLE partner_orders ENABLE TRIGGER $enable"
     tps=$("$bin/pgbench" -n -f "$work/insert.sql" -c "$CLIENTS" -j 2 -T "$DURATION" "$database" 2>/dev/null |
       sed -n 's/^tps = \([0-9.]*\).*/\1/p')
-    printf 'orders trigger %-7s %8.0f tps\n' "$mode" "$tps"
+    printf 'orders trigger %-16s %8.0f tps\n' "$mode" "$tps"
   done
 done
