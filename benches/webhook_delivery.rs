@@ -19,7 +19,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use partner_api::store::postgres::PgStore;
-use partner_api::webhooks::{DeliveryConfig, DestinationPolicy, Dispatcher, NewEndpoint, WebhookManager};
+use partner_api::webhooks::{
+    DeliveryConfig, DestinationPolicy, Dispatcher, NewEndpoint, WebhookManager,
+};
 use partner_api::Organization;
 use sqlx::{Connection, Executor, PgConnection};
 
@@ -27,31 +29,45 @@ use sqlx::{Connection, Executor, PgConnection};
 type Arrivals = Arc<Mutex<Vec<(String, String, Instant)>>>;
 
 async fn receiver() -> (String, Arrivals) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let url = format!("http://{}/hooks", listener.local_addr().expect("address"));
     let arrivals: Arrivals = Arc::default();
     let recorded = Arc::clone(&arrivals);
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
             let recorded = Arc::clone(&recorded);
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-                    let recorded = Arc::clone(&recorded);
-                    async move {
-                        let id = request
-                            .headers()
-                            .get("webhook-id")
-                            .and_then(|value| value.to_str().ok())
-                            .unwrap_or_default()
-                            .to_owned();
-                        let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-                        let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-                        let order = json["data"]["id"].as_str().unwrap_or_default().to_owned();
-                        recorded.lock().expect("lock").push((id, order, Instant::now()));
-                        Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::new())))
-                    }
-                });
+                let service =
+                    hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+                        let recorded = Arc::clone(&recorded);
+                        async move {
+                            let id = request
+                                .headers()
+                                .get("webhook-id")
+                                .and_then(|value| value.to_str().ok())
+                                .unwrap_or_default()
+                                .to_owned();
+                            let body = request
+                                .into_body()
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
+                            let json: serde_json::Value =
+                                serde_json::from_slice(&body).unwrap_or_default();
+                            let order = json["data"]["id"].as_str().unwrap_or_default().to_owned();
+                            recorded
+                                .lock()
+                                .expect("lock")
+                                .push((id, order, Instant::now()));
+                            Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::new())))
+                        }
+                    });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
@@ -77,7 +93,10 @@ async fn main() {
         return;
     };
     let number = |name: &str, default: usize| {
-        std::env::var(name).ok().and_then(|n| n.parse().ok()).unwrap_or(default)
+        std::env::var(name)
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(default)
     };
     let trials = number("TRIALS", 200);
     let events = number("EVENTS", 10_000);
@@ -87,11 +106,17 @@ async fn main() {
         .execute(format!("CREATE DATABASE {name}").as_str())
         .await
         .expect("create database");
-    let url = format!("{}/{name}", admin.rsplit_once('/').expect("a database URL").0);
+    let url = format!(
+        "{}/{name}",
+        admin.rsplit_once('/').expect("a database URL").0
+    );
     let writer = PgStore::connect_lazy(&url).expect("url");
     writer.migrate().await.expect("migrate");
     writer
-        .add_organization(&Organization { id: "org".into(), name: "Org".into() })
+        .add_organization(&Organization {
+            id: "org".into(),
+            name: "Org".into(),
+        })
         .await
         .expect("organization");
     let (endpoint_url, arrivals) = receiver().await;
@@ -108,26 +133,37 @@ async fn main() {
         let replica = PgStore::connect_lazy(&url).expect("url");
         tokio::spawn(Dispatcher::new(replica, config.clone()).run(std::future::pending()));
     }
-    const INSERT: &str = "INSERT INTO partner_orders VALUES ('org', $1, ARRAY['meta'], 'A', 'C', 1, \
+    const INSERT: &str =
+        "INSERT INTO partner_orders VALUES ('org', $1, ARRAY['meta'], 'A', 'C', 1, \
                           '2026-03-01', '2026-04-30', 'booked', 'PO', now())";
 
     // Commit to delivery, one order at a time.
     let mut latencies = Vec::with_capacity(trials);
     for trial in 0..trials {
         let order = format!("latency-{trial}");
-        sqlx::query(INSERT).bind(&order).execute(writer.pool()).await.expect("insert");
+        sqlx::query(INSERT)
+            .bind(&order)
+            .execute(writer.pool())
+            .await
+            .expect("insert");
         let committed = Instant::now();
         let deadline = committed + Duration::from_secs(30);
         let arrived = loop {
             if let Some(at) = arrival_of(&arrivals, &order) {
                 break at;
             }
-            assert!(Instant::now() < deadline, "order {order} was not delivered within 30 s");
+            assert!(
+                Instant::now() < deadline,
+                "order {order} was not delivered within 30 s"
+            );
             tokio::time::sleep(Duration::from_millis(1)).await;
         };
         latencies.push(arrived.saturating_duration_since(committed));
         // A pause that is no multiple of the poll interval, so commits fall anywhere in it.
-        tokio::time::sleep(Duration::from_millis(u64::try_from(trial * 37 % 200).unwrap_or(0))).await;
+        tokio::time::sleep(Duration::from_millis(
+            u64::try_from(trial * 37 % 200).unwrap_or(0),
+        ))
+        .await;
     }
     latencies.sort();
     let median = latencies[latencies.len() / 2];

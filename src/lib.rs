@@ -44,8 +44,8 @@
 //! behaves where the contract is silent ([`docs::behaviour`]), how to host it
 //! ([`docs::hosting`]), write or run a store ([`docs::stores`]), manage keys
 //! ([`docs::keys`], [`docs::settings`]), run many replicas ([`docs::replicas`]), watch it
-//! ([`docs::metrics`]), what it costs ([`docs::performance`]) and how it keeps secrets
-//! ([`docs::security`]).
+//! ([`docs::metrics`]), what it costs ([`docs::performance`]), how it keeps secrets
+//! ([`docs::security`]) and how partners hear of order changes ([`docs::webhooks`]).
 //!
 //! # Modules
 //!
@@ -59,6 +59,7 @@
 //! layer ─> service ─> store (KeyStore, OrderStore), rate_limit, last_used, metrics
 //! cache ─> store, metrics          last_used ─> management ─> store (StoreError)
 //! store::{MemoryStore, PgStore} implement KeyStore, OrderStore and management::KeyManager
+//! webhooks ─> store (StoreError), model (EncodedOrder), metrics; management ─> webhooks
 //! model, key: used by every module above, use none of them
 //! ```
 //!
@@ -70,6 +71,7 @@
 //! | `postgres`| no      | `PgStore`: both store traits over PostgreSQL (sqlx), with migrations; `cache::postgres::listen` |
 //! | `redis`   | no      | `rate_limit::redis::RedisRateLimiter`: one budget per key shared by every replica |
 //! | `secret-scanning` | no | `secret_scanning::SecretScanningService`: GitHub's secret scanning reports revoke leaked keys (ECDSA P-256, RustCrypto's `p256`) |
+//! | `webhooks` | no | `webhooks`: signed order events (Standard Webhooks) from a transactional outbox, delivered by every replica (`hmac`, hyper-util's client over rustls) |
 //!
 //! # Logging
 //!

@@ -161,7 +161,11 @@ async fn failures_are_retried_under_one_id_and_410_disables_at_once() {
     let received = flaky.wait_for(3, Duration::from_secs(10)).await;
     let ids: Vec<&str> = received.iter().map(|r| r.header("webhook-id")).collect();
     assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
-    assert_eq!(flaky.connections.load(Ordering::SeqCst), 1, "the client reuses its connection");
+    assert_eq!(
+        flaky.connections.load(Ordering::SeqCst),
+        1,
+        "the client reuses its connection"
+    );
     gone.wait_for(1, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(gone.received().len(), 1, "a 410 was retried");
