@@ -122,12 +122,12 @@ pub(crate) struct Args {
     /// from the first attempt and each from the one before (comma-separated; empty: no
     /// retries); each with +-20 % jitter.
     #[cfg(feature = "webhooks")]
-    #[arg(long, value_name = "SECONDS,...", value_delimiter = ',', num_args = 0..,
+    #[arg(long, value_name = "SECONDS,...", value_parser = parse_schedule,
           default_value = "5,300,1800,7200,18000,36000,36000")]
-    pub(crate) webhook_retry_schedule: Vec<u64>,
+    pub(crate) webhook_retry_schedule: RetrySchedule,
     /// Seconds one webhook delivery attempt may take (connect, send, answer).
     #[cfg(feature = "webhooks")]
-    #[arg(long, value_name = "SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub(crate) webhook_timeout: u64,
     /// Seconds every delivery to an endpoint must have failed before it is disabled.
     #[cfg(feature = "webhooks")]
@@ -346,6 +346,28 @@ fn parse_allowed_ip(text: &str) -> Result<ipnet::IpNet, String> {
         .first()
         .copied()
         .ok_or_else(|| format!("{text:?} is not an address range"))
+}
+
+/// The waits before a failed webhook delivery's retries, in seconds.
+#[cfg(feature = "webhooks")]
+#[derive(Clone, Debug)]
+pub(crate) struct RetrySchedule(pub(crate) Vec<u64>);
+
+/// `5,300,1800`: seconds, comma-separated, each from 1 s to 30 days; empty for no retries.
+#[cfg(feature = "webhooks")]
+fn parse_schedule(text: &str) -> Result<RetrySchedule, String> {
+    if text.trim().is_empty() {
+        return Ok(RetrySchedule(Vec::new()));
+    }
+    text.split(',')
+        .map(|wait| match wait.trim().parse::<u64>() {
+            Ok(seconds @ 1..=2_592_000) => Ok(seconds),
+            _ => Err(format!(
+                "{wait:?} is not a number of seconds from 1 to 2592000 (30 days)"
+            )),
+        })
+        .collect::<Result<_, _>>()
+        .map(RetrySchedule)
 }
 
 fn parse_environment(name: &str) -> Result<KeyEnvironment, String> {

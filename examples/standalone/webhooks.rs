@@ -20,6 +20,7 @@ pub(crate) fn config(args: &Args) -> DeliveryConfig {
     DeliveryConfig::new()
         .with_retry_schedule(
             args.webhook_retry_schedule
+                .0
                 .iter()
                 .map(|s| Duration::from_secs(*s))
                 .collect(),

@@ -81,7 +81,13 @@ struct AddRequest {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RotateRequest {
+    /// Absent: a day.
+    #[serde(default = "a_day")]
     overlap_seconds: u64,
+}
+
+fn a_day() -> u64 {
+    86_400
 }
 
 /// The body of `POST /webhooks/{id}/retry`.

@@ -16,7 +16,8 @@ use ipnet::IpNet;
 /// (RFC 1918), CGNAT, loopback, link-local (with the cloud metadata address
 /// 169.254.169.254), IETF protocol assignments, documentation, 6to4 relay, benchmarking,
 /// multicast, reserved and broadcast; for IPv6 the unspecified and loopback addresses,
-/// IPv4-mapped and IPv4-translated addresses (they reach IPv4 ranges above), discard-only,
+/// IPv4-compatible (deprecated), IPv4-mapped and IPv4-translated addresses (they reach IPv4
+/// ranges above), NAT64, discard-only,
 /// IETF assignments (Teredo among them), documentation, 6to4, unique-local, site-local,
 /// link-local and multicast.
 const BLOCKED: &[&str] = &[
@@ -35,9 +36,9 @@ const BLOCKED: &[&str] = &[
     "203.0.113.0/24",
     "224.0.0.0/4",
     "240.0.0.0/4",
-    "::/128",
-    "::1/128",
+    "::/96",
     "::ffff:0:0/96",
+    "::ffff:0:0:0/96",
     "64:ff9b::/96",
     "64:ff9b:1::/48",
     "100::/64",
@@ -154,13 +155,17 @@ pub enum BlockedDestination {
     Http,
     /// A scheme other than `http` or `https`.
     Scheme,
-    /// The destination is (or resolves to) an address in a blocked range.
+    /// The destination is an address in a blocked range.
     Address {
         /// The address.
         address: IpAddr,
         /// The blocked range it is in.
         range: IpNet,
     },
+    /// The destination's name resolves to an address in a blocked range. Which address is not
+    /// said: an organization could otherwise map a private network's names through its
+    /// endpoints' attempts.
+    Resolved,
 }
 
 impl fmt::Display for BlockedDestination {
@@ -171,6 +176,9 @@ impl fmt::Display for BlockedDestination {
             Self::Address { address, range } => write!(
                 f,
                 "destination refused: {address} is in the blocked range {range}"
+            ),
+            Self::Resolved => f.write_str(
+                "destination refused: the name resolves to an address in a blocked range",
             ),
         }
     }
@@ -203,10 +211,14 @@ impl tower::Service<Name> for CheckedResolver {
         Box::pin(async move {
             let addresses: Vec<SocketAddr> =
                 tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
-            for address in &addresses {
-                policy.check_address(address.ip()).map_err(|blocked| {
-                    std::io::Error::new(std::io::ErrorKind::PermissionDenied, blocked)
-                })?;
+            if addresses
+                .iter()
+                .any(|address| policy.check_address(address.ip()).is_err())
+            {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    BlockedDestination::Resolved,
+                ));
             }
             Ok(addresses.into_iter())
         })
@@ -244,6 +256,8 @@ mod tests {
             "2001:db8::1",
             "ff02::1",
             "64:ff9b::a00:1",
+            "::127.0.0.1",
+            "::ffff:0:127.0.0.1",
         ] {
             assert!(refused(&policy, address), "{address} should be refused");
         }

@@ -38,6 +38,9 @@ pub const DEFAULT_RETRY_SCHEDULE: [Duration; 7] = [
     Duration::from_secs(10 * 3600),
 ];
 
+/// The longest a stopping worker waits for its attempts in flight.
+const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
+
 const USER_AGENT_VALUE: &str = concat!("partner-api-webhooks/", env!("CARGO_PKG_VERSION"));
 
 /// How a [`Dispatcher`] delivers.
@@ -86,10 +89,11 @@ impl DeliveryConfig {
         self
     }
 
-    /// Sets the time-out of one attempt (connecting, sending, and reading the answer).
+    /// Sets the time-out of one attempt (connecting, sending, and reading the answer), from
+    /// 1 ms to a day.
     #[must_use]
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout.max(Duration::from_millis(1));
+        self.timeout = timeout.clamp(Duration::from_millis(1), Duration::from_secs(86_400));
         self
     }
 
@@ -140,7 +144,7 @@ impl DeliveryConfig {
     /// worker that is still busy after it has hung or lost its database; the delivery is
     /// then due for another worker.
     fn lease(&self) -> Duration {
-        self.timeout + Duration::from_secs(15)
+        self.timeout.saturating_add(Duration::from_secs(15))
     }
 }
 
@@ -254,8 +258,8 @@ impl Dispatcher {
     }
 
     /// Delivers until `shutdown` completes; then claims nothing more and waits (at most the
-    /// attempt time-out) for the attempts in flight to be recorded. An attempt cut short
-    /// keeps its lease and is taken over when the lease ends.
+    /// attempt time-out, and at most 5 s) for the attempts in flight to be recorded. An
+    /// attempt cut short keeps its lease and is taken over when the lease ends.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let inner = self.inner;
         let config = &inner.config;
@@ -308,8 +312,10 @@ impl Dispatcher {
                 () = tokio::time::sleep(config.poll_interval) => {}
             }
         }
+        // A bounded wait, so a hanging endpoint cannot hold up the host's shutdown: an attempt
+        // cut short keeps its lease, and another replica takes the delivery over.
         let drain = async { while tasks.join_next().await.is_some() {} };
-        let _ = tokio::time::timeout(config.timeout + Duration::from_secs(1), drain).await;
+        let _ = tokio::time::timeout(config.timeout.min(SHUTDOWN_DRAIN), drain).await;
     }
 }
 
@@ -436,45 +442,45 @@ impl Inner {
             .header("webhook-signature", signatures)
             .body(Full::new(delivery.body.clone()))
             .map_err(|error| format!("the request could not be built: {error}"))?;
-        let exchange = async {
-            let response = self
-                .client
-                .request(request)
-                .await
-                .map_err(|error| ErrorChain(&error).to_string())?;
-            let status = response.status();
-            let retry_after = response
-                .headers()
-                .get(RETRY_AFTER)
-                .and_then(|value| value.to_str().ok())
-                .and_then(parse_retry_after);
-            let mut body = response.into_body();
-            let mut kept = Vec::new();
-            // Read up to the cap, then stop: a huge answer costs no more than that.
-            while kept.len() < self.config.response_body_bytes {
-                match body.frame().await {
-                    Some(Ok(frame)) => {
-                        if let Ok(data) = frame.into_data() {
-                            let room = self.config.response_body_bytes - kept.len();
-                            kept.extend_from_slice(&data[..data.len().min(room)]);
-                        }
-                    }
-                    Some(Err(_)) | None => break,
-                }
+        // The status decides the outcome; the body is read only in the time that is left, and
+        // a body cut short by the time-out does not turn a 2xx into a failure.
+        let deadline = tokio::time::Instant::now() + self.config.timeout;
+        let sent = tokio::time::timeout_at(deadline, self.client.request(request)).await;
+        let response = match sent {
+            Ok(Ok(response)) => response,
+            Ok(Err(error)) => return Err(printable(&ErrorChain(&error).to_string())),
+            Err(_) => {
+                return Err(format!(
+                    "timed out after {} ms",
+                    self.config.timeout.as_millis()
+                ))
             }
-            Ok(Answer {
-                status,
-                retry_after,
-                body: String::from_utf8_lossy(&kept).into_owned(),
-            })
         };
-        match tokio::time::timeout(self.config.timeout, exchange).await {
-            Ok(answer) => answer,
-            Err(_) => Err(format!(
-                "timed out after {} ms",
-                self.config.timeout.as_millis()
-            )),
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(parse_retry_after);
+        let mut body = response.into_body();
+        let mut kept = Vec::new();
+        // Read up to the cap, then stop: a huge answer costs no more than that.
+        while kept.len() < self.config.response_body_bytes {
+            match tokio::time::timeout_at(deadline, body.frame()).await {
+                Ok(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        let room = self.config.response_body_bytes - kept.len();
+                        kept.extend_from_slice(&data[..data.len().min(room)]);
+                    }
+                }
+                Ok(Some(Err(_)) | None) | Err(_) => break,
+            }
         }
+        Ok(Answer {
+            status,
+            retry_after,
+            body: printable(&String::from_utf8_lossy(&kept)),
+        })
     }
 
     /// The attempt's record and what comes next.
@@ -536,7 +542,16 @@ fn jitter(wait: Duration) -> Duration {
         Ok(()) => f64::from(u32::from_le_bytes(random)) / f64::from(u32::MAX),
         Err(_) => 0.5,
     };
-    wait.mul_f64(0.8 + 0.4 * unit)
+    Duration::try_from_secs_f64(wait.as_secs_f64() * (0.8 + 0.4 * unit)).unwrap_or(wait)
+}
+
+/// `text` without NUL characters (PostgreSQL's text refuses them) and at most 1,000
+/// characters: what a receiver answered or an error said, as an attempt keeps it.
+fn printable(text: &str) -> String {
+    text.chars()
+        .take(1000)
+        .map(|c| if c == '\0' { '\u{fffd}' } else { c })
+        .collect()
 }
 
 fn unix_seconds(time: SystemTime) -> i64 {

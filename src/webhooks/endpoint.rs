@@ -318,8 +318,9 @@ pub trait WebhookManager: Send + Sync {
         limit: usize,
     ) -> Result<Vec<Attempt>, StoreError>;
 
-    /// Queues the message `message_id` (a `webhook-id`) to the endpoint again, due now,
-    /// whatever its state, with a fresh set of tries.
+    /// Queues the message `message_id` (a `webhook-id`) to the endpoint again, due now, with a
+    /// fresh round of tries, when it succeeded or ran out of tries; a message still pending
+    /// (waiting for a retry, or in flight) is left as it is, so its lease stands.
     ///
     /// # Errors
     ///

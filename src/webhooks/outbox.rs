@@ -224,8 +224,9 @@ pub struct Backlog {
 /// conformance suite checks them):
 ///
 /// - **Claim** returns due deliveries (pending, due time passed) of enabled endpoints, first
-///   attempts before retries, and never a delivery while an earlier one of the same order to
-///   the same endpoint is pending: one order's events go out in commit order. Claiming a
+///   attempts before retries, at most one per endpoint whose deliveries fail (`failing_since`),
+///   and never a delivery while an earlier one of the same order to the same endpoint is
+///   pending: one order's events go out in commit order. Claiming a
 ///   delivery increments its attempt number and makes it due again `lease` later, in the
 ///   same committed write, so a worker that dies loses only its lease, and concurrent
 ///   workers never claim the same delivery.

@@ -247,3 +247,178 @@ async fn the_memory_store_manages_keys_as_the_suite_requires() {
     report.assert_passed();
     assert_eq!(report.len(), 13);
 }
+
+/// The webhooks suite passes on the memory store and bites a store whose finishes ignore
+/// which attempt is current.
+#[cfg(feature = "webhooks")]
+mod webhooks {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use partner_api::testing::{run_webhooks, StoreFixtures};
+    use partner_api::webhooks::{
+        Attempt, Backlog, ClaimRequest, CreatedEndpoint, Delivery, Endpoint, Finish,
+        FinishedAttempt, NewEndpoint, WebhookManager, WebhookOutbox,
+    };
+    use partner_api::{MemoryStore, Order, Organization, StoreError, Timestamp};
+
+    /// Finishes every attempt as if it were the latest claimed one: a late finisher wins.
+    struct LateFinishWins {
+        store: MemoryStore,
+        latest: Mutex<HashMap<String, u32>>,
+    }
+
+    #[async_trait]
+    impl WebhookOutbox for LateFinishWins {
+        async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Delivery>, StoreError> {
+            let claimed = self.store.claim(request).await?;
+            let mut latest = self.latest.lock().unwrap();
+            for delivery in &claimed {
+                latest.insert(delivery.delivery_id.clone(), delivery.attempt);
+            }
+            Ok(claimed)
+        }
+        async fn finish(
+            &self,
+            delivery: &Delivery,
+            attempt: &FinishedAttempt,
+        ) -> Result<Finish, StoreError> {
+            let mut current = delivery.clone();
+            if let Some(latest) = self.latest.lock().unwrap().get(&delivery.delivery_id) {
+                current.attempt = *latest;
+            }
+            self.store.finish(&current, attempt).await
+        }
+        async fn backlog(&self) -> Result<Backlog, StoreError> {
+            self.store.backlog().await
+        }
+    }
+
+    #[async_trait]
+    impl WebhookManager for LateFinishWins {
+        async fn add_endpoint(
+            &self,
+            org: &str,
+            new: NewEndpoint,
+        ) -> Result<CreatedEndpoint, StoreError> {
+            self.store.add_endpoint(org, new).await
+        }
+        async fn endpoints(&self, org: &str) -> Result<Vec<Endpoint>, StoreError> {
+            self.store.endpoints(org).await
+        }
+        async fn endpoint(&self, org: &str, id: &str) -> Result<Endpoint, StoreError> {
+            self.store.endpoint(org, id).await
+        }
+        async fn rotate_secret(
+            &self,
+            org: &str,
+            id: &str,
+            overlap: Duration,
+        ) -> Result<CreatedEndpoint, StoreError> {
+            self.store.rotate_secret(org, id, overlap).await
+        }
+        async fn set_enabled(
+            &self,
+            org: &str,
+            id: &str,
+            enabled: bool,
+        ) -> Result<Endpoint, StoreError> {
+            self.store.set_enabled(org, id, enabled).await
+        }
+        async fn remove_endpoint(&self, org: &str, id: &str) -> Result<(), StoreError> {
+            self.store.remove_endpoint(org, id).await
+        }
+        async fn send_test(&self, org: &str, id: &str) -> Result<String, StoreError> {
+            self.store.send_test(org, id).await
+        }
+        async fn attempts(
+            &self,
+            org: &str,
+            id: &str,
+            limit: usize,
+        ) -> Result<Vec<Attempt>, StoreError> {
+            self.store.attempts(org, id, limit).await
+        }
+        async fn retry_message(
+            &self,
+            org: &str,
+            id: &str,
+            message: &str,
+        ) -> Result<(), StoreError> {
+            self.store.retry_message(org, id, message).await
+        }
+        async fn recover(&self, org: &str, id: &str, since: Timestamp) -> Result<u64, StoreError> {
+            self.store.recover(org, id, since).await
+        }
+    }
+
+    #[async_trait]
+    impl partner_api::KeyStore for LateFinishWins {
+        async fn lookup(
+            &self,
+            digest: &partner_api::KeyDigest,
+        ) -> Result<partner_api::KeyLookup, StoreError> {
+            self.store.lookup(digest).await
+        }
+    }
+
+    #[async_trait]
+    impl partner_api::OrderStore for LateFinishWins {
+        async fn orders(
+            &self,
+            org: &str,
+            query: &partner_api::store::OrderQuery,
+        ) -> Result<partner_api::OrderPage, StoreError> {
+            self.store.orders(org, query).await
+        }
+    }
+
+    #[async_trait]
+    impl StoreFixtures for LateFinishWins {
+        type Store = Self;
+        fn store(&self) -> &Self {
+            self
+        }
+        async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
+            self.store.add_organization(organization.clone())
+        }
+        async fn add_key(
+            &self,
+            key: &str,
+            org: &str,
+            expires_at: Option<Timestamp>,
+        ) -> Result<(), StoreError> {
+            StoreFixtures::add_key(&self.store, key, org, expires_at).await
+        }
+        async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
+            StoreFixtures::revoke_key(&self.store, key).await
+        }
+        async fn add_orders(&self, org: &str, orders: &[Order]) -> Result<(), StoreError> {
+            StoreFixtures::add_orders(&self.store, org, orders).await
+        }
+        async fn remove_order(&self, org: &str, id: &str) -> Result<(), StoreError> {
+            StoreFixtures::remove_order(&self.store, org, id).await
+        }
+        async fn update_order(&self, org: &str, order: &Order) -> Result<(), StoreError> {
+            StoreFixtures::update_order(&self.store, org, order).await
+        }
+    }
+
+    #[tokio::test]
+    async fn the_suite_fails_a_store_whose_late_finishes_win() {
+        run_webhooks(&MemoryStore::new()).await.assert_passed();
+        let faulty = LateFinishWins {
+            store: MemoryStore::new(),
+            latest: Mutex::default(),
+        };
+        let report = run_webhooks(&faulty).await;
+        let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
+        assert_eq!(
+            failed,
+            ["webhooks: leases and current attempts"],
+            "{report}"
+        );
+    }
+}

@@ -227,7 +227,13 @@ async fn a_destination_resolving_to_a_blocked_address_gets_no_connection() {
     for endpoint in [&by_name, &by_address] {
         store.send_test("org_a", &endpoint.record.id).await.unwrap();
     }
-    for endpoint in [&by_name, &by_address] {
+    for (endpoint, why) in [
+        (
+            &by_name,
+            "the name resolves to an address in a blocked range",
+        ),
+        (&by_address, "127.0.0.1 is in the blocked range 127.0.0.0/8"),
+    ] {
         let attempts = eventually(|| async {
             let attempts = store
                 .attempts("org_a", &endpoint.record.id, 10)
@@ -237,10 +243,7 @@ async fn a_destination_resolving_to_a_blocked_address_gets_no_connection() {
         })
         .await;
         let error = attempts[0].error.clone().unwrap_or_default();
-        assert!(
-            error.contains("is in the blocked range 127.0.0.0/8"),
-            "{error}"
-        );
+        assert!(error.contains(why), "{error}");
         assert_eq!(attempts[0].outcome, AttemptOutcome::Failed);
     }
     assert_eq!(receiver.connections.load(Ordering::SeqCst), 0);
@@ -249,6 +252,48 @@ async fn a_destination_resolving_to_a_blocked_address_gets_no_connection() {
     assert!(https_only
         .check_url(&"http://example.com/".parse().unwrap())
         .is_err());
+}
+
+#[tokio::test]
+async fn a_2xx_counts_when_its_status_arrives_and_odd_bodies_are_kept_printable() {
+    let slow_body = Receiver::start(|_, _| Reply::StatusThenHang(200)).await;
+    let odd_body = Receiver::start(|_, _| Reply::StatusBody(200, b"ok\0\xff")).await;
+    let store = store();
+    let slow = store
+        .add_endpoint("org_a", NewEndpoint::new(slow_body.url("/")))
+        .await
+        .unwrap();
+    let odd = store
+        .add_endpoint("org_b", NewEndpoint::new(odd_body.url("/")))
+        .await
+        .unwrap();
+    let config = config().with_timeout(Duration::from_millis(500));
+    let (_stop, _task) = start(Dispatcher::new(store.clone(), config));
+    store.send_test("org_a", &slow.record.id).await.unwrap();
+    store.send_test("org_b", &odd.record.id).await.unwrap();
+    for (org, endpoint) in [("org_a", &slow), ("org_b", &odd)] {
+        let attempts = eventually(|| async {
+            let attempts = store.attempts(org, &endpoint.record.id, 10).await.unwrap();
+            (!attempts.is_empty()).then_some(attempts)
+        })
+        .await;
+        assert_eq!(
+            attempts[0].outcome,
+            AttemptOutcome::Succeeded,
+            "{attempts:?}"
+        );
+    }
+    let attempts = store.attempts("org_b", &odd.record.id, 10).await.unwrap();
+    assert_eq!(
+        attempts[0].response_body.as_deref(),
+        Some("ok\u{fffd}\u{fffd}")
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        slow_body.received().len(),
+        1,
+        "a 2xx with a slow body was sent again"
+    );
 }
 
 #[tokio::test]
@@ -458,6 +503,60 @@ mod postgres {
             checked(delivery, std::slice::from_ref(&endpoint.secret));
             assert!(delivery.json()["data"]["id"] == "o1");
         }
+    }
+
+    /// A row the API could not serve fails its own delivery at once, with the reason, and
+    /// holds up nothing; an answer with a NUL byte is recorded (PostgreSQL's text refuses NUL).
+    #[tokio::test]
+    async fn a_row_that_cannot_be_sent_fails_alone_and_odd_answers_are_recorded() {
+        let receiver = Receiver::start(|_, _| Reply::StatusBody(200, b"ok\0")).await;
+        let store = database().await;
+        let endpoint = store
+            .add_endpoint("org_a", NewEndpoint::new(receiver.url("/")))
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO partner_orders VALUES ('org_a', 'too-big', ARRAY['meta'], 'A', 'C', \
+             9007199254740993, '2026-03-01', '2026-04-30', 'booked', 'PO', now())",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        sqlx::query(INSERT)
+            .bind("fine")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        let (_stop, _task) = start(Dispatcher::new(store.clone(), config()));
+        let received = receiver.wait_for(1, Duration::from_secs(10)).await;
+        assert_eq!(received[0].json()["data"]["id"], "fine");
+        let attempts = eventually(|| async {
+            let attempts = store
+                .attempts("org_a", &endpoint.record.id, 10)
+                .await
+                .unwrap();
+            (attempts.len() == 2).then_some(attempts)
+        })
+        .await;
+        let failed = attempts
+            .iter()
+            .find(|a| a.outcome == AttemptOutcome::Failed)
+            .unwrap();
+        assert!(
+            failed
+                .error
+                .as_deref()
+                .unwrap_or_default()
+                .contains("could not be built"),
+            "{failed:?}"
+        );
+        let fine = attempts
+            .iter()
+            .find(|a| a.outcome == AttemptOutcome::Succeeded)
+            .unwrap();
+        assert_eq!(fine.response_body.as_deref(), Some("ok\u{fffd}"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(receiver.received().len(), 1);
     }
 
     pub(super) const INSERT: &str =

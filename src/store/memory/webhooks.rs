@@ -320,7 +320,10 @@ impl WebhookManager for MemoryStore {
             .values_mut()
             .find(|delivery| delivery.endpoint == id && delivery.message_id == message_id)
             .ok_or_else(|| StoreError::not_found("no such message to this endpoint"))?;
-        delivery.requeue();
+        // A pending one is queued already (perhaps in flight: its lease stands).
+        if delivery.state != State::Pending {
+            delivery.requeue();
+        }
         Ok(())
     }
 
@@ -392,7 +395,13 @@ impl WebhookOutbox for MemoryStore {
             let delivery = &outbox.deliveries[&id];
             let endpoint = &outbox.endpoints[&delivery.endpoint];
             let count = taken.entry(delivery.endpoint).or_default();
-            if *count >= request.room_for(&endpoint.record.id) {
+            // An endpoint whose deliveries fail gets one slot, as on PostgreSQL.
+            let room = if endpoint.failing_since.is_some() {
+                request.room_for(&endpoint.record.id).min(1)
+            } else {
+                request.room_for(&endpoint.record.id)
+            };
+            if *count >= room {
                 continue;
             }
             *count += 1;

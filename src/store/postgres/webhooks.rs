@@ -22,16 +22,18 @@ use crate::webhooks::{
 /// The columns of an [`Endpoint`], in `endpoint_from_row`'s names.
 const ENDPOINT: &str = "id, organization_id, url, events, description, enabled, created_at";
 
-/// Claims as [`ClaimRequest`] says: per enabled endpoint, its room (`$2` less what the
-/// worker has in flight there, `$3`/`$4`), first attempts before retries, never past an
-/// earlier pending change of the same order; `$1` in all. The lease (`$5` ms) and the attempt
+/// Claims as [`ClaimRequest`] says: per enabled endpoint, its room (`$2`, or 1 while its
+/// deliveries fail, less what the worker has in flight there, `$3`/`$4`), first attempts
+/// before retries, never past an earlier pending change of the same order; `$1` in all, the
+/// endpoints taken in random order so that none is always served last. The lease (`$5` ms) and the attempt
 /// number are written in the same statement, which commits before any HTTP call.
 const CLAIM: &str = "\
-    WITH room AS ( \
-        SELECT e.id, greatest($2 - coalesce(b.busy, 0), 0) AS room \
+    WITH room AS MATERIALIZED ( \
+        SELECT e.id, greatest(CASE WHEN e.failing_since IS NULL THEN $2 ELSE 1 END \
+                              - coalesce(b.busy, 0), 0) AS room \
         FROM partner_webhook_endpoints e \
         LEFT JOIN unnest($3::bigint[], $4::int[]) AS b(endpoint_id, busy) ON b.endpoint_id = e.id \
-        WHERE e.enabled), \
+        WHERE e.enabled ORDER BY random()), \
     picked AS ( \
         SELECT d.id FROM room r, LATERAL ( \
             SELECT d.id FROM partner_webhook_deliveries d \
@@ -387,19 +389,23 @@ impl WebhookManager for PgStore {
     ) -> Result<(), StoreError> {
         self.endpoint(organization_id, id).await?;
         let done = sqlx::query(
-            "UPDATE partner_webhook_deliveries SET state = 'pending', due_at = now(), \
-                 round_start = attempts \
-             WHERE endpoint_id = $1 AND webhook_id = $2",
+            "WITH found AS (SELECT id, state FROM partner_webhook_deliveries \
+                            WHERE endpoint_id = $1 AND webhook_id = $2), \
+                  requeued AS ( \
+                 UPDATE partner_webhook_deliveries d SET state = 'pending', due_at = now(), \
+                     round_start = d.attempts \
+                 FROM found WHERE d.id = found.id AND found.state <> 'pending') \
+             SELECT id FROM found",
         )
         .bind(endpoint_id(id)?)
         .bind(message_id)
-        .execute(&self.pool)
+        .fetch_optional(&self.pool)
         .await
         .map_err(store_error)?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::not_found("no such message to this endpoint"));
+        match done {
+            Some(_) => Ok(()),
+            None => Err(StoreError::not_found("no such message to this endpoint")),
         }
-        Ok(())
     }
 
     async fn recover(
@@ -442,88 +448,135 @@ impl WebhookOutbox for PgStore {
             .fetch_all(&self.pool)
             .await
             .map_err(store_error)?;
-        rows.iter()
-            .map(|row| {
-                let endpoint = endpoint_from_row(row)?;
-                let kind: EventType = column::<String>(row, "event_type")?
-                    .parse()
-                    .map_err(StoreError::invalid_data)?;
-                let mut secrets = vec![secret(&column::<String>(row, "secret")?)?];
-                if let Some(previous) = row
-                    .try_get::<Option<String>, _>("previous_secret")
-                    .map_err(store_error)?
-                {
-                    secrets.push(secret(&previous)?);
+        let mut deliveries = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match delivery_from_row(row) {
+                Ok(delivery) => deliveries.push(delivery),
+                // A message that cannot be sent (a row the API could not serve either) fails
+                // alone, with the reason, instead of failing the claim: the other deliveries
+                // go, and its order's later events are not held behind it forever.
+                Err((Some(delivery), error)) => {
+                    let mut attempt = FinishedAttempt::new(
+                        AttemptOutcome::Failed,
+                        Timestamp::now(),
+                        Duration::ZERO,
+                    );
+                    attempt.error = Some(format!(
+                        "the event could not be built: {}",
+                        crate::log::ErrorChain(&error)
+                    ));
+                    tracing::error!(endpoint_id = %delivery.endpoint_id, message_id = %delivery.message_id, error = %crate::log::ErrorChain(&error), "webhooks: an event could not be built; it is failed");
+                    self.finish(&delivery, &attempt).await?;
                 }
-                let attempts = u32::try_from(column::<i32>(row, "attempts")?).unwrap_or(0);
-                let round_start = u32::try_from(column::<i32>(row, "round_start")?).unwrap_or(0);
-                Ok(Delivery::new(
-                    column::<i64>(row, "delivery_id")?.to_string(),
-                    column(row, "webhook_id")?,
-                    &endpoint,
-                    secrets,
-                    kind,
-                    body_from_row(row, kind)?,
-                    attempts,
-                    attempts.saturating_sub(round_start),
-                    timestamp(row, "failing_since")?,
-                ))
-            })
-            .collect()
+                Err((None, error)) => return Err(error),
+            }
+        }
+        Ok(deliveries)
     }
-
     async fn finish(
         &self,
         delivery: &Delivery,
         attempt: &FinishedAttempt,
     ) -> Result<Finish, StoreError> {
-        let (state, due) = match attempt.next {
-            NextStep::Done => ("succeeded", None),
-            NextStep::RetryAt(at) => ("pending", Some(at.as_datetime())),
-            _ => ("failed", None),
-        };
-        let row = sqlx::query(FINISH)
-            .bind(delivery.delivery_id.parse::<i64>().unwrap_or(0))
-            .bind(i32::try_from(delivery.attempt).unwrap_or(i32::MAX))
-            .bind(state)
-            .bind(due)
-            .bind(attempt.outcome.as_str())
-            .bind(attempt.response_status.map(i32::from))
-            .bind(attempt.error.as_deref())
-            .bind(attempt.response_body.as_deref())
-            .bind(i64::try_from(attempt.duration.as_millis()).unwrap_or(i64::MAX))
-            .bind(attempt.attempted_at.as_datetime())
-            .bind(attempt.disable_endpoint)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(store_error)?;
-        let current: bool = column(&row, "current")?;
-        let was_enabled: Option<bool> = row.try_get("was_enabled").map_err(store_error)?;
-        let enabled: Option<bool> = row.try_get("enabled").map_err(store_error)?;
-        let disabled = if was_enabled == Some(true) && enabled == Some(false) {
-            Some(endpoint_from_row(&row)?)
-        } else {
-            None
-        };
-        Ok(Finish { current, disabled })
+        finish(self, delivery, attempt).await
     }
 
     async fn backlog(&self) -> Result<Backlog, StoreError> {
-        let row = sqlx::query(
-            "SELECT count(*) AS due, \
-                    extract(epoch FROM now() - min(d.due_at))::float8 AS oldest \
-             FROM partner_webhook_deliveries d \
-             JOIN partner_webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled \
-             WHERE d.state = 'pending' AND d.due_at <= now()",
-        )
-        .fetch_one(&self.pool)
+        backlog(self).await
+    }
+}
+
+/// A claimed row as a delivery; when only its body cannot be built, the delivery without a
+/// body (to fail it) and why.
+fn delivery_from_row(row: &PgRow) -> Result<Delivery, (Option<Box<Delivery>>, StoreError)> {
+    let fail = |error| (None, error);
+    let endpoint = endpoint_from_row(row).map_err(fail)?;
+    let built = (|| {
+        let kind: EventType = column::<String>(row, "event_type")?
+            .parse()
+            .map_err(StoreError::invalid_data)?;
+        let mut secrets = vec![secret(&column::<String>(row, "secret")?)?];
+        if let Some(previous) = row
+            .try_get::<Option<String>, _>("previous_secret")
+            .map_err(store_error)?
+        {
+            secrets.push(secret(&previous)?);
+        }
+        let attempts = u32::try_from(column::<i32>(row, "attempts")?).unwrap_or(0);
+        let round_start = u32::try_from(column::<i32>(row, "round_start")?).unwrap_or(0);
+        Ok::<_, StoreError>(Delivery::new(
+            column::<i64>(row, "delivery_id")?.to_string(),
+            column(row, "webhook_id")?,
+            &endpoint,
+            secrets,
+            kind,
+            Bytes::new(),
+            attempts,
+            attempts.saturating_sub(round_start),
+            timestamp(row, "failing_since")?,
+        ))
+    })();
+    let mut delivery = built.map_err(fail)?;
+    match body_from_row(row, delivery.event_type) {
+        Ok(body) => {
+            delivery.body = body;
+            Ok(delivery)
+        }
+        Err(error) => Err((Some(Box::new(delivery)), error)),
+    }
+}
+
+async fn finish(
+    store: &PgStore,
+    delivery: &Delivery,
+    attempt: &FinishedAttempt,
+) -> Result<Finish, StoreError> {
+    let (state, due) = match attempt.next {
+        NextStep::Done => ("succeeded", None),
+        NextStep::RetryAt(at) => ("pending", Some(at.as_datetime())),
+        _ => ("failed", None),
+    };
+    let row = sqlx::query(FINISH)
+        .bind(delivery.delivery_id.parse::<i64>().unwrap_or(0))
+        .bind(i32::try_from(delivery.attempt).unwrap_or(i32::MAX))
+        .bind(state)
+        .bind(due)
+        .bind(attempt.outcome.as_str())
+        .bind(attempt.response_status.map(i32::from))
+        .bind(attempt.error.as_deref())
+        .bind(attempt.response_body.as_deref())
+        .bind(i64::try_from(attempt.duration.as_millis()).unwrap_or(i64::MAX))
+        .bind(attempt.attempted_at.as_datetime())
+        .bind(attempt.disable_endpoint)
+        .fetch_one(&store.pool)
         .await
         .map_err(store_error)?;
-        let due: i64 = column(&row, "due")?;
-        let oldest: Option<f64> = row.try_get("oldest").map_err(store_error)?;
-        Ok(Backlog {
-            due: u64::try_from(due).unwrap_or(0),
-            oldest_due: oldest.map(|seconds| Duration::from_secs_f64(seconds.max(0.0))),
-        })
-    }
+    let current: bool = column(&row, "current")?;
+    let was_enabled: Option<bool> = row.try_get("was_enabled").map_err(store_error)?;
+    let enabled: Option<bool> = row.try_get("enabled").map_err(store_error)?;
+    let disabled = if was_enabled == Some(true) && enabled == Some(false) {
+        Some(endpoint_from_row(&row)?)
+    } else {
+        None
+    };
+    Ok(Finish { current, disabled })
+}
+
+async fn backlog(store: &PgStore) -> Result<Backlog, StoreError> {
+    let row = sqlx::query(
+        "SELECT count(*) AS due, \
+                extract(epoch FROM now() - min(d.due_at))::float8 AS oldest \
+         FROM partner_webhook_deliveries d \
+         JOIN partner_webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled \
+         WHERE d.state = 'pending' AND d.due_at <= now()",
+    )
+    .fetch_one(&store.pool)
+    .await
+    .map_err(store_error)?;
+    let due: i64 = column(&row, "due")?;
+    let oldest: Option<f64> = row.try_get("oldest").map_err(store_error)?;
+    Ok(Backlog {
+        due: u64::try_from(due).unwrap_or(0),
+        oldest_due: oldest.map(|seconds| Duration::from_secs_f64(seconds.max(0.0))),
+    })
 }

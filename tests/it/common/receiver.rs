@@ -37,7 +37,25 @@ impl Received {
 pub enum Reply {
     Status(u16),
     StatusWith(u16, &'static str, String),
+    /// This status and body.
+    StatusBody(u16, &'static [u8]),
+    /// This status, then a body that never ends.
+    StatusThenHang(u16),
     Hang,
+}
+
+/// A body that never ends.
+pub struct Endless;
+
+impl http_body::Body for Endless {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        std::task::Poll::Pending
+    }
 }
 
 type Script = Arc<dyn Fn(usize, &Received) -> Reply + Send + Sync>;
@@ -107,21 +125,35 @@ impl Receiver {
                                         all.len() - 1
                                     };
                                     let reply = script(nth, &delivery);
+                                    let thanks = || {
+                                        http_body_util::Either::Left(Full::new(Bytes::from_static(
+                                            b"thanks",
+                                        )))
+                                    };
                                     let response = match reply {
-                                        Reply::Status(status) => Response::builder().status(status),
-                                        Reply::StatusWith(status, name, value) => {
-                                            Response::builder().status(status).header(name, value)
+                                        Reply::Status(status) => {
+                                            Response::builder().status(status).body(thanks())
                                         }
+                                        Reply::StatusWith(status, name, value) => {
+                                            Response::builder()
+                                                .status(status)
+                                                .header(name, value)
+                                                .body(thanks())
+                                        }
+                                        Reply::StatusBody(status, body) => Response::builder()
+                                            .status(status)
+                                            .body(http_body_util::Either::Left(Full::new(
+                                                Bytes::from_static(body),
+                                            ))),
+                                        Reply::StatusThenHang(status) => Response::builder()
+                                            .status(status)
+                                            .body(http_body_util::Either::Right(Endless)),
                                         Reply::Hang => {
                                             std::future::pending::<()>().await;
                                             unreachable!()
                                         }
                                     };
-                                    Ok::<_, Infallible>(
-                                        response
-                                            .body(Full::new(Bytes::from_static(b"thanks")))
-                                            .unwrap(),
-                                    )
+                                    Ok::<_, Infallible>(response.unwrap())
                                 }
                             });
                         let _ = hyper::server::conn::http1::Builder::new()
