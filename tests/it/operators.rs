@@ -137,13 +137,21 @@ async fn migrated_by_the_owner_served_and_managed_by_roles_without_ddl_rights() 
 
     // Serving: answers, follows changes, records last uses; with --no-migrate only.
     let serving_url = as_user(&url, &serving);
-    let mut process = Process::spawn(&[
+    #[allow(unused_mut)]
+    let mut serving_args = vec![
         "--listen",
         "127.0.0.1:0",
         "--no-migrate",
         "--database-url",
         &serving_url,
+    ];
+    #[cfg(feature = "webhooks")]
+    serving_args.extend([
+        "--webhook-allow-http",
+        "--webhook-allow-subnet",
+        "127.0.0.0/8",
     ]);
+    let mut process = Process::spawn(&serving_args);
     let base = process.base_url().await;
     let client = http1();
     let orders = fetch(
@@ -183,6 +191,81 @@ async fn migrated_by_the_owner_served_and_managed_by_roles_without_ddl_rights() 
             revoked.elapsed() < Duration::from_secs(1),
             "a revoked key was served past the bound"
         );
+    }
+    // Webhooks: managed as the key-management role, raised by a role that may only write
+    // orders (and cannot read a secret), delivered by the serving role.
+    #[cfg(feature = "webhooks")]
+    {
+        let receiver = crate::common::receiver::Receiver::ok().await;
+        let keys_url = as_user(&url, &keys);
+        let (ok, stdout, stderr) = run(&[
+            "webhooks",
+            "add",
+            "--organization",
+            "org_demo",
+            "--url",
+            &receiver.url("/"),
+            "--no-migrate",
+            "--database-url",
+            &keys_url,
+        ])
+        .await;
+        assert!(ok, "{stderr}");
+        let endpoint: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        let writer = format!("{database}_writer");
+        admin
+            .execute(
+                format!(
+                    "DROP ROLE IF EXISTS {writer}; \
+                     CREATE ROLE {writer} LOGIN PASSWORD 'change me'; \
+                     GRANT USAGE ON SCHEMA public TO {writer}; \
+                     GRANT INSERT ON partner_orders, partner_api_order_changes TO {writer};"
+                )
+                .as_str(),
+            )
+            .await
+            .unwrap();
+        let mut writing = PgConnection::connect(&as_user(&url, &writer))
+            .await
+            .unwrap();
+        writing
+            .execute(
+                "INSERT INTO partner_orders VALUES ('org_demo', 'ord_by_writer', ARRAY['meta'], \
+                 'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now())",
+            )
+            .await
+            .unwrap();
+        let secret_read = writing
+            .execute("SELECT secret FROM partner_webhook_endpoints")
+            .await;
+        assert!(secret_read.is_err(), "the order writer read a secret");
+        let received = receiver.wait_for(1, Duration::from_secs(10)).await;
+        assert_eq!(received[0].json()["data"]["id"], "ord_by_writer");
+        let id = endpoint["id"].as_str().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (ok, stdout, stderr) = run(&[
+                "webhooks",
+                "attempts",
+                "--organization",
+                "org_demo",
+                "--id",
+                id,
+                "--no-migrate",
+                "--database-url",
+                &keys_url,
+            ])
+            .await;
+            assert!(ok, "{stderr}");
+            if stdout.contains(r#""outcome":"succeeded""#) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no attempt was recorded: {stdout}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
     assert!(
         process.terminate().await.success(),
