@@ -7,7 +7,13 @@ use crate::cli::{Args, KeysAction};
 
 /// Runs `action` and returns the exit code: 0, or 1 with a message on standard error.
 pub(crate) async fn run(args: &Args, action: &KeysAction) -> ExitCode {
-    match execute(args, action).await {
+    print(execute(args, action).await)
+}
+
+/// A subcommand's outcome: its lines on standard output and 0, or its error on standard error
+/// and 1.
+pub(crate) fn print(outcome: Result<Vec<String>, String>) -> ExitCode {
+    match outcome {
         Ok(lines) => {
             for line in lines {
                 println!("{line}");

@@ -65,18 +65,7 @@ impl Worker {
 
 /// Runs `action` and returns the exit code: 0, or 1 with a message on standard error.
 pub(crate) async fn run(args: &Args, action: &WebhooksAction) -> ExitCode {
-    match execute(args, action).await {
-        Ok(lines) => {
-            for line in lines {
-                println!("{line}");
-            }
-            ExitCode::SUCCESS
-        }
-        Err(message) => {
-            eprintln!("error: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::keys::print(execute(args, action).await)
 }
 
 fn json(value: &impl serde::Serialize) -> Result<String, String> {

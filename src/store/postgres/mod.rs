@@ -237,28 +237,16 @@ impl PgStore {
         order: &Order,
     ) -> Result<bool, StoreError> {
         EncodedOrder::new(order.clone())?;
-        let budget = i64::try_from(order.budget_dkk)
-            .map_err(|_| StoreError::invalid_data("budget_dkk does not fit a BIGINT"))?;
-        let done = sqlx::query(
+        let update = sqlx::query(
             "UPDATE partner_orders SET providers = $3, advertiser_name = $4, campaign_name = $5, \
                  budget_dkk = $6, start_date = $7, end_date = $8, status = $9, \
                  external_reference = $10, created_at = $11 \
              WHERE organization_id = $1 AND id = $2",
-        )
-        .bind(organization_id)
-        .bind(&order.id)
-        .bind(&order.providers)
-        .bind(&order.advertiser_name)
-        .bind(&order.campaign_name)
-        .bind(budget)
-        .bind(order.start_date)
-        .bind(order.end_date)
-        .bind(&order.status)
-        .bind(&order.external_reference)
-        .bind(order.created_at.as_datetime())
-        .execute(&self.pool)
-        .await
-        .map_err(store_error)?;
+        );
+        let done = bind_order(update, organization_id, order)?
+            .execute(&self.pool)
+            .await
+            .map_err(store_error)?;
         Ok(done.rows_affected() > 0)
     }
 
@@ -307,27 +295,37 @@ pub(super) async fn insert_order(
     } else {
         ""
     };
-    let budget = i64::try_from(order.budget_dkk).map_err(StoreError::invalid_data)?;
-    sqlx::query(&format!(
+    let insert = format!(
         "INSERT INTO partner_orders (organization_id, id, providers, advertiser_name, \
          campaign_name, budget_dkk, start_date, end_date, status, external_reference, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11){on_conflict}"
-    ))
-    .bind(organization_id)
-    .bind(&order.id)
-    .bind(&order.providers)
-    .bind(&order.advertiser_name)
-    .bind(&order.campaign_name)
-    .bind(budget)
-    .bind(order.start_date)
-    .bind(order.end_date)
-    .bind(&order.status)
-    .bind(&order.external_reference)
-    .bind(order.created_at.as_datetime())
-    .execute(&mut **transaction)
-    .await
-    .map_err(store_error)?;
+    );
+    bind_order(sqlx::query(&insert), organization_id, order)?
+        .execute(&mut **transaction)
+        .await
+        .map_err(store_error)?;
     Ok(())
+}
+
+/// `query` with an order's columns as `$1` to `$11`, in the order of `partner_orders`.
+fn bind_order<'q>(
+    query: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    organization_id: &'q str,
+    order: &'q Order,
+) -> Result<sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>, StoreError> {
+    let budget = i64::try_from(order.budget_dkk).map_err(StoreError::invalid_data)?;
+    Ok(query
+        .bind(organization_id)
+        .bind(&order.id)
+        .bind(&order.providers)
+        .bind(&order.advertiser_name)
+        .bind(&order.campaign_name)
+        .bind(budget)
+        .bind(order.start_date)
+        .bind(order.end_date)
+        .bind(&order.status)
+        .bind(&order.external_reference)
+        .bind(order.created_at.as_datetime()))
 }
 
 /// A column that must not be null.
