@@ -120,8 +120,7 @@ async fn each_event_type_arrives_signed_with_the_order_as_the_api_serves_it() {
     assert_eq!(attempts[0].event_type, EventType::OrderDeleted);
 }
 
-#[tokio::test]
-async fn failures_are_retried_under_one_id_and_410_disables_at_once() {
+async fn failures_are_retried_under_one_id_and_410_disables_at_once(store: impl Outbox) {
     // 500, then a redirect, then 200: three tries, one webhook-id.
     let flaky = Receiver::start(|nth, _| match nth {
         0 => Reply::Status(500),
@@ -130,7 +129,6 @@ async fn failures_are_retried_under_one_id_and_410_disables_at_once() {
     })
     .await;
     let gone = Receiver::start(|_, _| Reply::Status(410)).await;
-    let store = store();
     let retried = store
         .add_endpoint(
             "org_a",
@@ -199,10 +197,8 @@ async fn failures_are_retried_under_one_id_and_410_disables_at_once() {
     assert_eq!(attempts[2].response_body.as_deref(), Some("thanks"));
 }
 
-#[tokio::test]
-async fn a_destination_resolving_to_a_blocked_address_gets_no_connection() {
+async fn a_destination_resolving_to_a_blocked_address_gets_no_connection(store: impl Outbox) {
     let receiver = Receiver::ok().await;
-    let store = store();
     // `localhost` resolves to loopback, which the default policy blocks; so is the literal.
     let by_name = store
         .add_endpoint(
@@ -291,11 +287,9 @@ async fn a_2xx_counts_when_its_status_arrives_and_odd_bodies_are_kept_printable(
     );
 }
 
-#[tokio::test]
-async fn a_hanging_endpoint_does_not_delay_a_healthy_one() {
+async fn a_hanging_endpoint_does_not_delay_a_healthy_one(store: impl Outbox) {
     let hanging = Receiver::start(|_, _| Reply::Hang).await;
     let healthy = Receiver::ok().await;
-    let store = store();
     let stuck = store
         .add_endpoint("org_a", NewEndpoint::new(hanging.url("/")))
         .await
@@ -394,9 +388,28 @@ async fn retry_after_is_honoured_and_a_failing_endpoint_is_disabled_after_its_pe
     );
 }
 
+#[tokio::test]
+async fn failures_are_retried_under_one_id_and_410_disables_at_once_in_memory() {
+    failures_are_retried_under_one_id_and_410_disables_at_once(store()).await;
+}
+
+#[tokio::test]
+async fn a_destination_resolving_to_a_blocked_address_gets_no_connection_in_memory() {
+    a_destination_resolving_to_a_blocked_address_gets_no_connection(store()).await;
+}
+
+#[tokio::test]
+async fn a_hanging_endpoint_does_not_delay_a_healthy_one_in_memory() {
+    a_hanging_endpoint_does_not_delay_a_healthy_one(store()).await;
+}
+
+/// What the store-generic tests need of a store.
+trait Outbox: WebhookManager + partner_api::webhooks::WebhookOutbox + Clone + 'static {}
+impl<T: WebhookManager + partner_api::webhooks::WebhookOutbox + Clone + 'static> Outbox for T {}
+
 /// The endpoint's attempts, once at least `count` are recorded.
 async fn recorded(
-    store: &MemoryStore,
+    store: &impl WebhookManager,
     organization: &str,
     endpoint: &str,
     count: usize,
@@ -441,6 +454,13 @@ mod postgres {
             .await
             .unwrap();
         store
+            .add_organization(&partner_api::Organization {
+                id: "org_b".into(),
+                name: "B".into(),
+            })
+            .await
+            .unwrap();
+        store
     }
 
     #[tokio::test]
@@ -474,10 +494,18 @@ mod postgres {
             .execute(store.pool())
             .await
             .unwrap();
+        let served = |store: PgStore| async move {
+            use partner_api::OrderStore;
+            let query = partner_api::store::OrderQuery::newest(100);
+            let page = store.orders("org_a", &query).await.unwrap();
+            String::from_utf8(page.json().to_vec()).unwrap()
+        };
+        let served_created = served(store.clone()).await;
         sqlx::query("UPDATE partner_orders SET status = 'running' WHERE id = 'o1'")
             .execute(store.pool())
             .await
             .unwrap();
+        let served_updated = served(store.clone()).await;
         // Nothing changed: no event.
         sqlx::query("UPDATE partner_orders SET status = 'running' WHERE id = 'o1'")
             .execute(store.pool())
@@ -511,6 +539,19 @@ mod postgres {
         for delivery in &received {
             checked(delivery, std::slice::from_ref(&endpoint.secret));
             assert!(delivery.json()["data"]["id"] == "o1");
+        }
+        // The order's bytes are those the API served at the time (`GET /v1/orders` reads this
+        // page through the same store).
+        for (delivery, page) in [
+            (&received[0], &served_created),
+            (&received[1], &served_updated),
+        ] {
+            let body = String::from_utf8(delivery.body.to_vec()).unwrap();
+            let data = body
+                .split_once(r#","data":"#)
+                .map(|(_, data)| data.strip_suffix('}').unwrap())
+                .unwrap();
+            assert!(page.contains(data), "{data} is not served as {page}");
         }
     }
 
@@ -566,6 +607,22 @@ mod postgres {
         assert_eq!(fine.response_body.as_deref(), Some("ok\u{fffd}"));
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(receiver.received().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn failures_are_retried_under_one_id_and_410_disables_at_once_on_postgres() {
+        super::failures_are_retried_under_one_id_and_410_disables_at_once(database().await).await;
+    }
+
+    #[tokio::test]
+    async fn a_destination_resolving_to_a_blocked_address_gets_no_connection_on_postgres() {
+        super::a_destination_resolving_to_a_blocked_address_gets_no_connection(database().await)
+            .await;
+    }
+
+    #[tokio::test]
+    async fn a_hanging_endpoint_does_not_delay_a_healthy_one_on_postgres() {
+        super::a_hanging_endpoint_does_not_delay_a_healthy_one(database().await).await;
     }
 
     pub(super) const INSERT: &str =
