@@ -41,7 +41,13 @@ pub const DEFAULT_RETRY_SCHEDULE: [Duration; 7] = [
 /// The longest a stopping worker waits for its attempts in flight.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
 
-const USER_AGENT_VALUE: &str = concat!("partner-api-webhooks/", env!("CARGO_PKG_VERSION"));
+/// The crate and its version, and what sends.
+const USER_AGENT_VALUE: &str = concat!(
+    env!("CARGO_PKG_NAME"),
+    "/",
+    env!("CARGO_PKG_VERSION"),
+    " (webhooks)"
+);
 
 /// How a [`Dispatcher`] delivers.
 #[derive(Clone, Debug)]

@@ -50,9 +50,10 @@ fn checked(received: &crate::common::receiver::Received, secrets: &[WebhookSecre
     .expect("the crate's verifier accepts the delivery");
     assert!(id.starts_with("msg_"));
     assert_eq!(received.header("content-type"), "application/json");
-    assert!(received
-        .header("user-agent")
-        .starts_with("partner-api-webhooks/"));
+    assert!(
+        received.header("user-agent")
+            == concat!("partner-api/", env!("CARGO_PKG_VERSION"), " (webhooks)")
+    );
 }
 
 #[tokio::test]
