@@ -196,12 +196,9 @@ pub(crate) enum WebhooksAction {
     },
     /// Give an endpoint a new secret; the old one keeps signing beside it for the overlap.
     Rotate {
-        /// The organization's id.
-        #[arg(long)]
-        organization: String,
-        /// The endpoint's id, as `list` shows it.
-        #[arg(long)]
-        id: String,
+        /// The endpoint.
+        #[command(flatten)]
+        endpoint: EndpointRef,
         /// Seconds the old secret keeps signing beside the new one.
         #[arg(long, value_name = "SECONDS", default_value_t = 86_400)]
         overlap: u64,
@@ -219,12 +216,9 @@ pub(crate) enum WebhooksAction {
     /// Queue again every message to an endpoint that ran out of tries since a time; prints
     /// {"recovered":N}.
     Recover {
-        /// The organization's id.
-        #[arg(long)]
-        organization: String,
-        /// The endpoint's id, as `list` shows it.
-        #[arg(long)]
-        id: String,
+        /// The endpoint.
+        #[command(flatten)]
+        endpoint: EndpointRef,
         /// Messages raised at or after this RFC 3339 time.
         #[arg(long, value_name = "RFC3339")]
         since: partner_api::Timestamp,

@@ -104,13 +104,13 @@ async fn execute(args: &Args, action: &WebhooksAction) -> Result<Vec<String>, St
             .iter()
             .map(json)
             .collect::<Result<_, _>>()?,
-        WebhooksAction::Rotate {
-            organization,
-            id,
-            overlap,
-        } => {
+        WebhooksAction::Rotate { endpoint, overlap } => {
             let rotated = store
-                .rotate_secret(organization, id, Duration::from_secs(*overlap))
+                .rotate_secret(
+                    &endpoint.organization,
+                    &endpoint.id,
+                    Duration::from_secs(*overlap),
+                )
                 .await
                 .map_err(failed)?;
             vec![json(&rotated)?]
@@ -144,13 +144,9 @@ async fn execute(args: &Args, action: &WebhooksAction) -> Result<Vec<String>, St
             .iter()
             .map(json)
             .collect::<Result<_, _>>()?,
-        WebhooksAction::Recover {
-            organization,
-            id,
-            since,
-        } => {
+        WebhooksAction::Recover { endpoint, since } => {
             let recovered = store
-                .recover(organization, id, *since)
+                .recover(&endpoint.organization, &endpoint.id, *since)
                 .await
                 .map_err(failed)?;
             vec![json(&serde_json::json!({ "recovered": recovered }))?]

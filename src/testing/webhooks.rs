@@ -94,6 +94,26 @@ async fn finish<S: WebhookOutbox>(
         .map_err(failed("finish"))
 }
 
+/// Adds an endpoint for a check.
+async fn add<S: WebhookManager>(
+    store: &S,
+    organization_id: &str,
+    new: NewEndpoint,
+) -> Result<crate::webhooks::CreatedEndpoint, String> {
+    store
+        .add_endpoint(organization_id, new)
+        .await
+        .map_err(failed("add_endpoint"))
+}
+
+/// Removes an endpoint a check added, so that a shared store's outbox keeps nothing of it.
+async fn remove<S: WebhookManager>(store: &S, organization_id: &str, endpoint_id: &str) -> Check {
+    store
+        .remove_endpoint(organization_id, endpoint_id)
+        .await
+        .map_err(failed("remove_endpoint"))
+}
+
 fn body_json(delivery: &Delivery) -> Result<serde_json::Value, String> {
     serde_json::from_slice(&delivery.body).map_err(|err| format!("a body is not JSON: {err}"))
 }
@@ -107,23 +127,24 @@ where
     let org = organization(fixtures, &ns, "a").await?;
     let other = organization(fixtures, &ns, "b").await?;
     let store = fixtures.store();
-    let first = store
-        .add_endpoint(&org.id, NewEndpoint::new("https://example.com/hooks/1"))
-        .await
-        .map_err(failed("add_endpoint"))?;
-    let second = store
-        .add_endpoint(
-            &org.id,
-            NewEndpoint::new("https://example.com/hooks/2")
-                .with_events([
-                    EventType::OrderDeleted,
-                    EventType::OrderCreated,
-                    EventType::OrderDeleted,
-                ])
-                .with_description("ops"),
-        )
-        .await
-        .map_err(failed("add_endpoint"))?;
+    let first = add(
+        store,
+        &org.id,
+        NewEndpoint::new("https://example.com/hooks/1"),
+    )
+    .await?;
+    let second = add(
+        store,
+        &org.id,
+        NewEndpoint::new("https://example.com/hooks/2")
+            .with_events([
+                EventType::OrderDeleted,
+                EventType::OrderCreated,
+                EventType::OrderDeleted,
+            ])
+            .with_description("ops"),
+    )
+    .await?;
     ensure!(
         first.secret.expose().starts_with("whsec_") && first.secret != second.secret,
         "secrets are not distinct whsec_ secrets"
@@ -193,18 +214,12 @@ where
             "the URL {url:?} was accepted"
         );
     }
-    store
-        .remove_endpoint(&org.id, id)
-        .await
-        .map_err(failed("remove_endpoint"))?;
+    remove(store, &org.id, id).await?;
     ensure!(
         kind_of(store.endpoint(&org.id, id).await) == Some(StoreErrorKind::NotFound),
         "a removed endpoint is still found"
     );
-    store
-        .remove_endpoint(&org.id, &second.record.id)
-        .await
-        .map_err(failed("remove_endpoint"))?;
+    remove(store, &org.id, &second.record.id).await?;
     Ok(())
 }
 
@@ -216,23 +231,18 @@ where
     let ns = namespace();
     let org = organization(fixtures, &ns, "a").await?;
     let store = fixtures.store();
-    let all = store
-        .add_endpoint(&org.id, NewEndpoint::new("https://example.com/all"))
-        .await
-        .map_err(failed("add_endpoint"))?
+    let all = add(store, &org.id, NewEndpoint::new("https://example.com/all"))
+        .await?
         .record;
-    let deletions = store
-        .add_endpoint(
-            &org.id,
-            NewEndpoint::new("https://example.com/deleted").with_events([EventType::OrderDeleted]),
-        )
-        .await
-        .map_err(failed("add_endpoint"))?
-        .record;
-    let off = store
-        .add_endpoint(&org.id, NewEndpoint::new("https://example.com/off"))
-        .await
-        .map_err(failed("add_endpoint"))?
+    let deletions = add(
+        store,
+        &org.id,
+        NewEndpoint::new("https://example.com/deleted").with_events([EventType::OrderDeleted]),
+    )
+    .await?
+    .record;
+    let off = add(store, &org.id, NewEndpoint::new("https://example.com/off"))
+        .await?
         .record;
     store
         .set_enabled(&org.id, &off.id, false)
@@ -347,10 +357,7 @@ where
         "message ids repeat across messages or endpoints"
     );
     for endpoint in [&all, &deletions, &off] {
-        store
-            .remove_endpoint(&org.id, &endpoint.id)
-            .await
-            .map_err(failed("remove_endpoint"))?;
+        remove(store, &org.id, &endpoint.id).await?;
     }
     Ok(())
 }
@@ -363,10 +370,8 @@ where
     let ns = namespace();
     let org = organization(fixtures, &ns, "a").await?;
     let store = fixtures.store();
-    let endpoint = store
-        .add_endpoint(&org.id, NewEndpoint::new("https://example.com/"))
-        .await
-        .map_err(failed("add_endpoint"))?
+    let endpoint = add(store, &org.id, NewEndpoint::new("https://example.com/"))
+        .await?
         .record;
     let message_id = store
         .send_test(&org.id, &endpoint.id)
@@ -463,10 +468,7 @@ where
         claim_all(store, &endpoint.id).await?.is_empty(),
         "a succeeded delivery is due again"
     );
-    store
-        .remove_endpoint(&org.id, &endpoint.id)
-        .await
-        .map_err(failed("remove_endpoint"))?;
+    remove(store, &org.id, &endpoint.id).await?;
     Ok(())
 }
 
@@ -478,10 +480,8 @@ where
     let ns = namespace();
     let org = organization(fixtures, &ns, "a").await?;
     let store = fixtures.store();
-    let endpoint = store
-        .add_endpoint(&org.id, NewEndpoint::new("https://example.com/"))
-        .await
-        .map_err(failed("add_endpoint"))?
+    let endpoint = add(store, &org.id, NewEndpoint::new("https://example.com/"))
+        .await?
         .record;
     // A second early, for stores whose clock is the database's.
     let before =
@@ -544,10 +544,7 @@ where
         ) == Some(StoreErrorKind::NotFound),
         "retrying an unknown message is not NotFound"
     );
-    store
-        .remove_endpoint(&org.id, &endpoint.id)
-        .await
-        .map_err(failed("remove_endpoint"))?;
+    remove(store, &org.id, &endpoint.id).await?;
     Ok(())
 }
 
@@ -559,10 +556,7 @@ where
     let ns = namespace();
     let org = organization(fixtures, &ns, "a").await?;
     let store = fixtures.store();
-    let added = store
-        .add_endpoint(&org.id, NewEndpoint::new("https://example.com/"))
-        .await
-        .map_err(failed("add_endpoint"))?;
+    let added = add(store, &org.id, NewEndpoint::new("https://example.com/")).await?;
     let id = &added.record.id;
     let rotated = store
         .rotate_secret(&org.id, id, Duration::from_secs(3600))
@@ -639,9 +633,6 @@ where
         "the third test message is not due: {rest:?}"
     );
     finish(store, &rest[0], AttemptOutcome::Succeeded, NextStep::Done).await?;
-    store
-        .remove_endpoint(&org.id, id)
-        .await
-        .map_err(failed("remove_endpoint"))?;
+    remove(store, &org.id, id).await?;
     Ok(())
 }

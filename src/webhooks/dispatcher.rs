@@ -196,7 +196,8 @@ type HttpsClient = Client<HttpsConnector<HttpConnector<CheckedResolver>>, Full<B
 /// HTTP client keeps connections per endpoint for reuse, follows no redirect, and connects
 /// only to destinations the [`DestinationPolicy`] allows.
 pub struct Dispatcher {
-    inner: Arc<Inner>,
+    /// Shared with the attempts' tasks once it runs.
+    inner: Inner,
 }
 
 struct Inner {
@@ -240,12 +241,12 @@ impl Dispatcher {
             .pool_max_idle_per_host(config.per_endpoint)
             .build(https);
         Self {
-            inner: Arc::new(Inner {
+            inner: Inner {
                 outbox,
                 config,
                 client,
                 on_disabled: None,
-            }),
+            },
         }
     }
 
@@ -257,9 +258,7 @@ impl Dispatcher {
         mut self,
         hook: impl Fn(&DisabledEndpoint) + Send + Sync + 'static,
     ) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.on_disabled = Some(Arc::new(hook));
-        }
+        self.inner.on_disabled = Some(Arc::new(hook));
         self
     }
 
@@ -267,7 +266,7 @@ impl Dispatcher {
     /// attempt time-out, and at most 5 s) for the attempts in flight to be recorded. An
     /// attempt cut short keeps its lease and is taken over when the lease ends.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let inner = self.inner;
+        let inner = Arc::new(self.inner);
         let config = &inner.config;
         tokio::pin!(shutdown);
         let in_flight: Arc<Mutex<HashMap<String, usize>>> = Arc::default();

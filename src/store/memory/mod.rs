@@ -252,7 +252,7 @@ impl MemoryStore {
                 .unwrap_or_default()
         };
         // Built outside the lock: readers go on with the current page meanwhile.
-        let next = current.with(organization_id, encoded.clone())?;
+        let next = current.with(organization_id, &encoded)?;
         self.write()
             .orders
             .insert(organization_id.to_owned(), Arc::new(next));
@@ -262,8 +262,6 @@ impl MemoryStore {
             crate::webhooks::EventType::OrderCreated,
             &encoded,
         );
-        #[cfg(not(feature = "webhooks"))]
-        drop(encoded);
         Ok(())
     }
 
@@ -301,7 +299,7 @@ impl MemoryStore {
         let next = current
             .without(order_id)
             .unwrap_or_default()
-            .with(organization_id, vec![encoded.clone()])?;
+            .with(organization_id, std::slice::from_ref(&encoded))?;
         self.write()
             .orders
             .insert(organization_id.to_owned(), Arc::new(next));

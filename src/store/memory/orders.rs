@@ -25,10 +25,10 @@ impl OrganizationOrders {
     pub(super) fn with(
         &self,
         organization_id: &str,
-        added: Vec<EncodedOrder>,
+        added: &[EncodedOrder],
     ) -> Result<Self, StoreError> {
         let mut next = self.clone();
-        for order in &added {
+        for order in added {
             let id = &order.order().id;
             if !next.ids.insert(id.clone()) {
                 return Err(StoreError::invalid_data(format!(
@@ -36,13 +36,13 @@ impl OrganizationOrders {
                 )));
             }
         }
-        if let [order] = added.as_slice() {
+        if let [order] = added {
             let at = next
                 .newest_first
                 .partition_point(|held| held.order().cmp_newest_first(order.order()).is_lt());
             next.newest_first.insert(at, order.clone());
         } else {
-            next.newest_first.extend(added);
+            next.newest_first.extend_from_slice(added);
             next.newest_first
                 .sort_by(|a, b| a.order().cmp_newest_first(b.order()));
         }
