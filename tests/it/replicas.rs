@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::pg::{demo_key_record, fresh_database, Proxy};
+use crate::common::pg::{demo_key_record, fresh_database, remembered, Proxy};
 use crate::common::*;
 use async_trait::async_trait;
 use http::StatusCode;
@@ -88,11 +88,8 @@ async fn a_revocation_reaches_every_replicas_cache_within_the_bound() {
     for replica in &replicas {
         assert_eq!(replica.status("/v1/me", DEMO_KEY).await, StatusCode::OK);
         // Warm: answered from memory now.
-        let cached = replica.keys.lookup_now(&KeyDigest::of(DEMO_KEY));
-        assert!(
-            matches!(cached, Some(Ok(KeyLookup::Valid(_)))),
-            "{cached:?}"
-        );
+        let cached = remembered(&replica.api, &replica.keys, DEMO_KEY).await;
+        assert!(matches!(cached, KeyLookup::Valid(_)), "{cached:?}");
     }
     // Revoked through the crate, on another connection: both replicas refuse within the bound.
     let id = demo_key_record(&store).await.id;
@@ -136,8 +133,7 @@ async fn unknown_keys_are_remembered_until_a_key_is_added() {
         StatusCode::UNAUTHORIZED
     );
     // A client retrying the bad key costs the database nothing more: answered from memory.
-    let cached = replica.keys.lookup_now(&KeyDigest::of(key));
-    assert!(matches!(cached, Some(Ok(KeyLookup::Unknown))), "{cached:?}");
+    assert_eq!(remembered(&replica.api, &replica.keys, key).await, KeyLookup::Unknown);
     // Adding the key (with plain SQL, say) reaches the cache like a revocation does.
     store.add_key(key, "org_demo").await.unwrap();
     let delay = time_until(&replica, "/v1/me", key, StatusCode::OK).await;
@@ -207,11 +203,8 @@ async fn while_the_listener_is_down_the_cache_never_answers_for_a_changed_key() 
         replica.status("/v1/me", DEMO_OTHER_KEY).await,
         StatusCode::OK
     );
-    let cached = replica.keys.lookup_now(&KeyDigest::of(DEMO_OTHER_KEY));
-    assert!(
-        matches!(cached, Some(Ok(KeyLookup::Valid(_)))),
-        "{cached:?}"
-    );
+    let cached = remembered(&replica.api, &replica.keys, DEMO_OTHER_KEY).await;
+    assert!(matches!(cached, KeyLookup::Valid(_)), "{cached:?}");
 }
 
 /// Both stores through their caches, for the conformance suite: fixtures write to the

@@ -783,16 +783,36 @@ async fn click(browser: &Client, locator: Locator<'_>) {
     browser.find(locator).await.unwrap().click().await.unwrap();
 }
 
-/// Clicks the button `css` in the row of `label`.
+/// Clicks the button `css` in the row of the key `label`.
 async fn click_in_row(browser: &Client, label: &str, css: &str) {
-    row_of(browser, label)
-        .await
-        .find(Locator::Css(css))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    let row = format!("//tbody[@id='keys']/tr[td[1][normalize-space()='{label}']]");
+    click_in(browser, &row, css).await;
+}
+
+/// Clicks the element `css` in the table row the XPath `row` finds, waiting (up to 10 s) for
+/// both: the page draws its tables again after every change, so a row found a moment ago may
+/// be gone (a stale element); the row is looked up again until the click lands.
+async fn click_in(browser: &Client, row: &str, css: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let clicked = async {
+            let button = browser
+                .find(Locator::XPath(row))
+                .await?
+                .find(Locator::Css(css))
+                .await?;
+            button.click().await
+        }
+        .await;
+        match clicked {
+            Ok(()) => return,
+            Err(err) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "could not click {css} in {row}: {err}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The text of the element with id `id`, as it is now.
@@ -884,11 +904,11 @@ async fn webhooks_on_the_page(browser: &Client) {
     click(browser, Locator::Id("add-endpoint-button")).await;
     let secret_text = wait_for_text(browser, "new-secret", "", "no secret was shown").await;
     let secret: WebhookSecret = secret_text.parse().expect("a whsec_ secret");
-    let row = format!("//tbody[@id='endpoints']/tr[td[1][normalize-space()='{url}']]");
+    let row_xpath = format!("//tbody[@id='endpoints']/tr[td[1][normalize-space()='{url}']]");
     let row = browser
         .wait()
         .at_most(Duration::from_secs(10))
-        .for_element(Locator::XPath(&row))
+        .for_element(Locator::XPath(&row_xpath))
         .await
         .unwrap();
     let row_text = row.text().await.unwrap();
@@ -903,12 +923,7 @@ async fn webhooks_on_the_page(browser: &Client) {
         "the list shows the secret"
     );
 
-    row.find(Locator::Css(".test-endpoint"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_in(browser, &row_xpath, ".test-endpoint").await;
     let received = receiver.wait_for(1, Duration::from_secs(15)).await;
     assert_eq!(received[0].json()["type"], "webhook.test");
     verify(
@@ -919,18 +934,7 @@ async fn webhooks_on_the_page(browser: &Client) {
     )
     .expect("the test event is signed with the secret the page showed");
 
-    let row = browser
-        .find(Locator::XPath(&format!(
-            "//tbody[@id='endpoints']/tr[td[1][normalize-space()='{url}']]"
-        )))
-        .await
-        .unwrap();
-    row.find(Locator::Css(".show-attempts"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_in(browser, &row_xpath, ".show-attempts").await;
     let message_id = received[0].header("webhook-id").to_owned();
     let attempt_row = format!("//tbody[@id='attempts']/tr[@data-message-id='{message_id}']");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -955,18 +959,7 @@ async fn webhooks_on_the_page(browser: &Client) {
     );
 
     // Rotate: a new secret is shown, and the next delivery is signed with both.
-    let row = browser
-        .find(Locator::XPath(&format!(
-            "//tbody[@id='endpoints']/tr[td[1][normalize-space()='{url}']]"
-        )))
-        .await
-        .unwrap();
-    row.find(Locator::Css(".rotate-endpoint"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_in(browser, &row_xpath, ".rotate-endpoint").await;
     browser.accept_alert().await.unwrap();
     let rotated = wait_for_text(
         browser,
@@ -977,18 +970,7 @@ async fn webhooks_on_the_page(browser: &Client) {
     .await;
     let rotated: WebhookSecret = rotated.parse().unwrap();
     assert_ne!(rotated, secret);
-    let row = browser
-        .find(Locator::XPath(&format!(
-            "//tbody[@id='endpoints']/tr[td[1][normalize-space()='{url}']]"
-        )))
-        .await
-        .unwrap();
-    row.find(Locator::Css(".test-endpoint"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_in(browser, &row_xpath, ".test-endpoint").await;
     let received = receiver.wait_for(2, Duration::from_secs(15)).await;
     for key in [&secret, &rotated] {
         verify(

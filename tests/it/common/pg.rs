@@ -147,3 +147,30 @@ async fn pump(
         }
     }
 }
+
+/// What the cache `keys` (of `api`) answers from memory for `key`, asking through `api`
+/// (`GET /v1/me`, as a client retrying would) until it does, for at most 10 s.
+///
+/// A cache answers from memory, and keeps what it reads, only while its listener's evidence
+/// is younger than 800 ms; on a loaded machine (a CI run, eight tests at once) heartbeats can
+/// come later than that, and the cache then rightly asks the database. So a test asks until the
+/// cache answers rather than looking at one instant.
+pub async fn remembered(
+    api: &partner_api::PartnerApi,
+    keys: &impl partner_api::KeyStore,
+    key: &str,
+) -> partner_api::KeyLookup {
+    let digest = partner_api::KeyDigest::of(key);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        super::call(api, super::get("/v1/me", Some(key))).await;
+        if let Some(answer) = keys.lookup_now(&digest) {
+            return answer.expect("a cache answers from memory without an error");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cache never answered from memory"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
