@@ -133,7 +133,10 @@ async fn unknown_keys_are_remembered_until_a_key_is_added() {
         StatusCode::UNAUTHORIZED
     );
     // A client retrying the bad key costs the database nothing more: answered from memory.
-    assert_eq!(remembered(&replica.api, &replica.keys, key).await, KeyLookup::Unknown);
+    assert_eq!(
+        remembered(&replica.api, &replica.keys, key).await,
+        KeyLookup::Unknown
+    );
     // Adding the key (with plain SQL, say) reaches the cache like a revocation does.
     store.add_key(key, "org_demo").await.unwrap();
     let delay = time_until(&replica, "/v1/me", key, StatusCode::OK).await;
