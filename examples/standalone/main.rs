@@ -32,6 +32,7 @@ use clap::Parser;
 use partner_api::seed::DEMO_KEY;
 use tokio::net::TcpListener;
 
+mod access_log;
 mod cli;
 mod keys;
 mod metrics;
@@ -82,6 +83,7 @@ async fn main() -> ExitCode {
         max_connections: serve::fit_open_files(args.max_connections),
         max_connections_per_ip: args.max_connections_per_ip,
         max_connection_age: Duration::from_secs(args.max_connection_age.max(1)),
+        ..serve::Limits::default()
     };
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => match tls::tls_acceptor(cert, key) {

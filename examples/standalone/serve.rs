@@ -4,15 +4,16 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use partner_api::PeerAddr;
@@ -26,7 +27,8 @@ use tower_http::BoxError;
 
 /// How long shutdown waits for requests in flight before it gives up on them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-/// How long a client may take to send a request's headers, or to finish a TLS handshake.
+/// How long a client may take to finish a TLS handshake, and by default to send a request's
+/// headers.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How connections are served.
@@ -36,6 +38,10 @@ pub(crate) struct Limits {
     /// requests: it is closed between 1 and 1.5 times this. Only requests count: bytes that
     /// carry none (HTTP/2 pings, window updates, a trickle of header bytes) do not.
     pub(crate) idle_timeout: Duration,
+    /// How long an HTTP/1 client may take to send a request's headers, from the moment the
+    /// connection waits for them: then it is closed. Checked by the connection's watchdog, so
+    /// it fires up to half of this (or of the idle timeout, if shorter) late.
+    pub(crate) header_read_timeout: Duration,
     /// How many connections are served at once; at the cap the loop stops accepting, and new
     /// connections wait in the listen backlog until one closes.
     pub(crate) max_connections: usize,
@@ -60,6 +66,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             idle_timeout: Duration::from_secs(30),
+            header_read_timeout: CLIENT_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
             max_connection_age: DEFAULT_MAX_CONNECTION_AGE,
@@ -137,11 +144,7 @@ pub(crate) async fn serve<S, RB>(
     S: HostService<RB>,
     RB: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
 {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(CLIENT_TIMEOUT);
+    let builder = auto::Builder::new(TokioExecutor::new());
     let max_connections = limits.max_connections.max(1);
     let slots = Arc::new(Semaphore::new(max_connections));
     let per_ip = Arc::new(PerAddress::new(limits.max_connections_per_ip));
@@ -275,6 +278,12 @@ impl Connection<'_> {
         RB: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
     {
         let activity = Arc::new(Activity::default());
+        // hyper's header-read timeout, on this connection's watchdog (see `HeaderTimer`).
+        let mut builder = builder.clone();
+        builder
+            .http1()
+            .timer(HeaderTimer(activity.clone()))
+            .header_read_timeout(self.limits.header_read_timeout);
         let service = PerConnection {
             inner: app,
             activity: activity.clone(),
@@ -284,7 +293,7 @@ impl Connection<'_> {
             .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
             .into_owned();
         tokio::pin!(connection);
-        let idle = activity.idle_for(self.limits.idle_timeout);
+        let idle = activity.watch(self.limits.idle_timeout, self.limits.header_read_timeout);
         tokio::pin!(idle);
         let old = tokio::time::sleep(self.limits.max_connection_age);
         tokio::pin!(old);
@@ -322,13 +331,34 @@ impl Connection<'_> {
 }
 
 /// What a connection did lately: its requests, from their start to the end of their
-/// response body.
-#[derive(Default)]
+/// response body; and the deadline of the request headers it waits for.
 struct Activity {
     /// Whether a request started or ended since the watchdog last looked.
     moved: AtomicBool,
     /// The requests in flight.
     in_flight: AtomicUsize,
+    /// The instant the deadlines below count from.
+    epoch: Instant,
+    /// When the headers hyper waits for are due, in milliseconds after `epoch`; `u64::MAX`
+    /// when it waits for none.
+    headers_due: AtomicU64,
+    /// Set by the watchdog once `headers_due` passed; hyper then ends the connection.
+    headers_late: AtomicBool,
+    /// The task to wake when the headers are late.
+    headers_waker: Mutex<Option<Waker>>,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Self {
+            moved: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            epoch: Instant::now(),
+            headers_due: AtomicU64::new(u64::MAX),
+            headers_late: AtomicBool::new(false),
+            headers_waker: Mutex::new(None),
+        }
+    }
 }
 
 impl Activity {
@@ -336,24 +366,109 @@ impl Activity {
         self.moved.store(true, Ordering::Relaxed);
     }
 
-    /// Completes once no request started, ended or was in flight for `timeout`: it looks
-    /// every half `timeout` (so a busy connection costs no timer per request) and completes
-    /// at the second look in a row that finds the connection quiet.
-    async fn idle_for(&self, timeout: Duration) {
-        let half = timeout / 2;
+    /// Completes once no request started, ended or was in flight for `idle_timeout`, and
+    /// wakes hyper when the request headers it waits for are late. It looks every half of the
+    /// shorter timeout (so a busy connection costs no timer per request) and completes at
+    /// the look that finds the connection quiet for the whole idle timeout: between 1 and
+    /// 1.5 times it after the last request.
+    async fn watch(&self, idle_timeout: Duration, header_read_timeout: Duration) {
+        let look = (idle_timeout.min(header_read_timeout) / 2).max(Duration::from_millis(1));
+        let quiet_looks_needed = idle_timeout.as_nanos().div_ceil(look.as_nanos()).max(1);
         let mut quiet_looks = 0;
         loop {
-            tokio::time::sleep(half).await;
+            tokio::time::sleep(look).await;
+            self.wake_if_headers_late();
             let moved = self.moved.swap(false, Ordering::Relaxed);
             if moved || self.in_flight.load(Ordering::Relaxed) > 0 {
                 quiet_looks = 0;
             } else {
                 quiet_looks += 1;
-                if quiet_looks >= 2 {
+                if quiet_looks >= quiet_looks_needed {
                     return;
                 }
             }
         }
+    }
+
+    /// `at` in milliseconds after `epoch` (0 before it).
+    fn millis(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn wake_if_headers_late(&self) {
+        let due = self.headers_due.load(Ordering::Acquire);
+        if due != u64::MAX && self.millis(Instant::now()) >= due {
+            self.headers_late.store(true, Ordering::Release);
+            let waker = self
+                .headers_waker
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+        }
+    }
+}
+
+/// hyper's header-read timer, on the connection's watchdog instead of the runtime's timer
+/// wheel. hyper asks for a new timer for every request's headers and drops it once they are
+/// read: with hyper-util's `TokioTimer`, a timer registered and cancelled again per request,
+/// about 1,500 instructions (see `docs::performance`). Here a request's timer is a deadline
+/// in the connection's [`Activity`], and the watchdog, which looks at the connection anyway,
+/// wakes hyper once it passed; hyper then ends the connection as before.
+#[derive(Clone)]
+struct HeaderTimer(Arc<Activity>);
+
+impl hyper::rt::Timer for HeaderTimer {
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        self.sleep_until(Instant::now() + duration)
+    }
+
+    fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(HeadersDue {
+            due: self.0.millis(deadline),
+            activity: self.0.clone(),
+        })
+    }
+}
+
+/// The headers of one request, due at `due` (see [`HeaderTimer`]).
+struct HeadersDue {
+    activity: Arc<Activity>,
+    due: u64,
+}
+
+impl std::future::Future for HeadersDue {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let activity = &self.activity;
+        {
+            let mut waker = activity
+                .headers_waker
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *waker = Some(cx.waker().clone());
+            }
+        }
+        activity.headers_due.store(self.due, Ordering::Release);
+        if activity.headers_late.load(Ordering::Acquire) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+impl hyper::rt::Sleep for HeadersDue {}
+
+impl Drop for HeadersDue {
+    /// The headers came (or the connection ended): nothing is due any more.
+    fn drop(&mut self) {
+        self.activity.headers_due.store(u64::MAX, Ordering::Release);
+        self.activity.headers_late.store(false, Ordering::Release);
     }
 }
 

@@ -10,10 +10,9 @@ use partner_api::{error_response, ApiBody};
 use tower::timeout::TimeoutLayer;
 use tower::{Service, ServiceBuilder};
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::trace::{DefaultOnResponse, TraceLayer};
-use tower_http::{BoxError, LatencyUnit};
-use tracing::Level;
+use tower_http::BoxError;
 
+use crate::access_log::AccessLogLayer;
 use crate::cli::Options;
 
 /// The service this host serves: `service` (the partner API, or anything that answers like
@@ -22,8 +21,9 @@ use crate::cli::Options;
 /// 1. request ids ([`RequestIdLayer`]): the request's well-formed `x-request-id` or a new
 ///    UUID, handed to the API (which echoes it and records it in the span) and put on the
 ///    responses the layers below make themselves;
-/// 2. a tracing span per request (method, path, and the request and organization ids that
-///    the API records) and one INFO line per response with its status and latency;
+/// 2. the access log ([`AccessLogLayer`]): a tracing span per request (method, path, and the
+///    request and organization ids that the API records) and one INFO line per response
+///    with its status and latency;
 /// 3. a panic anywhere below becomes the API's JSON 500 (tower-http's `CatchPanic`);
 /// 4. a request over `options.request_timeout` becomes the API's JSON 503 (tower's
 ///    `Timeout`).
@@ -49,30 +49,7 @@ where
 {
     ServiceBuilder::new()
         .layer(RequestIdLayer::new())
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(|request: &Request<B>| {
-                    // The API records both ids: the request id it answers with (the one set
-                    // above) and the organization of the key, once it is known.
-                    tracing::info_span!(
-                        "request",
-                        method = %request.method(),
-                        path = %request.uri().path(),
-                        request_id = tracing::field::Empty,
-                        organization_id = tracing::field::Empty,
-                    )
-                })
-                // One line per response; nothing per request or per body frame.
-                .on_request(())
-                .on_body_chunk(())
-                .on_eos(())
-                .on_response(
-                    DefaultOnResponse::new()
-                        .level(Level::INFO)
-                        .latency_unit(LatencyUnit::Micros),
-                )
-                .on_failure(()),
-        )
+        .layer(AccessLogLayer)
         .layer(CatchPanicLayer::custom(|_panic| {
             // The payload could hold anything: it is not logged.
             tracing::error!("request handler panicked");

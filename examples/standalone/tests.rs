@@ -368,3 +368,46 @@ async fn a_request_in_flight_is_never_cut_as_idle() {
         assert_eq!(response.status, StatusCode::OK);
     }
 }
+
+#[tokio::test]
+async fn a_client_slow_to_send_its_headers_is_cut_off_at_the_header_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let limits = Limits {
+        header_read_timeout: Duration::from_millis(400),
+        ..Limits::default()
+    };
+    let server = start_within(app(api(), &Options::default()), None, limits).await;
+    let mut stream = tokio::net::TcpStream::connect(server.address)
+        .await
+        .unwrap();
+    // A whole request first: the timeout counts for each request's headers, not the
+    // connection's age.
+    stream
+        .write_all(b"GET /v1/openapi.json HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buffer = vec![0; 64 * 1024];
+    let read = stream.read(&mut buffer).await.unwrap();
+    assert!(buffer[..read].starts_with(b"HTTP/1.1 200"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Then headers that trickle in, a byte every 50 ms, and never end.
+    let started = std::time::Instant::now();
+    let trickle = async {
+        stream.write_all(b"GET /v1/me HTTP/1.1\r\n").await?;
+        loop {
+            stream.write_all(b"x").await?;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        #[allow(unreachable_code)]
+        Ok::<(), std::io::Error>(())
+    };
+    let cut = tokio::time::timeout(Duration::from_secs(5), trickle).await;
+    assert!(
+        matches!(cut, Ok(Err(_))),
+        "the connection stayed open for 5 s of trickling headers"
+    );
+    // Due 400 ms after it began to wait, found by a look every 200 ms: cut within 600 ms of
+    // that (and a little for the socket to tell the writer).
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(2), "cut after {elapsed:?}");
+}
