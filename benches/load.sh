@@ -8,9 +8,10 @@
 # (100 orders of the demo data) with curl, and serves those bytes from `examples/baseline.rs`.
 # Three servers are measured: `baseline` (those bytes, no partner-api code), `api` (the same
 # hyper loop serving `PartnerApi` itself: the library's request path) and `host` (the
-# standalone host, with its tower-http layers: request ids, access log span, CatchPanic,
-# request timeout; logging at RUST_LOG=warn so no line is written per request). Per route,
-# it runs wrk against a fresh process of each in turn, RUNS times, with the server pinned to CPU 0 and wrk to CPU 1, and prints the medians
+# standalone host, with its layers: request ids, access log span, CatchPanic, request
+# timeout; logging at RUST_LOG=warn so no line is written per request). Per route, it runs
+# wrk against a fresh process of each in turn, RUNS times, with the server pinned to CPU 0
+# (one runtime worker) and wrk to CPU 1, and prints the medians
 # of requests/s, p50 and p99 latency, and resident memory after the warm-up and at its peak.
 # The ratios api/baseline and host/baseline are medians of the ratios of each run's servers,
 # measured back to back, so drift of the machine cancels. It fails when any request is not a 200.
@@ -47,7 +48,9 @@ trap cleanup EXIT
 # start CMD...: runs CMD on CPU 0, sets pid and base.
 start() {
   : >"$work/out"
-  RUST_LOG=${RUST_LOG:-warn} taskset -c 0 "$@" --listen 127.0.0.1:0 >"$work/out" 2>/dev/null &
+  # One runtime worker: the server has one CPU, and two workers taking turns on it made
+  # single runs of the same pair vary from 0.62 to 1.02.
+  RUST_LOG=${RUST_LOG:-warn} TOKIO_WORKER_THREADS=1 taskset -c 0 "$@" --listen 127.0.0.1:0 >"$work/out" 2>/dev/null &
   pid=$!
   for _ in $(seq 1 600); do
     base=$(sed -n 's/^listening on //p' "$work/out" | head -n 1)
