@@ -367,13 +367,23 @@ impl Activity {
     }
 
     /// Completes once no request started, ended or was in flight for `idle_timeout`, and
-    /// wakes hyper when the request headers it waits for are late. It looks every half of the
-    /// shorter timeout (so a busy connection costs no timer per request) and completes at
-    /// the look that finds the connection quiet for the whole idle timeout: between 1 and
-    /// 1.5 times it after the last request.
+    /// wakes hyper when the request headers it waits for are late. It looks at least twice per
+    /// idle timeout and per header timeout (a timer per connection, none per request) and
+    /// completes at the look that finds the connection quiet for the whole idle timeout:
+    /// between 1 and 1.5 times it after the last request.
     async fn watch(&self, idle_timeout: Duration, header_read_timeout: Duration) {
-        let look = (idle_timeout.min(header_read_timeout) / 2).max(Duration::from_millis(1));
-        let quiet_looks_needed = idle_timeout.as_nanos().div_ceil(look.as_nanos()).max(1);
+        // At least two looks per idle timeout and per header timeout: a quiet connection is
+        // closed between its idle timeout and that plus one look (at most 1.5 times it), and
+        // late headers are found within half their timeout.
+        let looks = idle_timeout
+            .as_nanos()
+            .div_ceil((header_read_timeout.as_nanos() / 2).max(1))
+            .max(2);
+        let look = Duration::from_nanos(
+            u64::try_from(idle_timeout.as_nanos().div_ceil(looks)).unwrap_or(u64::MAX),
+        )
+        .max(Duration::from_millis(1));
+        let quiet_looks_needed = looks;
         let mut quiet_looks = 0;
         loop {
             tokio::time::sleep(look).await;
