@@ -40,6 +40,18 @@ pub(crate) trait Invalidate: Send + Sync {
 /// that loses its connection must [`connected`](Self::connected) again, which empties the
 /// caches, before its new evidence counts: changes sent meanwhile were lost.
 ///
+/// # Reads made while the evidence is stale
+///
+/// A cache keeps what it read from its store whenever no change was told to it during the
+/// read, fresh evidence or not. Such an entry answers only once evidence is fresh again, and
+/// the argument above covers it: a change committed during or after the read reaches the
+/// cache before any heartbeat sent after it does (the notifications of one connection are
+/// delivered in commit order), so an answer from memory at `t` still comes from an entry no
+/// change older than `t − max age` has touched; a source that lost its connection empties
+/// the caches when it connects again. On a loaded machine heartbeats come late and evidence
+/// lapses often; a cache that kept nothing then would send every lookup to the database
+/// exactly when the replica is busiest.
+///
 /// Clones share the hub.
 #[derive(Clone)]
 pub struct Notifications {
@@ -308,9 +320,11 @@ impl Gate {
         hub.wrapping_add(self.own_changes.load(Ordering::SeqCst))
     }
 
-    /// Whether no change came in since `mark`, and the cache may answer from memory.
+    /// Whether no change came in since `mark`: what was read may be kept. Kept whether or
+    /// not the cache may answer from memory now (see [`Notifications`], "Reads made while
+    /// the evidence is stale").
     pub(crate) fn unchanged_since(&self, mark: Mark) -> bool {
-        self.open() && self.changes() == mark.changes
+        self.changes() == mark.changes
     }
 
     pub(crate) fn note_change(&self) {

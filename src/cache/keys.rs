@@ -302,6 +302,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn reads_while_the_evidence_is_stale_are_kept_for_when_it_is_fresh_again() {
+        let store = MemoryStore::new();
+        store
+            .add_organization(Organization {
+                id: "org".into(),
+                name: "Org".into(),
+            })
+            .unwrap();
+        store.add_key("pk_test_read_while_stale", "org").unwrap();
+        let changed = store.add_key("pk_test_changed_while_stale", "org").unwrap();
+        let digest = KeyDigest::of("pk_test_read_while_stale");
+        let other = KeyDigest::of("pk_test_changed_while_stale");
+        // No evidence (as when a heartbeat is late): the store answers...
+        let hub = Notifications::new();
+        let cache = CachingKeyStore::new(store.clone()).with_notifications(&hub);
+        assert!(cache.lookup(&digest).await.unwrap().is_valid());
+        assert!(cache.lookup(&other).await.unwrap().is_valid());
+        assert!(
+            cache.lookup_now(&digest).is_none(),
+            "answered without evidence"
+        );
+        // ...and a change told meanwhile still drops what it touched.
+        hub.key_changed(&changed);
+        // Fresh evidence: what was read, and not changed since, answers from memory.
+        hub.confirmed(std::time::Instant::now());
+        assert!(matches!(
+            cache.lookup_now(&digest),
+            Some(Ok(KeyLookup::Valid(_)))
+        ));
+        assert!(cache.lookup_now(&other).is_none(), "a changed key was kept");
+    }
+
+    #[tokio::test]
     async fn a_cache_hears_of_changes_whatever_order_its_builder_ran_in() {
         let store = MemoryStore::new();
         store

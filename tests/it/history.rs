@@ -225,11 +225,13 @@ async fn no_history_serves_a_revoked_key_past_the_bound() {
                 stalled = Some((at, until));
                 Some(format!("listener of replica {at} stalled"))
             }
-            // Kill every listening connection.
+            // Kill every listening connection of this test's database (only this one's: the
+            // server is shared with the tests running beside it).
             60..=62 => {
                 sqlx::query(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                     WHERE application_name = 'partner_api_cache_listener'",
+                     WHERE datname = current_database() \
+                     AND application_name = 'partner_api_cache_listener'",
                 )
                 .execute(&mut admin)
                 .await
