@@ -254,19 +254,12 @@ impl<S> fmt::Debug for CachingKeyStore<S> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::store_of_one_organization;
     use super::*;
-    use crate::model::Organization;
-    use crate::MemoryStore;
 
     #[tokio::test]
     async fn a_change_no_one_reported_is_seen_after_the_maximum_age() {
-        let store = MemoryStore::new();
-        store
-            .add_organization(Organization {
-                id: "org".into(),
-                name: "Org".into(),
-            })
-            .unwrap();
+        let store = store_of_one_organization();
         store.add_key("pk_test_aging_key", "org").unwrap();
         let digest = KeyDigest::of("pk_test_aging_key");
         let unknown = KeyDigest::of("pk_test_never_issued");
@@ -303,13 +296,7 @@ mod tests {
 
     #[tokio::test]
     async fn reads_while_the_evidence_is_stale_are_kept_for_when_it_is_fresh_again() {
-        let store = MemoryStore::new();
-        store
-            .add_organization(Organization {
-                id: "org".into(),
-                name: "Org".into(),
-            })
-            .unwrap();
+        let store = store_of_one_organization();
         store.add_key("pk_test_read_while_stale", "org").unwrap();
         let changed = store.add_key("pk_test_changed_while_stale", "org").unwrap();
         let digest = KeyDigest::of("pk_test_read_while_stale");
@@ -336,13 +323,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_cache_hears_of_changes_whatever_order_its_builder_ran_in() {
-        let store = MemoryStore::new();
-        store
-            .add_organization(Organization {
-                id: "org".into(),
-                name: "Org".into(),
-            })
-            .unwrap();
+        let store = store_of_one_organization();
         let id = store.add_key("pk_test_cached_key", "org").unwrap();
         let digest = KeyDigest::of("pk_test_cached_key");
         let hub = Notifications::new();

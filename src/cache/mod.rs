@@ -39,3 +39,16 @@ pub const DEFAULT_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(
 
 /// The most entries a cache keeps, by default.
 pub const DEFAULT_CAPACITY: usize = 100_000;
+
+/// A `MemoryStore` with one organization, `org`, for the caches' unit tests.
+#[cfg(test)]
+fn store_of_one_organization() -> crate::MemoryStore {
+    let store = crate::MemoryStore::new();
+    store
+        .add_organization(crate::model::Organization {
+            id: "org".into(),
+            name: "Org".into(),
+        })
+        .unwrap();
+    store
+}

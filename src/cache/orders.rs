@@ -230,10 +230,10 @@ impl<S> fmt::Debug for CachingOrderStore<S> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::store_of_one_organization;
     use super::*;
-    use crate::model::{Order, Organization, Timestamp};
+    use crate::model::{Order, Timestamp};
     use crate::store::OrderPosition;
-    use crate::MemoryStore;
 
     fn order(id: &str, millis: i64) -> Order {
         let date = chrono::NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
@@ -257,13 +257,7 @@ mod tests {
 
     #[tokio::test]
     async fn later_pages_are_kept_and_dropped_with_their_organization() {
-        let store = MemoryStore::new();
-        store
-            .add_organization(Organization {
-                id: "org".into(),
-                name: "Org".into(),
-            })
-            .unwrap();
+        let store = store_of_one_organization();
         store
             .add_orders("org", (0..10).map(|n| order(&format!("o{n}"), n)))
             .unwrap();

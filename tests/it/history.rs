@@ -20,7 +20,7 @@ use partner_api::store::postgres::PgStore;
 use partner_api::{KeyDigest, PartnerApi};
 use sqlx::{Connection, PgConnection};
 
-use crate::common::pg::{fresh_database, Proxy};
+use crate::common::pg::{fresh_database, until_answering, Proxy};
 use crate::common::*;
 
 const BOUND: Duration = Duration::from_secs(1);
@@ -65,11 +65,7 @@ async fn replica(url: &str) -> HistoryReplica {
     let keys = CachingKeyStore::new(store.clone()).with_notifications(&notifications);
     let orders = CachingOrderStore::new(store).with_notifications(&notifications);
     let api = PartnerApi::new(keys, orders).with_store_timeout(Some(Duration::from_millis(500)));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !notifications.is_connected() {
-        assert!(Instant::now() < deadline, "the listener never connected");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_answering(&notifications).await;
     // The hub lives as long as the caches that follow it.
     HistoryReplica { api, proxy }
 }

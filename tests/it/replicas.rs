@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::pg::{demo_key_record, fresh_database, remembered, Proxy};
+use crate::common::pg::{demo_key_record, fresh_database, remembered, until_answering, Proxy};
 use crate::common::*;
 use async_trait::async_trait;
 use http::StatusCode;
@@ -44,16 +44,8 @@ impl Replica {
             keys,
             notifications,
         };
-        replica.wait_until_listening().await;
+        until_answering(&replica.notifications).await;
         replica
-    }
-
-    async fn wait_until_listening(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !self.notifications.is_connected() {
-            assert!(Instant::now() < deadline, "the listener never connected");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
     }
 
     async fn status(&self, path: &str, key: &str) -> StatusCode {
@@ -197,7 +189,7 @@ async fn while_the_listener_is_down_the_cache_never_answers_for_a_changed_key() 
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // It reconnects by itself, starts empty, and answers from memory again.
-    replica.wait_until_listening().await;
+    until_answering(&replica.notifications).await;
     assert_eq!(
         replica.status("/v1/me", DEMO_KEY).await,
         StatusCode::UNAUTHORIZED

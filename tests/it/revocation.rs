@@ -16,7 +16,7 @@ use partner_api::{KeyDigest, KeyLookup, KeyStore, PartnerApi};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection};
 
-use crate::common::pg::{fresh_database, remembered, Proxy};
+use crate::common::pg::{fresh_database, remembered, until_answering, Proxy};
 use crate::common::*;
 
 /// The promise: a revoked key is refused within this of its revocation's commit.
@@ -40,14 +40,6 @@ fn cached_api(
     let api =
         PartnerApi::new(keys.clone(), orders).with_store_timeout(Some(Duration::from_millis(300)));
     (api, keys)
-}
-
-async fn until_answering(notifications: &Notifications) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !notifications.is_connected() {
-        assert!(Instant::now() < deadline, "the listener never connected");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// Revokes `key` by plain SQL and returns when the revocation committed.

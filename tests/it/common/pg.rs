@@ -174,3 +174,16 @@ pub async fn remembered(
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
+
+/// Waits (up to 10 s) until the caches following `notifications` may answer from memory: the
+/// listener connected and gave fresh evidence.
+pub async fn until_answering(notifications: &partner_api::cache::Notifications) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !notifications.is_connected() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the listener never connected"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
