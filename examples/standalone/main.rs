@@ -33,6 +33,7 @@ use partner_api::seed::DEMO_KEY;
 use tokio::net::TcpListener;
 
 mod access_log;
+mod catch_panic;
 mod cli;
 mod keys;
 mod metrics;
@@ -172,7 +173,8 @@ async fn main() -> ExitCode {
         .map(|store| webhooks::Worker::start(store, &args));
     #[cfg(all(feature = "postgres", not(feature = "webhooks")))]
     drop(database);
-    let app = stack::app(secret_scanning::Routes { api, endpoint }, &options);
+    let routes = secret_scanning::Routes { api, endpoint };
+    let app = move |peer| stack::app(routes.with_peer_addr(peer), &options);
     serve::serve(listener, app, tls, limits, signals::shutdown_signal()).await;
     #[cfg(all(feature = "postgres", feature = "webhooks"))]
     if let Some(worker) = worker {

@@ -57,7 +57,7 @@ pub(crate) async fn serve(listener: TcpListener, handle: PrometheusHandle) {
     });
     serve::serve(
         listener,
-        app,
+        move |_peer| app.clone(),
         None,
         Limits::default(),
         std::future::pending(),

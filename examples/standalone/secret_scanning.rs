@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -82,6 +83,16 @@ impl<B> Service<Request<B>> for Endpoint {
 pub(crate) struct Routes {
     pub(crate) api: PartnerApi,
     pub(crate) endpoint: Option<Endpoint>,
+}
+
+impl Routes {
+    /// These routes for one connection from `peer` (see [`PartnerApi::with_peer_addr`]).
+    pub(crate) fn with_peer_addr(&self, peer: SocketAddr) -> Self {
+        Self {
+            api: self.api.clone().with_peer_addr(peer),
+            endpoint: self.endpoint.clone(),
+        }
+    }
 }
 
 impl<B> Service<Request<B>> for Routes

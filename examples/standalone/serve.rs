@@ -4,24 +4,22 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{Request, Response, Version};
 use http_body::{Body, Frame, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
-use partner_api::PeerAddr;
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
+use tower::util::{Oneshot, ServiceExt};
 use tower::Service;
 use tower_http::BoxError;
 
@@ -38,9 +36,10 @@ pub(crate) struct Limits {
     /// requests: it is closed between 1 and 1.5 times this. Only requests count: bytes that
     /// carry none (HTTP/2 pings, window updates, a trickle of header bytes) do not.
     pub(crate) idle_timeout: Duration,
-    /// How long an HTTP/1 client may take to send a request's headers, from the moment the
-    /// connection waits for them: then it is closed. Checked by the connection's watchdog, so
-    /// it fires up to half of this (or of the idle timeout, if shorter) late.
+    /// How long an HTTP/1 connection may go without a request, from accept and between
+    /// requests (a client slow to send a request's headers included): then it is closed,
+    /// as hyper's header-read timeout would. Checked by the connection's watchdog, so it
+    /// fires up to half of this late.
     pub(crate) header_read_timeout: Duration,
     /// How many connections are served at once; at the cap the loop stops accepting, and new
     /// connections wait in the listen backlog until one closes.
@@ -132,15 +131,19 @@ impl<S, B> HostService<B> for S where
 {
 }
 
-/// Serves `app` on `listener` (over TLS when `tls` is given) within `limits` until `shutdown`
-/// completes, then waits (up to [`SHUTDOWN_GRACE`]) for the connections' requests in flight.
-pub(crate) async fn serve<S, RB>(
+/// Serves `app(peer)` to each connection from `peer` accepted on `listener` (over TLS when
+/// `tls` is given) within `limits` until `shutdown` completes, then waits (up to
+/// [`SHUTDOWN_GRACE`]) for the connections' requests in flight. A service made per
+/// connection knows its peer without a `PeerAddr` in every request's extensions (a map
+/// allocated per request; see `PartnerApi::with_peer_addr`).
+pub(crate) async fn serve<M, S, RB>(
     listener: TcpListener,
-    app: S,
+    app: M,
     tls: Option<TlsAcceptor>,
     limits: Limits,
     shutdown: impl std::future::Future<Output = ()>,
 ) where
+    M: Fn(SocketAddr) -> S,
     S: HostService<RB>,
     RB: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
 {
@@ -178,14 +181,13 @@ pub(crate) async fn serve<S, RB>(
         };
         let _ = stream.set_nodelay(true);
         let builder = builder.clone();
-        let app = app.clone();
+        let app = app(peer);
         let tls = tls.clone();
         let limits = limits.clone();
         let stop_signal = stop_signal.clone();
         tokio::spawn(async move {
             let _held = (slot, held);
             let connection = Connection {
-                peer,
                 limits: &limits,
                 stop_signal,
             };
@@ -262,7 +264,6 @@ impl Drop for AddressGuard {
 
 /// One accepted connection and what bounds it.
 struct Connection<'a> {
-    peer: SocketAddr,
     limits: &'a Limits,
     stop_signal: watch::Receiver<bool>,
 }
@@ -278,23 +279,14 @@ impl Connection<'_> {
         RB: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
     {
         let activity = Arc::new(Activity::default());
-        // hyper's header-read timeout, on this connection's watchdog (see `HeaderTimer`).
-        let mut builder = builder.clone();
-        builder
-            .http1()
-            .timer(HeaderTimer(activity.clone()))
-            .header_read_timeout(self.limits.header_read_timeout);
         let service = PerConnection {
             inner: app,
             activity: activity.clone(),
-            peer: PeerAddr(self.peer),
         };
-        let connection = builder
-            .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
-            .into_owned();
+        let connection = builder.serve_connection(TokioIo::new(io), service);
         tokio::pin!(connection);
-        let idle = activity.watch(self.limits.idle_timeout, self.limits.header_read_timeout);
-        tokio::pin!(idle);
+        let quiet = activity.watch(self.limits.idle_timeout, self.limits.header_read_timeout);
+        tokio::pin!(quiet);
         let old = tokio::time::sleep(self.limits.max_connection_age);
         tokio::pin!(old);
         let mut closing = *self.stop_signal.borrow();
@@ -309,8 +301,13 @@ impl Connection<'_> {
                     }
                     return;
                 }
-                () = &mut idle => {
-                    tracing::debug!("closing an idle connection");
+                quiet = &mut quiet => {
+                    match quiet {
+                        Quiet::Idle => tracing::debug!("closing an idle connection"),
+                        Quiet::HeadersLate => {
+                            tracing::debug!("closing a connection whose request headers are late");
+                        }
+                    }
                     return;
                 }
                 () = &mut old, if !closing => {
@@ -331,34 +328,24 @@ impl Connection<'_> {
 }
 
 /// What a connection did lately: its requests, from their start to the end of their
-/// response body; and the deadline of the request headers it waits for.
+/// response body.
+#[derive(Default)]
 struct Activity {
     /// Whether a request started or ended since the watchdog last looked.
     moved: AtomicBool,
     /// The requests in flight.
     in_flight: AtomicUsize,
-    /// The instant the deadlines below count from.
-    epoch: Instant,
-    /// When the headers hyper waits for are due, in milliseconds after `epoch`; `u64::MAX`
-    /// when it waits for none.
-    headers_due: AtomicU64,
-    /// Set by the watchdog once `headers_due` passed; hyper then ends the connection.
-    headers_late: AtomicBool,
-    /// The task to wake when the headers are late.
-    headers_waker: Mutex<Option<Waker>>,
+    /// Whether the connection speaks HTTP/2, whose requests have no header-read timeout.
+    http2: AtomicBool,
 }
 
-impl Default for Activity {
-    fn default() -> Self {
-        Self {
-            moved: AtomicBool::new(false),
-            in_flight: AtomicUsize::new(0),
-            epoch: Instant::now(),
-            headers_due: AtomicU64::new(u64::MAX),
-            headers_late: AtomicBool::new(false),
-            headers_waker: Mutex::new(None),
-        }
-    }
+/// Why the watchdog ends a connection.
+#[derive(Debug, PartialEq, Eq)]
+enum Quiet {
+    /// No request for the idle timeout.
+    Idle,
+    /// An HTTP/1 connection sent no whole request head for the header-read timeout.
+    HeadersLate,
 }
 
 impl Activity {
@@ -366,151 +353,131 @@ impl Activity {
         self.moved.store(true, Ordering::Relaxed);
     }
 
-    /// Completes once no request started, ended or was in flight for `idle_timeout`, and
-    /// wakes hyper when the request headers it waits for are late. It looks at least twice per
-    /// idle timeout and per header timeout (a timer per connection, none per request) and
-    /// completes at the look that finds the connection quiet for the whole idle timeout:
-    /// between 1 and 1.5 times it after the last request.
-    async fn watch(&self, idle_timeout: Duration, header_read_timeout: Duration) {
-        // At least two looks per idle timeout and per header timeout: a quiet connection is
-        // closed between its idle timeout and that plus one look (at most 1.5 times it), and
-        // late headers are found within half their timeout.
-        let looks = idle_timeout
-            .as_nanos()
-            .div_ceil((header_read_timeout.as_nanos() / 2).max(1))
-            .max(2);
-        let look = Duration::from_nanos(
-            u64::try_from(idle_timeout.as_nanos().div_ceil(looks)).unwrap_or(u64::MAX),
-        )
-        .max(Duration::from_millis(1));
-        let quiet_looks_needed = looks;
+    /// Completes once the connection had no request in flight, and none started or ended,
+    /// for `idle_timeout` ([`Quiet::Idle`]), or, unless it speaks HTTP/2, for
+    /// `header_read_timeout` ([`Quiet::HeadersLate`]).
+    ///
+    /// The second is hyper's header-read timeout, kept here instead of in hyper: an HTTP/1
+    /// connection with no request in flight is waiting for the next request's head (hyper
+    /// serves one request at a time), and hyper's own timer counts from the same moment, the
+    /// end of the previous response. hyper asks its timer for a new sleep for every request
+    /// and drops it once the head is read: a boxed future, a clock read and a wake-up
+    /// registration per request (about 1,500 instructions, see `docs::performance`), where
+    /// this costs nothing per request.
+    ///
+    /// Bound: the watchdog looks every `look`, at most a quarter of either timeout (a timer
+    /// per connection, none per request). A timeout `T` is reached after `ceil(T / look)`
+    /// quiet looks counted from the look that last saw a change, which came at most one look
+    /// after it: the connection is closed between `T` and `T + 2 look`, at most 1.5 `T`, after
+    /// its last request.
+    async fn watch(&self, idle_timeout: Duration, header_read_timeout: Duration) -> Quiet {
+        let shorter = idle_timeout.min(header_read_timeout);
+        let look = (shorter / 4).max(Duration::from_millis(1));
+        let looks_to = |timeout: Duration| timeout.as_nanos().div_ceil(look.as_nanos()).max(1);
+        let (idle_looks, header_looks) = (looks_to(idle_timeout), looks_to(header_read_timeout));
         let mut quiet_looks = 0;
         loop {
             tokio::time::sleep(look).await;
-            self.wake_if_headers_late();
             let moved = self.moved.swap(false, Ordering::Relaxed);
             if moved || self.in_flight.load(Ordering::Relaxed) > 0 {
                 quiet_looks = 0;
-            } else {
-                quiet_looks += 1;
-                if quiet_looks >= quiet_looks_needed {
-                    return;
-                }
+                continue;
             }
-        }
-    }
-
-    /// `at` in milliseconds after `epoch` (0 before it).
-    fn millis(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
-    }
-
-    fn wake_if_headers_late(&self) {
-        let due = self.headers_due.load(Ordering::Acquire);
-        if due != u64::MAX && self.millis(Instant::now()) >= due {
-            self.headers_late.store(true, Ordering::Release);
-            let waker = self
-                .headers_waker
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            if let Some(waker) = waker {
-                waker.wake();
+            quiet_looks += 1;
+            if quiet_looks >= idle_looks {
+                return Quiet::Idle;
+            }
+            if quiet_looks >= header_looks && !self.http2.load(Ordering::Relaxed) {
+                return Quiet::HeadersLate;
             }
         }
     }
 }
 
-/// hyper's header-read timer, on the connection's watchdog instead of the runtime's timer
-/// wheel. hyper asks for a new timer for every request's headers and drops it once they are
-/// read: with hyper-util's `TokioTimer`, a timer registered and cancelled again per request,
-/// about 1,500 instructions (see `docs::performance`). Here a request's timer is a deadline
-/// in the connection's [`Activity`], and the watchdog, which looks at the connection anyway,
-/// wakes hyper once it passed; hyper then ends the connection as before.
-#[derive(Clone)]
-struct HeaderTimer(Arc<Activity>);
-
-impl hyper::rt::Timer for HeaderTimer {
-    fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
-        self.sleep_until(Instant::now() + duration)
-    }
-
-    fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
-        Box::pin(HeadersDue {
-            due: self.0.millis(deadline),
-            activity: self.0.clone(),
-        })
-    }
-}
-
-/// The headers of one request, due at `due` (see [`HeaderTimer`]).
-struct HeadersDue {
-    activity: Arc<Activity>,
-    due: u64,
-}
-
-impl std::future::Future for HeadersDue {
-    type Output = ();
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let activity = &self.activity;
-        {
-            let mut waker = activity
-                .headers_waker
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                *waker = Some(cx.waker().clone());
-            }
-        }
-        activity.headers_due.store(self.due, Ordering::Release);
-        if activity.headers_late.load(Ordering::Acquire) {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    }
-}
-
-impl hyper::rt::Sleep for HeadersDue {}
-
-impl Drop for HeadersDue {
-    /// The headers came (or the connection ended): nothing is due any more.
-    fn drop(&mut self) {
-        self.activity.headers_due.store(u64::MAX, Ordering::Release);
-        self.activity.headers_late.store(false, Ordering::Release);
-    }
-}
-
-/// A connection's service: tells the API the peer's address, and counts the requests in
-/// flight in its [`Activity`].
+/// A connection's service, as hyper calls it: counts the requests in flight in its
+/// [`Activity`], and calls the host's service (a clone per request) at once.
 #[derive(Clone)]
 struct PerConnection<S> {
     inner: S,
     activity: Arc<Activity>,
-    peer: PeerAddr,
 }
 
-impl<S, B, RB> Service<Request<B>> for PerConnection<S>
+impl<S, B, RB> hyper::service::Service<Request<B>> for PerConnection<S>
 where
-    S: Service<Request<B>, Response = Response<RB>>,
+    S: Service<Request<B>, Response = Response<RB>> + Clone,
 {
     type Response = Response<Counted<RB>>;
     type Error = S::Error;
-    type Future = CountedFuture<S::Future>;
+    type Future = CountedFuture<Called<S, Request<B>>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut request: Request<B>) -> Self::Future {
-        request.extensions_mut().insert(self.peer);
+    fn call(&self, request: Request<B>) -> Self::Future {
+        if request.version() == Version::HTTP_2 {
+            self.activity.http2.store(true, Ordering::Relaxed);
+        }
         CountedFuture {
             in_flight: Some(InFlight::enter(&self.activity)),
-            future: self.inner.call(request),
+            future: Called::new(self.inner.clone(), request),
         }
     }
 }
+
+pin_project! {
+    /// The host service's answer to a request: called at once when the service is ready,
+    /// which this host's stack always is, else once it is.
+    ///
+    /// Why at once: right after hyper takes a request it reads the socket to notice a
+    /// client that goes away. A request still held then (hyper-util's `TowerToHyperService`
+    /// holds it in a `Oneshot` until first polled) shares hyper's read buffer, so that read
+    /// moves the buffer: two allocations and a copy per request.
+    #[project = CalledProjection]
+    enum Called<S, R>
+    where
+        S: Service<R>,
+    {
+        Now { #[pin] future: S::Future },
+        Later { #[pin] oneshot: Oneshot<S, R> },
+        Failed { error: Option<S::Error> },
+    }
+}
+
+impl<S: Service<R>, R> Called<S, R> {
+    fn new(mut service: S, request: R) -> Self {
+        match service.poll_ready(&mut Context::from_waker(&NOOP_WAKER)) {
+            Poll::Ready(Ok(())) => Self::Now {
+                future: service.call(request),
+            },
+            Poll::Ready(Err(error)) => Self::Failed { error: Some(error) },
+            Poll::Pending => Self::Later {
+                oneshot: service.oneshot(request),
+            },
+        }
+    }
+}
+
+impl<S: Service<R>, R> std::future::Future for Called<S, R> {
+    type Output = Result<S::Response, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            CalledProjection::Now { future } => future.poll(cx),
+            CalledProjection::Later { oneshot } => oneshot.poll(cx),
+            // Taken at the first poll; a future is not polled after it is ready.
+            CalledProjection::Failed { error } => error
+                .take()
+                .map_or(Poll::Pending, |error| Poll::Ready(Err(error))),
+        }
+    }
+}
+
+/// A waker for asking a service whether it is ready now: a service that is not registers it,
+/// and is asked again with the task's own by `Oneshot`.
+static NOOP_WAKER: std::sync::LazyLock<Waker> = std::sync::LazyLock::new(|| {
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    Waker::from(Arc::new(Noop))
+});
 
 pin_project! {
     /// A response future that hands its request's [`InFlight`] to the response body.

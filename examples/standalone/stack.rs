@@ -9,10 +9,10 @@ use partner_api::request_id::RequestIdLayer;
 use partner_api::{error_response, ApiBody};
 use tower::timeout::TimeoutLayer;
 use tower::{Service, ServiceBuilder};
-use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::BoxError;
 
 use crate::access_log::AccessLogLayer;
+use crate::catch_panic::CatchPanicLayer;
 use crate::cli::Options;
 
 /// The service this host serves: `service` (the partner API, or anything that answers like
@@ -24,7 +24,7 @@ use crate::cli::Options;
 /// 2. the access log ([`AccessLogLayer`]): a tracing span per request (method, path, and the
 ///    request and organization ids that the API records) and one INFO line per response
 ///    with its status and latency;
-/// 3. a panic anywhere below becomes the API's JSON 500 (tower-http's `CatchPanic`);
+/// 3. a panic anywhere below becomes the API's JSON 500 ([`CatchPanicLayer`]);
 /// 4. a request over `options.request_timeout` becomes the API's JSON 503 (tower's
 ///    `Timeout`).
 pub(crate) fn app<S, B>(
@@ -50,11 +50,7 @@ where
     ServiceBuilder::new()
         .layer(RequestIdLayer::new())
         .layer(AccessLogLayer)
-        .layer(CatchPanicLayer::custom(|_panic| {
-            // The payload could hold anything: it is not logged.
-            tracing::error!("request handler panicked");
-            error_response(StatusCode::INTERNAL_SERVER_ERROR)
-        }))
+        .layer(CatchPanicLayer)
         .map_result(json_timeout)
         .layer(TimeoutLayer::new(options.request_timeout))
         .service(service)

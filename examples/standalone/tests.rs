@@ -29,9 +29,11 @@ struct Server {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// The standalone host's stack around `api`, served on 127.0.0.1:0 without TLS.
+/// The standalone host's stack around `api` (told each connection's peer), served on
+/// 127.0.0.1:0 without TLS.
 async fn start(api: PartnerApi) -> Server {
-    start_app(app(api, &Options::default()), None).await
+    let app = move |peer| app(api.clone().with_peer_addr(peer), &Options::default());
+    start_within(app, None, Limits::default()).await
 }
 
 /// `app` served on 127.0.0.1:0, over TLS when `tls` is given.
@@ -40,16 +42,17 @@ where
     S: HostService<B>,
     B: http_body::Body<Data = Bytes, Error: Into<tower_http::BoxError>> + Send + 'static,
 {
-    start_within(app, tls, Limits::default()).await
+    start_within(move |_peer| app.clone(), tls, Limits::default()).await
 }
 
-/// `app` served on 127.0.0.1:0 within `limits`.
-async fn start_within<S, B>(
-    app: S,
+/// `app(peer)` served to each connection on 127.0.0.1:0 within `limits`.
+async fn start_within<M, S, B>(
+    app: M,
     tls: Option<tokio_rustls::TlsAcceptor>,
     limits: Limits,
 ) -> Server
 where
+    M: Fn(SocketAddr) -> S + Send + 'static,
     S: HostService<B>,
     B: http_body::Body<Data = Bytes, Error: Into<tower_http::BoxError>> + Send + 'static,
 {
@@ -291,19 +294,23 @@ async fn a_stuck_store_is_a_json_503_at_the_request_timeout() {
 
 #[tokio::test]
 async fn a_panic_below_the_host_layers_is_a_json_500_not_a_dropped_connection() {
-    // A service in the API's place that panics: the host's CatchPanic answers for it.
-    let panicking = tower::service_fn(|request: Request<hyper::body::Incoming>| async move {
-        if request.uri().path() == "/v1/me" {
-            panic!("boom");
+    // A service in the API's place that panics, in its response future (`/v1/me`) or in
+    // `call` itself (`/v1/orders`): the host's CatchPanic answers for it.
+    let panicking = tower::service_fn(|request: Request<hyper::body::Incoming>| {
+        assert_ne!(request.uri().path(), "/v1/orders", "boom in call");
+        async move {
+            if request.uri().path() == "/v1/me" {
+                panic!("boom");
+            }
+            Ok::<_, std::convert::Infallible>(partner_api::error_response(StatusCode::NOT_FOUND))
         }
-        Ok::<_, std::convert::Infallible>(partner_api::error_response(StatusCode::NOT_FOUND))
     });
     let server = start_app(app(panicking, &Options::default()), None).await;
     let client = http1();
-    let url = format!("http://{}/v1/me", server.address);
-    for _ in 0..2 {
-        let response = fetch_with(&client, url.clone(), Some(KEY_A), &[]).await;
-        assert_eq!(response.status, StatusCode::INTERNAL_SERVER_ERROR);
+    for path in ["/v1/me", "/v1/orders", "/v1/me"] {
+        let url = format!("http://{}{path}", server.address);
+        let response = fetch_with(&client, url, Some(KEY_A), &[]).await;
+        assert_eq!(response.status, StatusCode::INTERNAL_SERVER_ERROR, "{path}");
         assert_eq!(response.error_message(), "internal server error");
         assert!(uuid_like(response.header("x-request-id").unwrap()));
     }
@@ -361,7 +368,8 @@ async fn a_request_in_flight_is_never_cut_as_idle() {
         ..Limits::default()
     };
     let api = stores::api(slow, &Options::default());
-    let server = start_within(app(api, &Options::default()), None, limits).await;
+    let app = move |_peer| app(api.clone(), &Options::default());
+    let server = start_within(app, None, limits).await;
     for client in [http1(), http2()] {
         let url = format!("http://{}/v1/me", server.address);
         let response = fetch(&client, Method::GET, url, Some(KEY_A)).await;
@@ -376,7 +384,7 @@ async fn a_client_slow_to_send_its_headers_is_cut_off_at_the_header_timeout() {
         header_read_timeout: Duration::from_millis(400),
         ..Limits::default()
     };
-    let server = start_within(app(api(), &Options::default()), None, limits).await;
+    let server = start_within(|_peer| app(api(), &Options::default()), None, limits).await;
     let mut stream = tokio::net::TcpStream::connect(server.address)
         .await
         .unwrap();

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use http::header::{HeaderMap, FORWARDED};
-use http::{Extensions, HeaderName};
+use http::HeaderName;
 use ipnet::IpNet;
 
 use crate::key::canonical;
@@ -13,7 +13,11 @@ use crate::key::canonical;
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The address of the connection's peer: the host puts it in each request's extensions, and
-/// the API reads the client's address from it (to throttle failed authentication by client).
+/// the API reads the client's address from it (to throttle failed authentication by client,
+/// and to hold keys to their address ranges). A host that makes a service per connection
+/// can instead tell the API once, with
+/// [`PartnerApi::with_peer_addr`](crate::PartnerApi::with_peer_addr); an extension, when a
+/// request has one, wins.
 ///
 /// hyper's accept loop has it from `TcpListener::accept`; axum from
 /// `ConnectInfo<SocketAddr>`; tonic from `Request::remote_addr`. Without it, failed
@@ -56,17 +60,16 @@ impl TrustedProxies {
         self.ranges.iter().any(|range| range.contains(&address))
     }
 
-    /// The client's address for a request with these `extensions` and `headers`: the peer;
-    /// or, when the peer is a trusted proxy and it forwarded the request, the rightmost
+    /// The client's address for a request from `peer` with these `headers`: the peer; or,
+    /// when the peer is a trusted proxy and it forwarded the request, the rightmost
     /// forwarded address that is not a trusted proxy (the leftmost ones are the client's
-    /// word, which anyone can forge). `None` when the host passed no [`PeerAddr`].
+    /// word, which anyone can forge). `None` when the host passed no peer.
     pub(crate) fn client_addr(
         &self,
-        extensions: &Extensions,
+        peer: Option<SocketAddr>,
         headers: &HeaderMap,
     ) -> Option<ClientAddr> {
-        let PeerAddr(peer) = extensions.get::<PeerAddr>()?;
-        let peer = canonical(peer.ip());
+        let peer = canonical(peer?.ip());
         if self.ranges.is_empty() || !self.trusts(peer) {
             return Some(ClientAddr::Known(peer));
         }
@@ -143,9 +146,8 @@ fn parse_hop(hop: &str) -> Option<IpAddr> {
 mod tests {
     use super::*;
 
-    fn request(peer: &str, headers: &[(&str, &str)]) -> (Extensions, HeaderMap) {
-        let mut extensions = Extensions::new();
-        extensions.insert(PeerAddr(peer.parse().unwrap()));
+    fn request(peer: &str, headers: &[(&str, &str)]) -> (Option<SocketAddr>, HeaderMap) {
+        let peer = Some(peer.parse().unwrap());
         let mut map = HeaderMap::new();
         for (name, value) in headers {
             map.append(
@@ -171,50 +173,47 @@ mod tests {
     #[test]
     fn the_peer_is_the_client_unless_it_is_a_trusted_proxy() {
         let forged = [("x-forwarded-for", "203.0.113.9")];
-        let (ext, headers) = request("198.51.100.1:4000", &forged);
+        let (peer, headers) = request("198.51.100.1:4000", &forged);
         assert_eq!(
-            TrustedProxies::default().client_addr(&ext, &headers),
+            TrustedProxies::default().client_addr(peer, &headers),
             known("198.51.100.1")
         );
         assert_eq!(
-            proxies(&["10.0.0.0/8"]).client_addr(&ext, &headers),
+            proxies(&["10.0.0.0/8"]).client_addr(peer, &headers),
             known("198.51.100.1"),
             "an untrusted peer's header is ignored"
         );
-        assert_eq!(
-            TrustedProxies::default().client_addr(&Extensions::new(), &headers),
-            None
-        );
+        assert_eq!(TrustedProxies::default().client_addr(None, &headers), None);
     }
 
     #[test]
     fn behind_trusted_proxies_the_rightmost_untrusted_hop_is_the_client() {
         let trusted = proxies(&["10.0.0.0/8"]);
-        let (ext, headers) = request(
+        let (peer, headers) = request(
             "10.0.0.2:4000",
             &[("x-forwarded-for", "1.1.1.1, 203.0.113.9, 10.0.0.7")],
         );
-        assert_eq!(trusted.client_addr(&ext, &headers), known("203.0.113.9"));
-        let (ext, headers) = request(
+        assert_eq!(trusted.client_addr(peer, &headers), known("203.0.113.9"));
+        let (peer, headers) = request(
             "10.0.0.2:4000",
             &[(
                 "forwarded",
                 "for=1.1.1.1, for=\"[2001:db8::1]:443\";proto=https",
             )],
         );
-        assert_eq!(trusted.client_addr(&ext, &headers), known("2001:db8::1"));
-        let (ext, headers) = request("10.0.0.2:4000", &[]);
+        assert_eq!(trusted.client_addr(peer, &headers), known("2001:db8::1"));
+        let (peer, headers) = request("10.0.0.2:4000", &[]);
         assert_eq!(
-            trusted.client_addr(&ext, &headers),
+            trusted.client_addr(peer, &headers),
             Some(ClientAddr::Unparseable("10.0.0.2".parse().unwrap()))
         );
-        let (ext, headers) = request("10.0.0.2:4000", &[("x-forwarded-for", "1.1.1.1, junk")]);
+        let (peer, headers) = request("10.0.0.2:4000", &[("x-forwarded-for", "1.1.1.1, junk")]);
         assert_eq!(
-            trusted.client_addr(&ext, &headers),
+            trusted.client_addr(peer, &headers),
             Some(ClientAddr::Unparseable("10.0.0.2".parse().unwrap()))
         );
-        let (ext, headers) = request("[::ffff:10.0.0.2]:4000", &[("x-forwarded-for", "1.1.1.1")]);
-        assert_eq!(trusted.client_addr(&ext, &headers), known("1.1.1.1"));
+        let (peer, headers) = request("[::ffff:10.0.0.2]:4000", &[("x-forwarded-for", "1.1.1.1")]);
+        assert_eq!(trusted.client_addr(peer, &headers), known("1.1.1.1"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use tower::Service;
 
 use crate::api::auth::{bearer_token, Challenges};
 use crate::api::body::ApiBody;
-use crate::api::client::TrustedProxies;
+use crate::api::client::{PeerAddr, TrustedProxies};
 use crate::api::conditional::IfNoneMatch;
 use crate::api::config::Config;
 pub use crate::api::config::{
@@ -54,6 +55,8 @@ use crate::store::{KeyStore, OrderStore};
 #[derive(Clone)]
 pub struct PartnerApi {
     config: Arc<Config>,
+    /// The connection's peer, for a service made per connection ([`Self::with_peer_addr`]).
+    peer: Option<SocketAddr>,
 }
 
 impl PartnerApi {
@@ -62,6 +65,7 @@ impl PartnerApi {
     pub fn new(keys: impl KeyStore + 'static, orders: impl OrderStore + 'static) -> Self {
         Self {
             config: Arc::new(Config::new(Arc::new(keys), Arc::new(orders))),
+            peer: None,
         }
     }
 
@@ -234,6 +238,26 @@ impl PartnerApi {
         self
     }
 
+    /// Tells this service that its requests come from `peer`: for a host that makes a service
+    /// per connection (a clone of one `PartnerApi`, which shares the stores), in place of a
+    /// [`PeerAddr`] in every request's extensions, which allocates a map per request. A
+    /// request's own `PeerAddr`, when it has one, wins.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use partner_api::{MemoryStore, PartnerApi};
+    ///
+    /// let api = PartnerApi::from_store(MemoryStore::new());
+    /// // In the accept loop, for each connection:
+    /// let peer: SocketAddr = "192.0.2.7:50312".parse().unwrap();
+    /// let for_this_connection = api.clone().with_peer_addr(peer);
+    /// ```
+    #[must_use]
+    pub fn with_peer_addr(mut self, peer: SocketAddr) -> Self {
+        self.peer = Some(peer);
+        self
+    }
+
     /// Returns the prefix the API answers under, without a trailing `/`.
     pub fn prefix(&self) -> &str {
         &self.config.prefix
@@ -298,7 +322,10 @@ impl PartnerApi {
             Ok(token) => token,
             Err(failure) => return ready(flow::unauthenticated(config, failure)),
         };
-        let client = config.trusted_proxies.client_addr(extensions, headers);
+        let peer = extensions
+            .get::<PeerAddr>()
+            .map_or(self.peer, |PeerAddr(peer)| Some(*peer));
+        let client = config.trusted_proxies.client_addr(peer, headers);
         // Only the digest goes on: the plaintext never enters a future or a store.
         let exchange = Exchange {
             route,
@@ -352,6 +379,7 @@ impl fmt::Debug for PartnerApi {
             .field("last_used", &self.config.last_used.is_some())
             .field("conditional_requests", &self.config.conditional_requests)
             .field("request_ids", &self.config.request_ids)
+            .field("peer_addr", &self.peer)
             .finish_non_exhaustive()
     }
 }

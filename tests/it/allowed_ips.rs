@@ -85,6 +85,38 @@ async fn a_pinned_key_is_served_inside_its_ranges_and_refused_outside_them() {
 }
 
 #[tokio::test]
+async fn a_service_made_for_one_connection_knows_its_peer_and_an_extension_wins() {
+    let store = store();
+    let key = pinned(&store, &["192.0.2.0/24"]).await;
+    let api = PartnerApi::from_store(store.clone());
+    let inside = api
+        .clone()
+        .with_peer_addr(SocketAddr::new("192.0.2.9".parse().unwrap(), 40_000));
+    let outside = api.with_peer_addr(SocketAddr::new("198.51.100.7".parse().unwrap(), 40_000));
+    assert_eq!(
+        call(&inside, get("/v1/me", Some(&key))).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(&outside, get("/v1/me", Some(&key))).await.status,
+        StatusCode::FORBIDDEN
+    );
+    // A request's own PeerAddr (say, from a PROXY protocol layer) is the one believed.
+    assert_eq!(
+        call(&outside, from("192.0.2.44", "/v1/me", &key, &[]))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(&inside, from("198.51.100.7", "/v1/me", &key, &[]))
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+}
+
+#[tokio::test]
 async fn revocation_and_expiry_come_before_the_address() {
     let store = store();
     let api = PartnerApi::from_store(store.clone());
