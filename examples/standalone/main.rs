@@ -44,6 +44,7 @@ mod stack;
 mod stores;
 #[cfg(test)]
 mod tests;
+mod timeout;
 mod tls;
 #[cfg(all(feature = "postgres", feature = "webhooks"))]
 mod webhooks;
