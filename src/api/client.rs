@@ -155,7 +155,7 @@ mod tests {
                 value.parse().unwrap(),
             );
         }
-        (extensions, map)
+        (peer, map)
     }
 
     fn proxies(ranges: &[&str]) -> TrustedProxies {

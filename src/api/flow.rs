@@ -12,7 +12,7 @@ use http::{HeaderValue, Response, StatusCode};
 use crate::api::auth::AuthFailure;
 use crate::api::body::ApiBody;
 use crate::api::client::ClientAddr;
-use crate::api::conditional::{self, IfNoneMatch};
+use crate::api::conditional::IfNoneMatch;
 use crate::api::config::Config;
 use crate::api::pagination::{BadPageRequest, PageRequest};
 use crate::api::response::{self, ApiError};
@@ -329,10 +329,9 @@ fn me(
     exchange: &Exchange,
     principal: &Principal,
 ) -> Result<Response<ApiBody>, StoreError> {
-    let body = response::me_body(&principal.organization).map_err(StoreError::other)?;
-    let etag = config
-        .conditional_requests
-        .then(|| conditional::entity_tag(&[&body]));
+    let (body, etag) =
+        response::me_representation(&principal.organization).map_err(StoreError::other)?;
+    let etag = config.conditional_requests.then_some(etag);
     Ok(tagged_or_not(exchange, ApiBody::new(body), etag))
 }
 

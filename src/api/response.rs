@@ -1,6 +1,8 @@
 //! The JSON documents the API writes: the `meta` envelope (contract 2.1, 9.3), success bodies
 //! and the error object of contract section 7, with the headers every response carries.
 
+use std::cell::RefCell;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -262,8 +264,47 @@ pub(crate) fn openapi(document: Bytes) -> Response<ApiBody> {
     response
 }
 
+/// The body of `GET /me` for `organization`, and its entity tag.
+///
+/// Both depend on the organization only, and a store that keeps principals in memory hands
+/// out the same `Arc<Organization>` for every request with a key: so each worker thread keeps
+/// the last few it made ([`RECENT_ME_SLOTS`], one slot per organization object, chosen by
+/// its address), and answers a hit with two reference counts instead of writing and hashing
+/// the body again (about a fifth of the library's work per `/me` request). A slot holds its
+/// organization, so the address cannot be reused while it is there: a hit is the same
+/// immutable object, and so the same body.
+pub(crate) fn me_representation(
+    organization: &Arc<Organization>,
+) -> Result<(Bytes, HeaderValue), serde_json::Error> {
+    type Slot = Option<(Arc<Organization>, Bytes, HeaderValue)>;
+    thread_local! {
+        static RECENT: RefCell<[Slot; RECENT_ME_SLOTS]> =
+            const { RefCell::new([const { None }; RECENT_ME_SLOTS]) };
+    }
+    // Allocations are at least 8-byte aligned: the low bits say nothing.
+    let index = (Arc::as_ptr(organization) as usize >> 4) % RECENT_ME_SLOTS;
+    let hit = RECENT.with_borrow(|recent| match &recent[index] {
+        Some((held, body, etag)) if Arc::ptr_eq(held, organization) => {
+            Some((body.clone(), etag.clone()))
+        }
+        _ => None,
+    });
+    if let Some(hit) = hit {
+        return Ok(hit);
+    }
+    let body = me_body(organization)?;
+    let etag = conditional::entity_tag(&[&body]);
+    RECENT.with_borrow_mut(|recent| {
+        recent[index] = Some((organization.clone(), body.clone(), etag.clone()));
+    });
+    Ok((body, etag))
+}
+
+/// How many `/me` representations each worker thread keeps ([`me_representation`]).
+const RECENT_ME_SLOTS: usize = 64;
+
 /// The body of `GET /me` for `organization`.
-pub(crate) fn me_body(organization: &Organization) -> Result<Bytes, serde_json::Error> {
+fn me_body(organization: &Organization) -> Result<Bytes, serde_json::Error> {
     // Exact when nothing needs escaping, so `Bytes::from` takes the buffer without allocating.
     let mut body = Vec::with_capacity(
         ME_OPEN.len()
@@ -349,6 +390,45 @@ pub(crate) fn unauthorized(challenge: HeaderValue) -> Response<ApiBody> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn organization(id: &str, name: &str) -> Arc<Organization> {
+        Arc::new(Organization {
+            id: id.to_owned(),
+            name: name.to_owned(),
+        })
+    }
+
+    #[test]
+    fn me_representations_are_kept_per_organization_object_and_always_its_own() {
+        let demo = organization("org_demo", "Demo \"Media\"");
+        let (body, etag) = me_representation(&demo).unwrap();
+        let expected = me_body(&demo).unwrap();
+        assert_eq!(body, expected);
+        assert_eq!(etag, conditional::entity_tag(&[&expected]));
+        // The same object again: the same bytes, kept rather than written again.
+        let (again, again_tag) = me_representation(&demo).unwrap();
+        assert_eq!(again.as_ptr(), body.as_ptr());
+        assert_eq!(again_tag, etag);
+        // An equal organization in another object: an equal body; a renamed one: its own.
+        let (copy, copy_tag) =
+            me_representation(&organization("org_demo", "Demo \"Media\"")).unwrap();
+        assert_eq!((copy, copy_tag), (body.clone(), etag.clone()));
+        let (renamed, renamed_tag) =
+            me_representation(&organization("org_demo", "Renamed")).unwrap();
+        assert!(renamed.ends_with(br#""name":"Renamed"}}}"#));
+        assert_ne!(renamed_tag, etag);
+        // Many more organizations than slots, each asked twice: every answer is its own.
+        let many: Vec<_> = (0..4 * RECENT_ME_SLOTS)
+            .map(|n| organization(&format!("org_{n}"), &format!("Agency {n}")))
+            .collect();
+        for _ in 0..2 {
+            for (n, organization) in many.iter().enumerate() {
+                let (body, etag) = me_representation(organization).unwrap();
+                assert_eq!(body, me_body(organization).unwrap(), "{n}");
+                assert_eq!(etag, conditional::entity_tag(&[&body]));
+            }
+        }
+    }
 
     #[test]
     fn error_responses_for_hosts_share_the_envelope() {
