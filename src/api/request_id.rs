@@ -66,7 +66,7 @@ const ID_BYTES: [bool; 256] = {
 
 /// A new request id: a random (v4) UUID in lower-case hex.
 ///
-/// Each thread writes [`IDS_PER_BATCH`] ids into one buffer at a time and hands out slices
+/// Each thread writes 64 ids into one buffer at a time and hands out slices
 /// of it: an id is then a reference count on a buffer the thread owns, not an allocation of
 /// its own (an allocation and its free were about a third of an id's cost). A batch is freed
 /// once its last id is dropped.
