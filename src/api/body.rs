@@ -11,9 +11,10 @@ use http_body::{Body, Frame, SizeHint};
 /// The body of the API's responses: JSON of known length in up to three ready buffers (an
 /// envelope around a shared payload, written without copying), or nothing (`HEAD`).
 pub struct ApiBody {
-    /// The chunks not yet written, in order; empty ones are skipped.
+    /// The chunks not yet written, in order; written and empty ones are empty.
     chunks: [Bytes; 3],
-    next: usize,
+    /// Their length in all: hyper asks it several times per response.
+    remaining: usize,
 }
 
 impl ApiBody {
@@ -23,7 +24,8 @@ impl ApiBody {
 
     /// `open`, `payload` and `close`, written in that order.
     pub(crate) fn chunks(chunks: [Bytes; 3]) -> Self {
-        Self { chunks, next: 0 }
+        let remaining = chunks.iter().map(Bytes::len).sum();
+        Self { chunks, remaining }
     }
 
     pub(crate) fn empty() -> Self {
@@ -32,7 +34,7 @@ impl ApiBody {
 
     /// The bytes left to write.
     pub(crate) fn len(&self) -> usize {
-        self.chunks[self.next.min(3)..].iter().map(Bytes::len).sum()
+        self.remaining
     }
 }
 
@@ -52,15 +54,15 @@ impl Body for ApiBody {
         mut self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        while self.next < self.chunks.len() {
-            let index = self.next;
-            self.next += 1;
-            let chunk = std::mem::take(&mut self.chunks[index]);
-            if !chunk.is_empty() {
-                return Poll::Ready(Some(Ok(Frame::data(chunk))));
+        let this = &mut *self;
+        match this.chunks.iter_mut().find(|chunk| !chunk.is_empty()) {
+            Some(chunk) => {
+                let chunk = std::mem::take(chunk);
+                this.remaining -= chunk.len();
+                Poll::Ready(Some(Ok(Frame::data(chunk))))
             }
+            None => Poll::Ready(None),
         }
-        Poll::Ready(None)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -94,6 +96,22 @@ mod tests {
         assert!(!body.is_end_stream());
         let frames = body.collect().await.unwrap().to_bytes();
         assert_eq!(frames.as_ref(), b"{\"a\":1}");
+        // What is left shrinks with every frame, down to the end of the stream.
+        let mut body = ApiBody::chunks([
+            Bytes::new(),
+            Bytes::from_static(b"ab"),
+            Bytes::from_static(b"c"),
+        ]);
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(
+            (first.as_ref(), body.size_hint().exact()),
+            (&b"ab"[..], Some(1))
+        );
+        assert!(!body.is_end_stream());
+        let second = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(second.as_ref(), b"c");
+        assert!(body.is_end_stream());
+        assert!(body.frame().await.is_none());
         let empty = ApiBody::empty();
         assert!(empty.is_end_stream());
         assert_eq!(empty.size_hint().exact(), Some(0));

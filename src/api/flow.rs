@@ -18,7 +18,7 @@ use crate::api::pagination::{BadPageRequest, PageRequest};
 use crate::api::response::{self, ApiError};
 use crate::api::routes::Route;
 use crate::key::KeyDigest;
-use crate::log::ErrorChain;
+use crate::log::{record_in_request_span, ErrorChain};
 use crate::metrics::{self, AuthFailureReason, StoreCall};
 use crate::model::OrderPage;
 use crate::rate_limit::RateLimitDecision;
@@ -311,11 +311,7 @@ fn finish(
     decision: Option<RateLimitDecision>,
     response: Result<Response<ApiBody>, StoreError>,
 ) -> Response<ApiBody> {
-    // The host's request span may declare this field (see the crate docs on logging).
-    let span = tracing::Span::current();
-    if !span.is_disabled() {
-        span.record("organization_id", principal.organization.id.as_str());
-    }
+    record_in_request_span("organization_id", || principal.organization.id.as_str());
     let mut response = response.unwrap_or_else(|err| store_failed(config, err));
     if let Some(decision) = decision {
         decision.write_headers(response.headers_mut());

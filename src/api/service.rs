@@ -33,6 +33,7 @@ use crate::api::responses_metric::ResponseCounters;
 use crate::api::routes::Route;
 use crate::key::KeyDigest;
 use crate::last_used::LastUsedRecorder;
+use crate::log::record_in_request_span;
 use crate::metrics::UsageCounters;
 #[cfg(doc)]
 use crate::metrics::DEFAULT_MAX_ORGANIZATIONS;
@@ -274,14 +275,10 @@ impl PartnerApi {
         let (method, uri, headers) = (request.method(), request.uri(), request.headers());
         let request_id = self.config.request_ids.then(|| {
             let id = request_id::request_id(headers);
-            let span = tracing::Span::current();
-            if !span.is_disabled() {
-                // Ids are plain ASCII: recorded bare, as `request_id=...`.
-                span.record(
-                    "request_id",
-                    tracing::field::display(id.to_str().unwrap_or_default()),
-                );
-            }
+            // Ids are plain ASCII: recorded bare, as `request_id=...`.
+            record_in_request_span("request_id", || {
+                tracing::field::display(id.to_str().unwrap_or_default())
+            });
             id
         });
         let (route, mut future) = self.answer(method, uri, headers, request.extensions());
