@@ -202,13 +202,19 @@ pub(crate) fn hint_of(key: &str) -> String {
 
 /// The checksum characters of `head`: its CRC32 in base62, fixed width.
 fn checksum(head: &[u8]) -> String {
+    checksum_digits(head).iter().map(|&digit| char::from(digit)).collect()
+}
+
+/// [`checksum`] as bytes, without an allocation: every request with a generated key checks
+/// it.
+fn checksum_digits(head: &[u8]) -> [u8; CHECKSUM_LEN] {
     let mut value = crc32fast::hash(head);
     let mut digits = [b'0'; CHECKSUM_LEN];
     for digit in digits.iter_mut().rev() {
         *digit = BASE62[(value % 62) as usize];
         value /= 62;
     }
-    digits.iter().map(|&digit| char::from(digit)).collect()
+    digits
 }
 
 /// Whether `key` has the shape of a generated key but not its checksum: such a key was
@@ -234,7 +240,7 @@ fn has_generated_shape(key: &[u8]) -> bool {
 /// Whether the last characters of a key in the generated shape are the checksum of the rest.
 fn checksum_matches(key: &[u8]) -> bool {
     let (head, tail) = key.split_at(key.len() - CHECKSUM_LEN);
-    checksum(head).as_bytes() == tail
+    checksum_digits(head) == tail
 }
 
 /// The SHA-256 digest of an API key: all a store ever sees of a key.
