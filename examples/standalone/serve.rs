@@ -15,7 +15,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use pin_project_lite::pin_project;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
@@ -36,10 +36,11 @@ pub(crate) struct Limits {
     /// requests: it is closed between 1 and 1.5 times this. Only requests count: bytes that
     /// carry none (HTTP/2 pings, window updates, a trickle of header bytes) do not.
     pub(crate) idle_timeout: Duration,
-    /// How long an HTTP/1 connection may go without a request, from accept and between
-    /// requests (a client slow to send a request's headers included): then it is closed,
-    /// as hyper's header-read timeout would. Checked by the connection's watchdog, so it
-    /// fires up to half of this late.
+    /// How long a connection may take to send a request's head once it sent a byte, and
+    /// between requests: then it is closed, as hyper's header-read timeout would. Not for a
+    /// connection known to speak HTTP/2 (by ALPN, or by a request), whose idle streams the
+    /// idle timeout bounds. Checked by the connection's watchdog, so it fires up to half of
+    /// this late.
     pub(crate) header_read_timeout: Duration,
     /// How many connections are served at once; at the cap the loop stops accepting, and new
     /// connections wait in the listen backlog until one closes.
@@ -147,7 +148,9 @@ pub(crate) async fn serve<M, S, RB>(
     S: HostService<RB>,
     RB: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
 {
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // The header-read timeout is the connection watchdog's (`Activity::watch`), not hyper's.
+    builder.http1().header_read_timeout(None);
     let max_connections = limits.max_connections.max(1);
     let slots = Arc::new(Semaphore::new(max_connections));
     let per_ip = Arc::new(PerAddress::new(limits.max_connections_per_ip));
@@ -192,10 +195,13 @@ pub(crate) async fn serve<M, S, RB>(
                 stop_signal,
             };
             match tls {
-                None => connection.serve(stream, &builder, app).await,
+                None => connection.serve(stream, &builder, app, false).await,
                 Some(acceptor) => {
                     match tokio::time::timeout(CLIENT_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => connection.serve(stream, &builder, app).await,
+                        Ok(Ok(stream)) => {
+                            let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                            connection.serve(stream, &builder, app, http2).await;
+                        }
                         Ok(Err(err)) => tracing::debug!(error = %err, "TLS handshake failed"),
                         Err(_) => tracing::debug!("TLS handshake timed out"),
                     }
@@ -269,18 +275,29 @@ struct Connection<'a> {
 }
 
 impl Connection<'_> {
-    /// Serves the connection (HTTP/1.1, or HTTP/2 by ALPN or prior knowledge) until the client
-    /// closes it, it is idle for the idle timeout (closed at once), or it reaches its maximum
-    /// age or the server stops (closed gracefully: after the requests in flight).
-    async fn serve<I, S, RB>(self, io: I, builder: &auto::Builder<TokioExecutor>, app: S)
-    where
+    /// Serves the connection (HTTP/1.1, or HTTP/2 by ALPN or prior knowledge; `http2` when
+    /// ALPN chose it) until the client closes it, it is idle for the idle timeout or late with
+    /// a request's headers (closed at once), or it reaches its maximum age or the server stops
+    /// (closed gracefully: after the requests in flight).
+    async fn serve<I, S, RB>(
+        self,
+        io: I,
+        builder: &auto::Builder<TokioExecutor>,
+        app: S,
+        http2: bool,
+    ) where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: HostService<RB>,
         RB: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
     {
         let activity = Arc::new(Activity::default());
+        activity.http2.store(http2, Ordering::Relaxed);
         let service = PerConnection {
             inner: app,
+            activity: activity.clone(),
+        };
+        let io = Heard {
+            io,
             activity: activity.clone(),
         };
         let connection = builder.serve_connection(TokioIo::new(io), service);
@@ -308,8 +325,12 @@ impl Connection<'_> {
                 close = told.recv(), if watched => match close {
                     Some(Close::Gracefully) => connection.as_mut().graceful_shutdown(),
                     Some(Close::Now) => return,
-                    // The watchdog is gone (it panicked): served without it.
-                    None => watched = false,
+                    // The watchdog is gone (it panicked): no connection is served without its
+                    // limits, so this one ends after its requests in flight.
+                    None => {
+                        watched = false;
+                        connection.as_mut().graceful_shutdown();
+                    }
                 },
             }
         }
@@ -369,6 +390,60 @@ async fn watch_over(
     }
 }
 
+/// A connection's transport, which tells its [`Activity`] once the client sent a byte: a
+/// connection that sent nothing waits under the idle timeout alone, as it did when hyper's
+/// header timer started with the first bytes of a head.
+struct Heard<I> {
+    io: I,
+    activity: Arc<Activity>,
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Heard<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        // A load, and a store once: the flag's cache line is not written per read.
+        if buf.filled().len() > before && !self.activity.heard.load(Ordering::Relaxed) {
+            self.activity.heard.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Heard<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
 /// What a connection did lately: its requests, from their start to the end of their
 /// response body.
 #[derive(Default)]
@@ -379,6 +454,9 @@ struct Activity {
     in_flight: AtomicUsize,
     /// Whether the connection speaks HTTP/2, whose requests have no header-read timeout.
     http2: AtomicBool,
+    /// Whether the client sent a byte yet ([`Heard`]): until then the connection waits for
+    /// its first request under the idle timeout alone.
+    heard: AtomicBool,
 }
 
 /// Why the watchdog ends a connection.
@@ -386,7 +464,8 @@ struct Activity {
 enum Quiet {
     /// No request for the idle timeout.
     Idle,
-    /// An HTTP/1 connection sent no whole request head for the header-read timeout.
+    /// A connection that is not HTTP/2 and sent a byte sent no whole request head for the
+    /// header-read timeout.
     HeadersLate,
 }
 
@@ -396,13 +475,13 @@ impl Activity {
     }
 
     /// Completes once the connection had no request in flight, and none started or ended,
-    /// for `idle_timeout` ([`Quiet::Idle`]), or, unless it speaks HTTP/2, for
-    /// `header_read_timeout` ([`Quiet::HeadersLate`]).
+    /// for `idle_timeout` ([`Quiet::Idle`]), or, once the client sent a byte and unless it
+    /// speaks HTTP/2, for `header_read_timeout` ([`Quiet::HeadersLate`]).
     ///
     /// The second is hyper's header-read timeout, kept here instead of in hyper: an HTTP/1
     /// connection with no request in flight is waiting for the next request's head (hyper
-    /// serves one request at a time), and hyper's own timer counts from the same moment, the
-    /// end of the previous response. hyper asks its timer for a new sleep for every request
+    /// serves one request at a time), and hyper's own timer counts from the same moments: the
+    /// client's first bytes, then the end of each response. hyper asks its timer for a new sleep for every request
     /// and drops it once the head is read: a boxed future, a clock read and a wake-up
     /// registration per request (about 1,500 instructions, see `docs::performance`), where
     /// this costs nothing per request.
@@ -429,7 +508,10 @@ impl Activity {
             if quiet_looks >= idle_looks {
                 return Quiet::Idle;
             }
-            if quiet_looks >= header_looks && !self.http2.load(Ordering::Relaxed) {
+            if quiet_looks >= header_looks
+                && self.heard.load(Ordering::Relaxed)
+                && !self.http2.load(Ordering::Relaxed)
+            {
                 return Quiet::HeadersLate;
             }
         }
@@ -453,19 +535,28 @@ where
     type Future = CountedFuture<Called<S, Request<B>>>;
 
     fn call(&self, request: Request<B>) -> Self::Future {
-        if request.version() == Version::HTTP_2 {
+        let service = self.inner.clone();
+        let future = if request.version() == Version::HTTP_2 {
             self.activity.http2.store(true, Ordering::Relaxed);
-        }
+            // hyper calls an HTTP/2 service on the connection's task and spawns only its
+            // future: the stack runs there instead, so the streams are served in parallel and
+            // a panic in a layer ends one stream, not the connection.
+            Called::Later {
+                oneshot: service.oneshot(request),
+            }
+        } else {
+            Called::new(service, request)
+        };
         CountedFuture {
             in_flight: Some(InFlight::enter(&self.activity)),
-            future: Called::new(self.inner.clone(), request),
+            future,
         }
     }
 }
 
 pin_project! {
-    /// The host service's answer to a request: called at once when the service is ready,
-    /// which this host's stack always is, else once it is.
+    /// The host service's answer to an HTTP/1 request: called at once when the service is
+    /// ready, which this host's stack always is, else once it is.
     ///
     /// Why at once: right after hyper takes a request it reads the socket to notice a
     /// client that goes away. A request still held then (hyper-util's `TowerToHyperService`

@@ -414,8 +414,37 @@ async fn a_client_slow_to_send_its_headers_is_cut_off_at_the_header_timeout() {
         matches!(cut, Ok(Err(_))),
         "the connection stayed open for 5 s of trickling headers"
     );
-    // Due 400 ms after it began to wait, found by a look every 200 ms: cut within 600 ms of
+    // Due 400 ms after it began to wait, found by a look every 100 ms: cut within 600 ms of
     // that (and a little for the socket to tell the writer).
     let elapsed = started.elapsed();
     assert!(elapsed < Duration::from_secs(2), "cut after {elapsed:?}");
+}
+
+#[tokio::test]
+async fn a_connection_that_sent_nothing_yet_waits_under_the_idle_timeout_alone() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // Connection pools and preconnects open a connection before they have a request: the
+    // header timeout starts with the client's first byte, as hyper's did.
+    let limits = Limits {
+        header_read_timeout: Duration::from_millis(200),
+        idle_timeout: Duration::from_secs(5),
+        ..Limits::default()
+    };
+    let server = start_within(|_peer| app(api(), &Options::default()), None, limits).await;
+    let mut stream = tokio::net::TcpStream::connect(server.address)
+        .await
+        .unwrap();
+    // Four header timeouts (and more than 1.5 of them plus a look) in silence.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    stream
+        .write_all(b"GET /v1/openapi.json HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buffer = vec![0; 64 * 1024];
+    let read = stream.read(&mut buffer).await.unwrap();
+    assert!(
+        buffer[..read].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&buffer[..read.min(40)])
+    );
 }

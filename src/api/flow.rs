@@ -32,7 +32,8 @@ pub(crate) struct Exchange {
     /// For `GET /orders`: the page its query string asks for (or why it is refused), and the
     /// path it came in on, which the next page's link names.
     pub(crate) page: Option<(Result<PageRequest, BadPageRequest>, PathAndQuery)>,
-    /// The client's address; `None` when the host passed no [`PeerAddr`](super::client::PeerAddr).
+    /// The client's address; `None` when the host passed no peer (no
+    /// [`PeerAddr`](super::client::PeerAddr), no `PartnerApi::with_peer_addr`).
     pub(crate) client: Option<ClientAddr>,
     /// Whether the client's failed authentications are throttled (a failure limiter, and a
     /// client address).

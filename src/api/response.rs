@@ -281,8 +281,12 @@ pub(crate) fn me_representation(
         static RECENT: RefCell<[Slot; RECENT_ME_SLOTS]> =
             const { RefCell::new([const { None }; RECENT_ME_SLOTS]) };
     }
-    // Allocations are at least 8-byte aligned: the low bits say nothing.
-    let index = (Arc::as_ptr(organization) as usize >> 4) % RECENT_ME_SLOTS;
+    // Fibonacci hashing of the address: its low bits are the allocator's alignment (an
+    // allocator that rounds to 64 bytes leaves six of them zero), the product's top bits mix
+    // them all.
+    let address = Arc::as_ptr(organization) as u64;
+    let index =
+        (address.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - RECENT_ME_SLOTS.ilog2())) as usize;
     let hit = RECENT.with_borrow(|recent| match &recent[index] {
         Some((held, body, etag)) if Arc::ptr_eq(held, organization) => {
             Some((body.clone(), etag.clone()))
@@ -300,8 +304,10 @@ pub(crate) fn me_representation(
     Ok((body, etag))
 }
 
-/// How many `/me` representations each worker thread keeps ([`me_representation`]).
+/// How many `/me` representations each worker thread keeps ([`me_representation`]): a power
+/// of two, indexed by the top bits of a hash.
 const RECENT_ME_SLOTS: usize = 64;
+const _: () = assert!(RECENT_ME_SLOTS.is_power_of_two());
 
 /// The body of `GET /me` for `organization`.
 fn me_body(organization: &Organization) -> Result<Bytes, serde_json::Error> {

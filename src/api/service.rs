@@ -151,12 +151,13 @@ impl PartnerApi {
     }
 
     /// Throttles failed authentication with `limiter`, its budgets named by client address
-    /// (the [`PeerAddr`](crate::PeerAddr) the host passes, or what a trusted proxy reports,
+    /// (the peer the host passes, as a [`PeerAddr`](crate::PeerAddr) or with
+    /// [`with_peer_addr`](Self::with_peer_addr), or what a trusted proxy reports,
     /// see [`with_trusted_proxies`](Self::with_trusted_proxies); an IPv6 client by its /64).
     ///
     /// On by default, in this process, at [`DEFAULT_AUTH_FAILURE_LIMIT`] failures a second
     /// with bursts of ten times as many, for every request that carries its client's address:
-    /// a request without a [`PeerAddr`](crate::PeerAddr) is not throttled, since one budget
+    /// a request without a peer is not throttled, since one budget
     /// shared by every client would let one of them lock the others out. A key that the key store must be asked about (not
     /// answered from memory) first takes one from its client's budget, given back when the
     /// key is valid; a key refused from memory takes one too. Past the budget the answer is a
@@ -243,6 +244,13 @@ impl PartnerApi {
     /// per connection (a clone of one `PartnerApi`, which shares the stores), in place of a
     /// [`PeerAddr`] in every request's extensions, which allocates a map per request. A
     /// request's own `PeerAddr`, when it has one, wins.
+    ///
+    /// # Correctness
+    ///
+    /// `peer` must be the real peer of the one connection this service serves. Set on a
+    /// service that several connections share (a clone kept in a layer, say), every client
+    /// would be that address: a key pinned to ranges that hold it would be served to anyone,
+    /// and one client's failed keys would throttle all the others.
     ///
     /// ```
     /// use std::net::SocketAddr;

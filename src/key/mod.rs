@@ -202,7 +202,10 @@ pub(crate) fn hint_of(key: &str) -> String {
 
 /// The checksum characters of `head`: its CRC32 in base62, fixed width.
 fn checksum(head: &[u8]) -> String {
-    checksum_digits(head).iter().map(|&digit| char::from(digit)).collect()
+    checksum_digits(head)
+        .iter()
+        .map(|&digit| char::from(digit))
+        .collect()
 }
 
 /// [`checksum`] as bytes, without an allocation: every request with a generated key checks
