@@ -9,12 +9,16 @@
 # Three servers are measured: `baseline` (those bytes, no partner-api code), `api` (the same
 # hyper loop serving `PartnerApi` itself: the library's request path) and `host` (the
 # standalone host, with its layers: request ids, access log span, CatchPanic, request
-# timeout; logging at RUST_LOG=warn so no line is written per request). Per route, it runs
-# wrk against a fresh process of each in turn, RUNS times, with the server pinned to CPU 0
-# (one runtime worker) and wrk to CPU 1, and prints the medians
-# of requests/s, p50 and p99 latency, and resident memory after the warm-up and at its peak.
-# The ratios api/baseline and host/baseline are medians of the ratios of each run's servers,
-# measured back to back, so drift of the machine cancels. It fails when any request is not a 200.
+# timeout; logging at RUST_LOG=warn so no line is written per request). Per route, RUNS
+# times, it starts a fresh process of each (all three pinned to CPU 0, one runtime worker;
+# wrk on CPU 1), warms each for a second, then measures them in turns of one-second wrk runs,
+# DURATION turns each, each server first, second and third in turn: a shared machine's speed
+# changes within seconds, and interleaving puts those changes on all three alike (runs of
+# five seconds each, one server after the other, varied from 0.74 to 1.15 on one evening).
+# It prints the medians over runs of requests/s (a run's mean over its slices), p50 and p99
+# latency (a run's median over its slices), and resident memory after the warm-up and at its
+# peak. The ratios api/baseline and host/baseline are medians of each run's ratios. It fails
+# when any request is not a 200.
 #
 # Then the metrics' cost (METRICS=0 skips it): the host with the Prometheus exporter installed
 # (--metrics-listen, scraped every second) against the same host without, alternated.
@@ -42,7 +46,14 @@ bin=target/release/examples
 work=$(mktemp -d)
 pid=
 source .ci/servers.sh
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"; stop_servers; }
+# The servers of one interleaved run (below), by name.
+declare -A pids=() bases=()
+cleanup() {
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null
+  for held in "${pids[@]}"; do kill "$held" 2>/dev/null; done
+  rm -rf "$work"
+  stop_servers
+}
 trap cleanup EXIT
 
 # start CMD...: runs CMD on CPU 0, sets pid and base.
@@ -61,7 +72,25 @@ start() {
   exit 1
 }
 stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=; }
-rss_kib() { awk -v key="$1:" '$1 == key { print $2 }' "/proc/$pid/status"; }
+# rss_kib KEY [PID]: VmRSS or VmHWM of PID (default: $pid).
+rss_kib() { awk -v key="$1:" '$1 == key { print $2 }' "/proc/${2:-$pid}/status"; }
+# start_as NAME CMD...: start, for one of the servers that run at once; sets pids and bases.
+start_as() {
+  local name=$1
+  shift
+  start "$@"
+  pids[$name]=$pid
+  bases[$name]=$base
+  pid=
+}
+stop_all() {
+  for name in "${!pids[@]}"; do
+    kill "${pids[$name]}" 2>/dev/null
+    wait "${pids[$name]}" 2>/dev/null || true
+  done
+  pids=()
+  bases=()
+}
 
 start "$bin/standalone"
 key=$(grep -o 'Bearer [A-Za-z0-9_]*' "$work/out" | head -n 1 | cut -d' ' -f2)
@@ -70,10 +99,16 @@ for route in me orders; do
 done
 stop
 
-# measure URL: one wrk run on CPU 1; prints "rps p50 p99" (latencies in microseconds).
+# measure URL: a warm-up second, then one wrk run of DURATION seconds on CPU 1; prints
+# "rps p50 p99" (latencies in microseconds).
 measure() {
   taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d1s -H "Authorization: Bearer $key" "$1" >/dev/null
-  taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency \
+  wrk_once "$1" "$DURATION"
+}
+
+# wrk_once URL SECONDS: one wrk run on CPU 1; prints "rps p50 p99".
+wrk_once() {
+  taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"${2}s" --latency \
     -H "Authorization: Bearer $key" "$1" >"$work/wrk"
   if grep -q 'Non-2xx\|Socket errors' "$work/wrk"; then
     cat "$work/wrk" >&2
@@ -90,25 +125,41 @@ measure() {
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 echo "load: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(date -u +%Y-%m-%d)"
-echo "wrk -t1 -c$CONNECTIONS -d${DURATION}s, $RUNS runs each, fresh server per run; /v1/orders body $(( $(wc -c <"$work/orders.http") )) bytes with headers"
+echo "wrk -t1 -c$CONNECTIONS, $RUNS runs of ${DURATION} one-second slices per server, interleaved; /v1/orders body $(( $(wc -c <"$work/orders.http") )) bytes with headers"
 printf '%-8s %-9s %10s %8s %8s %12s %12s\n' route server "req/s" "p50 us" "p99 us" "RSS warm KiB" "RSS peak KiB"
+servers=(baseline api host)
 for route in me orders; do
-  for server in baseline api host; do : >"$work/$route.$server"; done
+  for server in "${servers[@]}"; do : >"$work/$route.$server"; done
   : >"$work/$route.api.ratios"
   : >"$work/$route.host.ratios"
   for _ in $(seq 1 "$RUNS"); do
-    for server in baseline api host; do
-      case $server in
-        baseline) start "$bin/baseline" --route "/v1/$route=$work/$route.http" ;;
-        api) start "$bin/baseline" --partner-api ;;
-        host) start "$bin/standalone" ;;
-      esac
-      taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d1s -H "Authorization: Bearer $key" "$base/v1/$route" >/dev/null
-      warm=$(rss_kib VmRSS)
-      result=$(measure "$base/v1/$route")
-      echo "$result $warm $(rss_kib VmHWM)" >>"$work/$route.$server"
-      stop
+    # Fresh servers for every run, all three up at once (on CPU 0; one is loaded at a time,
+    # the others wait in epoll), measured in turns of one second, so that a change in the
+    # machine's speed, which on a shared host comes and goes within seconds, falls on all
+    # three alike.
+    start_as baseline "$bin/baseline" --route "/v1/$route=$work/$route.http"
+    start_as api "$bin/baseline" --partner-api
+    start_as host "$bin/standalone"
+    declare -A warm=()
+    for server in "${servers[@]}"; do
+      taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d1s -H "Authorization: Bearer $key" "${bases[$server]}/v1/$route" >/dev/null
+      warm[$server]=$(rss_kib VmRSS "${pids[$server]}")
+      : >"$work/slices.$server"
     done
+    for slice in $(seq 0 $((DURATION - 1))); do
+      # Each server goes first, second and third in turn.
+      for turn in 0 1 2; do
+        server=${servers[$(((slice + turn) % 3))]}
+        wrk_once "${bases[$server]}/v1/$route" 1 >>"$work/slices.$server"
+      done
+    done
+    for server in "${servers[@]}"; do
+      rps=$(awk '{ sum += $1 } END { printf "%.0f", sum / NR }' "$work/slices.$server")
+      p50=$(cut -d' ' -f2 "$work/slices.$server" | median)
+      p99=$(cut -d' ' -f3 "$work/slices.$server" | median)
+      echo "$rps $p50 $p99 ${warm[$server]} $(rss_kib VmHWM "${pids[$server]}")" >>"$work/$route.$server"
+    done
+    stop_all
     for server in api host; do
       paste -d' ' "$work/$route.baseline" "$work/$route.$server" | tail -n 1 |
         awk '{ printf "%.4f\n", $6 / $1 }' >>"$work/$route.$server.ratios"
