@@ -48,6 +48,13 @@ impl Exchange {
             .map_or_else(|| "".into(), ClientAddr::budget_name)
     }
 
+    /// Whether the request's `If-None-Match` matches `etag`: the answer is then `304`.
+    fn unchanged(&self, etag: &HeaderValue) -> bool {
+        self.if_none_match
+            .as_ref()
+            .is_some_and(|condition| condition.matches(etag))
+    }
+
     /// Whether `principal`'s key may be used from the client's address: any key without
     /// ranges; a restricted one only from a known address inside them (an unknown client,
     /// or a forwarding header that does not parse, is outside every range).
@@ -326,10 +333,18 @@ fn me(
     exchange: &Exchange,
     principal: &Principal,
 ) -> Result<Response<ApiBody>, StoreError> {
-    let (body, etag) =
-        response::me_representation(&principal.organization).map_err(StoreError::other)?;
-    let etag = config.conditional_requests.then_some(etag);
-    Ok(tagged_or_not(exchange, ApiBody::new(body), etag))
+    response::with_me_representation(&principal.organization, |me| {
+        let body = ApiBody::new(me.body.clone());
+        if !config.conditional_requests {
+            return response::json_body(StatusCode::OK, body);
+        }
+        if exchange.unchanged(&me.etag) {
+            return response::not_modified(me.etag.clone());
+        }
+        // Its tag in place already: the headers of every `/me` of this organization.
+        response::with_headers(body, me.tagged_headers.clone())
+    })
+    .map_err(StoreError::other)
 }
 
 /// The 200 (or 304) of `GET /orders` for `page`, with the next page's `Link` when more
@@ -378,11 +393,7 @@ fn tagged_or_not(
     let Some(etag) = etag else {
         return response::json_body(StatusCode::OK, body);
     };
-    let unchanged = exchange
-        .if_none_match
-        .as_ref()
-        .is_some_and(|condition| condition.matches(&etag));
-    if unchanged {
+    if exchange.unchanged(&etag) {
         response::not_modified(etag)
     } else {
         response::tagged(body, etag)
