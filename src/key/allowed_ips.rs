@@ -29,7 +29,11 @@ pub const MAX_ALLOWED_IPS: usize = 100;
 /// assert!(AllowedIps::parse(["10.1.2.3/8"]).is_err(), "host bits past the prefix");
 /// ```
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
-pub struct AllowedIps(Arc<[IpNet]>);
+pub struct AllowedIps(
+    // `None` for any address, never an empty slice: a key without ranges (nearly every key)
+    // is cloned into each request's principal without touching a shared reference count.
+    Option<Arc<[IpNet]>>,
+);
 
 /// Why address ranges were refused; its message names the offending range.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,7 +74,7 @@ impl AllowedIps {
                 "a key may carry at most {MAX_ALLOWED_IPS} address ranges"
             )));
         }
-        Ok(Self(kept.into()))
+        Ok(Self((!kept.is_empty()).then(|| kept.into())))
     }
 
     /// Parses ranges as people write them: `192.0.2.0/24`, `2001:db8::/32`, or a single
@@ -93,12 +97,12 @@ impl AllowedIps {
 
     /// Returns whether any address is allowed (no ranges).
     pub fn is_any(&self) -> bool {
-        self.0.is_empty()
+        self.0.is_none()
     }
 
     /// Returns the ranges; empty for any address.
     pub fn ranges(&self) -> &[IpNet] {
-        &self.0
+        self.0.as_deref().unwrap_or_default()
     }
 
     /// Returns whether `address` is allowed.
@@ -107,7 +111,7 @@ impl AllowedIps {
             return true;
         }
         let address = canonical(address);
-        self.0.iter().any(|range| range.contains(&address))
+        self.ranges().iter().any(|range| range.contains(&address))
     }
 }
 
@@ -154,7 +158,7 @@ pub(crate) fn canonical(address: IpAddr) -> IpAddr {
 impl fmt::Debug for AllowedIps {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
-            .entries(self.0.iter().map(ToString::to_string))
+            .entries(self.ranges().iter().map(ToString::to_string))
             .finish()
     }
 }
@@ -162,7 +166,7 @@ impl fmt::Debug for AllowedIps {
 /// A list of strings in CIDR notation (`["192.0.2.0/24", "2001:db8::1/128"]`).
 impl Serialize for AllowedIps {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(ToString::to_string))
+        serializer.collect_seq(self.ranges().iter().map(ToString::to_string))
     }
 }
 
