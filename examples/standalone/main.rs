@@ -148,6 +148,8 @@ async fn main() -> ExitCode {
         },
         _ => None,
     };
+    // Listening for signals before anyone is told where to connect.
+    let shutdown = signals::shutdown_signal();
     let mut stdout = std::io::stdout().lock();
     let scheme = if tls.is_some() { "https" } else { "http" };
     let _ = writeln!(stdout, "listening on {scheme}://{address}");
@@ -176,7 +178,7 @@ async fn main() -> ExitCode {
     drop(database);
     let routes = secret_scanning::Routes { api, endpoint };
     let app = move |peer| stack::app(routes.with_peer_addr(peer), &options);
-    serve::serve(listener, app, tls, limits, signals::shutdown_signal()).await;
+    serve::serve(listener, app, tls, limits, shutdown).await;
     #[cfg(all(feature = "postgres", feature = "webhooks"))]
     if let Some(worker) = worker {
         worker.stop().await;
