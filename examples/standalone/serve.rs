@@ -191,7 +191,7 @@ pub(crate) async fn serve<M, S, RB>(
         tokio::spawn(async move {
             let _held = (slot, held);
             let connection = Connection {
-                limits: &limits,
+                limits,
                 stop_signal,
             };
             match tls {
@@ -269,12 +269,12 @@ impl Drop for AddressGuard {
 }
 
 /// One accepted connection and what bounds it.
-struct Connection<'a> {
-    limits: &'a Limits,
+struct Connection {
+    limits: Limits,
     stop_signal: watch::Receiver<bool>,
 }
 
-impl Connection<'_> {
+impl Connection {
     /// Serves the connection (HTTP/1.1, or HTTP/2 by ALPN or prior knowledge; `http2` when
     /// ALPN chose it) until the client closes it, it is idle for the idle timeout or late with
     /// a request's headers (closed at once), or it reaches its maximum age or the server stops
@@ -290,8 +290,10 @@ impl Connection<'_> {
         S: HostService<RB>,
         RB: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
     {
-        let activity = Arc::new(Activity::default());
-        activity.http2.store(http2, Ordering::Relaxed);
+        let activity = Arc::new(Activity {
+            http2: AtomicBool::new(http2),
+            ..Activity::default()
+        });
         let service = PerConnection {
             inner: app,
             activity: activity.clone(),
@@ -306,12 +308,7 @@ impl Connection<'_> {
         // then polls one channel besides the connection, not every timer (as a `select!` over
         // them would: about 650 instructions per request, see `docs::performance`).
         let (tell, mut told) = mpsc::channel(2);
-        tokio::spawn(watch_over(
-            activity,
-            self.limits.clone(),
-            self.stop_signal,
-            tell,
-        ));
+        tokio::spawn(watch_over(activity, self.limits, self.stop_signal, tell));
         let mut watched = true;
         loop {
             tokio::select! {
@@ -481,10 +478,10 @@ impl Activity {
     /// The second is hyper's header-read timeout, kept here instead of in hyper: an HTTP/1
     /// connection with no request in flight is waiting for the next request's head (hyper
     /// serves one request at a time), and hyper's own timer counts from the same moments: the
-    /// client's first bytes, then the end of each response. hyper asks its timer for a new sleep for every request
-    /// and drops it once the head is read: a boxed future, a clock read and a wake-up
-    /// registration per request (about 1,500 instructions, see `docs::performance`), where
-    /// this costs nothing per request.
+    /// client's first bytes, then the end of each response. hyper asks its timer for a new
+    /// sleep for every request and drops it once the head is read: a boxed future, a clock
+    /// read and a wake-up registration per request (about 1,500 instructions, see
+    /// `docs::performance`), where this costs nothing per request.
     ///
     /// Bound: the watchdog looks every `look`, at most a quarter of either timeout (a timer
     /// per connection, none per request). A timeout `T` is reached after `ceil(T / look)`

@@ -7,7 +7,7 @@
 
 use http::header::LINK;
 use http::uri::PathAndQuery;
-use http::{HeaderValue, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use crate::api::auth::AuthFailure;
 use crate::api::body::ApiBody;
@@ -46,13 +46,6 @@ impl Exchange {
     fn failure_budget(&self) -> Box<str> {
         self.client
             .map_or_else(|| "".into(), ClientAddr::budget_name)
-    }
-
-    /// Whether the request's `If-None-Match` matches `etag`: the answer is then `304`.
-    fn unchanged(&self, etag: &HeaderValue) -> bool {
-        self.if_none_match
-            .as_ref()
-            .is_some_and(|condition| condition.matches(etag))
     }
 
     /// Whether `principal`'s key may be used from the client's address: any key without
@@ -334,15 +327,11 @@ fn me(
     principal: &Principal,
 ) -> Result<Response<ApiBody>, StoreError> {
     response::with_me_representation(&principal.organization, |me| {
-        let body = ApiBody::new(me.body.clone());
-        if !config.conditional_requests {
-            return response::json_body(StatusCode::OK, body);
-        }
-        if exchange.unchanged(&me.etag) {
-            return response::not_modified(me.etag.clone());
-        }
+        let etag = config.conditional_requests.then_some(&me.etag);
         // Its tag in place already: the headers of every `/me` of this organization.
-        response::with_headers(body, me.tagged_headers.clone())
+        tagged_or_not(exchange, ApiBody::new(me.body.clone()), etag, |_| {
+            me.tagged_headers.clone()
+        })
     })
     .map_err(StoreError::other)
 }
@@ -369,8 +358,13 @@ fn orders(
     // Computed once per stored page and shared by its clones.
     let etag = config
         .conditional_requests
-        .then(|| page.etag(response::orders_etag).clone());
-    let mut response = tagged_or_not(exchange, response::orders_body(&page), etag);
+        .then(|| page.etag(response::orders_etag));
+    let mut response = tagged_or_not(
+        exchange,
+        response::orders_body(&page),
+        etag,
+        response::tagged_headers,
+    );
     if let (true, Some(last), Some((Ok(request), path))) =
         (page.has_more(), page.orders().last(), &exchange.page)
     {
@@ -383,20 +377,26 @@ fn orders(
     response
 }
 
-/// The `200` of `body`, tagged `etag` when there is one, or the `304` when the request's
-/// `If-None-Match` matches that tag.
+/// The `200` of `body`, tagged `etag` when there is one (with the headers
+/// `tagged_headers(etag)` makes), or the `304` when the request's `If-None-Match` matches
+/// that tag.
 fn tagged_or_not(
     exchange: &Exchange,
     body: ApiBody,
-    etag: Option<HeaderValue>,
+    etag: Option<&HeaderValue>,
+    tagged_headers: impl FnOnce(&HeaderValue) -> HeaderMap,
 ) -> Response<ApiBody> {
     let Some(etag) = etag else {
         return response::json_body(StatusCode::OK, body);
     };
-    if exchange.unchanged(&etag) {
+    let unchanged = exchange
+        .if_none_match
+        .as_ref()
+        .is_some_and(|condition| condition.matches(etag));
+    if unchanged {
         response::not_modified(etag)
     } else {
-        response::tagged(body, etag)
+        response::with_headers(body, tagged_headers(etag))
     }
 }
 

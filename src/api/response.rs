@@ -129,19 +129,14 @@ static TAGGED_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new
     headers
 });
 
-/// A `200` of `body`, tagged `etag`.
-pub(crate) fn tagged(body: ApiBody, etag: HeaderValue) -> Response<ApiBody> {
-    with_headers(body, tagged_headers(etag))
-}
-
 /// The headers of a `200` tagged `etag` ([`TAGGED_HEADERS`] with the tag in its slot).
-fn tagged_headers(etag: HeaderValue) -> HeaderMap {
+pub(crate) fn tagged_headers(etag: &HeaderValue) -> HeaderMap {
     let mut headers = TAGGED_HEADERS.clone();
-    headers.insert(ETAG, etag);
+    headers.insert(ETAG, etag.clone());
     headers
 }
 
-/// A `200` of `body` with `headers`, which [`tagged_headers`] or [`JSON_HEADERS`] made.
+/// A response of `body` with `headers`, which [`tagged_headers`] made.
 pub(crate) fn with_headers(body: ApiBody, headers: HeaderMap) -> Response<ApiBody> {
     let mut response = Response::new(body);
     *response.headers_mut() = headers;
@@ -150,8 +145,8 @@ pub(crate) fn with_headers(body: ApiBody, headers: HeaderMap) -> Response<ApiBod
 
 /// The `304 Not Modified` for a representation tagged `etag`: the headers its `200` would
 /// carry (RFC 9110 section 15.4.5) but no body and no `Content-Length`.
-pub(crate) fn not_modified(etag: HeaderValue) -> Response<ApiBody> {
-    let mut response = tagged(ApiBody::empty(), etag);
+pub(crate) fn not_modified(etag: &HeaderValue) -> Response<ApiBody> {
+    let mut response = with_headers(ApiBody::empty(), tagged_headers(etag));
     *response.status_mut() = StatusCode::NOT_MODIFIED;
     response.headers_mut().remove(CONTENT_TYPE);
     response
@@ -318,7 +313,7 @@ pub(crate) fn with_me_representation<T>(
         let body = me_body(organization)?;
         let etag = conditional::entity_tag(&[&body]);
         let representation = MeRepresentation {
-            tagged_headers: tagged_headers(etag.clone()),
+            tagged_headers: tagged_headers(&etag),
             body,
             etag,
         };

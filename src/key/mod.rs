@@ -143,7 +143,7 @@ impl ApiKey {
             }
         }
         let checksum = checksum(plaintext.as_bytes());
-        plaintext.push_str(&checksum);
+        plaintext.extend(checksum.map(char::from));
         Ok(Self {
             plaintext,
             environment,
@@ -200,17 +200,9 @@ pub(crate) fn hint_of(key: &str) -> String {
     format!("{prefix}...{last}")
 }
 
-/// The checksum characters of `head`: its CRC32 in base62, fixed width.
-fn checksum(head: &[u8]) -> String {
-    checksum_digits(head)
-        .iter()
-        .map(|&digit| char::from(digit))
-        .collect()
-}
-
-/// [`checksum`] as bytes, without an allocation: every request with a generated key checks
-/// it.
-fn checksum_digits(head: &[u8]) -> [u8; CHECKSUM_LEN] {
+/// The checksum characters of `head`: its CRC32 in base62, fixed width (ASCII; no allocation,
+/// since every request with a generated key checks it).
+fn checksum(head: &[u8]) -> [u8; CHECKSUM_LEN] {
     let mut value = crc32fast::hash(head);
     let mut digits = [b'0'; CHECKSUM_LEN];
     for digit in digits.iter_mut().rev() {
@@ -243,7 +235,7 @@ fn has_generated_shape(key: &[u8]) -> bool {
 /// Whether the last characters of a key in the generated shape are the checksum of the rest.
 fn checksum_matches(key: &[u8]) -> bool {
     let (head, tail) = key.split_at(key.len() - CHECKSUM_LEN);
-    checksum_digits(head) == tail
+    checksum(head) == tail
 }
 
 /// The SHA-256 digest of an API key: all a store ever sees of a key.
