@@ -63,6 +63,8 @@ pub struct Notifications {
 pub const DEFAULT_MAX_EVIDENCE_AGE: Duration = Duration::from_millis(800);
 
 pub(crate) struct Shared {
+    /// This hub's number in the process, which names it in the [`JOURNAL`] events.
+    id: u64,
     /// The evidence, as [`millis`] of its instant; 0 for none.
     evidence: AtomicU64,
     /// The maximum age of evidence, in milliseconds.
@@ -71,6 +73,12 @@ pub(crate) struct Shared {
     changes: AtomicU64,
     targets: Mutex<Vec<Weak<dyn Invalidate>>>,
 }
+
+/// The `tracing` target of the events that explain what the caches answer from memory, at
+/// `TRACE` level: each hub's changes applied, evidence confirmed, connections, and every read
+/// a cache kept or discarded (with its mark). Each event names its hub (`hub`, the number in a
+/// hub's `Debug` output). Off the request path's hits; for tests and investigations.
+pub const JOURNAL: &str = "partner_api::cache::journal";
 
 /// `at` as milliseconds after this process's first use of the caches, plus one (0 is "never").
 pub(crate) fn millis(at: Instant) -> u64 {
@@ -100,8 +108,10 @@ impl Notifications {
     pub fn new() -> Self {
         crate::metrics::cache_notifications_connected(false);
         let max_age = DEFAULT_MAX_EVIDENCE_AGE.as_millis() as u64;
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Self {
             shared: Arc::new(Shared {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 evidence: AtomicU64::new(0),
                 max_age,
                 changes: AtomicU64::new(0),
@@ -114,6 +124,7 @@ impl Notifications {
     /// missed changes before) and the instant now is evidence (nothing the caches hold from
     /// now on predates it).
     pub fn connected(&self) {
+        tracing::trace!(target: JOURNAL, hub = self.id(), "connected: the caches are emptied");
         self.clear();
         self.confirmed(Instant::now());
         crate::metrics::cache_notifications_connected(true);
@@ -126,6 +137,7 @@ impl Notifications {
     pub fn confirmed(&self, sent_at: Instant) {
         let evidence = millis(sent_at);
         if self.shared.evidence.fetch_max(evidence, Ordering::AcqRel) < evidence {
+            tracing::trace!(target: JOURNAL, hub = self.id(), evidence, "evidence confirmed");
             crate::metrics::cache_evidence(sent_at);
         }
     }
@@ -133,6 +145,7 @@ impl Notifications {
     /// Says the source lost its connection: the caches answer from their stores until it is
     /// [`connected`](Self::connected) again.
     pub fn disconnected(&self) {
+        tracing::trace!(target: JOURNAL, hub = self.id(), "disconnected");
         self.shared.evidence.store(0, Ordering::Release);
         self.note_change();
         crate::metrics::cache_notifications_connected(false);
@@ -158,20 +171,29 @@ impl Notifications {
 
     /// Tells the caches the key `key_id` changed, or a key was added.
     pub fn key_changed(&self, key_id: &str) {
+        tracing::trace!(target: JOURNAL, hub = self.id(), key_id, "key changed");
         self.note_change();
         self.each(|target| target.key_changed(key_id));
     }
 
     /// Tells the caches the orders of `organization_id` changed.
     pub fn orders_changed(&self, organization_id: &str) {
+        tracing::trace!(target: JOURNAL, hub = self.id(), organization_id, "orders changed");
         self.note_change();
         self.each(|target| target.orders_changed(organization_id));
     }
 
     /// Tells the caches anything may have changed.
     pub fn clear(&self) {
+        tracing::trace!(target: JOURNAL, hub = self.id(), "everything changed");
         self.note_change();
         self.each(|target| target.clear());
+    }
+
+    /// This hub's number in the process: the `hub` field of its [`JOURNAL`] events, and of
+    /// its `Debug` output.
+    pub(crate) fn id(&self) -> u64 {
+        self.shared.id
     }
 
     /// The hub's state, whose reference count tells the listener whether anyone still
@@ -221,6 +243,7 @@ impl Default for Notifications {
 impl fmt::Debug for Notifications {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Notifications")
+            .field("id", &self.id())
             .field("answering", &self.is_connected())
             .field("evidence_age_ms", &self.evidence_age())
             .finish_non_exhaustive()
@@ -242,7 +265,8 @@ pub(crate) struct Gate {
 /// Taken before a store is read: whether a change came in since, and when the read began.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Mark {
-    changes: u64,
+    /// [`Gate::changes`] before the read.
+    pub(crate) changes: u64,
     /// [`millis`] of the instant the read began: the age of what it returns counts from it.
     pub(crate) at: u64,
 }
@@ -312,7 +336,13 @@ impl Gate {
         }
     }
 
-    fn changes(&self) -> u64 {
+    /// The number of the hub this gate follows (0 for none), for the [`JOURNAL`].
+    pub(crate) fn hub_id(&self) -> u64 {
+        self.hub.as_ref().map_or(0, Notifications::id)
+    }
+
+    /// The count of changes told so far: a [`Mark`] holds the count at its read.
+    pub(crate) fn changes(&self) -> u64 {
         let hub = self
             .hub
             .as_ref()

@@ -156,7 +156,10 @@ impl KeyCache {
 
     /// Keeps what the store answered for `digest`, unless a change came in since `mark`.
     fn keep(&self, digest: KeyDigest, answer: &KeyLookup, mark: Mark) {
-        if !self.gate.unchanged_since(mark) {
+        let key_id = answer.principal().map(|principal| &*principal.key_id);
+        let changes = self.gate.changes();
+        if changes != mark.changes {
+            journal_read(&self.gate, key_id, answer, mark, changes, "discarded");
             return;
         }
         match answer {
@@ -167,11 +170,49 @@ impl KeyCache {
             refused => self.absent.insert(digest, (refused.clone(), mark.at)),
         }
         // A change that came in while inserting may have missed the new entry.
-        if !self.gate.unchanged_since(mark) {
+        let changes = self.gate.changes();
+        if changes != mark.changes {
             self.found.remove(&digest);
             self.absent.remove(&digest);
+            journal_read(
+                &self.gate,
+                key_id,
+                answer,
+                mark,
+                changes,
+                "kept, then dropped",
+            );
+        } else {
+            journal_read(&self.gate, key_id, answer, mark, changes, "kept");
         }
     }
+}
+
+/// The [`JOURNAL`](super::JOURNAL) event of a read from the store: what the cache did with it.
+fn journal_read(
+    gate: &Gate,
+    key_id: Option<&str>,
+    answer: &KeyLookup,
+    mark: Mark,
+    changes: u64,
+    done: &'static str,
+) {
+    tracing::trace!(
+        target: super::JOURNAL,
+        hub = gate.hub_id(),
+        key_id,
+        answer = match answer {
+            KeyLookup::Valid(_) => "valid",
+            KeyLookup::Unknown => "unknown",
+            KeyLookup::Revoked => "revoked",
+            KeyLookup::Expired => "expired",
+        },
+        read_at = mark.at,
+        mark_changes = mark.changes,
+        changes,
+        done,
+        "key read"
+    );
 }
 
 impl KeyCache {

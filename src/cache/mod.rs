@@ -28,7 +28,7 @@ mod orders;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 
-pub use freshness::{Notifications, DEFAULT_MAX_EVIDENCE_AGE};
+pub use freshness::{Notifications, DEFAULT_MAX_EVIDENCE_AGE, JOURNAL};
 pub use keys::CachingKeyStore;
 pub use orders::{CachingOrderStore, LATER_PAGES};
 

@@ -77,6 +77,7 @@ async fn run(pool: PgPool, hub: Notifications) {
         match follow(&pool, &hub, &mut pause).await {
             Ok(()) => return,
             Err(err) => {
+                tracing::trace!(target: super::JOURNAL, hub = hub.id(), error = %err, "listener lost");
                 hub.disconnected();
                 tracing::warn!(
                     error = %err,
@@ -212,6 +213,16 @@ impl Batch {
                 hub.orders_changed(organization_id);
             }
         }
+        tracing::trace!(
+            target: super::JOURNAL,
+            hub = hub.id(),
+            keys = self.keys.len(),
+            organizations = self.organizations.len(),
+            everything = self.everything,
+            heartbeat = self.heartbeat,
+            orders_before,
+            "notifications applied"
+        );
         let heartbeat = super::freshness::instant(self.heartbeat?)?;
         let evidence = super::freshness::instant(self.heartbeat?.min(orders_before))?;
         hub.confirmed(evidence);

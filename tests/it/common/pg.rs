@@ -115,8 +115,23 @@ impl Proxy {
 
     /// Stops (or starts again) forwarding, keeping every connection open.
     pub fn stall(&self, stalled: bool) {
-        self.stalled
-            .store(stalled, std::sync::atomic::Ordering::SeqCst);
+        self.stall_handle().set(stalled);
+    }
+
+    /// A handle that stalls this proxy from anywhere (a task that ends a stall, say).
+    pub fn stall_handle(&self) -> Stall {
+        Stall(self.stalled.clone())
+    }
+}
+
+/// Stalls a [`Proxy`]'s connections, or lets them go on.
+#[derive(Clone)]
+pub struct Stall(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Stall {
+    /// Stops (or starts again) forwarding, keeping every connection open.
+    pub fn set(&self, stalled: bool) {
+        self.0.store(stalled, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

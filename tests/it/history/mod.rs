@@ -1,0 +1,497 @@
+//! A checker over histories: replicas on one PostgreSQL, clients, revocations, rolls, bursts
+//! and faults mixed at random for a bounded time; every request is recorded with its send
+//! time and answer, every revocation with its commit, and the whole history is checked
+//! afterwards: a 200 for a key whose revocation committed more than 1 s before the request was
+//! sent is a violation, printed with its causal chain from the replica's [`journal`].
+//!
+//! The schedule is adversarial, not only random:
+//! - each replica reads its keys through a proxy that stalls now and then (50 ms to 1.2 s),
+//!   so reads straddle the revocations of the keys they read, and the revocations favour
+//!   keys a client has just asked for;
+//! - each replica's listening connection goes through a proxy that stalls (50 ms to 1.5 s,
+//!   several replicas at once), and every listening connection is killed now and then;
+//! - the replicas answer with different store timeouts (none, 100 ms, 500 ms), so lookups are
+//!   dropped half-way as well as finished late;
+//! - the test's own runtime threads are kept busy in bursts (tasks that spin for up to 30 ms),
+//!   as a loaded CI machine does to the listener and the clients.
+//!
+//! `PARTNER_API_HISTORY_SECONDS` sets the duration (default 20), `PARTNER_API_HISTORY_REPLICAS`
+//! the number of replicas (default 3), `PARTNER_API_HISTORY_SEED` the random seed (printed, to
+//! replay a schedule; timing still varies).
+#![cfg(feature = "postgres")]
+
+mod journal;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use partner_api::cache::{CachingKeyStore, CachingOrderStore, Notifications};
+use partner_api::management::KeyManager;
+use partner_api::seed::Seed;
+use partner_api::store::postgres::PgStore;
+use partner_api::{KeyDigest, PartnerApi};
+use sqlx::{Connection, PgConnection};
+
+use crate::common::pg::{fresh_database, until_answering, Proxy, Stall};
+use crate::common::*;
+use journal::Journal;
+
+const BOUND: Duration = Duration::from_secs(1);
+const KEYS: usize = 200;
+const CLIENTS: u64 = 6;
+
+fn setting<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+}
+
+/// A small deterministic generator (xorshift64*), so a schedule can be replayed.
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below((to - from) as usize) as u64)
+    }
+}
+
+/// What happened, in the order it was recorded.
+#[derive(Default)]
+struct History {
+    /// (sent, replica, key, status)
+    requests: Vec<(Instant, usize, usize, StatusCode)>,
+    /// key -> when its revocation (or a roll that ended it) had committed
+    revoked: HashMap<usize, Instant>,
+    faults: Vec<(Instant, String)>,
+    /// The key each client asked for last: the revocations favour them.
+    asking: HashMap<u64, usize>,
+}
+
+impl History {
+    fn fault(&mut self, what: String) {
+        self.faults.push((Instant::now(), what));
+    }
+}
+
+struct HistoryReplica {
+    api: PartnerApi,
+    /// The hub's number in the journal.
+    hub: u64,
+    /// Between the replica's key and order reads and the database.
+    reads: Proxy,
+    /// Between the replica's listener and the database.
+    listening: Proxy,
+}
+
+async fn replica(url: &str, store_timeout: Option<Duration>) -> HistoryReplica {
+    let (reads, read_url) = Proxy::in_front_of(url).await;
+    let store = PgStore::connect_lazy(&read_url).unwrap();
+    let (listening, listen_url) = Proxy::in_front_of(url).await;
+    let listener_store = PgStore::connect_lazy(&listen_url).unwrap();
+    let notifications = partner_api::cache::postgres::listen(listener_store.pool().clone());
+    let keys = CachingKeyStore::new(store.clone()).with_notifications(&notifications);
+    let orders = CachingOrderStore::new(store).with_notifications(&notifications);
+    let api = PartnerApi::new(keys, orders).with_store_timeout(store_timeout);
+    until_answering(&notifications).await;
+    HistoryReplica {
+        api,
+        hub: hub_id(&notifications),
+        reads,
+        listening,
+    }
+    // The hub lives as long as the caches that follow it.
+}
+
+/// The hub's number, from its `Debug` output (`Notifications { id: 7, .. }`).
+fn hub_id(notifications: &Notifications) -> u64 {
+    let debug = format!("{notifications:?}");
+    let rest = debug.split("id: ").nth(1).expect("the hub's id");
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A live key, taken out of `live`: one a client just asked for when `favoured` is live.
+fn take_live(live: &mut Vec<usize>, favoured: Option<usize>, random: &mut Random) -> Option<usize> {
+    if let Some(at) = favoured.and_then(|key| live.iter().position(|live| *live == key)) {
+        return Some(live.swap_remove(at));
+    }
+    let count = live.len();
+    (count > 0).then(|| live.swap_remove(random.below(count)))
+}
+
+/// Stalls `proxy` for `duration`, in a task of its own, noting both ends in the history.
+fn stall_for(
+    proxy: Stall,
+    duration: Duration,
+    what: String,
+    history: &Arc<Mutex<History>>,
+) -> tokio::task::JoinHandle<()> {
+    let history = history.clone();
+    proxy.set(true);
+    history.lock().unwrap().fault(format!("{what} stalled"));
+    tokio::spawn(async move {
+        tokio::time::sleep(duration).await;
+        proxy.set(false);
+        history.lock().unwrap().fault(format!("{what} resumed"));
+    })
+}
+
+#[test]
+fn no_history_serves_a_revoked_key_past_the_bound() {
+    let journal = Journal::default();
+    let on_thread = journal.clone();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(move || {
+            // Each worker records the journal for as long as it lives.
+            std::mem::forget(tracing::subscriber::set_default(on_thread.subscriber()));
+        })
+        .build()
+        .unwrap();
+    let _recording = tracing::subscriber::set_default(journal.subscriber());
+    runtime.block_on(check_a_history(journal));
+}
+
+async fn check_a_history(journal: Journal) {
+    let seconds: u64 = setting("PARTNER_API_HISTORY_SECONDS").unwrap_or(20);
+    let replica_count: usize = setting("PARTNER_API_HISTORY_REPLICAS").unwrap_or(3);
+    let seed: u64 = setting("PARTNER_API_HISTORY_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+            | 1
+    });
+    println!("history: {seconds} s, {replica_count} replicas, PARTNER_API_HISTORY_SEED={seed}");
+    let url = fresh_database().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    store.migrate().await.unwrap();
+    store.load_seed(&Seed::demo()).await.unwrap();
+    // The history issues keys by the hundred: past the default cap of active keys.
+    store
+        .set_key_policy(
+            "org_demo",
+            partner_api::management::KeyPolicy::new().with_max_active_keys(1_000_000),
+        )
+        .await
+        .unwrap();
+    let keys: Vec<String> = (0..KEYS)
+        .map(|n| format!("pk_test_history_{n:03}_abcdefghijklmnop"))
+        .collect();
+    let mut key_ids = Vec::with_capacity(KEYS);
+    for key in &keys {
+        key_ids.push(store.add_key(key, "org_demo").await.unwrap());
+    }
+    let timeouts = [
+        Some(Duration::from_millis(500)),
+        None,
+        Some(Duration::from_millis(100)),
+    ];
+    let mut replicas = Vec::new();
+    for at in 0..replica_count {
+        replicas.push(replica(&url, timeouts[at % timeouts.len()]).await);
+    }
+    let replicas = Arc::new(replicas);
+    let history = Arc::new(Mutex::new(History::default()));
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+
+    // Clients: any live or revoked key, on any replica.
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|client| {
+            let (replicas, history, keys) = (replicas.clone(), history.clone(), keys.clone());
+            tokio::spawn(async move {
+                let mut random = Random(seed ^ (client + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                while Instant::now() < deadline {
+                    let key = random.below(keys.len());
+                    let at = random.below(replicas.len());
+                    history.lock().unwrap().asking.insert(client, key);
+                    let sent = Instant::now();
+                    let status = call(&replicas[at].api, get("/v1/me", Some(&keys[key])))
+                        .await
+                        .status;
+                    history
+                        .lock()
+                        .unwrap()
+                        .requests
+                        .push((sent, at, key, status));
+                    tokio::time::sleep(Duration::from_millis(random.below(3) as u64)).await;
+                }
+            })
+        })
+        .collect();
+
+    // Changes and faults, one at a time (stalls end in tasks of their own).
+    let mut random = Random(seed);
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    let mut live: Vec<usize> = (0..KEYS).collect();
+    let stalls: Vec<(Stall, Stall)> = replicas
+        .iter()
+        .map(|replica| {
+            (
+                replica.reads.stall_handle(),
+                replica.listening.stall_handle(),
+            )
+        })
+        .collect();
+    let mut listener_stalled_until = vec![Instant::now(); replicas.len()];
+    let mut reads_stalled_until = vec![Instant::now(); replicas.len()];
+    let mut endings = Vec::new();
+    while Instant::now() < deadline {
+        let choice = random.below(100);
+        match choice {
+            // Revoke a live key by plain SQL: most often one a client is asking for.
+            0..=29 => {
+                let favoured = (random.below(3) > 0)
+                    .then(|| {
+                        let history = history.lock().unwrap();
+                        history
+                            .asking
+                            .get(&(random.below(CLIENTS as usize) as u64))
+                            .copied()
+                    })
+                    .flatten();
+                if let Some(key) = take_live(&mut live, favoured, &mut random) {
+                    sqlx::query(
+                        "UPDATE partner_api_keys SET revoked_at = now() WHERE key_sha256 = $1",
+                    )
+                    .bind(&KeyDigest::of(&keys[key]).as_bytes()[..])
+                    .execute(&mut admin)
+                    .await
+                    .unwrap();
+                    history.lock().unwrap().revoked.insert(key, Instant::now());
+                }
+            }
+            // Roll a live key with no overlap: the old one ends at the roll's commit.
+            30..=34 => {
+                if let Some(key) = take_live(&mut live, None, &mut random) {
+                    store
+                        .roll(
+                            "org_demo",
+                            &key_ids[key],
+                            partner_api::management::RollKey::new(Duration::ZERO),
+                        )
+                        .await
+                        .unwrap();
+                    history.lock().unwrap().revoked.insert(key, Instant::now());
+                }
+            }
+            // A burst: one statement over every key, then single-row changes.
+            35..=38 => {
+                sqlx::query(
+                    "UPDATE partner_api_keys SET expires_at = now() + interval '1 day' \
+                     WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())",
+                )
+                .execute(&mut admin)
+                .await
+                .unwrap();
+                for _ in 0..50 {
+                    sqlx::query(
+                        "UPDATE partner_api_keys SET expires_at = expires_at + interval '1 second' \
+                         WHERE id = (SELECT id FROM partner_api_keys WHERE expires_at > now() \
+                                     ORDER BY random() LIMIT 1)",
+                    )
+                    .execute(&mut admin)
+                    .await
+                    .unwrap();
+                }
+                history.lock().unwrap().fault("burst".to_owned());
+            }
+            // Stall a replica's listening connection (several may be stalled at once).
+            39..=56 => {
+                let at = random.below(replicas.len());
+                if listener_stalled_until[at] <= Instant::now() {
+                    let duration = random.millis(50, 1_500);
+                    listener_stalled_until[at] = Instant::now() + duration;
+                    let what = format!("listener of replica {at}");
+                    endings.push(stall_for(stalls[at].1.clone(), duration, what, &history));
+                }
+            }
+            // Stall a replica's reads: lookups under way straddle what happens meanwhile.
+            57..=70 => {
+                let at = random.below(replicas.len());
+                if reads_stalled_until[at] <= Instant::now() {
+                    let duration = random.millis(50, 1_200);
+                    reads_stalled_until[at] = Instant::now() + duration;
+                    let what = format!("reads of replica {at}");
+                    endings.push(stall_for(stalls[at].0.clone(), duration, what, &history));
+                }
+            }
+            // Kill every listening connection of this test's database (only this one's: the
+            // server is shared with the tests running beside it).
+            71..=73 => {
+                sqlx::query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE datname = current_database() \
+                     AND application_name = 'partner_api_cache_listener'",
+                )
+                .execute(&mut admin)
+                .await
+                .unwrap();
+                history
+                    .lock()
+                    .unwrap()
+                    .fault("listening connections killed".to_owned());
+            }
+            // Busy threads: tasks that spin on the runtime's workers, delaying the listener
+            // and the clients as a loaded machine does.
+            74..=83 => {
+                for _ in 0..1 + random.below(4) {
+                    let spin = random.millis(2, 30);
+                    tokio::spawn(async move {
+                        let started = Instant::now();
+                        while started.elapsed() < spin {
+                            std::hint::spin_loop();
+                        }
+                    });
+                }
+            }
+            _ => {}
+        }
+        tokio::time::sleep(random.millis(10, 120)).await;
+    }
+    for ending in endings {
+        ending.await.unwrap();
+    }
+    for client in clients {
+        client.await.unwrap();
+    }
+
+    let history = history.lock().unwrap();
+    let entries = journal.entries();
+    let started = history.requests.first().map(|(sent, ..)| *sent).unwrap();
+    let seconds_in = |at: Instant| at.saturating_duration_since(started).as_secs_f64();
+    let mut violations = Vec::new();
+    let mut served_after_revocation = 0;
+    for (sent, at, key, status) in &history.requests {
+        let Some(revoked) = history.revoked.get(key) else {
+            continue;
+        };
+        if *status != StatusCode::OK || sent <= revoked {
+            continue;
+        }
+        served_after_revocation += 1;
+        if sent.saturating_duration_since(*revoked) <= BOUND {
+            continue;
+        }
+        let faults: Vec<String> = history
+            .faults
+            .iter()
+            .filter(|(when, _)| when.saturating_duration_since(*revoked) < BOUND * 2)
+            .filter(|(when, _)| revoked.saturating_duration_since(*when) < BOUND * 2)
+            .map(|(when, what)| format!("{:.3}s {what}", seconds_in(*when)))
+            .collect();
+        let chain = causal_chain(
+            &entries,
+            replicas[*at].hub,
+            &key_ids[*key],
+            *revoked,
+            *sent,
+            &seconds_in,
+        );
+        violations.push(format!(
+            "200 from replica {at} at {:.3}s for {}, revoked at {:.3}s ({:?} before)\n  \
+             faults near: {faults:?}\n  what replica {at} did:\n{chain}",
+            seconds_in(*sent),
+            keys[*key],
+            seconds_in(*revoked),
+            sent.saturating_duration_since(*revoked)
+        ));
+    }
+    let statuses = history
+        .requests
+        .iter()
+        .fold(HashMap::new(), |mut counts, request| {
+            *counts.entry(request.3.as_u16()).or_insert(0) += 1;
+            counts
+        });
+    let count = |message: &str| entries.iter().filter(|e| e.message == message).count();
+    println!(
+        "history: {} requests {statuses:?}, {} revocations, {} faults and bursts, \
+         {served_after_revocation} answered 200 within the bound after a revocation; journal: \
+         {} reads kept, {} discarded, {} evidence, {} reconnections",
+        history.requests.len(),
+        history.revoked.len(),
+        history.faults.len(),
+        count("key read") - discarded(&entries),
+        discarded(&entries),
+        count("evidence confirmed"),
+        count("connected: the caches are emptied"),
+    );
+    assert!(history.revoked.len() >= 10, "too few revocations to check");
+    assert!(
+        violations.is_empty(),
+        "seed {seed}: {} violations:\n{}",
+        violations.len(),
+        violations.join("\n")
+    );
+}
+
+fn discarded(entries: &[journal::Entry]) -> usize {
+    entries
+        .iter()
+        .filter(|e| e.message == "key read" && e.field("done") == Some("discarded"))
+        .count()
+}
+
+/// What the hub `hub` did around a violation for the key `key_id`: its connections, the
+/// changes to that key it applied, the reads of it it kept or discarded, and the evidence
+/// it confirmed from a second before the revocation to the request.
+fn causal_chain(
+    entries: &[journal::Entry],
+    hub: u64,
+    key_id: &str,
+    revoked: Instant,
+    sent: Instant,
+    seconds_in: &dyn Fn(Instant) -> f64,
+) -> String {
+    let from = revoked.checked_sub(BOUND).unwrap_or(revoked);
+    let mut chain = String::new();
+    let mut evidence = 0;
+    for entry in entries
+        .iter()
+        .filter(|entry| entry.hub == hub && entry.at >= from && entry.at <= sent)
+    {
+        let relevant = match entry.message.as_str() {
+            "key changed" | "key read" => entry.field("key_id") == Some(key_id),
+            "evidence confirmed" => {
+                evidence += 1;
+                true
+            }
+            "orders changed" | "notifications applied" => false,
+            _ => true,
+        };
+        if relevant {
+            let fields: Vec<String> = entry
+                .fields
+                .iter()
+                .filter(|(name, _)| *name != "hub")
+                .map(|(name, value)| format!("{name}={value}"))
+                .collect();
+            chain.push_str(&format!(
+                "    {:.3}s {} {}\n",
+                seconds_in(entry.at),
+                entry.message,
+                fields.join(" ")
+            ));
+        }
+    }
+    chain.push_str(&format!("    ({evidence} evidence confirmed in that time)"));
+    chain
+}
