@@ -53,6 +53,9 @@ pub struct Proxy {
     pub port: u16,
     target: String,
     stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// How long what the server sends is held, in milliseconds: a query runs at once and its
+    /// answer comes that much later.
+    answers_delay: std::sync::Arc<std::sync::atomic::AtomicU64>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -74,6 +77,7 @@ impl Proxy {
             port,
             target: server.clone(),
             stalled: Default::default(),
+            answers_delay: Default::default(),
             task: None,
         };
         proxy.resume().await;
@@ -87,18 +91,20 @@ impl Proxy {
             .unwrap();
         let target = self.target.clone();
         let stalled = self.stalled.clone();
+        let answers_delay = self.answers_delay.clone();
         self.task = Some(tokio::spawn(async move {
             let mut connections = tokio::task::JoinSet::new();
             while let Ok((client, _)) = listener.accept().await {
                 let target = target.clone();
                 let stalled = stalled.clone();
+                let answers_delay = answers_delay.clone();
                 connections.spawn(async move {
                     if let Ok(server) = tokio::net::TcpStream::connect(target).await {
                         let (client_read, client_write) = client.into_split();
                         let (server_read, server_write) = server.into_split();
                         tokio::join!(
-                            pump(client_read, server_write, stalled.clone()),
-                            pump(server_read, client_write, stalled)
+                            pump(client_read, server_write, stalled.clone(), None),
+                            pump(server_read, client_write, stalled, Some(answers_delay))
                         );
                     }
                 });
@@ -122,6 +128,24 @@ impl Proxy {
     pub fn stall_handle(&self) -> Stall {
         Stall(self.stalled.clone())
     }
+
+    /// A handle that delays what the server sends: queries run at once and their answers
+    /// arrive later, as on a congested path back.
+    pub fn answers_delay_handle(&self) -> AnswersDelay {
+        AnswersDelay(self.answers_delay.clone())
+    }
+}
+
+/// Delays what a [`Proxy`]'s server sends.
+#[derive(Clone)]
+pub struct AnswersDelay(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl AnswersDelay {
+    /// Delays each answer by `delay` from now on (zero: no delay).
+    pub fn set(&self, delay: std::time::Duration) {
+        let millis = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.0.store(millis, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// Stalls a [`Proxy`]'s connections, or lets them go on.
@@ -135,16 +159,19 @@ impl Stall {
     }
 }
 
-/// Copies `from` to `to` until either closes, holding what it read while `stalled`.
+/// Copies `from` to `to` until either closes, holding what it read while `stalled`, and
+/// each read for `delay` milliseconds (when set) from when it was read.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    delay: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 ) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let stalled = || stalled.load(std::sync::atomic::Ordering::SeqCst);
     let mut buffer = vec![0; 16 * 1024];
     loop {
-        while stalled.load(std::sync::atomic::Ordering::SeqCst) {
+        while stalled() {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
         let Ok(read) = from.read(&mut buffer).await else {
@@ -153,8 +180,14 @@ async fn pump(
         if read == 0 {
             return;
         }
+        let delay = delay
+            .as_ref()
+            .map_or(0, |delay| delay.load(std::sync::atomic::Ordering::SeqCst));
+        if delay > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+        }
         // Read before a stall began: held until it ends, as a partitioned network holds it.
-        while stalled.load(std::sync::atomic::Ordering::SeqCst) {
+        while stalled() {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
         if to.write_all(&buffer[..read]).await.is_err() {

@@ -5,13 +5,14 @@
 //! sent is a violation, printed with its causal chain from the replica's [`journal`].
 //!
 //! The schedule is adversarial, not only random:
-//! - each replica reads its keys through a proxy that stalls now and then (50 ms to 1.2 s),
-//!   so reads straddle the revocations of the keys they read, and the revocations favour
-//!   keys a client has just asked for;
+//! - each replica reads its keys through a proxy that now and then delays the database's
+//!   answers (by 20 to 400 ms, for 0.2 to 1.5 s), so reads straddle the revocations of the keys
+//!   they read, and the revocations favour keys a client is asking for;
 //! - each replica's listening connection goes through a proxy that stalls (50 ms to 1.5 s,
 //!   several replicas at once), and every listening connection is killed now and then;
 //! - the replicas answer with different store timeouts (none, 100 ms, 500 ms), so lookups are
-//!   dropped half-way as well as finished late;
+//!   dropped half-way as well as finished late, and with different cache capacities (100 and 40 of
+//!   the 200 keys, all), so lookups miss often;
 //! - the test's own runtime threads are kept busy in bursts (tasks that spin for up to 30 ms),
 //!   as a loaded CI machine does to the listener and the clients.
 //!
@@ -34,7 +35,7 @@ use partner_api::store::postgres::PgStore;
 use partner_api::{KeyDigest, PartnerApi};
 use sqlx::{Connection, PgConnection};
 
-use crate::common::pg::{fresh_database, until_answering, Proxy, Stall};
+use crate::common::pg::{fresh_database, until_answering, AnswersDelay, Proxy, Stall};
 use crate::common::*;
 use journal::Journal;
 
@@ -96,13 +97,29 @@ struct HistoryReplica {
     listening: Proxy,
 }
 
-async fn replica(url: &str, store_timeout: Option<Duration>) -> HistoryReplica {
+async fn replica(
+    url: &str,
+    store_timeout: Option<Duration>,
+    capacity: Option<usize>,
+) -> HistoryReplica {
     let (reads, read_url) = Proxy::in_front_of(url).await;
-    let store = PgStore::connect_lazy(&read_url).unwrap();
+    // No ping before a connection is handed out: a read's query leaves at once, so a slowed
+    // answer is one whose query ran before what is committed meanwhile.
+    let store = PgStore::new(
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(10)
+            .test_before_acquire(false)
+            .connect_lazy(&read_url)
+            .unwrap(),
+    );
     let (listening, listen_url) = Proxy::in_front_of(url).await;
     let listener_store = PgStore::connect_lazy(&listen_url).unwrap();
     let notifications = partner_api::cache::postgres::listen(listener_store.pool().clone());
-    let keys = CachingKeyStore::new(store.clone()).with_notifications(&notifications);
+    let mut keys = CachingKeyStore::new(store.clone());
+    if let Some(capacity) = capacity {
+        keys = keys.with_capacity(capacity);
+    }
+    let keys = keys.with_notifications(&notifications);
     let orders = CachingOrderStore::new(store).with_notifications(&notifications);
     let api = PartnerApi::new(keys, orders).with_store_timeout(store_timeout);
     until_answering(&notifications).await;
@@ -204,9 +221,18 @@ async fn check_a_history(journal: Journal) {
         None,
         Some(Duration::from_millis(100)),
     ];
+    // Small caches miss often, so reads of a key are under way when it is revoked.
+    let capacities = [Some(100), Some(40), None];
     let mut replicas = Vec::new();
     for at in 0..replica_count {
-        replicas.push(replica(&url, timeouts[at % timeouts.len()]).await);
+        replicas.push(
+            replica(
+                &url,
+                timeouts[at % timeouts.len()],
+                capacities[at % capacities.len()],
+            )
+            .await,
+        );
     }
     let replicas = Arc::new(replicas);
     let history = Arc::new(Mutex::new(History::default()));
@@ -241,11 +267,11 @@ async fn check_a_history(journal: Journal) {
     let mut random = Random(seed);
     let mut admin = PgConnection::connect(&url).await.unwrap();
     let mut live: Vec<usize> = (0..KEYS).collect();
-    let stalls: Vec<(Stall, Stall)> = replicas
+    let stalls: Vec<(AnswersDelay, Stall)> = replicas
         .iter()
         .map(|replica| {
             (
-                replica.reads.stall_handle(),
+                replica.reads.answers_delay_handle(),
                 replica.listening.stall_handle(),
             )
         })
@@ -323,14 +349,29 @@ async fn check_a_history(journal: Journal) {
                     endings.push(stall_for(stalls[at].1.clone(), duration, what, &history));
                 }
             }
-            // Stall a replica's reads: lookups under way straddle what happens meanwhile.
+            // Slow the answers to a replica's reads for a while: lookups under way straddle
+            // what is committed and told meanwhile.
             57..=70 => {
                 let at = random.below(replicas.len());
                 if reads_stalled_until[at] <= Instant::now() {
-                    let duration = random.millis(50, 1_200);
+                    let duration = random.millis(200, 1_500);
+                    let delay = random.millis(20, 400);
                     reads_stalled_until[at] = Instant::now() + duration;
-                    let what = format!("reads of replica {at}");
-                    endings.push(stall_for(stalls[at].0.clone(), duration, what, &history));
+                    let delays = stalls[at].0.clone();
+                    delays.set(delay);
+                    let history = history.clone();
+                    history
+                        .lock()
+                        .unwrap()
+                        .fault(format!("answers to replica {at} delayed by {delay:?}"));
+                    endings.push(tokio::spawn(async move {
+                        tokio::time::sleep(duration).await;
+                        delays.set(Duration::ZERO);
+                        history
+                            .lock()
+                            .unwrap()
+                            .fault(format!("answers to replica {at} on time"));
+                    }));
                 }
             }
             // Kill every listening connection of this test's database (only this one's: the
@@ -348,6 +389,61 @@ async fn check_a_history(journal: Journal) {
                     .lock()
                     .unwrap()
                     .fault("listening connections killed".to_owned());
+            }
+            // A revocation aimed at a read under way: the key is changed (so every cache
+            // drops it), read on a replica whose answers are slowed, and revoked while that
+            // read's answer is on its way back; then asked for on that replica for a while.
+            // A cache that kept the read would answer it from memory past the bound.
+            84..=93 => {
+                if let Some(key) = take_live(&mut live, None, &mut random) {
+                    let at = random.below(replicas.len());
+                    let delay = random.millis(100, 400);
+                    stalls[at].0.set(delay);
+                    sqlx::query(
+                        "UPDATE partner_api_keys SET expires_at = now() + interval '2 days' \
+                         WHERE key_sha256 = $1",
+                    )
+                    .bind(&KeyDigest::of(&keys[key]).as_bytes()[..])
+                    .execute(&mut admin)
+                    .await
+                    .unwrap();
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    let asker = {
+                        let (replicas, history, keys) =
+                            (replicas.clone(), history.clone(), keys.clone());
+                        let until = Instant::now() + BOUND + BOUND / 2;
+                        tokio::spawn(async move {
+                            while Instant::now() < until.min(deadline) {
+                                let sent = Instant::now();
+                                let status =
+                                    call(&replicas[at].api, get("/v1/me", Some(&keys[key])))
+                                        .await
+                                        .status;
+                                history
+                                    .lock()
+                                    .unwrap()
+                                    .requests
+                                    .push((sent, at, key, status));
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                        })
+                    };
+                    tokio::time::sleep(delay / 3).await;
+                    sqlx::query(
+                        "UPDATE partner_api_keys SET revoked_at = now() WHERE key_sha256 = $1",
+                    )
+                    .bind(&KeyDigest::of(&keys[key]).as_bytes()[..])
+                    .execute(&mut admin)
+                    .await
+                    .unwrap();
+                    history.lock().unwrap().revoked.insert(key, Instant::now());
+                    history.lock().unwrap().fault(format!(
+                        "key {key} revoked while replica {at} read it ({delay:?} answers)"
+                    ));
+                    tokio::time::sleep(delay).await;
+                    stalls[at].0.set(Duration::ZERO);
+                    endings.push(asker);
+                }
             }
             // Busy threads: tasks that spin on the runtime's workers, delaying the listener
             // and the clients as a loaded machine does.
@@ -422,10 +518,27 @@ async fn check_a_history(journal: Journal) {
             counts
         });
     let count = |message: &str| entries.iter().filter(|e| e.message == message).count();
+    // Reads that began before a revocation and answered after it: the race a cache must not
+    // keep, which the schedule is there to make common.
+    let revoked_ids: HashMap<&str, Instant> = history
+        .revoked
+        .iter()
+        .map(|(key, at)| (key_ids[*key].as_str(), *at))
+        .collect();
+    let straddling = entries
+        .iter()
+        .filter(|e| e.message == "key read" && e.field("answer") == Some("valid"))
+        .filter(|e| {
+            e.field("key_id")
+                .and_then(|id| revoked_ids.get(id))
+                .is_some_and(|revoked| e.at > *revoked)
+        })
+        .count();
     println!(
         "history: {} requests {statuses:?}, {} revocations, {} faults and bursts, \
          {served_after_revocation} answered 200 within the bound after a revocation; journal: \
-         {} reads kept, {} discarded, {} evidence, {} reconnections",
+         {} reads kept, {} discarded, {straddling} answered valid after their key's revocation, \
+         {} evidence, {} reconnections",
         history.requests.len(),
         history.revoked.len(),
         history.faults.len(),
