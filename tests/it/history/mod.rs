@@ -152,6 +152,36 @@ fn take_live(live: &mut Vec<usize>, favoured: Option<usize>, random: &mut Random
     (count > 0).then(|| live.swap_remove(random.below(count)))
 }
 
+/// Asks replica `at` for `GET /v1/me` with `keys[key]` and notes the answer with the instant
+/// it was sent.
+async fn ask(
+    replicas: &[HistoryReplica],
+    at: usize,
+    keys: &[String],
+    key: usize,
+    history: &Mutex<History>,
+) {
+    let sent = Instant::now();
+    let status = call(&replicas[at].api, get("/v1/me", Some(&keys[key])))
+        .await
+        .status;
+    history
+        .lock()
+        .unwrap()
+        .requests
+        .push((sent, at, key, status));
+}
+
+/// Revokes `keys[key]` by plain SQL and notes when it committed.
+async fn revoke(admin: &mut PgConnection, keys: &[String], key: usize, history: &Mutex<History>) {
+    sqlx::query("UPDATE partner_api_keys SET revoked_at = now() WHERE key_sha256 = $1")
+        .bind(&KeyDigest::of(&keys[key]).as_bytes()[..])
+        .execute(admin)
+        .await
+        .unwrap();
+    history.lock().unwrap().revoked.insert(key, Instant::now());
+}
+
 /// Stalls `proxy` for `duration`, in a task of its own, noting both ends in the history.
 fn stall_for(
     proxy: Stall,
@@ -248,15 +278,7 @@ async fn check_a_history(journal: Journal) {
                     let key = random.below(keys.len());
                     let at = random.below(replicas.len());
                     history.lock().unwrap().asking.insert(client, key);
-                    let sent = Instant::now();
-                    let status = call(&replicas[at].api, get("/v1/me", Some(&keys[key])))
-                        .await
-                        .status;
-                    history
-                        .lock()
-                        .unwrap()
-                        .requests
-                        .push((sent, at, key, status));
+                    ask(&replicas, at, &keys, key, &history).await;
                     tokio::time::sleep(Duration::from_millis(random.below(3) as u64)).await;
                 }
             })
@@ -294,14 +316,7 @@ async fn check_a_history(journal: Journal) {
                     })
                     .flatten();
                 if let Some(key) = take_live(&mut live, favoured, &mut random) {
-                    sqlx::query(
-                        "UPDATE partner_api_keys SET revoked_at = now() WHERE key_sha256 = $1",
-                    )
-                    .bind(&KeyDigest::of(&keys[key]).as_bytes()[..])
-                    .execute(&mut admin)
-                    .await
-                    .unwrap();
-                    history.lock().unwrap().revoked.insert(key, Instant::now());
+                    revoke(&mut admin, &keys, key, &history).await;
                 }
             }
             // Roll a live key with no overlap: the old one ends at the roll's commit.
@@ -414,29 +429,13 @@ async fn check_a_history(journal: Journal) {
                         let until = Instant::now() + BOUND + BOUND / 2;
                         tokio::spawn(async move {
                             while Instant::now() < until.min(deadline) {
-                                let sent = Instant::now();
-                                let status =
-                                    call(&replicas[at].api, get("/v1/me", Some(&keys[key])))
-                                        .await
-                                        .status;
-                                history
-                                    .lock()
-                                    .unwrap()
-                                    .requests
-                                    .push((sent, at, key, status));
+                                ask(&replicas, at, &keys, key, &history).await;
                                 tokio::time::sleep(Duration::from_millis(20)).await;
                             }
                         })
                     };
                     tokio::time::sleep(delay / 3).await;
-                    sqlx::query(
-                        "UPDATE partner_api_keys SET revoked_at = now() WHERE key_sha256 = $1",
-                    )
-                    .bind(&KeyDigest::of(&keys[key]).as_bytes()[..])
-                    .execute(&mut admin)
-                    .await
-                    .unwrap();
-                    history.lock().unwrap().revoked.insert(key, Instant::now());
+                    revoke(&mut admin, &keys, key, &history).await;
                     history.lock().unwrap().fault(format!(
                         "key {key} revoked while replica {at} read it ({delay:?} answers)"
                     ));
