@@ -12,9 +12,12 @@
 //!   several replicas at once), and every listening connection is killed now and then;
 //! - the replicas answer with different store timeouts (none, 100 ms, 500 ms), so lookups are
 //!   dropped half-way as well as finished late, and with different cache capacities (100 and 40 of
-//!   the 200 keys, all), so lookups miss often;
+//!   the 200 keys asked for, all), so lookups miss often;
 //! - the test's own runtime threads are kept busy in bursts (tasks that spin for up to 30 ms),
 //!   as a loaded CI machine does to the listener and the clients.
+//!
+//! Clients ask for the newest 200 keys; new ones are issued as the live ones run out, so a
+//! long run (`benches/history.sh`) checks revocations all the way through.
 //!
 //! `PARTNER_API_HISTORY_SECONDS` sets the duration (default 20), `PARTNER_API_HISTORY_REPLICAS`
 //! the number of replicas (default 3), `PARTNER_API_HISTORY_SEED` the random seed (printed, to
@@ -24,7 +27,7 @@
 mod journal;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
@@ -152,17 +155,16 @@ fn take_live(live: &mut Vec<usize>, favoured: Option<usize>, random: &mut Random
     (count > 0).then(|| live.swap_remove(random.below(count)))
 }
 
-/// Asks replica `at` for `GET /v1/me` with `keys[key]` and notes the answer with the instant
-/// it was sent.
+/// Asks replica `at` for `GET /v1/me` with the key numbered `key`, named `name`, and notes
+/// the answer with the instant it was sent.
 async fn ask(
     replicas: &[HistoryReplica],
     at: usize,
-    keys: &[String],
-    key: usize,
+    (key, name): (usize, &str),
     history: &Mutex<History>,
 ) {
     let sent = Instant::now();
-    let status = call(&replicas[at].api, get("/v1/me", Some(&keys[key])))
+    let status = call(&replicas[at].api, get("/v1/me", Some(name)))
         .await
         .status;
     history
@@ -172,10 +174,27 @@ async fn ask(
         .push((sent, at, key, status));
 }
 
-/// Revokes `keys[key]` by plain SQL and notes when it committed.
-async fn revoke(admin: &mut PgConnection, keys: &[String], key: usize, history: &Mutex<History>) {
+/// Issues `count` new keys (named by number), live from now on.
+async fn issue(
+    store: &PgStore,
+    keys: &RwLock<Vec<String>>,
+    key_ids: &mut Vec<String>,
+    live: &mut Vec<usize>,
+    count: usize,
+) {
+    for _ in 0..count {
+        let key = key_ids.len();
+        let name = format!("pk_test_history_{key:05}_abcdefghijklmnop");
+        key_ids.push(store.add_key(&name, "org_demo").await.unwrap());
+        keys.write().unwrap().push(name);
+        live.push(key);
+    }
+}
+
+/// Revokes the key numbered `key`, named `name`, by plain SQL and notes when it committed.
+async fn revoke(admin: &mut PgConnection, (key, name): (usize, &str), history: &Mutex<History>) {
     sqlx::query("UPDATE partner_api_keys SET revoked_at = now() WHERE key_sha256 = $1")
-        .bind(&KeyDigest::of(&keys[key]).as_bytes()[..])
+        .bind(&KeyDigest::of(name).as_bytes()[..])
         .execute(admin)
         .await
         .unwrap();
@@ -239,13 +258,12 @@ async fn check_a_history(journal: Journal) {
         )
         .await
         .unwrap();
-    let keys: Vec<String> = (0..KEYS)
-        .map(|n| format!("pk_test_history_{n:03}_abcdefghijklmnop"))
-        .collect();
-    let mut key_ids = Vec::with_capacity(KEYS);
-    for key in &keys {
-        key_ids.push(store.add_key(key, "org_demo").await.unwrap());
-    }
+    // Every key issued so far, by number; clients ask for the newest KEYS of them, and new
+    // ones are issued as the live ones run out, however long the history.
+    let keys: Arc<RwLock<Vec<String>>> = Arc::default();
+    let mut key_ids = Vec::new();
+    let mut live: Vec<usize> = Vec::new();
+    issue(&store, &keys, &mut key_ids, &mut live, KEYS).await;
     let timeouts = [
         Some(Duration::from_millis(500)),
         None,
@@ -275,10 +293,14 @@ async fn check_a_history(journal: Journal) {
             tokio::spawn(async move {
                 let mut random = Random(seed ^ (client + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
                 while Instant::now() < deadline {
-                    let key = random.below(keys.len());
+                    let (key, name) = {
+                        let keys = keys.read().unwrap();
+                        let key = keys.len() - KEYS + random.below(KEYS);
+                        (key, keys[key].clone())
+                    };
                     let at = random.below(replicas.len());
                     history.lock().unwrap().asking.insert(client, key);
-                    ask(&replicas, at, &keys, key, &history).await;
+                    ask(&replicas, at, (key, &name), &history).await;
                     tokio::time::sleep(Duration::from_millis(random.below(3) as u64)).await;
                 }
             })
@@ -288,7 +310,6 @@ async fn check_a_history(journal: Journal) {
     // Changes and faults, one at a time (stalls end in tasks of their own).
     let mut random = Random(seed);
     let mut admin = PgConnection::connect(&url).await.unwrap();
-    let mut live: Vec<usize> = (0..KEYS).collect();
     let stalls: Vec<(AnswersDelay, Stall)> = replicas
         .iter()
         .map(|replica| {
@@ -302,6 +323,9 @@ async fn check_a_history(journal: Journal) {
     let mut reads_stalled_until = vec![Instant::now(); replicas.len()];
     let mut endings = Vec::new();
     while Instant::now() < deadline {
+        if live.len() < KEYS / 2 {
+            issue(&store, &keys, &mut key_ids, &mut live, KEYS / 4).await;
+        }
         let choice = random.below(100);
         match choice {
             // Revoke a live key by plain SQL: most often one a client is asking for.
@@ -316,7 +340,8 @@ async fn check_a_history(journal: Journal) {
                     })
                     .flatten();
                 if let Some(key) = take_live(&mut live, favoured, &mut random) {
-                    revoke(&mut admin, &keys, key, &history).await;
+                    let name = keys.read().unwrap()[key].clone();
+                    revoke(&mut admin, (key, &name), &history).await;
                 }
             }
             // Roll a live key with no overlap: the old one ends at the roll's commit.
@@ -411,6 +436,7 @@ async fn check_a_history(journal: Journal) {
             // A cache that kept the read would answer it from memory past the bound.
             84..=93 => {
                 if let Some(key) = take_live(&mut live, None, &mut random) {
+                    let name = keys.read().unwrap()[key].clone();
                     let at = random.below(replicas.len());
                     let delay = random.millis(100, 400);
                     stalls[at].0.set(delay);
@@ -418,24 +444,24 @@ async fn check_a_history(journal: Journal) {
                         "UPDATE partner_api_keys SET expires_at = now() + interval '2 days' \
                          WHERE key_sha256 = $1",
                     )
-                    .bind(&KeyDigest::of(&keys[key]).as_bytes()[..])
+                    .bind(&KeyDigest::of(&name).as_bytes()[..])
                     .execute(&mut admin)
                     .await
                     .unwrap();
                     tokio::time::sleep(Duration::from_millis(30)).await;
                     let asker = {
-                        let (replicas, history, keys) =
-                            (replicas.clone(), history.clone(), keys.clone());
+                        let (replicas, history, name) =
+                            (replicas.clone(), history.clone(), name.clone());
                         let until = Instant::now() + BOUND + BOUND / 2;
                         tokio::spawn(async move {
                             while Instant::now() < until.min(deadline) {
-                                ask(&replicas, at, &keys, key, &history).await;
+                                ask(&replicas, at, (key, &name), &history).await;
                                 tokio::time::sleep(Duration::from_millis(20)).await;
                             }
                         })
                     };
                     tokio::time::sleep(delay / 3).await;
-                    revoke(&mut admin, &keys, key, &history).await;
+                    revoke(&mut admin, (key, &name), &history).await;
                     history.lock().unwrap().fault(format!(
                         "key {key} revoked while replica {at} read it ({delay:?} answers)"
                     ));
@@ -504,7 +530,7 @@ async fn check_a_history(journal: Journal) {
             "200 from replica {at} at {:.3}s for {}, revoked at {:.3}s ({:?} before)\n  \
              faults near: {faults:?}\n  what replica {at} did:\n{chain}",
             seconds_in(*sent),
-            keys[*key],
+            keys.read().unwrap()[*key],
             seconds_in(*revoked),
             sent.saturating_duration_since(*revoked)
         ));
