@@ -137,7 +137,14 @@ impl Notifications {
     pub fn confirmed(&self, sent_at: Instant) {
         let evidence = millis(sent_at);
         if self.shared.evidence.fetch_max(evidence, Ordering::AcqRel) < evidence {
-            tracing::trace!(target: JOURNAL, hub = self.id(), evidence, "evidence confirmed");
+            // The evidence's age when confirmed (read only when the event is on).
+            tracing::trace!(
+                target: JOURNAL,
+                hub = self.id(),
+                evidence,
+                age_us = u64::try_from(sent_at.elapsed().as_micros()).unwrap_or(u64::MAX),
+                "evidence confirmed"
+            );
             crate::metrics::cache_evidence(sent_at);
         }
     }

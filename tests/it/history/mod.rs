@@ -79,6 +79,8 @@ struct History {
     requests: Vec<(Instant, usize, usize, StatusCode)>,
     /// key -> when its revocation (or a roll that ended it) had committed
     revoked: HashMap<usize, Instant>,
+    /// key -> when its revocation was sent: its notification cannot be applied before.
+    revoking: HashMap<usize, Instant>,
     faults: Vec<(Instant, String)>,
     /// The key each client asked for last: the revocations favour them.
     asking: HashMap<u64, usize>,
@@ -193,6 +195,7 @@ async fn issue(
 
 /// Revokes the key numbered `key`, named `name`, by plain SQL and notes when it committed.
 async fn revoke(admin: &mut PgConnection, (key, name): (usize, &str), history: &Mutex<History>) {
+    history.lock().unwrap().revoking.insert(key, Instant::now());
     sqlx::query("UPDATE partner_api_keys SET revoked_at = now() WHERE key_sha256 = $1")
         .bind(&KeyDigest::of(name).as_bytes()[..])
         .execute(admin)
@@ -347,6 +350,7 @@ async fn check_a_history(journal: Journal) {
             // Roll a live key with no overlap: the old one ends at the roll's commit.
             30..=34 => {
                 if let Some(key) = take_live(&mut live, None, &mut random) {
+                    history.lock().unwrap().revoking.insert(key, Instant::now());
                     store
                         .roll(
                             "org_demo",
@@ -572,13 +576,79 @@ async fn check_a_history(journal: Journal) {
         count("evidence confirmed"),
         count("connected: the caches are emptied"),
     );
+    let unapplied = evidence_before_changes(&entries, &replicas, &history, &key_ids, &seconds_in);
+    println!(
+        "history: every revocation's notification was applied before evidence younger than it \
+         on every replica: {}",
+        if unapplied.is_empty() { "yes" } else { "NO" }
+    );
     assert!(history.revoked.len() >= 10, "too few revocations to check");
+    assert!(
+        unapplied.is_empty(),
+        "seed {seed}: evidence younger than a revocation was confirmed before its notification \
+         was applied ({}):\n{}",
+        unapplied.len(),
+        unapplied.join("\n")
+    );
     assert!(
         violations.is_empty(),
         "seed {seed}: {} violations:\n{}",
         violations.len(),
         violations.join("\n")
     );
+}
+
+/// The invariant behind the bound, checked on every replica for every revocation, whether or
+/// not a client happened to ask at the wrong moment: no evidence younger than a revocation is
+/// confirmed before its notification was applied (the key changed, everything changed, or
+/// the caches were emptied on a new connection, after the revocation was sent). Returns each
+/// breach, explained.
+fn evidence_before_changes(
+    entries: &[journal::Entry],
+    replicas: &[HistoryReplica],
+    history: &History,
+    key_ids: &[String],
+    seconds_in: &dyn Fn(Instant) -> f64,
+) -> Vec<String> {
+    let mut breaches = Vec::new();
+    for (at, replica) in replicas.iter().enumerate() {
+        let hub: Vec<&journal::Entry> = entries.iter().filter(|e| e.hub == replica.hub).collect();
+        for (key, revoked) in &history.revoked {
+            let Some(revoking) = history.revoking.get(key) else {
+                continue;
+            };
+            // The first evidence sent after the revocation committed.
+            let younger = hub.iter().find(|e| {
+                e.message == "evidence confirmed"
+                    && e.field("age_us")
+                        .and_then(|age| age.parse::<u64>().ok())
+                        .and_then(|age| e.at.checked_sub(Duration::from_micros(age)))
+                        .is_some_and(|sent| sent > *revoked)
+            });
+            let Some(younger) = younger else {
+                continue;
+            };
+            let applied = hub.iter().any(|e| {
+                e.at >= *revoking
+                    && e.at <= younger.at
+                    && match e.message.as_str() {
+                        "key changed" => e.field("key_id") == Some(key_ids[*key].as_str()),
+                        "everything changed" | "connected: the caches are emptied" => true,
+                        _ => false,
+                    }
+            });
+            if !applied {
+                breaches.push(format!(
+                    "replica {at}: key {} revoked at {:.3}s, evidence sent after it confirmed at \
+                     {:.3}s, its change not applied by then",
+                    key_ids[*key],
+                    seconds_in(*revoked),
+                    seconds_in(younger.at)
+                ));
+            }
+        }
+    }
+    breaches
 }
 
 fn discarded(entries: &[journal::Entry]) -> usize {
