@@ -25,6 +25,7 @@
 #![cfg(feature = "postgres")]
 
 mod journal;
+mod processes;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
