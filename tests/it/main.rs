@@ -30,5 +30,6 @@ mod secret_scanning;
 mod server;
 mod settings_page;
 mod soak;
+mod trust;
 #[cfg(feature = "webhooks")]
 mod webhooks;

@@ -12,7 +12,7 @@ use partner_api::PgStore;
 use sqlx::{Connection, Executor, PgConnection};
 
 use crate::common::net::*;
-use crate::common::pg::fresh_database;
+use crate::common::pg::{as_user, documented_roles, fresh_database};
 use crate::common::*;
 
 /// Runs the standalone binary with `args` (no `DATABASE_URL` or `REDIS_URL` from outside):
@@ -87,30 +87,6 @@ async fn help_shows_no_environment_value_and_errors_no_password() {
             );
         }
     }
-}
-
-/// The SQL of the roles in the hosting docs, with the role names made unique for this test.
-fn documented_roles(serving: &str, keys: &str) -> String {
-    let docs = include_str!("../../src/docs/hosting.md");
-    let block = docs
-        .split("<!-- roles -->")
-        .nth(1)
-        .and_then(|rest| rest.split("<!-- /roles -->").next())
-        .expect("the roles block of the hosting docs");
-    let sql = block
-        .trim()
-        .strip_prefix("```sql")
-        .and_then(|sql| sql.strip_suffix("```"))
-        .expect("an SQL block");
-    sql.replace("partner_api_serving", serving)
-        .replace("partner_api_key_admin", keys)
-}
-
-/// `url` with `user` in place of its user.
-fn as_user(url: &str, user: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap();
-    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
-    format!("{scheme}://{user}:change%20me@{host}")
 }
 
 #[tokio::test]

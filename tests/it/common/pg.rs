@@ -34,6 +34,31 @@ pub async fn fresh_database() -> String {
     format!("{base}/{name}")
 }
 
+/// The SQL of the roles in the hosting docs, with the role names made unique for a test.
+pub fn documented_roles(serving: &str, keys: &str) -> String {
+    let docs = include_str!("../../../src/docs/hosting.md");
+    let block = docs
+        .split("<!-- roles -->")
+        .nth(1)
+        .and_then(|rest| rest.split("<!-- /roles -->").next())
+        .expect("the roles block of the hosting docs");
+    let sql = block
+        .trim()
+        .strip_prefix("```sql")
+        .and_then(|sql| sql.strip_suffix("```"))
+        .expect("an SQL block");
+    sql.replace("partner_api_serving", serving)
+        .replace("partner_api_key_admin", keys)
+}
+
+/// `url` with `user` (whose password is `change me`, as in the documented roles) in place of
+/// its user.
+pub fn as_user(url: &str, user: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{user}:change%20me@{host}")
+}
+
 /// The record of the demo seed's key `DEMO_KEY` (labelled "Demo integration") in `store`.
 pub async fn demo_key_record(store: &partner_api::PgStore) -> partner_api::management::KeyRecord {
     use partner_api::management::KeyManager;

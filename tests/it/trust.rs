@@ -1,0 +1,322 @@
+//! The trust boundaries in the host's database, attacked as each documented role would: our
+//! functions cannot be attached to a table of the attacker's, steered by a temporary object
+//! named like one of our tables, or called where only our triggers should call them; and
+//! every SECURITY DEFINER function pins its search path and is not executable by PUBLIC.
+#![cfg(feature = "postgres")]
+
+use partner_api::seed::Seed;
+use partner_api::PgStore;
+use sqlx::{Connection, Executor, PgConnection};
+
+use crate::common::pg::{as_user, documented_roles, fresh_database};
+
+/// The trigger functions the migrations create.
+const TRIGGER_FUNCTIONS: [&str; 10] = [
+    "partner_api_log_order_change",
+    "partner_api_raise_order_events",
+    "partner_api_notify_orders",
+    "partner_api_notify_all_orders",
+    "partner_api_notify_all_keys",
+    "partner_api_notify_inserted_keys",
+    "partner_api_notify_updated_keys",
+    "partner_api_notify_deleted_keys",
+    "partner_api_notify_renamed_organizations",
+    "partner_api_notify_deleted_organizations",
+];
+
+/// The tables our functions read or write, each shadowed by a temporary view in the attack.
+const SHADOWED: [(&str, &str); 6] = [
+    (
+        "partner_webhook_endpoints",
+        "SELECT 1::bigint AS id, 'org_demo'::text AS organization_id, true AS enabled, \
+         '{}'::text[] AS events",
+    ),
+    (
+        "partner_webhook_messages",
+        "SELECT 1::bigint AS id, ''::text AS organization_id, ''::text AS event_type, \
+         ''::text AS order_id, NULL::jsonb AS order_row",
+    ),
+    (
+        "partner_webhook_deliveries",
+        "SELECT 1::bigint AS message_id, 1::bigint AS endpoint_id, ''::text AS order_id",
+    ),
+    (
+        "partner_api_order_changes",
+        "SELECT ''::text AS organization_id",
+    ),
+    (
+        "partner_api_order_tables",
+        "SELECT 0::oid::regclass AS relid",
+    ),
+    ("partner_orders", "SELECT ''::text AS organization_id"),
+];
+
+/// A database migrated and seeded by its owner, an enabled webhook endpoint for `org_demo`, the
+/// documented roles and an order writer (as the hosting page describes it); their names.
+async fn attacked_database() -> (String, [String; 3]) {
+    let url = fresh_database().await;
+    let owner = PgStore::connect_lazy(&url).unwrap();
+    owner.migrate().await.unwrap();
+    owner.load_seed(&Seed::demo()).await.unwrap();
+    let database = url.rsplit_once('/').unwrap().1.to_owned();
+    let roles = [
+        format!("{database}_serving"),
+        format!("{database}_keys"),
+        format!("{database}_writer"),
+    ];
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    for role in &roles {
+        admin
+            .execute(format!("DROP ROLE IF EXISTS {role}").as_str())
+            .await
+            .unwrap();
+    }
+    admin
+        .execute(documented_roles(&roles[0], &roles[1]).as_str())
+        .await
+        .unwrap();
+    let writer = &roles[2];
+    admin
+        .execute(
+            format!(
+                "CREATE ROLE {writer} LOGIN PASSWORD 'change me'; \
+                 GRANT USAGE ON SCHEMA public TO {writer}; \
+                 GRANT INSERT ON partner_orders, partner_api_order_changes TO {writer}; \
+                 INSERT INTO partner_webhook_endpoints (organization_id, url, secret) \
+                 VALUES ('org_demo', 'https://hooks.example/orders', 'whsec_dGVzdA==');"
+            )
+            .as_str(),
+        )
+        .await
+        .unwrap();
+    (url, roles)
+}
+
+/// What the attacks must not change: the outbox's and the change log's sizes, and each
+/// role's rights on the tables that hold keys and secrets.
+async fn state(admin: &mut PgConnection, roles: &[String]) -> Vec<String> {
+    let mut state: Vec<String> = sqlx::query_scalar(
+        "SELECT format('%s messages, %s changes', \
+                (SELECT count(*) FROM partner_webhook_messages), \
+                (SELECT count(*) FROM partner_api_order_changes))",
+    )
+    .fetch_all(&mut *admin)
+    .await
+    .unwrap();
+    for role in roles {
+        let rights: String = sqlx::query_scalar(
+            "SELECT format('%s: keys %s/%s/%s, endpoints %s/%s', $1::text, \
+                has_table_privilege($1, 'partner_api_keys', 'INSERT'), \
+                has_table_privilege($1, 'partner_api_keys', 'DELETE'), \
+                has_table_privilege($1, 'partner_api_keys', 'TRUNCATE'), \
+                has_table_privilege($1, 'partner_webhook_endpoints', 'SELECT'), \
+                has_table_privilege($1, 'partner_webhook_endpoints', 'INSERT'))",
+        )
+        .bind(role)
+        .fetch_one(&mut *admin)
+        .await
+        .unwrap();
+        state.push(rights);
+    }
+    state
+}
+
+#[tokio::test]
+async fn no_documented_role_can_turn_our_functions_against_the_database() {
+    let (url, roles) = attacked_database().await;
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    let before = state(&mut admin, &roles).await;
+
+    for role in &roles {
+        let mut attacker = PgConnection::connect(&as_user(&url, role)).await.unwrap();
+        // A function of the attacker's that takes every right, if only the owner ran it.
+        attacker
+            .execute(
+                "CREATE FUNCTION pg_temp.take_everything() RETURNS boolean LANGUAGE plpgsql AS $$ \
+                 BEGIN \
+                     EXECUTE format('GRANT ALL ON ALL TABLES IN SCHEMA public TO %I', session_user); \
+                     RETURN true; \
+                 END $$",
+            )
+            .await
+            .unwrap();
+        // Temporary views in front of our tables, whose rows call it.
+        for (table, columns) in SHADOWED {
+            attacker
+                .execute(
+                    format!(
+                        "CREATE TEMP VIEW {table} AS {columns} WHERE pg_temp.take_everything()"
+                    )
+                    .as_str(),
+                )
+                .await
+                .unwrap();
+        }
+        // Each of our trigger functions attached to a table of the attacker's, with the
+        // columns of an order: refused when attached, or when it fires.
+        for (n, function) in TRIGGER_FUNCTIONS.iter().enumerate() {
+            let table = format!("pg_temp.bait_{n}");
+            attacker
+                .execute(
+                    format!(
+                        "CREATE TABLE {table} (organization_id text, id text, providers text[], \
+                         advertiser_name text, campaign_name text, budget_dkk bigint, \
+                         start_date date, end_date date, status text, external_reference text, \
+                         created_at timestamptz)"
+                    )
+                    .as_str(),
+                )
+                .await
+                .unwrap();
+            let attached = attacker
+                .execute(
+                    format!(
+                        "CREATE TRIGGER bait AFTER INSERT ON {table} \
+                         FOR EACH ROW EXECUTE FUNCTION {function}()"
+                    )
+                    .as_str(),
+                )
+                .await;
+            if attached.is_err() {
+                continue;
+            }
+            let fired = attacker
+                .execute(
+                    format!(
+                        "INSERT INTO {table} VALUES ('org_demo', 'ord_forged', '{{meta}}', 'A', \
+                         'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now())"
+                    )
+                    .as_str(),
+                )
+                .await;
+            let err = fired.expect_err(&format!("{role}: {function} ran for a table of its own"));
+            assert!(
+                err.to_string().contains("does not serve the table"),
+                "{role}: {function}: {err}"
+            );
+        }
+        // The functions only our triggers call: not callable at all.
+        for call in [
+            "SELECT partner_api_raise_order_event('org_demo', 'order.created', 'ord_forged', '{}')",
+            "SELECT partner_api_serve_orders_table('pg_temp.bait_0')",
+        ] {
+            assert!(
+                attacker.execute(call).await.is_err(),
+                "{role} could run {call}"
+            );
+        }
+        // What the role may do for real, with the views in place: our triggers fire and must
+        // read our tables, not the views.
+        let legitimate = match role.rsplit('_').next().unwrap() {
+            "writer" => {
+                "INSERT INTO public.partner_orders VALUES ('org_demo', 'ord_by_writer', \
+                 ARRAY['meta'], 'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now())"
+            }
+            "keys" => "UPDATE public.partner_api_keys SET expires_at = now() + interval '1 day'",
+            _ => "UPDATE public.partner_api_keys SET last_used_at = now()",
+        };
+        attacker.execute(legitimate).await.unwrap();
+    }
+
+    let after = state(&mut admin, &roles).await;
+    // The writer's order raised its event (for the real endpoint) and logged its change;
+    // nothing else was raised or logged, and no right changed.
+    let expected_counts = {
+        let (messages, changes): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM partner_webhook_messages WHERE order_id = 'ord_by_writer'), \
+                    (SELECT count(*) FROM partner_api_order_changes)",
+        )
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+        assert_eq!(messages, 1, "the writer's order raised no event");
+        format!("{messages} messages, {changes} changes")
+    };
+    let before_changes: i64 = before[0]
+        .split(", ")
+        .nth(1)
+        .and_then(|changes| changes.split(' ').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        after[0],
+        format!("1 messages, {} changes", before_changes + 1),
+        "an attack raised an event or logged a change"
+    );
+    assert_eq!(after[0], expected_counts);
+    assert_eq!(after[1..], before[1..], "an attack changed a role's rights");
+    let forged: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM partner_webhook_messages WHERE order_id = 'ord_forged'",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(forged, 0);
+}
+
+#[tokio::test]
+async fn every_function_of_ours_pins_its_search_path_and_no_definer_runs_for_public() {
+    let url = fresh_database().await;
+    let owner = PgStore::connect_lazy(&url).unwrap();
+    owner.migrate().await.unwrap();
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    let functions: Vec<(String, bool, Vec<String>, bool)> = sqlx::query_as(
+        "SELECT p.proname::text, p.prosecdef, coalesce(p.proconfig, '{}'), \
+                EXISTS (SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a \
+                        WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE') \
+         FROM pg_proc p WHERE p.pronamespace = current_schema()::regnamespace \
+         ORDER BY 1",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert!(functions.len() >= TRIGGER_FUNCTIONS.len(), "{functions:?}");
+    let schema: String = sqlx::query_scalar("SELECT current_schema()::text")
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    for (name, definer, config, public) in &functions {
+        assert!(
+            name.starts_with("partner_api_"),
+            "a function not ours: {name}"
+        );
+        assert_eq!(
+            config,
+            &vec![format!("search_path={schema}, pg_temp")],
+            "{name} does not pin its search path"
+        );
+        if *definer {
+            assert!(!public, "PUBLIC may execute the SECURITY DEFINER {name}");
+        }
+    }
+    let definers: Vec<&str> = functions
+        .iter()
+        .filter(|f| f.1)
+        .map(|f| f.0.as_str())
+        .collect();
+    assert_eq!(definers, ["partner_api_raise_order_events"]);
+}
+
+#[tokio::test]
+async fn a_host_table_of_orders_served_through_the_owner_function_raises_its_events() {
+    let (url, _) = attacked_database().await;
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    admin
+        .execute(
+            "CREATE TABLE host_orders (LIKE partner_orders INCLUDING ALL); \
+             SELECT partner_api_serve_orders_table('host_orders'); \
+             INSERT INTO host_orders VALUES ('org_demo', 'ord_in_host_table', ARRAY['meta'], \
+             'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now());",
+        )
+        .await
+        .unwrap();
+    let (messages, changes): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM partner_webhook_messages WHERE order_id = 'ord_in_host_table'), \
+                (SELECT count(*) FROM partner_api_order_changes)",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!((messages, changes > 0), (1, true));
+}
