@@ -93,10 +93,15 @@ pub(crate) struct Args {
     /// --redis-url, shared by every replica. 0 turns the throttle off.
     #[arg(long, value_name = "N", default_value_t = partner_api::service::DEFAULT_AUTH_FAILURE_LIMIT)]
     pub(crate) auth_failure_limit: u32,
-    /// A proxy (CIDR, repeatable) whose X-Forwarded-For and Forwarded headers name the
-    /// client; from anyone else those headers are ignored.
+    /// A proxy (CIDR, repeatable) whose forwarding header (--client-address-header) names
+    /// the client; from anyone else it is ignored.
     #[arg(long = "trusted-proxy", value_name = "CIDR", value_parser = parse_cidr)]
     pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
+    /// The one header that names the client behind a --trusted-proxy: the one your proxies
+    /// write (x-forwarded-for or forwarded); the other is ignored, so a client cannot pass its
+    /// own through.
+    #[arg(long, value_name = "HEADER", default_value = "x-forwarded-for")]
+    pub(crate) client_address_header: partner_api::ClientAddressHeader,
     /// Serve GitHub's secret scanning endpoint at POST /secret-scanning/github on the API's
     /// listener, verifying reports with the public keys of this file or URL (GitHub's is
     /// https://api.github.com/meta/public_keys/secret_scanning); leaked keys are revoked.
@@ -381,8 +386,10 @@ pub(crate) struct Options {
     /// The start of this deployment's budget names in Redis.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) redis_prefix: String,
-    /// Proxies whose forwarding headers are believed.
+    /// Proxies whose forwarding header is believed.
     pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
+    /// The forwarding header they write.
+    pub(crate) client_address_header: partner_api::ClientAddressHeader,
     pub(crate) request_timeout: Duration,
     /// Organizations with a metrics series of their own.
     pub(crate) metrics_organizations: usize,
@@ -398,6 +405,7 @@ impl Default for Options {
             redis_url: None,
             redis_prefix: "partner_api:".to_owned(),
             trusted_proxies: Vec::new(),
+            client_address_header: partner_api::ClientAddressHeader::default(),
             request_timeout: Duration::from_secs(30),
             metrics_organizations: partner_api::metrics::DEFAULT_MAX_ORGANIZATIONS,
             metrics_key_ids: 0,
@@ -421,6 +429,7 @@ impl Options {
             redis_url,
             redis_prefix,
             trusted_proxies: args.trusted_proxies.clone(),
+            client_address_header: args.client_address_header,
             request_timeout: Duration::from_secs(args.request_timeout),
             metrics_organizations: args.metrics_organizations,
             metrics_key_ids: args.metrics_key_ids,

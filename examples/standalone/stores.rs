@@ -24,6 +24,7 @@ fn configured(api: PartnerApi, options: &Options) -> PartnerApi {
     let mut api = api
         .with_organization_labels(options.metrics_organizations)
         .with_key_id_labels(options.metrics_key_ids)
+        .with_client_address_header(options.client_address_header)
         .with_trusted_proxies(options.trusted_proxies.iter().copied());
     api = match options.auth_failure_limit {
         None => api.without_auth_failure_limiter(),

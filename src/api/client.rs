@@ -39,6 +39,55 @@ pub struct PeerAddr(pub SocketAddr);
 #[derive(Clone, Debug, Default)]
 pub(crate) struct TrustedProxies {
     ranges: Vec<IpNet>,
+    header: ClientAddressHeader,
+}
+
+/// The one forwarding header that names the client behind trusted proxies
+/// ([`PartnerApi::with_client_address_header`](crate::PartnerApi::with_client_address_header)):
+/// the one the proxies in front of the API write. The other is ignored, so a client cannot
+/// choose its own address by sending the header its proxy does not overwrite.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ClientAddressHeader {
+    /// `X-Forwarded-For` (nginx's `$proxy_add_x_forwarded_for`, most load balancers): the
+    /// default.
+    #[default]
+    XForwardedFor,
+    /// `Forwarded` (RFC 7239: HAProxy's `option forwarded`, nginx's
+    /// `proxy_set_header Forwarded`).
+    Forwarded,
+}
+
+impl ClientAddressHeader {
+    /// The header's name, as the standalone host's `--client-address-header` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::XForwardedFor => "x-forwarded-for",
+            Self::Forwarded => "forwarded",
+        }
+    }
+}
+
+impl std::fmt::Display for ClientAddressHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for ClientAddressHeader {
+    type Err = String;
+
+    /// `x-forwarded-for` or `forwarded`, in any case.
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        if name.eq_ignore_ascii_case("x-forwarded-for") {
+            Ok(Self::XForwardedFor)
+        } else if name.eq_ignore_ascii_case("forwarded") {
+            Ok(Self::Forwarded)
+        } else {
+            Err(format!(
+                "{name:?} is not a forwarding header: x-forwarded-for or forwarded"
+            ))
+        }
+    }
 }
 
 /// The client's address as the API sees it.
@@ -52,7 +101,16 @@ pub(crate) enum ClientAddr {
 
 impl TrustedProxies {
     pub(crate) fn new(ranges: Vec<IpNet>) -> Self {
-        Self { ranges }
+        Self {
+            ranges,
+            header: ClientAddressHeader::default(),
+        }
+    }
+
+    /// These proxies, naming the client in `header` (the other header is ignored).
+    pub(crate) fn with_header(mut self, header: ClientAddressHeader) -> Self {
+        self.header = header;
+        self
     }
 
     fn trusts(&self, address: IpAddr) -> bool {
@@ -73,7 +131,7 @@ impl TrustedProxies {
         if self.ranges.is_empty() || !self.trusts(peer) {
             return Some(ClientAddr::Known(peer));
         }
-        let Some(hops) = forwarded_hops(headers) else {
+        let Some(hops) = forwarded_hops(headers, self.header) else {
             return Some(ClientAddr::Unparseable(peer));
         };
         // Walks from the nearest hop outwards, past every trusted proxy.
@@ -105,12 +163,12 @@ impl ClientAddr {
     }
 }
 
-/// The addresses the proxies reported, nearest last: every `X-Forwarded-For` (or, without
-/// one, every `Forwarded` `for=`) in order; `None` when there is no such header or one of
-/// its addresses does not parse.
-fn forwarded_hops(headers: &HeaderMap) -> Option<Vec<IpAddr>> {
+/// The addresses the proxies reported in `header`, nearest last: every `X-Forwarded-For`, or
+/// every `Forwarded` `for=`, in order; `None` when there is no such header or one of its
+/// addresses does not parse. The other header is never read.
+fn forwarded_hops(headers: &HeaderMap, header: ClientAddressHeader) -> Option<Vec<IpAddr>> {
     let mut hops = Vec::new();
-    if headers.contains_key(X_FORWARDED_FOR) {
+    if header == ClientAddressHeader::XForwardedFor {
         for value in headers.get_all(X_FORWARDED_FOR) {
             for hop in value.to_str().ok()?.split(',') {
                 hops.push(parse_hop(hop.trim())?);
@@ -201,7 +259,8 @@ mod tests {
                 "for=1.1.1.1, for=\"[2001:db8::1]:443\";proto=https",
             )],
         );
-        assert_eq!(trusted.client_addr(peer, &headers), known("2001:db8::1"));
+        let forwarded = trusted.clone().with_header(ClientAddressHeader::Forwarded);
+        assert_eq!(forwarded.client_addr(peer, &headers), known("2001:db8::1"));
         let (peer, headers) = request("10.0.0.2:4000", &[]);
         assert_eq!(
             trusted.client_addr(peer, &headers),
@@ -226,6 +285,47 @@ mod tests {
         assert_ne!(
             addr("2001:db8:1:2::1").budget_name(),
             addr("2001:db8:1:3::1").budget_name()
+        );
+    }
+
+    #[test]
+    fn only_the_named_forwarding_header_is_read_whatever_the_other_says() {
+        // A proxy that writes one header passes the client's own copy of the other through.
+        let both = [
+            ("x-forwarded-for", "198.51.100.7"),
+            ("forwarded", "for=203.0.113.5"),
+        ];
+        let (peer, headers) = request("10.0.0.2:4000", &both);
+        let trusted = proxies(&["10.0.0.0/8"]);
+        assert_eq!(trusted.client_addr(peer, &headers), known("198.51.100.7"));
+        let forwarded = trusted.clone().with_header(ClientAddressHeader::Forwarded);
+        assert_eq!(forwarded.client_addr(peer, &headers), known("203.0.113.5"));
+        // The named header missing, the other present: unknown, never the other's word.
+        let (peer, headers) = request("10.0.0.2:4000", &both[..1]);
+        assert_eq!(
+            forwarded.client_addr(peer, &headers),
+            Some(ClientAddr::Unparseable("10.0.0.2".parse().unwrap()))
+        );
+        let (peer, headers) = request("10.0.0.2:4000", &both[1..]);
+        assert_eq!(
+            trusted.client_addr(peer, &headers),
+            Some(ClientAddr::Unparseable("10.0.0.2".parse().unwrap()))
+        );
+    }
+
+    #[test]
+    fn the_header_is_named_as_the_command_line_names_it() {
+        for header in [
+            ClientAddressHeader::XForwardedFor,
+            ClientAddressHeader::Forwarded,
+        ] {
+            assert_eq!(header.name().parse::<ClientAddressHeader>(), Ok(header));
+            assert_eq!(header.to_string().to_uppercase().parse(), Ok(header));
+        }
+        assert!("x-real-ip".parse::<ClientAddressHeader>().is_err());
+        assert_eq!(
+            ClientAddressHeader::default(),
+            ClientAddressHeader::XForwardedFor
         );
     }
 }

@@ -16,7 +16,7 @@ use tower::Service;
 
 use crate::api::auth::{bearer_token, Challenges};
 use crate::api::body::ApiBody;
-use crate::api::client::{PeerAddr, TrustedProxies};
+use crate::api::client::{ClientAddressHeader, PeerAddr, TrustedProxies};
 use crate::api::conditional::IfNoneMatch;
 use crate::api::config::Config;
 pub use crate::api::config::{
@@ -189,13 +189,28 @@ impl PartnerApi {
         self
     }
 
-    /// Believes `X-Forwarded-For` and `Forwarded` from peers in these ranges (none by
-    /// default): the client is then the rightmost forwarded address that is not a trusted
-    /// proxy. Name only proxies you run: a header from anyone else is the client's own word.
+    /// Believes the forwarding header ([`with_client_address_header`](Self::with_client_address_header),
+    /// `X-Forwarded-For` by default) from peers in these ranges (none by default): the client
+    /// is then the rightmost forwarded address that is not a trusted proxy. Name only proxies
+    /// you run: a header from anyone else is the client's own word.
     #[must_use]
     pub fn with_trusted_proxies(mut self, ranges: impl IntoIterator<Item = ipnet::IpNet>) -> Self {
-        Arc::make_mut(&mut self.config).trusted_proxies =
-            TrustedProxies::new(ranges.into_iter().collect());
+        let config = Arc::make_mut(&mut self.config);
+        let header = config.client_address_header;
+        config.trusted_proxies =
+            TrustedProxies::new(ranges.into_iter().collect()).with_header(header);
+        self
+    }
+
+    /// Reads the client's address behind trusted proxies from `header` only (default
+    /// [`ClientAddressHeader::XForwardedFor`]): the header your proxies write. The other one
+    /// is ignored, so a client cannot name its own address in the header its proxy passes
+    /// through untouched.
+    #[must_use]
+    pub fn with_client_address_header(mut self, header: ClientAddressHeader) -> Self {
+        let config = Arc::make_mut(&mut self.config);
+        config.client_address_header = header;
+        config.trusted_proxies = std::mem::take(&mut config.trusted_proxies).with_header(header);
         self
     }
 

@@ -199,10 +199,11 @@ async fn forwarding_headers_count_only_from_trusted_proxies() {
             &[("x-forwarded-for", "203.0.113.9, 10.0.0.7")],
             StatusCode::OK,
         ),
+        // `Forwarded` is read only where it is the named header (not the default).
         (
             "10.0.0.2",
             &[("forwarded", "for=\"203.0.113.9:4431\";proto=https")],
-            StatusCode::OK,
+            StatusCode::FORBIDDEN,
         ),
         // The client's own forged leftmost entry does not count.
         (
@@ -404,4 +405,65 @@ async fn over_real_sockets_the_standalone_host_pins_keys_to_addresses() {
     ]);
     eventually("::1", address, &key, 403).await;
     v6.terminate().await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn over_real_sockets_only_the_named_forwarding_header_names_the_client() {
+    let url = crate::common::pg::fresh_database().await;
+    let store = partner_api::PgStore::connect_lazy(&url).unwrap();
+    store.migrate().await.unwrap();
+    store
+        .load_seed(&partner_api::seed::Seed::demo())
+        .await
+        .unwrap();
+    let issued = store
+        .issue(
+            "org_demo",
+            NewKey::new(KeyEnvironment::Test)
+                .with_allowed_ips(AllowedIps::parse(["198.51.100.7/32"]).unwrap()),
+        )
+        .await
+        .unwrap();
+    let key = issued.plaintext().to_owned();
+    // The client sends the header its proxy does not write; the proxy (127.0.0.1, trusted)
+    // writes the other one with the client's real address.
+    let forwarded_by_proxy = "Forwarded: for=203.0.113.5\r\nX-Forwarded-For: 198.51.100.7\r\n";
+    let xff_by_proxy = "Forwarded: for=198.51.100.7\r\nX-Forwarded-For: 203.0.113.5\r\n";
+    for (header, refused, served) in [
+        ("forwarded", forwarded_by_proxy, xff_by_proxy),
+        ("x-forwarded-for", xff_by_proxy, forwarded_by_proxy),
+    ] {
+        let mut host = Process::spawn(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            &url,
+            "--no-migrate",
+            "--trusted-proxy",
+            "127.0.0.0/8",
+            "--client-address-header",
+            header,
+        ]);
+        let address = host.address().await;
+        assert_eq!(
+            me_from("127.0.0.1", address, &key, refused).await,
+            403,
+            "{header}: the client named its own address in the other header"
+        );
+        assert_eq!(
+            me_from("127.0.0.1", address, &key, served).await,
+            200,
+            "{header}: the proxy's header was not believed"
+        );
+        host.terminate().await;
+    }
+    // Anything else is refused at start, naming both.
+    let output = std::process::Command::new(standalone_binary())
+        .args(["--client-address-header", "x-real-ip"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("x-forwarded-for or forwarded"), "{stderr}");
 }
