@@ -384,6 +384,20 @@ impl KeyRecord {
     pub fn is_active_at(&self, now: Timestamp) -> bool {
         self.revoked_at.is_none() && self.expires_at.is_none_or(|expires_at| expires_at > now)
     }
+
+    /// The lifetime a roll gives the new key when the roll names none: the one the key was
+    /// issued with, or for a key whose expiry was set another way (by SQL, a seed) the span
+    /// from its creation to that expiry; `None` for a key that never expires. A roll never
+    /// turns an expiring key into one that does not expire.
+    pub fn lifetime_for_roll(&self) -> Option<Duration> {
+        self.lifetime.or_else(|| {
+            self.expires_at.map(|expires_at| {
+                expires_at
+                    .duration_since(self.created_at)
+                    .unwrap_or_default()
+            })
+        })
+    }
 }
 
 fn environment_name<S: Serializer>(

@@ -189,3 +189,52 @@ async fn uses_a_failed_batch_held_are_written_with_the_next_one() {
         .is_some());
     assert_eq!(recorder.dropped(), 0);
 }
+
+/// A key whose expiry came from a seed (or SQL), with no recorded lifetime, rolls into a key
+/// that expires after the same span, on both stores: a roll never makes a key immortal.
+#[tokio::test]
+async fn a_key_with_an_expiry_and_no_recorded_lifetime_rolls_into_one_that_expires() {
+    use partner_api::seed::{Seed, SeedKey};
+    let mut seed = Seed::demo();
+    let span = Duration::from_secs(30 * 24 * 3600);
+    seed.api_keys = vec![SeedKey {
+        key: "pk_test_seeded_with_an_expiry_0123456789".to_owned(),
+        organization_id: "org_demo".to_owned(),
+        expires_at: Some(Timestamp::now().saturating_add(span)),
+        ..SeedKey::default()
+    }];
+    let memory = seed.to_memory_store().unwrap();
+    let mut stores: Vec<(&str, Box<dyn KeyManager>)> = vec![("memory", Box::new(memory))];
+    #[cfg(feature = "postgres")]
+    if std::env::var("PARTNER_API_TEST_DATABASE_URL").is_ok() {
+        let url = crate::common::pg::fresh_database().await;
+        let pg = partner_api::PgStore::connect_lazy(&url).unwrap();
+        pg.migrate().await.unwrap();
+        pg.load_seed(&seed).await.unwrap();
+        stores.push(("postgres", Box::new(pg)));
+    }
+    for (name, store) in stores {
+        let old = store.list("org_demo").await.unwrap().remove(0);
+        assert!(
+            old.expires_at.is_some(),
+            "{name}: the seed's expiry was lost"
+        );
+        let rolled = store
+            .roll(
+                "org_demo",
+                &old.id,
+                partner_api::management::RollKey::new(Duration::ZERO),
+            )
+            .await
+            .unwrap();
+        let expires_at = rolled
+            .record()
+            .expires_at
+            .unwrap_or_else(|| panic!("{name}: the rolled key never expires"));
+        let lifetime = expires_at.duration_since(Timestamp::now()).unwrap();
+        assert!(
+            lifetime > span - Duration::from_secs(60) && lifetime <= span + Duration::from_secs(60),
+            "{name}: {lifetime:?}"
+        );
+    }
+}

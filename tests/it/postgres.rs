@@ -504,6 +504,8 @@ async fn the_keys_command_issues_lists_rolls_and_revokes() {
     )
     .await;
     assert!(ok, "{stderr}");
+    // The database is migrated already: a command that succeeds says nothing on stderr.
+    assert_eq!(stderr, "", "a successful command wrote to stderr");
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 2, "{stdout}");
     let plaintext = lines[0];

@@ -117,7 +117,7 @@ impl KeyManager for MemoryStore {
         if !old.record.is_active_at(now) {
             return Err(KeyRefusal::conflict("an expired key cannot be rolled"));
         }
-        let lifetime = roll.expires_in().or(old.record.lifetime);
+        let lifetime = roll.expires_in().or(old.record.lifetime_for_roll());
         policy.check_lifetime(lifetime)?;
         policy.check_active_keys(active, 1)?;
         let overlap_ends = now.saturating_add(roll.overlap());

@@ -233,7 +233,7 @@ impl KeyManager for PgStore {
         if expired {
             return Err(KeyRefusal::conflict("an expired key cannot be rolled"));
         }
-        let lifetime = roll.expires_in().or(old.lifetime);
+        let lifetime = roll.expires_in().or(old.lifetime_for_roll());
         policy.check_lifetime(lifetime)?;
         policy.check_active_keys(active_keys(&mut transaction, organization_id).await?, 1)?;
         let overlap_ms = i64::try_from(roll.overlap().as_millis()).unwrap_or(i64::MAX);

@@ -28,6 +28,12 @@ pub(super) async fn run(pool: &PgPool) -> Result<(), StoreError> {
         .execute(&mut *transaction)
         .await
         .map_err(store_error)?;
+    // `IF NOT EXISTS` says "already exists, skipping" as a notice, which sqlx logs at INFO:
+    // on every start and every command. Nothing the operator needs to read.
+    sqlx::raw_sql("SET LOCAL client_min_messages = warning")
+        .execute(&mut *transaction)
+        .await
+        .map_err(store_error)?;
     sqlx::raw_sql(
         "CREATE TABLE IF NOT EXISTS partner_api_migrations (\
              version BIGINT PRIMARY KEY, \
