@@ -79,7 +79,7 @@ pub(crate) struct Args {
     /// warning.
     #[arg(long, value_name = "N", default_value_t = crate::serve::DEFAULT_MAX_CONNECTIONS)]
     pub(crate) max_connections: usize,
-    /// Most connections one client address may hold at once (0: no cap); more from it are
+    /// Most connections one client (an IPv4 address, an IPv6 /64) may hold at once (0: no cap); more from it are
     /// closed at once. Behind a load balancer every client has its address: raise it or
     /// turn it off (0) there, and cap at the balancer instead.
     #[arg(long, value_name = "N", default_value_t = crate::serve::DEFAULT_MAX_CONNECTIONS_PER_IP)]

@@ -37,6 +37,7 @@ mod catch_panic;
 mod cli;
 mod keys;
 mod metrics;
+mod per_address;
 mod secret_scanning;
 mod serve;
 mod signals;

@@ -1,11 +1,10 @@
 //! The accept loop: at most so many connections at once and per client address, each closed
 //! when idle or old, TLS when given, and a graceful stop.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
@@ -19,6 +18,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
+
+use crate::per_address::PerAddress;
 use tower::util::{Oneshot, ServiceExt};
 use tower::Service;
 use tower_http::BoxError;
@@ -218,53 +219,6 @@ pub(crate) async fn serve<M, S, RB>(
         .is_err()
     {
         tracing::warn!("shutdown grace period over; dropping the remaining connections");
-    }
-}
-
-/// The connections each client address holds, for the cap per address.
-struct PerAddress {
-    max: usize,
-    held: Mutex<HashMap<IpAddr, usize>>,
-}
-
-impl PerAddress {
-    fn new(max: usize) -> Self {
-        Self {
-            max,
-            held: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// One more connection of `address`, held until the guard drops; `None` at the cap.
-    fn enter(self: &Arc<Self>, address: IpAddr) -> Option<AddressGuard> {
-        if self.max == 0 {
-            return Some(AddressGuard(None));
-        }
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let count = held.entry(address).or_insert(0);
-        if *count >= self.max {
-            return None;
-        }
-        *count += 1;
-        Some(AddressGuard(Some((self.clone(), address))))
-    }
-}
-
-/// One connection of an address, counted in [`PerAddress`] until dropped.
-struct AddressGuard(Option<(Arc<PerAddress>, IpAddr)>);
-
-impl Drop for AddressGuard {
-    fn drop(&mut self) {
-        let Some((per_ip, address)) = self.0.take() else {
-            return;
-        };
-        let mut held = per_ip.held.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(count) = held.get_mut(&address) {
-            *count -= 1;
-            if *count == 0 {
-                held.remove(&address);
-            }
-        }
     }
 }
 
