@@ -162,9 +162,9 @@ pub enum BlockedDestination {
         /// The blocked range it is in.
         range: IpNet,
     },
-    /// The destination's name resolves to an address in a blocked range. Which address is not
-    /// said: an organization could otherwise map a private network's names through its
-    /// endpoints' attempts.
+    /// The destination's name does not resolve, or resolves to an address in a blocked range:
+    /// one cause for both, and which address is not said, so that an organization cannot map
+    /// a private network's names through its endpoints' attempts.
     Resolved,
 }
 
@@ -177,9 +177,9 @@ impl fmt::Display for BlockedDestination {
                 f,
                 "destination refused: {address} is in the blocked range {range}"
             ),
-            Self::Resolved => f.write_str(
-                "destination refused: the name resolves to an address in a blocked range",
-            ),
+            Self::Resolved => {
+                f.write_str("the name does not resolve to an address deliveries may reach")
+            }
         }
     }
 }
@@ -209,16 +209,23 @@ impl tower::Service<Name> for CheckedResolver {
     fn call(&mut self, name: Name) -> Self::Future {
         let policy = Arc::clone(&self.policy);
         Box::pin(async move {
-            let addresses: Vec<SocketAddr> =
-                tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
-            if addresses
-                .iter()
-                .any(|address| policy.check_address(address.ip()).is_err())
-            {
-                return Err(std::io::Error::new(
+            // A name that does not resolve fails as one that resolves to a blocked address.
+            let unreachable = || {
+                std::io::Error::new(
                     std::io::ErrorKind::PermissionDenied,
                     BlockedDestination::Resolved,
-                ));
+                )
+            };
+            let addresses: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0))
+                .await
+                .map_err(|_| unreachable())?
+                .collect();
+            if addresses.is_empty()
+                || addresses
+                    .iter()
+                    .any(|address| policy.check_address(address.ip()).is_err())
+            {
+                return Err(unreachable());
             }
             Ok(addresses.into_iter())
         })

@@ -16,7 +16,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::task::JoinSet;
 
-use super::destination::CheckedResolver;
+use super::destination::{BlockedDestination, CheckedResolver};
 use super::{
     sign, AttemptOutcome, ClaimRequest, Delivery, DestinationPolicy, Endpoint, FinishedAttempt,
     NextStep, WebhookOutbox,
@@ -453,7 +453,7 @@ impl Inner {
         let sent = tokio::time::timeout_at(deadline, self.client.request(request)).await;
         let response = match sent {
             Ok(Ok(response)) => response,
-            Ok(Err(error)) => return Err(printable(&ErrorChain(&error).to_string())),
+            Ok(Err(error)) => return Err(transport_failure(&error).to_owned()),
             Err(_) => {
                 return Err(format!(
                     "timed out after {} ms",
@@ -537,6 +537,36 @@ impl Inner {
             .is_some_and(|failing| failing >= self.config.disable_after);
         attempt
     }
+}
+
+/// Why a request got no answer, as one of a fixed set of causes: an attempt records this,
+/// never the transport's own text, which would tell an organization's admin more about the
+/// network the deliveries leave from than whether their endpoint answered (a name that does
+/// not resolve and one that resolves to a blocked address are one cause).
+fn transport_failure(error: &(dyn std::error::Error + 'static)) -> &'static str {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if error.downcast_ref::<rustls::Error>().is_some() {
+            return "TLS handshake failed";
+        }
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            if let Some(inner) = io.get_ref() {
+                if inner.downcast_ref::<BlockedDestination>().is_some() {
+                    return "the name does not resolve to an address deliveries may reach";
+                }
+                if inner.downcast_ref::<rustls::Error>().is_some() {
+                    return "TLS handshake failed";
+                }
+            }
+            match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => return "connection refused",
+                std::io::ErrorKind::TimedOut => return "timed out",
+                _ => {}
+            }
+        }
+        next = error.source();
+    }
+    "the connection failed before an answer"
 }
 
 /// `wait` times a random factor in [0.8, 1.2), so retries of many deliveries that failed
