@@ -99,19 +99,21 @@ async fn migrated_by_the_owner_served_and_managed_by_roles_without_ddl_rights() 
     owner.load_seed(&Seed::demo()).await.unwrap();
     let database = url.rsplit_once('/').unwrap().1.to_owned();
     let (serving, keys) = (format!("{database}_serving"), format!("{database}_keys"));
+    let delivering = format!("{database}_delivering");
     let mut admin = PgConnection::connect(&url).await.unwrap();
-    for role in [&serving, &keys] {
+    for role in [&delivering, &serving, &keys] {
         admin
             .execute(format!("DROP ROLE IF EXISTS {role}").as_str())
             .await
             .unwrap();
     }
     admin
-        .execute(documented_roles(&serving, &keys).as_str())
+        .execute(documented_roles([&serving, &keys, &delivering]).as_str())
         .await
         .unwrap();
 
-    // Serving: answers, follows changes, records last uses; with --no-migrate only.
+    // Serving: answers, follows changes, records last uses; with --no-migrate only, and
+    // (holding no webhook secret) --no-webhooks.
     let serving_url = as_user(&url, &serving);
     #[allow(unused_mut)]
     let mut serving_args = vec![
@@ -122,11 +124,7 @@ async fn migrated_by_the_owner_served_and_managed_by_roles_without_ddl_rights() 
         &serving_url,
     ];
     #[cfg(feature = "webhooks")]
-    serving_args.extend([
-        "--webhook-allow-http",
-        "--webhook-allow-subnet",
-        "127.0.0.0/8",
-    ]);
+    serving_args.push("--no-webhooks");
     let mut process = Process::spawn(&serving_args);
     let base = process.base_url().await;
     let client = http1();
@@ -169,9 +167,33 @@ async fn migrated_by_the_owner_served_and_managed_by_roles_without_ddl_rights() 
         );
     }
     // Webhooks: managed as the key-management role, raised by a role that may only write
-    // orders (and cannot read a secret), delivered by the serving role.
+    // orders (and cannot read a secret), delivered by a host of the delivering role; the
+    // serving role cannot read a secret either.
     #[cfg(feature = "webhooks")]
     {
+        let delivering_url = as_user(&url, &delivering);
+        let mut delivering_host = Process::spawn(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--no-migrate",
+            "--database-url",
+            &delivering_url,
+            "--webhook-allow-http",
+            "--webhook-allow-subnet",
+            "127.0.0.0/8",
+        ]);
+        delivering_host.base_url().await;
+        for (role, may_read) in [(&serving, false), (&delivering, true)] {
+            let mut connection = PgConnection::connect(&as_user(&url, role)).await.unwrap();
+            let read = connection
+                .execute("SELECT secret FROM partner_webhook_endpoints")
+                .await;
+            assert_eq!(
+                read.is_ok(),
+                may_read,
+                "{role} reading the secrets: {read:?}"
+            );
+        }
         let receiver = crate::common::receiver::Receiver::ok().await;
         let keys_url = as_user(&url, &keys);
         let (ok, stdout, stderr) = run(&[
@@ -242,6 +264,7 @@ async fn migrated_by_the_owner_served_and_managed_by_roles_without_ddl_rights() 
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        delivering_host.terminate().await;
     }
     assert!(
         process.terminate().await.success(),

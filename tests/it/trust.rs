@@ -52,8 +52,9 @@ const SHADOWED: [(&str, &str); 6] = [
 ];
 
 /// A database migrated and seeded by its owner, an enabled webhook endpoint for `org_demo`, the
-/// documented roles and an order writer (as the hosting page describes it); their names.
-async fn attacked_database() -> (String, [String; 3]) {
+/// documented roles and an order writer (as the hosting page describes it); their names:
+/// serving, key admin, order writer, delivering.
+async fn attacked_database() -> (String, [String; 4]) {
     let url = fresh_database().await;
     let owner = PgStore::connect_lazy(&url).unwrap();
     owner.migrate().await.unwrap();
@@ -63,16 +64,17 @@ async fn attacked_database() -> (String, [String; 3]) {
         format!("{database}_serving"),
         format!("{database}_keys"),
         format!("{database}_writer"),
+        format!("{database}_delivering"),
     ];
     let mut admin = PgConnection::connect(&url).await.unwrap();
-    for role in &roles {
+    for role in roles.iter().rev() {
         admin
             .execute(format!("DROP ROLE IF EXISTS {role}").as_str())
             .await
             .unwrap();
     }
     admin
-        .execute(documented_roles(&roles[0], &roles[1]).as_str())
+        .execute(documented_roles([&roles[0], &roles[1], &roles[3]]).as_str())
         .await
         .unwrap();
     let writer = &roles[2];

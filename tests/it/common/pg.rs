@@ -34,8 +34,9 @@ pub async fn fresh_database() -> String {
     format!("{base}/{name}")
 }
 
-/// The SQL of the roles in the hosting docs, with the role names made unique for a test.
-pub fn documented_roles(serving: &str, keys: &str) -> String {
+/// The SQL of the roles in the hosting docs, with the role names made unique for a test:
+/// serving, key admin, delivering.
+pub fn documented_roles([serving, keys, delivering]: [&str; 3]) -> String {
     let docs = include_str!("../../../src/docs/hosting.md");
     let block = docs
         .split("<!-- roles -->")
@@ -49,6 +50,7 @@ pub fn documented_roles(serving: &str, keys: &str) -> String {
         .expect("an SQL block");
     sql.replace("partner_api_serving", serving)
         .replace("partner_api_key_admin", keys)
+        .replace("partner_api_delivering", delivering)
 }
 
 /// `url` with `user` (whose password is `change me`, as in the documented roles) in place of
