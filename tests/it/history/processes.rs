@@ -127,7 +127,7 @@ async fn no_history_across_processes_serves_a_revoked_key_past_the_bound() {
     let mut random = Random(seed);
     let mut admin = PgConnection::connect(&url).await.unwrap();
     let mut live: Vec<usize> = (0..KEYS).collect();
-    let mut stalled_until = vec![Instant::now(); HOSTS];
+    let mut stalled_until = [Instant::now(); HOSTS];
     while Instant::now() < deadline {
         for (at, proxy) in proxies.iter().enumerate() {
             if stalled_until[at] <= Instant::now() {
