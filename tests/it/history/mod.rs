@@ -613,39 +613,44 @@ fn evidence_before_changes(
 ) -> Vec<String> {
     let mut breaches = Vec::new();
     for (at, replica) in replicas.iter().enumerate() {
-        let hub: Vec<&journal::Entry> = entries.iter().filter(|e| e.hub == replica.hub).collect();
+        let mut hub: Vec<&journal::Entry> =
+            entries.iter().filter(|e| e.hub == replica.hub).collect();
+        hub.sort_by_key(|e| e.at);
         for (key, revoked) in &history.revoked {
             let Some(revoking) = history.revoking.get(key) else {
                 continue;
             };
-            // The first evidence sent after the revocation committed.
-            let younger = hub.iter().find(|e| {
-                e.message == "evidence confirmed"
-                    && e.field("age_us")
-                        .and_then(|age| age.parse::<u64>().ok())
-                        .and_then(|age| e.at.checked_sub(Duration::from_micros(age)))
-                        .is_some_and(|sent| sent > *revoked)
-            });
-            let Some(younger) = younger else {
-                continue;
-            };
-            let applied = hub.iter().any(|e| {
-                e.at >= *revoking
-                    && e.at <= younger.at
-                    && match e.message.as_str() {
-                        "key changed" => e.field("key_id") == Some(key_ids[*key].as_str()),
-                        "everything changed" | "connected: the caches are emptied" => true,
-                        _ => false,
+            // From the revocation's sending on: its change applied (or the caches emptied),
+            // then the first evidence sent after it committed, in that order.
+            let from = hub.partition_point(|e| e.at < *revoking);
+            let mut applied = false;
+            for entry in &hub[from..] {
+                match entry.message.as_str() {
+                    "key changed" if entry.field("key_id") == Some(key_ids[*key].as_str()) => {
+                        applied = true;
                     }
-            });
-            if !applied {
-                breaches.push(format!(
-                    "replica {at}: key {} revoked at {:.3}s, evidence sent after it confirmed at \
-                     {:.3}s, its change not applied by then",
-                    key_ids[*key],
-                    seconds_in(*revoked),
-                    seconds_in(younger.at)
-                ));
+                    "everything changed" | "connected: the caches are emptied" => applied = true,
+                    "evidence confirmed" => {
+                        let sent = entry
+                            .field("age_us")
+                            .and_then(|age| age.parse::<u64>().ok())
+                            .and_then(|age| entry.at.checked_sub(Duration::from_micros(age)));
+                        if !sent.is_some_and(|sent| sent > *revoked) {
+                            continue;
+                        }
+                        if !applied {
+                            breaches.push(format!(
+                                "replica {at}: key {} revoked at {:.3}s, evidence sent after it \
+                                 confirmed at {:.3}s, its change not applied by then",
+                                key_ids[*key],
+                                seconds_in(*revoked),
+                                seconds_in(entry.at)
+                            ));
+                        }
+                        break;
+                    }
+                    _ => {}
+                }
             }
         }
     }
