@@ -4,7 +4,16 @@
 //! afterwards: a 200 for a key whose revocation committed more than 1 s before the request was
 //! sent is a violation, printed with its causal chain from the replica's [`journal`].
 //!
+//! The journal is checked too, for the invariant the bound rests on, on every replica for
+//! every revocation whether or not a client asked at the wrong moment: no evidence sent after a
+//! revocation committed is confirmed before the revocation's change was applied (or the
+//! caches emptied). A listener that confirmed a batch's heartbeat before applying its changes
+//! fails this in every run tried; a cache that kept every read fails the bound itself.
+//!
 //! The schedule is adversarial, not only random:
+//! - revocations aimed at a read under way: the key is changed (every cache drops it), read on
+//!   a replica whose answers are slowed, revoked while the answer is on its way back, then
+//!   asked for on that replica for 1.5 s;
 //! - each replica reads its keys through a proxy that now and then delays the database's
 //!   answers (by 20 to 400 ms, for 0.2 to 1.5 s), so reads straddle the revocations of the keys
 //!   they read, and the revocations favour keys a client is asking for;
