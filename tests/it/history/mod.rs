@@ -644,7 +644,7 @@ fn evidence_before_changes(
                             .field("age_us")
                             .and_then(|age| age.parse::<u64>().ok())
                             .and_then(|age| entry.at.checked_sub(Duration::from_micros(age)));
-                        if !sent.is_some_and(|sent| sent > *revoked) {
+                        if sent.is_none_or(|sent| sent <= *revoked) {
                             continue;
                         }
                         if !applied {
