@@ -52,7 +52,69 @@ where
         "webhooks: rotation, disabling, room per endpoint",
         endpoint_state(fixtures).await,
     ));
+    report.results.push((
+        "webhooks: room per organization",
+        organization_room(fixtures).await,
+    ));
     report
+}
+
+/// A claim takes at most an organization's room, counting what the worker has in flight for
+/// it: one organization's endpoints never take every slot.
+async fn organization_room<F>(fixtures: &F) -> Check
+where
+    F: StoreFixtures,
+    F::Store: WebhookManager + WebhookOutbox,
+{
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "busy").await?;
+    let store = fixtures.store();
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let url = format!("https://example.com/{n}");
+        let id = add(store, &org.id, NewEndpoint::new(url)).await?.record.id;
+        for _ in 0..2 {
+            store
+                .send_test(&org.id, &id)
+                .await
+                .map_err(failed("send_test"))?;
+        }
+        ids.push(id);
+    }
+    let ours = |claimed: Vec<Delivery>| -> Vec<Delivery> {
+        claimed
+            .into_iter()
+            .filter(|delivery| delivery.organization_id == org.id)
+            .collect()
+    };
+    let two = ClaimRequest::new(100, 100, LEASE).with_organizations(2, Vec::new());
+    let first = ours(store.claim(&two).await.map_err(failed("claim"))?);
+    ensure!(
+        first.len() == 2,
+        "with room for 2 per organization, {} of its 6 were claimed",
+        first.len()
+    );
+    let busy = ClaimRequest::new(100, 100, LEASE).with_organizations(3, vec![(org.id.clone(), 2)]);
+    let more = ours(store.claim(&busy).await.map_err(failed("claim"))?);
+    ensure!(
+        more.len() == 1,
+        "with 2 of 3 in flight, {} more were claimed",
+        more.len()
+    );
+    let rest = ours(
+        store
+            .claim(&ClaimRequest::new(100, 100, LEASE))
+            .await
+            .map_err(failed("claim"))?,
+    );
+    ensure!(rest.len() == 3, "the other 3 were not claimed: {rest:?}");
+    for delivery in first.iter().chain(&more).chain(&rest) {
+        finish(store, delivery, AttemptOutcome::Succeeded, NextStep::Done).await?;
+    }
+    for id in &ids {
+        remove(store, &org.id, id).await?;
+    }
+    Ok(())
 }
 
 const LEASE: Duration = Duration::from_secs(60);

@@ -57,6 +57,8 @@ pub struct DeliveryConfig {
     disable_after: Duration,
     concurrency: usize,
     per_endpoint: usize,
+    /// Set by `with_per_organization`; half the concurrency otherwise.
+    per_organization: Option<usize>,
     poll_interval: Duration,
     max_retry_after: Duration,
     response_body_bytes: usize,
@@ -71,6 +73,7 @@ impl Default for DeliveryConfig {
             disable_after: Duration::from_secs(5 * 24 * 3600),
             concurrency: 32,
             per_endpoint: 4,
+            per_organization: None,
             poll_interval: Duration::from_millis(200),
             max_retry_after: Duration::from_secs(3600),
             response_body_bytes: 1024,
@@ -81,8 +84,8 @@ impl Default for DeliveryConfig {
 
 impl DeliveryConfig {
     /// The defaults: [`DEFAULT_RETRY_SCHEDULE`], a 15 s time-out per attempt, endpoints
-    /// disabled after 5 days of failures only, 32 deliveries in flight per replica and 4 per
-    /// endpoint, the outbox polled every 200 ms, `Retry-After` honoured up to an hour, 1 KiB
+    /// disabled after 5 days of failures only, 32 deliveries in flight per replica, 4 per
+    /// endpoint and half of them (16) per organization, the outbox polled every 200 ms, `Retry-After` honoured up to an hour, 1 KiB
     /// of each response body kept, and the default [`DestinationPolicy`].
     pub fn new() -> Self {
         Self::default()
@@ -117,6 +120,22 @@ impl DeliveryConfig {
         self.concurrency = total.max(1);
         self.per_endpoint = per_endpoint.clamp(1, self.concurrency);
         self
+    }
+
+    /// Sets how many deliveries of one organization this replica has in flight at most (from
+    /// one to the concurrency; half of it by default): the slots one organization's slow or
+    /// hanging endpoints can hold, the rest staying free for the others.
+    #[must_use]
+    pub fn with_per_organization(mut self, per_organization: usize) -> Self {
+        self.per_organization = Some(per_organization);
+        self
+    }
+
+    /// The most deliveries of one organization in flight.
+    fn per_organization(&self) -> usize {
+        self.per_organization
+            .unwrap_or(self.concurrency / 2)
+            .clamp(1, self.concurrency)
     }
 
     /// Sets how often the outbox is asked for due deliveries when there was nothing to do:
@@ -269,7 +288,7 @@ impl Dispatcher {
         let inner = Arc::new(self.inner);
         let config = &inner.config;
         tokio::pin!(shutdown);
-        let in_flight: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let in_flight: Arc<Mutex<InFlightCounts>> = Arc::default();
         let mut tasks = JoinSet::new();
         let mut next_backlog = Instant::now();
         let mut claim_failures = 0_u32;
@@ -280,19 +299,25 @@ impl Dispatcher {
             }
             let room = config.concurrency.saturating_sub(tasks.len());
             if room > 0 {
-                let busy = in_flight
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .iter()
-                    .map(|(id, count)| (id.clone(), *count))
-                    .collect();
+                let (busy, busy_organizations) = {
+                    let counts = in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+                    let copy = |map: &HashMap<String, usize>| {
+                        map.iter().map(|(id, count)| (id.clone(), *count)).collect()
+                    };
+                    (copy(&counts.endpoints), copy(&counts.organizations))
+                };
                 let request = ClaimRequest::new(room, config.per_endpoint, config.lease())
-                    .with_in_flight(busy);
+                    .with_in_flight(busy)
+                    .with_organizations(config.per_organization(), busy_organizations);
                 match inner.outbox.claim(&request).await {
                     Ok(deliveries) => {
                         claim_failures = 0;
                         for delivery in deliveries {
-                            let guard = InFlight::enter(&in_flight, &delivery.endpoint_id);
+                            let guard = InFlight::enter(
+                                &in_flight,
+                                &delivery.endpoint_id,
+                                &delivery.organization_id,
+                            );
                             let inner = Arc::clone(&inner);
                             tasks.spawn(async move {
                                 let _guard = guard;
@@ -324,23 +349,37 @@ impl Dispatcher {
     }
 }
 
-/// One delivery in flight to an endpoint, counted until dropped (a panicking attempt
-/// included).
+/// The deliveries this worker has in flight, per endpoint and per organization.
+#[derive(Default)]
+struct InFlightCounts {
+    endpoints: HashMap<String, usize>,
+    organizations: HashMap<String, usize>,
+}
+
+/// One delivery in flight to an endpoint of an organization, counted until dropped (a
+/// panicking attempt included).
 struct InFlight {
-    counts: Arc<Mutex<HashMap<String, usize>>>,
+    counts: Arc<Mutex<InFlightCounts>>,
     endpoint_id: String,
+    organization_id: String,
 }
 
 impl InFlight {
-    fn enter(counts: &Arc<Mutex<HashMap<String, usize>>>, endpoint_id: &str) -> Self {
-        *counts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(endpoint_id.to_owned())
+    fn enter(
+        counts: &Arc<Mutex<InFlightCounts>>,
+        endpoint_id: &str,
+        organization_id: &str,
+    ) -> Self {
+        let mut held = counts.lock().unwrap_or_else(PoisonError::into_inner);
+        *held.endpoints.entry(endpoint_id.to_owned()).or_default() += 1;
+        *held
+            .organizations
+            .entry(organization_id.to_owned())
             .or_default() += 1;
         Self {
             counts: Arc::clone(counts),
             endpoint_id: endpoint_id.to_owned(),
+            organization_id: organization_id.to_owned(),
         }
     }
 }
@@ -348,12 +387,16 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = counts.get_mut(&self.endpoint_id) {
-            *count -= 1;
-            if *count == 0 {
-                counts.remove(&self.endpoint_id);
+        let leave = |map: &mut HashMap<String, usize>, id: &str| {
+            if let Some(count) = map.get_mut(id) {
+                *count -= 1;
+                if *count == 0 {
+                    map.remove(id);
+                }
             }
-        }
+        };
+        leave(&mut counts.endpoints, &self.endpoint_id);
+        leave(&mut counts.organizations, &self.organization_id);
     }
 }
 

@@ -37,8 +37,9 @@ pub fn payload(kind: EventType, timestamp: Timestamp, data: &[u8]) -> Bytes {
     Bytes::from(body)
 }
 
-/// What a worker asks for: at most `limit` due deliveries, and per endpoint at most
-/// `per_endpoint` at once, counting the ones it already has in flight.
+/// What a worker asks for: at most `limit` due deliveries, per endpoint at most
+/// `per_endpoint` and per organization at most `per_organization` at once, counting the ones
+/// it already has in flight.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ClaimRequest {
@@ -48,6 +49,11 @@ pub struct ClaimRequest {
     pub per_endpoint: usize,
     /// The endpoints this worker has deliveries in flight to, and how many.
     pub in_flight: Vec<(String, usize)>,
+    /// The most deliveries per organization in flight at once in this worker, so that one
+    /// organization's slow or hanging endpoints never hold every slot.
+    pub per_organization: usize,
+    /// The organizations this worker has deliveries in flight for, and how many.
+    pub organizations_in_flight: Vec<(String, usize)>,
     /// How long a claimed delivery is this worker's: after that it is due again, for any
     /// worker (this one died, or hangs).
     pub lease: Duration,
@@ -60,8 +66,33 @@ impl ClaimRequest {
             limit,
             per_endpoint,
             in_flight: Vec::new(),
+            per_organization: usize::MAX,
+            organizations_in_flight: Vec::new(),
             lease,
         }
+    }
+
+    /// Allows at most `per_organization` deliveries in flight per organization, counting
+    /// `in_flight` (organization, count) the worker has already.
+    #[must_use]
+    pub fn with_organizations(
+        mut self,
+        per_organization: usize,
+        in_flight: Vec<(String, usize)>,
+    ) -> Self {
+        self.per_organization = per_organization;
+        self.organizations_in_flight = in_flight;
+        self
+    }
+
+    /// How many more this worker may claim for the organization `organization_id`.
+    pub fn room_for_organization(&self, organization_id: &str) -> usize {
+        let busy = self
+            .organizations_in_flight
+            .iter()
+            .find(|(id, _)| id == organization_id)
+            .map_or(0, |(_, count)| *count);
+        self.per_organization.saturating_sub(busy)
     }
 
     /// Says which endpoints already have deliveries in flight.

@@ -61,7 +61,7 @@ async fn the_memory_store_conforms() {
     let store = MemoryStore::new();
     let report = partner_api::testing::run_webhooks(&store).await;
     report.assert_passed();
-    assert_eq!(report.len(), 5);
+    assert_eq!(report.len(), 6);
 }
 
 #[tokio::test]
@@ -330,6 +330,55 @@ async fn a_hanging_endpoint_does_not_delay_a_healthy_one(store: impl Outbox) {
         2,
         "the hanging endpoint got more than its share"
     );
+}
+
+/// Forty endpoints of one organization that accept and never answer, with three events
+/// each, hold at most the organization's share of the slots (half, by default): another
+/// organization's event is delivered at once, not after their time-out.
+async fn hanging_endpoints_of_one_organization_do_not_delay_another(store: impl Outbox) {
+    let hanging = Receiver::start(|_, _| Reply::Hang).await;
+    let healthy = Receiver::ok().await;
+    let mut stuck = Vec::new();
+    for n in 0..40 {
+        let url = hanging.url(&format!("/{n}"));
+        stuck.push(
+            store
+                .add_endpoint("org_a", NewEndpoint::new(url))
+                .await
+                .unwrap(),
+        );
+    }
+    let fine = store
+        .add_endpoint("org_b", NewEndpoint::new(healthy.url("/")))
+        .await
+        .unwrap();
+    // The defaults' 32 slots, 16 per organization; the hanging ones time out in a minute.
+    let config = config().with_timeout(Duration::from_secs(60));
+    let (_stop, _task) = start(Dispatcher::new(store.clone(), config));
+    for endpoint in &stuck {
+        for _ in 0..3 {
+            store.send_test("org_a", &endpoint.record.id).await.unwrap();
+        }
+    }
+    hanging.wait_for(16, Duration::from_secs(20)).await;
+    let sent = std::time::Instant::now();
+    store.send_test("org_b", &fine.record.id).await.unwrap();
+    healthy.wait_for(1, Duration::from_secs(20)).await;
+    let delay = sent.elapsed();
+    assert!(
+        delay < Duration::from_secs(1),
+        "another organization's event waited {delay:?}"
+    );
+    assert_eq!(
+        hanging.received().len(),
+        16,
+        "the hanging organization holds more than its share"
+    );
+}
+
+#[tokio::test]
+async fn hanging_endpoints_of_one_organization_do_not_delay_another_in_memory() {
+    hanging_endpoints_of_one_organization_do_not_delay_another(store()).await;
 }
 
 #[tokio::test]
@@ -636,6 +685,11 @@ mod postgres {
     #[tokio::test]
     async fn a_hanging_endpoint_does_not_delay_a_healthy_one_on_postgres() {
         super::a_hanging_endpoint_does_not_delay_a_healthy_one(database().await).await;
+    }
+
+    #[tokio::test]
+    async fn hanging_endpoints_of_one_organization_do_not_delay_another_on_postgres() {
+        super::hanging_endpoints_of_one_organization_do_not_delay_another(database().await).await;
     }
 
     pub(super) const INSERT: &str =

@@ -1,7 +1,7 @@
 //! [`WebhookManager`] and [`WebhookOutbox`] over the memory store: the same rules as
 //! PostgreSQL's outbox, in process and without durability.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -387,6 +387,7 @@ impl WebhookOutbox for MemoryStore {
         // First attempts before retries, then the longest due first.
         candidates.sort_unstable();
         let mut taken: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut taken_by_organization: HashMap<String, usize> = HashMap::new();
         let mut claimed = Vec::new();
         for (_, _, id) in candidates {
             if claimed.len() >= request.limit {
@@ -404,6 +405,15 @@ impl WebhookOutbox for MemoryStore {
             if *count >= room {
                 continue;
             }
+            let organization = &endpoint.record.organization_id;
+            let organization_room = request.room_for_organization(organization);
+            let organization_count = taken_by_organization
+                .entry(organization.clone())
+                .or_default();
+            if *organization_count >= organization_room {
+                continue;
+            }
+            *organization_count += 1;
             *count += 1;
             claimed.push(id);
         }

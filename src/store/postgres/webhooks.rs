@@ -25,17 +25,25 @@ const ENDPOINT: &str = "id, organization_id, url, events, description, enabled, 
 /// Claims as [`ClaimRequest`] says: per enabled endpoint, its room (`$2`, or 1 while its
 /// deliveries fail, less what the worker has in flight there, `$3`/`$4`), first attempts
 /// before retries, never past an earlier pending change of the same order; `$1` in all, the
-/// endpoints taken in random order so that none is always served last. The lease (`$5` ms) and the attempt
+/// endpoints taken in random order so that none is always served last; per organization at
+/// most its room (`$6`, less what the worker has in flight for it, `$7`/`$8`), so one
+/// organization's hanging endpoints never take every slot. The lease (`$5` ms) and the attempt
 /// number are written in the same statement, which commits before any HTTP call.
 const CLAIM: &str = "\
     WITH room AS MATERIALIZED ( \
-        SELECT e.id, greatest(CASE WHEN e.failing_since IS NULL THEN $2 ELSE 1 END \
-                              - coalesce(b.busy, 0), 0) AS room \
+        SELECT e.id, e.organization_id, \
+               greatest(CASE WHEN e.failing_since IS NULL THEN $2 ELSE 1 END \
+                        - coalesce(b.busy, 0), 0) AS room, \
+               greatest($6::bigint - coalesce(o.busy, 0), 0) AS organization_room \
         FROM partner_webhook_endpoints e \
         LEFT JOIN unnest($3::bigint[], $4::int[]) AS b(endpoint_id, busy) ON b.endpoint_id = e.id \
+        LEFT JOIN unnest($7::text[], $8::int[]) AS o(organization_id, busy) \
+            ON o.organization_id = e.organization_id \
         WHERE e.enabled ORDER BY random()), \
-    picked AS ( \
-        SELECT d.id FROM room r, LATERAL ( \
+    ranked AS ( \
+        SELECT d.id, r.organization_room, \
+               row_number() OVER (PARTITION BY r.organization_id) AS nth \
+        FROM room r, LATERAL ( \
             SELECT d.id FROM partner_webhook_deliveries d \
             WHERE d.endpoint_id = r.id AND d.state = 'pending' AND d.due_at <= now() \
               AND NOT EXISTS ( \
@@ -45,7 +53,8 @@ const CLAIM: &str = "\
             ORDER BY d.attempts > d.round_start, d.due_at, d.id \
             LIMIT r.room \
             FOR UPDATE OF d SKIP LOCKED) d \
-        LIMIT $1) \
+        WHERE r.room > 0 AND r.organization_room > 0), \
+    picked AS (SELECT id FROM ranked WHERE nth <= organization_room LIMIT $1) \
     UPDATE partner_webhook_deliveries d \
     SET attempts = d.attempts + 1, due_at = now() + $5 * interval '1 millisecond' \
     FROM picked, partner_webhook_messages m, partner_webhook_endpoints e \
@@ -439,12 +448,20 @@ impl WebhookOutbox for PgStore {
             .iter()
             .filter_map(|(id, count)| Some((id.parse::<i64>().ok()?, i32::try_from(*count).ok()?)))
             .unzip();
+        let (busy_organizations, busy_organization_counts): (Vec<&str>, Vec<i32>) = request
+            .organizations_in_flight
+            .iter()
+            .filter_map(|(id, count)| Some((id.as_str(), i32::try_from(*count).ok()?)))
+            .unzip();
         let rows = sqlx::query(CLAIM)
             .bind(i64::try_from(request.limit).unwrap_or(i64::MAX))
             .bind(i32::try_from(request.per_endpoint).unwrap_or(i32::MAX))
             .bind(&busy_ids)
             .bind(&busy_counts)
             .bind(i64::try_from(request.lease.as_millis()).unwrap_or(i64::MAX / 2))
+            .bind(i64::try_from(request.per_organization).unwrap_or(i64::MAX))
+            .bind(&busy_organizations)
+            .bind(&busy_organization_counts)
             .fetch_all(&self.pool)
             .await
             .map_err(store_error)?;
