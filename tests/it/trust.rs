@@ -84,6 +84,7 @@ async fn attacked_database() -> (String, [String; 4]) {
                 "CREATE ROLE {writer} LOGIN PASSWORD 'change me'; \
                  GRANT USAGE ON SCHEMA public TO {writer}; \
                  GRANT INSERT ON partner_orders, partner_api_order_changes TO {writer}; \
+                 GRANT CREATE ON SCHEMA public TO {writer}; \
                  INSERT INTO partner_webhook_endpoints (organization_id, url, secret) \
                  VALUES ('org_demo', 'https://hooks.example/orders', 'whsec_dGVzdA==');"
             )
@@ -154,8 +155,34 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
                 .await
                 .unwrap();
         }
+        // The writer may also create functions in the crate's schema (as every role could on
+        // PostgreSQL 14 and older): functions matching our calls of built-ins more exactly
+        // than pg_catalog's own must never be the ones called.
+        if role.ends_with("_writer") {
+            for signature in [
+                "public.cardinality(text[]) RETURNS integer",
+                "public.to_jsonb(public.partner_orders) RETURNS jsonb",
+            ] {
+                let returned = if signature.ends_with("integer") {
+                    "0"
+                } else {
+                    "'{}'::jsonb"
+                };
+                attacker
+                    .execute(
+                        format!(
+                            "CREATE FUNCTION {signature} LANGUAGE plpgsql AS $$ BEGIN \
+                             PERFORM pg_temp.take_everything(); RETURN {returned}; END $$"
+                        )
+                        .as_str(),
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
         // Each of our trigger functions attached to a table of the attacker's, with the
-        // columns of an order: refused when attached, or when it fires.
+        // columns of an order: refused when attached (the SECURITY DEFINER one, which PUBLIC
+        // may not execute), or when it fires.
         for (n, function) in TRIGGER_FUNCTIONS.iter().enumerate() {
             let table = format!("pg_temp.bait_{n}");
             attacker
@@ -179,9 +206,12 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
                     .as_str(),
                 )
                 .await;
-            if attached.is_err() {
+            if *function == "partner_api_raise_order_events" {
+                let err = attached.expect_err(&format!("{role} attached {function}"));
+                assert_eq!(sqlstate(&err), "42501", "{role}: {function}: {err}");
                 continue;
             }
+            attached.unwrap_or_else(|err| panic!("{role} could not attach {function}: {err}"));
             let fired = attacker
                 .execute(
                     format!(
@@ -193,7 +223,7 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
                 .await;
             let err = fired.expect_err(&format!("{role}: {function} ran for a table of its own"));
             assert!(
-                err.to_string().contains("does not serve the table"),
+                err.to_string().contains("does not serve the table") && sqlstate(&err) == "42501",
                 "{role}: {function}: {err}"
             );
         }
@@ -202,10 +232,11 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
             "SELECT partner_api_raise_order_event('org_demo', 'order.created', 'ord_forged', '{}')",
             "SELECT partner_api_serve_orders_table('pg_temp.bait_0')",
         ] {
-            assert!(
-                attacker.execute(call).await.is_err(),
-                "{role} could run {call}"
-            );
+            let err = attacker
+                .execute(call)
+                .await
+                .expect_err(&format!("{role} could run {call}"));
+            assert_eq!(sqlstate(&err), "42501", "{role}: {call}: {err}");
         }
         // What the role may do for real, with the views in place: our triggers fire and must
         // read our tables, not the views.
@@ -255,6 +286,14 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
     .await
     .unwrap();
     assert_eq!(forged, 0);
+}
+
+/// The SQLSTATE of a database error ("" for another error).
+fn sqlstate(err: &sqlx::Error) -> String {
+    err.as_database_error()
+        .and_then(|err| err.code())
+        .map(|code| code.into_owned())
+        .unwrap_or_default()
 }
 
 #[tokio::test]
