@@ -603,7 +603,8 @@ fn transport_failure(error: &(dyn std::error::Error + 'static)) -> &'static str 
             }
             match io.kind() {
                 std::io::ErrorKind::ConnectionRefused => return "connection refused",
-                std::io::ErrorKind::TimedOut => return "timed out",
+                // The connect time-out (the attempt's, shared by a name's addresses).
+                std::io::ErrorKind::TimedOut => return "timed out connecting",
                 _ => {}
             }
         }
