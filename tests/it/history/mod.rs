@@ -62,6 +62,26 @@ fn setting<T: std::str::FromStr>(name: &str) -> Option<T> {
         .and_then(|value| value.parse().ok())
 }
 
+/// `PARTNER_API_HISTORY_SEED`, or one from the clock (never 0, which xorshift keeps).
+fn seed() -> u64 {
+    setting("PARTNER_API_HISTORY_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+            | 1
+    })
+}
+
+/// A fresh database, migrated and seeded with the demo data: its URL and the owner's store.
+async fn seeded_database() -> (String, PgStore) {
+    let url = fresh_database().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    store.migrate().await.unwrap();
+    store.load_seed(&Seed::demo()).await.unwrap();
+    (url, store)
+}
+
 /// A small deterministic generator (xorshift64*), so a schedule can be replayed.
 struct Random(u64);
 
@@ -251,18 +271,9 @@ fn no_history_serves_a_revoked_key_past_the_bound() {
 async fn check_a_history(journal: Journal) {
     let seconds: u64 = setting("PARTNER_API_HISTORY_SECONDS").unwrap_or(20);
     let replica_count: usize = setting("PARTNER_API_HISTORY_REPLICAS").unwrap_or(3);
-    let seed: u64 = setting("PARTNER_API_HISTORY_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64
-            | 1
-    });
+    let seed = seed();
     println!("history: {seconds} s, {replica_count} replicas, PARTNER_API_HISTORY_SEED={seed}");
-    let url = fresh_database().await;
-    let store = PgStore::connect_lazy(&url).unwrap();
-    store.migrate().await.unwrap();
-    store.load_seed(&Seed::demo()).await.unwrap();
+    let (url, store) = seeded_database().await;
     // The history issues keys by the hundred: past the default cap of active keys.
     store
         .set_key_policy(

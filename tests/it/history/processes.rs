@@ -13,14 +13,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::{BodyExt, Empty};
-use partner_api::seed::Seed;
-use partner_api::store::postgres::PgStore;
 use partner_api::KeyDigest;
 use sqlx::{Connection, PgConnection};
 
-use super::{setting, Random, BOUND};
+use super::{seed, seeded_database, setting, Random, BOUND};
 use crate::common::net::{http1, HttpClient};
-use crate::common::pg::{fresh_database, Proxy};
+use crate::common::pg::Proxy;
 use crate::common::{standalone_binary, Process};
 
 const KEYS: usize = 60;
@@ -54,18 +52,9 @@ async fn status(client: &HttpClient, base: &str, key: &str) -> Option<StatusCode
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_history_across_processes_serves_a_revoked_key_past_the_bound() {
     let seconds: u64 = setting("PARTNER_API_HISTORY_PROCESS_SECONDS").unwrap_or(15);
-    let seed: u64 = setting("PARTNER_API_HISTORY_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64
-            | 1
-    });
+    let seed = seed();
     println!("history across processes: {seconds} s, PARTNER_API_HISTORY_SEED={seed}");
-    let url = fresh_database().await;
-    let store = PgStore::connect_lazy(&url).unwrap();
-    store.migrate().await.unwrap();
-    store.load_seed(&Seed::demo()).await.unwrap();
+    let (url, store) = seeded_database().await;
     let names: Vec<String> = (0..KEYS)
         .map(|n| format!("pk_test_processes_{n:03}_abcdefghijklmnop"))
         .collect();
