@@ -23,6 +23,8 @@ pub(super) struct Failure {
     pub(super) status: StatusCode,
     pub(super) message: String,
     pub(super) allow: Option<&'static str>,
+    /// Seconds until a refused request may be made again (`Retry-After`).
+    pub(super) retry_after: Option<u64>,
 }
 
 impl Failure {
@@ -31,6 +33,7 @@ impl Failure {
             status,
             message: message.into(),
             allow: None,
+            retry_after: None,
         }
     }
 
@@ -41,6 +44,11 @@ impl Failure {
             response
                 .headers_mut()
                 .insert(ALLOW, HeaderValue::from_static(allow));
+        }
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
     }

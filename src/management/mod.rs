@@ -30,6 +30,8 @@ pub use leaks::{Leak, LeakReport, LeakedKey, RevocationReason};
 pub(crate) use policy::lifetime_until;
 pub use policy::{KeyPolicy, KeyRefusal, RollKey};
 
+#[cfg(feature = "webhooks")]
+pub use service::DEFAULT_WEBHOOK_ACTIONS;
 pub use service::{
     ActingOrganization, KeyManagementService, ResponseFuture, MAX_BODY_BYTES, MAX_LIFETIME,
     MAX_OVERLAP, OPENAPI_DOCUMENT,

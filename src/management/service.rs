@@ -116,7 +116,21 @@ pub struct KeyManagementService {
     csrf: Option<Arc<CsrfCheck>>,
     #[cfg(feature = "webhooks")]
     webhooks: Option<Arc<dyn crate::webhooks::WebhookManager>>,
+    /// The budget per organization of the webhook actions that queue messages.
+    #[cfg(feature = "webhooks")]
+    webhook_actions: Arc<crate::rate_limit::LocalRateLimiter>,
 }
+
+/// The default budget of webhook actions that queue messages (`test`, `retry`, `recover`),
+/// per organization: bursts of 10, then one every 6 seconds.
+#[cfg(feature = "webhooks")]
+pub const DEFAULT_WEBHOOK_ACTIONS: (std::time::Duration, std::num::NonZeroU32) = (
+    std::time::Duration::from_secs(6),
+    match std::num::NonZeroU32::new(10) {
+        Some(burst) => burst,
+        None => unreachable!(),
+    },
+);
 
 impl KeyManagementService {
     /// Creates the service over `keys`, answering at the root of its mount (`/keys`).
@@ -127,7 +141,29 @@ impl KeyManagementService {
             csrf: None,
             #[cfg(feature = "webhooks")]
             webhooks: None,
+            #[cfg(feature = "webhooks")]
+            webhook_actions: Arc::new(crate::rate_limit::LocalRateLimiter::new(
+                DEFAULT_WEBHOOK_ACTIONS.0,
+                DEFAULT_WEBHOOK_ACTIONS.1,
+            )),
         }
+    }
+
+    /// Limits the webhook actions that queue messages (`test`, `retry`, `recover`) to one per
+    /// `period` per organization, with bursts of `burst` ([`DEFAULT_WEBHOOK_ACTIONS`] by
+    /// default): past it, `429` with `Retry-After`, so one organization cannot fill the
+    /// delivery queue every organization shares. Counted in this process (each replica its
+    /// own budget).
+    #[cfg(feature = "webhooks")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
+    #[must_use]
+    pub fn with_webhook_action_limit(
+        mut self,
+        period: std::time::Duration,
+        burst: std::num::NonZeroU32,
+    ) -> Self {
+        self.webhook_actions = Arc::new(crate::rate_limit::LocalRateLimiter::new(period, burst));
+        self
     }
 
     /// Serves the organization's webhook endpoints too, below `/webhooks`, from `manager`
@@ -322,6 +358,19 @@ impl KeyManagementService {
             let organization = self.acting_organization(&parts)?;
             if !reading {
                 self.check_state_change(&parts)?;
+            }
+            if route.queues_messages() {
+                use crate::rate_limit::RateLimiter as _;
+                let decision = self.webhook_actions.check(organization.id()).await;
+                if let Some(wait) = decision.ok().and_then(|decision| decision.retry_after()) {
+                    let mut failure = Failure::new(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "too many test events, retries and recoveries for this organization; \
+                         try again later",
+                    );
+                    failure.retry_after = Some(wait.as_secs_f64().ceil().max(1.0) as u64);
+                    return Err(failure);
+                }
             }
             return super::webhooks::answer(manager, route, organization.id(), &parts, body).await;
         }

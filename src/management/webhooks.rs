@@ -30,6 +30,12 @@ pub(super) enum WebhookRoute<'p> {
 }
 
 impl<'p> WebhookRoute<'p> {
+    /// Whether the route queues messages (`test`, `retry`, `recover`): rate-limited per
+    /// organization, as each is a delivery to make.
+    pub(super) fn queues_messages(&self) -> bool {
+        matches!(self, Self::Action(_, "test" | "retry" | "recover"))
+    }
+
     /// The route of `segments` (the path's, after `webhooks`).
     pub(super) fn at(segments: &[&'p str], valid_id: impl Fn(&str) -> bool) -> Option<Self> {
         const ACTIONS: [&str; 7] = [

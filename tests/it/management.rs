@@ -1000,3 +1000,84 @@ async fn webhook_endpoints_are_managed_through_the_documented_routes() {
         StatusCode::NOT_FOUND
     );
 }
+
+/// Test events, retries and recoveries queue deliveries every organization shares: past its
+/// budget an organization gets 429 with `Retry-After`, and another organization does not.
+#[cfg(feature = "webhooks")]
+#[tokio::test]
+async fn webhook_actions_that_queue_messages_are_limited_per_organization() {
+    let memory = store();
+    let service = KeyManagementService::new(memory.clone())
+        .with_webhooks(memory.clone())
+        .with_webhook_action_limit(
+            std::time::Duration::from_secs(60),
+            std::num::NonZeroU32::new(3).unwrap(),
+        );
+    let add = |organization: &'static str| {
+        let service = service.clone();
+        async move {
+            let added = send(
+                &service,
+                Method::POST,
+                "/webhooks",
+                Some(organization),
+                Some("application/json"),
+                &json!({"url": "https://partner.example/hooks"}).to_string(),
+            )
+            .await;
+            assert_eq!(added.status, StatusCode::CREATED, "{}", added.text);
+            added.body["data"]["endpoint"]["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let (demo, other) = (add("org_demo").await, add("org_other").await);
+    let action = |organization: &'static str, path: String, body: Value| {
+        let service = service.clone();
+        async move {
+            send(
+                &service,
+                Method::POST,
+                &path,
+                Some(organization),
+                Some("application/json"),
+                &body.to_string(),
+            )
+            .await
+        }
+    };
+    for _ in 0..3 {
+        let queued = action("org_demo", format!("/webhooks/{demo}/test"), json!({})).await;
+        assert_eq!(queued.status, StatusCode::ACCEPTED, "{}", queued.text);
+    }
+    for (path, body) in [
+        (format!("/webhooks/{demo}/test"), json!({})),
+        (
+            format!("/webhooks/{demo}/recover"),
+            json!({"since": "2026-01-01T00:00:00Z"}),
+        ),
+    ] {
+        let refused = action("org_demo", path, body).await;
+        assert_eq!(
+            refused.status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{}",
+            refused.text
+        );
+        let wait: u64 = refused.headers["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=60).contains(&wait), "Retry-After: {wait}");
+        assert!(refused.body["error"]["message"].is_string());
+    }
+    // Reading and other changes are not counted; another organization has its own budget.
+    assert_eq!(
+        get(&service, &format!("/webhooks/{demo}")).await.status,
+        StatusCode::OK
+    );
+    let theirs = action("org_other", format!("/webhooks/{other}/test"), json!({})).await;
+    assert_eq!(theirs.status, StatusCode::ACCEPTED, "{}", theirs.text);
+}
