@@ -113,6 +113,11 @@ impl TrustedProxies {
         self
     }
 
+    /// The header the client is read from.
+    pub(crate) fn header(&self) -> ClientAddressHeader {
+        self.header
+    }
+
     fn trusts(&self, address: IpAddr) -> bool {
         let address = canonical(address);
         self.ranges.iter().any(|range| range.contains(&address))

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::api::auth::Challenges;
-use crate::api::client::{ClientAddressHeader, TrustedProxies};
+use crate::api::client::TrustedProxies;
 use crate::api::openapi;
 use crate::api::responses_metric::ResponseCounters;
 use crate::last_used::LastUsedRecorder;
@@ -52,9 +52,6 @@ pub(crate) struct Config {
     pub(crate) auth_failure_limiter: Option<Arc<dyn RateLimiter>>,
     /// The proxies whose forwarding headers name the client.
     pub(crate) trusted_proxies: TrustedProxies,
-    /// The header `trusted_proxies` read the client from, kept for a later
-    /// `with_trusted_proxies`.
-    pub(crate) client_address_header: ClientAddressHeader,
     /// How long the failure throttle's 429 waits before it is sent.
     pub(crate) auth_failure_delay: Duration,
     /// Where each authenticated request's key use is recorded.
@@ -86,7 +83,6 @@ impl Config {
                     .unwrap_or(std::num::NonZeroU32::MIN),
             ))),
             trusted_proxies: TrustedProxies::default(),
-            client_address_header: ClientAddressHeader::default(),
             auth_failure_delay: DEFAULT_AUTH_FAILURE_DELAY,
             last_used: None,
             conditional_requests: true,

@@ -196,7 +196,7 @@ impl PartnerApi {
     #[must_use]
     pub fn with_trusted_proxies(mut self, ranges: impl IntoIterator<Item = ipnet::IpNet>) -> Self {
         let config = Arc::make_mut(&mut self.config);
-        let header = config.client_address_header;
+        let header = config.trusted_proxies.header();
         config.trusted_proxies =
             TrustedProxies::new(ranges.into_iter().collect()).with_header(header);
         self
@@ -209,7 +209,6 @@ impl PartnerApi {
     #[must_use]
     pub fn with_client_address_header(mut self, header: ClientAddressHeader) -> Self {
         let config = Arc::make_mut(&mut self.config);
-        config.client_address_header = header;
         config.trusted_proxies = std::mem::take(&mut config.trusted_proxies).with_header(header);
         self
     }

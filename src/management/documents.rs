@@ -23,8 +23,8 @@ pub(super) struct Failure {
     pub(super) status: StatusCode,
     pub(super) message: String,
     pub(super) allow: Option<&'static str>,
-    /// Seconds until a refused request may be made again (`Retry-After`).
-    pub(super) retry_after: Option<u64>,
+    /// How long until a refused request may be made again (`Retry-After`).
+    pub(super) retry_after: Option<std::time::Duration>,
 }
 
 impl Failure {
@@ -45,10 +45,11 @@ impl Failure {
                 .headers_mut()
                 .insert(ALLOW, HeaderValue::from_static(allow));
         }
-        if let Some(seconds) = self.retry_after {
-            response
-                .headers_mut()
-                .insert(http::header::RETRY_AFTER, HeaderValue::from(seconds));
+        if let Some(wait) = self.retry_after {
+            response.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                crate::rate_limit::whole_seconds_at_least_one(wait),
+            );
         }
         response
     }

@@ -368,7 +368,7 @@ impl KeyManagementService {
                         "too many test events, retries and recoveries for this organization; \
                          try again later",
                     );
-                    failure.retry_after = Some(wait.as_secs_f64().ceil().max(1.0) as u64);
+                    failure.retry_after = Some(wait);
                     return Err(failure);
                 }
             }

@@ -85,8 +85,9 @@ impl Default for DeliveryConfig {
 impl DeliveryConfig {
     /// The defaults: [`DEFAULT_RETRY_SCHEDULE`], a 15 s time-out per attempt, endpoints
     /// disabled after 5 days of failures only, 32 deliveries in flight per replica, 4 per
-    /// endpoint and half of them (16) per organization, the outbox polled every 200 ms, `Retry-After` honoured up to an hour, 1 KiB
-    /// of each response body kept, and the default [`DestinationPolicy`].
+    /// endpoint and half of them (16) per organization, the outbox polled every 200 ms,
+    /// `Retry-After` honoured up to an hour, 1 KiB of each response body kept, and the
+    /// default [`DestinationPolicy`].
     pub fn new() -> Self {
         Self::default()
     }

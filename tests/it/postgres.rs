@@ -442,22 +442,6 @@ async fn a_database_migrated_by_an_earlier_version_is_taken_over() {
     store.load_seed(&Seed::demo()).await.unwrap();
 }
 
-/// Runs `standalone keys ARGS...` against the database at `url` (given as `--database-url`
-/// after the subcommand, or as `DATABASE_URL`); exit status, standard output and error.
-async fn keys_command(url: Option<&str>, args: &[&str]) -> (bool, String, String) {
-    let mut command = tokio::process::Command::new(standalone_binary());
-    command.arg("keys").args(args).env_remove("DATABASE_URL");
-    if let Some(url) = url {
-        command.args(["--database-url", url]);
-    }
-    let output = command.output().await.unwrap();
-    (
-        output.status.success(),
-        String::from_utf8(output.stdout).unwrap(),
-        String::from_utf8(output.stderr).unwrap(),
-    )
-}
-
 fn record_members(line: &str) -> serde_json::Value {
     let record: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|_| panic!("{line}"));
     let mut members: Vec<&String> = record.as_object().unwrap().keys().collect();

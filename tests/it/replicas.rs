@@ -162,14 +162,8 @@ async fn while_the_listener_is_down_the_cache_never_answers_for_a_changed_key() 
     let replica = Replica::start(&url).await;
     assert_eq!(replica.status("/v1/me", DEMO_KEY).await, StatusCode::OK);
     let mut admin = PgConnection::connect(&url).await.unwrap();
-    let terminated: Vec<bool> = sqlx::query_scalar(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = current_database() AND application_name = 'partner_api_cache_listener'",
-    )
-    .fetch_all(&mut admin)
-    .await
-    .unwrap();
-    assert!(!terminated.is_empty(), "no listening connection found");
+    let terminated = crate::common::pg::kill_listeners(&mut admin).await;
+    assert!(terminated > 0, "no listening connection found");
     // Revoked while the listener is (or may be) down: never served after the bound.
     let revoked_at = Instant::now();
     sqlx::query("UPDATE partner_api_keys SET revoked_at = now() WHERE key_sha256 = $1")

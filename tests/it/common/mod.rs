@@ -289,6 +289,22 @@ impl Write for CapturedLogs {
     }
 }
 
+/// Runs `standalone keys ARGS...` against the database at `url` (given as `--database-url`
+/// after the subcommand, or as `DATABASE_URL`); exit status, standard output and error.
+pub async fn keys_command(url: Option<&str>, args: &[&str]) -> (bool, String, String) {
+    let mut command = tokio::process::Command::new(standalone_binary());
+    command.arg("keys").args(args).env_remove("DATABASE_URL");
+    if let Some(url) = url {
+        command.args(["--database-url", url]);
+    }
+    let output = command.output().await.unwrap();
+    (
+        output.status.success(),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
 /// The example binary, which `cargo test` builds beside the test binaries.
 pub fn standalone_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();

@@ -61,6 +61,19 @@ pub fn as_user(url: &str, user: &str) -> String {
     format!("{scheme}://{user}:change%20me@{host}")
 }
 
+/// Terminates every cache listener's connection to `connection`'s database (only that
+/// database's: the server is shared with the tests running beside it); how many.
+pub async fn kill_listeners(connection: &mut PgConnection) -> usize {
+    let terminated: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND application_name = 'partner_api_cache_listener'",
+    )
+    .fetch_all(connection)
+    .await
+    .unwrap();
+    terminated.len()
+}
+
 /// The record of the demo seed's key `DEMO_KEY` (labelled "Demo integration") in `store`.
 pub async fn demo_key_record(store: &partner_api::PgStore) -> partner_api::management::KeyRecord {
     use partner_api::management::KeyManager;

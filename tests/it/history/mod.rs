@@ -48,7 +48,9 @@ use partner_api::store::postgres::PgStore;
 use partner_api::{KeyDigest, PartnerApi};
 use sqlx::{Connection, PgConnection};
 
-use crate::common::pg::{fresh_database, until_answering, AnswersDelay, Proxy, Stall};
+use crate::common::pg::{
+    fresh_database, kill_listeners, until_answering, AnswersDelay, Proxy, Stall,
+};
 use crate::common::*;
 use journal::Journal;
 
@@ -221,6 +223,20 @@ async fn issue(
         keys.write().unwrap().push(name);
         live.push(key);
     }
+}
+
+/// The faults recorded within twice the bound of `revoked`, for a violation's report.
+fn faults_near(
+    faults: &[(Instant, String)],
+    revoked: Instant,
+    seconds_in: &dyn Fn(Instant) -> f64,
+) -> Vec<String> {
+    faults
+        .iter()
+        .filter(|(when, _)| when.saturating_duration_since(revoked) < BOUND * 2)
+        .filter(|(when, _)| revoked.saturating_duration_since(*when) < BOUND * 2)
+        .map(|(when, what)| format!("{:.3}s {what}", seconds_in(*when)))
+        .collect()
 }
 
 /// Revokes the key numbered `key`, named `name`, by plain SQL and notes when it committed.
@@ -442,14 +458,7 @@ async fn check_a_history(journal: Journal) {
             // Kill every listening connection of this test's database (only this one's: the
             // server is shared with the tests running beside it).
             71..=73 => {
-                sqlx::query(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                     WHERE datname = current_database() \
-                     AND application_name = 'partner_api_cache_listener'",
-                )
-                .execute(&mut admin)
-                .await
-                .unwrap();
+                kill_listeners(&mut admin).await;
                 history
                     .lock()
                     .unwrap()
@@ -536,13 +545,7 @@ async fn check_a_history(journal: Journal) {
         if sent.saturating_duration_since(*revoked) <= BOUND {
             continue;
         }
-        let faults: Vec<String> = history
-            .faults
-            .iter()
-            .filter(|(when, _)| when.saturating_duration_since(*revoked) < BOUND * 2)
-            .filter(|(when, _)| revoked.saturating_duration_since(*when) < BOUND * 2)
-            .map(|(when, what)| format!("{:.3}s {what}", seconds_in(*when)))
-            .collect();
+        let faults = faults_near(&history.faults, *revoked, &seconds_in);
         let chain = causal_chain(
             &entries,
             replicas[*at].hub,

@@ -16,10 +16,10 @@ use http_body_util::{BodyExt, Empty};
 use partner_api::KeyDigest;
 use sqlx::{Connection, PgConnection};
 
-use super::{seed, seeded_database, setting, Random, BOUND};
+use super::{faults_near, seed, seeded_database, setting, Random, BOUND};
 use crate::common::net::{http1, HttpClient};
-use crate::common::pg::Proxy;
-use crate::common::{standalone_binary, Process};
+use crate::common::pg::{kill_listeners, Proxy};
+use crate::common::{keys_command, Process};
 
 const KEYS: usize = 60;
 const HOSTS: usize = 2;
@@ -127,19 +127,9 @@ async fn no_history_across_processes_serves_a_revoked_key_past_the_bound() {
             // Revoke with the keys command, as an operator would.
             0..=19 if !live.is_empty() => {
                 let key = live.swap_remove(random.below(live.len()));
-                let output = tokio::process::Command::new(standalone_binary())
-                    .args(["keys", "revoke", "--organization", "org_other", "--id"])
-                    .arg(&ids[key])
-                    .args(["--database-url", &url])
-                    .env_remove("DATABASE_URL")
-                    .output()
-                    .await
-                    .unwrap();
-                assert!(
-                    output.status.success(),
-                    "{}",
-                    String::from_utf8_lossy(&output.stderr)
-                );
+                let revoke = ["revoke", "--organization", "org_other", "--id", &ids[key]];
+                let (ok, _, stderr) = keys_command(Some(&url), &revoke).await;
+                assert!(ok, "{stderr}");
                 history.lock().unwrap().revoked.insert(key, Instant::now());
                 None
             }
@@ -175,14 +165,7 @@ async fn no_history_across_processes_serves_a_revoked_key_past_the_bound() {
             }
             // Kill the listening connections of this database.
             65..=67 => {
-                sqlx::query(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                     WHERE datname = current_database() \
-                     AND application_name = 'partner_api_cache_listener'",
-                )
-                .execute(&mut admin)
-                .await
-                .unwrap();
+                kill_listeners(&mut admin).await;
                 Some("listening connections killed".to_owned())
             }
             _ => None,
@@ -211,13 +194,7 @@ async fn no_history_across_processes_serves_a_revoked_key_past_the_bound() {
             continue;
         };
         if *status == StatusCode::OK && sent.saturating_duration_since(*revoked) > BOUND {
-            let faults: Vec<String> = history
-                .faults
-                .iter()
-                .filter(|(when, _)| when.saturating_duration_since(*revoked) < BOUND * 2)
-                .filter(|(when, _)| revoked.saturating_duration_since(*when) < BOUND * 2)
-                .map(|(when, what)| format!("{:.3}s {what}", seconds_in(*when)))
-                .collect();
+            let faults = faults_near(&history.faults, *revoked, &seconds_in);
             violations.push(format!(
                 "200 from host {at} at {:.3}s for key {key}, revoked at {:.3}s; faults near: {faults:?}",
                 seconds_in(*sent),
