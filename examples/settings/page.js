@@ -114,6 +114,7 @@ function dateCell(iso) {
 
 function statusOf(key) {
   if (key.revokedAt && key.revokedReason === "leaked") return ["leaked", "Leaked"];
+  if (key.revokedAt && key.revokedReason === "rolled") return ["revoked", "Rolled"];
   if (key.revokedAt) return ["revoked", "Revoked"];
   if (key.expiresAt && new Date(key.expiresAt) <= new Date()) return ["expired", "Expired"];
   if (key.expiresAt) return ["expiring", "Expires"];

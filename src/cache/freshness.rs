@@ -40,6 +40,13 @@ pub(crate) trait Invalidate: Send + Sync {
 /// that loses its connection must [`connected`](Self::connected) again, which empties the
 /// caches, before its new evidence counts: changes sent meanwhile were lost.
 ///
+/// The argument reads only the monotonic clock, so it holds for revocations whatever the wall
+/// clocks do. An expiry is the wall clock's to judge (the database's on a lookup, the
+/// replica's on a hit): a clock stepped back makes an expired key valid again for as long as
+/// the step. That is why a roll without overlap revokes the old key rather than expiring it
+/// at the roll's instant: the history checker saw such a key served 1.14 s after its roll
+/// when a virtual machine's clock was stepped back.
+///
 /// # Reads made while the evidence is stale
 ///
 /// A cache keeps what it read from its store whenever no change was told to it during the

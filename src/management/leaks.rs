@@ -7,10 +7,12 @@ use crate::model::Timestamp;
 
 use super::KeyRecord;
 
-/// Why a key was revoked: `"manual"` (by its organization, an operator, or plain SQL) or
-/// `"leaked"` (found in public by a secret scanner, see [`KeyManager::revoke_leaked`]).
+/// Why a key was revoked: `"manual"` (by its organization, an operator, or plain SQL),
+/// `"leaked"` (found in public by a secret scanner, see [`KeyManager::revoke_leaked`]) or
+/// `"rolled"` (replaced by a roll without overlap, see [`KeyManager::roll`]).
 ///
 /// [`KeyManager::revoke_leaked`]: super::KeyManager::revoke_leaked
+/// [`KeyManager::roll`]: super::KeyManager::roll
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum RevocationReason {
@@ -18,14 +20,17 @@ pub enum RevocationReason {
     Manual,
     /// Revoked because a secret scanner found it in public.
     Leaked,
+    /// Ended by a roll without overlap: replaced by the roll's new key at once.
+    Rolled,
 }
 
 impl RevocationReason {
-    /// Returns the reason's name: `manual` or `leaked`.
+    /// Returns the reason's name: `manual`, `leaked` or `rolled`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Manual => "manual",
             Self::Leaked => "leaked",
+            Self::Rolled => "rolled",
         }
     }
 }

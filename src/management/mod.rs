@@ -315,7 +315,7 @@ impl fmt::Debug for IssuedKey {
 /// Serializes as the JSON object a Settings page and the `keys` command show: `id`, `label`,
 /// `hint`, `environment` (`"live"`, `"test"` or `null`), `createdAt`, `expiresAt`,
 /// `lastUsedAt`, `revokedAt` (RFC 3339 UTC or `null`), `revokedReason` (`"manual"`,
-/// `"leaked"` or `null`), `leak` (`{"url", "source", "reportedAt"}` for a leaked key, else
+/// `"leaked"`, `"rolled"` or `null`), `leak` (`{"url", "source", "reportedAt"}` for a leaked key, else
 /// `null`), `lifetimeSeconds` (the lifetime it was issued with, which a roll passes on, or
 /// `null`) and `allowedIps` (CIDR ranges; empty for any address). Keys that came from a seed or a host's
 /// older format carry what is known of them (no label, a hint and environment only when

@@ -9,7 +9,7 @@ use super::report::{ensure, failed, Check};
 use super::store::{key, lookup, lookup_outcome, organization};
 use super::StoreFixtures;
 use crate::key::KeyEnvironment;
-use crate::management::{KeyManager, KeyUse, NewKey, RollKey};
+use crate::management::{KeyManager, KeyUse, NewKey, RevocationReason, RollKey};
 use crate::model::Timestamp;
 use crate::store::{KeyLookup, StoreErrorKind};
 
@@ -130,9 +130,17 @@ where
         .roll(&org.id, &new.record().id, RollKey::new(Duration::ZERO))
         .await
         .map_err(failed("roll"))?;
+    // Revoked, not expired at the roll's instant: a wall clock stepped back must not bring
+    // the old key back.
     ensure!(
-        lookup(fixtures, new.plaintext()).await?.is_none(),
-        "a roll without overlap left the old key working"
+        lookup_outcome(fixtures, new.plaintext()).await? == KeyLookup::Revoked,
+        "a roll without overlap left the old key working, or ended it by expiry"
+    );
+    let ended = record_of(fixtures, &org.id, &new.record().id).await?;
+    ensure!(
+        ended.revoked_reason == Some(RevocationReason::Rolled),
+        "a key rolled without overlap is revoked as {:?}, not rolled",
+        ended.revoked_reason
     );
     ensure!(
         resolves(fixtures, newer.plaintext(), &org).await?,

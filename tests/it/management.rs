@@ -620,7 +620,14 @@ async fn rolls_keep_or_choose_a_lifetime_and_never_revive_a_key() {
     .await;
     assert_eq!(chosen.status, StatusCode::CREATED, "{}", chosen.text);
     assert_eq!(chosen.body["data"]["record"]["lifetimeSeconds"], 600);
-    // The first key expired at its roll: rolling it again is refused, in the service's words.
+    // The first key was revoked by its roll without overlap ("rolled"): rolling it again is
+    // refused, in the service's words.
+    let first = get(&service, &format!("/keys/{id}")).await;
+    assert_eq!(
+        first.body["data"]["record"]["revokedReason"], "rolled",
+        "{}",
+        first.text
+    );
     let again = post(
         &service,
         &format!("/keys/{id}/roll"),
@@ -630,7 +637,7 @@ async fn rolls_keep_or_choose_a_lifetime_and_never_revive_a_key() {
     assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.text);
     assert_eq!(
         again.body["error"]["message"],
-        "an expired key cannot be rolled"
+        "a revoked key cannot be rolled"
     );
     for bad in [
         json!({"overlapSeconds": 0, "expiresInSeconds": 0}),

@@ -120,13 +120,20 @@ impl KeyManager for MemoryStore {
         let lifetime = roll.expires_in().or(old.record.lifetime_for_roll());
         policy.check_lifetime(lifetime)?;
         policy.check_active_keys(active, 1)?;
-        let overlap_ends = now.saturating_add(roll.overlap());
-        let expires_at = old
-            .record
-            .expires_at
-            .map_or(overlap_ends, |expires_at| expires_at.min(overlap_ends));
-        old.record.expires_at = Some(expires_at);
-        old.principal.expires_at = Some(expires_at);
+        if roll.overlap().is_zero() {
+            // Revoked, never expired "now": a wall clock stepped back would make that expiry
+            // a future instant again (as `PgStore` does).
+            old.record.revoked_at = Some(now);
+            old.record.revoked_reason = Some(RevocationReason::Rolled);
+        } else {
+            let overlap_ends = now.saturating_add(roll.overlap());
+            let expires_at = old
+                .record
+                .expires_at
+                .map_or(overlap_ends, |expires_at| expires_at.min(overlap_ends));
+            old.record.expires_at = Some(expires_at);
+            old.principal.expires_at = Some(expires_at);
+        }
         let mut new = NewKey::new(environment).with_allowed_ips(old.record.allowed_ips.clone());
         if let Some(label) = old.record.label.clone() {
             new = new.with_label(label);

@@ -237,9 +237,14 @@ impl KeyManager for PgStore {
         policy.check_lifetime(lifetime)?;
         policy.check_active_keys(active_keys(&mut transaction, organization_id).await?, 1)?;
         let overlap_ms = i64::try_from(roll.overlap().as_millis()).unwrap_or(i64::MAX);
+        // Without overlap the old key is revoked, never expired "now": a wall clock stepped
+        // back would make that expiry a future instant again (docs::keys, "Roll").
         sqlx::query(
-            "UPDATE partner_api_keys SET expires_at = LEAST(expires_at, \
-               now() + LEAST($3, 3153600000000) * interval '1 millisecond') \
+            "UPDATE partner_api_keys SET \
+               expires_at = CASE WHEN $3 = 0 THEN expires_at ELSE LEAST(expires_at, \
+                 now() + LEAST($3, 3153600000000) * interval '1 millisecond') END, \
+               revoked_at = CASE WHEN $3 = 0 THEN now() END, \
+               revoked_reason = CASE WHEN $3 = 0 THEN 'rolled' END \
              WHERE organization_id = $1 AND id = $2",
         )
         .bind(organization_id)
@@ -458,6 +463,7 @@ fn record_from_row(row: &PgRow) -> Result<KeyRecord, StoreError> {
     let reason: Option<String> = row.try_get("revoked_reason").map_err(store_error)?;
     record.revoked_reason = record.revoked_at.map(|_| match reason.as_deref() {
         Some("leaked") => RevocationReason::Leaked,
+        Some("rolled") => RevocationReason::Rolled,
         _ => RevocationReason::Manual,
     });
     record.leak = match timestamp(row, "leak_reported_at")? {

@@ -465,26 +465,21 @@ impl Process {
     }
 }
 
-/// A key of `organization_id` that has expired: issued, then rolled with no overlap. Returns
-/// its plaintext.
+/// A key of `organization_id` that has expired: issued to live for 50 ms, then waited for.
+/// Returns its plaintext.
 pub async fn expired_key(
     store: &impl partner_api::management::KeyManager,
     organization_id: &str,
 ) -> String {
+    let lifetime = Duration::from_millis(50);
     let issued = store
         .issue(
             organization_id,
-            partner_api::management::NewKey::new(partner_api::key::KeyEnvironment::Test),
+            partner_api::management::NewKey::new(partner_api::key::KeyEnvironment::Test)
+                .with_expires_in(lifetime),
         )
         .await
         .unwrap();
-    store
-        .roll(
-            organization_id,
-            &issued.record().id,
-            partner_api::management::RollKey::new(Duration::ZERO),
-        )
-        .await
-        .unwrap();
+    tokio::time::sleep(lifetime * 2).await;
     issued.plaintext().to_owned()
 }

@@ -25,6 +25,12 @@
 //! - the test's own runtime threads are kept busy in bursts (tasks that spin for up to 30 ms),
 //!   as a loaded CI machine does to the listener and the clients.
 //!
+//! - in the run that steps the machine's wall clock (an ignored test, run alone by `.ci/run`):
+//!   a key being asked for is rolled with no overlap, and 1.1 s later the clock is stepped back
+//!   by 1.5 to 3 s for a second, as a virtual machine resuming from a pause or syncing its time
+//!   does. This is what served a rolled key 1.14 s after its roll in CI: the roll ended the old
+//!   key by an expiry at the roll's instant, which a clock set back made a future instant.
+//!
 //! Clients ask for the newest 200 keys; new ones are issued as the live ones run out, so a
 //! long run (`benches/history.sh`) checks revocations all the way through.
 //!
@@ -33,6 +39,7 @@
 //! replay a schedule; timing still varies).
 #![cfg(feature = "postgres")]
 
+mod clock;
 mod journal;
 mod processes;
 
@@ -250,6 +257,21 @@ async fn revoke(admin: &mut PgConnection, (key, name): (usize, &str), history: &
     history.lock().unwrap().revoked.insert(key, Instant::now());
 }
 
+/// Rolls the key numbered `key` (its id `key_id`) with no overlap and notes when the roll
+/// committed: the old key ends then.
+async fn roll(store: &PgStore, (key, key_id): (usize, &str), history: &Mutex<History>) {
+    history.lock().unwrap().revoking.insert(key, Instant::now());
+    store
+        .roll(
+            "org_demo",
+            key_id,
+            partner_api::management::RollKey::new(Duration::ZERO),
+        )
+        .await
+        .unwrap();
+    history.lock().unwrap().revoked.insert(key, Instant::now());
+}
+
 /// Stalls `proxy` for `duration`, in a task of its own, noting both ends in the history.
 fn stall_for(
     proxy: Stall,
@@ -269,6 +291,26 @@ fn stall_for(
 
 #[test]
 fn no_history_serves_a_revoked_key_past_the_bound() {
+    run_a_history(Clock::Untouched);
+}
+
+/// The history with the wall clock stepped back now and then, around rolls aimed at keys
+/// being asked for: a key ended by the wall clock (an expiry at the roll's instant) would be
+/// valid again for as long as the step. Steps the machine's clock: run alone, as root.
+#[test]
+#[ignore = "steps the machine's wall clock: needs root, and run alone (.ci/run runs it after the suite)"]
+fn no_history_serves_a_revoked_key_past_the_bound_across_clock_steps() {
+    run_a_history(Clock::Stepped);
+}
+
+/// Whether the schedule steps the machine's wall clock.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Clock {
+    Untouched,
+    Stepped,
+}
+
+fn run_a_history(clock: Clock) {
     let journal = Journal::default();
     let on_thread = journal.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -281,10 +323,10 @@ fn no_history_serves_a_revoked_key_past_the_bound() {
         .build()
         .unwrap();
     let _recording = tracing::subscriber::set_default(journal.subscriber());
-    runtime.block_on(check_a_history(journal));
+    runtime.block_on(check_a_history(journal, clock));
 }
 
-async fn check_a_history(journal: Journal) {
+async fn check_a_history(journal: Journal, clock: Clock) {
     let seconds: u64 = setting("PARTNER_API_HISTORY_SECONDS").unwrap_or(20);
     let replica_count: usize = setting("PARTNER_API_HISTORY_REPLICAS").unwrap_or(3);
     let seed = seed();
@@ -387,16 +429,7 @@ async fn check_a_history(journal: Journal) {
             // Roll a live key with no overlap: the old one ends at the roll's commit.
             30..=34 => {
                 if let Some(key) = take_live(&mut live, None, &mut random) {
-                    history.lock().unwrap().revoking.insert(key, Instant::now());
-                    store
-                        .roll(
-                            "org_demo",
-                            &key_ids[key],
-                            partner_api::management::RollKey::new(Duration::ZERO),
-                        )
-                        .await
-                        .unwrap();
-                    history.lock().unwrap().revoked.insert(key, Instant::now());
+                    roll(&store, (key, &key_ids[key]), &history).await;
                 }
             }
             // A burst: one statement over every key, then single-row changes.
@@ -501,6 +534,52 @@ async fn check_a_history(journal: Journal) {
                     ));
                     tokio::time::sleep(delay).await;
                     stalls[at].0.set(Duration::ZERO);
+                    endings.push(asker);
+                }
+            }
+            // The wall clock stepped back past a roll's instant, while the rolled key is
+            // asked for: the old key must stay ended whatever the clock says.
+            94..=99 if clock == Clock::Stepped => {
+                let favoured = history
+                    .lock()
+                    .unwrap()
+                    .asking
+                    .get(&(random.below(CLIENTS as usize) as u64))
+                    .copied();
+                if let Some(key) = take_live(&mut live, favoured, &mut random) {
+                    let name = keys.read().unwrap()[key].clone();
+                    let at = random.below(replicas.len());
+                    roll(&store, (key, &key_ids[key]), &history).await;
+                    let asker = {
+                        let (replicas, history) = (replicas.clone(), history.clone());
+                        let until = Instant::now() + BOUND * 3;
+                        tokio::spawn(async move {
+                            while Instant::now() < until.min(deadline) {
+                                ask(&replicas, at, (key, &name), &history).await;
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                        })
+                    };
+                    tokio::time::sleep(BOUND + BOUND / 10).await;
+                    let by = random.millis(1_500, 3_000);
+                    let stepped = clock::SteppedBack::by(by);
+                    history.lock().unwrap().fault(format!(
+                        "wall clock stepped back by {by:?}, {:?} after key {key} was rolled",
+                        BOUND + BOUND / 10
+                    ));
+                    // Another key changed: every cache forgets the keys it holds as refused,
+                    // so the rolled key is looked up in the database again under this clock.
+                    sqlx::query("SELECT pg_notify($1, '0')")
+                        .bind(partner_api::cache::postgres::KEYS_CHANNEL)
+                        .execute(&mut admin)
+                        .await
+                        .unwrap();
+                    tokio::time::sleep(BOUND).await;
+                    drop(stepped);
+                    history
+                        .lock()
+                        .unwrap()
+                        .fault("wall clock stepped forward again".to_owned());
                     endings.push(asker);
                 }
             }
