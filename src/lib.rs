@@ -123,7 +123,7 @@ pub use service::PartnerApi;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use store::PgStore;
 pub use store::{
-    KeyLookup, KeyStore, MemoryStore, OrderStore, Principal, StoreError, StoreErrorKind,
+    KeyDigests, KeyLookup, KeyStore, MemoryStore, OrderStore, Principal, StoreError, StoreErrorKind,
 };
 
 // Runs the README's Rust snippets as doctests, so they keep compiling.

@@ -113,14 +113,16 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, St
                 .await
                 .map_err(|err| err.to_string())?;
         }
+        // Every change, however made, reaches the caches and the known keys through the
+        // database's notifications.
+        let notifications = partner_api::cache::postgres::listen(store.pool().clone());
         if args.no_cache {
             let mut served = recorded_api(store.clone(), options);
+            served.api = known_keys(served.api, &store, &notifications, options);
             served.database = Some(store);
             return Ok(served);
         }
-        // Keys and pages answered from memory; every change, however made, reaches the caches
-        // through the database's notifications.
-        let notifications = partner_api::cache::postgres::listen(store.pool().clone());
+        // Keys and pages answered from memory.
         let max_age = std::time::Duration::from_secs(args.cache_max_age.max(1));
         let keys = CachingKeyStore::new(store.clone())
             .with_max_age(max_age)
@@ -131,6 +133,7 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, St
         let recorder = LastUsedRecorder::spawn(store.clone());
         let api =
             configured(PartnerApi::new(keys, orders), options).with_last_used(recorder.clone());
+        let api = known_keys(api, &store, &notifications, options);
         return Ok(Served {
             api,
             last_used: recorder,
@@ -146,6 +149,24 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, St
         .and_then(|seed| seed.to_memory_store())
         .map_err(|err| err.to_string())?;
     Ok(recorded_api(store, options))
+}
+
+/// `api` with the keys of `store` known to its failure throttle (when it throttles), so a
+/// valid key is never refused for its neighbours' failures.
+#[cfg(feature = "postgres")]
+fn known_keys(
+    api: PartnerApi,
+    store: &partner_api::PgStore,
+    notifications: &partner_api::cache::Notifications,
+    options: &Options,
+) -> PartnerApi {
+    if options.auth_failure_limit.is_none() {
+        return api;
+    }
+    api.with_known_keys(partner_api::cache::KnownKeys::following(
+        store.clone(),
+        notifications,
+    ))
 }
 
 /// The database at `url`, migrated unless `no_migrate`. Errors never show the URL's

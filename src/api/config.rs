@@ -50,6 +50,8 @@ pub(crate) struct Config {
     pub(crate) rate_limiter: Option<Arc<dyn RateLimiter>>,
     /// The budgets of failed authentications, by client address.
     pub(crate) auth_failure_limiter: Option<Arc<dyn RateLimiter>>,
+    /// The keys that may be usable: looked up past a client's budget of failures.
+    pub(crate) known_keys: Option<crate::cache::KnownKeys>,
     /// The proxies whose forwarding headers name the client.
     pub(crate) trusted_proxies: TrustedProxies,
     /// How long the failure throttle's 429 waits before it is sent.
@@ -82,6 +84,7 @@ impl Config {
                 std::num::NonZeroU32::new(DEFAULT_AUTH_FAILURE_LIMIT)
                     .unwrap_or(std::num::NonZeroU32::MIN),
             ))),
+            known_keys: None,
             trusted_proxies: TrustedProxies::default(),
             auth_failure_delay: DEFAULT_AUTH_FAILURE_DELAY,
             last_used: None,

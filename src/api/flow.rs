@@ -77,6 +77,10 @@ enum Step {
     /// The key store is asked, past its memory (which had no answer a moment ago); the budget
     /// one failure was taken from, if the limiter answered, gets it back for a valid key.
     LookUpReserved(KeyDigest, Option<Box<str>>),
+    /// The key store is asked, past its memory, for a key the replica knows may be usable
+    /// ([`KnownKeys`](crate::cache::KnownKeys)), whatever the client's budget: a refusal is
+    /// charged to the budget (named here) afterwards.
+    LookUpKnown(KeyDigest, Box<str>),
     /// The key store refused the key from memory, failures throttled: the failure is taken
     /// from the client's budget (named here), a 401 while it lasts, a 429 past it.
     ChargeFailure(AuthFailureReason, Box<str>),
@@ -159,7 +163,9 @@ impl Flow {
         match &self.step {
             Step::LookUp(digest) => Question::Key(digest),
             Step::LookUpAtHand(digest) => Question::KeyAtHand(digest),
-            Step::LookUpReserved(digest, _) => Question::StoredKey(digest),
+            Step::LookUpReserved(digest, _) | Step::LookUpKnown(digest, _) => {
+                Question::StoredKey(digest)
+            }
             Step::Reserve(_, budget) | Step::ChargeFailure(_, budget) => Question::Failures(budget),
             Step::Limit(principal) => Question::Limit(principal),
             Step::ReadOrders(principal, _, query) => {
@@ -174,9 +180,21 @@ impl Flow {
         match (step, reply) {
             (Step::LookUpAtHand(digest), Reply::NotAtHand) => {
                 let budget = exchange.failure_budget();
+                let known = config
+                    .known_keys
+                    .as_ref()
+                    .is_some_and(|known| known.may_be_usable(&digest));
+                let step = if known {
+                    Step::LookUpKnown(digest, budget)
+                } else {
+                    Step::Reserve(digest, budget)
+                };
+                Progress::Next(Self { exchange, step })
+            }
+            (Step::LookUpKnown(_, budget), Reply::Key(Ok(lookup))) if !lookup.is_valid() => {
                 Progress::Next(Self {
                     exchange,
-                    step: Step::Reserve(digest, budget),
+                    step: Step::ChargeFailure(refusal_reason(&lookup), budget),
                 })
             }
             (Step::Reserve(digest, budget), Reply::Limit(decided)) => match decided {
@@ -201,7 +219,10 @@ impl Flow {
                 _ => refused(config, reason),
             },
             (
-                step @ (Step::LookUp(_) | Step::LookUpAtHand(_) | Step::LookUpReserved(..)),
+                step @ (Step::LookUp(_)
+                | Step::LookUpAtHand(_)
+                | Step::LookUpReserved(..)
+                | Step::LookUpKnown(..)),
                 Reply::Key(found),
             ) => match found {
                 Ok(KeyLookup::Valid(principal)) => {

@@ -162,7 +162,8 @@ impl PartnerApi {
     /// answered from memory) first takes one from its client's budget, given back when the
     /// key is valid; a key refused from memory takes one too. Past the budget the answer is a
     /// JSON 429 with `Retry-After`, and the key store is not asked: a flood of made-up keys
-    /// costs the store at most the budget. Valid keys answered from memory never touch it.
+    /// costs the store at most the budget. Valid keys answered from memory never touch it, and
+    /// with [`with_known_keys`](Self::with_known_keys) neither do the other valid keys.
     #[must_use]
     pub fn with_auth_failure_limiter(mut self, limiter: impl RateLimiter + 'static) -> Self {
         Arc::make_mut(&mut self.config).auth_failure_limiter = Some(Arc::new(limiter));
@@ -177,6 +178,18 @@ impl PartnerApi {
     #[must_use]
     pub fn with_auth_failure_delay(mut self, delay: Duration) -> Self {
         Arc::make_mut(&mut self.config).auth_failure_delay = delay;
+        self
+    }
+
+    /// Lets the failure throttle tell a token that may be a key from one that certainly is
+    /// not ([`KnownKeys`](crate::cache::KnownKeys)): a token it holds is looked up whatever
+    /// its client's budget (and charged only if refused), so a valid key is never refused
+    /// because others at its address sent bad tokens; any other token is throttled as
+    /// before. Without it, an address past its budget gets 429 for a valid key the key store
+    /// cannot answer from memory.
+    #[must_use]
+    pub fn with_known_keys(mut self, known_keys: crate::cache::KnownKeys) -> Self {
+        Arc::make_mut(&mut self.config).known_keys = Some(known_keys);
         self
     }
 
@@ -395,6 +408,7 @@ impl fmt::Debug for PartnerApi {
                 "auth_failures_throttled",
                 &self.config.auth_failure_limiter.is_some(),
             )
+            .field("known_keys", &self.config.known_keys)
             .field("last_used", &self.config.last_used.is_some())
             .field("conditional_requests", &self.config.conditional_requests)
             .field("request_ids", &self.config.request_ids)

@@ -23,6 +23,7 @@
 
 mod freshness;
 mod keys;
+mod known_keys;
 mod orders;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -30,6 +31,7 @@ pub mod postgres;
 
 pub use freshness::{Notifications, DEFAULT_MAX_EVIDENCE_AGE, JOURNAL};
 pub use keys::CachingKeyStore;
+pub use known_keys::KnownKeys;
 pub use orders::{CachingOrderStore, LATER_PAGES};
 
 /// The longest a cache answers from one read of its store, by default: the bound on how

@@ -157,6 +157,25 @@ pub trait KeyStore: Send + Sync {
     }
 }
 
+/// Lists the digests of a store's usable keys: what [`KnownKeys`](crate::cache::KnownKeys)
+/// loads, so the failed-authentication throttle can tell a token that may be a key from one
+/// that certainly is not. A capability of its own: a store without it leaves the throttle as
+/// it was.
+#[async_trait]
+pub trait KeyDigests: Send + Sync {
+    /// The digests of the keys that are neither revoked nor expired: all of them with `ids`
+    /// `None`, else those among the keys whose ids are given (ids the store does not know are
+    /// skipped).
+    async fn key_digests(&self, ids: Option<&[String]>) -> Result<Vec<KeyDigest>, StoreError>;
+}
+
+#[async_trait]
+impl<T: KeyDigests + ?Sized> KeyDigests for Arc<T> {
+    async fn key_digests(&self, ids: Option<&[String]>) -> Result<Vec<KeyDigest>, StoreError> {
+        (**self).key_digests(ids).await
+    }
+}
+
 /// Reads an organization's orders, a page at a time.
 #[async_trait]
 pub trait OrderStore: Send + Sync {

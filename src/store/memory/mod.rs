@@ -522,6 +522,28 @@ impl KeyStore for MemoryStore {
 }
 
 #[async_trait]
+impl super::KeyDigests for MemoryStore {
+    async fn key_digests(&self, ids: Option<&[String]>) -> Result<Vec<KeyDigest>, StoreError> {
+        let state = self.read();
+        let usable = |digest: &KeyDigest| {
+            state
+                .keys
+                .get(digest)
+                .is_some_and(|entry| entry.outcome().is_valid())
+        };
+        Ok(match ids {
+            None => state.keys.keys().filter(|d| usable(d)).copied().collect(),
+            Some(ids) => ids
+                .iter()
+                .filter_map(|id| state.key_ids.get(id))
+                .filter(|d| usable(d))
+                .copied()
+                .collect(),
+        })
+    }
+}
+
+#[async_trait]
 impl OrderStore for MemoryStore {
     async fn orders(
         &self,

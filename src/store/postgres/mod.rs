@@ -375,6 +375,40 @@ impl KeyStore for PgStore {
     }
 }
 
+#[async_trait]
+impl crate::store::KeyDigests for PgStore {
+    async fn key_digests(&self, ids: Option<&[String]>) -> Result<Vec<KeyDigest>, StoreError> {
+        const USABLE: &str = "revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())";
+        let rows: Vec<Vec<u8>> = match ids {
+            None => sqlx::query_scalar(&format!(
+                "SELECT key_sha256 FROM partner_api_keys WHERE {USABLE}"
+            ))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(store_error)?,
+            Some(ids) => {
+                // Ids are numbers here; anything else names no key.
+                let ids: Vec<i64> = ids.iter().filter_map(|id| id.parse().ok()).collect();
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                sqlx::query_scalar(&format!(
+                    "SELECT key_sha256 FROM partner_api_keys WHERE id = ANY($1) AND {USABLE}"
+                ))
+                .bind(ids)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(store_error)?
+            }
+        };
+        Ok(rows
+            .into_iter()
+            .filter_map(|bytes| <[u8; 32]>::try_from(bytes).ok())
+            .map(KeyDigest::from_bytes)
+            .collect())
+    }
+}
+
 impl PgStore {
     /// `Ok` to ask the database; while it is unreachable, the error to answer at once, and a
     /// probe in the background now and then.
