@@ -43,9 +43,20 @@ function renderEndpoints(endpoints) {
   }
 }
 
+// How many endpoints the organization has of the most its policy allows; at the cap the
+// add button is off (the service would answer 409).
+function renderRoom(count, max) {
+  document.getElementById("endpoint-room").textContent =
+    `${count} of ${max} endpoints` + (count >= max ? ": remove one to add another." : ".");
+  document.getElementById("add-endpoint-button").disabled = count >= max;
+}
+
 async function refreshEndpoints() {
-  try { renderEndpoints((await call("GET", "/webhooks")).endpoints); }
-  catch (error) { webhookStatus.textContent = "Could not load the endpoints: " + error.message; }
+  try {
+    const [list, policy] = await Promise.all([call("GET", "/webhooks"), call("GET", "/policy")]);
+    renderEndpoints(list.endpoints);
+    renderRoom(list.endpoints.length, policy.policy.maxWebhookEndpoints);
+  } catch (error) { webhookStatus.textContent = "Could not load the endpoints: " + error.message; }
 }
 
 async function addEndpoint(event) {

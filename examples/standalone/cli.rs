@@ -324,6 +324,9 @@ pub(crate) enum KeysAction {
         /// The most active keys the organization may have (default 100).
         #[arg(long, value_name = "N")]
         max_active_keys: Option<u32>,
+        /// The most webhook endpoints the organization may have (default 20).
+        #[arg(long, value_name = "N")]
+        max_webhook_endpoints: Option<u32>,
     },
     /// Tell every replica's caches to drop what they hold (keys and pages of orders): after a
     /// change that bypassed the triggers, such as a restore with --disable-triggers or

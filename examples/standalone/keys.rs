@@ -142,9 +142,13 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
             max_lifetime,
             no_max_lifetime,
             max_active_keys,
+            max_webhook_endpoints,
         } => {
             let mut policy = store.key_policy(organization).await.map_err(failed)?;
-            let changed = max_lifetime.is_some() || *no_max_lifetime || max_active_keys.is_some();
+            let changed = max_lifetime.is_some()
+                || *no_max_lifetime
+                || max_active_keys.is_some()
+                || max_webhook_endpoints.is_some();
             if let Some(seconds) = max_lifetime {
                 policy = policy.with_max_lifetime(Some(Duration::from_secs(*seconds)));
             }
@@ -153,6 +157,9 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
             }
             if let Some(max) = max_active_keys {
                 policy = policy.with_max_active_keys(*max);
+            }
+            if let Some(max) = max_webhook_endpoints {
+                policy = policy.with_max_webhook_endpoints(*max);
             }
             if changed {
                 policy = store

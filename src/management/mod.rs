@@ -43,6 +43,9 @@ pub const MAX_LABEL_CHARS: usize = 100;
 /// The most active (neither revoked nor expired) keys an organization may have, by default.
 pub const DEFAULT_MAX_ACTIVE_KEYS: u32 = 100;
 
+/// The most webhook endpoints an organization may have, by default.
+pub const DEFAULT_MAX_WEBHOOK_ENDPOINTS: u32 = 20;
+
 /// Manages the API keys of organizations: what a host's Settings page (and the
 /// `keys` command of the standalone host) calls.
 ///

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::DEFAULT_MAX_ACTIVE_KEYS;
+use super::{DEFAULT_MAX_ACTIVE_KEYS, DEFAULT_MAX_WEBHOOK_ENDPOINTS};
 use crate::model::Timestamp;
 use crate::store::StoreError;
 
@@ -53,9 +53,9 @@ impl RollKey {
     }
 }
 
-/// What an organization's keys must obey, as GitHub's organizations set a maximum lifetime
-/// for their members' tokens: serializes as `{"maxKeyLifetimeSeconds": n or null,
-/// "maxActiveKeys": n}`.
+/// What an organization's keys (and webhook endpoints) must obey, as GitHub's organizations
+/// set a maximum lifetime for their members' tokens: serializes as
+/// `{"maxKeyLifetimeSeconds": n or null, "maxActiveKeys": n, "maxWebhookEndpoints": n}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -67,6 +67,13 @@ pub struct KeyPolicy {
     /// The most active keys the organization may have (see [`KeyManager::roll`](super::KeyManager::roll) for the one
     /// a roll's overlap adds).
     pub max_active_keys: u32,
+    /// The most webhook endpoints the organization may have (enabled or not).
+    #[serde(default = "default_max_webhook_endpoints")]
+    pub max_webhook_endpoints: u32,
+}
+
+fn default_max_webhook_endpoints() -> u32 {
+    DEFAULT_MAX_WEBHOOK_ENDPOINTS
 }
 
 impl Default for KeyPolicy {
@@ -74,12 +81,14 @@ impl Default for KeyPolicy {
         Self {
             max_lifetime: None,
             max_active_keys: DEFAULT_MAX_ACTIVE_KEYS,
+            max_webhook_endpoints: DEFAULT_MAX_WEBHOOK_ENDPOINTS,
         }
     }
 }
 
 impl KeyPolicy {
-    /// The default policy (no maximum lifetime, [`DEFAULT_MAX_ACTIVE_KEYS`]).
+    /// The default policy (no maximum lifetime, [`DEFAULT_MAX_ACTIVE_KEYS`],
+    /// [`DEFAULT_MAX_WEBHOOK_ENDPOINTS`]).
     pub fn new() -> Self {
         Self::default()
     }
@@ -96,6 +105,29 @@ impl KeyPolicy {
     pub fn with_max_active_keys(mut self, max_active_keys: u32) -> Self {
         self.max_active_keys = max_active_keys;
         self
+    }
+
+    /// Sets the most webhook endpoints.
+    #[must_use]
+    pub fn with_max_webhook_endpoints(mut self, max_webhook_endpoints: u32) -> Self {
+        self.max_webhook_endpoints = max_webhook_endpoints;
+        self
+    }
+
+    /// Checks that one more webhook endpoint may be added when the organization has
+    /// `endpoints` of them.
+    ///
+    /// # Errors
+    ///
+    /// `Conflict` at the cap.
+    pub fn check_webhook_endpoints(&self, endpoints: u64) -> Result<(), StoreError> {
+        if endpoints >= u64::from(self.max_webhook_endpoints) {
+            return Err(KeyRefusal::conflict(format!(
+                "this organization has {endpoints} webhook endpoints, the most it may have: \
+                 remove one first"
+            )));
+        }
+        Ok(())
     }
 
     /// Checks a new key's `lifetime` (`None`: it never expires) against the policy.

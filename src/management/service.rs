@@ -14,7 +14,7 @@
 //! | `POST /keys/{id}/revoke` `{}` | revokes it | 200 `{"data": {"record": record}}` |
 //! | `POST /keys/{id}/roll` `{"overlapSeconds", "expiresInSeconds"}` | rolls it (the new key lives `expiresInSeconds`, or as long as the old one was issued for) | 201 `{"data": {"key": "pk_...", "record": record}}` |
 //! | `POST /keys/{id}/restrict` `{"allowedIps": ["192.0.2.0/24", ...]}` | sets the address ranges it may be used from (`[]`: any) | 200 `{"data": {"record": record}}` |
-//! | `GET /policy` | the organization's key policy | 200 `{"data": {"policy": {"maxKeyLifetimeSeconds", "maxActiveKeys"}}}` |
+//! | `GET /policy` | the organization's key policy | 200 `{"data": {"policy": {"maxKeyLifetimeSeconds", "maxActiveKeys", "maxWebhookEndpoints"}}}` |
 //!
 //! The plaintext key is in exactly one response: the one that created it. Every response is
 //! `Cache-Control: no-store`; no body is logged. Errors are `{"error": {"message": "..."}}`

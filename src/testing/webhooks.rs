@@ -11,6 +11,7 @@ use super::namespace;
 use super::report::{ensure, failed, Check, Report};
 use super::store::{order, organization};
 use super::StoreFixtures;
+use crate::management::DEFAULT_MAX_WEBHOOK_ENDPOINTS;
 use crate::model::{EncodedOrder, Timestamp};
 use crate::store::StoreErrorKind;
 use crate::webhooks::{
@@ -56,7 +57,41 @@ where
         "webhooks: room per organization",
         organization_room(fixtures).await,
     ));
+    report.results.push((
+        "webhooks: endpoints per organization capped by its policy",
+        endpoint_cap(fixtures).await,
+    ));
     report
+}
+
+/// An organization has at most its policy's endpoints (by default
+/// [`DEFAULT_MAX_WEBHOOK_ENDPOINTS`]): one more is a conflict, another organization is not
+/// counted, and removing one makes room.
+async fn endpoint_cap<F>(fixtures: &F) -> Check
+where
+    F: StoreFixtures,
+    F::Store: WebhookManager + WebhookOutbox,
+{
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "capped").await?;
+    let other = organization(fixtures, &ns, "beside").await?;
+    let store = fixtures.store();
+    let url = |n: usize| NewEndpoint::new(format!("https://example.com/hooks/cap/{n}"));
+    let mut ids = Vec::new();
+    for n in 0..DEFAULT_MAX_WEBHOOK_ENDPOINTS as usize {
+        ids.push(add(store, &org.id, url(n)).await?.record.id);
+    }
+    ensure!(
+        kind_of(store.add_endpoint(&org.id, url(99)).await) == Some(StoreErrorKind::Conflict),
+        "an endpoint past the default cap of {DEFAULT_MAX_WEBHOOK_ENDPOINTS} was added"
+    );
+    let beside = add(store, &other.id, url(0)).await?;
+    remove(store, &org.id, &ids.remove(0)).await?;
+    ids.push(add(store, &org.id, url(100)).await?.record.id);
+    for id in &ids {
+        remove(store, &org.id, id).await?;
+    }
+    remove(store, &other.id, &beside.record.id).await
 }
 
 /// A claim takes at most an organization's room, counting what the worker has in flight for

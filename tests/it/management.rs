@@ -657,7 +657,7 @@ async fn rolls_keep_or_choose_a_lifetime_and_never_revive_a_key() {
     assert_eq!(policy.status, StatusCode::OK);
     assert_eq!(
         policy.body,
-        json!({"data": {"policy": {"maxKeyLifetimeSeconds": null, "maxActiveKeys": 100}}})
+        json!({"data": {"policy": {"maxKeyLifetimeSeconds": null, "maxActiveKeys": 100, "maxWebhookEndpoints": 20}}})
     );
     store
         .set_key_policy(

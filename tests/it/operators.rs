@@ -429,20 +429,38 @@ async fn the_keys_command_rolls_within_the_policy() {
     assert!(ok);
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&stdout).unwrap(),
-        serde_json::json!({"maxKeyLifetimeSeconds": null, "maxActiveKeys": 100})
+        serde_json::json!({"maxKeyLifetimeSeconds": null, "maxActiveKeys": 100, "maxWebhookEndpoints": 20})
     );
     let (ok, stdout, _) = keys(policy(&[
         "--max-lifetime",
         "3600",
         "--max-active-keys",
         "20",
+        "--max-webhook-endpoints",
+        "1",
     ]))
     .await;
     assert!(ok);
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&stdout).unwrap(),
-        serde_json::json!({"maxKeyLifetimeSeconds": 3600, "maxActiveKeys": 20})
+        serde_json::json!({"maxKeyLifetimeSeconds": 3600, "maxActiveKeys": 20, "maxWebhookEndpoints": 1})
     );
+    // The endpoint cap holds at once: one endpoint, then a refusal in the store's words.
+    #[cfg(feature = "webhooks")]
+    {
+        use partner_api::webhooks::{NewEndpoint, WebhookManager};
+        store
+            .add_endpoint("org_demo", NewEndpoint::new("https://example.com/hooks/1"))
+            .await
+            .unwrap();
+        let refused = store
+            .add_endpoint("org_demo", NewEndpoint::new("https://example.com/hooks/2"))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.kind(), partner_api::StoreErrorKind::Conflict);
+        let words = std::error::Error::source(&refused).unwrap().to_string();
+        assert!(words.contains("1 webhook endpoints, the most"), "{words}");
+    }
     let (ok, _, stderr) = keys(vec![
         "issue".into(),
         "--organization".into(),

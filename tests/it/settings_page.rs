@@ -922,6 +922,11 @@ async fn webhooks_on_the_page(browser: &Client) {
         !row_text.contains(&secret_text),
         "the list shows the secret"
     );
+    // The organization's room under its policy's cap of endpoints.
+    assert_eq!(
+        wait_for_text(browser, "endpoint-room", "", "no room shown").await,
+        "1 of 20 endpoints."
+    );
 
     click_in(browser, &row_xpath, ".test-endpoint").await;
     let received = receiver.wait_for(1, Duration::from_secs(15)).await;

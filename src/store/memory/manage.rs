@@ -176,7 +176,7 @@ impl KeyManager for MemoryStore {
 
 impl State {
     /// The key policy of `organization_id`.
-    fn policy(&self, organization_id: &str) -> Result<KeyPolicy, StoreError> {
+    pub(super) fn policy(&self, organization_id: &str) -> Result<KeyPolicy, StoreError> {
         if !self.organizations.contains_key(organization_id) {
             return Err(unknown_organization(organization_id));
         }

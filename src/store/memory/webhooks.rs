@@ -179,9 +179,15 @@ impl WebhookManager for MemoryStore {
         new: NewEndpoint,
     ) -> Result<CreatedEndpoint, StoreError> {
         let events = new.check()?;
-        self.check_organization(organization_id)?;
+        let policy = self.read().policy(organization_id)?;
         let secret = new_secret()?;
         let mut outbox = self.outbox();
+        let endpoints = outbox
+            .endpoints
+            .values()
+            .filter(|entry| entry.record.organization_id == organization_id)
+            .count();
+        policy.check_webhook_endpoints(endpoints as u64)?;
         let id = outbox.next_id();
         let mut record = Endpoint::new(id.to_string(), organization_id, new.url, Timestamp::now());
         record.events = events;

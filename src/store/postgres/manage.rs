@@ -23,7 +23,7 @@ const RECORD: &str = "id, organization_id, label, hint, environment, created_at,
                       revoked_reason, leak_url, leak_source, leak_reported_at";
 
 /// The policy of the organization `$1` (the default one without a row).
-const POLICY: &str = "SELECT o.id, p.max_lifetime_ms, p.max_active_keys \
+const POLICY: &str = "SELECT o.id, p.max_lifetime_ms, p.max_active_keys, p.max_webhook_endpoints \
                       FROM partner_organizations o \
                       LEFT JOIN partner_api_key_policies p ON p.organization_id = o.id \
                       WHERE o.id = $1";
@@ -295,15 +295,19 @@ impl KeyManager for PgStore {
                 .max(1)
         });
         let max_active_keys = i32::try_from(policy.max_active_keys).unwrap_or(i32::MAX);
+        let max_webhook_endpoints = i32::try_from(policy.max_webhook_endpoints).unwrap_or(i32::MAX);
         sqlx::query(
-            "INSERT INTO partner_api_key_policies (organization_id, max_lifetime_ms, max_active_keys) \
-             VALUES ($1, $2, $3) ON CONFLICT (organization_id) DO UPDATE \
+            "INSERT INTO partner_api_key_policies \
+               (organization_id, max_lifetime_ms, max_active_keys, max_webhook_endpoints) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (organization_id) DO UPDATE \
              SET max_lifetime_ms = EXCLUDED.max_lifetime_ms, \
-                 max_active_keys = EXCLUDED.max_active_keys",
+                 max_active_keys = EXCLUDED.max_active_keys, \
+                 max_webhook_endpoints = EXCLUDED.max_webhook_endpoints",
         )
         .bind(organization_id)
         .bind(max_lifetime_ms)
         .bind(max_active_keys)
+        .bind(max_webhook_endpoints)
         .execute(&self.pool)
         .await
         .map_err(|err| unknown_organization(store_error(err), organization_id))?;
@@ -351,7 +355,7 @@ async fn locked_policy(
 }
 
 /// The policy of `organization_id`, or `NotFound` for an unknown organization.
-async fn read_policy(
+pub(super) async fn read_policy(
     connection: &mut sqlx::PgConnection,
     organization_id: &str,
 ) -> Result<KeyPolicy, StoreError> {
@@ -381,6 +385,11 @@ fn policy_from_row(row: &PgRow) -> Result<KeyPolicy, StoreError> {
         .with_max_lifetime(max_lifetime_ms.map(|ms| Duration::from_millis(ms.unsigned_abs())));
     if let Some(max) = max_active_keys {
         policy = policy.with_max_active_keys(max.unsigned_abs());
+    }
+    let max_webhook_endpoints: Option<i32> =
+        row.try_get("max_webhook_endpoints").map_err(store_error)?;
+    if let Some(max) = max_webhook_endpoints {
+        policy = policy.with_max_webhook_endpoints(max.unsigned_abs());
     }
     Ok(policy)
 }

@@ -202,9 +202,26 @@ impl WebhookManager for PgStore {
         new: NewEndpoint,
     ) -> Result<CreatedEndpoint, StoreError> {
         let events = new.check()?;
-        self.check_organization(organization_id).await?;
         let secret = WebhookSecret::generate().map_err(StoreError::other)?;
         let names: Vec<&str> = events.iter().map(|kind| kind.as_str()).collect();
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        // One add at a time per organization, so two cannot both pass the cap.
+        sqlx::query(
+            "SELECT pg_advisory_xact_lock(hashtextextended('partner_api_webhooks:' || $1, 0))",
+        )
+        .bind(organization_id)
+        .execute(&mut *transaction)
+        .await
+        .map_err(store_error)?;
+        let policy = super::manage::read_policy(&mut transaction, organization_id).await?;
+        let endpoints: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM partner_webhook_endpoints WHERE organization_id = $1",
+        )
+        .bind(organization_id)
+        .fetch_one(&mut *transaction)
+        .await
+        .map_err(store_error)?;
+        policy.check_webhook_endpoints(endpoints.unsigned_abs())?;
         let row = sqlx::query(&format!(
             "INSERT INTO partner_webhook_endpoints (organization_id, url, events, description, secret) \
              VALUES ($1, $2, $3, $4, $5) RETURNING {ENDPOINT}"
@@ -214,9 +231,10 @@ impl WebhookManager for PgStore {
         .bind(&names)
         .bind(&new.description)
         .bind(secret.expose())
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *transaction)
         .await
         .map_err(store_error)?;
+        transaction.commit().await.map_err(store_error)?;
         Ok(CreatedEndpoint {
             record: endpoint_from_row(&row)?,
             secret,
