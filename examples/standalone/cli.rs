@@ -147,6 +147,11 @@ pub(crate) struct Args {
     #[cfg(feature = "webhooks")]
     #[arg(long)]
     pub(crate) webhook_allow_http: bool,
+    /// Days webhook messages are kept, with their deliveries and attempts (0: for ever); a
+    /// delivering replica deletes older ones every minute, in small batches.
+    #[cfg(feature = "webhooks")]
+    #[arg(long, value_name = "DAYS", default_value_t = 30)]
+    pub(crate) webhook_retention_days: u64,
 }
 
 /// The subcommands.

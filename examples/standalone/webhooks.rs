@@ -27,6 +27,11 @@ pub(crate) fn config(args: &Args) -> DeliveryConfig {
         )
         .with_timeout(Duration::from_secs(args.webhook_timeout))
         .with_disable_after(Duration::from_secs(args.webhook_disable_after))
+        .with_retention(
+            (args.webhook_retention_days > 0).then(|| {
+                Duration::from_secs(args.webhook_retention_days.saturating_mul(24 * 3600))
+            }),
+        )
         .with_destinations(destinations)
 }
 

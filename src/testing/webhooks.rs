@@ -61,7 +61,78 @@ where
         "webhooks: endpoints per organization capped by its policy",
         endpoint_cap(fixtures).await,
     ));
+    report.results.push((
+        "webhooks: retention deletes old messages in batches",
+        retention(fixtures).await,
+    ));
     report
+}
+
+/// [`WebhookOutbox::prune`] deletes the messages raised before its time, with their
+/// deliveries (pending ones too) and attempts, at most a batch a call, and nothing newer.
+/// Prunes the whole outbox: the suite's earlier messages go too.
+async fn retention<F>(fixtures: &F) -> Check
+where
+    F: StoreFixtures,
+    F::Store: WebhookManager + WebhookOutbox,
+{
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "retained").await?;
+    let store = fixtures.store();
+    let endpoint = add(
+        store,
+        &org.id,
+        NewEndpoint::new("https://example.com/hooks/retained"),
+    )
+    .await?;
+    let id = &endpoint.record.id;
+    let earlier =
+        Timestamp::from_datetime(Timestamp::now().as_datetime() - chrono::TimeDelta::seconds(60));
+    for _ in 0..3 {
+        store
+            .send_test(&org.id, id)
+            .await
+            .map_err(failed("send_test"))?;
+    }
+    // Two attempted, one left pending.
+    let two = claim_for(store, id, ClaimRequest::new(2, 10, LEASE)).await?;
+    ensure!(two.len() == 2, "{} of 3 test messages claimed", two.len());
+    for delivery in &two {
+        finish(store, delivery, AttemptOutcome::Succeeded, NextStep::Done).await?;
+    }
+    store.prune(earlier, 1_000).await.map_err(failed("prune"))?;
+    let kept = store
+        .attempts(&org.id, id, 100)
+        .await
+        .map_err(failed("attempts"))?;
+    ensure!(
+        kept.len() == 2,
+        "pruning before the messages were raised left {} of their 2 attempts",
+        kept.len()
+    );
+    let later =
+        Timestamp::from_datetime(Timestamp::now().as_datetime() + chrono::TimeDelta::seconds(1));
+    for _ in 0..100_000 {
+        let deleted = store.prune(later, 1).await.map_err(failed("prune"))?;
+        ensure!(deleted <= 1, "a batch of 1 deleted {deleted} messages");
+        if deleted == 0 {
+            break;
+        }
+    }
+    let attempts = store
+        .attempts(&org.id, id, 100)
+        .await
+        .map_err(failed("attempts"))?;
+    ensure!(
+        attempts.is_empty(),
+        "{} attempts of pruned messages remain",
+        attempts.len()
+    );
+    ensure!(
+        claim_all(store, id).await?.is_empty(),
+        "a pruned message is still delivered"
+    );
+    remove(store, &org.id, id).await
 }
 
 /// An organization has at most its policy's endpoints (by default

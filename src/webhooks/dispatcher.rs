@@ -63,6 +63,7 @@ pub struct DeliveryConfig {
     max_retry_after: Duration,
     response_body_bytes: usize,
     destinations: DestinationPolicy,
+    retention: Option<Duration>,
 }
 
 impl Default for DeliveryConfig {
@@ -78,6 +79,7 @@ impl Default for DeliveryConfig {
             max_retry_after: Duration::from_secs(3600),
             response_body_bytes: 1024,
             destinations: DestinationPolicy::default(),
+            retention: Some(super::DEFAULT_RETENTION),
         }
     }
 }
@@ -86,8 +88,9 @@ impl DeliveryConfig {
     /// The defaults: [`DEFAULT_RETRY_SCHEDULE`], a 15 s time-out per attempt, endpoints
     /// disabled after 5 days of failures only, 32 deliveries in flight per replica, 4 per
     /// endpoint and half of them (16) per organization, the outbox polled every 200 ms,
-    /// `Retry-After` honoured up to an hour, 1 KiB of each response body kept, and the
-    /// default [`DestinationPolicy`].
+    /// `Retry-After` honoured up to an hour, 1 KiB of each response body kept, the
+    /// default [`DestinationPolicy`], and messages kept for [`DEFAULT_RETENTION`](super::DEFAULT_RETENTION)
+    /// (30 days).
     pub fn new() -> Self {
         Self::default()
     }
@@ -151,6 +154,16 @@ impl DeliveryConfig {
     #[must_use]
     pub fn with_max_retry_after(mut self, bound: Duration) -> Self {
         self.max_retry_after = bound;
+        self
+    }
+
+    /// Sets how long messages are kept, with their deliveries and attempts (`None`: for
+    /// ever). Each worker deletes what aged out when it starts and every minute after, in
+    /// batches of 500 messages ([`WebhookOutbox::prune`]); a message older than this can no
+    /// longer be retried or recovered.
+    #[must_use]
+    pub fn with_retention(mut self, retention: Option<Duration>) -> Self {
+        self.retention = retention;
         self
     }
 
@@ -292,11 +305,22 @@ impl Dispatcher {
         let in_flight: Arc<Mutex<InFlightCounts>> = Arc::default();
         let mut tasks = JoinSet::new();
         let mut next_backlog = Instant::now();
+        let mut next_prune = Instant::now();
+        let mut pruning: Option<tokio::task::JoinHandle<u64>> = None;
         let mut claim_failures = 0_u32;
         loop {
             if Instant::now() >= next_backlog {
                 next_backlog = Instant::now() + Duration::from_secs(5);
                 inner.report_backlog().await;
+            }
+            // Beside the deliveries, one round at a time.
+            if let Some(retention) = config.retention {
+                if Instant::now() >= next_prune && pruning.as_ref().is_none_or(|p| p.is_finished())
+                {
+                    next_prune = Instant::now() + super::retention::EVERY;
+                    let outbox = Arc::clone(&inner.outbox);
+                    pruning = Some(tokio::spawn(super::retention::prune(outbox, retention)));
+                }
             }
             let room = config.concurrency.saturating_sub(tasks.len());
             if room > 0 {
@@ -347,6 +371,10 @@ impl Dispatcher {
         // cut short keeps its lease, and another replica takes the delivery over.
         let drain = async { while tasks.join_next().await.is_some() {} };
         let _ = tokio::time::timeout(config.timeout.min(SHUTDOWN_DRAIN), drain).await;
+        // A round cut short deletes the rest next time.
+        if let Some(pruning) = pruning {
+            pruning.abort();
+        }
     }
 }
 

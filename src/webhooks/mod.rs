@@ -30,6 +30,7 @@ mod destination;
 mod dispatcher;
 mod endpoint;
 mod outbox;
+mod retention;
 mod signing;
 
 pub use destination::{BlockedDestination, DestinationPolicy};
@@ -43,6 +44,7 @@ pub use endpoint::{
 pub use outbox::{
     payload, Backlog, ClaimRequest, Delivery, Finish, FinishedAttempt, NextStep, WebhookOutbox,
 };
+pub use retention::DEFAULT_RETENTION;
 pub use signing::{sign, verify, InvalidSecret, VerifyError, WebhookSecret, TIMESTAMP_TOLERANCE};
 
 /// The type of an event: what happened to an order, or a test on request.

@@ -294,6 +294,13 @@ mod webhooks {
         async fn backlog(&self) -> Result<Backlog, StoreError> {
             self.store.backlog().await
         }
+        async fn prune(
+            &self,
+            before: partner_api::Timestamp,
+            batch: usize,
+        ) -> Result<u64, StoreError> {
+            self.store.prune(before, batch).await
+        }
     }
 
     #[async_trait]

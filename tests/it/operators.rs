@@ -264,6 +264,27 @@ async fn migrated_by_the_owner_served_and_managed_by_roles_without_ddl_rights() 
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // Retention, as the delivering role: the message goes with its delivery and attempt.
+        let pruning = PgStore::connect_lazy(&delivering_url).unwrap();
+        let later =
+            partner_api::Timestamp::from_datetime(chrono::Utc::now() + chrono::TimeDelta::hours(1));
+        let deleted = partner_api::webhooks::WebhookOutbox::prune(&pruning, later, 500)
+            .await
+            .unwrap();
+        assert!(deleted >= 1, "{deleted} messages deleted");
+        let (ok, stdout, stderr) = run(&[
+            "webhooks",
+            "attempts",
+            "--organization",
+            "org_demo",
+            "--id",
+            id,
+            "--no-migrate",
+            "--database-url",
+            &keys_url,
+        ])
+        .await;
+        assert!(ok && stdout.trim().is_empty(), "{stdout}{stderr}");
         delivering_host.terminate().await;
     }
     assert!(

@@ -61,7 +61,7 @@ async fn the_memory_store_conforms() {
     let store = MemoryStore::new();
     let report = partner_api::testing::run_webhooks(&store).await;
     report.assert_passed();
-    assert_eq!(report.len(), 7);
+    assert_eq!(report.len(), 8);
 }
 
 #[tokio::test]
@@ -376,6 +376,41 @@ async fn hanging_endpoints_of_one_organization_do_not_delay_another(store: impl 
     );
 }
 
+/// A worker deletes what outlived its retention when it starts: the messages with their
+/// attempts; a worker that keeps everything deletes nothing.
+async fn a_worker_deletes_what_outlived_the_retention(store: impl Outbox) {
+    let receiver = Receiver::ok().await;
+    let endpoint = store
+        .add_endpoint("org_a", NewEndpoint::new(receiver.url("/")))
+        .await
+        .unwrap();
+    let id = &endpoint.record.id;
+    store.send_test("org_a", id).await.unwrap();
+    {
+        let (_stop, _task) = start(Dispatcher::new(
+            store.clone(),
+            config().with_retention(None),
+        ));
+        recorded(&store, "org_a", id, 1).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Retention of 50 ms: the message is older than that when the worker starts.
+    let (_stop, _task) = start(Dispatcher::new(
+        store.clone(),
+        config().with_retention(Some(Duration::from_millis(50))),
+    ));
+    eventually(|| async {
+        let attempts = store.attempts("org_a", id, 10).await.unwrap();
+        attempts.is_empty().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_worker_deletes_what_outlived_the_retention_in_memory() {
+    a_worker_deletes_what_outlived_the_retention(store()).await;
+}
+
 #[tokio::test]
 async fn hanging_endpoints_of_one_organization_do_not_delay_another_in_memory() {
     hanging_endpoints_of_one_organization_do_not_delay_another(store()).await;
@@ -685,6 +720,11 @@ mod postgres {
     #[tokio::test]
     async fn a_hanging_endpoint_does_not_delay_a_healthy_one_on_postgres() {
         super::a_hanging_endpoint_does_not_delay_a_healthy_one(database().await).await;
+    }
+
+    #[tokio::test]
+    async fn a_worker_deletes_what_outlived_the_retention_on_postgres() {
+        super::a_worker_deletes_what_outlived_the_retention(database().await).await;
     }
 
     #[tokio::test]

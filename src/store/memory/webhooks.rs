@@ -520,4 +520,26 @@ impl WebhookOutbox for MemoryStore {
         }
         Ok(backlog)
     }
+
+    async fn prune(&self, before: Timestamp, batch: usize) -> Result<u64, StoreError> {
+        let mut outbox = self.outbox();
+        // The oldest messages first: deliveries are in the order their messages were raised.
+        let mut old = std::collections::HashSet::new();
+        for delivery in outbox.deliveries.values() {
+            if delivery.raised_at >= before || old.contains(&delivery.message_id) {
+                continue;
+            }
+            if old.len() == batch {
+                break;
+            }
+            old.insert(delivery.message_id.clone());
+        }
+        outbox
+            .deliveries
+            .retain(|_, delivery| !old.contains(&delivery.message_id));
+        outbox
+            .attempts
+            .retain(|(_, attempt)| !old.contains(&attempt.message_id));
+        Ok(old.len() as u64)
+    }
 }

@@ -519,6 +519,23 @@ impl WebhookOutbox for PgStore {
     async fn backlog(&self) -> Result<Backlog, StoreError> {
         backlog(self).await
     }
+
+    async fn prune(&self, before: Timestamp, batch: usize) -> Result<u64, StoreError> {
+        // Their deliveries and attempts go by the foreign keys' cascade. No row lock in the
+        // subquery (it would need UPDATE, which the delivering role has not): a worker that
+        // picks rows another one is deleting waits for that batch and deletes fewer.
+        let deleted = sqlx::query(
+            "DELETE FROM partner_webhook_messages WHERE id IN ( \
+               SELECT id FROM partner_webhook_messages WHERE raised_at < $1 \
+               ORDER BY raised_at LIMIT $2)",
+        )
+        .bind(before.as_datetime())
+        .bind(i64::try_from(batch).unwrap_or(i64::MAX))
+        .execute(&self.pool)
+        .await
+        .map_err(store_error)?;
+        Ok(deleted.rows_affected())
+    }
 }
 
 /// A claimed row as a delivery; when only its body cannot be built, the delivery without a
