@@ -541,7 +541,11 @@ mod postgres {
     use partner_api::PgStore;
 
     async fn database() -> PgStore {
-        let store = PgStore::connect_lazy(&fresh_database().await).unwrap();
+        database_at(&fresh_database().await).await
+    }
+
+    async fn database_at(url: &str) -> PgStore {
+        let store = PgStore::connect_lazy(url).unwrap();
         store.migrate().await.unwrap();
         store
             .add_organization(&partner_api::Organization {
@@ -720,6 +724,59 @@ mod postgres {
     #[tokio::test]
     async fn a_hanging_endpoint_does_not_delay_a_healthy_one_on_postgres() {
         super::a_hanging_endpoint_does_not_delay_a_healthy_one(database().await).await;
+    }
+
+    /// The case of the security review, through the standalone host delivering from
+    /// PostgreSQL: twenty endpoints of one organization (its cap) that accept and never
+    /// answer, 100 order changes for each of them, and another organization's event still
+    /// arrives within a second.
+    #[tokio::test]
+    async fn one_organizations_hanging_endpoints_do_not_delay_another_through_the_standalone_host()
+    {
+        let url = fresh_database().await;
+        let store = database_at(&url).await;
+        let hanging = Receiver::start(|_, _| Reply::Hang).await;
+        let healthy = Receiver::ok().await;
+        for n in 0..partner_api::management::DEFAULT_MAX_WEBHOOK_ENDPOINTS {
+            store
+                .add_endpoint("org_a", NewEndpoint::new(hanging.url(&format!("/{n}"))))
+                .await
+                .unwrap();
+        }
+        let fine = store
+            .add_endpoint("org_b", NewEndpoint::new(healthy.url("/")))
+            .await
+            .unwrap();
+        let mut host = crate::common::Process::spawn(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            &url,
+            "--webhook-allow-http",
+            "--webhook-allow-subnet",
+            "127.0.0.0/8",
+            "--webhook-timeout",
+            "60",
+        ]);
+        host.address().await;
+        for n in 0..100 {
+            sqlx::query(INSERT)
+                .bind(format!("ord_hanging_{n}"))
+                .execute(store.pool())
+                .await
+                .unwrap();
+        }
+        // The defaults: 32 slots a replica, 16 of them for one organization.
+        hanging.wait_for(16, Duration::from_secs(20)).await;
+        let sent = std::time::Instant::now();
+        store.send_test("org_b", &fine.record.id).await.unwrap();
+        healthy.wait_for(1, Duration::from_secs(20)).await;
+        let delay = sent.elapsed();
+        assert!(
+            delay < Duration::from_secs(1),
+            "another organization's event waited {delay:?}"
+        );
+        assert!(host.terminate().await.success());
     }
 
     #[tokio::test]
