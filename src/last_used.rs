@@ -60,6 +60,8 @@ pub struct LastUsedRecorder {
 }
 
 struct Shared {
+    /// Whether the store records last uses at all.
+    enabled: bool,
     store: Arc<dyn KeyManager>,
     /// Each tracked key's last use, in milliseconds since the Unix epoch; 0 once written.
     uses: DashMap<Arc<str>, AtomicI64>,
@@ -82,6 +84,8 @@ struct Shared {
 impl LastUsedRecorder {
     /// Creates a recorder that writes to `store`, and starts its background task on the
     /// current Tokio runtime. The task ends when the last clone of the recorder is dropped.
+    /// A store without [`KeyAbility::LastUse`](crate::management::KeyAbility::LastUse)
+    /// records nothing: the recorder then keeps nothing either.
     ///
     /// # Panics
     ///
@@ -96,7 +100,9 @@ impl LastUsedRecorder {
     ///
     /// Outside a Tokio runtime.
     pub fn with_capacity(store: impl KeyManager + 'static, capacity: usize) -> Self {
+        let enabled = store.supports(crate::management::KeyAbility::LastUse);
         let shared = Arc::new(Shared {
+            enabled,
             store: Arc::new(store),
             uses: DashMap::new(),
             tracked: AtomicUsize::new(0),
@@ -126,6 +132,9 @@ impl LastUsedRecorder {
     /// track yet is dropped (and counted) and a flush is asked for.
     pub fn record(&self, key_id: &Arc<str>) {
         let shared = &*self.shared;
+        if !shared.enabled {
+            return;
+        }
         let now = shared.now_millis.load(Ordering::Relaxed);
         if let Some(last) = shared.uses.get(&**key_id) {
             last.store(now, Ordering::Relaxed);

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -33,12 +33,17 @@ use clap::Parser;
 use partner_api::last_used::LastUsedRecorder;
 use partner_api::management::{ActingOrganization, KeyManagementService};
 use partner_api::seed::Seed;
-use partner_api::{MemoryStore, PartnerApi, PartnerApiLayer, PeerAddr};
+use partner_api::{MemoryStore, PartnerApi, PartnerApiLayer};
 
+mod core_store;
+mod peer;
+mod secret_scanning;
 mod sessions;
 mod sign_in;
 mod tls;
 
+use peer::{pass_peer_addr, Peer};
+use secret_scanning::secret_scanning_endpoint;
 use sessions::{Session, Sessions};
 use sign_in::{sign_in, sign_in_page, sign_out};
 use subtle::ConstantTimeEq;
@@ -115,6 +120,10 @@ struct Args {
     #[cfg(feature = "webhooks")]
     #[arg(long = "webhook-allow-subnet", value_name = "CIDR")]
     webhook_allow_subnets: Vec<ipnet::IpNet>,
+    /// Manage keys through a store of only the six required methods (no key policies, last
+    /// use or webhooks), as a host's own key table may be: the page hides what it lacks.
+    #[arg(long)]
+    core_store: bool,
 }
 
 /// How the host runs.
@@ -131,6 +140,8 @@ pub struct Config {
     pub session_lifetime: Duration,
     /// The most sessions kept; repeated sign-ins evict, they do not grow memory.
     pub max_sessions: usize,
+    /// Keys are managed through [`core_store::CoreStore`]: no optional ability, no webhooks.
+    pub core_store: bool,
 }
 
 impl Default for Config {
@@ -140,6 +151,7 @@ impl Default for Config {
             secure_cookies: false,
             session_lifetime: Duration::from_secs(8 * 60 * 60),
             max_sessions: 10_000,
+            core_store: false,
         }
     }
 }
@@ -205,9 +217,14 @@ pub fn app(store: MemoryStore, recorder: LastUsedRecorder, config: Config) -> Ro
         secure_cookies: config.secure_cookies,
         session_lifetime: config.session_lifetime,
     };
-    let management = KeyManagementService::new(store.clone());
-    #[cfg(feature = "webhooks")]
-    let management = management.with_webhooks(store.clone());
+    let management = if config.core_store {
+        KeyManagementService::new(core_store::CoreStore(store.clone()))
+    } else {
+        let management = KeyManagementService::new(store.clone());
+        #[cfg(feature = "webhooks")]
+        let management = management.with_webhooks(store.clone());
+        management
+    };
     // The host's own CSRF check: the token of the session, in a header the page sends. A test
     // host that signs everyone in has no sessions, hence no tokens.
     let management = if config.signed_in_as.is_some() {
@@ -253,55 +270,6 @@ pub fn app(store: MemoryStore, recorder: LastUsedRecorder, config: Config) -> Ro
         // Outermost: the client's address, for keys pinned to address ranges.
         .layer(middleware::map_request(pass_peer_addr))
         .with_state(host)
-}
-
-/// GitHub's secret scanning endpoint over `store`, its public keys from the file at `path`.
-#[cfg(feature = "secret-scanning")]
-fn secret_scanning_endpoint(
-    path: &std::path::Path,
-    store: MemoryStore,
-) -> Result<partner_api::secret_scanning::SecretScanningService, Box<dyn std::error::Error>> {
-    use partner_api::secret_scanning::{GithubPublicKeys, SecretScanningService};
-    let public_keys = GithubPublicKeys::from_document(&std::fs::read(path)?)?;
-    Ok(SecretScanningService::new(store, public_keys).with_leak_hook(|leaked| {
-        tracing::warn!(key_id = %leaked.record.id, organization_id = %leaked.record.organization_id, "a leaked API key was revoked");
-    }))
-}
-
-#[cfg(not(feature = "secret-scanning"))]
-fn secret_scanning_endpoint(
-    _path: &std::path::Path,
-    _store: MemoryStore,
-) -> Result<axum::routing::MethodRouter, Box<dyn std::error::Error>> {
-    Err("--secret-scanning-keys needs the feature secret-scanning".into())
-}
-
-/// The peer of a connection, over TLS or not, as `axum::serve` hands it to `ConnectInfo`.
-#[derive(Clone, Copy, Debug)]
-struct Peer(std::net::SocketAddr);
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TcpListener>> for Peer {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, TcpListener>) -> Self {
-        Self(*stream.remote_addr())
-    }
-}
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>> for Peer {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
-        Self(*stream.remote_addr())
-    }
-}
-
-/// Copies axum's `ConnectInfo` into the API's `PeerAddr`, when the server provides it.
-async fn pass_peer_addr(mut request: Request) -> Request {
-    let peer = request
-        .extensions()
-        .get::<ConnectInfo<Peer>>()
-        .map(|ConnectInfo(Peer(peer))| *peer);
-    if let Some(peer) = peer {
-        request.extensions_mut().insert(PeerAddr(peer));
-    }
-    request
 }
 
 /// The host's session middleware: the cookie's session, and the organization it acts for as
@@ -454,9 +422,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
     let args = Args::parse();
     let store = Seed::demo().to_memory_store()?;
-    // A short interval, so the page shows a key's last use within seconds.
-    let recorder =
-        LastUsedRecorder::spawn(store.clone()).with_flush_interval(Duration::from_secs(2));
+    // A short interval, so the page shows a key's last use within seconds. A core store
+    // records no last use, and its recorder keeps nothing.
+    let recorder = if args.core_store {
+        LastUsedRecorder::spawn(core_store::CoreStore(store.clone()))
+    } else {
+        LastUsedRecorder::spawn(store.clone())
+    }
+    .with_flush_interval(Duration::from_secs(2));
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(tls_acceptor(cert, key)?),
         _ => None,
@@ -466,6 +439,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         secure_cookies: args.secure_cookies || tls.is_some(),
         session_lifetime: Duration::from_secs(args.session_lifetime),
         max_sessions: args.max_sessions,
+        core_store: args.core_store,
     };
     // The demo delivers its organizations' webhooks in process, from the memory store.
     #[cfg(feature = "webhooks")]

@@ -129,13 +129,18 @@ function button(text, className, onClick, label) {
   return b;
 }
 
+// What the host's store offers besides the keys themselves (GET /abilities); until it is
+// known, everything is shown.
+let abilities = { keyPolicy: true, leakReports: true, lastUse: true, webhooks: true };
+
 function render(keys) {
   const body = document.getElementById("keys");
   body.replaceChildren();
   if (shownKeyId && keys.some((key) => key.id === shownKeyId && key.revokedAt)) hideReveal();
+  document.getElementById("last-used-column").hidden = !abilities.lastUse;
   if (keys.length === 0) {
     const row = body.insertRow();
-    row.append(Object.assign(cell("No keys yet: create one above.", "empty"), { colSpan: 9 }));
+    row.append(Object.assign(cell("No keys yet: create one above.", "empty"), { colSpan: abilities.lastUse ? 9 : 8 }));
     return;
   }
   for (const key of keys) {
@@ -164,8 +169,10 @@ function render(keys) {
     if (!key.revokedAt) {
       actions.append(button("Revoke", "danger revoke-key", () => revoke(key), "Revoke " + name));
     }
+    // A store that records no last use: the column is hidden, not a row of dashes.
+    const lastUsed = abilities.lastUse ? [dateCell(key.lastUsedAt)] : [];
     row.append(cell(name, "label"), cell(key.hint || "—", "hint"), env, dateCell(key.createdAt),
-      dateCell(key.lastUsedAt), dateCell(key.expiresAt), ips, status, actions);
+      ...lastUsed, dateCell(key.expiresAt), ips, status, actions);
   }
 }
 
@@ -322,11 +329,13 @@ function showRestrict(actions, key) {
   input.focus();
 }
 
-function start() {
+async function start() {
   csrf = document.querySelector('meta[name="csrf-token"]').content;
   statusLine = document.getElementById("status");
   document.getElementById("copy").addEventListener("click", copy);
   document.getElementById("create").addEventListener("submit", create);
+  try { abilities = (await call("GET", "/abilities")).abilities; }
+  catch (error) { /* an older service: show everything */ }
   refresh();
 }
 

@@ -44,18 +44,24 @@ function renderEndpoints(endpoints) {
 }
 
 // How many endpoints the organization has of the most its policy allows; at the cap the
-// add button is off (the service would answer 409).
+// add button is off (the service would answer 409). A store without key policies (a 501)
+// shows the count alone.
 function renderRoom(count, max) {
-  document.getElementById("endpoint-room").textContent =
-    `${count} of ${max} endpoints` + (count >= max ? ": remove one to add another." : ".");
+  const room = document.getElementById("endpoint-room");
+  if (max === null) {
+    room.textContent = `${count} endpoints.`;
+    return;
+  }
+  room.textContent = `${count} of ${max} endpoints` + (count >= max ? ": remove one to add another." : ".");
   document.getElementById("add-endpoint-button").disabled = count >= max;
 }
 
 async function refreshEndpoints() {
   try {
-    const [list, policy] = await Promise.all([call("GET", "/webhooks"), call("GET", "/policy")]);
+    const [list, policy] = await Promise.all([
+      call("GET", "/webhooks"), call("GET", "/policy").catch(() => null)]);
     renderEndpoints(list.endpoints);
-    renderRoom(list.endpoints.length, policy.policy.maxWebhookEndpoints);
+    renderRoom(list.endpoints.length, policy ? policy.policy.maxWebhookEndpoints : null);
   } catch (error) { webhookStatus.textContent = "Could not load the endpoints: " + error.message; }
 }
 
@@ -137,11 +143,12 @@ async function refreshAttempts() {
 async function startWebhooks() {
   webhookStatus = document.getElementById("webhook-status");
   try {
-    renderEndpoints((await call("GET", "/webhooks")).endpoints);
+    await call("GET", "/webhooks");
   } catch (error) {
     return; // This host serves no webhooks: the section stays hidden.
   }
   document.getElementById("webhooks-section").hidden = false;
+  refreshEndpoints();
   document.getElementById("add-endpoint").addEventListener("submit", addEndpoint);
   document.getElementById("attempts-refresh").addEventListener("click", refreshAttempts);
 }

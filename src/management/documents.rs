@@ -76,8 +76,12 @@ impl Failure {
             StoreErrorKind::NotFound => StatusCode::NOT_FOUND,
             StoreErrorKind::Conflict => StatusCode::CONFLICT,
             StoreErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            StoreErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
+        if status == StatusCode::NOT_IMPLEMENTED {
+            return Self::new(status, "this host does not offer this");
+        }
         if status.is_server_error() {
             tracing::error!(kind = ?err.kind(), error = %ErrorChain(&err), "key management store failed");
             let message = if status == StatusCode::SERVICE_UNAVAILABLE {

@@ -55,8 +55,16 @@ pub const DEFAULT_MAX_WEBHOOK_ENDPOINTS: u32 = 20;
 /// `NotFound` too. The plaintext of a key is returned once, by the call that creates it
 /// ([`issue`](Self::issue), [`roll`](Self::roll)); stores keep only its digest.
 ///
-/// Implemented by [`MemoryStore`](crate::MemoryStore) and `PgStore` with the same semantics;
-/// `testing::run_key_manager` checks any implementation.
+/// A host's own key table implements the six required methods (issue, list, get, revoke,
+/// restrict, roll) and has a working Settings page. The optional abilities (organizations'
+/// key policies, leak reports from secret scanners, keys' last use) are methods with
+/// defaults that answer [`Unsupported`](crate::StoreErrorKind::Unsupported); a store that
+/// implements one says so in [`supports`](Self::supports), and the management service and
+/// the Settings page hide what is not supported.
+///
+/// Implemented in full by [`MemoryStore`](crate::MemoryStore) and `PgStore` with the same
+/// semantics; `testing::run_key_manager` checks the required methods of any implementation,
+/// and `run_key_policy`, `run_leak_reports` and `run_last_use` the abilities.
 #[async_trait]
 pub trait KeyManager: Send + Sync {
     /// Issues a new key for `organization_id` as `new` describes, and returns its plaintext
@@ -95,19 +103,11 @@ pub trait KeyManager: Send + Sync {
         allowed_ips: AllowedIps,
     ) -> Result<KeyRecord, StoreError>;
 
-    /// Revokes the keys that a secret scanner found in public, whichever organizations they
-    /// belong to, in one call for the whole report. Answers each report in order: the key's
-    /// record when the store knows the key (active, expired or already revoked: a true
-    /// positive), `None` otherwise. A key keeps its first revocation (time and reason) and
-    /// its first leak, so a report sent again changes nothing.
-    async fn revoke_leaked(
-        &self,
-        reports: &[LeakReport],
-    ) -> Result<Vec<Option<LeakedKey>>, StoreError>;
-
     /// Rolls the key `key_id` of `organization_id`: issues a new key with the same label,
     /// environment and allowed address ranges, and makes the old key expire [`RollKey::overlap`] from now, or at its own
-    /// expiry if that is sooner, so clients can move to the new key in between. The new key
+    /// expiry if that is sooner, so clients can move to the new key in between; without
+    /// overlap the old key is revoked at once ([`RevocationReason::Rolled`]), never expired
+    /// "now", which a wall clock stepped back would undo. The new key
     /// lives for [`RollKey::expires_in`] when given, else for the lifetime the old key was
     /// issued with (counted from now; none for a key without expiry). Returns the new key.
     ///
@@ -127,17 +127,43 @@ pub trait KeyManager: Send + Sync {
         roll: RollKey,
     ) -> Result<IssuedKey, StoreError>;
 
+    /// Whether the store offers `ability` (implements its methods): the default says no to
+    /// every one.
+    fn supports(&self, ability: KeyAbility) -> bool {
+        let _ = ability;
+        false
+    }
+
+    /// Revokes the keys that a secret scanner found in public, whichever organizations they
+    /// belong to, in one call for the whole report ([`KeyAbility::LeakReports`]). Answers
+    /// each report in order: the key's record when the store knows the key (active, expired
+    /// or already revoked: a true positive), `None` otherwise. A key keeps its first
+    /// revocation (time and reason) and its first leak, so a report sent again changes
+    /// nothing. The default answers `Unsupported`.
+    async fn revoke_leaked(
+        &self,
+        reports: &[LeakReport],
+    ) -> Result<Vec<Option<LeakedKey>>, StoreError> {
+        let _ = reports;
+        Err(StoreError::unsupported("leak reports"))
+    }
+
     /// Returns the key policy of `organization_id` (the default one until
-    /// [`set_key_policy`](Self::set_key_policy)).
+    /// [`set_key_policy`](Self::set_key_policy)) ([`KeyAbility::KeyPolicy`]). The default
+    /// answers `Unsupported`.
     ///
     /// # Errors
     ///
     /// `NotFound` for an unknown organization.
-    async fn key_policy(&self, organization_id: &str) -> Result<KeyPolicy, StoreError>;
+    async fn key_policy(&self, organization_id: &str) -> Result<KeyPolicy, StoreError> {
+        let _ = organization_id;
+        Err(StoreError::unsupported("key policies"))
+    }
 
     /// Sets the key policy of `organization_id`, for the keys issued and rolled from now on
-    /// (keys that exist keep their expiry). An operator's call: the organization's own
-    /// Settings page only reads it.
+    /// (keys that exist keep their expiry) ([`KeyAbility::KeyPolicy`]). An operator's call:
+    /// the organization's own Settings page only reads it. The default answers
+    /// `Unsupported`.
     ///
     /// # Errors
     ///
@@ -146,12 +172,39 @@ pub trait KeyManager: Send + Sync {
         &self,
         organization_id: &str,
         policy: KeyPolicy,
-    ) -> Result<KeyPolicy, StoreError>;
+    ) -> Result<KeyPolicy, StoreError> {
+        let _ = (organization_id, policy);
+        Err(StoreError::unsupported("key policies"))
+    }
 
     /// Records the last use of keys, as [`LastUsedRecorder`](crate::last_used::LastUsedRecorder)
-    /// gathered them: for each key, its last use becomes the later of the recorded one and
-    /// the given one. Ids of keys that no longer exist are skipped.
-    async fn record_last_used(&self, uses: &[KeyUse]) -> Result<(), StoreError>;
+    /// gathered them ([`KeyAbility::LastUse`]): for each key, its last use becomes the later
+    /// of the recorded one and the given one. Ids of keys that no longer exist are skipped.
+    /// The default answers `Unsupported`.
+    async fn record_last_used(&self, uses: &[KeyUse]) -> Result<(), StoreError> {
+        let _ = uses;
+        Err(StoreError::unsupported("recording the last use of keys"))
+    }
+}
+
+/// An optional ability of a [`KeyManager`]: its methods have defaults that answer
+/// [`Unsupported`](crate::StoreErrorKind::Unsupported), and [`KeyManager::supports`] says
+/// whether a store implements them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum KeyAbility {
+    /// [`key_policy`](KeyManager::key_policy) and [`set_key_policy`](KeyManager::set_key_policy):
+    /// organizations' maximum key lifetime and caps (which issue and roll then obey).
+    KeyPolicy,
+    /// [`revoke_leaked`](KeyManager::revoke_leaked): reports of secret scanners.
+    LeakReports,
+    /// [`record_last_used`](KeyManager::record_last_used): each key's last use.
+    LastUse,
+}
+
+impl KeyAbility {
+    /// Every ability.
+    pub const ALL: [Self; 3] = [Self::KeyPolicy, Self::LeakReports, Self::LastUse];
 }
 
 /// What a new key is to be: its environment, and optionally a label and an expiry.

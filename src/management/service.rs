@@ -14,7 +14,8 @@
 //! | `POST /keys/{id}/revoke` `{}` | revokes it | 200 `{"data": {"record": record}}` |
 //! | `POST /keys/{id}/roll` `{"overlapSeconds", "expiresInSeconds"}` | rolls it (the new key lives `expiresInSeconds`, or as long as the old one was issued for) | 201 `{"data": {"key": "pk_...", "record": record}}` |
 //! | `POST /keys/{id}/restrict` `{"allowedIps": ["192.0.2.0/24", ...]}` | sets the address ranges it may be used from (`[]`: any) | 200 `{"data": {"record": record}}` |
-//! | `GET /policy` | the organization's key policy | 200 `{"data": {"policy": {"maxKeyLifetimeSeconds", "maxActiveKeys", "maxWebhookEndpoints"}}}` |
+//! | `GET /policy` | the organization's key policy | 200 `{"data": {"policy": {"maxKeyLifetimeSeconds", "maxActiveKeys", "maxWebhookEndpoints"}}}`; 501 when the store has no key policies |
+//! | `GET /abilities` | what this host offers besides the keys themselves | 200 `{"data": {"abilities": {"keyPolicy", "leakReports", "lastUse", "webhooks"}}}` (booleans) |
 //!
 //! The plaintext key is in exactly one response: the one that created it. Every response is
 //! `Cache-Control: no-store`; no body is logged. Errors are `{"error": {"message": "..."}}`
@@ -58,7 +59,7 @@ use super::documents::{
     RevokeRequest, RollRequest,
 };
 use crate::api::body::ApiBody;
-use crate::management::{KeyManager, NewKey, RollKey};
+use crate::management::{KeyAbility, KeyManager, NewKey, RollKey};
 use crate::model::Timestamp;
 
 /// The largest request body the service reads.
@@ -274,6 +275,7 @@ enum Route<'p> {
     Roll(&'p str),
     Restrict(&'p str),
     Policy,
+    Abilities,
     OpenApi,
     #[cfg(feature = "webhooks")]
     Webhooks(super::webhooks::WebhookRoute<'p>),
@@ -293,6 +295,7 @@ impl<'p> Route<'p> {
             ["keys"] => Some(Self::Keys),
             ["openapi.json"] => Some(Self::OpenApi),
             ["policy"] => Some(Self::Policy),
+            ["abilities"] => Some(Self::Abilities),
             ["keys", id] if valid_id(id) => Some(Self::Key(id)),
             ["keys", id, "revoke"] if valid_id(id) => Some(Self::Revoke(id)),
             ["keys", id, "roll"] if valid_id(id) => Some(Self::Roll(id)),
@@ -308,7 +311,7 @@ impl<'p> Route<'p> {
     fn methods(&self) -> &'static str {
         match self {
             Self::Keys => "GET, HEAD, POST",
-            Self::Key(_) | Self::Policy | Self::OpenApi => "GET, HEAD",
+            Self::Key(_) | Self::Policy | Self::Abilities | Self::OpenApi => "GET, HEAD",
             Self::Revoke(_) | Self::Roll(_) | Self::Restrict(_) => "POST",
             #[cfg(feature = "webhooks")]
             Self::Webhooks(route) => route.methods(),
@@ -502,10 +505,30 @@ impl KeyManagementService {
                     &serde_json::json!({ "data": { "policy": policy } }),
                 ))
             }
+            Route::Abilities => {
+                let supports = |ability| keys.supports(ability);
+                Ok(json(
+                    StatusCode::OK,
+                    &serde_json::json!({ "data": { "abilities": {
+                        "keyPolicy": supports(KeyAbility::KeyPolicy),
+                        "leakReports": supports(KeyAbility::LeakReports),
+                        "lastUse": supports(KeyAbility::LastUse),
+                        "webhooks": self.webhooks_served(),
+                    } } }),
+                ))
+            }
             Route::OpenApi => Err(not_found()),
             #[cfg(feature = "webhooks")]
             Route::Webhooks(_) => Err(not_found()),
         }
+    }
+
+    /// Whether the service serves the webhooks routes.
+    fn webhooks_served(&self) -> bool {
+        #[cfg(feature = "webhooks")]
+        return self.webhooks.is_some();
+        #[cfg(not(feature = "webhooks"))]
+        false
     }
 
     /// The organization the host says the user acts for.

@@ -57,6 +57,10 @@ impl<T: KeyManager + ?Sized> KeyManager for Arc<T> {
         (**self).roll(organization_id, key_id, roll).await
     }
 
+    fn supports(&self, ability: super::KeyAbility) -> bool {
+        (**self).supports(ability)
+    }
+
     async fn key_policy(&self, organization_id: &str) -> Result<KeyPolicy, StoreError> {
         (**self).key_policy(organization_id).await
     }

@@ -382,6 +382,7 @@ fn error_type(kind: StoreErrorKind) -> &'static str {
         StoreErrorKind::Conflict => "conflict",
         StoreErrorKind::NotFound => "not_found",
         StoreErrorKind::InvalidData => "invalid_data",
+        StoreErrorKind::Unsupported => "unsupported",
         _ => "other",
     }
 }

@@ -323,13 +323,18 @@ impl Failure {
 
     fn from_store(err: crate::StoreError) -> Self {
         tracing::error!(kind = ?err.kind(), error = %ErrorChain(&err), "revoking leaked keys failed");
-        if err.kind() == StoreErrorKind::Unavailable {
-            Self::new(
+        match err.kind() {
+            StoreErrorKind::Unavailable => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the key store is unavailable, try again later",
-            )
-        } else {
-            Self::internal()
+            ),
+            // A store without leak reports (KeyAbility::LeakReports): the host mounted the
+            // endpoint over a store that cannot revoke what it is told.
+            StoreErrorKind::Unsupported => Self::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "this host does not take leak reports",
+            ),
+            _ => Self::internal(),
         }
     }
 

@@ -25,6 +25,10 @@ pub enum StoreErrorKind {
     Conflict,
     /// Any other failure: the API answers 500.
     Other,
+    /// The store does not offer this (an optional ability of a trait, such as
+    /// [`KeyManager::key_policy`](crate::management::KeyManager::key_policy), left at its
+    /// default): the management API answers 501.
+    Unsupported,
 }
 
 impl fmt::Display for StoreErrorKind {
@@ -35,6 +39,7 @@ impl fmt::Display for StoreErrorKind {
             Self::NotFound => "not found",
             Self::Conflict => "conflict",
             Self::Other => "store failure",
+            Self::Unsupported => "not supported by this store",
         })
     }
 }
@@ -83,6 +88,14 @@ impl StoreError {
     /// Creates an error for any other failure.
     pub fn other(source: impl Into<BoxError>) -> Self {
         Self::new(StoreErrorKind::Other, source)
+    }
+
+    /// Creates the error of an optional ability the store does not offer: `what` names it.
+    pub fn unsupported(what: &'static str) -> Self {
+        Self::new(
+            StoreErrorKind::Unsupported,
+            format!("this store does not support {what}"),
+        )
     }
 
     /// Returns what kind of failure this is.

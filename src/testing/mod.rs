@@ -48,7 +48,7 @@ mod store;
 mod webhooks;
 
 pub use fixtures::StoreFixtures;
-pub use keys::run_key_manager;
+pub use keys::{run_key_manager, run_key_policy, run_last_use, run_leak_reports};
 pub use rate_limit::run_rate_limiter;
 pub use report::Report;
 pub use store::run;

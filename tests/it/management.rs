@@ -30,6 +30,7 @@ fn template(path: &str) -> &'static str {
         ["", "keys", _, "roll"] => "/keys/{id}/roll",
         ["", "keys", _, "restrict"] => "/keys/{id}/restrict",
         ["", "policy"] => "/policy",
+        ["", "abilities"] => "/abilities",
         ["", "webhooks"] => "/webhooks",
         ["", "webhooks", _] => "/webhooks/{id}",
         ["", "webhooks", _, "attempts"] => "/webhooks/{id}/attempts",
@@ -1087,4 +1088,152 @@ async fn webhook_actions_that_queue_messages_are_limited_per_organization() {
     );
     let theirs = action("org_other", format!("/webhooks/{other}/test"), json!({})).await;
     assert_eq!(theirs.status, StatusCode::ACCEPTED, "{}", theirs.text);
+}
+
+/// A host's own key table that implements only [`KeyManager`]'s six required methods: the
+/// suite of the required methods passes, the service serves its keys and answers what it
+/// lacks with a documented 501, and `/abilities` says so (the Settings page hides it).
+mod core_only {
+    use super::*;
+    use async_trait::async_trait;
+    use partner_api::key::AllowedIps;
+    use partner_api::management::{IssuedKey, KeyAbility, KeyManager, KeyRecord, NewKey, RollKey};
+    use partner_api::testing::StoreFixtures;
+    use partner_api::{
+        KeyDigest, KeyLookup, KeyStore, Order, OrderPage, OrderStore, Organization, StoreError,
+        Timestamp,
+    };
+
+    /// The six required methods, over a memory store standing in for the host's table.
+    #[derive(Clone)]
+    struct HostKeys(MemoryStore);
+
+    #[async_trait]
+    impl KeyManager for HostKeys {
+        async fn issue(&self, org: &str, new: NewKey) -> Result<IssuedKey, StoreError> {
+            self.0.issue(org, new).await
+        }
+        async fn list(&self, org: &str) -> Result<Vec<KeyRecord>, StoreError> {
+            self.0.list(org).await
+        }
+        async fn get(&self, org: &str, id: &str) -> Result<KeyRecord, StoreError> {
+            self.0.get(org, id).await
+        }
+        async fn revoke(&self, org: &str, id: &str) -> Result<KeyRecord, StoreError> {
+            self.0.revoke(org, id).await
+        }
+        async fn restrict(
+            &self,
+            org: &str,
+            id: &str,
+            allowed_ips: AllowedIps,
+        ) -> Result<KeyRecord, StoreError> {
+            self.0.restrict(org, id, allowed_ips).await
+        }
+        async fn roll(&self, org: &str, id: &str, roll: RollKey) -> Result<IssuedKey, StoreError> {
+            self.0.roll(org, id, roll).await
+        }
+    }
+
+    #[async_trait]
+    impl KeyStore for HostKeys {
+        async fn lookup(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
+            self.0.lookup(digest).await
+        }
+    }
+
+    #[async_trait]
+    impl OrderStore for HostKeys {
+        async fn orders(
+            &self,
+            org: &str,
+            query: &partner_api::store::OrderQuery,
+        ) -> Result<OrderPage, StoreError> {
+            self.0.orders(org, query).await
+        }
+    }
+
+    #[async_trait]
+    impl StoreFixtures for HostKeys {
+        type Store = Self;
+        fn store(&self) -> &Self {
+            self
+        }
+        async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
+            StoreFixtures::add_organization(&self.0, organization).await
+        }
+        async fn add_key(
+            &self,
+            key: &str,
+            organization_id: &str,
+            expires_at: Option<Timestamp>,
+        ) -> Result<(), StoreError> {
+            StoreFixtures::add_key(&self.0, key, organization_id, expires_at).await
+        }
+        async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
+            StoreFixtures::revoke_key(&self.0, key).await
+        }
+        async fn add_orders(&self, org: &str, orders: &[Order]) -> Result<(), StoreError> {
+            StoreFixtures::add_orders(&self.0, org, orders).await
+        }
+        async fn remove_order(&self, org: &str, id: &str) -> Result<(), StoreError> {
+            StoreFixtures::remove_order(&self.0, org, id).await
+        }
+        async fn update_order(&self, org: &str, order: &Order) -> Result<(), StoreError> {
+            StoreFixtures::update_order(&self.0, org, order).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_store_of_the_six_required_methods_passes_their_suite() {
+        let store = HostKeys(MemoryStore::new());
+        let report = partner_api::testing::run_key_manager(&store).await;
+        report.assert_passed();
+        assert!(KeyAbility::ALL
+            .iter()
+            .all(|ability| !store.supports(*ability)));
+        // The ability suites say what is missing.
+        let report = partner_api::testing::run_key_policy(&store).await;
+        assert_eq!(report.failures().count(), 2, "{report}");
+    }
+
+    #[tokio::test]
+    async fn the_service_serves_its_keys_and_answers_what_it_lacks_with_501() {
+        let service = KeyManagementService::new(HostKeys(store()));
+        let abilities = get(&service, "/abilities").await;
+        assert_eq!(abilities.status, StatusCode::OK);
+        assert_eq!(
+            abilities.body,
+            json!({"data": {"abilities": {
+                "keyPolicy": false, "leakReports": false, "lastUse": false, "webhooks": false
+            }}})
+        );
+        let policy = get(&service, "/policy").await;
+        assert_eq!(
+            policy.status,
+            StatusCode::NOT_IMPLEMENTED,
+            "{}",
+            policy.text
+        );
+        assert_eq!(
+            policy.body["error"]["message"],
+            "this host does not offer this"
+        );
+        let issued = post(&service, "/keys", json!({"environment": "test"})).await;
+        assert_eq!(issued.status, StatusCode::CREATED, "{}", issued.text);
+        let id = issued.body["data"]["record"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let listed = get(&service, "/keys").await;
+        assert_eq!(listed.status, StatusCode::OK);
+        let revoked = post(&service, &format!("/keys/{id}/revoke"), json!({})).await;
+        assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.text);
+        // The shipped stores offer everything.
+        let full = get(&KeyManagementService::new(store()), "/abilities").await;
+        assert_eq!(
+            full.body["data"]["abilities"],
+            json!({"keyPolicy": true, "leakReports": true, "lastUse": true, "webhooks": false})
+        );
+    }
 }

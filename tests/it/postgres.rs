@@ -40,7 +40,15 @@ async fn the_pg_store_manages_keys_as_the_suite_requires() {
     let (store, _) = migrated_store().await;
     let report = partner_api::testing::run_key_manager(&store).await;
     report.assert_passed();
-    assert_eq!(report.len(), 13);
+    assert_eq!(report.len(), 11);
+    for report in [
+        partner_api::testing::run_key_policy(&store).await,
+        partner_api::testing::run_leak_reports(&store).await,
+        partner_api::testing::run_last_use(&store).await,
+    ] {
+        report.assert_passed();
+        assert_eq!(report.len(), 2);
+    }
 }
 
 /// The reasons every key of `keys` is refused (or not), by `store`, in order.

@@ -1432,3 +1432,54 @@ async fn a_person_manages_keys_on_the_settings_page() {
     wait_for_heading(&browser, "Sign in").await;
     browser.close().await.unwrap();
 }
+
+/// A host whose store implements only the six required methods of `KeyManager`
+/// (`--core-store`): the page manages its keys, and hides what the store lacks (the keys'
+/// last use, webhooks) instead of showing it broken.
+#[tokio::test]
+async fn a_store_of_the_required_methods_drives_the_page_which_hides_the_rest() {
+    let example = Example::start(&["--core-store", "--sign-in-as", "org_demo"]).await;
+    let driver = Driver::start();
+    let browser = browser(&driver).await;
+    browser
+        .goto(&format!("{}{PAGE}", example.base()))
+        .await
+        .unwrap();
+    let plaintext = create(&browser, "Core", "test").await;
+    assert_eq!(me_status(&example, &plaintext).await, 200);
+    let hidden = browser
+        .find(Locator::Id("last-used-column"))
+        .await
+        .unwrap()
+        .attr("hidden")
+        .await
+        .unwrap();
+    assert!(hidden.is_some(), "the Last used column is shown");
+    let cells = browser
+        .find(Locator::XPath("//tbody[@id='keys']/tr[1]"))
+        .await
+        .unwrap()
+        .find_all(Locator::Css("td"))
+        .await
+        .unwrap();
+    let heads = browser
+        .find_all(Locator::XPath(
+            "//tbody[@id='keys']/../thead//th[not(@hidden)]",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(cells.len(), heads.len(), "the row and the header disagree");
+    let webhooks = browser
+        .find(Locator::Id("webhooks-section"))
+        .await
+        .unwrap()
+        .attr("hidden")
+        .await
+        .unwrap();
+    assert!(webhooks.is_some(), "the Webhooks section is shown");
+    click_in_row(&browser, "Core", "button.revoke-key").await;
+    browser.accept_alert().await.unwrap();
+    wait_for_row_text(&browser, "Core", "Revoked").await;
+    assert_eq!(me_status(&example, &plaintext).await, 401);
+    assert_eq!(csp_violations(&browser).await, Vec::<Value>::new());
+}

@@ -5,14 +5,18 @@ use async_trait::async_trait;
 use super::{generate, unknown_organization, KeyEntry, MemoryStore, State};
 use crate::key::{AllowedIps, KeyEnvironment};
 use crate::management::{
-    IssuedKey, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, LeakReport, LeakedKey, NewKey,
-    RevocationReason, RollKey,
+    IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, LeakReport,
+    LeakedKey, NewKey, RevocationReason, RollKey,
 };
 use crate::model::Timestamp;
 use crate::store::StoreError;
 
 #[async_trait]
 impl KeyManager for MemoryStore {
+    fn supports(&self, _ability: KeyAbility) -> bool {
+        true
+    }
+
     async fn issue(&self, organization_id: &str, new: NewKey) -> Result<IssuedKey, StoreError> {
         let now = Timestamp::now();
         new.check(now)?;

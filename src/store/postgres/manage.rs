@@ -11,8 +11,8 @@ use sqlx::Row;
 use super::{allowed_ips, column, store_error, PgStore};
 use crate::key::{AllowedIps, ApiKey, KeyDigest, KeyEnvironment};
 use crate::management::{
-    IssuedKey, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, Leak, LeakReport, LeakedKey,
-    NewKey, RevocationReason, RollKey,
+    IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, Leak, LeakReport,
+    LeakedKey, NewKey, RevocationReason, RollKey,
 };
 use crate::model::Timestamp;
 use crate::store::StoreError;
@@ -40,6 +40,10 @@ const ACTIVE_KEYS: &str = "SELECT count(*) FROM partner_api_keys WHERE organizat
 
 #[async_trait]
 impl KeyManager for PgStore {
+    fn supports(&self, _ability: KeyAbility) -> bool {
+        true
+    }
+
     async fn issue(&self, organization_id: &str, new: NewKey) -> Result<IssuedKey, StoreError> {
         // The database's clock decides expiry; this only refuses what is plainly past.
         let now = Timestamp::now();

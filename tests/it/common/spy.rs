@@ -32,6 +32,9 @@ impl SpyKeys {
 
 #[async_trait]
 impl KeyManager for SpyKeys {
+    fn supports(&self, ability: partner_api::management::KeyAbility) -> bool {
+        self.store.supports(ability)
+    }
     async fn issue(&self, org: &str, new: NewKey) -> Result<IssuedKey, StoreError> {
         self.store.issue(org, new).await
     }
