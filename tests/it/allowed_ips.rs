@@ -262,6 +262,7 @@ fn ipv6_loopback() -> bool {
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn over_real_sockets_the_standalone_host_pins_keys_to_addresses() {
+    crate::common::needs::needs!(Postgres, Examples);
     let url = crate::common::pg::fresh_database().await;
     let store = partner_api::PgStore::connect_lazy(&url).unwrap();
     store.migrate().await.unwrap();
@@ -410,6 +411,7 @@ async fn over_real_sockets_the_standalone_host_pins_keys_to_addresses() {
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn over_real_sockets_only_the_named_forwarding_header_names_the_client() {
+    crate::common::needs::needs!(Postgres, Examples);
     let url = crate::common::pg::fresh_database().await;
     let store = partner_api::PgStore::connect_lazy(&url).unwrap();
     store.migrate().await.unwrap();

@@ -37,6 +37,7 @@ async fn fetch_api(address: SocketAddr, path: &str, key: Option<&str>) -> Collec
 
 #[tokio::test]
 async fn axum_host_serves_the_api_nested_and_layered_beside_its_own_routes() {
+    crate::common::needs::needs!(Examples);
     let mut host = Process::spawn_example("axum", &["127.0.0.1:0"]);
     let address = host.address().await;
 
@@ -75,6 +76,7 @@ async fn axum_host_serves_the_api_nested_and_layered_beside_its_own_routes() {
 
 #[tokio::test]
 async fn tonic_host_answers_grpc_and_http1_on_one_listener() {
+    crate::common::needs::needs!(Examples);
     use tonic_health::pb::health_check_response::ServingStatus;
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::HealthCheckRequest;
@@ -145,6 +147,7 @@ async fn throttled_after(address: SocketAddr, path: &str) -> usize {
 
 #[tokio::test]
 async fn axum_and_tonic_hosts_pass_the_client_address_to_the_throttle() {
+    crate::common::needs::needs!(Examples);
     let mut axum = Process::spawn_example("axum", &["127.0.0.1:0"]);
     let address = axum.address().await;
     // A burst of 200 failures, then the budget's refill: the 429 comes soon after.

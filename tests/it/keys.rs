@@ -204,6 +204,7 @@ async fn a_key_with_an_expiry_and_no_recorded_lifetime_rolls_into_one_that_expir
         ..SeedKey::default()
     }];
     let memory = seed.to_memory_store().unwrap();
+    #[cfg_attr(not(feature = "postgres"), allow(unused_mut))]
     let mut stores: Vec<(&str, Box<dyn KeyManager>)> = vec![("memory", Box::new(memory))];
     #[cfg(feature = "postgres")]
     if std::env::var("PARTNER_API_TEST_DATABASE_URL").is_ok() {

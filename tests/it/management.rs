@@ -1097,12 +1097,12 @@ mod core_only {
     use super::*;
     use async_trait::async_trait;
     use partner_api::key::AllowedIps;
-    use partner_api::management::{IssuedKey, KeyAbility, KeyManager, KeyRecord, NewKey, RollKey};
-    use partner_api::testing::StoreFixtures;
+    use partner_api::management::{IssuedKey, KeyManager, KeyRecord, NewKey, RollKey};
+    #[cfg(feature = "testing")]
     use partner_api::{
-        KeyDigest, KeyLookup, KeyStore, Order, OrderPage, OrderStore, Organization, StoreError,
-        Timestamp,
+        management::KeyAbility, testing::StoreFixtures, Order, Organization, Timestamp,
     };
+    use partner_api::{KeyDigest, KeyLookup, KeyStore, OrderPage, OrderStore, StoreError};
 
     /// The six required methods, over a memory store standing in for the host's table.
     #[derive(Clone)]
@@ -1153,6 +1153,7 @@ mod core_only {
         }
     }
 
+    #[cfg(feature = "testing")]
     #[async_trait]
     impl StoreFixtures for HostKeys {
         type Store = Self;
@@ -1184,6 +1185,7 @@ mod core_only {
         }
     }
 
+    #[cfg(feature = "testing")]
     #[tokio::test]
     async fn a_store_of_the_six_required_methods_passes_their_suite() {
         let store = HostKeys(MemoryStore::new());

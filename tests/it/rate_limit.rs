@@ -152,6 +152,7 @@ async fn a_shared_limiter_plugs_in_through_the_trait_keyed_on_the_key_id() {
     assert_ne!(asked[0], asked[1]);
 }
 
+#[cfg(feature = "testing")]
 #[tokio::test]
 async fn limiters_pass_the_conformance_suite_and_a_broken_one_fails_it() {
     let local = LocalRateLimiter::new(Duration::from_secs(60), NonZeroU32::new(3).unwrap());

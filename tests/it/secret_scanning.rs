@@ -421,6 +421,7 @@ async fn unknown_identifiers_fetch_at_most_once_an_interval_and_rotations_verify
 
 #[tokio::test]
 async fn the_standalone_host_takes_its_keys_over_https_only() {
+    crate::common::needs::needs!(Examples);
     let output = tokio::process::Command::new(standalone_binary())
         .args([
             "--listen",
@@ -554,6 +555,7 @@ async fn serve_document(document: String) -> std::net::SocketAddr {
 
 #[tokio::test]
 async fn on_postgres_every_replica_refuses_a_reported_key_within_the_bound() {
+    crate::common::needs::needs!(Postgres, Examples);
     let url = crate::common::pg::fresh_database().await;
     let store = partner_api::PgStore::connect_lazy(&url).unwrap();
     store.migrate().await.unwrap();

@@ -33,6 +33,7 @@ const SEED: &str = r#"{
 
 #[tokio::test]
 async fn the_binary_serves_a_seed_file_and_stops_on_sigterm() {
+    crate::common::needs::needs!(Examples);
     let seed = temp_file("seed.json", SEED);
     let mut process =
         Process::spawn(&["--listen", "127.0.0.1:0", "--seed", seed.to_str().unwrap()]);
@@ -85,6 +86,7 @@ async fn the_binary_serves_a_seed_file_and_stops_on_sigterm() {
 
 #[tokio::test]
 async fn a_sigterm_right_after_it_says_where_it_listens_stops_it_gracefully() {
+    crate::common::needs::needs!(Examples);
     // Its signal handlers are installed before it prints where it listens: on a loaded
     // machine a SIGTERM at once used to come before the accept loop first looked for one,
     // and killed it (exit by signal, nothing flushed).
@@ -98,6 +100,7 @@ async fn a_sigterm_right_after_it_says_where_it_listens_stops_it_gracefully() {
 
 #[tokio::test]
 async fn the_binary_without_a_seed_serves_demo_data_and_prints_a_curl_command() {
+    crate::common::needs::needs!(Examples);
     let mut process = Process::spawn(&["--listen", "127.0.0.1:0"]);
     let base = process.base_url().await;
     let mut hint = process.line().await;
@@ -123,6 +126,7 @@ async fn the_binary_without_a_seed_serves_demo_data_and_prints_a_curl_command() 
 
 #[tokio::test]
 async fn a_bad_seed_file_is_a_clear_error_and_a_failing_exit() {
+    crate::common::needs::needs!(Examples);
     let unknown_org = SEED.replace(
         r#""organizationId": "org_2", "id": "ord_3""#,
         r#""organizationId": "org_9", "id": "ord_3""#,
@@ -159,6 +163,7 @@ async fn a_bad_seed_file_is_a_clear_error_and_a_failing_exit() {
 
 #[tokio::test]
 async fn the_binary_logs_one_structured_line_per_request_without_the_key() {
+    crate::common::needs::needs!(Examples);
     let log = std::env::temp_dir().join(format!("partner-api-{}-access.log", std::process::id()));
     let mut process = Process::spawn_with_stderr(
         &["--listen", "127.0.0.1:0", "--rate-limit", "50"],
@@ -206,6 +211,7 @@ async fn the_binary_logs_one_structured_line_per_request_without_the_key() {
 
 #[tokio::test]
 async fn the_binary_serves_https_when_given_a_certificate() {
+    crate::common::needs::needs!(Examples);
     let certificate = Certificate::generate("binary");
     let mut process = Process::spawn(&[
         "--listen",
@@ -246,6 +252,7 @@ async fn the_binary_serves_https_when_given_a_certificate() {
 
 #[tokio::test]
 async fn the_load_baseline_replays_a_captured_response_byte_for_byte() {
+    crate::common::needs::needs!(Examples);
     // A response as `curl --include` saves it: hyper writes Date and Content-Length itself.
     let dir = std::env::temp_dir().join(format!("partner-api-baseline-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -330,6 +337,7 @@ async fn request_on(stream: &mut tokio::net::TcpStream) -> String {
 
 #[tokio::test]
 async fn idle_connections_are_closed_from_accept_and_between_requests() {
+    crate::common::needs::needs!(Examples);
     use tokio::io::AsyncWriteExt;
     use tokio::net::TcpStream;
     let mut process = Process::spawn(&["--listen", "127.0.0.1:0", "--idle-timeout", "1"]);
@@ -374,6 +382,7 @@ async fn idle_connections_are_closed_from_accept_and_between_requests() {
 
 #[tokio::test]
 async fn at_the_connection_cap_new_connections_wait_until_one_closes() {
+    crate::common::needs::needs!(Examples);
     use tokio::net::TcpStream;
     let mut process = Process::spawn(&["--listen", "127.0.0.1:0", "--max-connections", "2"]);
     let base = process.base_url().await;
@@ -399,6 +408,7 @@ async fn at_the_connection_cap_new_connections_wait_until_one_closes() {
 
 #[tokio::test]
 async fn the_binary_serves_prometheus_metrics_on_a_listener_of_their_own() {
+    crate::common::needs::needs!(Examples);
     use partner_api::seed::{DEMO_KEY, DEMO_REVOKED_KEY};
     let mut process = Process::spawn(&[
         "--listen",
@@ -492,6 +502,7 @@ async fn the_binary_serves_prometheus_metrics_on_a_listener_of_their_own() {
 
 #[tokio::test]
 async fn a_metrics_address_that_cannot_be_bound_is_a_clear_error() {
+    crate::common::needs::needs!(Examples);
     let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = taken.local_addr().unwrap().to_string();
     let output = tokio::process::Command::new(standalone_binary())

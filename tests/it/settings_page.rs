@@ -436,6 +436,7 @@ fn assert_no_inline_code(html: &str, what: &str) {
 
 #[tokio::test]
 async fn sign_in_and_sign_out_refuse_requests_without_their_csrf_token() {
+    crate::common::needs::needs!(Examples);
     let example = Example::start(&[]).await;
 
     // The sign-in form: a fresh token, in its hidden field and in a short-lived cookie.
@@ -583,6 +584,7 @@ async fn sign_in_and_sign_out_refuse_requests_without_their_csrf_token() {
 
 #[tokio::test]
 async fn secure_cookies_are_secure_and_host_only() {
+    crate::common::needs::needs!(Examples);
     // As behind a proxy that terminates HTTPS (the browser test serves HTTPS itself).
     let example = Example::start(&["--secure-cookies"]).await;
     let form_page = example.get("/sign-in", "").await;
@@ -617,6 +619,7 @@ async fn secure_cookies_are_secure_and_host_only() {
 
 #[tokio::test]
 async fn every_page_has_a_strict_content_security_policy() {
+    crate::common::needs::needs!(Examples);
     let example = Example::start(&[]).await;
     let signed_in = sign_in(&example, "org_demo").await;
     let session = signed_in.cookie.as_str();
@@ -667,6 +670,7 @@ async fn every_page_has_a_strict_content_security_policy() {
 
 #[tokio::test]
 async fn an_expired_session_is_signed_out() {
+    crate::common::needs::needs!(Examples);
     let example = Example::start(&["--session-lifetime", "2"]).await;
     let signed_in = sign_in(&example, "org_demo").await;
     assert_cookie_flags(&signed_in.set_cookie, false, 2);
@@ -697,6 +701,7 @@ async fn an_expired_session_is_signed_out() {
 
 #[tokio::test]
 async fn the_session_store_is_bounded() {
+    crate::common::needs::needs!(Examples);
     let example = Example::start(&["--max-sessions", "2"]).await;
     let mut sessions = Vec::new();
     for _ in 0..6 {
@@ -1091,6 +1096,7 @@ fn seconds_until(at: &str) -> i64 {
 
 #[tokio::test]
 async fn a_person_manages_keys_on_the_settings_page() {
+    crate::common::needs::needs!(Examples, Chromium);
     // Over HTTPS, as a host serves it: the cookies are `Secure` and `__Host-` named.
     let certificate = Certificate::generate("settings-page");
     // GitHub's secret scanning reports, signed by a key made here.
@@ -1438,6 +1444,7 @@ async fn a_person_manages_keys_on_the_settings_page() {
 /// last use, webhooks) instead of showing it broken.
 #[tokio::test]
 async fn a_store_of_the_required_methods_drives_the_page_which_hides_the_rest() {
+    crate::common::needs::needs!(Examples, Chromium);
     let example = Example::start(&["--core-store", "--sign-in-as", "org_demo"]).await;
     let driver = Driver::start();
     let browser = browser(&driver).await;

@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod contract;
+pub mod needs;
 pub mod net;
 #[cfg(feature = "postgres")]
 pub mod pg;
@@ -307,37 +308,21 @@ pub async fn keys_command(url: Option<&str>, args: &[&str]) -> (bool, String, St
 
 /// The example binary, which `cargo test` builds beside the test binaries.
 pub fn standalone_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let path = dir
-        .join("examples")
-        .join(format!("standalone{}", std::env::consts::EXE_SUFFIX));
-    // `cargo test` builds the example as its own test harness (it has tests of its own), not
-    // as the binary: `.ci/test` builds that first. A binary older than the sources would test
-    // old code, so it counts as missing.
-    let built = std::fs::metadata(&path).and_then(|meta| meta.modified());
-    let sources = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/standalone");
-    // `tests.rs` is compiled into the example's tests only.
-    let newest_source = std::fs::read_dir(&sources)
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|entry| entry.file_name() != "tests.rs")
-        .filter_map(|entry| entry.metadata().ok()?.modified().ok())
-        .max()
-        .unwrap();
-    assert!(
-        built.is_ok_and(|built| built >= newest_source),
-        "{} is missing or older than examples/standalone/: run `cargo build --all-features \
-         --examples` first (bash .ci/test does)",
-        path.display()
-    );
-    path
+    example_binary("standalone")
 }
 
 /// The example `name` (`examples/NAME.rs` or `examples/NAME/`), built by `cargo build
 /// --all-features --examples` (as `.ci/test` does); missing or older than its sources counts
 /// as missing.
 pub fn example_binary(name: &str) -> PathBuf {
+    fresh_example(name).unwrap_or_else(|missing| panic!("{missing}"))
+}
+
+/// The path of the example `name`'s binary if it is built and newer than its sources, else
+/// what is wrong. `cargo test` builds an example with tests of its own (the standalone host)
+/// as its test harness, not as the binary: `.ci/test` builds the binaries first. A binary
+/// older than the sources would test old code, so it counts as missing.
+pub fn fresh_example(name: &str) -> Result<PathBuf, String> {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap();
     let path = dir
@@ -356,10 +341,12 @@ pub fn example_binary(name: &str) -> PathBuf {
             .unwrap()
             .filter_map(Result::ok)
             .map(|entry| entry.path())
-            // Sources only: the Settings test may write its screenshot there.
+            // Sources only (the Settings test may write its screenshot there), and not
+            // `tests.rs`, which is compiled into the example's tests only.
             .filter(|path| {
                 path.extension()
                     .is_some_and(|ext| matches!(ext.to_str(), Some("rs" | "html" | "js" | "css")))
+                    && path.file_name().is_some_and(|file| file != "tests.rs")
             })
             .filter_map(|path| modified(&path).ok())
             .max()
@@ -367,14 +354,16 @@ pub fn example_binary(name: &str) -> PathBuf {
     } else {
         modified(&source).unwrap()
     };
-    assert!(
-        modified(&path).is_ok_and(|built| built >= written),
-        "{} is missing or older than {}: run `cargo build --all-features --examples` first \
-         (bash .ci/test does)",
-        path.display(),
-        source.display()
-    );
-    path
+    if modified(&path).is_ok_and(|built| built >= written) {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} is missing or older than {}: run `cargo build --all-features --examples` first \
+             (bash .ci/test does)",
+            path.display(),
+            source.display()
+        ))
+    }
 }
 
 /// The standalone example running as a process, its stdout read line by line.

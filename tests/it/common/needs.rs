@@ -1,0 +1,81 @@
+//! What a test needs beyond the Rust toolchain, and skipping it on a machine without: a
+//! contributor's first `cargo test` passes, each skipped test saying in one line what it
+//! needs; `bash .ci/test` provides everything and sets `PARTNER_API_TEST_REQUIRE_ALL`, under
+//! which a missing need fails the test instead, so CI never skips.
+
+use std::io::Write;
+
+/// One thing a test needs.
+#[derive(Clone, Copy, Debug)]
+pub enum Need {
+    /// A PostgreSQL server (`PARTNER_API_TEST_DATABASE_URL`).
+    Postgres,
+    /// A Redis server (`PARTNER_API_TEST_REDIS_URL`).
+    Redis,
+    /// Chromium and chromedriver (Debian's `chromium`, `chromium-driver`).
+    Chromium,
+    /// The example programs built as binaries (`cargo build --all-features --examples`).
+    Examples,
+}
+
+impl Need {
+    /// What is missing, if anything.
+    fn missing(self) -> Option<String> {
+        match self {
+            Self::Postgres => std::env::var_os("PARTNER_API_TEST_DATABASE_URL")
+                .is_none()
+                .then(|| "a PostgreSQL server (PARTNER_API_TEST_DATABASE_URL)".to_owned()),
+            Self::Redis => std::env::var_os("PARTNER_API_TEST_REDIS_URL")
+                .is_none()
+                .then(|| "a Redis server (PARTNER_API_TEST_REDIS_URL)".to_owned()),
+            Self::Chromium => {
+                let runs = std::process::Command::new("chromedriver")
+                    .arg("--version")
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .is_ok_and(|status| status.success());
+                (!runs).then(|| "chromedriver and Chromium (chromium-driver)".to_owned())
+            }
+            Self::Examples => ["standalone", "settings"]
+                .into_iter()
+                .find_map(|name| super::fresh_example(name).err())
+                .map(|_| "the example binaries (cargo build --all-features --examples)".to_owned()),
+        }
+    }
+}
+
+/// Whether the machine has everything in `needs`. If not, writes one line naming the test,
+/// what is missing and how to run it, and returns `false` (the test returns: skipped);
+/// under `PARTNER_API_TEST_REQUIRE_ALL` it panics instead.
+pub fn has(needs: &[Need]) -> bool {
+    let missing: Vec<String> = needs.iter().filter_map(|need| need.missing()).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let test = std::thread::current().name().unwrap_or("a test").to_owned();
+    let line = format!(
+        "skipped {test}: needs {}; bash .ci/test runs it with everything",
+        missing.join(", ")
+    );
+    assert!(
+        std::env::var_os("PARTNER_API_TEST_REQUIRE_ALL").is_none(),
+        "{line} (PARTNER_API_TEST_REQUIRE_ALL is set: no test may skip)"
+    );
+    // Past the harness's capture of `println!`: the line shows in `cargo test`'s output.
+    let _ = writeln!(std::io::stderr(), "{line}");
+    false
+}
+
+/// Returns from the test unless the machine has every need named: `needs!(Examples,
+/// Chromium)`.
+#[allow(unused_macros)] // not in every crate that includes this module
+macro_rules! needs {
+    ($($need:ident),+) => {
+        if !$crate::common::needs::has(&[$($crate::common::needs::Need::$need),+]) {
+            return;
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use needs;
