@@ -347,7 +347,7 @@ fn me(
     exchange: &Exchange,
     principal: &Principal,
 ) -> Result<Response<ApiBody>, StoreError> {
-    response::with_me_representation(&principal.organization, |me| {
+    crate::api::me_cache::with_me_representation(&principal.organization, |me| {
         let etag = config.conditional_requests.then_some(&me.etag);
         // Its tag in place already: the headers of every `/me` of this organization.
         tagged_or_not(exchange, ApiBody::new(me.body.clone()), etag, |_| {

@@ -14,6 +14,7 @@ pub(crate) mod deadline;
 pub(crate) mod drive;
 pub(crate) mod flow;
 pub mod layer;
+pub(crate) mod me_cache;
 pub mod openapi;
 pub(crate) mod pagination;
 pub mod request_id;

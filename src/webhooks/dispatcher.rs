@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
@@ -16,27 +16,15 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::task::JoinSet;
 
-use super::destination::{BlockedDestination, CheckedResolver};
+use super::attempts::{jitter, parse_retry_after, printable, transport_failure, unix_seconds};
+use super::destination::CheckedResolver;
 use super::{
-    sign, AttemptOutcome, ClaimRequest, Delivery, DestinationPolicy, Endpoint, FinishedAttempt,
+    sign, AttemptOutcome, ClaimRequest, Delivery, DeliveryConfig, Endpoint, FinishedAttempt,
     NextStep, WebhookOutbox,
 };
 use crate::log::ErrorChain;
 use crate::metrics as names;
 use crate::model::Timestamp;
-
-/// The waits before the retries of a failed delivery, each counted from the attempt before:
-/// 5 s, 5 min, 30 min, 2 h, 5 h, 10 h and 10 h (eight tries over about 27 hours), each
-/// with ±20 % jitter.
-pub const DEFAULT_RETRY_SCHEDULE: [Duration; 7] = [
-    Duration::from_secs(5),
-    Duration::from_secs(5 * 60),
-    Duration::from_secs(30 * 60),
-    Duration::from_secs(2 * 3600),
-    Duration::from_secs(5 * 3600),
-    Duration::from_secs(10 * 3600),
-    Duration::from_secs(10 * 3600),
-];
 
 /// The longest a stopping worker waits for its attempts in flight.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
@@ -48,144 +36,6 @@ const USER_AGENT_VALUE: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (webhooks)"
 );
-
-/// How a [`Dispatcher`] delivers.
-#[derive(Clone, Debug)]
-pub struct DeliveryConfig {
-    retry_schedule: Vec<Duration>,
-    timeout: Duration,
-    disable_after: Duration,
-    concurrency: usize,
-    per_endpoint: usize,
-    /// Set by `with_per_organization`; half the concurrency otherwise.
-    per_organization: Option<usize>,
-    poll_interval: Duration,
-    max_retry_after: Duration,
-    response_body_bytes: usize,
-    destinations: DestinationPolicy,
-    retention: Option<Duration>,
-}
-
-impl Default for DeliveryConfig {
-    fn default() -> Self {
-        Self {
-            retry_schedule: DEFAULT_RETRY_SCHEDULE.to_vec(),
-            timeout: Duration::from_secs(15),
-            disable_after: Duration::from_secs(5 * 24 * 3600),
-            concurrency: 32,
-            per_endpoint: 4,
-            per_organization: None,
-            poll_interval: Duration::from_millis(200),
-            max_retry_after: Duration::from_secs(3600),
-            response_body_bytes: 1024,
-            destinations: DestinationPolicy::default(),
-            retention: Some(super::DEFAULT_RETENTION),
-        }
-    }
-}
-
-impl DeliveryConfig {
-    /// The defaults: [`DEFAULT_RETRY_SCHEDULE`], a 15 s time-out per attempt, endpoints
-    /// disabled after 5 days of failures only, 32 deliveries in flight per replica, 4 per
-    /// endpoint and half of them (16) per organization, the outbox polled every 200 ms,
-    /// `Retry-After` honoured up to an hour, 1 KiB of each response body kept, the
-    /// default [`DestinationPolicy`], and messages kept for [`DEFAULT_RETENTION`](super::DEFAULT_RETENTION)
-    /// (30 days).
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Sets the waits before the retries (none: one try only).
-    #[must_use]
-    pub fn with_retry_schedule(mut self, schedule: Vec<Duration>) -> Self {
-        self.retry_schedule = schedule;
-        self
-    }
-
-    /// Sets the time-out of one attempt (connecting, sending, and reading the answer), from
-    /// 1 ms to a day.
-    #[must_use]
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout.clamp(Duration::from_millis(1), Duration::from_secs(86_400));
-        self
-    }
-
-    /// Sets how long every delivery to an endpoint must have failed before it is disabled.
-    #[must_use]
-    pub fn with_disable_after(mut self, disable_after: Duration) -> Self {
-        self.disable_after = disable_after;
-        self
-    }
-
-    /// Sets how many deliveries this replica has in flight at most, and how many of them to
-    /// one endpoint (at least one each).
-    #[must_use]
-    pub fn with_concurrency(mut self, total: usize, per_endpoint: usize) -> Self {
-        self.concurrency = total.max(1);
-        self.per_endpoint = per_endpoint.clamp(1, self.concurrency);
-        self
-    }
-
-    /// Sets how many deliveries of one organization this replica has in flight at most (from
-    /// one to the concurrency; half of it by default): the slots one organization's slow or
-    /// hanging endpoints can hold, the rest staying free for the others.
-    #[must_use]
-    pub fn with_per_organization(mut self, per_organization: usize) -> Self {
-        self.per_organization = Some(per_organization);
-        self
-    }
-
-    /// The most deliveries of one organization in flight.
-    fn per_organization(&self) -> usize {
-        self.per_organization
-            .unwrap_or(self.concurrency / 2)
-            .clamp(1, self.concurrency)
-    }
-
-    /// Sets how often the outbox is asked for due deliveries when there was nothing to do:
-    /// about half of it is the median wait of an event before its first attempt.
-    #[must_use]
-    pub fn with_poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval.max(Duration::from_millis(1));
-        self
-    }
-
-    /// Sets the longest `Retry-After` honoured.
-    #[must_use]
-    pub fn with_max_retry_after(mut self, bound: Duration) -> Self {
-        self.max_retry_after = bound;
-        self
-    }
-
-    /// Sets how long messages are kept, with their deliveries and attempts (`None`: for
-    /// ever). Each worker deletes what aged out when it starts and every minute after, in
-    /// batches of 500 messages ([`WebhookOutbox::prune`]); a message older than this can no
-    /// longer be retried or recovered.
-    #[must_use]
-    pub fn with_retention(mut self, retention: Option<Duration>) -> Self {
-        self.retention = retention;
-        self
-    }
-
-    /// Sets where deliveries may go.
-    #[must_use]
-    pub fn with_destinations(mut self, destinations: DestinationPolicy) -> Self {
-        self.destinations = destinations;
-        self
-    }
-
-    /// Returns where deliveries may go.
-    pub fn destinations(&self) -> &DestinationPolicy {
-        &self.destinations
-    }
-
-    /// The lease of a claimed delivery: the attempt's time-out and time to record it. A
-    /// worker that is still busy after it has hung or lost its database; the delivery is
-    /// then due for another worker.
-    fn lease(&self) -> Duration {
-        self.timeout.saturating_add(Duration::from_secs(15))
-    }
-}
 
 /// Why a delivery disabled an endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,7 +77,7 @@ type HttpsClient = Client<HttpsConnector<HttpConnector<CheckedResolver>>, Full<B
 /// concurrency in flight, and per endpoint at most its share, so a slow or dead endpoint
 /// holds a few slots and never the rest), posts each signed, and records the attempt. Its
 /// HTTP client keeps connections per endpoint for reuse, follows no redirect, and connects
-/// only to destinations the [`DestinationPolicy`] allows.
+/// only to destinations the [`DestinationPolicy`](super::DestinationPolicy) allows.
 pub struct Dispatcher {
     /// Shared with the attempts' tasks once it runs.
     inner: Inner,
@@ -608,104 +458,5 @@ impl Inner {
             .duration_since(failing_since)
             .is_some_and(|failing| failing >= self.config.disable_after);
         attempt
-    }
-}
-
-/// Why a request got no answer, as one of a fixed set of causes: an attempt records this,
-/// never the transport's own text, which would tell an organization's admin more about the
-/// network the deliveries leave from than whether their endpoint answered (a name that does
-/// not resolve and one that resolves to a blocked address are one cause).
-fn transport_failure(error: &(dyn std::error::Error + 'static)) -> &'static str {
-    let mut next = Some(error);
-    while let Some(error) = next {
-        if error.downcast_ref::<rustls::Error>().is_some() {
-            return "TLS handshake failed";
-        }
-        if let Some(io) = error.downcast_ref::<std::io::Error>() {
-            if let Some(inner) = io.get_ref() {
-                if inner.downcast_ref::<BlockedDestination>().is_some() {
-                    return "the name does not resolve to an address deliveries may reach";
-                }
-                if inner.downcast_ref::<rustls::Error>().is_some() {
-                    return "TLS handshake failed";
-                }
-            }
-            match io.kind() {
-                std::io::ErrorKind::ConnectionRefused => return "connection refused",
-                // The connect time-out (the attempt's, shared by a name's addresses).
-                std::io::ErrorKind::TimedOut => return "timed out connecting",
-                _ => {}
-            }
-        }
-        next = error.source();
-    }
-    "the connection failed before an answer"
-}
-
-/// `wait` times a random factor in [0.8, 1.2), so retries of many deliveries that failed
-/// together do not arrive together.
-fn jitter(wait: Duration) -> Duration {
-    let mut random = [0_u8; 4];
-    let unit = match getrandom::fill(&mut random) {
-        Ok(()) => f64::from(u32::from_le_bytes(random)) / f64::from(u32::MAX),
-        Err(_) => 0.5,
-    };
-    Duration::try_from_secs_f64(wait.as_secs_f64() * (0.8 + 0.4 * unit)).unwrap_or(wait)
-}
-
-/// `text` without NUL characters (PostgreSQL's text refuses them) and at most 1,000
-/// characters: what a receiver answered or an error said, as an attempt keeps it.
-fn printable(text: &str) -> String {
-    text.chars()
-        .take(1000)
-        .map(|c| if c == '\0' { '\u{fffd}' } else { c })
-        .collect()
-}
-
-fn unix_seconds(time: SystemTime) -> i64 {
-    time.duration_since(UNIX_EPOCH).map_or(0, |since| {
-        i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
-    })
-}
-
-/// `Retry-After` as delta seconds or an HTTP date.
-fn parse_retry_after(value: &str) -> Option<Duration> {
-    if let Ok(seconds) = value.trim().parse::<u64>() {
-        return Some(Duration::from_secs(seconds));
-    }
-    let date = chrono::DateTime::parse_from_rfc2822(value.trim()).ok()?;
-    let wait = date.timestamp() - unix_seconds(SystemTime::now());
-    Some(Duration::from_secs(u64::try_from(wait).unwrap_or(0)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn jitter_stays_within_twenty_percent() {
-        for _ in 0..1000 {
-            let wait = jitter(Duration::from_secs(100));
-            assert!(
-                wait >= Duration::from_secs(80) && wait <= Duration::from_secs(120),
-                "{wait:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn retry_after_reads_seconds_and_dates() {
-        assert_eq!(parse_retry_after("120"), Some(Duration::from_secs(120)));
-        assert_eq!(
-            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"),
-            Some(Duration::ZERO)
-        );
-        let later = (Timestamp::now().as_datetime() + chrono::Duration::seconds(600)).to_rfc2822();
-        let wait = parse_retry_after(&later).unwrap();
-        assert!(
-            wait > Duration::from_secs(590) && wait <= Duration::from_secs(600),
-            "{wait:?}"
-        );
-        assert_eq!(parse_retry_after("soon"), None);
     }
 }

@@ -26,6 +26,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+mod attempts;
+mod config;
 mod destination;
 mod dispatcher;
 mod endpoint;
@@ -33,10 +35,9 @@ mod outbox;
 mod retention;
 mod signing;
 
+pub use config::{DeliveryConfig, DEFAULT_RETRY_SCHEDULE};
 pub use destination::{BlockedDestination, DestinationPolicy};
-pub use dispatcher::{
-    DeliveryConfig, DisableReason, DisabledEndpoint, Dispatcher, DEFAULT_RETRY_SCHEDULE,
-};
+pub use dispatcher::{DisableReason, DisabledEndpoint, Dispatcher};
 pub use endpoint::{
     Attempt, AttemptOutcome, CreatedEndpoint, Endpoint, NewEndpoint, WebhookManager,
     MAX_DESCRIPTION_CHARS, MAX_URL_BYTES,
