@@ -1,7 +1,9 @@
-//! [`WebhookManager`] and [`WebhookOutbox`] over the memory store: the same rules as
-//! PostgreSQL's outbox, in process and without durability.
+//! [`WebhookManager`] over the memory store, and what it and the outbox ([`outbox`]) hold:
+//! the same rules as PostgreSQL's, in process and without durability.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+mod outbox;
+
+use std::collections::BTreeMap;
 use std::sync::{MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -12,8 +14,7 @@ use super::{unknown_organization, MemoryStore};
 use crate::model::Timestamp;
 use crate::store::StoreError;
 use crate::webhooks::{
-    payload, Attempt, AttemptOutcome, Backlog, ClaimRequest, CreatedEndpoint, Delivery, Endpoint,
-    EventType, Finish, FinishedAttempt, NewEndpoint, NextStep, WebhookManager, WebhookOutbox,
+    payload, Attempt, CreatedEndpoint, Endpoint, EventType, NewEndpoint, WebhookManager,
     WebhookSecret,
 };
 
@@ -360,186 +361,5 @@ impl DeliveryEntry {
         self.state = State::Pending;
         self.due = Timestamp::now();
         self.round_start = self.attempts;
-    }
-}
-
-#[async_trait]
-impl WebhookOutbox for MemoryStore {
-    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Delivery>, StoreError> {
-        let now = Timestamp::now();
-        let mut outbox = self.outbox();
-        let outbox = &mut *outbox;
-        // Pending deliveries in id order: the first pending one of an order to an endpoint is
-        // the only one of that order that may go.
-        let mut blocked: HashSet<(u64, &str)> = HashSet::new();
-        let mut candidates: Vec<(bool, Timestamp, u64)> = Vec::new();
-        for (id, delivery) in &outbox.deliveries {
-            if delivery.state != State::Pending {
-                continue;
-            }
-            if let Some(order_id) = &delivery.order_id {
-                if !blocked.insert((delivery.endpoint, order_id)) {
-                    continue;
-                }
-            }
-            let enabled = outbox
-                .endpoints
-                .get(&delivery.endpoint)
-                .is_some_and(|entry| entry.record.enabled);
-            if enabled && delivery.due <= now {
-                candidates.push((delivery.attempts > delivery.round_start, delivery.due, *id));
-            }
-        }
-        // First attempts before retries, then the longest due first.
-        candidates.sort_unstable();
-        let mut taken: BTreeMap<u64, usize> = BTreeMap::new();
-        let mut taken_by_organization: HashMap<String, usize> = HashMap::new();
-        let mut claimed = Vec::new();
-        for (_, _, id) in candidates {
-            if claimed.len() >= request.limit {
-                break;
-            }
-            let delivery = &outbox.deliveries[&id];
-            let endpoint = &outbox.endpoints[&delivery.endpoint];
-            let count = taken.entry(delivery.endpoint).or_default();
-            // An endpoint whose deliveries fail gets one slot, as on PostgreSQL.
-            let room = if endpoint.failing_since.is_some() {
-                request.room_for(&endpoint.record.id).min(1)
-            } else {
-                request.room_for(&endpoint.record.id)
-            };
-            if *count >= room {
-                continue;
-            }
-            let organization = &endpoint.record.organization_id;
-            let organization_room = request.room_for_organization(organization);
-            let organization_count = taken_by_organization
-                .entry(organization.clone())
-                .or_default();
-            if *organization_count >= organization_room {
-                continue;
-            }
-            *organization_count += 1;
-            *count += 1;
-            claimed.push(id);
-        }
-        let lease_end = now.saturating_add(request.lease);
-        Ok(claimed
-            .into_iter()
-            .map(|id| {
-                let delivery = outbox
-                    .deliveries
-                    .get_mut(&id)
-                    .expect("claimed from the map");
-                delivery.attempts += 1;
-                delivery.due = lease_end;
-                let endpoint = &outbox.endpoints[&delivery.endpoint];
-                Delivery::new(
-                    id.to_string(),
-                    delivery.message_id.clone(),
-                    &endpoint.record,
-                    endpoint.secrets(now),
-                    delivery.kind,
-                    delivery.body.clone(),
-                    delivery.attempts,
-                    delivery.attempts - delivery.round_start,
-                    endpoint.failing_since,
-                )
-            })
-            .collect())
-    }
-
-    async fn finish(
-        &self,
-        delivery: &Delivery,
-        attempt: &FinishedAttempt,
-    ) -> Result<Finish, StoreError> {
-        let mut outbox = self.outbox();
-        let id = delivery.delivery_id.parse::<u64>().unwrap_or(0);
-        let Some(entry) = outbox.deliveries.get_mut(&id) else {
-            return Ok(Finish::default());
-        };
-        if entry.state != State::Pending || entry.attempts != delivery.attempt {
-            return Ok(Finish::default());
-        }
-        match attempt.next {
-            NextStep::Done => entry.state = State::Succeeded,
-            NextStep::GiveUp => entry.state = State::Failed,
-            NextStep::RetryAt(at) => entry.due = at,
-        }
-        let endpoint_id = entry.endpoint;
-        let record = Attempt {
-            message_id: entry.message_id.clone(),
-            event_type: entry.kind,
-            attempt: delivery.attempt,
-            outcome: attempt.outcome,
-            response_status: attempt.response_status,
-            error: attempt.error.clone(),
-            response_body: attempt.response_body.clone(),
-            duration_ms: u64::try_from(attempt.duration.as_millis()).unwrap_or(u64::MAX),
-            attempted_at: attempt.attempted_at,
-        };
-        outbox.attempts.push((endpoint_id, record));
-        let mut finish = Finish {
-            current: true,
-            disabled: None,
-        };
-        if let Some(endpoint) = outbox.endpoints.get_mut(&endpoint_id) {
-            match attempt.outcome {
-                AttemptOutcome::Succeeded => endpoint.failing_since = None,
-                _ => {
-                    endpoint.failing_since.get_or_insert(attempt.attempted_at);
-                }
-            }
-            if attempt.disable_endpoint && endpoint.record.enabled {
-                endpoint.record.enabled = false;
-                finish.disabled = Some(endpoint.record.clone());
-            }
-        }
-        Ok(finish)
-    }
-
-    async fn backlog(&self) -> Result<Backlog, StoreError> {
-        let now = Timestamp::now();
-        let outbox = self.outbox();
-        let mut backlog = Backlog::default();
-        for delivery in outbox.deliveries.values() {
-            let enabled = outbox
-                .endpoints
-                .get(&delivery.endpoint)
-                .is_some_and(|entry| entry.record.enabled);
-            if delivery.state == State::Pending && enabled && delivery.due <= now {
-                backlog.due += 1;
-                let waited = now.duration_since(delivery.due).unwrap_or_default();
-                backlog.oldest_due = Some(
-                    backlog
-                        .oldest_due
-                        .map_or(waited, |oldest| oldest.max(waited)),
-                );
-            }
-        }
-        Ok(backlog)
-    }
-
-    async fn prune(&self, before: Timestamp, batch: usize) -> Result<u64, StoreError> {
-        let mut outbox = self.outbox();
-        // The oldest messages first: deliveries are in the order their messages were raised.
-        let mut old = std::collections::HashSet::new();
-        for delivery in outbox.deliveries.values() {
-            if delivery.raised_at >= before || old.contains(&delivery.message_id) {
-                continue;
-            }
-            if old.len() == batch {
-                break;
-            }
-            old.insert(delivery.message_id.clone());
-        }
-        outbox
-            .deliveries
-            .retain(|_, delivery| !old.contains(&delivery.message_id));
-        outbox
-            .attempts
-            .retain(|(_, attempt)| !old.contains(&attempt.message_id));
-        Ok(old.len() as u64)
     }
 }

@@ -17,6 +17,8 @@ mod breaker;
 mod error;
 mod manage;
 mod migrate;
+#[cfg(feature = "webhooks")]
+mod outbox;
 mod seed;
 #[cfg(feature = "webhooks")]
 mod webhooks;

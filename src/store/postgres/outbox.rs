@@ -1,0 +1,263 @@
+//! [`WebhookOutbox`] over PostgreSQL: the outbox written by the orders' trigger, claims with
+//! `FOR UPDATE SKIP LOCKED` and a lease committed before the HTTP call, finishes, the
+//! backlog and retention.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+
+use super::webhooks::{body_from_row, endpoint_from_row, secret, timestamp};
+use super::{column, store_error, PgStore};
+use crate::model::Timestamp;
+use crate::store::StoreError;
+use crate::webhooks::{
+    AttemptOutcome, Backlog, ClaimRequest, Delivery, EventType, Finish, FinishedAttempt, NextStep,
+    WebhookOutbox,
+};
+
+/// Claims as [`ClaimRequest`] says: per enabled endpoint, its room (`$2`, or 1 while its
+/// deliveries fail, less what the worker has in flight there, `$3`/`$4`), first attempts
+/// before retries, never past an earlier pending change of the same order; `$1` in all, the
+/// endpoints taken in random order so that none is always served last; per organization at
+/// most its room (`$6`, less what the worker has in flight for it, `$7`/`$8`), so one
+/// organization's hanging endpoints never take every slot. The lease (`$5` ms) and the attempt
+/// number are written in the same statement, which commits before any HTTP call.
+const CLAIM: &str = "\
+    WITH room AS MATERIALIZED ( \
+        SELECT e.id, e.organization_id, \
+               greatest(CASE WHEN e.failing_since IS NULL THEN $2 ELSE 1 END \
+                        - coalesce(b.busy, 0), 0) AS room, \
+               greatest($6::bigint - coalesce(o.busy, 0), 0) AS organization_room \
+        FROM partner_webhook_endpoints e \
+        LEFT JOIN unnest($3::bigint[], $4::int[]) AS b(endpoint_id, busy) ON b.endpoint_id = e.id \
+        LEFT JOIN unnest($7::text[], $8::int[]) AS o(organization_id, busy) \
+            ON o.organization_id = e.organization_id \
+        WHERE e.enabled ORDER BY random()), \
+    ranked AS ( \
+        SELECT d.id, r.organization_room, \
+               row_number() OVER (PARTITION BY r.organization_id) AS nth \
+        FROM room r, LATERAL ( \
+            SELECT d.id FROM partner_webhook_deliveries d \
+            WHERE d.endpoint_id = r.id AND d.state = 'pending' AND d.due_at <= now() \
+              AND NOT EXISTS ( \
+                  SELECT 1 FROM partner_webhook_deliveries p \
+                  WHERE p.endpoint_id = d.endpoint_id AND p.order_id = d.order_id \
+                    AND p.state = 'pending' AND p.id < d.id) \
+            ORDER BY d.attempts > d.round_start, d.due_at, d.id \
+            LIMIT r.room \
+            FOR UPDATE OF d SKIP LOCKED) d \
+        WHERE r.room > 0 AND r.organization_room > 0), \
+    picked AS (SELECT id FROM ranked WHERE nth <= organization_room LIMIT $1) \
+    UPDATE partner_webhook_deliveries d \
+    SET attempts = d.attempts + 1, due_at = now() + $5 * interval '1 millisecond' \
+    FROM picked, partner_webhook_messages m, partner_webhook_endpoints e \
+    WHERE d.id = picked.id AND m.id = d.message_id AND e.id = d.endpoint_id \
+    RETURNING d.id AS delivery_id, d.webhook_id, d.attempts, d.round_start, \
+              m.event_type, m.order_id AS message_order_id, m.order_row, m.data, m.raised_at, \
+              e.id, e.organization_id, e.url, e.events, e.description, e.enabled, e.created_at, \
+              e.secret, \
+              CASE WHEN e.previous_secret_until > now() THEN e.previous_secret END AS previous_secret, \
+              e.failing_since";
+
+/// Finishes attempt `$2` of delivery `$1` if it is still current: its state and due time,
+/// the attempt's record, and the endpoint's failure streak (written only when it changes) and
+/// disabling. Returns whether it was current, and the endpoint if this disabled it.
+const FINISH: &str = "\
+    WITH current AS ( \
+        UPDATE partner_webhook_deliveries SET state = $3, due_at = coalesce($4, due_at) \
+        WHERE id = $1 AND attempts = $2 AND state = 'pending' \
+        RETURNING id, endpoint_id), \
+    recorded AS ( \
+        INSERT INTO partner_webhook_attempts (delivery_id, endpoint_id, attempt, outcome, \
+            response_status, error, response_body, duration_ms, attempted_at) \
+        SELECT id, endpoint_id, $2, $5, $6, $7, $8, $9, $10 FROM current), \
+    endpoint AS ( \
+        UPDATE partner_webhook_endpoints e SET \
+            failing_since = CASE WHEN $5 = 'succeeded' THEN NULL \
+                                 ELSE coalesce(e.failing_since, $10) END, \
+            enabled = e.enabled AND NOT $11 \
+        FROM current c, partner_webhook_endpoints before \
+        WHERE e.id = c.endpoint_id AND before.id = e.id \
+          AND (($5 = 'succeeded') = (e.failing_since IS NOT NULL) OR ($11 AND e.enabled)) \
+        RETURNING e.id, e.organization_id, e.url, e.events, e.description, e.enabled, \
+                  e.created_at, before.enabled AS was_enabled) \
+    SELECT EXISTS (SELECT 1 FROM current) AS current, endpoint.* \
+    FROM (SELECT 1) one LEFT JOIN endpoint ON true";
+
+#[async_trait]
+impl WebhookOutbox for PgStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Delivery>, StoreError> {
+        let (busy_ids, busy_counts): (Vec<i64>, Vec<i32>) = request
+            .in_flight
+            .iter()
+            .filter_map(|(id, count)| Some((id.parse::<i64>().ok()?, i32::try_from(*count).ok()?)))
+            .unzip();
+        let (busy_organizations, busy_organization_counts): (Vec<&str>, Vec<i32>) = request
+            .organizations_in_flight
+            .iter()
+            .filter_map(|(id, count)| Some((id.as_str(), i32::try_from(*count).ok()?)))
+            .unzip();
+        let rows = sqlx::query(CLAIM)
+            .bind(i64::try_from(request.limit).unwrap_or(i64::MAX))
+            .bind(i32::try_from(request.per_endpoint).unwrap_or(i32::MAX))
+            .bind(&busy_ids)
+            .bind(&busy_counts)
+            .bind(i64::try_from(request.lease.as_millis()).unwrap_or(i64::MAX / 2))
+            .bind(i64::try_from(request.per_organization).unwrap_or(i64::MAX))
+            .bind(&busy_organizations)
+            .bind(&busy_organization_counts)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(store_error)?;
+        let mut deliveries = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match delivery_from_row(row) {
+                Ok(delivery) => deliveries.push(delivery),
+                // A message that cannot be sent (a row the API could not serve either) fails
+                // alone, with the reason, instead of failing the claim: the other deliveries
+                // go, and its order's later events are not held behind it forever.
+                Err((Some(delivery), error)) => {
+                    let mut attempt = FinishedAttempt::new(
+                        AttemptOutcome::Failed,
+                        Timestamp::now(),
+                        Duration::ZERO,
+                    );
+                    attempt.error = Some(format!(
+                        "the event could not be built: {}",
+                        crate::log::ErrorChain(&error)
+                    ));
+                    tracing::error!(endpoint_id = %delivery.endpoint_id, message_id = %delivery.message_id, error = %crate::log::ErrorChain(&error), "webhooks: an event could not be built; it is failed");
+                    self.finish(&delivery, &attempt).await?;
+                }
+                Err((None, error)) => return Err(error),
+            }
+        }
+        Ok(deliveries)
+    }
+    async fn finish(
+        &self,
+        delivery: &Delivery,
+        attempt: &FinishedAttempt,
+    ) -> Result<Finish, StoreError> {
+        finish(self, delivery, attempt).await
+    }
+
+    async fn backlog(&self) -> Result<Backlog, StoreError> {
+        backlog(self).await
+    }
+
+    async fn prune(&self, before: Timestamp, batch: usize) -> Result<u64, StoreError> {
+        // Their deliveries and attempts go by the foreign keys' cascade. No row lock in the
+        // subquery (it would need UPDATE, which the delivering role has not): a worker that
+        // picks rows another one is deleting waits for that batch and deletes fewer.
+        let deleted = sqlx::query(
+            "DELETE FROM partner_webhook_messages WHERE id IN ( \
+               SELECT id FROM partner_webhook_messages WHERE raised_at < $1 \
+               ORDER BY raised_at LIMIT $2)",
+        )
+        .bind(before.as_datetime())
+        .bind(i64::try_from(batch).unwrap_or(i64::MAX))
+        .execute(&self.pool)
+        .await
+        .map_err(store_error)?;
+        Ok(deleted.rows_affected())
+    }
+}
+
+/// A claimed row as a delivery; when only its body cannot be built, the delivery without a
+/// body (to fail it) and why.
+fn delivery_from_row(row: &PgRow) -> Result<Delivery, (Option<Box<Delivery>>, StoreError)> {
+    let fail = |error| (None, error);
+    let endpoint = endpoint_from_row(row).map_err(fail)?;
+    let built = (|| {
+        let kind: EventType = column::<String>(row, "event_type")?
+            .parse()
+            .map_err(StoreError::invalid_data)?;
+        let mut secrets = vec![secret(&column::<String>(row, "secret")?)?];
+        if let Some(previous) = row
+            .try_get::<Option<String>, _>("previous_secret")
+            .map_err(store_error)?
+        {
+            secrets.push(secret(&previous)?);
+        }
+        let attempts = u32::try_from(column::<i32>(row, "attempts")?).unwrap_or(0);
+        let round_start = u32::try_from(column::<i32>(row, "round_start")?).unwrap_or(0);
+        Ok::<_, StoreError>(Delivery::new(
+            column::<i64>(row, "delivery_id")?.to_string(),
+            column(row, "webhook_id")?,
+            &endpoint,
+            secrets,
+            kind,
+            Bytes::new(),
+            attempts,
+            attempts.saturating_sub(round_start),
+            timestamp(row, "failing_since")?,
+        ))
+    })();
+    let mut delivery = built.map_err(fail)?;
+    match body_from_row(row, delivery.event_type) {
+        Ok(body) => {
+            delivery.body = body;
+            Ok(delivery)
+        }
+        Err(error) => Err((Some(Box::new(delivery)), error)),
+    }
+}
+
+async fn finish(
+    store: &PgStore,
+    delivery: &Delivery,
+    attempt: &FinishedAttempt,
+) -> Result<Finish, StoreError> {
+    let (state, due) = match attempt.next {
+        NextStep::Done => ("succeeded", None),
+        NextStep::RetryAt(at) => ("pending", Some(at.as_datetime())),
+        _ => ("failed", None),
+    };
+    let row = sqlx::query(FINISH)
+        .bind(delivery.delivery_id.parse::<i64>().unwrap_or(0))
+        .bind(i32::try_from(delivery.attempt).unwrap_or(i32::MAX))
+        .bind(state)
+        .bind(due)
+        .bind(attempt.outcome.as_str())
+        .bind(attempt.response_status.map(i32::from))
+        .bind(attempt.error.as_deref())
+        .bind(attempt.response_body.as_deref())
+        .bind(i64::try_from(attempt.duration.as_millis()).unwrap_or(i64::MAX))
+        .bind(attempt.attempted_at.as_datetime())
+        .bind(attempt.disable_endpoint)
+        .fetch_one(&store.pool)
+        .await
+        .map_err(store_error)?;
+    let current: bool = column(&row, "current")?;
+    let was_enabled: Option<bool> = row.try_get("was_enabled").map_err(store_error)?;
+    let enabled: Option<bool> = row.try_get("enabled").map_err(store_error)?;
+    let disabled = if was_enabled == Some(true) && enabled == Some(false) {
+        Some(endpoint_from_row(&row)?)
+    } else {
+        None
+    };
+    Ok(Finish { current, disabled })
+}
+
+async fn backlog(store: &PgStore) -> Result<Backlog, StoreError> {
+    let row = sqlx::query(
+        "SELECT count(*) AS due, \
+                extract(epoch FROM now() - min(d.due_at))::float8 AS oldest \
+         FROM partner_webhook_deliveries d \
+         JOIN partner_webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled \
+         WHERE d.state = 'pending' AND d.due_at <= now()",
+    )
+    .fetch_one(&store.pool)
+    .await
+    .map_err(store_error)?;
+    let due: i64 = column(&row, "due")?;
+    let oldest: Option<f64> = row.try_get("oldest").map_err(store_error)?;
+    Ok(Backlog {
+        due: u64::try_from(due).unwrap_or(0),
+        oldest_due: oldest.map(|seconds| Duration::from_secs_f64(seconds.max(0.0))),
+    })
+}
