@@ -240,20 +240,22 @@ async fn migrated_by_the_owner_served_and_managed_by_roles_without_ddl_rights() 
         let received = receiver.wait_for(1, Duration::from_secs(10)).await;
         assert_eq!(received[0].json()["data"]["id"], "ord_by_writer");
         let id = endpoint["id"].as_str().unwrap();
+        // The endpoint's attempts, as the key-management role lists them.
+        let listing = [
+            "webhooks",
+            "attempts",
+            "--organization",
+            "org_demo",
+            "--id",
+            id,
+            "--no-migrate",
+            "--database-url",
+            &keys_url,
+        ];
+        let attempts = || run(&listing);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let (ok, stdout, stderr) = run(&[
-                "webhooks",
-                "attempts",
-                "--organization",
-                "org_demo",
-                "--id",
-                id,
-                "--no-migrate",
-                "--database-url",
-                &keys_url,
-            ])
-            .await;
+            let (ok, stdout, stderr) = attempts().await;
             assert!(ok, "{stderr}");
             if stdout.contains(r#""outcome":"succeeded""#) {
                 break;
@@ -272,18 +274,7 @@ async fn migrated_by_the_owner_served_and_managed_by_roles_without_ddl_rights() 
             .await
             .unwrap();
         assert!(deleted >= 1, "{deleted} messages deleted");
-        let (ok, stdout, stderr) = run(&[
-            "webhooks",
-            "attempts",
-            "--organization",
-            "org_demo",
-            "--id",
-            id,
-            "--no-migrate",
-            "--database-url",
-            &keys_url,
-        ])
-        .await;
+        let (ok, stdout, stderr) = attempts().await;
         assert!(ok && stdout.trim().is_empty(), "{stdout}{stderr}");
         delivering_host.terminate().await;
     }

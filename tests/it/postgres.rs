@@ -41,14 +41,7 @@ async fn the_pg_store_manages_keys_as_the_suite_requires() {
     let report = partner_api::testing::run_key_manager(&store).await;
     report.assert_passed();
     assert_eq!(report.len(), 11);
-    for report in [
-        partner_api::testing::run_key_policy(&store).await,
-        partner_api::testing::run_leak_reports(&store).await,
-        partner_api::testing::run_last_use(&store).await,
-    ] {
-        report.assert_passed();
-        assert_eq!(report.len(), 2);
-    }
+    crate::common::key_abilities_pass(&store).await;
 }
 
 /// The reasons every key of `keys` is refused (or not), by `store`, in order.

@@ -472,3 +472,20 @@ pub async fn expired_key(
     tokio::time::sleep(lifetime * 2).await;
     issued.plaintext().to_owned()
 }
+
+/// Every ability suite of `KeyManager` passes on `store`, which claims them all.
+#[cfg(feature = "testing")]
+pub async fn key_abilities_pass<F>(store: &F)
+where
+    F: partner_api::testing::StoreFixtures,
+    F::Store: partner_api::management::KeyManager,
+{
+    for report in [
+        partner_api::testing::run_key_policy(store).await,
+        partner_api::testing::run_leak_reports(store).await,
+        partner_api::testing::run_last_use(store).await,
+    ] {
+        report.assert_passed();
+        assert_eq!(report.len(), 2);
+    }
+}
