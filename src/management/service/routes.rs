@@ -1,0 +1,253 @@
+//! What the service answers, by method and path below its mount.
+
+use super::*;
+
+/// What the service can be asked, by method and path below the mount.
+#[derive(Debug, PartialEq, Eq)]
+enum Route<'p> {
+    Keys,
+    Key(&'p str),
+    Revoke(&'p str),
+    Roll(&'p str),
+    Restrict(&'p str),
+    Policy,
+    Abilities,
+    OpenApi,
+    #[cfg(feature = "webhooks")]
+    Webhooks(crate::management::webhooks::WebhookRoute<'p>),
+}
+
+impl<'p> Route<'p> {
+    fn at(path: &'p str) -> Option<Self> {
+        let rest = path.strip_prefix('/')?;
+        let segments: Vec<&str> = rest.split('/').collect();
+        let valid_id = |id: &str| {
+            !id.is_empty()
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        };
+        match segments.as_slice() {
+            ["keys"] => Some(Self::Keys),
+            ["openapi.json"] => Some(Self::OpenApi),
+            ["policy"] => Some(Self::Policy),
+            ["abilities"] => Some(Self::Abilities),
+            ["keys", id] if valid_id(id) => Some(Self::Key(id)),
+            ["keys", id, "revoke"] if valid_id(id) => Some(Self::Revoke(id)),
+            ["keys", id, "roll"] if valid_id(id) => Some(Self::Roll(id)),
+            ["keys", id, "restrict"] if valid_id(id) => Some(Self::Restrict(id)),
+            #[cfg(feature = "webhooks")]
+            ["webhooks", rest @ ..] => {
+                crate::management::webhooks::WebhookRoute::at(rest, valid_id).map(Self::Webhooks)
+            }
+            _ => None,
+        }
+    }
+
+    fn methods(&self) -> &'static str {
+        match self {
+            Self::Keys => "GET, HEAD, POST",
+            Self::Key(_) | Self::Policy | Self::Abilities | Self::OpenApi => "GET, HEAD",
+            Self::Revoke(_) | Self::Roll(_) | Self::Restrict(_) => "POST",
+            #[cfg(feature = "webhooks")]
+            Self::Webhooks(route) => route.methods(),
+        }
+    }
+}
+
+impl KeyManagementService {
+    pub(super) async fn route<B>(&self, parts: Parts, body: B) -> Result<Response<ApiBody>, Failure>
+    where
+        B: Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let not_found = || Failure::new(StatusCode::NOT_FOUND, "not found");
+        let path = parts
+            .uri
+            .path()
+            .strip_prefix(&*self.prefix)
+            .ok_or_else(not_found)?;
+        let route = Route::at(path).ok_or_else(not_found)?;
+        let reading = parts.method == Method::GET || parts.method == Method::HEAD;
+        #[cfg(feature = "webhooks")]
+        if let Route::Webhooks(route) = route {
+            let manager = self.webhooks.as_deref().ok_or_else(not_found)?;
+            if !route.allows(&parts.method) {
+                let mut failure =
+                    Failure::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+                failure.allow = Some(route.methods());
+                return Err(failure);
+            }
+            let organization = self.acting_organization(&parts)?;
+            if !reading {
+                self.check_state_change(&parts)?;
+            }
+            if route.queues_messages() {
+                use crate::rate_limit::RateLimiter as _;
+                let decision = self.webhook_actions.check(organization.id()).await;
+                if let Some(wait) = decision.ok().and_then(|decision| decision.retry_after()) {
+                    let mut failure = Failure::new(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "too many test events, retries and recoveries for this organization; \
+                         try again later",
+                    );
+                    failure.retry_after = Some(wait);
+                    return Err(failure);
+                }
+            }
+            return crate::management::webhooks::answer(
+                manager,
+                route,
+                organization.id(),
+                &parts,
+                body,
+            )
+            .await;
+        }
+        let allowed = if reading {
+            !matches!(
+                route,
+                Route::Revoke(_) | Route::Roll(_) | Route::Restrict(_)
+            )
+        } else {
+            parts.method == Method::POST
+                && matches!(
+                    route,
+                    Route::Keys | Route::Revoke(_) | Route::Roll(_) | Route::Restrict(_)
+                )
+        };
+        if !allowed {
+            let mut failure = Failure::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+            failure.allow = Some(route.methods());
+            return Err(failure);
+        }
+        if route == Route::OpenApi {
+            return Ok(json(StatusCode::OK, &self.document()?));
+        }
+        let organization = self.acting_organization(&parts)?;
+        let organization = organization.id();
+        if !reading {
+            self.check_state_change(&parts)?;
+        }
+        let keys = &*self.keys;
+        match route {
+            Route::Keys if reading => {
+                let records = keys.list(organization).await.map_err(Failure::from_store)?;
+                Ok(json(
+                    StatusCode::OK,
+                    &serde_json::json!({ "data": { "keys": records } }),
+                ))
+            }
+            Route::Keys => {
+                let IssueRequest {
+                    label,
+                    environment,
+                    expires_at,
+                    allowed_ips,
+                } = read_json(body).await?;
+                let mut new = NewKey::new(environment.into())
+                    .with_allowed_ips(allowed_ips.unwrap_or_default());
+                if let Some(label) = label {
+                    new = new.with_label(label);
+                }
+                if let Some(expires_at) = expires_at {
+                    new = new.with_expires_at(expires_at);
+                }
+                // The caller's mistakes are told here; an `InvalidData` from the store after
+                // this is the store's own fault.
+                new.check(Timestamp::now()).map_err(|err| {
+                    Failure::new(StatusCode::UNPROCESSABLE_ENTITY, caller_message(&err))
+                })?;
+                let issued = keys
+                    .issue(organization, new)
+                    .await
+                    .map_err(Failure::from_store)?;
+                Ok(created(&issued))
+            }
+            Route::Key(id) => {
+                let record = keys
+                    .get(organization, id)
+                    .await
+                    .map_err(Failure::from_store)?;
+                Ok(one(&record))
+            }
+            Route::Revoke(id) => {
+                let RevokeRequest {} = read_json(body).await?;
+                let record = keys
+                    .revoke(organization, id)
+                    .await
+                    .map_err(Failure::from_store)?;
+                Ok(one(&record))
+            }
+            Route::Restrict(id) => {
+                let RestrictRequest { allowed_ips } = read_json(body).await?;
+                let record = keys
+                    .restrict(organization, id, allowed_ips)
+                    .await
+                    .map_err(Failure::from_store)?;
+                Ok(one(&record))
+            }
+            Route::Roll(id) => {
+                let RollRequest {
+                    overlap_seconds,
+                    expires_in_seconds,
+                } = read_json(body).await?;
+                let overlap = Duration::from_secs(overlap_seconds);
+                if overlap > MAX_OVERLAP {
+                    return Err(Failure::new(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "overlapSeconds is more than a year",
+                    ));
+                }
+                let mut roll = RollKey::new(overlap);
+                match expires_in_seconds {
+                    Some(0) => {
+                        return Err(Failure::new(
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            "expiresInSeconds must be at least 1",
+                        ))
+                    }
+                    Some(seconds) if Duration::from_secs(seconds) > MAX_LIFETIME => {
+                        return Err(Failure::new(
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            "expiresInSeconds is more than a hundred years",
+                        ))
+                    }
+                    Some(seconds) => roll = roll.with_expires_in(Duration::from_secs(seconds)),
+                    None => {}
+                }
+                let issued = keys
+                    .roll(organization, id, roll)
+                    .await
+                    .map_err(Failure::from_store)?;
+                Ok(created(&issued))
+            }
+            Route::Policy => {
+                let policy = keys
+                    .key_policy(organization)
+                    .await
+                    .map_err(Failure::from_store)?;
+                Ok(json(
+                    StatusCode::OK,
+                    &serde_json::json!({ "data": { "policy": policy } }),
+                ))
+            }
+            Route::Abilities => {
+                let supports = |ability| keys.supports(ability);
+                Ok(json(
+                    StatusCode::OK,
+                    &serde_json::json!({ "data": { "abilities": {
+                        "keyPolicy": supports(KeyAbility::KeyPolicy),
+                        "leakReports": supports(KeyAbility::LeakReports),
+                        "lastUse": supports(KeyAbility::LastUse),
+                        "webhooks": self.webhooks_served(),
+                    } } }),
+                ))
+            }
+            Route::OpenApi => Err(not_found()),
+            #[cfg(feature = "webhooks")]
+            Route::Webhooks(_) => Err(not_found()),
+        }
+    }
+}
