@@ -8,7 +8,7 @@ use super::store::{key, lookup, organization};
 use super::StoreFixtures;
 use super::{key_lifecycle as lifecycle, key_policy as policy, key_restrictions, namespace};
 use crate::key::{KeyDigest, KeyEnvironment};
-use crate::management::{IssuedKey, KeyAbility, KeyManager, KeyRecord, NewKey, RollKey};
+use crate::management::{IssuedKey, KeyManager, KeyRecord, NewKey, RollKey};
 use crate::model::{Organization, Timestamp};
 use crate::store::{StoreError, StoreErrorKind};
 
@@ -19,7 +19,8 @@ pub(super) const EXPIRY: Duration = Duration::from_millis(1500);
 /// and checks that each optional ability the store does not claim
 /// ([`KeyManager::supports`]) answers `Unsupported`. Two checks wait for keys to expire, so
 /// the suite takes a few seconds; each check uses organizations of its own. The abilities
-/// have suites of their own: [`run_key_policy`], [`run_leak_reports`], [`run_last_use`].
+/// have suites of their own: [`run_key_policy`](super::run_key_policy),
+/// [`run_leak_reports`](super::run_leak_reports), [`run_last_use`](super::run_last_use).
 pub async fn run_key_manager<F>(fixtures: &F) -> Report
 where
     F: StoreFixtures,
@@ -69,107 +70,9 @@ where
     );
     record(
         "an ability the store does not claim answers Unsupported",
-        unclaimed_abilities(fixtures).await,
+        super::key_abilities::unclaimed_abilities(fixtures).await,
     );
     report
-}
-
-/// Runs the checks of [`KeyAbility::KeyPolicy`] (which the store must claim).
-pub async fn run_key_policy<F>(fixtures: &F) -> Report
-where
-    F: StoreFixtures,
-    F::Store: KeyManager,
-{
-    ability_report(
-        fixtures,
-        KeyAbility::KeyPolicy,
-        "an organization's maximum lifetime and cap on active keys hold for issue and roll",
-        policy::organization_policy(fixtures).await,
-    )
-}
-
-/// Runs the checks of [`KeyAbility::LeakReports`] (which the store must claim).
-pub async fn run_leak_reports<F>(fixtures: &F) -> Report
-where
-    F: StoreFixtures,
-    F::Store: KeyManager,
-{
-    ability_report(
-        fixtures,
-        KeyAbility::LeakReports,
-        "leaked keys are revoked in any organization, keeping their first revocation",
-        key_restrictions::leaked(fixtures).await,
-    )
-}
-
-/// Runs the checks of [`KeyAbility::LastUse`] (which the store must claim).
-pub async fn run_last_use<F>(fixtures: &F) -> Report
-where
-    F: StoreFixtures,
-    F::Store: KeyManager,
-{
-    ability_report(
-        fixtures,
-        KeyAbility::LastUse,
-        "the latest recorded use is the key's last use",
-        lifecycle::last_used(fixtures).await,
-    )
-}
-
-/// The report of an ability's check, with whether the store claims it.
-fn ability_report<F>(fixtures: &F, ability: KeyAbility, name: &'static str, result: Check) -> Report
-where
-    F: StoreFixtures,
-    F::Store: KeyManager,
-{
-    let mut report = Report::default();
-    let claimed = if fixtures.store().supports(ability) {
-        Ok(())
-    } else {
-        Err(format!(
-            "the store does not claim {ability:?} (KeyManager::supports)"
-        ))
-    };
-    report
-        .results
-        .push(("the store claims the ability", claimed));
-    report.results.push((name, result));
-    report
-}
-
-/// Each optional method of an ability the store does not claim answers `Unsupported`, so the
-/// management service and the Settings page can hide it.
-async fn unclaimed_abilities<F>(fixtures: &F) -> Check
-where
-    F: StoreFixtures,
-    F::Store: KeyManager,
-{
-    let ns = namespace();
-    let org = organization(fixtures, &ns, "abilities").await?;
-    let store = fixtures.store();
-    let unsupported = Some(StoreErrorKind::Unsupported);
-    for ability in KeyAbility::ALL {
-        if store.supports(ability) {
-            continue;
-        }
-        let answers = match ability {
-            KeyAbility::KeyPolicy => vec![
-                kind_of(store.key_policy(&org.id).await),
-                kind_of(
-                    store
-                        .set_key_policy(&org.id, crate::management::KeyPolicy::new())
-                        .await,
-                ),
-            ],
-            KeyAbility::LeakReports => vec![kind_of(store.revoke_leaked(&[]).await)],
-            KeyAbility::LastUse => vec![kind_of(store.record_last_used(&[]).await)],
-        };
-        ensure!(
-            answers.iter().all(|answer| *answer == unsupported),
-            "{ability:?} is not claimed, yet its methods answered {answers:?}"
-        );
-    }
-    Ok(())
 }
 
 pub(super) fn kind_of<T>(result: Result<T, StoreError>) -> Option<StoreErrorKind> {

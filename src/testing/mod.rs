@@ -36,6 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::{KeyStore, OrderStore, RateLimiter};
 
 mod fixtures;
+mod key_abilities;
 mod key_lifecycle;
 mod key_policy;
 mod key_restrictions;
@@ -48,7 +49,8 @@ mod store;
 mod webhooks;
 
 pub use fixtures::StoreFixtures;
-pub use keys::{run_key_manager, run_key_policy, run_last_use, run_leak_reports};
+pub use key_abilities::{run_key_policy, run_last_use, run_leak_reports};
+pub use keys::run_key_manager;
 pub use rate_limit::run_rate_limiter;
 pub use report::Report;
 pub use store::run;

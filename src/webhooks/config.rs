@@ -128,7 +128,7 @@ impl DeliveryConfig {
 
     /// Sets how long messages are kept, with their deliveries and attempts (`None`: for
     /// ever). Each worker deletes what aged out when it starts and every minute after, in
-    /// batches of 500 messages ([`WebhookOutbox::prune`]); a message older than this can no
+    /// batches of 500 messages ([`WebhookOutbox::prune`](super::WebhookOutbox::prune)); a message older than this can no
     /// longer be retried or recovered.
     #[must_use]
     pub fn with_retention(mut self, retention: Option<Duration>) -> Self {

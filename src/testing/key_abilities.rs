@@ -1,0 +1,109 @@
+//! The conformance suites of [`KeyManager`]'s optional abilities ([`KeyAbility`]): key
+//! policies, leak reports, last use; and the check that an ability a store does not claim
+//! answers `Unsupported`.
+
+use super::keys::kind_of;
+use super::report::{ensure, Check, Report};
+use super::store::organization;
+use super::StoreFixtures;
+use super::{key_lifecycle as lifecycle, key_policy as policy, key_restrictions, namespace};
+use crate::management::{KeyAbility, KeyManager};
+use crate::store::StoreErrorKind;
+
+/// Runs the checks of [`KeyAbility::KeyPolicy`] (which the store must claim).
+pub async fn run_key_policy<F>(fixtures: &F) -> Report
+where
+    F: StoreFixtures,
+    F::Store: KeyManager,
+{
+    ability_report(
+        fixtures,
+        KeyAbility::KeyPolicy,
+        "an organization's maximum lifetime and cap on active keys hold for issue and roll",
+        policy::organization_policy(fixtures).await,
+    )
+}
+
+/// Runs the checks of [`KeyAbility::LeakReports`] (which the store must claim).
+pub async fn run_leak_reports<F>(fixtures: &F) -> Report
+where
+    F: StoreFixtures,
+    F::Store: KeyManager,
+{
+    ability_report(
+        fixtures,
+        KeyAbility::LeakReports,
+        "leaked keys are revoked in any organization, keeping their first revocation",
+        key_restrictions::leaked(fixtures).await,
+    )
+}
+
+/// Runs the checks of [`KeyAbility::LastUse`] (which the store must claim).
+pub async fn run_last_use<F>(fixtures: &F) -> Report
+where
+    F: StoreFixtures,
+    F::Store: KeyManager,
+{
+    ability_report(
+        fixtures,
+        KeyAbility::LastUse,
+        "the latest recorded use is the key's last use",
+        lifecycle::last_used(fixtures).await,
+    )
+}
+
+/// The report of an ability's check, with whether the store claims it.
+fn ability_report<F>(fixtures: &F, ability: KeyAbility, name: &'static str, result: Check) -> Report
+where
+    F: StoreFixtures,
+    F::Store: KeyManager,
+{
+    let mut report = Report::default();
+    let claimed = if fixtures.store().supports(ability) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the store does not claim {ability:?} (KeyManager::supports)"
+        ))
+    };
+    report
+        .results
+        .push(("the store claims the ability", claimed));
+    report.results.push((name, result));
+    report
+}
+
+/// Each optional method of an ability the store does not claim answers `Unsupported`, so the
+/// management service and the Settings page can hide it.
+pub(super) async fn unclaimed_abilities<F>(fixtures: &F) -> Check
+where
+    F: StoreFixtures,
+    F::Store: KeyManager,
+{
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "abilities").await?;
+    let store = fixtures.store();
+    let unsupported = Some(StoreErrorKind::Unsupported);
+    for ability in KeyAbility::ALL {
+        if store.supports(ability) {
+            continue;
+        }
+        let answers = match ability {
+            KeyAbility::KeyPolicy => vec![
+                kind_of(store.key_policy(&org.id).await),
+                kind_of(
+                    store
+                        .set_key_policy(&org.id, crate::management::KeyPolicy::new())
+                        .await,
+                ),
+            ],
+            KeyAbility::LeakReports => vec![kind_of(store.revoke_leaked(&[]).await)],
+            KeyAbility::LastUse => vec![kind_of(store.record_last_used(&[]).await)],
+        };
+        ensure!(
+            answers.iter().all(|answer| *answer == unsupported),
+            "{ability:?} is not claimed, yet its methods answered {answers:?}"
+        );
+    }
+    Ok(())
+}
