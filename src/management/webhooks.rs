@@ -115,8 +115,14 @@ struct RecoverRequest {
 #[serde(deny_unknown_fields)]
 struct Empty {}
 
-/// A store's error, in the words of endpoints.
+/// A store's error, in the words of endpoints; a refusal in the store's own words (the
+/// organization's cap of endpoints) as it says it.
 fn failure(err: StoreError) -> Failure {
+    let refused = std::error::Error::source(&err)
+        .is_some_and(|source| source.is::<crate::management::KeyRefusal>());
+    if refused {
+        return Failure::from_store(err);
+    }
     match err.kind() {
         StoreErrorKind::NotFound => Failure::new(
             StatusCode::NOT_FOUND,

@@ -1239,3 +1239,26 @@ mod core_only {
         );
     }
 }
+
+/// The organization's cap of webhook endpoints: past it, a documented 409 in the store's
+/// words (not the disabled endpoint's).
+#[cfg(feature = "webhooks")]
+#[tokio::test]
+async fn adding_an_endpoint_past_the_cap_is_a_409_that_says_so() {
+    let memory = store();
+    let service = KeyManagementService::new(memory.clone()).with_webhooks(memory);
+    for n in 0..partner_api::management::DEFAULT_MAX_WEBHOOK_ENDPOINTS {
+        let url = format!("https://partner.example/hooks/{n}");
+        let added = post(&service, "/webhooks", json!({ "url": url })).await;
+        assert_eq!(added.status, StatusCode::CREATED, "{}", added.text);
+    }
+    let refused = post(
+        &service,
+        "/webhooks",
+        json!({"url": "https://partner.example/one-more"}),
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.text);
+    let message = refused.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("20 webhook endpoints"), "{message}");
+}
