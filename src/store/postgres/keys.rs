@@ -1,0 +1,130 @@
+//! The key side of [`PgStore`]: lookups (one query, behind the circuit breaker and a bound
+//! on lookups at once) and the digests of usable keys.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+
+use super::{breaker, column, store_error, PgStore};
+use crate::key::{AllowedIps, KeyDigest};
+use crate::model::{Organization, Timestamp};
+use crate::store::{KeyLookup, KeyStore, Principal, StoreError};
+
+/// The one query of a key lookup: the key, whether it is revoked or expired (by the
+/// database's clock), and its organization.
+const LOOKUP_KEY: &str = "\
+    SELECT k.id, k.expires_at, k.revoked_at IS NOT NULL AS revoked, \
+           COALESCE(k.expires_at <= now(), false) AS expired, k.allowed_ips::text[] AS allowed_ips, \
+           o.id AS organization_id, o.name \
+    FROM partner_api_keys k JOIN partner_organizations o ON o.id = k.organization_id \
+    WHERE k.key_sha256 = $1";
+
+#[async_trait]
+impl KeyStore for PgStore {
+    async fn lookup(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
+        self.admit()?;
+        // Never closed: the semaphore lives as long as the store.
+        let _turn = self
+            .lookups
+            .acquire()
+            .await
+            .map_err(|_| StoreError::other("key look-ups closed"))?;
+        let found = self.look_up(digest).await;
+        self.breaker.record(&found, self.pool.size() > 0);
+        found
+    }
+}
+
+#[async_trait]
+impl crate::store::KeyDigests for PgStore {
+    async fn key_digests(&self, ids: Option<&[String]>) -> Result<Vec<KeyDigest>, StoreError> {
+        const USABLE: &str = "revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())";
+        let rows: Vec<Vec<u8>> = match ids {
+            None => sqlx::query_scalar(&format!(
+                "SELECT key_sha256 FROM partner_api_keys WHERE {USABLE}"
+            ))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(store_error)?,
+            Some(ids) => {
+                // Ids are numbers here; anything else names no key.
+                let ids: Vec<i64> = ids.iter().filter_map(|id| id.parse().ok()).collect();
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                sqlx::query_scalar(&format!(
+                    "SELECT key_sha256 FROM partner_api_keys WHERE id = ANY($1) AND {USABLE}"
+                ))
+                .bind(ids)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(store_error)?
+            }
+        };
+        Ok(rows
+            .into_iter()
+            .filter_map(|bytes| <[u8; 32]>::try_from(bytes).ok())
+            .map(KeyDigest::from_bytes)
+            .collect())
+    }
+}
+
+impl PgStore {
+    /// `Ok` to ask the database; while it is unreachable, the error to answer at once, and a
+    /// probe in the background now and then.
+    pub(super) fn admit(&self) -> Result<(), StoreError> {
+        match self.breaker.admit() {
+            Ok(()) => Ok(()),
+            Err(breaker::Refusal::Fail(err)) => Err(err),
+            Err(breaker::Refusal::FailAndProbe(err)) => {
+                let pool = self.pool.clone();
+                let breaker = self.breaker.clone();
+                tokio::spawn(async move {
+                    let probe = sqlx::query("SELECT 1").execute(&pool);
+                    let back = tokio::time::timeout(breaker::PROBE_TIMEOUT, probe)
+                        .await
+                        .is_ok_and(|done| done.is_ok());
+                    breaker.probed(back);
+                });
+                Err(err)
+            }
+        }
+    }
+
+    async fn look_up(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
+        let row = sqlx::query(LOOKUP_KEY)
+            .bind(&digest.as_bytes()[..])
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(store_error)?;
+        let Some(row) = row else {
+            return Ok(KeyLookup::Unknown);
+        };
+        if column::<bool>(&row, "revoked")? {
+            return Ok(KeyLookup::Revoked);
+        }
+        if column::<bool>(&row, "expired")? {
+            return Ok(KeyLookup::Expired);
+        }
+        let key_id: i64 = column(&row, "id")?;
+        let expires_at: Option<DateTime<Utc>> = row.try_get("expires_at").map_err(store_error)?;
+        let organization = Organization {
+            id: column(&row, "organization_id")?,
+            name: column(&row, "name")?,
+        };
+        Ok(KeyLookup::Valid(
+            Principal::new(key_id.to_string(), organization)
+                .with_expires_at(expires_at.map(Timestamp::from_datetime))
+                .with_allowed_ips(allowed_ips(&row)?),
+        ))
+    }
+}
+
+/// The `allowed_ips` column, read as `allowed_ips::text[]` (PostgreSQL's `cidr` output).
+pub(super) fn allowed_ips(row: &sqlx::postgres::PgRow) -> Result<AllowedIps, StoreError> {
+    let ranges: Vec<String> = column(row, "allowed_ips")?;
+    if ranges.is_empty() {
+        return Ok(AllowedIps::any());
+    }
+    AllowedIps::parse(&ranges).map_err(StoreError::invalid_data)
+}
