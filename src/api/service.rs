@@ -1,5 +1,10 @@
 //! [`PartnerApi`]: the API as a terminal tower [`Service`].
 
+mod future;
+
+pub use future::ResponseFuture;
+use future::{handler_panicked, State};
+
 use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
@@ -440,81 +445,5 @@ impl<B> hyper::service::Service<Request<B>> for PartnerApi {
 
     fn call(&self, request: Request<B>) -> Self::Future {
         self.dispatch(&request)
-    }
-}
-
-/// The answer when answering panicked (in a store, say): logged without the payload, which
-/// could hold anything, and a JSON 500 instead of a dropped connection.
-fn handler_panicked() -> Response<ApiBody> {
-    tracing::error!("partner API request handler panicked");
-    ApiError::Internal.into_response()
-}
-
-/// The response future of [`PartnerApi`].
-///
-/// A panic while answering (in a store, say) becomes a JSON 500 instead of tearing down the
-/// connection; the panic is logged without its payload, which could hold anything.
-pub struct ResponseFuture {
-    state: State,
-    head: bool,
-    request_id: Option<HeaderValue>,
-}
-
-enum State {
-    Ready(Option<Response<ApiBody>>),
-    Pending {
-        future: Pin<Box<dyn Future<Output = Response<ApiBody>> + Send>>,
-        /// Where the response is counted when it is done (a ready one was counted already).
-        counted_as: Option<(ResponseCounters, Method, Route)>,
-    },
-}
-
-impl ResponseFuture {
-    fn ready(response: Response<ApiBody>, head: bool) -> Self {
-        Self {
-            state: State::Ready(Some(response)),
-            head,
-            request_id: None,
-        }
-    }
-}
-
-impl Future for ResponseFuture {
-    type Output = Result<Response<ApiBody>, Infallible>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let response = match &mut self.state {
-            State::Ready(response) => response
-                .take()
-                .expect("ResponseFuture polled after completion"),
-            State::Pending { future, counted_as } => {
-                let response =
-                    match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
-                        Ok(Poll::Pending) => return Poll::Pending,
-                        Ok(Poll::Ready(response)) => response,
-                        Err(_panic) => handler_panicked(),
-                    };
-                if let Some((responses, method, route)) = counted_as.take() {
-                    responses.count(&method, Some(route), response.status());
-                }
-                response
-            }
-        };
-        // The future is done (or panicked): drop it so it is never polled again.
-        self.state = State::Ready(None);
-        let mut response = response;
-        response::set_request_id(&mut response, self.request_id.take());
-        if self.head {
-            return Poll::Ready(Ok(response::without_body(response)));
-        }
-        Poll::Ready(Ok(response))
-    }
-}
-
-impl fmt::Debug for ResponseFuture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture")
-            .field("head", &self.head)
-            .finish_non_exhaustive()
     }
 }

@@ -48,7 +48,7 @@ const PAGE_AFTER: &str = "\
     FROM partner_orders WHERE organization_id = $1 AND (created_at, id) < ($3, $4) \
     ORDER BY created_at DESC, id DESC LIMIT $2";
 
-/// [`KeyStore`] and [`OrderStore`] over PostgreSQL, in the reference schema of [`MIGRATOR`].
+/// [`KeyStore`](crate::KeyStore) and [`OrderStore`] over PostgreSQL, in the reference schema of [`MIGRATOR`].
 ///
 /// The store keeps no state of its own: every lookup reads the database, so any number of
 /// replicas serve the same keys, and a revocation (`UPDATE partner_api_keys SET revoked_at =
