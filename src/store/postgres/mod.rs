@@ -20,6 +20,7 @@ mod manage;
 mod migrate;
 #[cfg(feature = "webhooks")]
 mod outbox;
+mod policy;
 mod seed;
 #[cfg(feature = "webhooks")]
 mod webhooks;

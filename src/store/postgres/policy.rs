@@ -1,0 +1,69 @@
+//! Organizations' key policies in PostgreSQL: read (the default one without a row), and read
+//! under the organization's issue lock.
+
+use std::time::Duration;
+
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+
+use super::store_error;
+use crate::management::KeyPolicy;
+use crate::store::StoreError;
+
+/// The policy of the organization `$1` (the default one without a row).
+const POLICY: &str = "SELECT o.id, p.max_lifetime_ms, p.max_active_keys, p.max_webhook_endpoints \
+                      FROM partner_organizations o \
+                      LEFT JOIN partner_api_key_policies p ON p.organization_id = o.id \
+                      WHERE o.id = $1";
+
+/// Serializes the issues and rolls of the organization `$1` until the transaction ends, so
+/// two of them at the cap make one key, not two. An advisory lock, not `FOR UPDATE`: that
+/// would need the right to update organizations, which a key-managing role has no use for.
+pub(super) const ISSUE_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended('partner_api_keys:' || $1, 0))";
+
+/// The policy of `organization_id`, with the organization's issue lock held until the
+/// transaction ends.
+pub(super) async fn locked_policy(
+    transaction: &mut sqlx::PgConnection,
+    organization_id: &str,
+) -> Result<KeyPolicy, StoreError> {
+    sqlx::query(ISSUE_LOCK)
+        .bind(organization_id)
+        .execute(&mut *transaction)
+        .await
+        .map_err(store_error)?;
+    read_policy(transaction, organization_id).await
+}
+
+/// The policy of `organization_id`, or `NotFound` for an unknown organization.
+pub(super) async fn read_policy(
+    connection: &mut sqlx::PgConnection,
+    organization_id: &str,
+) -> Result<KeyPolicy, StoreError> {
+    let row = sqlx::query(POLICY)
+        .bind(organization_id)
+        .fetch_optional(&mut *connection)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| {
+            StoreError::not_found(format!("unknown organization {organization_id:?}"))
+        })?;
+    policy_from_row(&row)
+}
+
+fn policy_from_row(row: &PgRow) -> Result<KeyPolicy, StoreError> {
+    let max_lifetime_ms: Option<i64> = row.try_get("max_lifetime_ms").map_err(store_error)?;
+    let max_active_keys: Option<i32> = row.try_get("max_active_keys").map_err(store_error)?;
+    let mut policy = KeyPolicy::default()
+        .with_max_lifetime(max_lifetime_ms.map(|ms| Duration::from_millis(ms.unsigned_abs())));
+    if let Some(max) = max_active_keys {
+        policy = policy.with_max_active_keys(max.unsigned_abs());
+    }
+    let max_webhook_endpoints: Option<i32> =
+        row.try_get("max_webhook_endpoints").map_err(store_error)?;
+    if let Some(max) = max_webhook_endpoints {
+        policy = policy.with_max_webhook_endpoints(max.unsigned_abs());
+    }
+    Ok(policy)
+}
