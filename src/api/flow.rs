@@ -191,7 +191,11 @@ impl Flow {
                 };
                 Progress::Next(Self { exchange, step })
             }
-            (Step::LookUpKnown(_, budget), Reply::Key(Ok(lookup))) if !lookup.is_valid() => {
+            (Step::LookUpKnown(digest, budget), Reply::Key(Ok(lookup))) if !lookup.is_valid() => {
+                // Final: the next token with this digest is throttled before any lookup.
+                if let Some(known) = &config.known_keys {
+                    known.forget(&digest);
+                }
                 Progress::Next(Self {
                     exchange,
                     step: Step::ChargeFailure(refusal_reason(&lookup), budget),

@@ -188,9 +188,9 @@ impl PartnerApi {
 
     /// Lets the failure throttle tell a token that may be a key from one that certainly is
     /// not ([`KnownKeys`](crate::cache::KnownKeys)): a token it holds is looked up whatever
-    /// its client's budget (and charged only if refused), so a valid key is never refused
-    /// because others at its address sent bad tokens; any other token is throttled as
-    /// before. Without it, an address past its budget gets 429 for a valid key the key store
+    /// its client's budget (and charged only if refused), so a valid key it holds is never
+    /// refused because others at its address sent bad tokens; any other token (a key issued
+    /// moments ago whose notification has not arrived, too) is throttled as before. Without it, an address past its budget gets 429 for a valid key the key store
     /// cannot answer from memory.
     #[must_use]
     pub fn with_known_keys(mut self, known_keys: crate::cache::KnownKeys) -> Self {

@@ -29,10 +29,12 @@ use crate::store::KeyDigests;
 ///
 /// A fingerprint is the first 8 bytes of a SHA-256 digest: the chance that a made-up token
 /// matches one of `n` keys is `n / 2^64` (5 in 10^15 for 100,000 keys), and a match costs one
-/// lookup. It holds about 16 bytes per key (1.6 MB for 100,000). A revoked or expired key stays
-/// in it until the next full load; its lookups fail, and are charged. A key issued moments ago
-/// is held once its notification arrives (within the caches' bound); until then it is
-/// throttled like any token, and only when its address has spent its budget.
+/// lookup. It holds about 16 bytes per key (1.6 MB for 100,000). A key that stops being usable
+/// (revoked, expired) leaves it at its first failed lookup ([`forget`](Self::forget)) or the
+/// next full load; that lookup is charged. A key issued moments ago is held once its
+/// notification arrives (within the caches' bound), and every key once the first full load
+/// is done; until then it is throttled like any token, which refuses it only when its address
+/// has spent its budget.
 ///
 /// Clones share the set. The task that keeps it ends when the last clone is dropped.
 #[derive(Clone)]
@@ -100,6 +102,19 @@ impl KnownKeys {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .contains(&fingerprint(digest))
+    }
+
+    /// Forgets `digest`: its lookup found no usable key (revoked, expired, deleted), which is
+    /// final, so the next token with it is throttled like any other. The change feed only
+    /// adds, so this is how a key that stopped being usable leaves the set before the next
+    /// full load; without it a leaked and revoked key, sent from anywhere, would reach the
+    /// store past every budget.
+    pub fn forget(&self, digest: &KeyDigest) {
+        self.shared
+            .fingerprints
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&fingerprint(digest));
     }
 
     /// Whether the whole set has been loaded at least once.
@@ -266,6 +281,20 @@ mod tests {
         until(|| !known.may_be_usable(&KeyDigest::of("pk_test_known_at_start"))).await;
         assert!(known.may_be_usable(&digest));
         assert_eq!(known.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_key_forgotten_at_its_refusal_leaves_the_set() {
+        let store = store_of_one_organization();
+        store.add_key("pk_test_known_then_revoked", "org").unwrap();
+        let hub = Notifications::new();
+        let known = KnownKeys::following(store, &hub);
+        until(|| known.is_loaded()).await;
+        let digest = KeyDigest::of("pk_test_known_then_revoked");
+        assert!(known.may_be_usable(&digest));
+        known.forget(&digest);
+        assert!(!known.may_be_usable(&digest));
+        assert!(known.is_empty());
     }
 
     #[tokio::test]

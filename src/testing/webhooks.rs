@@ -21,7 +21,9 @@ use crate::webhooks::{
     WebhookManager, WebhookOutbox,
 };
 
-/// Runs every webhooks check against the store of `fixtures`.
+/// Runs every webhooks check against the store of `fixtures`. Its claims and its retention
+/// check act on the whole outbox (retention deletes every message): run it on a store of its
+/// own, where no dispatcher works.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

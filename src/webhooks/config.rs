@@ -129,7 +129,8 @@ impl DeliveryConfig {
     /// Sets how long messages are kept, with their deliveries and attempts (`None`: for
     /// ever). Each worker deletes what aged out when it starts and every minute after, in
     /// batches of 500 messages ([`WebhookOutbox::prune`](super::WebhookOutbox::prune)); a message older than this can no
-    /// longer be retried or recovered.
+    /// longer be retried or recovered. A retention shorter than the retry schedule (27 hours
+    /// by default) deletes messages still being retried.
     #[must_use]
     pub fn with_retention(mut self, retention: Option<Duration>) -> Self {
         self.retention = retention;

@@ -278,13 +278,15 @@ pub trait WebhookOutbox: Send + Sync {
     /// Returns how much is due.
     async fn backlog(&self) -> Result<Backlog, StoreError>;
 
-    /// Deletes at most `batch` of the messages raised before `before` (the oldest first),
-    /// with their deliveries and attempts, and returns how many it deleted: the retention
-    /// of [`DeliveryConfig::with_retention`](super::DeliveryConfig::with_retention). Workers
+    /// Deletes at most `batch` of the messages raised more than `older_than` ago by the
+    /// store's own clock (the oldest first), with their deliveries and attempts, and returns
+    /// how many it deleted: the retention of
+    /// [`DeliveryConfig::with_retention`](super::DeliveryConfig::with_retention). The store's
+    /// clock, not the worker's, so a worker whose clock is off deletes nothing early. Workers
     /// may prune at once. The default deletes nothing, for a store that keeps its history
     /// bounded another way.
-    async fn prune(&self, before: Timestamp, batch: usize) -> Result<u64, StoreError> {
-        let _ = (before, batch);
+    async fn prune(&self, older_than: Duration, batch: usize) -> Result<u64, StoreError> {
+        let _ = (older_than, batch);
         Ok(0)
     }
 }

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use super::outbox::WebhookOutbox;
 use crate::log::ErrorChain;
-use crate::model::Timestamp;
 
 /// How long messages (and their deliveries and attempts) are kept, by default: 30 days.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -24,17 +23,9 @@ const MOST_BATCHES: usize = 100;
 /// Deletes what was raised more than `retention` ago, a batch at a time, until a batch finds
 /// less than a full one (or the round's batches are spent). Returns how many messages went.
 pub(super) async fn prune(outbox: Arc<dyn WebhookOutbox>, retention: Duration) -> u64 {
-    let before = Timestamp::from_datetime(
-        Timestamp::now()
-            .as_datetime()
-            .checked_sub_signed(
-                chrono::TimeDelta::from_std(retention).unwrap_or(chrono::TimeDelta::MAX),
-            )
-            .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC),
-    );
     let mut deleted = 0;
     for _ in 0..MOST_BATCHES {
-        match outbox.prune(before, BATCH).await {
+        match outbox.prune(retention, BATCH).await {
             Ok(count) => {
                 deleted += count;
                 if count < BATCH as u64 {

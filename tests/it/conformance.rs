@@ -303,10 +303,10 @@ mod webhooks {
         }
         async fn prune(
             &self,
-            before: partner_api::Timestamp,
+            older_than: std::time::Duration,
             batch: usize,
         ) -> Result<u64, StoreError> {
-            self.store.prune(before, batch).await
+            self.store.prune(older_than, batch).await
         }
     }
 

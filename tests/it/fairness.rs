@@ -359,8 +359,12 @@ async fn a_valid_key_is_served_behind_its_neighbours_failures() {
         .unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
+            // The budget refills one a second: these spend what came back.
             let statuses = bad_tokens("127.0.0.3", address, 3, &mut seed).await;
-            assert_eq!(statuses, [429; 3], "{cache:?}: the budget is spent");
+            assert!(
+                statuses.iter().all(|status| [401, 429].contains(status)),
+                "{cache:?}: {statuses:?}"
+            );
             let status = exchange(&mut partner, "/v1/me", issued.plaintext()).await;
             if status == Some(200) {
                 break;
@@ -372,14 +376,15 @@ async fn a_valid_key_is_served_behind_its_neighbours_failures() {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        // A revoked key is refused, and its failure charged: 429 past the budget.
+        // A revoked key is refused (within the bound), its failure charged, and from then on
+        // throttled like any token: 401 or 429, never the database past the budget.
         partner_api::management::KeyManager::revoke(&store, "org_demo", &issued.record().id)
             .await
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let status = exchange(&mut partner, "/v1/me", issued.plaintext()).await;
-            if status == Some(429) {
+            if matches!(status, Some(401 | 429)) {
                 break;
             }
             assert_eq!(status, Some(200), "{cache:?}: revoked, within the bound");

@@ -124,7 +124,8 @@ impl KeyManager for MemoryStore {
         let lifetime = roll.expires_in().or(old.record.lifetime_for_roll());
         policy.check_lifetime(lifetime)?;
         policy.check_active_keys(active, 1)?;
-        if roll.overlap().is_zero() {
+        // Under a millisecond is none, as PostgreSQL's millisecond intervals have it.
+        if roll.overlap() < std::time::Duration::from_millis(1) {
             // Revoked, never expired "now": a wall clock stepped back would make that expiry
             // a future instant again (as `PgStore` does).
             old.record.revoked_at = Some(now);

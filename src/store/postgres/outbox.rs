@@ -149,16 +149,21 @@ impl WebhookOutbox for PgStore {
         backlog(self).await
     }
 
-    async fn prune(&self, before: Timestamp, batch: usize) -> Result<u64, StoreError> {
+    async fn prune(&self, older_than: Duration, batch: usize) -> Result<u64, StoreError> {
         // Their deliveries and attempts go by the foreign keys' cascade. No row lock in the
         // subquery (it would need UPDATE, which the delivering role has not): a worker that
         // picks rows another one is deleting waits for that batch and deletes fewer.
         let deleted = sqlx::query(
             "DELETE FROM partner_webhook_messages WHERE id IN ( \
-               SELECT id FROM partner_webhook_messages WHERE raised_at < $1 \
+               SELECT id FROM partner_webhook_messages \
+               WHERE raised_at < now() - $1 * interval '1 millisecond' \
                ORDER BY raised_at LIMIT $2)",
         )
-        .bind(before.as_datetime())
+        .bind(
+            i64::try_from(older_than.as_millis())
+                .unwrap_or(i64::MAX)
+                .min(3_153_600_000_000),
+        )
         .bind(i64::try_from(batch).unwrap_or(i64::MAX))
         .execute(&self.pool)
         .await

@@ -6,8 +6,9 @@
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Sets the wall clock `by` earlier (`back`) or later, keeping the time elapsed meanwhile.
-fn step(by: Duration, back: bool) {
+/// Sets the wall clock `by` earlier (`back`) or later, keeping the time elapsed meanwhile;
+/// why not, if it could not (this run needs root).
+fn step(by: Duration, back: bool) -> Result<(), String> {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
     let to = if back { now - by } else { now + by };
     let output = Command::new("date")
@@ -17,12 +18,15 @@ fn step(by: Duration, back: bool) {
             &format!("@{}.{:09}", to.as_secs(), to.subsec_nanos()),
         ])
         .output()
-        .expect("run date(1)");
-    assert!(
-        output.status.success(),
-        "the wall clock could not be set (this run needs root): {}",
-        String::from_utf8_lossy(&output.stderr).trim()
-    );
+        .map_err(|err| format!("date(1) did not run: {err}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the wall clock could not be set (this run needs root): {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
 }
 
 /// The wall clock stepped back by `by` for as long as it lives; stepped forward by as much
@@ -33,13 +37,16 @@ pub(super) struct SteppedBack {
 
 impl SteppedBack {
     pub(super) fn by(by: Duration) -> Self {
-        step(by, true);
+        step(by, true).unwrap_or_else(|why| panic!("{why}"));
         Self { by }
     }
 }
 
 impl Drop for SteppedBack {
     fn drop(&mut self) {
-        step(self.by, false);
+        // No panic here: during an unwind it would abort, leaving the clock back.
+        if let Err(why) = step(self.by, false) {
+            eprintln!("the wall clock was not stepped forward again: {why}");
+        }
     }
 }

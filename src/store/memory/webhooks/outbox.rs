@@ -2,6 +2,7 @@
 //! the same rules as PostgreSQL's outbox.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -171,7 +172,15 @@ impl WebhookOutbox for MemoryStore {
         Ok(backlog)
     }
 
-    async fn prune(&self, before: Timestamp, batch: usize) -> Result<u64, StoreError> {
+    async fn prune(&self, older_than: Duration, batch: usize) -> Result<u64, StoreError> {
+        let before = Timestamp::from_datetime(
+            Timestamp::now()
+                .as_datetime()
+                .checked_sub_signed(
+                    chrono::TimeDelta::from_std(older_than).unwrap_or(chrono::TimeDelta::MAX),
+                )
+                .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC),
+        );
         let mut outbox = self.outbox();
         // The oldest messages first: deliveries are in the order their messages were raised.
         let mut old = std::collections::HashSet::new();
