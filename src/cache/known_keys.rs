@@ -64,11 +64,10 @@ const MOST_PENDING_IDS: usize = 10_000;
 /// The pause before a failed read of the store is tried again.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
+/// The first 8 bytes of the digest: as uniform as the SHA-256 they come from.
 fn fingerprint(digest: &KeyDigest) -> u64 {
-    let bytes = digest.as_bytes();
-    u64::from_le_bytes([
-        bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
-    ])
+    let [a, b, c, d, e, f, g, h, ..] = *digest.as_bytes();
+    u64::from_le_bytes([a, b, c, d, e, f, g, h])
 }
 
 impl KnownKeys {

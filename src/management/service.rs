@@ -307,11 +307,7 @@ impl KeyManagementService {
             serde_json::from_str(OPENAPI_DOCUMENT).map_err(|_| {
                 Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal server error")
             })?;
-        #[cfg(feature = "webhooks")]
-        let serves_webhooks = self.webhooks.is_some();
-        #[cfg(not(feature = "webhooks"))]
-        let serves_webhooks = false;
-        if !serves_webhooks {
+        if !self.webhooks_served() {
             if let Some(paths) = document.get_mut("paths").and_then(|p| p.as_object_mut()) {
                 paths.retain(|path, _| !path.starts_with("/webhooks"));
             }

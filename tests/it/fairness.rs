@@ -200,22 +200,8 @@ fn random_token(seed: &mut u64) -> String {
 
 #[tokio::test]
 async fn a_flood_of_made_up_keys_is_throttled_before_the_database() {
-    let url = fresh_database().await;
-    let store = partner_api::PgStore::connect_lazy(&url).unwrap();
-    store.migrate().await.unwrap();
-    store
-        .load_seed(&partner_api::seed::Seed::demo())
-        .await
-        .unwrap();
-    let mut process = Process::spawn(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--database-url",
-        &url,
-        "--metrics-listen",
-        "127.0.0.1:0",
-    ]);
-    let address = process.address().await;
+    let (mut process, address, _store) =
+        host_on_a_fresh_database(&["--metrics-listen", "127.0.0.1:0"]).await;
     let metrics_url = process
         .line()
         .await

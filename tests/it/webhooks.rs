@@ -332,10 +332,17 @@ async fn a_hanging_endpoint_does_not_delay_a_healthy_one(store: impl Outbox) {
     );
 }
 
-/// Twenty endpoints of one organization (its policy's default cap) that accept and never
-/// answer, with five events each, hold at most the organization's share of the slots (half,
-/// by default): another organization's event is delivered at once, not after their time-out.
-async fn hanging_endpoints_of_one_organization_do_not_delay_another(store: impl Outbox) {
+/// `org_a`'s endpoints, as many as its policy allows, on a receiver that accepts and never
+/// answers, and one of `org_b` on a receiver that answers at once: the receivers and the
+/// endpoints.
+async fn hanging_beside_healthy(
+    store: &impl WebhookManager,
+) -> (
+    Receiver,
+    Vec<partner_api::webhooks::CreatedEndpoint>,
+    Receiver,
+    partner_api::webhooks::CreatedEndpoint,
+) {
     let hanging = Receiver::start(|_, _| Reply::Hang).await;
     let healthy = Receiver::ok().await;
     let mut stuck = Vec::new();
@@ -352,6 +359,14 @@ async fn hanging_endpoints_of_one_organization_do_not_delay_another(store: impl 
         .add_endpoint("org_b", NewEndpoint::new(healthy.url("/")))
         .await
         .unwrap();
+    (hanging, stuck, healthy, fine)
+}
+
+/// Twenty endpoints of one organization (its policy's default cap) that accept and never
+/// answer, with five events each, hold at most the organization's share of the slots (half,
+/// by default): another organization's event is delivered at once, not after their time-out.
+async fn hanging_endpoints_of_one_organization_do_not_delay_another(store: impl Outbox) {
+    let (hanging, stuck, healthy, fine) = hanging_beside_healthy(&store).await;
     // The defaults' 32 slots, 16 per organization; the hanging ones time out in a minute.
     let config = config().with_timeout(Duration::from_secs(60));
     let (_stop, _task) = start(Dispatcher::new(store.clone(), config));
@@ -735,18 +750,7 @@ mod postgres {
     {
         let url = fresh_database().await;
         let store = database_at(&url).await;
-        let hanging = Receiver::start(|_, _| Reply::Hang).await;
-        let healthy = Receiver::ok().await;
-        for n in 0..partner_api::management::DEFAULT_MAX_WEBHOOK_ENDPOINTS {
-            store
-                .add_endpoint("org_a", NewEndpoint::new(hanging.url(&format!("/{n}"))))
-                .await
-                .unwrap();
-        }
-        let fine = store
-            .add_endpoint("org_b", NewEndpoint::new(healthy.url("/")))
-            .await
-            .unwrap();
+        let (hanging, _, healthy, fine) = super::hanging_beside_healthy(&store).await;
         let mut host = crate::common::Process::spawn(&[
             "--listen",
             "127.0.0.1:0",

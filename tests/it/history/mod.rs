@@ -215,6 +215,24 @@ async fn ask(
         .push((sent, at, key, status));
 }
 
+/// Asks replica `at` for the key numbered `key`, named `name`, every 20 ms until `until`, in
+/// a task of its own (as a client would while the key is revoked under it).
+fn keep_asking(
+    replicas: &Arc<Vec<HistoryReplica>>,
+    at: usize,
+    (key, name): (usize, &str),
+    history: &Arc<Mutex<History>>,
+    until: Instant,
+) -> tokio::task::JoinHandle<()> {
+    let (replicas, history, name) = (replicas.clone(), history.clone(), name.to_owned());
+    tokio::spawn(async move {
+        while Instant::now() < until {
+            ask(&replicas, at, (key, &name), &history).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+}
+
 /// Issues `count` new keys (named by number), live from now on.
 async fn issue(
     store: &PgStore,
@@ -516,17 +534,8 @@ async fn check_a_history(journal: Journal, clock: Clock) {
                     .await
                     .unwrap();
                     tokio::time::sleep(Duration::from_millis(30)).await;
-                    let asker = {
-                        let (replicas, history, name) =
-                            (replicas.clone(), history.clone(), name.clone());
-                        let until = Instant::now() + BOUND + BOUND / 2;
-                        tokio::spawn(async move {
-                            while Instant::now() < until.min(deadline) {
-                                ask(&replicas, at, (key, &name), &history).await;
-                                tokio::time::sleep(Duration::from_millis(20)).await;
-                            }
-                        })
-                    };
+                    let until = (Instant::now() + BOUND + BOUND / 2).min(deadline);
+                    let asker = keep_asking(&replicas, at, (key, &name), &history, until);
                     tokio::time::sleep(delay / 3).await;
                     revoke(&mut admin, (key, &name), &history).await;
                     history.lock().unwrap().fault(format!(
@@ -550,16 +559,8 @@ async fn check_a_history(journal: Journal, clock: Clock) {
                     let name = keys.read().unwrap()[key].clone();
                     let at = random.below(replicas.len());
                     roll(&store, (key, &key_ids[key]), &history).await;
-                    let asker = {
-                        let (replicas, history) = (replicas.clone(), history.clone());
-                        let until = Instant::now() + BOUND * 3;
-                        tokio::spawn(async move {
-                            while Instant::now() < until.min(deadline) {
-                                ask(&replicas, at, (key, &name), &history).await;
-                                tokio::time::sleep(Duration::from_millis(20)).await;
-                            }
-                        })
-                    };
+                    let until = (Instant::now() + BOUND * 3).min(deadline);
+                    let asker = keep_asking(&replicas, at, (key, &name), &history, until);
                     tokio::time::sleep(BOUND + BOUND / 10).await;
                     let by = random.millis(1_500, 3_000);
                     let stepped = clock::SteppedBack::by(by);
