@@ -65,8 +65,10 @@ struct Shared {
     store: Arc<dyn KeyManager>,
     /// Each tracked key's last use, in milliseconds since the Unix epoch; 0 once written.
     uses: DashMap<Arc<str>, AtomicI64>,
-    /// Entries of `uses`, and places reserved for one about to be inserted: reserved before
-    /// inserting, so concurrent new keys never take `uses` past `capacity`.
+    /// Places taken in `uses`. Invariant: `uses.len() <= tracked <= capacity` at every
+    /// instant. A place is reserved (only while one is free) before its entry is inserted,
+    /// and given back only after its entry is removed, so concurrent new keys and flushes
+    /// never take `uses` past `capacity`.
     tracked: AtomicUsize,
     /// The clock uses are stamped with, ticked every second by the background task.
     now_millis: AtomicI64,
@@ -140,8 +142,15 @@ impl LastUsedRecorder {
             last.store(now, Ordering::Relaxed);
             return;
         }
-        if shared.tracked.fetch_add(1, Ordering::AcqRel) >= shared.capacity {
-            shared.tracked.fetch_sub(1, Ordering::AcqRel);
+        // Reserve a place first, and only while one is free, so `tracked` never exceeds the
+        // capacity, not even for an instant.
+        let reserved =
+            shared
+                .tracked
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tracked| {
+                    (tracked < shared.capacity).then_some(tracked + 1)
+                });
+        if reserved.is_err() {
             shared.dropped.fetch_add(1, Ordering::Relaxed);
             metrics::last_used_dropped(1);
             shared.full.notify_one();
@@ -184,14 +193,17 @@ impl Shared {
     async fn flush(&self) -> Result<usize, StoreError> {
         let mut batch = self.flushing.lock().await;
         let kept = batch.len();
-        // Keys unused since the last flush are forgotten, which bounds the map.
+        // Keys unused since the last flush are forgotten, which bounds the map. Their places
+        // are given back only once they are gone: given back per entry, inside `retain`, a
+        // place was free while its entry was still there, and the map could hold one more
+        // entry than its capacity for that instant.
+        let mut forgotten = 0;
         self.uses.retain(|_, last| {
             let used = last.load(Ordering::Relaxed) != 0;
-            if !used {
-                self.tracked.fetch_sub(1, Ordering::AcqRel);
-            }
+            forgotten += usize::from(!used);
             used
         });
+        self.tracked.fetch_sub(forgotten, Ordering::AcqRel);
         for entry in &self.uses {
             let millis = entry.value().swap(0, Ordering::Relaxed);
             if let Some(at) = (millis != 0)
@@ -316,42 +328,67 @@ mod tests {
     use super::*;
     use crate::MemoryStore;
 
+    /// The invariant `uses.len() <= tracked <= capacity`, under bursts of new keys racing
+    /// with flushes. `tracked` is one atomic, so sampling it is exact; the map's length is
+    /// not (`DashMap::len` adds up its shards one after another, so a sample taken while
+    /// entries come and go may count one that was already gone), so it is compared when the
+    /// writers have stopped and the flush lock is held.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_new_keys_never_take_the_recorder_past_its_capacity() {
-        let recorder = LastUsedRecorder::with_capacity(MemoryStore::new(), 100)
+    async fn concurrent_new_keys_and_flushes_never_take_the_recorder_past_its_capacity() {
+        const CAPACITY: usize = 100;
+        let recorder = LastUsedRecorder::with_capacity(MemoryStore::new(), CAPACITY)
             .with_flush_interval(Duration::from_secs(3600));
-        // Samples the map while the threads record: it never holds more than its capacity.
-        let sampler = {
-            let recorder = recorder.clone();
-            std::thread::spawn(move || {
-                let mut most = 0;
-                for _ in 0..2_000 {
-                    most = most.max(recorder.shared.uses.len());
-                    std::thread::yield_now();
-                }
-                most
-            })
-        };
-        let threads: Vec<_> = (0..8)
-            .map(|thread| {
-                let recorder = recorder.clone();
+        for round in 0..20 {
+            let writing = Arc::new(AtomicBool::new(true));
+            let sampler = {
+                let (recorder, writing) = (recorder.clone(), writing.clone());
                 std::thread::spawn(move || {
-                    for n in 0..1_000 {
-                        // Every thread records every key, so inserts of one key race too.
-                        let key: Arc<str> = format!("key-{}", (n * 7 + thread) % 500).into();
-                        recorder.record(&key);
+                    let mut most = 0;
+                    while writing.load(Ordering::Acquire) {
+                        most = most.max(recorder.shared.tracked.load(Ordering::Acquire));
+                        std::thread::yield_now();
+                    }
+                    most
+                })
+            };
+            let writers: Vec<_> = (0..8)
+                .map(|thread| {
+                    let recorder = recorder.clone();
+                    std::thread::spawn(move || {
+                        for n in 0..1_000 {
+                            // Every thread records every key, so inserts of one key race too;
+                            // each round moves on to keys the last one did not use.
+                            let key: Arc<str> =
+                                format!("key-{}", (n * 7 + thread + round * 37) % 500).into();
+                            recorder.record(&key);
+                        }
+                    })
+                })
+                .collect();
+            let flusher = {
+                let recorder = recorder.clone();
+                tokio::spawn(async move {
+                    for _ in 0..5 {
+                        recorder.flush().await.unwrap();
+                        tokio::task::yield_now().await;
                     }
                 })
-            })
-            .collect();
-        for thread in threads {
-            thread.join().unwrap();
+            };
+            for writer in writers {
+                writer.join().unwrap();
+            }
+            flusher.await.unwrap();
+            writing.store(false, Ordering::Release);
+            let most = sampler.join().unwrap();
+            assert!(most <= CAPACITY, "round {round}: {most} places taken");
+            // No flush runs while its lock is held, and every earlier one has given its
+            // places back: the count is exact.
+            let shared = &recorder.shared;
+            let _no_flush = shared.flushing.lock().await;
+            let tracked = shared.tracked.load(Ordering::Acquire);
+            assert_eq!(tracked, shared.uses.len(), "round {round}");
+            assert!(tracked <= CAPACITY, "round {round}: {tracked} keys");
         }
-        assert!(sampler.join().unwrap() <= 100);
-        // A flush the full map asked for may have emptied it meanwhile; never above capacity.
-        let shared = &recorder.shared;
-        assert!(shared.uses.len() <= 100, "{}", shared.uses.len());
-        assert!(shared.tracked.load(Ordering::SeqCst) <= 100);
         assert!(recorder.dropped() > 0);
     }
 }
