@@ -39,10 +39,10 @@ use dashmap::DashMap;
 use tokio::sync::{Mutex, Notify};
 
 use crate::log::ErrorChain;
-use crate::management::{KeyManager, KeyUse};
 use crate::metrics::{self, StoreCall};
 use crate::model::Timestamp;
 use crate::store::StoreError;
+use crate::store::{KeyManager, KeyUse};
 
 /// How often gathered uses are written, by default: well within the minute a last use may
 /// lag.
@@ -86,7 +86,7 @@ struct Shared {
 impl LastUsedRecorder {
     /// Creates a recorder that writes to `store`, and starts its background task on the
     /// current Tokio runtime. The task ends when the last clone of the recorder is dropped.
-    /// A store without [`KeyAbility::LastUse`](crate::management::KeyAbility::LastUse)
+    /// A store without [`KeyAbility::LastUse`](crate::store::KeyAbility::LastUse)
     /// records nothing: the recorder then keeps nothing either.
     ///
     /// # Panics
@@ -102,7 +102,7 @@ impl LastUsedRecorder {
     ///
     /// Outside a Tokio runtime.
     pub fn with_capacity(store: impl KeyManager + 'static, capacity: usize) -> Self {
-        let enabled = store.supports(crate::management::KeyAbility::LastUse);
+        let enabled = store.supports(crate::store::KeyAbility::LastUse);
         let shared = Arc::new(Shared {
             enabled,
             store: Arc::new(store),

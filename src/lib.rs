@@ -109,7 +109,7 @@ pub mod webhooks;
 
 pub use api::{body, layer, openapi, request_id, service};
 
-pub use api::client::{ClientAddressHeader, PeerAddr};
+pub use api::client_address::{ClientAddressHeader, PeerAddr};
 pub use api::response::error_response;
 pub use body::ApiBody;
 pub use key::KeyDigest;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::api::auth::Challenges;
-use crate::api::client::TrustedProxies;
+use crate::api::client_address::TrustedProxies;
 use crate::api::openapi;
 use crate::api::responses_metric::ResponseCounters;
 use crate::last_used::LastUsedRecorder;

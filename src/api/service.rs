@@ -21,21 +21,21 @@ use tower::Service;
 
 use crate::api::auth::{bearer_token, Challenges};
 use crate::api::body::ApiBody;
-use crate::api::client::{ClientAddressHeader, PeerAddr, TrustedProxies};
+use crate::api::client_address::{ClientAddressHeader, PeerAddr, TrustedProxies};
 use crate::api::conditional::IfNoneMatch;
 use crate::api::config::Config;
 pub use crate::api::config::{
     DEFAULT_AUTH_FAILURE_DELAY, DEFAULT_AUTH_FAILURE_LIMIT, DEFAULT_PREFIX, DEFAULT_REALM,
     DEFAULT_RETRY_AFTER, DEFAULT_STORE_TIMEOUT,
 };
-use crate::api::drive::{self, Answer};
-use crate::api::flow::{self, Exchange, Flow};
+use crate::api::keyed_answer::{self, KeyedAnswer, RequestFacts};
 use crate::api::openapi;
 use crate::api::pagination::PageRequest;
 use crate::api::request_id;
 use crate::api::response::{self, ApiError};
 use crate::api::responses_metric::ResponseCounters;
 use crate::api::routes::Route;
+use crate::api::store_drivers::{self, ReadyOrWaiting};
 use crate::key::KeyDigest;
 use crate::last_used::LastUsedRecorder;
 use crate::log::record_in_request_span;
@@ -357,14 +357,14 @@ impl PartnerApi {
         }
         let token = match bearer_token(headers) {
             Ok(token) => token,
-            Err(failure) => return ready(flow::unauthenticated(config, failure)),
+            Err(failure) => return ready(keyed_answer::unauthenticated(config, failure)),
         };
         let peer = extensions
             .get::<PeerAddr>()
             .map_or(self.peer, |PeerAddr(peer)| Some(*peer));
         let client = config.trusted_proxies.client_addr(peer, headers);
         // Only the digest goes on: the plaintext never enters a future or a store.
-        let exchange = Exchange {
+        let exchange = RequestFacts {
             route,
             if_none_match: config
                 .conditional_requests
@@ -380,13 +380,14 @@ impl PartnerApi {
             client,
             throttle_failures: client.is_some() && config.auth_failure_limiter.is_some(),
         };
-        let flow = Flow::new(exchange, KeyDigest::of_bytes(token));
+        let flow = KeyedAnswer::new(exchange, KeyDigest::of_bytes(token));
         // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in
         // a future is.
-        let answer = std::panic::catch_unwind(AssertUnwindSafe(|| drive::answer_now(config, flow)));
+        let answer =
+            std::panic::catch_unwind(AssertUnwindSafe(|| store_drivers::answer_now(config, flow)));
         match answer {
-            Ok(Answer::Ready(response)) => ready(response),
-            Ok(Answer::Wait(future)) => (
+            Ok(ReadyOrWaiting::Ready(response)) => ready(response),
+            Ok(ReadyOrWaiting::Wait(future)) => (
                 Some(route),
                 ResponseFuture {
                     state: State::Pending {

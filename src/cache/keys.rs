@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 use quick_cache::sync::Cache;
 
-use super::freshness::{Gate, Invalidate, Mark, Notifications};
+use super::notifications::{Gate, Invalidate, Mark, Notifications};
 use super::DEFAULT_CAPACITY;
 use crate::key::KeyDigest;
 use crate::metrics::{self, CacheName, InvalidationScope};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::freshness::{Invalidate, Notifications};
+use super::notifications::{Invalidate, Notifications};
 use crate::hashing::BuildPrehashed;
 use crate::key::KeyDigest;
 use crate::store::KeyDigests;
@@ -239,7 +239,7 @@ async fn keep<S: KeyDigests>(store: S, shared: Weak<Shared>, wake: Arc<Notify>) 
 mod tests {
     use super::super::store_of_one_organization;
     use super::*;
-    use crate::management::{KeyManager, NewKey};
+    use crate::store::{KeyManager, NewKey};
 
     async fn until(mut done: impl FnMut() -> bool) {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);

@@ -21,18 +21,18 @@
 //!   request goes to the store), and they drop everything when it connects again:
 //!   correctness first, speed second.
 
-mod freshness;
 mod keys;
 mod known_keys;
+mod notifications;
 mod orders;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 
-pub use freshness::{Notifications, DEFAULT_MAX_EVIDENCE_AGE, JOURNAL};
 pub use keys::CachingKeyStore;
 pub use known_keys::KnownKeys;
-pub use orders::{CachingOrderStore, LATER_PAGES};
+pub use notifications::{Notifications, DEFAULT_MAX_EVIDENCE_AGE, JOURNAL};
+pub use orders::{CachingOrderStore, MAX_LATER_PAGES_PER_ORGANIZATION};
 
 /// The longest a cache answers from one read of its store, by default: the bound on how
 /// long a change that no notification reported (a write that bypassed the triggers) is

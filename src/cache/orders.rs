@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use async_trait::async_trait;
 use quick_cache::sync::Cache;
 
-use super::freshness::{Gate, Invalidate, Mark, Notifications};
+use super::notifications::{Gate, Invalidate, Mark, Notifications};
 use super::DEFAULT_CAPACITY;
 use crate::metrics::{self, CacheName, InvalidationScope};
 use crate::model::{OrderPage, MAX_ORDERS};
@@ -17,7 +17,7 @@ use crate::store::{OrderQuery, OrderStore, StoreError};
 /// once ([`OrderStore::orders_now`]) as the pages it read, encoded once, so `GET /orders`
 /// serves ready bytes. The first page of [`MAX_ORDERS`] also answers every shorter first page
 /// (`limit` below it). Per organization it keeps the first page and up to
-/// [`LATER_PAGES`] later ones; at most `capacity` organizations are kept. A change to an
+/// [`MAX_LATER_PAGES_PER_ORGANIZATION`] later ones; at most `capacity` organizations are kept. A change to an
 /// organization's orders drops all of its pages at once.
 ///
 /// The host tells it when an organization's orders change
@@ -33,7 +33,7 @@ pub struct CachingOrderStore<S> {
 /// The most pages besides the default first page that the cache keeps per organization
 /// (later pages, and first pages of another `limit`); past it, they start over (the default
 /// first page stays).
-pub const LATER_PAGES: usize = 16;
+pub const MAX_LATER_PAGES_PER_ORGANIZATION: usize = 16;
 
 struct OrderCache {
     organizations: Cache<String, Arc<OrganizationPages>>,
@@ -79,7 +79,7 @@ impl OrganizationPages {
             return;
         }
         let mut later = self.later();
-        if later.len() >= LATER_PAGES {
+        if later.len() >= MAX_LATER_PAGES_PER_ORGANIZATION {
             later.clear();
         }
         later.insert(query.clone(), page.clone());

@@ -146,7 +146,7 @@ async fn follow(pool: &PgPool, hub: &Notifications, pause: &mut Duration) -> Res
                 // for the request pool. The instant is taken before sending, so it precedes
                 // the heartbeat's commit.
                 let sent = Instant::now();
-                let payload = format!("{token} {}", super::freshness::millis(sent));
+                let payload = format!("{token} {}", super::notifications::millis(sent));
                 let send = sqlx::query("SELECT pg_notify($1, $2)")
                     .bind(HEARTBEAT_CHANNEL)
                     .bind(&payload)
@@ -158,7 +158,7 @@ async fn follow(pool: &PgPool, hub: &Notifications, pause: &mut Duration) -> Res
                 }
                 // The orders' changes committed before `sent` are in the log now.
                 match tokio::time::timeout(HEARTBEAT_TIMEOUT, orders.read(&mut listener, hub)).await {
-                    Ok(Ok(())) => orders.applied_before = super::freshness::millis(sent),
+                    Ok(Ok(())) => orders.applied_before = super::notifications::millis(sent),
                     Ok(Err(err)) => return Err(err),
                     Err(_) => return Err("the orders' change log was not read in time".into()),
                 }
@@ -174,7 +174,7 @@ struct Batch {
     keys: Vec<String>,
     organizations: Vec<String>,
     /// The latest send instant among this listener's heartbeats in the batch, as
-    /// [`millis`](super::freshness::millis).
+    /// [`millis`](super::notifications::millis).
     heartbeat: Option<u64>,
 }
 
@@ -223,8 +223,8 @@ impl Batch {
             orders_before,
             "notifications applied"
         );
-        let heartbeat = super::freshness::instant(self.heartbeat?)?;
-        let evidence = super::freshness::instant(self.heartbeat?.min(orders_before))?;
+        let heartbeat = super::notifications::instant(self.heartbeat?)?;
+        let evidence = super::notifications::instant(self.heartbeat?.min(orders_before))?;
         hub.confirmed(evidence);
         Some(heartbeat)
     }
@@ -238,7 +238,7 @@ struct OrderLog {
     /// Transactions from `cursor` on whose rows were applied already (read again until the
     /// cursor passes them, which a long-running transaction elsewhere can delay).
     applied: HashSet<u64>,
-    /// [`millis`](super::freshness::millis) of the instant before which every order change
+    /// [`millis`](super::notifications::millis) of the instant before which every order change
     /// was applied: evidence for the orders as heartbeats are for the keys.
     applied_before: u64,
     reads: u64,

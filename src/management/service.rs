@@ -56,21 +56,14 @@ use http::{Method, Request, Response, StatusCode};
 use http_body::Body;
 use tower::Service;
 
-use super::documents::{
+use super::bodies::{
     caller_message, created, json, one, read_json, Failure, IssueRequest, RestrictRequest,
     RevokeRequest, RollRequest,
 };
+use super::limits::{MAX_LIFETIME, MAX_OVERLAP};
 use crate::api::body::ApiBody;
-use crate::management::{KeyAbility, KeyManager, NewKey, RollKey};
 use crate::model::Timestamp;
-
-/// The largest request body the service reads.
-pub const MAX_BODY_BYTES: usize = 16 * 1024;
-/// The longest overlap a roll may ask for: a year.
-pub const MAX_OVERLAP: Duration = Duration::from_secs(366 * 24 * 3600);
-
-/// The longest lifetime a roll may give a key: a hundred years.
-pub const MAX_LIFETIME: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+use crate::store::{KeyAbility, KeyManager, NewKey, RollKey};
 
 /// The OpenAPI 3.1 description of the service, as checked in.
 pub const OPENAPI_DOCUMENT: &str = include_str!("openapi.json");

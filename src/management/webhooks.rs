@@ -8,8 +8,8 @@ use http::{Method, Response, StatusCode};
 use http_body::Body;
 use serde::Deserialize;
 
-use super::documents::{caller_message, json, read_json, Failure};
-use super::service::MAX_OVERLAP;
+use super::bodies::{caller_message, json, read_json, Failure};
+use super::limits::MAX_OVERLAP;
 use crate::api::body::ApiBody;
 use crate::model::Timestamp;
 use crate::store::{StoreError, StoreErrorKind};
@@ -119,7 +119,7 @@ struct Empty {}
 /// organization's cap of endpoints) as it says it.
 fn failure(err: StoreError) -> Failure {
     let refused = std::error::Error::source(&err)
-        .is_some_and(|source| source.is::<crate::management::KeyRefusal>());
+        .is_some_and(|source| source.is::<crate::store::KeyRefusal>());
     if refused {
         return Failure::from_store(err);
     }

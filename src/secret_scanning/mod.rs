@@ -61,10 +61,10 @@ use tower::Service;
 use crate::api::body::ApiBody;
 use crate::key::{is_generated, KeyDigest};
 use crate::log::ErrorChain;
-use crate::management::documents::json;
-use crate::management::{KeyManager, Leak, LeakReport, LeakedKey};
+use crate::management::bodies::json;
 use crate::model::Timestamp;
 use crate::store::StoreErrorKind;
+use crate::store::{KeyManager, Leak, LeakReport, LeakedKey};
 
 mod public_keys;
 

@@ -26,7 +26,7 @@ pub enum StoreErrorKind {
     /// Any other failure: the API answers 500.
     Other,
     /// The store does not offer this (an optional ability of a trait, such as
-    /// [`KeyManager::key_policy`](crate::management::KeyManager::key_policy), left at its
+    /// [`KeyManager::key_policy`](crate::store::KeyManager::key_policy), left at its
     /// default): the management API answers 501.
     Unsupported,
 }

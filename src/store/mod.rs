@@ -14,13 +14,22 @@ use crate::model::MAX_ORDERS;
 use crate::model::{OrderPage, Organization, Timestamp};
 
 mod error;
+mod key_manager;
 mod memory;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 mod query;
+#[cfg(feature = "webhooks")]
+pub(crate) mod webhooks;
 
 pub use error::{StoreError, StoreErrorKind};
+pub(crate) use key_manager::{check_label, describe_plaintext, lifetime_until};
+pub use key_manager::{
+    IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, Leak, LeakReport,
+    LeakedKey, NewKey, RevocationReason, RollKey, DEFAULT_MAX_ACTIVE_KEYS,
+    DEFAULT_MAX_WEBHOOK_ENDPOINTS, MAX_LABEL_CHARS,
+};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

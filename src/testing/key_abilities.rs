@@ -2,13 +2,13 @@
 //! policies, leak reports, last use; and the check that an ability a store does not claim
 //! answers `Unsupported`.
 
-use super::keys::kind_of;
+use super::report::kind_of;
 use super::report::{ensure, Check, Report};
 use super::store::organization;
 use super::StoreFixtures;
 use super::{key_lifecycle as lifecycle, key_policy as policy, key_restrictions, namespace};
-use crate::management::{KeyAbility, KeyManager};
 use crate::store::StoreErrorKind;
+use crate::store::{KeyAbility, KeyManager};
 
 /// Runs the checks of [`KeyAbility::KeyPolicy`] (which the store must claim).
 pub async fn run_key_policy<F>(fixtures: &F) -> Report
@@ -93,7 +93,7 @@ where
                 kind_of(store.key_policy(&org.id).await),
                 kind_of(
                     store
-                        .set_key_policy(&org.id, crate::management::KeyPolicy::new())
+                        .set_key_policy(&org.id, crate::store::KeyPolicy::new())
                         .await,
                 ),
             ],

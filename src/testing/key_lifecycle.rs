@@ -3,15 +3,16 @@
 
 use std::time::Duration;
 
-use super::keys::{issue, kind_of, record_of, resolves, EXPIRY};
+use super::keys::{issue, record_of, resolves, EXPIRY};
 use super::namespace;
+use super::report::kind_of;
 use super::report::{ensure, failed, Check};
 use super::store::{key, lookup, lookup_outcome, organization};
 use super::StoreFixtures;
 use crate::key::KeyEnvironment;
-use crate::management::{KeyManager, KeyUse, NewKey, RevocationReason, RollKey};
 use crate::model::Timestamp;
 use crate::store::{KeyLookup, StoreErrorKind};
+use crate::store::{KeyManager, KeyUse, NewKey, RevocationReason, RollKey};
 
 pub(super) async fn expiry<F>(fixtures: &F) -> Check
 where

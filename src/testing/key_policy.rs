@@ -3,15 +3,16 @@
 
 use std::time::Duration;
 
-use super::keys::{issue, kind_of, record_of, resolves, EXPIRY};
+use super::keys::{issue, record_of, resolves, EXPIRY};
 use super::namespace;
+use super::report::kind_of;
 use super::report::{ensure, failed, Check};
 use super::store::organization;
 use super::StoreFixtures;
 use crate::key::KeyEnvironment;
-use crate::management::{KeyManager, KeyPolicy, NewKey, RollKey};
 use crate::model::Timestamp;
 use crate::store::StoreErrorKind;
+use crate::store::{KeyManager, KeyPolicy, NewKey, RollKey};
 
 const DAY: Duration = Duration::from_secs(86_400);
 

@@ -3,15 +3,16 @@
 
 use std::time::Duration;
 
-use super::keys::{issue, kind_of, record_of};
+use super::keys::{issue, record_of};
 use super::namespace;
+use super::report::kind_of;
 use super::report::{ensure, failed, Check};
 use super::store::{lookup, lookup_outcome, organization};
 use super::StoreFixtures;
 use crate::key::{AllowedIps, KeyDigest, KeyEnvironment};
-use crate::management::{KeyManager, Leak, LeakReport, NewKey, RevocationReason, RollKey};
 use crate::model::Timestamp;
 use crate::store::{KeyLookup, StoreErrorKind};
+use crate::store::{KeyManager, Leak, LeakReport, NewKey, RevocationReason, RollKey};
 
 fn ranges(texts: &[&str]) -> Result<AllowedIps, String> {
     AllowedIps::parse(texts).map_err(|err| format!("the check's ranges do not parse: {err}"))

@@ -3,14 +3,14 @@
 
 use std::time::Duration;
 
-use super::report::{ensure, failed, Check, Report};
+use super::report::{ensure, failed, kind_of, Check, Report};
 use super::store::{key, lookup, organization};
 use super::StoreFixtures;
 use super::{key_lifecycle as lifecycle, key_policy as policy, key_restrictions, namespace};
 use crate::key::{KeyDigest, KeyEnvironment};
-use crate::management::{IssuedKey, KeyManager, KeyRecord, NewKey, RollKey};
 use crate::model::{Organization, Timestamp};
-use crate::store::{StoreError, StoreErrorKind};
+use crate::store::StoreErrorKind;
+use crate::store::{IssuedKey, KeyManager, KeyRecord, NewKey, RollKey};
 
 /// How long the checks of expiry and overlap wait for a key to expire.
 pub(super) const EXPIRY: Duration = Duration::from_millis(1500);
@@ -73,10 +73,6 @@ where
         super::key_abilities::unclaimed_abilities(fixtures).await,
     );
     report
-}
-
-pub(super) fn kind_of<T>(result: Result<T, StoreError>) -> Option<StoreErrorKind> {
-    result.err().map(|err| err.kind())
 }
 
 pub(super) async fn issue<F>(

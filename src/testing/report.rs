@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreErrorKind};
 
 /// The outcome of a suite ([`run`](super::run), [`run_rate_limiter`](super::run_rate_limiter)): each check's name and, if it failed, why.
 #[derive(Debug, Default)]
@@ -68,3 +68,8 @@ pub(super) fn failed(what: &str) -> impl FnOnce(StoreError) -> String + '_ {
 }
 
 pub(super) use ensure;
+
+/// The kind of a store call's error, if it failed.
+pub(super) fn kind_of<T>(result: Result<T, StoreError>) -> Option<StoreErrorKind> {
+    result.err().map(|err| err.kind())
+}

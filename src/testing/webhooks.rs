@@ -8,14 +8,14 @@ use std::time::Duration;
 
 mod outbox;
 
-use super::keys::kind_of;
 use super::namespace;
+use super::report::kind_of;
 use super::report::{ensure, failed, Check, Report};
 use super::store::{order, organization};
 use super::StoreFixtures;
-use crate::management::DEFAULT_MAX_WEBHOOK_ENDPOINTS;
 use crate::model::{EncodedOrder, Timestamp};
 use crate::store::StoreErrorKind;
+use crate::store::DEFAULT_MAX_WEBHOOK_ENDPOINTS;
 use crate::webhooks::{
     AttemptOutcome, ClaimRequest, Delivery, EventType, FinishedAttempt, NewEndpoint, NextStep,
     WebhookManager, WebhookOutbox,

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::outbox::WebhookOutbox;
+use super::WebhookOutbox;
 use crate::log::ErrorChain;
 
 /// How long messages (and their deliveries and attempts) are kept, by default: 30 days.

@@ -4,12 +4,12 @@ use async_trait::async_trait;
 
 use super::{generate, unknown_organization, KeyEntry, MemoryStore, State};
 use crate::key::{AllowedIps, KeyEnvironment};
-use crate::management::{
+use crate::model::Timestamp;
+use crate::store::StoreError;
+use crate::store::{
     IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, LeakReport,
     LeakedKey, NewKey, RevocationReason, RollKey,
 };
-use crate::model::Timestamp;
-use crate::store::StoreError;
 
 #[async_trait]
 impl KeyManager for MemoryStore {

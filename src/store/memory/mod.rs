@@ -10,11 +10,11 @@ use bytes::Bytes;
 use super::{KeyLookup, KeyStore, OrderQuery, OrderStore, Principal, StoreError};
 use crate::hashing::BuildPrehashed;
 use crate::key::{is_valid_key, ApiKey, KeyDigest, KeyEnvironment};
-use crate::management::{
-    check_label, describe_plaintext, IssuedKey, KeyRecord, NewKey, RevocationReason,
-};
 use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
 use crate::seed::{Seed, SeedError};
+use crate::store::{
+    check_label, describe_plaintext, IssuedKey, KeyRecord, NewKey, RevocationReason,
+};
 
 mod manage;
 mod order_writes;
@@ -67,7 +67,7 @@ struct State {
     /// or sorts; replaced whole by a writer, never changed in place.
     orders: HashMap<String, Arc<OrganizationOrders>>,
     /// The key policies organizations have other than the default.
-    policies: HashMap<String, crate::management::KeyPolicy>,
+    policies: HashMap<String, crate::store::KeyPolicy>,
     next_key_number: u64,
 }
 
@@ -218,8 +218,8 @@ impl State {
         let number = self.next_key_number;
         let key_id = format!("key_{number}");
         let mut record = KeyRecord::new(key_id.clone(), organization_id, created_at);
-        record.lifetime = expires_at
-            .and_then(|expires_at| crate::management::lifetime_until(expires_at, created_at));
+        record.lifetime =
+            expires_at.and_then(|expires_at| crate::store::lifetime_until(expires_at, created_at));
         record.label = label;
         record.hint = hint;
         record.environment = environment;

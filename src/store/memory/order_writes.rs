@@ -32,7 +32,7 @@ impl MemoryStore {
         self.outbox().raise(
             organization_id,
             &[webhooks::OrderEvent {
-                kind: crate::webhooks::EventType::OrderDeleted,
+                kind: crate::store::webhooks::EventType::OrderDeleted,
                 order_id: order_id.to_owned(),
                 data: serde_json::to_vec(&serde_json::json!({ "id": order_id }))
                     .unwrap_or_default()
@@ -79,7 +79,7 @@ impl MemoryStore {
         #[cfg(feature = "webhooks")]
         self.raise_written(
             organization_id,
-            crate::webhooks::EventType::OrderCreated,
+            crate::store::webhooks::EventType::OrderCreated,
             &encoded,
         );
         Ok(())
@@ -126,7 +126,7 @@ impl MemoryStore {
         #[cfg(feature = "webhooks")]
         self.raise_written(
             organization_id,
-            crate::webhooks::EventType::OrderUpdated,
+            crate::store::webhooks::EventType::OrderUpdated,
             &[encoded],
         );
         Ok(())
@@ -137,7 +137,7 @@ impl MemoryStore {
     fn raise_written(
         &self,
         organization_id: &str,
-        kind: crate::webhooks::EventType,
+        kind: crate::store::webhooks::EventType,
         orders: &[EncodedOrder],
     ) {
         let events: Vec<webhooks::OrderEvent> = orders

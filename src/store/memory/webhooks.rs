@@ -12,11 +12,11 @@ use bytes::Bytes;
 
 use super::{unknown_organization, MemoryStore};
 use crate::model::Timestamp;
-use crate::store::StoreError;
-use crate::webhooks::{
+use crate::store::webhooks::{
     payload, Attempt, CreatedEndpoint, Endpoint, EventType, NewEndpoint, WebhookManager,
     WebhookSecret,
 };
+use crate::store::StoreError;
 
 /// One change of an order, as the memory store's writers raise it.
 pub(super) struct OrderEvent {

@@ -11,12 +11,12 @@ use sqlx::Row;
 use super::policy::{locked_policy, read_policy};
 use super::{allowed_ips, column, store_error, PgStore};
 use crate::key::{AllowedIps, ApiKey, KeyDigest, KeyEnvironment};
-use crate::management::{
+use crate::model::Timestamp;
+use crate::store::StoreError;
+use crate::store::{
     IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, Leak, LeakReport,
     LeakedKey, NewKey, RevocationReason, RollKey,
 };
-use crate::model::Timestamp;
-use crate::store::StoreError;
 
 /// The columns of a [`KeyRecord`], in `record_from_row`'s names.
 const RECORD: &str = "id, organization_id, label, hint, environment, created_at, expires_at, \

@@ -10,8 +10,8 @@ use sqlx::{Postgres, Row};
 
 use super::{OrderQuery, OrderStore, StoreError};
 use crate::key::{is_valid_key, KeyDigest};
-use crate::management::describe_plaintext;
 use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
+use crate::store::describe_plaintext;
 
 mod breaker;
 mod error;

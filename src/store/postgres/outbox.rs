@@ -12,11 +12,11 @@ use sqlx::Row;
 use super::webhooks::{body_from_row, endpoint_from_row, secret, timestamp};
 use super::{column, store_error, PgStore};
 use crate::model::Timestamp;
-use crate::store::StoreError;
-use crate::webhooks::{
+use crate::store::webhooks::{
     AttemptOutcome, Backlog, ClaimRequest, Delivery, EventType, Finish, FinishedAttempt, NextStep,
     WebhookOutbox,
 };
+use crate::store::StoreError;
 
 /// Claims as [`ClaimRequest`] says: per enabled endpoint, its room (`$2`, or 1 while its
 /// deliveries fail, less what the worker has in flight there, `$3`/`$4`), first attempts

@@ -7,7 +7,7 @@ use sqlx::postgres::PgRow;
 use sqlx::Row;
 
 use super::store_error;
-use crate::management::KeyPolicy;
+use crate::store::KeyPolicy;
 use crate::store::StoreError;
 
 /// The policy of the organization `$1` (the default one without a row).

@@ -2,8 +2,8 @@
 
 use super::{insert_order, store_error, PgStore};
 use crate::key::KeyDigest;
-use crate::management::describe_plaintext;
 use crate::seed::{Seed, SeedError};
+use crate::store::describe_plaintext;
 use crate::store::StoreError;
 
 impl PgStore {

@@ -11,11 +11,11 @@ use sqlx::Row;
 
 use super::{column, store_error, PgStore};
 use crate::model::{EncodedOrder, Order, Timestamp};
-use crate::store::StoreError;
-use crate::webhooks::{
+use crate::store::webhooks::{
     payload, Attempt, AttemptOutcome, CreatedEndpoint, Endpoint, EventType, NewEndpoint,
     WebhookManager, WebhookSecret,
 };
+use crate::store::StoreError;
 
 /// The columns of an [`Endpoint`], in `endpoint_from_row`'s names.
 const ENDPOINT: &str = "id, organization_id, url, events, description, enabled, created_at";

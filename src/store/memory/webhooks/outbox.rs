@@ -8,11 +8,11 @@ use async_trait::async_trait;
 
 use super::State;
 use crate::model::Timestamp;
-use crate::store::{MemoryStore, StoreError};
-use crate::webhooks::{
+use crate::store::webhooks::{
     Attempt, AttemptOutcome, Backlog, ClaimRequest, Delivery, Finish, FinishedAttempt, NextStep,
     WebhookOutbox,
 };
+use crate::store::{MemoryStore, StoreError};
 
 #[async_trait]
 impl WebhookOutbox for MemoryStore {

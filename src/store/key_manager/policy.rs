@@ -178,7 +178,7 @@ pub(super) mod optional_seconds {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub(in crate::management) fn serialize<S: Serializer>(
+    pub(in crate::store) fn serialize<S: Serializer>(
         value: &Option<Duration>,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
@@ -188,7 +188,7 @@ pub(super) mod optional_seconds {
         }
     }
 
-    pub(in crate::management) fn deserialize<'de, D: Deserializer<'de>>(
+    pub(in crate::store) fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Option<Duration>, D::Error> {
         Ok(Option::<u64>::deserialize(deserializer)?.map(Duration::from_secs))

@@ -249,7 +249,7 @@ pub struct Backlog {
     pub oldest_due: Option<Duration>,
 }
 
-/// The outbox of deliveries, as the [`Dispatcher`](super::Dispatcher) works it off.
+/// The outbox of deliveries, as the [`Dispatcher`](crate::webhooks::Dispatcher) works it off.
 ///
 /// Each delivery is one message to one endpoint. The rules every store keeps (the
 /// conformance suite checks them):
@@ -281,7 +281,7 @@ pub trait WebhookOutbox: Send + Sync {
     /// Deletes at most `batch` of the messages raised more than `older_than` ago by the
     /// store's own clock (the oldest first), with their deliveries and attempts, and returns
     /// how many it deleted: the retention of
-    /// [`DeliveryConfig::with_retention`](super::DeliveryConfig::with_retention). The store's
+    /// [`DeliveryConfig::with_retention`](crate::webhooks::DeliveryConfig::with_retention). The store's
     /// clock, not the worker's, so a worker whose clock is off deletes nothing early. Workers
     /// may prune at once. The default deletes nothing, for a store that keeps its history
     /// bounded another way.

@@ -1,8 +1,8 @@
 //! The steps of answering a request that carries a well-formed key, written once: look the key
 //! up, ask the rate limiter, read the orders, write the response.
 //!
-//! [`Flow`] holds where a request stands and takes each store's reply ([`Flow::advance`]);
-//! it never waits itself. The drivers in [`drive`](super::drive) ask the stores its
+//! [`KeyedAnswer`] holds where a request stands and takes each store's reply ([`KeyedAnswer::advance`]);
+//! it never waits itself. The drivers in [`drive`](super::store_drivers) ask the stores its
 //! questions. A new step is a new question and a new arm of `advance`; both drivers follow it.
 
 use http::header::LINK;
@@ -11,7 +11,7 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use crate::api::auth::AuthFailure;
 use crate::api::body::ApiBody;
-use crate::api::client::ClientAddr;
+use crate::api::client_address::ClientAddr;
 use crate::api::conditional::IfNoneMatch;
 use crate::api::config::Config;
 use crate::api::pagination::{BadPageRequest, PageRequest};
@@ -25,7 +25,7 @@ use crate::rate_limit::RateLimitDecision;
 use crate::store::{KeyLookup, OrderPosition, OrderQuery, Principal, StoreError, StoreErrorKind};
 
 /// What answering needs from the request, owned so a store future can keep it.
-pub(crate) struct Exchange {
+pub(crate) struct RequestFacts {
     pub(crate) route: Route,
     /// The request's `If-None-Match`, when it has one and conditional requests are on.
     pub(crate) if_none_match: Option<IfNoneMatch>,
@@ -33,14 +33,14 @@ pub(crate) struct Exchange {
     /// path it came in on, which the next page's link names.
     pub(crate) page: Option<(Result<PageRequest, BadPageRequest>, PathAndQuery)>,
     /// The client's address; `None` when the host passed no peer (no
-    /// [`PeerAddr`](super::client::PeerAddr), no `PartnerApi::with_peer_addr`).
+    /// [`PeerAddr`](super::client_address::PeerAddr), no `PartnerApi::with_peer_addr`).
     pub(crate) client: Option<ClientAddr>,
     /// Whether the client's failed authentications are throttled (a failure limiter, and a
     /// client address).
     pub(crate) throttle_failures: bool,
 }
 
-impl Exchange {
+impl RequestFacts {
     /// The name of the throttled client's budget, made only when the throttle is asked (a
     /// valid key answered from memory never needs it).
     fn failure_budget(&self) -> Box<str> {
@@ -58,8 +58,8 @@ impl Exchange {
 }
 
 /// Where answering one request stands.
-pub(crate) struct Flow {
-    exchange: Exchange,
+pub(crate) struct KeyedAnswer {
+    exchange: RequestFacts,
     step: Step,
 }
 
@@ -91,7 +91,7 @@ enum Step {
 }
 
 /// A question of the flow to a store.
-pub(crate) enum Question<'a> {
+pub(crate) enum StoreQuestion<'a> {
     /// The key store's principal for the digest.
     Key(&'a KeyDigest),
     /// The key store's principal for the digest if it has it at hand; never waited for.
@@ -106,7 +106,7 @@ pub(crate) enum Question<'a> {
     Orders(&'a str, &'a OrderQuery),
 }
 
-impl Question<'_> {
+impl StoreQuestion<'_> {
     /// The store call that answers the question.
     pub(crate) fn call(&self) -> StoreCall {
         match self {
@@ -118,16 +118,16 @@ impl Question<'_> {
     }
 }
 
-/// A store's reply to a [`Question`].
-pub(crate) enum Reply {
+/// A store's reply to a [`StoreQuestion`].
+pub(crate) enum StoreReply {
     Key(Result<KeyLookup, StoreError>),
-    /// The key store has no answer at hand (to [`Question::KeyAtHand`]).
+    /// The key store has no answer at hand (to [`StoreQuestion::KeyAtHand`]).
     NotAtHand,
     Limit(Result<RateLimitDecision, StoreError>),
     Orders(Result<OrderPage, StoreError>),
 }
 
-impl Reply {
+impl StoreReply {
     /// The store's error, if it failed.
     pub(crate) fn error(&self) -> Option<&StoreError> {
         match self {
@@ -140,16 +140,16 @@ impl Reply {
 }
 
 /// The flow after a reply: done, or with a next question.
-pub(crate) enum Progress {
+pub(crate) enum AfterReply {
     Done(Response<ApiBody>),
     /// Done, with the 429 of the failure throttle: answered after the throttle's delay.
     Throttled(Response<ApiBody>),
-    Next(Flow),
+    Next(KeyedAnswer),
 }
 
-impl Flow {
+impl KeyedAnswer {
     /// A flow for `exchange` with the key whose digest is `digest`.
-    pub(crate) fn new(exchange: Exchange, digest: KeyDigest) -> Self {
+    pub(crate) fn new(exchange: RequestFacts, digest: KeyDigest) -> Self {
         let step = if exchange.throttle_failures {
             Step::LookUpAtHand(digest)
         } else {
@@ -159,26 +159,28 @@ impl Flow {
     }
 
     /// The question the flow waits on.
-    pub(crate) fn question(&self) -> Question<'_> {
+    pub(crate) fn question(&self) -> StoreQuestion<'_> {
         match &self.step {
-            Step::LookUp(digest) => Question::Key(digest),
-            Step::LookUpAtHand(digest) => Question::KeyAtHand(digest),
+            Step::LookUp(digest) => StoreQuestion::Key(digest),
+            Step::LookUpAtHand(digest) => StoreQuestion::KeyAtHand(digest),
             Step::LookUpReserved(digest, _) | Step::LookUpKnown(digest, _) => {
-                Question::StoredKey(digest)
+                StoreQuestion::StoredKey(digest)
             }
-            Step::Reserve(_, budget) | Step::ChargeFailure(_, budget) => Question::Failures(budget),
-            Step::Limit(principal) => Question::Limit(principal),
+            Step::Reserve(_, budget) | Step::ChargeFailure(_, budget) => {
+                StoreQuestion::Failures(budget)
+            }
+            Step::Limit(principal) => StoreQuestion::Limit(principal),
             Step::ReadOrders(principal, _, query) => {
-                Question::Orders(&principal.organization.id, query)
+                StoreQuestion::Orders(&principal.organization.id, query)
             }
         }
     }
 
     /// Takes the reply to [`question`](Self::question).
-    pub(crate) fn advance(self, config: &Config, reply: Reply) -> Progress {
+    pub(crate) fn advance(self, config: &Config, reply: StoreReply) -> AfterReply {
         let Self { exchange, step } = self;
         match (step, reply) {
-            (Step::LookUpAtHand(digest), Reply::NotAtHand) => {
+            (Step::LookUpAtHand(digest), StoreReply::NotAtHand) => {
                 let budget = exchange.failure_budget();
                 let known = config
                     .known_keys
@@ -189,37 +191,43 @@ impl Flow {
                 } else {
                     Step::Reserve(digest, budget)
                 };
-                Progress::Next(Self { exchange, step })
+                AfterReply::Next(Self { exchange, step })
             }
-            (Step::LookUpKnown(digest, budget), Reply::Key(Ok(lookup))) if !lookup.is_valid() => {
+            (Step::LookUpKnown(digest, budget), StoreReply::Key(Ok(lookup)))
+                if !lookup.is_valid() =>
+            {
                 // Final: the next token with this digest is throttled before any lookup.
                 if let Some(known) = &config.known_keys {
                     known.forget(&digest);
                 }
-                Progress::Next(Self {
+                AfterReply::Next(Self {
                     exchange,
                     step: Step::ChargeFailure(refusal_reason(&lookup), budget),
                 })
             }
-            (Step::Reserve(digest, budget), Reply::Limit(decided)) => match decided {
-                Ok(decision) if !decision.is_allowed() => Progress::Throttled(throttled(decision)),
+            (Step::Reserve(digest, budget), StoreReply::Limit(decided)) => match decided {
+                Ok(decision) if !decision.is_allowed() => {
+                    AfterReply::Throttled(throttled(decision))
+                }
                 decided => {
                     let reserved = limit_decided(decided).map(|_| budget);
-                    Progress::Next(Self {
+                    AfterReply::Next(Self {
                         exchange,
                         step: Step::LookUpReserved(digest, reserved),
                     })
                 }
             },
-            (Step::LookUpAtHand(_), Reply::Key(Ok(lookup))) if !lookup.is_valid() => {
+            (Step::LookUpAtHand(_), StoreReply::Key(Ok(lookup))) if !lookup.is_valid() => {
                 let budget = exchange.failure_budget();
-                Progress::Next(Self {
+                AfterReply::Next(Self {
                     exchange,
                     step: Step::ChargeFailure(refusal_reason(&lookup), budget),
                 })
             }
-            (Step::ChargeFailure(reason, _), Reply::Limit(decided)) => match decided {
-                Ok(decision) if !decision.is_allowed() => Progress::Throttled(throttled(decision)),
+            (Step::ChargeFailure(reason, _), StoreReply::Limit(decided)) => match decided {
+                Ok(decision) if !decision.is_allowed() => {
+                    AfterReply::Throttled(throttled(decision))
+                }
                 _ => refused(config, reason),
             },
             (
@@ -227,7 +235,7 @@ impl Flow {
                 | Step::LookUpAtHand(_)
                 | Step::LookUpReserved(..)
                 | Step::LookUpKnown(..)),
-                Reply::Key(found),
+                StoreReply::Key(found),
             ) => match found {
                 Ok(KeyLookup::Valid(principal)) => {
                     if let (Step::LookUpReserved(_, Some(budget)), Some(limiter)) =
@@ -239,7 +247,7 @@ impl Flow {
                     // spend its owner's budget. Not a use of the key either.
                     if !exchange.allows(&principal) {
                         metrics::auth_failed(AuthFailureReason::AddressNotAllowed);
-                        return Progress::Done(ApiError::Forbidden.into_response());
+                        return AfterReply::Done(ApiError::Forbidden.into_response());
                     }
                     if let Some(recorder) = &config.last_used {
                         recorder.record(&principal.key_id);
@@ -250,28 +258,28 @@ impl Flow {
                     Self::looked_up(config, exchange, principal)
                 }
                 Ok(lookup) => refused(config, refusal_reason(&lookup)),
-                Err(err) => Progress::Done(store_failed(config, err)),
+                Err(err) => AfterReply::Done(store_failed(config, err)),
             },
-            (Step::Limit(principal), Reply::Limit(decided)) => {
+            (Step::Limit(principal), StoreReply::Limit(decided)) => {
                 after_limit(config, exchange, principal, limit_decided(decided))
             }
-            (Step::ReadOrders(principal, decision, query), Reply::Orders(page)) => {
+            (Step::ReadOrders(principal, decision, query), StoreReply::Orders(page)) => {
                 let response =
                     page.map(|page| orders(config, &exchange, &principal, &query, &page));
-                Progress::Done(finish(config, &principal, decision, response))
+                AfterReply::Done(finish(config, &principal, decision, response))
             }
             // The drivers reply to the question asked; anything else is a bug here, answered
             // as a failure rather than a panic on the request path.
-            (_, _) => Progress::Done(ApiError::Internal.into_response()),
+            (_, _) => AfterReply::Done(ApiError::Internal.into_response()),
         }
     }
 }
 
-impl Flow {
+impl KeyedAnswer {
     /// The flow once the key is known to be valid: to the rate limiter, if there is one.
-    fn looked_up(config: &Config, exchange: Exchange, principal: Principal) -> Progress {
+    fn looked_up(config: &Config, exchange: RequestFacts, principal: Principal) -> AfterReply {
         if config.rate_limiter.is_some() {
-            return Progress::Next(Self {
+            return AfterReply::Next(Self {
                 exchange,
                 step: Step::Limit(principal),
             });
@@ -284,14 +292,14 @@ impl Flow {
 /// store, or on to read the orders.
 fn after_limit(
     config: &Config,
-    exchange: Exchange,
+    exchange: RequestFacts,
     principal: Principal,
     decision: Option<RateLimitDecision>,
-) -> Progress {
+) -> AfterReply {
     if decision.is_some_and(|decision| !decision.is_allowed()) {
         config.usage.rate_limited(&principal.organization.id);
         let refused = Ok(ApiError::TooManyRequests.into_response());
-        return Progress::Done(finish(config, &principal, decision, refused));
+        return AfterReply::Done(finish(config, &principal, decision, refused));
     }
     if let Some((page, _)) = &exchange.page {
         let query = page
@@ -302,17 +310,17 @@ fn after_limit(
             Ok(query) => Step::ReadOrders(principal, decision, query),
             Err(bad) => {
                 let refused = Ok(ApiError::BadPageRequest(bad).into_response());
-                return Progress::Done(finish(config, &principal, decision, refused));
+                return AfterReply::Done(finish(config, &principal, decision, refused));
             }
         };
-        return Progress::Next(Flow { exchange, step });
+        return AfterReply::Next(KeyedAnswer { exchange, step });
     }
     let response = match exchange.route {
         // Served before any key is looked at (`Route::needs_key`); the same answer here.
         Route::OpenApi => Ok(response::openapi(config.openapi.clone())),
         _ => me(config, &exchange, &principal),
     };
-    Progress::Done(finish(config, &principal, decision, response))
+    AfterReply::Done(finish(config, &principal, decision, response))
 }
 
 /// The limiter's decision, or none when it failed: the request is served without a limit
@@ -348,7 +356,7 @@ fn finish(
 /// The 200 (or 304) of `GET /me`.
 fn me(
     config: &Config,
-    exchange: &Exchange,
+    exchange: &RequestFacts,
     principal: &Principal,
 ) -> Result<Response<ApiBody>, StoreError> {
     crate::api::me_cache::with_me_representation(&principal.organization, |me| {
@@ -366,7 +374,7 @@ fn me(
 /// returned (and a page is newest first by construction).
 fn orders(
     config: &Config,
-    exchange: &Exchange,
+    exchange: &RequestFacts,
     principal: &Principal,
     query: &OrderQuery,
     page: &OrderPage,
@@ -406,7 +414,7 @@ fn orders(
 /// `tagged_headers(etag)` makes), or the `304` when the request's `If-None-Match` matches
 /// that tag.
 fn tagged_or_not(
-    exchange: &Exchange,
+    exchange: &RequestFacts,
     body: ApiBody,
     etag: Option<&HeaderValue>,
     tagged_headers: impl FnOnce(&HeaderValue) -> HeaderMap,
@@ -449,8 +457,8 @@ fn throttled(decision: RateLimitDecision) -> Response<ApiBody> {
 }
 
 /// The 401 for a well-formed key the key store refused, for `reason`.
-fn refused(config: &Config, reason: AuthFailureReason) -> Progress {
-    Progress::Done(unauthenticated(config, AuthFailure::Refused(reason)))
+fn refused(config: &Config, reason: AuthFailureReason) -> AfterReply {
+    AfterReply::Done(unauthenticated(config, AuthFailure::Refused(reason)))
 }
 
 /// The 401 for `failure`, counted by its reason.

@@ -1,4 +1,4 @@
-//! The two drivers of a [`Flow`]: [`answer_now`] asks the stores for their immediate answers
+//! The two drivers of a [`KeyedAnswer`]: [`answer_now`] asks the stores for their immediate answers
 //! (`lookup_now`, `check_now`, `orders_now`), inside `call`, with no future, box or timer;
 //! from the first question a store must wait for, [`answer_awaited`] asks with awaited answers
 //! under the store timeout.
@@ -13,11 +13,11 @@ use http::Response;
 use crate::api::body::ApiBody;
 use crate::api::config::Config;
 use crate::api::deadline::Deadline;
-use crate::api::flow::{store_failed, Flow, Progress, Question, Reply};
+use crate::api::keyed_answer::{store_failed, AfterReply, KeyedAnswer, StoreQuestion, StoreReply};
 use crate::store::StoreError;
 
 /// The answer to a request with a well-formed key: ready, or still waiting for a store.
-pub(crate) enum Answer {
+pub(crate) enum ReadyOrWaiting {
     /// Every store involved answered at once.
     Ready(Response<ApiBody>),
     /// A store must be waited for.
@@ -26,15 +26,15 @@ pub(crate) enum Answer {
 
 /// Drives `flow` with the stores' immediate answers, and hands it to [`answer_awaited`] at the
 /// first question one of them must wait for.
-pub(crate) fn answer_now(config: &Arc<Config>, mut flow: Flow) -> Answer {
+pub(crate) fn answer_now(config: &Arc<Config>, mut flow: KeyedAnswer) -> ReadyOrWaiting {
     loop {
         let Some(reply) = reply_now(config, &flow.question()) else {
-            return Answer::Wait(Box::pin(answer_awaited(config.clone(), flow)));
+            return ReadyOrWaiting::Wait(Box::pin(answer_awaited(config.clone(), flow)));
         };
         match flow.advance(config, reply) {
-            Progress::Done(response) => return Answer::Ready(response),
-            Progress::Throttled(response) => return slowed(config, response),
-            Progress::Next(next) => flow = next,
+            AfterReply::Done(response) => return ReadyOrWaiting::Ready(response),
+            AfterReply::Throttled(response) => return slowed(config, response),
+            AfterReply::Next(next) => flow = next,
         }
     }
 }
@@ -42,12 +42,12 @@ pub(crate) fn answer_now(config: &Arc<Config>, mut flow: Flow) -> Answer {
 /// The 429 of the failure throttle, answered after [`Config::auth_failure_delay`]: a client
 /// past its budget waits before it can send the next made-up key on the connection, so a
 /// flood spends little of the host's CPU on its refusals.
-fn slowed(config: &Config, response: Response<ApiBody>) -> Answer {
+fn slowed(config: &Config, response: Response<ApiBody>) -> ReadyOrWaiting {
     if config.auth_failure_delay.is_zero() {
-        return Answer::Ready(response);
+        return ReadyOrWaiting::Ready(response);
     }
     let delay = config.auth_failure_delay;
-    Answer::Wait(Box::pin(async move {
+    ReadyOrWaiting::Wait(Box::pin(async move {
         tokio::time::sleep(delay).await;
         response
     }))
@@ -55,31 +55,31 @@ fn slowed(config: &Config, response: Response<ApiBody>) -> Answer {
 
 /// The store's immediate answer to `question`, if it has one; a failed one is counted (it
 /// took no time to wait for).
-fn reply_now(config: &Config, question: &Question<'_>) -> Option<Reply> {
+fn reply_now(config: &Config, question: &StoreQuestion<'_>) -> Option<StoreReply> {
     let reply = match *question {
-        Question::Key(digest) => config.keys.lookup_now(digest).map(Reply::Key),
-        Question::KeyAtHand(digest) => Some(
+        StoreQuestion::Key(digest) => config.keys.lookup_now(digest).map(StoreReply::Key),
+        StoreQuestion::KeyAtHand(digest) => Some(
             config
                 .keys
                 .lookup_now(digest)
-                .map_or(Reply::NotAtHand, Reply::Key),
+                .map_or(StoreReply::NotAtHand, StoreReply::Key),
         ),
         // Asked right after memory had no answer: straight to the store.
-        Question::StoredKey(_) => None,
-        Question::Failures(budget) => config
+        StoreQuestion::StoredKey(_) => None,
+        StoreQuestion::Failures(budget) => config
             .auth_failure_limiter
             .as_ref()
             .and_then(|limiter| limiter.check_now(budget))
-            .map(Reply::Limit),
-        Question::Limit(principal) => config
+            .map(StoreReply::Limit),
+        StoreQuestion::Limit(principal) => config
             .rate_limiter
             .as_ref()
             .and_then(|limiter| limiter.check_now(&principal.key_id))
-            .map(Reply::Limit),
-        Question::Orders(organization_id, query) => config
+            .map(StoreReply::Limit),
+        StoreQuestion::Orders(organization_id, query) => config
             .orders
             .orders_now(organization_id, query)
-            .map(Reply::Orders),
+            .map(StoreReply::Orders),
     }?;
     if let Some(err) = reply.error() {
         question.call().failed_at_once(err);
@@ -90,7 +90,7 @@ fn reply_now(config: &Config, question: &Question<'_>) -> Option<Reply> {
 /// Drives `flow` within the store timeout, from a question [`answer_now`] found no immediate
 /// answer to: with the stores' immediate answers where they have them for the questions after
 /// it, else awaited ones; each awaited call is timed, and counted when it fails or times out.
-async fn answer_awaited(config: Arc<Config>, flow: Flow) -> Response<ApiBody> {
+async fn answer_awaited(config: Arc<Config>, flow: KeyedAnswer) -> Response<ApiBody> {
     // The call under way, for the metrics when the deadline passes during it.
     let mut in_flight = None;
     let answered = async {
@@ -118,12 +118,12 @@ async fn answer_awaited(config: Arc<Config>, flow: Flow) -> Response<ApiBody> {
                 }
             };
             match flow.advance(&config, reply) {
-                Progress::Done(response) => return response,
-                Progress::Throttled(response) => {
+                AfterReply::Done(response) => return response,
+                AfterReply::Throttled(response) => {
                     tokio::time::sleep(config.auth_failure_delay).await;
                     return response;
                 }
-                Progress::Next(next) => flow = next,
+                AfterReply::Next(next) => flow = next,
             }
         }
     };
@@ -141,25 +141,25 @@ async fn answer_awaited(config: Arc<Config>, flow: Flow) -> Response<ApiBody> {
 }
 
 /// The store's awaited answer to `question`.
-async fn awaited_reply(config: &Config, question: Question<'_>) -> Reply {
+async fn awaited_reply(config: &Config, question: StoreQuestion<'_>) -> StoreReply {
     match question {
-        Question::Key(digest) | Question::StoredKey(digest) => {
-            Reply::Key(config.keys.lookup(digest).await)
+        StoreQuestion::Key(digest) | StoreQuestion::StoredKey(digest) => {
+            StoreReply::Key(config.keys.lookup(digest).await)
         }
-        Question::KeyAtHand(digest) => config
+        StoreQuestion::KeyAtHand(digest) => config
             .keys
             .lookup_now(digest)
-            .map_or(Reply::NotAtHand, Reply::Key),
-        Question::Failures(budget) => match &config.auth_failure_limiter {
-            Some(limiter) => Reply::Limit(limiter.check(budget).await),
-            None => Reply::Limit(Err(StoreError::other("no failure limiter"))),
+            .map_or(StoreReply::NotAtHand, StoreReply::Key),
+        StoreQuestion::Failures(budget) => match &config.auth_failure_limiter {
+            Some(limiter) => StoreReply::Limit(limiter.check(budget).await),
+            None => StoreReply::Limit(Err(StoreError::other("no failure limiter"))),
         },
-        Question::Limit(principal) => match &config.rate_limiter {
-            Some(limiter) => Reply::Limit(limiter.check(&principal.key_id).await),
-            None => Reply::Limit(Err(StoreError::other("no rate limiter"))),
+        StoreQuestion::Limit(principal) => match &config.rate_limiter {
+            Some(limiter) => StoreReply::Limit(limiter.check(&principal.key_id).await),
+            None => StoreReply::Limit(Err(StoreError::other("no rate limiter"))),
         },
-        Question::Orders(organization_id, query) => {
-            Reply::Orders(config.orders.orders(organization_id, query).await)
+        StoreQuestion::Orders(organization_id, query) => {
+            StoreReply::Orders(config.orders.orders(organization_id, query).await)
         }
     }
 }

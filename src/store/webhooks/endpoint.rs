@@ -239,7 +239,7 @@ pub struct Attempt {
 /// Manages the webhook endpoints of organizations: what a host's Settings page and the
 /// standalone host's `webhooks` command call.
 ///
-/// Scoped like [`KeyManager`](crate::management::KeyManager): an endpoint id of another
+/// Scoped like [`KeyManager`](crate::store::KeyManager): an endpoint id of another
 /// organization is `NotFound`, exactly like an id that does not exist, and so is an unknown
 /// organization. A secret is returned only by the calls that make one
 /// ([`add_endpoint`](Self::add_endpoint), [`rotate_secret`](Self::rotate_secret)).

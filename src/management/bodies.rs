@@ -8,13 +8,13 @@ use http_body::Body;
 use http_body_util::{BodyExt, Limited};
 use serde::Deserialize;
 
-use super::service::MAX_BODY_BYTES;
+use super::limits::MAX_BODY_BYTES;
 use crate::api::body::ApiBody;
 use crate::api::request_id::REQUEST_ID_HEADER;
 use crate::key::{AllowedIps, KeyEnvironment};
 use crate::log::ErrorChain;
-use crate::management::{IssuedKey, KeyRecord};
 use crate::model::Timestamp;
+use crate::store::{IssuedKey, KeyRecord};
 use crate::store::{StoreError, StoreErrorKind};
 
 /// Why a request is refused, and with which status.
@@ -59,7 +59,7 @@ impl Failure {
     pub(super) fn from_store(err: StoreError) -> Self {
         // A refusal in the store's own words, meant for the caller.
         let refusal = std::error::Error::source(&err)
-            .and_then(|source| source.downcast_ref::<crate::management::KeyRefusal>());
+            .and_then(|source| source.downcast_ref::<crate::store::KeyRefusal>());
         if let Some(refusal) = refusal {
             let status = match err.kind() {
                 StoreErrorKind::Conflict => Some(StatusCode::CONFLICT),

@@ -1,0 +1,474 @@
+//! The write side of keys: [`KeyManager`], the trait a store implements so a Settings page
+//! can manage an organization's keys, and the records it takes and returns. The services
+//! above it ([`KeyManagementService`](crate::management::KeyManagementService), the
+//! standalone host's `keys` command) only call it.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Serialize, Serializer};
+
+use crate::key::{AllowedIps, ApiKey, KeyEnvironment, LIVE_PREFIX, TEST_PREFIX};
+use crate::model::Timestamp;
+use crate::store::StoreError;
+
+mod forwarding;
+mod leaks;
+mod policy;
+
+pub use leaks::{Leak, LeakReport, LeakedKey, RevocationReason};
+pub(crate) use policy::lifetime_until;
+pub use policy::{KeyPolicy, KeyRefusal, RollKey};
+
+/// The longest label a key may have, in characters.
+pub const MAX_LABEL_CHARS: usize = 100;
+
+/// The most active (neither revoked nor expired) keys an organization may have, by default.
+pub const DEFAULT_MAX_ACTIVE_KEYS: u32 = 100;
+
+/// The most webhook endpoints an organization may have, by default.
+pub const DEFAULT_MAX_WEBHOOK_ENDPOINTS: u32 = 20;
+
+/// Manages the API keys of organizations: what a host's Settings page (and the
+/// `keys` command of the standalone host) calls.
+///
+/// Every operation is scoped to one organization: a key id of another organization's key is
+/// [`NotFound`](crate::StoreErrorKind::NotFound), exactly like an id that does not exist, so
+/// one organization can never see, revoke or roll another's key. An unknown organization is
+/// `NotFound` too. The plaintext of a key is returned once, by the call that creates it
+/// ([`issue`](Self::issue), [`roll`](Self::roll)); stores keep only its digest.
+///
+/// A host's own key table implements the six required methods (issue, list, get, revoke,
+/// restrict, roll) and has a working Settings page. The optional abilities (organizations'
+/// key policies, leak reports from secret scanners, keys' last use) are methods with
+/// defaults that answer [`Unsupported`](crate::StoreErrorKind::Unsupported); a store that
+/// implements one says so in [`supports`](Self::supports), and the management service and
+/// the Settings page hide what is not supported.
+///
+/// Implemented in full by [`MemoryStore`](crate::MemoryStore) and `PgStore` with the same
+/// semantics; `testing::run_key_manager` checks the required methods of any implementation,
+/// and `run_key_policy`, `run_leak_reports` and `run_last_use` the abilities.
+#[async_trait]
+pub trait KeyManager: Send + Sync {
+    /// Issues a new key for `organization_id` as `new` describes, and returns its plaintext
+    /// (this once) with its record. The key's lifetime is the time from now to its expiry.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` for an unknown organization; `InvalidData` for an expiry that is not in the
+    /// future, a label over [`MAX_LABEL_CHARS`], or a lifetime the organization's
+    /// [`KeyPolicy`] does not allow (longer than its maximum, or none when it has one);
+    /// `Conflict` when the organization has [`KeyPolicy::max_active_keys`] active keys.
+    async fn issue(&self, organization_id: &str, new: NewKey) -> Result<IssuedKey, StoreError>;
+
+    /// Returns the records of `organization_id`'s keys, newest first (revoked and expired ones
+    /// included).
+    async fn list(&self, organization_id: &str) -> Result<Vec<KeyRecord>, StoreError>;
+
+    /// Returns the record of the key `key_id` of `organization_id`.
+    async fn get(&self, organization_id: &str, key_id: &str) -> Result<KeyRecord, StoreError>;
+
+    /// Revokes the key `key_id` of `organization_id` at once and returns its record. Revoking
+    /// a revoked key changes nothing (it keeps its first revocation time).
+    async fn revoke(&self, organization_id: &str, key_id: &str) -> Result<KeyRecord, StoreError>;
+
+    /// Sets the address ranges the key `key_id` of `organization_id` may be used from
+    /// ([`AllowedIps::any`] lifts the restriction), and returns its record. Takes effect like
+    /// a revocation: the very next lookup, and the caches as they learn of revocations.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` as for [`get`](Self::get).
+    async fn restrict(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        allowed_ips: AllowedIps,
+    ) -> Result<KeyRecord, StoreError>;
+
+    /// Rolls the key `key_id` of `organization_id`: issues a new key with the same label,
+    /// environment and allowed address ranges, and makes the old key expire [`RollKey::overlap`] from now, or at its own
+    /// expiry if that is sooner, so clients can move to the new key in between; without
+    /// overlap the old key is revoked at once ([`RevocationReason::Rolled`]), never expired
+    /// "now", which a wall clock stepped back would undo. The new key
+    /// lives for [`RollKey::expires_in`] when given, else for the lifetime the old key was
+    /// issued with (counted from now; none for a key without expiry). Returns the new key.
+    ///
+    /// Only an active key rolls: rolling must never bring back a key that no longer works.
+    /// The overlap lets one key more than [`KeyPolicy::max_active_keys`] exist, so that an
+    /// organization at its cap can still rotate; a second roll then waits for the overlap.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` as for [`get`](Self::get); `Conflict` for a revoked or expired key, or an
+    /// organization over its cap of active keys; `InvalidData` for a lifetime the policy
+    /// does not allow.
+    async fn roll(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        roll: RollKey,
+    ) -> Result<IssuedKey, StoreError>;
+
+    /// Whether the store offers `ability` (implements its methods): the default says no to
+    /// every one.
+    fn supports(&self, ability: KeyAbility) -> bool {
+        let _ = ability;
+        false
+    }
+
+    /// Revokes the keys that a secret scanner found in public, whichever organizations they
+    /// belong to, in one call for the whole report ([`KeyAbility::LeakReports`]). Answers
+    /// each report in order: the key's record when the store knows the key (active, expired
+    /// or already revoked: a true positive), `None` otherwise. A key keeps its first
+    /// revocation (time and reason) and its first leak, so a report sent again changes
+    /// nothing. The default answers `Unsupported`.
+    async fn revoke_leaked(
+        &self,
+        reports: &[LeakReport],
+    ) -> Result<Vec<Option<LeakedKey>>, StoreError> {
+        let _ = reports;
+        Err(StoreError::unsupported("leak reports"))
+    }
+
+    /// Returns the key policy of `organization_id` (the default one until
+    /// [`set_key_policy`](Self::set_key_policy)) ([`KeyAbility::KeyPolicy`]). The default
+    /// answers `Unsupported`.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` for an unknown organization.
+    async fn key_policy(&self, organization_id: &str) -> Result<KeyPolicy, StoreError> {
+        let _ = organization_id;
+        Err(StoreError::unsupported("key policies"))
+    }
+
+    /// Sets the key policy of `organization_id`, for the keys issued and rolled from now on
+    /// (keys that exist keep their expiry) ([`KeyAbility::KeyPolicy`]). An operator's call:
+    /// the organization's own Settings page only reads it. The default answers
+    /// `Unsupported`.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` for an unknown organization.
+    async fn set_key_policy(
+        &self,
+        organization_id: &str,
+        policy: KeyPolicy,
+    ) -> Result<KeyPolicy, StoreError> {
+        let _ = (organization_id, policy);
+        Err(StoreError::unsupported("key policies"))
+    }
+
+    /// Records the last use of keys, as [`LastUsedRecorder`](crate::last_used::LastUsedRecorder)
+    /// gathered them ([`KeyAbility::LastUse`]): for each key, its last use becomes the later
+    /// of the recorded one and the given one. Ids of keys that no longer exist are skipped.
+    /// The default answers `Unsupported`.
+    async fn record_last_used(&self, uses: &[KeyUse]) -> Result<(), StoreError> {
+        let _ = uses;
+        Err(StoreError::unsupported("recording the last use of keys"))
+    }
+}
+
+/// An optional ability of a [`KeyManager`]: its methods have defaults that answer
+/// [`Unsupported`](crate::StoreErrorKind::Unsupported), and [`KeyManager::supports`] says
+/// whether a store implements them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum KeyAbility {
+    /// [`key_policy`](KeyManager::key_policy) and [`set_key_policy`](KeyManager::set_key_policy):
+    /// organizations' maximum key lifetime and caps (which issue and roll then obey).
+    KeyPolicy,
+    /// [`revoke_leaked`](KeyManager::revoke_leaked): reports of secret scanners.
+    LeakReports,
+    /// [`record_last_used`](KeyManager::record_last_used): each key's last use.
+    LastUse,
+}
+
+impl KeyAbility {
+    /// Every ability.
+    pub const ALL: [Self; 3] = [Self::KeyPolicy, Self::LeakReports, Self::LastUse];
+}
+
+/// What a new key is to be: its environment, and optionally a label and an expiry.
+///
+/// ```
+/// use partner_api::key::KeyEnvironment;
+/// use partner_api::management::NewKey;
+///
+/// let new = NewKey::new(KeyEnvironment::Live).with_label("Reporting");
+/// assert_eq!(new.label(), Some("Reporting"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewKey {
+    environment: KeyEnvironment,
+    label: Option<String>,
+    expires_at: Option<Timestamp>,
+    lifetime: Option<Duration>,
+    allowed_ips: AllowedIps,
+}
+
+impl NewKey {
+    /// Describes a key for `environment`, without label or expiry.
+    pub fn new(environment: KeyEnvironment) -> Self {
+        Self {
+            environment,
+            label: None,
+            expires_at: None,
+            lifetime: None,
+            allowed_ips: AllowedIps::any(),
+        }
+    }
+
+    /// Sets the key's label, a name for people (at most [`MAX_LABEL_CHARS`] characters).
+    #[must_use]
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// Sets when the key expires; its lifetime is the time from its issue to then, in whole
+    /// seconds.
+    #[must_use]
+    pub fn with_expires_at(mut self, expires_at: Timestamp) -> Self {
+        self.expires_at = Some(expires_at);
+        self.lifetime = None;
+        self
+    }
+
+    /// Makes the key expire `lifetime` from now: its lifetime, exactly, for later rolls.
+    #[must_use]
+    pub fn with_expires_in(mut self, lifetime: Duration) -> Self {
+        self.expires_at = Some(Timestamp::now().saturating_add(lifetime));
+        self.lifetime = Some(lifetime);
+        self
+    }
+
+    /// Limits the key to the address ranges `allowed_ips`.
+    #[must_use]
+    pub fn with_allowed_ips(mut self, allowed_ips: AllowedIps) -> Self {
+        self.allowed_ips = allowed_ips;
+        self
+    }
+
+    /// Returns the address ranges the key may be used from.
+    pub fn allowed_ips(&self) -> &AllowedIps {
+        &self.allowed_ips
+    }
+
+    /// Returns the key's lifetime when issued at `issued_at`: as given to
+    /// [`with_expires_in`](Self::with_expires_in), else the time to its expiry rounded to whole
+    /// seconds (at least one); `None` without expiry.
+    pub fn lifetime_at(&self, issued_at: Timestamp) -> Option<Duration> {
+        if self.lifetime.is_some() {
+            return self.lifetime;
+        }
+        lifetime_until(self.expires_at?, issued_at)
+    }
+
+    /// Returns the environment.
+    pub fn environment(&self) -> KeyEnvironment {
+        self.environment
+    }
+
+    /// Returns the label.
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
+    }
+
+    /// Returns the expiry.
+    pub fn expires_at(&self) -> Option<Timestamp> {
+        self.expires_at
+    }
+
+    /// Checks the description against the rules every store applies, at `now`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidData` for an expiry not after `now`, or a label over [`MAX_LABEL_CHARS`]
+    /// characters or with control characters.
+    pub fn check(&self, now: Timestamp) -> Result<(), StoreError> {
+        if self.expires_at.is_some_and(|expires_at| expires_at <= now) {
+            return Err(StoreError::invalid_data("the expiry is not in the future"));
+        }
+        if let Some(label) = &self.label {
+            check_label(label)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks a key's label: at most [`MAX_LABEL_CHARS`] characters, no control characters.
+pub(crate) fn check_label(label: &str) -> Result<(), StoreError> {
+    if label.chars().count() > MAX_LABEL_CHARS {
+        return Err(StoreError::invalid_data(format!(
+            "the label is longer than {MAX_LABEL_CHARS} characters"
+        )));
+    }
+    if label.chars().any(char::is_control) {
+        return Err(StoreError::invalid_data(
+            "the label holds control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// A new key: its plaintext, shown once, and its record.
+pub struct IssuedKey {
+    key: ApiKey,
+    record: KeyRecord,
+}
+
+impl IssuedKey {
+    /// Pairs a generated key with the record its store made of it.
+    pub fn new(key: ApiKey, record: KeyRecord) -> Self {
+        Self { key, record }
+    }
+
+    /// Returns the plaintext key: show it once, it cannot be had again.
+    pub fn plaintext(&self) -> &str {
+        self.key.plaintext()
+    }
+
+    /// Returns the key's record.
+    pub fn record(&self) -> &KeyRecord {
+        &self.record
+    }
+
+    /// Returns the record, dropping the plaintext.
+    pub fn into_record(self) -> KeyRecord {
+        self.record
+    }
+}
+
+impl fmt::Debug for IssuedKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IssuedKey")
+            .field("record", &self.record)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a store knows of one key: never its plaintext or its digest.
+///
+/// Serializes as the JSON object a Settings page and the `keys` command show: `id`, `label`,
+/// `hint`, `environment` (`"live"`, `"test"` or `null`), `createdAt`, `expiresAt`,
+/// `lastUsedAt`, `revokedAt` (RFC 3339 UTC or `null`), `revokedReason` (`"manual"`,
+/// `"leaked"`, `"rolled"` or `null`), `leak` (`{"url", "source", "reportedAt"}` for a leaked key, else
+/// `null`), `lifetimeSeconds` (the lifetime it was issued with, which a roll passes on, or
+/// `null`) and `allowedIps` (CIDR ranges; empty for any address). Keys that came from a seed or a host's
+/// older format carry what is known of them (no label, a hint and environment only when
+/// the store saw the key).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct KeyRecord {
+    /// The key's id, the one [`Principal::key_id`](crate::Principal::key_id) carries.
+    pub id: String,
+    /// The organization the key belongs to.
+    #[serde(skip)]
+    pub organization_id: String,
+    /// A name for people.
+    pub label: Option<String>,
+    /// A short form that identifies the key without revealing it (`pk_live_...Xy12`).
+    pub hint: Option<String>,
+    /// The environment of the key, when its prefix tells.
+    #[serde(serialize_with = "environment_name")]
+    pub environment: Option<KeyEnvironment>,
+    /// When the key was created.
+    pub created_at: Timestamp,
+    /// When the key expires, if it does.
+    pub expires_at: Option<Timestamp>,
+    /// When the key was last used (recorded with a delay; see
+    /// [`last_used`](crate::last_used)).
+    pub last_used_at: Option<Timestamp>,
+    /// When the key was revoked, if it was.
+    pub revoked_at: Option<Timestamp>,
+    /// Why the key was revoked, if it was.
+    pub revoked_reason: Option<RevocationReason>,
+    /// Where the key was found in public, if a secret scanner reported it.
+    pub leak: Option<Leak>,
+    /// The lifetime the key was issued with (from its creation to its expiry then), which a
+    /// roll gives the new key; `None` for a key that was issued without expiry.
+    #[serde(rename = "lifetimeSeconds", with = "policy::optional_seconds")]
+    pub lifetime: Option<Duration>,
+    /// The address ranges the key may be used from.
+    pub allowed_ips: AllowedIps,
+}
+
+impl KeyRecord {
+    /// Creates the record of a key `id` of `organization_id` created at `created_at`, with
+    /// nothing else known.
+    pub fn new(
+        id: impl Into<String>,
+        organization_id: impl Into<String>,
+        created_at: Timestamp,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            organization_id: organization_id.into(),
+            label: None,
+            hint: None,
+            environment: None,
+            created_at,
+            expires_at: None,
+            last_used_at: None,
+            revoked_at: None,
+            revoked_reason: None,
+            leak: None,
+            lifetime: None,
+            allowed_ips: AllowedIps::any(),
+        }
+    }
+
+    /// Returns whether the key is usable at `now`: not revoked and not expired.
+    pub fn is_active_at(&self, now: Timestamp) -> bool {
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|expires_at| expires_at > now)
+    }
+
+    /// The lifetime a roll gives the new key when the roll names none: the one the key was
+    /// issued with, or for a key whose expiry was set another way (by SQL, a seed) the span
+    /// from its creation to that expiry; `None` for a key that never expires. A roll never
+    /// turns an expiring key into one that does not expire.
+    pub fn lifetime_for_roll(&self) -> Option<Duration> {
+        self.lifetime.or_else(|| {
+            self.expires_at.map(|expires_at| {
+                expires_at
+                    .duration_since(self.created_at)
+                    .unwrap_or_default()
+            })
+        })
+    }
+}
+
+fn environment_name<S: Serializer>(
+    environment: &Option<KeyEnvironment>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match environment {
+        Some(environment) => serializer.serialize_str(environment.name()),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// One key's last use, as [`KeyManager::record_last_used`] takes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyUse {
+    /// The key's id.
+    pub key_id: String,
+    /// When it was used.
+    pub at: Timestamp,
+}
+
+/// What the plaintext `key` tells of itself: its hint and, from its prefix, its environment.
+pub(crate) fn describe_plaintext(key: &str) -> (String, Option<KeyEnvironment>) {
+    let environment = if key.starts_with(LIVE_PREFIX) {
+        Some(KeyEnvironment::Live)
+    } else if key.starts_with(TEST_PREFIX) {
+        Some(KeyEnvironment::Test)
+    } else {
+        None
+    };
+    (crate::key::hint_of(key), environment)
+}
