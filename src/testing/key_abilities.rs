@@ -2,9 +2,9 @@
 //! policies, leak reports, last use; and the check that an ability a store does not claim
 //! answers `Unsupported`.
 
+use super::calls::organization;
 use super::report::kind_of;
 use super::report::{ensure, Check, Report};
-use super::store::organization;
 use super::StoreFixtures;
 use super::{key_lifecycle as lifecycle, key_policy as policy, key_restrictions, namespace};
 use crate::store::StoreErrorKind;

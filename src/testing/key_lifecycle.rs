@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use super::keys::{issue, record_of, resolves, EXPIRY};
+use super::calls::{issue, record_of, resolves, EXPIRY};
+use super::calls::{key, lookup, lookup_outcome, organization};
 use super::namespace;
 use super::report::kind_of;
 use super::report::{ensure, failed, Check};
-use super::store::{key, lookup, lookup_outcome, organization};
 use super::StoreFixtures;
 use crate::key::KeyEnvironment;
 use crate::model::Timestamp;

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use super::keys::{issue, record_of, resolves, EXPIRY};
+use super::calls::organization;
+use super::calls::{issue, record_of, resolves, EXPIRY};
 use super::namespace;
 use super::report::kind_of;
 use super::report::{ensure, failed, Check};
-use super::store::organization;
 use super::StoreFixtures;
 use crate::key::KeyEnvironment;
 use crate::model::Timestamp;

@@ -3,17 +3,14 @@
 
 use std::time::Duration;
 
+use super::calls::{issue, key, lookup, organization, record_of, resolves};
 use super::report::{ensure, failed, kind_of, Check, Report};
-use super::store::{key, lookup, organization};
 use super::StoreFixtures;
 use super::{key_lifecycle as lifecycle, key_policy as policy, key_restrictions, namespace};
 use crate::key::{KeyDigest, KeyEnvironment};
-use crate::model::{Organization, Timestamp};
+use crate::model::Timestamp;
 use crate::store::StoreErrorKind;
-use crate::store::{IssuedKey, KeyManager, KeyRecord, NewKey, RollKey};
-
-/// How long the checks of expiry and overlap wait for a key to expire.
-pub(super) const EXPIRY: Duration = Duration::from_millis(1500);
+use crate::store::{IssuedKey, KeyManager, NewKey, RollKey};
 
 /// Runs the checks of [`KeyManager`]'s required methods against the store of `fixtures`,
 /// and checks that each optional ability the store does not claim
@@ -73,49 +70,6 @@ where
         super::key_abilities::unclaimed_abilities(fixtures).await,
     );
     report
-}
-
-pub(super) async fn issue<F>(
-    fixtures: &F,
-    organization_id: &str,
-    new: NewKey,
-) -> Result<IssuedKey, String>
-where
-    F: StoreFixtures,
-    F::Store: KeyManager,
-{
-    fixtures
-        .store()
-        .issue(organization_id, new)
-        .await
-        .map_err(failed("issue"))
-}
-
-pub(super) async fn record_of<F>(
-    fixtures: &F,
-    organization_id: &str,
-    key_id: &str,
-) -> Result<KeyRecord, String>
-where
-    F: StoreFixtures,
-    F::Store: KeyManager,
-{
-    fixtures
-        .store()
-        .get(organization_id, key_id)
-        .await
-        .map_err(failed("get"))
-}
-
-/// Whether `key` resolves to a principal of `organization`.
-pub(super) async fn resolves<F: StoreFixtures>(
-    fixtures: &F,
-    key: &str,
-    organization: &Organization,
-) -> Result<bool, String> {
-    Ok(lookup(fixtures, key)
-        .await?
-        .is_some_and(|principal| *principal.organization == *organization))
 }
 
 async fn issued<F>(fixtures: &F) -> Check

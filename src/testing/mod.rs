@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[cfg(doc)]
 use crate::{KeyStore, OrderStore, RateLimiter};
 
+mod calls;
 mod fixtures;
 mod key_abilities;
 mod key_lifecycle;

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use super::namespace;
-use super::report::{ensure, failed, Check};
-use super::store::{
+use super::calls::{
     add_orders, expected, ids, key, lookup_outcome, order, organization, read_page,
 };
+use super::namespace;
+use super::report::{ensure, failed, Check};
 use super::StoreFixtures;
 use crate::model::{Order, Timestamp};
 #[cfg(doc)]

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 mod outbox;
 
+use super::calls::{order, organization};
 use super::namespace;
 use super::report::kind_of;
 use super::report::{ensure, failed, Check, Report};
-use super::store::{order, organization};
 use super::StoreFixtures;
 use crate::model::{EncodedOrder, Timestamp};
 use crate::store::StoreErrorKind;

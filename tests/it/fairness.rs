@@ -200,6 +200,7 @@ fn random_token(seed: &mut u64) -> String {
 
 #[tokio::test]
 async fn a_flood_of_made_up_keys_is_throttled_before_the_database() {
+    crate::common::needs::needs!(Postgres);
     let (mut process, address, _store) =
         host_on_a_fresh_database(&["--metrics-listen", "127.0.0.1:0"]).await;
     let metrics_url = process
@@ -317,6 +318,7 @@ async fn bad_tokens(local: &str, address: SocketAddr, count: usize, seed: &mut u
 
 #[tokio::test]
 async fn a_valid_key_is_served_behind_its_neighbours_failures() {
+    crate::common::needs::needs!(Postgres);
     for cache in [&[][..], &["--no-cache"][..]] {
         let mut args = vec!["--auth-failure-limit", "1"];
         args.extend_from_slice(cache);

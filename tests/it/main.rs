@@ -14,6 +14,7 @@ mod hostile;
 mod hosts;
 mod keys;
 mod layer;
+mod layering;
 mod management;
 mod metrics;
 mod openapi;

@@ -825,6 +825,7 @@ fn only_calls_that_wait_are_timed_and_a_failure_at_once_is_counted() {
 #[cfg(feature = "postgres")]
 #[test]
 fn the_listener_reports_the_caches_evidence_and_the_notifications_lag() {
+    crate::common::needs::needs!(Postgres);
     use partner_api::metrics::{CACHE_EVIDENCE, CACHE_NOTIFICATION_LAG};
     let url = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -26,6 +26,7 @@ async fn migrated_store() -> (PgStore, String) {
 
 #[tokio::test]
 async fn the_pg_store_passes_the_conformance_suite() {
+    crate::common::needs::needs!(Postgres);
     let (store, _) = migrated_store().await;
     let report = partner_api::testing::run(&store).await;
     report.assert_passed();
@@ -37,6 +38,7 @@ async fn the_pg_store_passes_the_conformance_suite() {
 
 #[tokio::test]
 async fn the_pg_store_manages_keys_as_the_suite_requires() {
+    crate::common::needs::needs!(Postgres);
     let (store, _) = migrated_store().await;
     let report = partner_api::testing::run_key_manager(&store).await;
     report.assert_passed();
@@ -55,6 +57,7 @@ async fn outcomes(store: &impl KeyStore, keys: &[&str]) -> Vec<KeyLookup> {
 
 #[tokio::test]
 async fn the_pg_store_says_why_it_refuses_a_key_and_so_do_its_caches() {
+    crate::common::needs::needs!(Postgres);
     let (store, _) = migrated_store().await;
     store.load_seed(&Seed::demo()).await.unwrap();
     let expired = expired_key(&store, "org_demo").await;
@@ -84,6 +87,7 @@ async fn the_pg_store_says_why_it_refuses_a_key_and_so_do_its_caches() {
 
 #[tokio::test]
 async fn the_api_serves_the_same_bytes_from_postgres_as_from_memory() {
+    crate::common::needs::needs!(Postgres);
     let (store, _) = migrated_store().await;
     let seed = Seed::demo();
     store.load_seed(&seed).await.unwrap();
@@ -114,6 +118,7 @@ async fn the_api_serves_the_same_bytes_from_postgres_as_from_memory() {
 
 #[tokio::test]
 async fn revoking_with_plain_sql_is_a_401_on_every_replica_at_once() {
+    crate::common::needs::needs!(Postgres);
     let (store, url) = migrated_store().await;
     store.load_seed(&Seed::demo()).await.unwrap();
     // Two replicas: two services, each with a pool of its own.
@@ -173,6 +178,7 @@ async fn insert_raw(admin: &mut PgConnection, values: &str) {
 
 #[tokio::test]
 async fn rows_that_break_the_order_contract_are_500s_not_partial_orders() {
+    crate::common::needs::needs!(Postgres);
     let cases = [
         (
             "ALTER TABLE partner_orders ALTER COLUMN status DROP NOT NULL",
@@ -239,6 +245,7 @@ async fn a_database_that_is_down_is_a_503_not_a_401() {
 
 #[tokio::test]
 async fn a_statement_timeout_is_a_503() {
+    crate::common::needs::needs!(Postgres);
     let (store, url) = migrated_store().await;
     store.load_seed(&Seed::demo()).await.unwrap();
     let options: PgConnectOptions = url.parse().unwrap();
@@ -262,6 +269,7 @@ async fn a_statement_timeout_is_a_503() {
 
 #[tokio::test]
 async fn the_binary_serves_a_seed_from_postgres() {
+    crate::common::needs::needs!(Postgres);
     let url = fresh_database().await;
     let seed =
         std::env::temp_dir().join(format!("partner-api-pg-seed-{}.json", std::process::id()));
@@ -303,6 +311,7 @@ async fn http_get(url: &str, key: &str) -> (u16, serde_json::Value) {
 
 #[tokio::test]
 async fn reloading_a_seed_never_revives_moves_or_loosens_a_key() {
+    crate::common::needs::needs!(Postgres);
     use partner_api::management::KeyManager;
     let (store, url) = migrated_store().await;
     let seed = Seed::demo();
@@ -356,6 +365,7 @@ async fn reloading_a_seed_never_revives_moves_or_loosens_a_key() {
 
 #[tokio::test]
 async fn a_duplicate_key_error_carries_no_digest_to_debug_or_logs() {
+    crate::common::needs::needs!(Postgres);
     let (store, _) = migrated_store().await;
     store.load_seed(&Seed::demo()).await.unwrap();
     let logs = CapturedLogs::default();
@@ -384,6 +394,7 @@ async fn a_duplicate_key_error_carries_no_digest_to_debug_or_logs() {
 
 #[tokio::test]
 async fn the_crates_migrations_share_a_database_with_the_hosts_own() {
+    crate::common::needs::needs!(Postgres);
     use sqlx::migrate::Migrator;
     let url = fresh_database().await;
     let pool = PgPoolOptions::new().connect(&url).await.unwrap();
@@ -420,6 +431,7 @@ async fn the_crates_migrations_share_a_database_with_the_hosts_own() {
 
 #[tokio::test]
 async fn a_database_migrated_by_an_earlier_version_is_taken_over() {
+    crate::common::needs::needs!(Postgres);
     use sqlx::migrate::Migrator;
     let url = fresh_database().await;
     let pool = PgPoolOptions::new().connect(&url).await.unwrap();
@@ -469,6 +481,7 @@ fn record_members(line: &str) -> serde_json::Value {
 
 #[tokio::test]
 async fn the_keys_command_issues_lists_rolls_and_revokes() {
+    crate::common::needs::needs!(Postgres);
     let (store, url) = migrated_store().await;
     store.load_seed(&Seed::demo()).await.unwrap();
     let api = PartnerApi::from_store(store.clone());
@@ -627,6 +640,7 @@ async fn the_keys_command_issues_lists_rolls_and_revokes() {
 
 #[tokio::test]
 async fn the_binary_writes_the_last_uses_in_hand_when_it_stops() {
+    crate::common::needs::needs!(Postgres);
     let (store, url) = migrated_store().await;
     store.load_seed(&Seed::demo()).await.unwrap();
     let mut process =
@@ -643,6 +657,7 @@ async fn the_binary_writes_the_last_uses_in_hand_when_it_stops() {
 #[tokio::test]
 async fn the_binary_on_postgres_serves_from_its_caches_follows_a_revocation_and_says_so_in_its_metrics(
 ) {
+    crate::common::needs::needs!(Postgres);
     let (store, url) = migrated_store().await;
     store.load_seed(&Seed::demo()).await.unwrap();
     let mut process = Process::spawn_with_env(
@@ -773,6 +788,7 @@ async fn walk_pages(
 
 #[tokio::test]
 async fn walking_5000_orders_with_ties_reads_each_once_newest_first_while_orders_arrive() {
+    crate::common::needs::needs!(Postgres);
     let (store, url) = migrated_store().await;
     let organization = partner_api::Organization {
         id: "org_walk".into(),
@@ -826,6 +842,7 @@ async fn walking_5000_orders_with_ties_reads_each_once_newest_first_while_orders
 
 #[tokio::test]
 async fn management_error_bodies_never_carry_the_databases_text() {
+    crate::common::needs::needs!(Postgres);
     use http_body_util::BodyExt;
     use partner_api::management::{ActingOrganization, KeyManagementService};
     use tower::ServiceExt;

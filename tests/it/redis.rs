@@ -30,12 +30,14 @@ fn limiter(url: &str, burst: u32) -> RedisRateLimiter {
 
 #[tokio::test]
 async fn the_redis_limiter_passes_the_conformance_suite() {
+    crate::common::needs::needs!(Redis);
     let report = partner_api::testing::run_rate_limiter(&limiter(&redis_url(), 5), 5).await;
     report.assert_passed();
 }
 
 #[tokio::test]
 async fn two_api_instances_share_one_budget_per_key() {
+    crate::common::needs::needs!(Redis);
     let url = redis_url();
     // A store of its own, so its key ids are this test's alone on the shared server.
     let store = store();

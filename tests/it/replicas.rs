@@ -75,6 +75,7 @@ async fn seeded() -> (String, PgStore) {
 
 #[tokio::test]
 async fn a_revocation_reaches_every_replicas_cache_within_the_bound() {
+    crate::common::needs::needs!(Postgres);
     let (url, store) = seeded().await;
     let replicas = [Replica::start(&url).await, Replica::start(&url).await];
     for replica in &replicas {
@@ -117,6 +118,7 @@ async fn a_revocation_reaches_every_replicas_cache_within_the_bound() {
 
 #[tokio::test]
 async fn unknown_keys_are_remembered_until_a_key_is_added() {
+    crate::common::needs::needs!(Postgres);
     let (url, store) = seeded().await;
     let replica = Replica::start(&url).await;
     let key = "pk_test_added_later_0123456789abcdef";
@@ -137,6 +139,7 @@ async fn unknown_keys_are_remembered_until_a_key_is_added() {
 
 #[tokio::test]
 async fn pages_of_orders_are_served_from_memory_until_the_orders_change() {
+    crate::common::needs::needs!(Postgres);
     let (url, store) = seeded().await;
     let replica = Replica::start(&url).await;
     let first = call(&replica.api, get("/v1/orders", Some(DEMO_KEY))).await;
@@ -158,6 +161,7 @@ async fn pages_of_orders_are_served_from_memory_until_the_orders_change() {
 
 #[tokio::test]
 async fn while_the_listener_is_down_the_cache_never_answers_for_a_changed_key() {
+    crate::common::needs::needs!(Postgres);
     let (url, store) = seeded().await;
     let replica = Replica::start(&url).await;
     assert_eq!(replica.status("/v1/me", DEMO_KEY).await, StatusCode::OK);
@@ -283,6 +287,7 @@ async fn settle() {
 
 #[tokio::test]
 async fn the_stores_pass_the_conformance_suite_through_their_caches() {
+    crate::common::needs::needs!(Postgres);
     let (url, database) = seeded().await;
     let notifications = partner_api::cache::postgres::listen(database.pool().clone());
     let cached = Cached {
@@ -297,6 +302,7 @@ async fn the_stores_pass_the_conformance_suite_through_their_caches() {
 
 #[tokio::test]
 async fn while_the_database_is_down_requests_get_fast_503s_and_it_recovers_by_itself() {
+    crate::common::needs::needs!(Postgres);
     let (url, _) = seeded().await;
     let (mut proxy, proxied) = Proxy::in_front_of(&url).await;
     let store = PgStore::connect_lazy(&proxied).unwrap();

@@ -85,6 +85,7 @@ fn burst_keys() -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_key_changes_does_not_delay_a_revocation() {
+    crate::common::needs::needs!(Postgres);
     let url = seeded().await;
     let store = PgStore::connect_lazy(&url).unwrap();
     let mut admin = PgConnection::connect(&url).await.unwrap();
@@ -187,6 +188,7 @@ async fn a_burst_of_key_changes_does_not_delay_a_revocation() {
 
 #[test]
 fn a_stopped_listener_turns_the_caches_off_by_itself() {
+    crate::common::needs::needs!(Postgres);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -240,6 +242,7 @@ fn a_stopped_listener_turns_the_caches_off_by_itself() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_listening_connection_turns_the_caches_off_and_they_come_back() {
+    crate::common::needs::needs!(Postgres);
     let url = seeded().await;
     let store = PgStore::connect_lazy(&url).unwrap();
     // Only the listener goes through the proxy: requests reach the database directly.
@@ -286,6 +289,7 @@ async fn a_stalled_listening_connection_turns_the_caches_off_and_they_come_back(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_saturated_pool_neither_starves_the_listener_nor_serves_a_revoked_key() {
+    crate::common::needs::needs!(Postgres);
     let url = seeded().await;
     let pool = PgPoolOptions::new()
         .max_connections(2)
@@ -360,6 +364,7 @@ async fn heard(listener: &mut sqlx::postgres::PgListener, wait: Duration) -> Vec
 
 #[tokio::test]
 async fn a_seed_loaded_again_notifies_nothing_and_a_changed_key_notifies_its_old_and_new_id() {
+    crate::common::needs::needs!(Postgres);
     let url = seeded().await;
     let store = PgStore::connect_lazy(&url).unwrap();
     let mut listener = listening(&url).await;
@@ -415,6 +420,7 @@ async fn a_seed_loaded_again_notifies_nothing_and_a_changed_key_notifies_its_old
 
 #[tokio::test]
 async fn keys_invalidate_empties_every_replicas_caches() {
+    crate::common::needs::needs!(Postgres);
     let url = seeded().await;
     let store = PgStore::connect_lazy(&url).unwrap();
     let notifications = partner_api::cache::postgres::listen(store.pool().clone());
@@ -465,6 +471,7 @@ async fn keys_invalidate_empties_every_replicas_caches() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_orders_log_misses_no_transaction_however_commits_interleave() {
+    crate::common::needs::needs!(Postgres);
     let url = seeded().await;
     let store = PgStore::connect_lazy(&url).unwrap();
     let notifications = partner_api::cache::postgres::listen(store.pool().clone());

@@ -126,6 +126,7 @@ async fn state(admin: &mut PgConnection, roles: &[String]) -> Vec<String> {
 
 #[tokio::test]
 async fn no_documented_role_can_turn_our_functions_against_the_database() {
+    crate::common::needs::needs!(Postgres);
     let (url, roles) = attacked_database().await;
     let mut admin = PgConnection::connect(&url).await.unwrap();
     let before = state(&mut admin, &roles).await;
@@ -298,6 +299,7 @@ fn sqlstate(err: &sqlx::Error) -> String {
 
 #[tokio::test]
 async fn every_function_of_ours_pins_its_search_path_and_no_definer_runs_for_public() {
+    crate::common::needs::needs!(Postgres);
     let url = fresh_database().await;
     let owner = PgStore::connect_lazy(&url).unwrap();
     owner.migrate().await.unwrap();
@@ -341,6 +343,7 @@ async fn every_function_of_ours_pins_its_search_path_and_no_definer_runs_for_pub
 
 #[tokio::test]
 async fn a_host_table_of_orders_served_through_the_owner_function_raises_its_events() {
+    crate::common::needs::needs!(Postgres);
     let (url, _) = attacked_database().await;
     let mut admin = PgConnection::connect(&url).await.unwrap();
     admin

@@ -581,6 +581,7 @@ mod postgres {
 
     #[tokio::test]
     async fn the_postgres_store_conforms() {
+        crate::common::needs::needs!(Postgres);
         let store = PgStore::connect_lazy(&fresh_database().await).unwrap();
         store.migrate().await.unwrap();
         let report = partner_api::testing::run_webhooks(&store).await;
@@ -592,6 +593,7 @@ mod postgres {
 
     #[tokio::test]
     async fn a_rolled_back_change_raises_nothing_and_sql_changes_raise_events() {
+        crate::common::needs::needs!(Postgres);
         let receiver = Receiver::ok().await;
         let store = database().await;
         let endpoint = store
@@ -675,6 +677,7 @@ mod postgres {
     /// holds up nothing; an answer with a NUL byte is recorded (PostgreSQL's text refuses NUL).
     #[tokio::test]
     async fn a_row_that_cannot_be_sent_fails_alone_and_odd_answers_are_recorded() {
+        crate::common::needs::needs!(Postgres);
         let receiver = Receiver::start(|_, _| Reply::StatusBody(200, b"ok\0")).await;
         let store = database().await;
         let endpoint = store
@@ -727,17 +730,20 @@ mod postgres {
 
     #[tokio::test]
     async fn failures_are_retried_under_one_id_and_410_disables_at_once_on_postgres() {
+        crate::common::needs::needs!(Postgres);
         super::failures_are_retried_under_one_id_and_410_disables_at_once(database().await).await;
     }
 
     #[tokio::test]
     async fn a_destination_resolving_to_a_blocked_address_gets_no_connection_on_postgres() {
+        crate::common::needs::needs!(Postgres);
         super::a_destination_resolving_to_a_blocked_address_gets_no_connection(database().await)
             .await;
     }
 
     #[tokio::test]
     async fn a_hanging_endpoint_does_not_delay_a_healthy_one_on_postgres() {
+        crate::common::needs::needs!(Postgres);
         super::a_hanging_endpoint_does_not_delay_a_healthy_one(database().await).await;
     }
 
@@ -748,6 +754,7 @@ mod postgres {
     #[tokio::test]
     async fn one_organizations_hanging_endpoints_do_not_delay_another_through_the_standalone_host()
     {
+        crate::common::needs::needs!(Postgres);
         let url = fresh_database().await;
         let store = database_at(&url).await;
         let (hanging, _, healthy, fine) = super::hanging_beside_healthy(&store).await;
@@ -785,11 +792,13 @@ mod postgres {
 
     #[tokio::test]
     async fn a_worker_deletes_what_outlived_the_retention_on_postgres() {
+        crate::common::needs::needs!(Postgres);
         super::a_worker_deletes_what_outlived_the_retention(database().await).await;
     }
 
     #[tokio::test]
     async fn hanging_endpoints_of_one_organization_do_not_delay_another_on_postgres() {
+        crate::common::needs::needs!(Postgres);
         super::hanging_endpoints_of_one_organization_do_not_delay_another(database().await).await;
     }
 
@@ -801,6 +810,7 @@ mod postgres {
     /// arrives, and each order's in the order of its commits.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn two_workers_and_one_killed_deliver_everything_in_order() {
+        crate::common::needs::needs!(Postgres);
         let receiver = Receiver::ok().await;
         let store = database().await;
         store
@@ -907,6 +917,7 @@ mod standalone {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_webhooks_command_manages_endpoints_and_every_replica_delivers() {
+        crate::common::needs::needs!(Postgres);
         let database = fresh_database().await;
         let store = PgStore::connect_lazy(&database).unwrap();
         store.migrate().await.unwrap();

@@ -309,6 +309,7 @@ fn stall_for(
 
 #[test]
 fn no_history_serves_a_revoked_key_past_the_bound() {
+    crate::common::needs::needs!(Postgres);
     run_a_history(Clock::Untouched);
 }
 
