@@ -14,6 +14,7 @@ use crate::last_used::LastUsedRecorder;
 use crate::metrics::{UsageCounters, DEFAULT_MAX_ORGANIZATIONS};
 use crate::rate_limit::{LocalRateLimiter, RateLimiter};
 use crate::store::{KeyStore, OrderStore};
+use crate::usage::UsageRecorder;
 
 /// The default mount prefix: the version segment of contract section 9.
 pub const DEFAULT_PREFIX: &str = "/v1";
@@ -58,6 +59,8 @@ pub(crate) struct Config {
     pub(crate) auth_failure_delay: Duration,
     /// Where each authenticated request's key use is recorded.
     pub(crate) last_used: Option<LastUsedRecorder>,
+    /// Where each answered request of a key is counted, per route and outcome.
+    pub(crate) key_usage: Option<UsageRecorder>,
     /// Whether keyed bodies carry an `ETag` and `If-None-Match` can answer `304`.
     pub(crate) conditional_requests: bool,
     /// Whether responses carry `x-request-id`.
@@ -88,6 +91,7 @@ impl Config {
             trusted_proxies: TrustedProxies::default(),
             auth_failure_delay: DEFAULT_AUTH_FAILURE_DELAY,
             last_used: None,
+            key_usage: None,
             conditional_requests: true,
             request_ids: true,
             responses: ResponseCounters::new(DEFAULT_PREFIX),

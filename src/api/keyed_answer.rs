@@ -22,7 +22,11 @@ use crate::log::{record_in_request_span, ErrorChain};
 use crate::metrics::{self, AuthFailureReason, StoreCall};
 use crate::model::OrderPage;
 use crate::rate_limit::RateLimitDecision;
-use crate::store::{KeyLookup, OrderPosition, OrderQuery, Principal, StoreError, StoreErrorKind};
+use crate::store::{
+    KeyLookup, OrderPosition, OrderQuery, Principal, StoreError, StoreErrorKind, UsageOutcome,
+    UsageRoute,
+};
+use std::sync::Arc;
 
 /// What answering needs from the request, owned so a store future can keep it.
 pub(crate) struct RequestFacts {
@@ -158,6 +162,16 @@ impl KeyedAnswer {
         Self { exchange, step }
     }
 
+    /// The key and route of the request once its key is known to be usable: what a store
+    /// timeout from here on is counted against.
+    pub(crate) fn usage_key(&self) -> Option<(Arc<str>, UsageRoute)> {
+        let principal = match &self.step {
+            Step::Limit(principal) | Step::ReadOrders(principal, ..) => principal,
+            _ => return None,
+        };
+        Some((principal.key_id.clone(), self.exchange.route.usage_route()?))
+    }
+
     /// The question the flow waits on.
     pub(crate) fn question(&self) -> StoreQuestion<'_> {
         match &self.step {
@@ -196,6 +210,7 @@ impl KeyedAnswer {
             (Step::LookUpKnown(digest, budget), StoreReply::Key(Ok(lookup)))
                 if !lookup.is_valid() =>
             {
+                count_refusal(config, &exchange, &lookup);
                 // Final: the next token with this digest is throttled before any lookup.
                 if let Some(known) = &config.known_keys {
                     known.forget(&digest);
@@ -218,6 +233,7 @@ impl KeyedAnswer {
                 }
             },
             (Step::LookUpAtHand(_), StoreReply::Key(Ok(lookup))) if !lookup.is_valid() => {
+                count_refusal(config, &exchange, &lookup);
                 let budget = exchange.failure_budget();
                 AfterReply::Next(Self {
                     exchange,
@@ -247,6 +263,12 @@ impl KeyedAnswer {
                     // spend its owner's budget. Not a use of the key either.
                     if !exchange.allows(&principal) {
                         metrics::auth_failed(AuthFailureReason::AddressNotAllowed);
+                        count_usage(
+                            config,
+                            &exchange,
+                            &principal.key_id,
+                            UsageOutcome::AddressNotAllowed,
+                        );
                         return AfterReply::Done(ApiError::Forbidden.into_response());
                     }
                     if let Some(recorder) = &config.last_used {
@@ -257,7 +279,10 @@ impl KeyedAnswer {
                         .request(&principal.organization.id, &principal.key_id);
                     Self::looked_up(config, exchange, principal)
                 }
-                Ok(lookup) => refused(config, refusal_reason(&lookup)),
+                Ok(lookup) => {
+                    count_refusal(config, &exchange, &lookup);
+                    refused(config, refusal_reason(&lookup))
+                }
                 Err(err) => AfterReply::Done(store_failed(config, err)),
             },
             (Step::Limit(principal), StoreReply::Limit(decided)) => {
@@ -266,7 +291,7 @@ impl KeyedAnswer {
             (Step::ReadOrders(principal, decision, query), StoreReply::Orders(page)) => {
                 let response =
                     page.map(|page| orders(config, &exchange, &principal, &query, &page));
-                AfterReply::Done(finish(config, &principal, decision, response))
+                AfterReply::Done(finish(config, &exchange, &principal, decision, response))
             }
             // The drivers reply to the question asked; anything else is a bug here, answered
             // as a failure rather than a panic on the request path.
@@ -299,7 +324,7 @@ fn after_limit(
     if decision.is_some_and(|decision| !decision.is_allowed()) {
         config.usage.rate_limited(&principal.organization.id);
         let refused = Ok(ApiError::TooManyRequests.into_response());
-        return AfterReply::Done(finish(config, &principal, decision, refused));
+        return AfterReply::Done(finish(config, &exchange, &principal, decision, refused));
     }
     if let Some((page, _)) = &exchange.page {
         let query = page
@@ -310,7 +335,7 @@ fn after_limit(
             Ok(query) => Step::ReadOrders(principal, decision, query),
             Err(bad) => {
                 let refused = Ok(ApiError::BadPageRequest(bad).into_response());
-                return AfterReply::Done(finish(config, &principal, decision, refused));
+                return AfterReply::Done(finish(config, &exchange, &principal, decision, refused));
             }
         };
         return AfterReply::Next(KeyedAnswer { exchange, step });
@@ -320,7 +345,7 @@ fn after_limit(
         Route::OpenApi => Ok(response::openapi(config.openapi.clone())),
         _ => me(config, &exchange, &principal),
     };
-    AfterReply::Done(finish(config, &principal, decision, response))
+    AfterReply::Done(finish(config, &exchange, &principal, decision, response))
 }
 
 /// The limiter's decision, or none when it failed: the request is served without a limit
@@ -341,12 +366,20 @@ fn limit_decided(result: Result<RateLimitDecision, StoreError>) -> Option<RateLi
 /// a limiter decided; the organization recorded in the host's request span.
 fn finish(
     config: &Config,
+    exchange: &RequestFacts,
     principal: &Principal,
     decision: Option<RateLimitDecision>,
     response: Result<Response<ApiBody>, StoreError>,
 ) -> Response<ApiBody> {
     record_in_request_span("organization_id", || principal.organization.id.as_str());
     let mut response = response.unwrap_or_else(|err| store_failed(config, err));
+    let outcome = match response.status() {
+        StatusCode::OK => UsageOutcome::Ok,
+        StatusCode::NOT_MODIFIED => UsageOutcome::NotModified,
+        StatusCode::TOO_MANY_REQUESTS => UsageOutcome::RateLimited,
+        _ => UsageOutcome::Error,
+    };
+    count_usage(config, exchange, &principal.key_id, outcome);
     if let Some(decision) = decision {
         decision.write_headers(response.headers_mut());
     }
@@ -436,8 +469,8 @@ fn tagged_or_not(
 /// Why the key store refused a key it did not find valid.
 fn refusal_reason(lookup: &KeyLookup) -> AuthFailureReason {
     match lookup {
-        KeyLookup::Revoked => AuthFailureReason::Revoked,
-        KeyLookup::Expired => AuthFailureReason::Expired,
+        KeyLookup::Revoked { .. } => AuthFailureReason::Revoked,
+        KeyLookup::Expired { .. } => AuthFailureReason::Expired,
         _ => AuthFailureReason::Unknown,
     }
 }
@@ -457,6 +490,30 @@ fn throttled(decision: RateLimitDecision) -> Response<ApiBody> {
 }
 
 /// The 401 for a well-formed key the key store refused, for `reason`.
+/// Counts one answered request of the key `key_id` in the key's usage, if it is recorded.
+fn count_usage(config: &Config, exchange: &RequestFacts, key_id: &Arc<str>, outcome: UsageOutcome) {
+    if let (Some(recorder), Some(route)) = (&config.key_usage, exchange.route.usage_route()) {
+        recorder.record(key_id, route, outcome);
+    }
+}
+
+/// Counts a refused key's request in its usage, when the store said which key it was.
+fn count_refusal(config: &Config, exchange: &RequestFacts, lookup: &KeyLookup) {
+    match lookup {
+        KeyLookup::Revoked {
+            key_id: Some(key_id),
+        } => {
+            count_usage(config, exchange, key_id, UsageOutcome::Revoked);
+        }
+        KeyLookup::Expired {
+            key_id: Some(key_id),
+        } => {
+            count_usage(config, exchange, key_id, UsageOutcome::Expired);
+        }
+        _ => {}
+    }
+}
+
 fn refused(config: &Config, reason: AuthFailureReason) -> AfterReply {
     AfterReply::Done(unauthenticated(config, AuthFailure::Refused(reason)))
 }

@@ -15,6 +15,16 @@ pub(crate) enum Route {
 }
 
 impl Route {
+    /// The route its requests are counted under in a key's usage; `None` for a route
+    /// served without a key.
+    pub(crate) fn usage_route(self) -> Option<crate::store::UsageRoute> {
+        match self {
+            Self::Me => Some(crate::store::UsageRoute::Me),
+            Self::Orders => Some(crate::store::UsageRoute::Orders),
+            Self::OpenApi => None,
+        }
+    }
+
     /// The endpoint at `path`, the part of the request path after the prefix. Matching is
     /// exact: no decoding, no dot segments, no trailing slash, so one resource has one URL.
     pub(crate) fn at(path: &str) -> Option<Self> {

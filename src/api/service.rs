@@ -44,6 +44,7 @@ use crate::metrics::UsageCounters;
 use crate::metrics::DEFAULT_MAX_ORGANIZATIONS;
 use crate::rate_limit::RateLimiter;
 use crate::store::{KeyStore, OrderStore};
+use crate::usage::UsageRecorder;
 
 /// The partner API (contract section 4) as a tower [`Service`] for any request body.
 ///
@@ -134,6 +135,15 @@ impl PartnerApi {
     #[must_use]
     pub fn with_last_used(mut self, recorder: LastUsedRecorder) -> Self {
         Arc::make_mut(&mut self.config).last_used = Some(recorder);
+        self
+    }
+
+    /// Counts every answered request of a key in `recorder` (off by default), per hour,
+    /// route and outcome; it writes the counts to its store in batches, off the request
+    /// path. Requests whose token is no key are not counted here (the metrics count them).
+    #[must_use]
+    pub fn with_usage(mut self, recorder: UsageRecorder) -> Self {
+        Arc::make_mut(&mut self.config).key_usage = Some(recorder);
         self
     }
 

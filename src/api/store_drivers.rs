@@ -14,7 +14,7 @@ use crate::api::body::ApiBody;
 use crate::api::config::Config;
 use crate::api::deadline::Deadline;
 use crate::api::keyed_answer::{store_failed, AfterReply, KeyedAnswer, StoreQuestion, StoreReply};
-use crate::store::StoreError;
+use crate::store::{StoreError, UsageOutcome};
 
 /// The answer to a request with a well-formed key: ready, or still waiting for a store.
 pub(crate) enum ReadyOrWaiting {
@@ -93,6 +93,9 @@ fn reply_now(config: &Config, question: &StoreQuestion<'_>) -> Option<StoreReply
 async fn answer_awaited(config: Arc<Config>, flow: KeyedAnswer) -> Response<ApiBody> {
     // The call under way, for the metrics when the deadline passes during it.
     let mut in_flight = None;
+    // The usable key and route the request counts against, once known: a timeout from
+    // there is that key's error.
+    let mut usable_key = None;
     let answered = async {
         let mut flow = flow;
         // The first question was asked for an immediate answer already.
@@ -109,6 +112,7 @@ async fn answer_awaited(config: Arc<Config>, flow: KeyedAnswer) -> Response<ApiB
                 Some(reply) => reply,
                 None => {
                     let call = question.call();
+                    usable_key = flow.usage_key();
                     let started = Instant::now();
                     in_flight = Some((call, started));
                     let reply = awaited_reply(&config, question).await;
@@ -132,6 +136,9 @@ async fn answer_awaited(config: Arc<Config>, flow: KeyedAnswer) -> Response<ApiB
         Some(timeout) => Deadline::new(answered, timeout).await.unwrap_or_else(|()| {
             if let Some((call, started)) = in_flight {
                 call.timed_out(started.elapsed());
+            }
+            if let (Some(recorder), Some((key_id, route))) = (&config.key_usage, &usable_key) {
+                recorder.record(key_id, *route, UsageOutcome::Error);
             }
             let err =
                 StoreError::unavailable(format!("no answer from the store within {timeout:?}"));

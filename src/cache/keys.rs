@@ -138,7 +138,9 @@ impl KeyCache {
                 .expires_at
                 .is_some_and(|expires_at| expires_at <= Timestamp::now());
             if expired {
-                KeyLookup::Expired
+                KeyLookup::Expired {
+                    key_id: Some(principal.key_id.clone()),
+                }
             } else {
                 KeyLookup::Valid(principal)
             }
@@ -204,8 +206,8 @@ fn journal_read(
         answer = match answer {
             KeyLookup::Valid(_) => "valid",
             KeyLookup::Unknown => "unknown",
-            KeyLookup::Revoked => "revoked",
-            KeyLookup::Expired => "expired",
+            KeyLookup::Revoked { .. } => "revoked",
+            KeyLookup::Expired { .. } => "expired",
         },
         read_at = mark.at,
         mark_changes = mark.changes,
@@ -331,7 +333,10 @@ mod tests {
             tokio::time::sleep(max_age / 10).await;
         }
         assert!(read.elapsed() >= max_age / 2, "turned away before its age");
-        assert_eq!(cache.lookup(&digest).await.unwrap(), KeyLookup::Revoked);
+        assert!(matches!(
+            cache.lookup(&digest).await.unwrap(),
+            KeyLookup::Revoked { .. }
+        ));
         assert!(cache.lookup(&unknown).await.unwrap().is_valid());
     }
 

@@ -93,6 +93,13 @@ pub const LAST_USED_BATCH_KEYS: &str = "partner_api_last_used_batch_keys";
 pub const LAST_USED_FLUSH_FAILURES: &str = "partner_api_last_used_flush_failures_total";
 /// Last uses the recorder could not keep because it was full.
 pub const LAST_USED_DROPPED: &str = "partner_api_last_used_dropped_total";
+/// Counts (of one key, hour, route and outcome) per batch the usage recorder wrote.
+pub const USAGE_BATCH_COUNTS: &str = "partner_api_usage_batch_counts";
+/// Batches of usage the store refused (kept and written with the next batch).
+pub const USAGE_FLUSH_FAILURES: &str = "partner_api_usage_flush_failures_total";
+/// Requests the usage recorder could not count because it was full, or could not keep
+/// through a store outage.
+pub const USAGE_DROPPED: &str = "partner_api_usage_dropped_total";
 
 /// Matches in verified secret scanning reports, by label and source.
 pub const SECRET_SCANNING_REPORTS: &str = "partner_api_secret_scanning_reports_total";
@@ -315,6 +322,7 @@ pub(crate) enum StoreCall {
     RateLimitCheck,
     AuthFailureCheck,
     RecordLastUsed,
+    RecordUsage,
 }
 
 impl StoreCall {
@@ -334,6 +342,9 @@ impl StoreCall {
             ),
             Self::RecordLastUsed => static_key!(
                 STORE_CALL_DURATION, "store" => "keys", "operation" => "record_last_used"
+            ),
+            Self::RecordUsage => static_key!(
+                STORE_CALL_DURATION, "store" => "usage", "operation" => "record_usage"
             ),
         }
     }
@@ -475,6 +486,20 @@ pub(crate) fn last_used_batch(keys: usize, written: bool) {
 /// Counts `count` last uses dropped because the recorder was full.
 pub(crate) fn last_used_dropped(count: u64) {
     counter(static_key!(LAST_USED_DROPPED)).increment(count);
+}
+
+/// Records a batch of `counts` usage counts: written, or refused by the store.
+pub(crate) fn usage_batch(counts: usize, written: bool) {
+    if written {
+        histogram(static_key!(USAGE_BATCH_COUNTS)).record(counts as f64);
+    } else {
+        counter(static_key!(USAGE_FLUSH_FAILURES)).increment(1);
+    }
+}
+
+/// Counts `requests` the usage recorder could not count or keep.
+pub(crate) fn usage_dropped(requests: u64) {
+    counter(static_key!(USAGE_DROPPED)).increment(requests);
 }
 
 mod usage;

@@ -20,6 +20,7 @@ mod memory;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 mod query;
+pub(crate) mod usage;
 #[cfg(feature = "webhooks")]
 pub(crate) mod webhooks;
 
@@ -35,6 +36,10 @@ pub use memory::MemoryStore;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::PgStore;
 pub use query::{OrderPosition, OrderQuery};
+pub use usage::{
+    KeyUsageTotal, UsageBucket, UsageCount, UsageGranularity, UsageOutcome, UsagePeriod,
+    UsageRoute, UsageStore, DEFAULT_USAGE_RETENTION,
+};
 
 /// What a valid API key resolves to.
 ///
@@ -104,9 +109,15 @@ pub enum KeyLookup {
     /// No key has this digest (or the store does not say why it refuses it).
     Unknown,
     /// The key was revoked.
-    Revoked,
+    Revoked {
+        /// The key's id, when the store tells it: the key's usage counts the refusal.
+        key_id: Option<Arc<str>>,
+    },
     /// The key expired.
-    Expired,
+    Expired {
+        /// The key's id, when the store tells it: the key's usage counts the refusal.
+        key_id: Option<Arc<str>>,
+    },
 }
 
 impl KeyLookup {

@@ -170,7 +170,7 @@ pub(super) async fn expiry_is_reported<F: StoreFixtures>(fixtures: &F) -> Check 
         .map_err(failed("add_key"))?;
     let found = lookup_outcome(fixtures, &expired).await?;
     ensure!(
-        matches!(found, KeyLookup::Expired | KeyLookup::Unknown),
+        matches!(found, KeyLookup::Expired { .. } | KeyLookup::Unknown),
         "an expired key is {found:?}"
     );
     let plain = key(fixtures, &ns, "plain", &org.id).await?;

@@ -143,7 +143,7 @@ async fn revoked_key<F: StoreFixtures>(fixtures: &F) -> Check {
         .map_err(failed("revoke_key"))?;
     let after = lookup_outcome(fixtures, &revoked).await?;
     ensure!(
-        matches!(after, KeyLookup::Revoked | KeyLookup::Unknown),
+        matches!(after, KeyLookup::Revoked { .. } | KeyLookup::Unknown),
         "the revoked key is {after:?}, not revoked (or unknown)"
     );
     let other = lookup(fixtures, &kept).await?;

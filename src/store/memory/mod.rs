@@ -19,6 +19,7 @@ use crate::store::{
 mod manage;
 mod order_writes;
 mod orders;
+mod usage;
 #[cfg(feature = "webhooks")]
 mod webhooks;
 
@@ -55,6 +56,9 @@ pub struct MemoryStore {
     /// hold `order_writer`, so one order's events queue in the order of its changes.
     #[cfg(feature = "webhooks")]
     webhooks: Arc<Mutex<webhooks::Outbox>>,
+    /// Each key's requests per hour, route and outcome; apart from `state`, so the recorder's
+    /// writes never hold the lock requests read keys under.
+    usage: Arc<Mutex<usage::Usage>>,
 }
 
 #[derive(Default)]
@@ -83,10 +87,14 @@ impl KeyEntry {
     /// that expires.
     fn outcome(&self) -> KeyLookup {
         if self.record.revoked_at.is_some() {
-            return KeyLookup::Revoked;
+            return KeyLookup::Revoked {
+                key_id: Some(self.principal.key_id.clone()),
+            };
         }
         match self.record.expires_at {
-            Some(expires_at) if expires_at <= Timestamp::now() => KeyLookup::Expired,
+            Some(expires_at) if expires_at <= Timestamp::now() => KeyLookup::Expired {
+                key_id: Some(self.principal.key_id.clone()),
+            },
             _ => KeyLookup::Valid(self.principal.clone()),
         }
     }
@@ -106,6 +114,10 @@ impl MemoryStore {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
         self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn usage(&self) -> std::sync::MutexGuard<'_, usage::Usage> {
+        self.usage.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Adds an organization.

@@ -100,13 +100,17 @@ impl PgStore {
         let Some(row) = row else {
             return Ok(KeyLookup::Unknown);
         };
+        let key_id: i64 = column(&row, "id")?;
         if column::<bool>(&row, "revoked")? {
-            return Ok(KeyLookup::Revoked);
+            return Ok(KeyLookup::Revoked {
+                key_id: Some(key_id.to_string().into()),
+            });
         }
         if column::<bool>(&row, "expired")? {
-            return Ok(KeyLookup::Expired);
+            return Ok(KeyLookup::Expired {
+                key_id: Some(key_id.to_string().into()),
+            });
         }
-        let key_id: i64 = column(&row, "id")?;
         let expires_at: Option<DateTime<Utc>> = row.try_get("expires_at").map_err(store_error)?;
         let organization = Organization {
             id: column(&row, "organization_id")?,

@@ -22,6 +22,7 @@ mod migrate;
 mod outbox;
 mod policy;
 mod seed;
+mod usage;
 #[cfg(feature = "webhooks")]
 mod webhooks;
 
@@ -325,6 +326,20 @@ fn bind_order<'q>(
 }
 
 /// A column that must not be null.
+impl PgStore {
+    /// `NotFound` unless the organization exists.
+    pub(super) async fn check_organization(&self, organization_id: &str) -> Result<(), StoreError> {
+        let found = sqlx::query("SELECT 1 FROM partner_organizations WHERE id = $1")
+            .bind(organization_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(store_error)?;
+        found.map(drop).ok_or_else(|| {
+            StoreError::not_found(format!("unknown organization {organization_id:?}"))
+        })
+    }
+}
+
 pub(super) fn column<'r, T>(row: &'r PgRow, name: &str) -> Result<T, StoreError>
 where
     T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,

@@ -110,19 +110,6 @@ pub(super) fn body_from_row(row: &PgRow, kind: EventType) -> Result<Bytes, Store
     Ok(payload(kind, raised_at, &data))
 }
 
-impl PgStore {
-    async fn check_organization(&self, organization_id: &str) -> Result<(), StoreError> {
-        let found = sqlx::query("SELECT 1 FROM partner_organizations WHERE id = $1")
-            .bind(organization_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(store_error)?;
-        found.map(drop).ok_or_else(|| {
-            StoreError::not_found(format!("unknown organization {organization_id:?}"))
-        })
-    }
-}
-
 #[async_trait]
 impl WebhookManager for PgStore {
     async fn add_endpoint(

@@ -1,0 +1,460 @@
+//! [`UsageRecorder`]: each key's answered requests per hour, route and outcome, counted in
+//! process and written in batches, so the request path never waits for a store write.
+//!
+//! A request counts with one atomic add in its key's counters, found in a sharded map by the
+//! key id (no lock shared by all threads, no allocation, no clock read: the hour is ticked
+//! every second by the background task). Every flush interval (default
+//! [`DEFAULT_FLUSH_INTERVAL`]) the background task takes the counts and writes them with one
+//! [`UsageStore::record_usage`] call: for `PgStore`, one statement that adds.
+//!
+//! # Invariants
+//!
+//! - **Nothing counted is lost while the store answers.** A count is taken from its counter
+//!   with an atomic swap, so a request counted during a flush lands in this flush or the
+//!   next, never in neither. A batch the store refused is kept and written, added to, with
+//!   the next one; [`flush`](UsageRecorder::flush) on shutdown writes what is in hand.
+//! - **Bounded memory.** At most `capacity` keys are counted between two flushes (default
+//!   [`DEFAULT_CAPACITY`]); a key without requests since the last flush is forgotten at the
+//!   next; a request of a key that finds the map full is dropped and counted
+//!   (`partner_api_usage_dropped_total`). A kept batch holds at most
+//!   [`MAX_KEPT_COUNTS`] counts; beyond, the oldest hours are dropped and counted.
+//! - **The right hour.** Each key has a counter per route and outcome for even and for odd
+//!   hours; a request adds to its hour's, and a flush takes both and writes each with its
+//!   hour. So with flushes less than an hour apart (the interval is capped at
+//!   [`MAX_FLUSH_INTERVAL`]) a count is written with the hour it was counted in; only a
+//!   request that read the hour just before it turned and added after the flush that
+//!   followed can be written two hours late.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), partner_api::StoreError> {
+//! use partner_api::usage::UsageRecorder;
+//! use partner_api::{MemoryStore, PartnerApi};
+//!
+//! let store = MemoryStore::new();
+//! let recorder = UsageRecorder::spawn(store.clone());
+//! let api = PartnerApi::from_store(store).with_usage(recorder.clone());
+//! // ... serve; on shutdown, write the counts in hand:
+//! recorder.flush().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+use tokio::sync::{Mutex, Notify};
+
+use crate::log::ErrorChain;
+use crate::metrics::{self, StoreCall};
+use crate::model::Timestamp;
+use crate::store::usage::hour_of_millis;
+use crate::store::{StoreError, UsageCount, UsageOutcome, UsageRoute, UsageStore};
+
+/// How often counts are written, by default.
+pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_secs(10);
+/// The longest flush interval: under an hour, so each hour's counters are taken before
+/// they are used again (see the module's invariants).
+pub const MAX_FLUSH_INTERVAL: Duration = Duration::from_secs(30 * 60);
+/// How many keys are counted between two flushes, by default.
+pub const DEFAULT_CAPACITY: usize = 100_000;
+/// The most counts a batch the store refused keeps for the next flush.
+pub const MAX_KEPT_COUNTS: usize = 200_000;
+
+const ROUTES: usize = 2;
+const OUTCOMES: usize = 7;
+const SLOTS: usize = ROUTES * OUTCOMES;
+
+fn slot(route: UsageRoute, outcome: UsageOutcome) -> usize {
+    let route = match route {
+        UsageRoute::Me => 0,
+        UsageRoute::Orders => 1,
+    };
+    let outcome = match outcome {
+        UsageOutcome::Ok => 0,
+        UsageOutcome::NotModified => 1,
+        UsageOutcome::Revoked => 2,
+        UsageOutcome::Expired => 3,
+        UsageOutcome::AddressNotAllowed => 4,
+        UsageOutcome::RateLimited => 5,
+        UsageOutcome::Error => 6,
+    };
+    route * OUTCOMES + outcome
+}
+
+fn unslot(index: usize) -> (UsageRoute, UsageOutcome) {
+    (
+        UsageRoute::ALL[index / OUTCOMES],
+        UsageOutcome::ALL[index % OUTCOMES],
+    )
+}
+
+/// One key's counters: for even and for odd hours, one per route and outcome.
+struct KeyCounters {
+    by_parity: [[AtomicU64; SLOTS]; 2],
+}
+
+impl KeyCounters {
+    fn new() -> Self {
+        Self {
+            by_parity: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+        }
+    }
+}
+
+fn parity(hour_millis: i64) -> usize {
+    usize::from(hour_millis.div_euclid(3_600_000).rem_euclid(2) == 1)
+}
+
+/// Counts each key's answered requests in process and writes them to a [`UsageStore`] in
+/// batches. Clones share the same counts.
+#[derive(Clone)]
+pub struct UsageRecorder {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    store: Arc<dyn UsageStore>,
+    counters: DashMap<Arc<str>, KeyCounters>,
+    /// Places taken in `counters`: `counters.len() <= tracked <= capacity` at every instant
+    /// (reserved before an insert, given back after a removal).
+    tracked: AtomicUsize,
+    capacity: usize,
+    /// The start of the current hour, in milliseconds; ticked every second.
+    hour_millis: AtomicI64,
+    flush_interval_millis: AtomicU64,
+    full: Notify,
+    dropped: AtomicU64,
+    /// One flush at a time; holds the counts a refused batch must write again.
+    kept: Mutex<Vec<UsageCount>>,
+    background_flush: AtomicBool,
+}
+
+impl UsageRecorder {
+    /// Creates a recorder that writes to `store`, and starts its background task on the
+    /// current Tokio runtime. The task ends when the last clone is dropped.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime.
+    pub fn spawn(store: impl UsageStore + 'static) -> Self {
+        Self::with_capacity(store, DEFAULT_CAPACITY)
+    }
+
+    /// As [`spawn`](Self::spawn), counting at most `capacity` keys between two flushes.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime.
+    pub fn with_capacity(store: impl UsageStore + 'static, capacity: usize) -> Self {
+        let shared = Arc::new(Shared {
+            store: Arc::new(store),
+            counters: DashMap::new(),
+            tracked: AtomicUsize::new(0),
+            capacity: capacity.max(1),
+            hour_millis: AtomicI64::new(current_hour_millis()),
+            flush_interval_millis: AtomicU64::new(millis(DEFAULT_FLUSH_INTERVAL)),
+            full: Notify::new(),
+            dropped: AtomicU64::new(0),
+            kept: Mutex::new(Vec::new()),
+            background_flush: AtomicBool::new(false),
+        });
+        tokio::spawn(run(Arc::downgrade(&shared)));
+        Self { shared }
+    }
+
+    /// Sets how often counts are written (default [`DEFAULT_FLUSH_INTERVAL`], at most
+    /// [`MAX_FLUSH_INTERVAL`], at least a second), from the next flush on.
+    #[must_use]
+    pub fn with_flush_interval(self, interval: Duration) -> Self {
+        let interval = interval.clamp(Duration::from_secs(1), MAX_FLUSH_INTERVAL);
+        self.shared
+            .flush_interval_millis
+            .store(millis(interval), Ordering::Relaxed);
+        self
+    }
+
+    /// Counts one request of the key `key_id` on `route`, answered with `outcome`. Never
+    /// waits: at capacity, a key not counted yet is dropped (and counted as dropped) and a
+    /// flush is asked for.
+    pub fn record(&self, key_id: &Arc<str>, route: UsageRoute, outcome: UsageOutcome) {
+        let shared = &*self.shared;
+        let hour = shared.hour_millis.load(Ordering::Relaxed);
+        let (parity, slot) = (parity(hour), slot(route, outcome));
+        if let Some(counters) = shared.counters.get(&**key_id) {
+            counters.by_parity[parity][slot].fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let reserved =
+            shared
+                .tracked
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tracked| {
+                    (tracked < shared.capacity).then_some(tracked + 1)
+                });
+        if reserved.is_err() {
+            shared.dropped.fetch_add(1, Ordering::Relaxed);
+            metrics::usage_dropped(1);
+            shared.full.notify_one();
+            return;
+        }
+        let counters = match shared.counters.entry(key_id.clone()) {
+            Entry::Occupied(entry) => {
+                // Another request inserted it meanwhile: the reserved place is not needed.
+                shared.tracked.fetch_sub(1, Ordering::AcqRel);
+                entry.into_ref().downgrade()
+            }
+            Entry::Vacant(entry) => entry.insert(KeyCounters::new()).downgrade(),
+        };
+        counters.by_parity[parity][slot].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Writes the counts gathered so far (and any a refused batch kept) in one store call;
+    /// returns how many counts it wrote. Call it on graceful shutdown so the counts in hand
+    /// are not lost.
+    ///
+    /// # Errors
+    ///
+    /// The store's; the counts are kept for the next flush.
+    pub async fn flush(&self) -> Result<usize, StoreError> {
+        self.shared.flush().await
+    }
+
+    /// Returns how many requests were dropped: the recorder was full, or a kept batch past
+    /// its bound.
+    pub fn dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Returns how many keys are counted now.
+    pub fn tracked_keys(&self) -> usize {
+        self.shared.counters.len()
+    }
+}
+
+impl Shared {
+    async fn flush(&self) -> Result<usize, StoreError> {
+        let mut kept = self.kept.lock().await;
+        let hour = self.hour_millis.load(Ordering::Relaxed);
+        // Keys without requests since the last flush are forgotten; their places are given
+        // back once they are gone (see `tracked`).
+        let mut forgotten = 0;
+        self.counters.retain(|_, counters| {
+            let used = counters
+                .by_parity
+                .iter()
+                .flatten()
+                .any(|count| count.load(Ordering::Relaxed) != 0);
+            forgotten += usize::from(!used);
+            used
+        });
+        self.tracked.fetch_sub(forgotten, Ordering::AcqRel);
+        let mut batch: HashMap<(Arc<str>, i64, usize), u64> = HashMap::new();
+        for entry in &self.counters {
+            for (parity_index, counts) in entry.value().by_parity.iter().enumerate() {
+                // The current hour's parity holds this hour's counts; the other, the last's.
+                let slot_hour = if parity_index == parity(hour) {
+                    hour
+                } else {
+                    hour - 3_600_000
+                };
+                for (index, count) in counts.iter().enumerate() {
+                    let taken = count.swap(0, Ordering::Relaxed);
+                    if taken > 0 {
+                        *batch
+                            .entry((entry.key().clone(), slot_hour, index))
+                            .or_default() += taken;
+                    }
+                }
+            }
+        }
+        // Counts a refused batch kept meet the new ones, added up.
+        for count in kept.drain(..) {
+            let index = slot(count.route, count.outcome);
+            let hour = count.hour.as_datetime().timestamp_millis();
+            *batch
+                .entry((Arc::from(count.key_id), hour, index))
+                .or_default() += count.count;
+        }
+        let mut counts: Vec<UsageCount> = batch
+            .into_iter()
+            .filter_map(|((key_id, hour, index), count)| {
+                let (route, outcome) = unslot(index);
+                Some(UsageCount {
+                    key_id: key_id.to_string(),
+                    hour: Timestamp::from_unix_millis(hour)?,
+                    route,
+                    outcome,
+                    count,
+                })
+            })
+            .collect();
+        if counts.is_empty() {
+            return Ok(0);
+        }
+        let started = Instant::now();
+        let recorded = self.store.record_usage(&counts).await;
+        StoreCall::RecordUsage.finished(started.elapsed(), recorded.as_ref().err());
+        metrics::usage_batch(counts.len(), recorded.is_ok());
+        match recorded {
+            Ok(()) => Ok(counts.len()),
+            Err(err) => {
+                tracing::warn!(
+                    counts = counts.len(),
+                    error = %ErrorChain(&err),
+                    "partner API could not record key usage; retrying with the next batch"
+                );
+                if counts.len() > MAX_KEPT_COUNTS {
+                    // The newest hours are kept: an outage drops its oldest counts first.
+                    counts.sort_by_key(|count| std::cmp::Reverse(count.hour));
+                    let over: u64 = counts[MAX_KEPT_COUNTS..].iter().map(|c| c.count).sum();
+                    counts.truncate(MAX_KEPT_COUNTS);
+                    self.dropped.fetch_add(over, Ordering::Relaxed);
+                    metrics::usage_dropped(over);
+                }
+                *kept = counts;
+                Err(err)
+            }
+        }
+    }
+}
+
+/// The background task: ticks the hour every second and flushes every flush interval (or
+/// when the map is full), until the recorder is dropped.
+async fn run(shared: Weak<Shared>) {
+    let mut since_flush = Duration::ZERO;
+    loop {
+        let full = {
+            let Some(strong) = shared.upgrade() else {
+                return;
+            };
+            let full = tokio::time::timeout(Duration::from_secs(1), strong.full.notified())
+                .await
+                .is_ok();
+            strong
+                .hour_millis
+                .store(current_hour_millis(), Ordering::Relaxed);
+            full
+        };
+        since_flush += Duration::from_secs(1);
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let interval = Duration::from_millis(strong.flush_interval_millis.load(Ordering::Relaxed));
+        if full || since_flush >= interval {
+            since_flush = Duration::ZERO;
+            // On a task of its own, so the hour keeps ticking while a slow store is written
+            // to; failures are logged in `flush` and retried with the next batch.
+            if !strong.background_flush.swap(true, Ordering::AcqRel) {
+                let flushing = strong.clone();
+                tokio::spawn(async move {
+                    let _ = flushing.flush().await;
+                    flushing.background_flush.store(false, Ordering::Release);
+                });
+            }
+        }
+    }
+}
+
+fn current_hour_millis() -> i64 {
+    hour_of_millis(Timestamp::now().as_datetime().timestamp_millis())
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl fmt::Debug for UsageRecorder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UsageRecorder")
+            .field("tracked_keys", &self.tracked_keys())
+            .field("capacity", &self.shared.capacity)
+            .field("dropped", &self.dropped())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{UsageGranularity, UsagePeriod};
+    use crate::{MemoryStore, Organization};
+
+    #[test]
+    fn every_route_and_outcome_has_a_slot_of_its_own() {
+        let mut seen = std::collections::HashSet::new();
+        for route in UsageRoute::ALL {
+            for outcome in UsageOutcome::ALL {
+                let index = slot(*route, *outcome);
+                assert!(index < SLOTS);
+                assert!(seen.insert(index));
+                assert_eq!(unslot(index), (*route, *outcome));
+            }
+        }
+        assert_eq!(seen.len(), SLOTS);
+    }
+
+    /// Requests counted from many threads while flushes run: every one is written, once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn counts_racing_flushes_are_written_exactly_once() {
+        let store = MemoryStore::new();
+        store
+            .add_organization(Organization {
+                id: "org".into(),
+                name: "Org".into(),
+            })
+            .unwrap();
+        let mut key_ids = Vec::new();
+        for n in 0..4 {
+            store.add_key(&format!("pk_test_usage_{n}"), "org").unwrap();
+        }
+        for record in crate::store::KeyManager::list(&store, "org").await.unwrap() {
+            key_ids.push(Arc::<str>::from(record.id));
+        }
+        let recorder =
+            UsageRecorder::spawn(store.clone()).with_flush_interval(Duration::from_secs(3600));
+        let writers: Vec<_> = (0..4)
+            .map(|thread| {
+                let (recorder, key_ids) = (recorder.clone(), key_ids.clone());
+                std::thread::spawn(move || {
+                    for n in 0..5_000 {
+                        let key = &key_ids[(n + thread) % key_ids.len()];
+                        let outcome = UsageOutcome::ALL[n % UsageOutcome::ALL.len()];
+                        recorder.record(key, UsageRoute::Orders, outcome);
+                    }
+                })
+            })
+            .collect();
+        let flusher = {
+            let recorder = recorder.clone();
+            tokio::spawn(async move {
+                for _ in 0..20 {
+                    recorder.flush().await.unwrap();
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        flusher.await.unwrap();
+        recorder.flush().await.unwrap();
+        let period = UsagePeriod {
+            from: Timestamp::from_unix_millis(0).unwrap(),
+            to: Timestamp::now().saturating_add(Duration::from_secs(7200)),
+        };
+        let totals = store.usage_totals("org", period).await.unwrap();
+        let total: u64 = totals.iter().map(|total| total.count).sum();
+        assert_eq!(total, 20_000);
+        let first = store
+            .key_usage("org", &key_ids[0], period, UsageGranularity::Day)
+            .await
+            .unwrap();
+        assert_eq!(first.iter().map(|bucket| bucket.count).sum::<u64>(), 5_000);
+        assert_eq!(recorder.dropped(), 0);
+    }
+}
