@@ -152,6 +152,14 @@ pub(crate) struct Args {
     #[cfg(feature = "webhooks")]
     #[arg(long, value_name = "DAYS", default_value_t = 30)]
     pub(crate) webhook_retention_days: u64,
+    /// Seconds between two writes of the keys' usage counts (one statement per replica);
+    /// the counts in hand are written on shutdown too.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1800))]
+    pub(crate) usage_flush_interval: u64,
+    /// Days the keys' usage is kept (0: for ever); each replica deletes older hours every
+    /// minute, in small batches.
+    #[arg(long, value_name = "DAYS", default_value_t = 90)]
+    pub(crate) usage_retention_days: u64,
 }
 
 /// The subcommands.
@@ -333,6 +341,25 @@ pub(crate) enum KeysAction {
         #[arg(long, value_name = "N")]
         max_webhook_endpoints: Option<u32>,
     },
+    /// Show a key's requests per bucket, route and outcome: one JSON record a line
+    /// ({"start", "route", "outcome", "count"}), oldest first.
+    Usage {
+        /// The organization's id.
+        #[arg(long)]
+        organization: String,
+        /// The key's id, as `list` shows it.
+        #[arg(long)]
+        id: String,
+        /// The period's first instant, RFC 3339 (default: 30 days before --to).
+        #[arg(long, value_name = "RFC3339")]
+        from: Option<String>,
+        /// The period's end, not included, RFC 3339 (default: now).
+        #[arg(long, value_name = "RFC3339")]
+        to: Option<String>,
+        /// `hour` or `day` (UTC).
+        #[arg(long, default_value = "day", value_parser = ["hour", "day"])]
+        granularity: String,
+    },
     /// Tell every replica's caches to drop what they hold (keys and pages of orders): after a
     /// change that bypassed the triggers, such as a restore with --disable-triggers or
     /// writes under session_replication_role = replica. Prints {"invalidated":"all"}.
@@ -403,6 +430,8 @@ pub(crate) struct Options {
     pub(crate) metrics_organizations: usize,
     /// Keys with a metrics series of their own (0: no key-id label).
     pub(crate) metrics_key_ids: usize,
+    /// Time between two writes of the usage counts.
+    pub(crate) usage_flush_interval: Duration,
 }
 
 impl Default for Options {
@@ -417,6 +446,7 @@ impl Default for Options {
             request_timeout: Duration::from_secs(30),
             metrics_organizations: partner_api::metrics::DEFAULT_MAX_ORGANIZATIONS,
             metrics_key_ids: 0,
+            usage_flush_interval: partner_api::usage::DEFAULT_FLUSH_INTERVAL,
         }
     }
 }
@@ -441,6 +471,7 @@ impl Options {
             request_timeout: Duration::from_secs(args.request_timeout),
             metrics_organizations: args.metrics_organizations,
             metrics_key_ids: args.metrics_key_ids,
+            usage_flush_interval: Duration::from_secs(args.usage_flush_interval),
         }
     }
 }

@@ -119,6 +119,46 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
                 .await
                 .map_err(failed)?,
         )?]),
+        KeysAction::Usage {
+            organization,
+            id,
+            from,
+            to,
+            granularity,
+        } => {
+            use partner_api::store::{UsageGranularity, UsagePeriod, UsageStore};
+            use partner_api::Timestamp;
+            let instant = |flag: &str, text: &str| {
+                text.parse::<Timestamp>()
+                    .map_err(|_| format!("--{flag} {text:?} is not an RFC 3339 date-time"))
+            };
+            let to = match to {
+                Some(text) => instant("to", text)?,
+                None => Timestamp::now(),
+            };
+            let from = match from {
+                Some(text) => instant("from", text)?,
+                None => Timestamp::from_unix_millis(
+                    to.as_datetime().timestamp_millis() - 30 * 24 * 3_600_000,
+                )
+                .ok_or("--to is too early")?,
+            };
+            if to.duration_since(from).is_none_or(|span| span.is_zero()) {
+                return Err("--from must be before --to".into());
+            }
+            let granularity = if granularity == "hour" {
+                UsageGranularity::Hour
+            } else {
+                UsageGranularity::Day
+            };
+            store
+                .key_usage(organization, id, UsagePeriod { from, to }, granularity)
+                .await
+                .map_err(failed)?
+                .iter()
+                .map(|bucket| serde_json::to_string(bucket).map_err(|err| err.to_string()))
+                .collect()
+        }
         KeysAction::Invalidate => {
             partner_api::cache::postgres::invalidate_all(store.pool())
                 .await

@@ -112,6 +112,8 @@ async fn main() -> ExitCode {
     let stores::Served {
         api,
         last_used,
+        usage,
+        usage_store,
         keys,
         #[cfg(feature = "postgres")]
         database,
@@ -122,6 +124,10 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if args.usage_retention_days > 0 {
+        let retention = Duration::from_secs(args.usage_retention_days.saturating_mul(24 * 3600));
+        tokio::spawn(prune_usage(usage_store, retention));
+    }
     let endpoint = match &args.secret_scanning_keys {
         Some(source) => match secret_scanning::endpoint(source, keys) {
             Ok(endpoint) => Some(endpoint),
@@ -184,9 +190,20 @@ async fn main() -> ExitCode {
     if let Some(worker) = worker {
         worker.stop().await;
     }
-    // The last uses gathered since the last batch. Failing to write them is the host's last
-    // word: logged (never with a key) and the exit code says so.
+    // The usage counted and the last uses gathered since the last batches. Failing to write
+    // them is the host's last word: logged (never with a key) and the exit code says so.
+    let usage_written = match usage.flush().await {
+        Ok(written) => {
+            tracing::info!(counts = written, "key usage written at shutdown");
+            true
+        }
+        Err(err) => {
+            tracing::error!(error = %stores::error_chain(&err), "the key usage in hand could not be written at shutdown");
+            false
+        }
+    };
     match last_used.flush().await {
+        Ok(_) if !usage_written => ExitCode::FAILURE,
         Ok(written) => {
             tracing::info!(keys = written, "last uses written at shutdown");
             ExitCode::SUCCESS
@@ -205,4 +222,26 @@ async fn bind(address: &str) -> Result<(TcpListener, std::net::SocketAddr), Stri
         .map_err(|err| format!("cannot listen on {address}: {err}"))?;
     let bound = listener.local_addr().map_err(|err| err.to_string())?;
     Ok((listener, bound))
+}
+
+/// Deletes the usage older than `retention` when the host starts and every minute after, 500
+/// counts a statement, so no statement holds the table long.
+async fn prune_usage(
+    store: std::sync::Arc<dyn partner_api::store::UsageStore>,
+    retention: Duration,
+) {
+    let mut every_minute = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        every_minute.tick().await;
+        loop {
+            match store.prune_usage(retention, 500).await {
+                Ok(500) => continue,
+                Ok(_) => break,
+                Err(err) => {
+                    tracing::warn!(error = %stores::error_chain(&err), "old key usage could not be deleted; trying again in a minute");
+                    break;
+                }
+            }
+        }
+    }
 }

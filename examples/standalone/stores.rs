@@ -5,6 +5,8 @@ use partner_api::cache::{CachingKeyStore, CachingOrderStore};
 use partner_api::last_used::LastUsedRecorder;
 use partner_api::management::KeyManager;
 use partner_api::seed::Seed;
+use partner_api::store::UsageStore;
+use partner_api::usage::UsageRecorder;
 use partner_api::{KeyStore, LocalRateLimiter, MemoryStore, OrderStore, PartnerApi, RateLimiter};
 
 use std::num::NonZeroU32;
@@ -76,13 +78,19 @@ pub(crate) fn check_redis_url(options: &Options) -> Result<(), String> {
 /// `store` (the recorder is returned, to write the batch in hand at shutdown).
 fn recorded_api<S>(store: S, options: &Options) -> Served
 where
-    S: KeyStore + OrderStore + KeyManager + Clone + 'static,
+    S: KeyStore + OrderStore + KeyManager + UsageStore + Clone + 'static,
 {
     let recorder = LastUsedRecorder::spawn(store.clone());
-    let api = api(store.clone(), options).with_last_used(recorder.clone());
+    let usage =
+        UsageRecorder::spawn(store.clone()).with_flush_interval(options.usage_flush_interval);
+    let api = api(store.clone(), options)
+        .with_last_used(recorder.clone())
+        .with_usage(usage.clone());
     Served {
         api,
         last_used: recorder,
+        usage,
+        usage_store: Arc::new(store.clone()),
         keys: Arc::new(store),
         #[cfg(feature = "postgres")]
         database: None,
@@ -94,6 +102,10 @@ where
 pub(crate) struct Served {
     pub(crate) api: PartnerApi,
     pub(crate) last_used: LastUsedRecorder,
+    /// Counts each key's requests; written every --usage-flush-interval and at shutdown.
+    pub(crate) usage: UsageRecorder,
+    /// Where the usage is kept (for its retention).
+    pub(crate) usage_store: Arc<dyn UsageStore>,
     pub(crate) keys: Arc<dyn KeyManager>,
     /// The database, when serving from one (its outbox is what this replica delivers).
     #[cfg(feature = "postgres")]
@@ -131,12 +143,17 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, St
             .with_max_age(max_age)
             .with_notifications(&notifications);
         let recorder = LastUsedRecorder::spawn(store.clone());
-        let api =
-            configured(PartnerApi::new(keys, orders), options).with_last_used(recorder.clone());
+        let usage =
+            UsageRecorder::spawn(store.clone()).with_flush_interval(options.usage_flush_interval);
+        let api = configured(PartnerApi::new(keys, orders), options)
+            .with_last_used(recorder.clone())
+            .with_usage(usage.clone());
         let api = known_keys(api, &store, &notifications, options);
         return Ok(Served {
             api,
             last_used: recorder,
+            usage,
+            usage_store: Arc::new(store.clone()),
             keys: Arc::new(store.clone()),
             database: Some(store),
         });

@@ -11,6 +11,7 @@
 pub(crate) mod bodies;
 mod limits;
 mod service;
+mod usage;
 #[cfg(feature = "webhooks")]
 mod webhooks;
 
@@ -25,3 +26,4 @@ pub use limits::{MAX_BODY_BYTES, MAX_LIFETIME, MAX_OVERLAP};
 #[cfg(feature = "webhooks")]
 pub use service::DEFAULT_WEBHOOK_ACTIONS;
 pub use service::{ActingOrganization, KeyManagementService, ResponseFuture, OPENAPI_DOCUMENT};
+pub use usage::{DEFAULT_USAGE_PERIOD, MAX_USAGE_PERIOD};

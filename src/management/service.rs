@@ -15,7 +15,9 @@
 //! | `POST /keys/{id}/roll` `{"overlapSeconds", "expiresInSeconds"}` | rolls it (the new key lives `expiresInSeconds`, or as long as the old one was issued for) | 201 `{"data": {"key": "pk_...", "record": record}}` |
 //! | `POST /keys/{id}/restrict` `{"allowedIps": ["192.0.2.0/24", ...]}` | sets the address ranges it may be used from (`[]`: any) | 200 `{"data": {"record": record}}` |
 //! | `GET /policy` | the organization's key policy | 200 `{"data": {"policy": {"maxKeyLifetimeSeconds", "maxActiveKeys", "maxWebhookEndpoints"}}}`; 501 when the store has no key policies |
-//! | `GET /abilities` | what this host offers besides the keys themselves | 200 `{"data": {"abilities": {"keyPolicy", "leakReports", "lastUse", "webhooks"}}}` (booleans) |
+//! | `GET /abilities` | what this host offers besides the keys themselves | 200 `{"data": {"abilities": {"keyPolicy", "leakReports", "lastUse", "webhooks", "usage"}}}` (booleans) |
+//! | `GET /keys/{id}/usage?from=&to=&granularity=hour\|day` | one key's requests per bucket, route and outcome (with [`with_usage`](KeyManagementService::with_usage)) | 200 `{"data": {"keyId", "from", "to", "granularity", "total", "buckets": [{"start", "route", "outcome", "count"}]}}` |
+//! | `GET /usage?from=&to=` | every key's totals per outcome (with `with_usage`) | 200 `{"data": {"from", "to", "keys": [{"keyId", "total", "outcomes": {"ok": n, ...}}]}}` |
 //!
 //! The plaintext key is in exactly one response: the one that created it. Every response is
 //! `Cache-Control: no-store`; no body is logged. Errors are `{"error": {"message": "..."}}`
@@ -110,6 +112,7 @@ pub struct KeyManagementService {
     keys: Arc<dyn KeyManager>,
     prefix: Arc<str>,
     csrf: Option<Arc<CsrfCheck>>,
+    usage: Option<Arc<dyn crate::store::UsageStore>>,
     #[cfg(feature = "webhooks")]
     webhooks: Option<Arc<dyn crate::webhooks::WebhookManager>>,
     /// The budget per organization of the webhook actions that queue messages.
@@ -135,6 +138,7 @@ impl KeyManagementService {
             keys: Arc::new(keys),
             prefix: Arc::from(""),
             csrf: None,
+            usage: None,
             #[cfg(feature = "webhooks")]
             webhooks: None,
             #[cfg(feature = "webhooks")]
@@ -173,6 +177,15 @@ impl KeyManagementService {
         manager: impl crate::webhooks::WebhookManager + 'static,
     ) -> Self {
         self.webhooks = Some(Arc::new(manager));
+        self
+    }
+
+    /// Serves each key's usage too (`GET /keys/{id}/usage`, `GET /usage`), from `store`.
+    /// Without it those paths are 404, absent from the OpenAPI document the service serves,
+    /// and `GET /abilities` says `"usage": false`, so the Settings page hides usage.
+    #[must_use]
+    pub fn with_usage(mut self, store: impl crate::store::UsageStore + 'static) -> Self {
+        self.usage = Some(Arc::new(store));
         self
     }
 
@@ -294,16 +307,18 @@ impl KeyManagementService {
             .ok_or_else(|| Failure::new(StatusCode::UNAUTHORIZED, "sign in to manage API keys"))
     }
 
-    /// The OpenAPI document, without the webhook paths when webhooks are not served.
+    /// The OpenAPI document, without the webhook and usage paths when they are not served.
     fn document(&self) -> Result<serde_json::Value, Failure> {
         let mut document: serde_json::Value =
             serde_json::from_str(OPENAPI_DOCUMENT).map_err(|_| {
                 Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal server error")
             })?;
-        if !self.webhooks_served() {
-            if let Some(paths) = document.get_mut("paths").and_then(|p| p.as_object_mut()) {
-                paths.retain(|path, _| !path.starts_with("/webhooks"));
-            }
+        let (webhooks, usage) = (self.webhooks_served(), self.usage.is_some());
+        if let Some(paths) = document.get_mut("paths").and_then(|p| p.as_object_mut()) {
+            paths.retain(|path, _| {
+                (webhooks || !path.starts_with("/webhooks"))
+                    && (usage || !(path == "/usage" || path.ends_with("/usage")))
+            });
         }
         Ok(document)
     }

@@ -32,5 +32,6 @@ mod server;
 mod settings_page;
 mod soak;
 mod trust;
+mod usage;
 #[cfg(feature = "webhooks")]
 mod webhooks;

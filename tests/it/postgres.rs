@@ -662,6 +662,108 @@ async fn the_binary_writes_the_last_uses_in_hand_when_it_stops() {
 }
 
 #[tokio::test]
+async fn usage_counted_by_two_replicas_sums_exactly_after_both_stop() {
+    crate::common::needs::needs!(Postgres, Examples);
+    let (store, url) = migrated_store().await;
+    store.load_seed(&Seed::demo()).await.unwrap();
+    let spawn = || {
+        Process::spawn_with_env(
+            // A long interval: only the flushes at shutdown can write what is in hand. No
+            // failure throttle: every revoked request reaches its lookup.
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--usage-flush-interval",
+                "1800",
+                "--auth-failure-limit",
+                "0",
+            ],
+            &[("DATABASE_URL", &url)],
+        )
+    };
+    let (mut first, mut second) = (spawn(), spawn());
+    let bases = [first.base_url().await, second.base_url().await];
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let (mut ok, mut revoked) = (0_u64, 0_u64);
+    let mut random = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    for n in 0..3_000_u64 {
+        // Split between the replicas at random (xorshift), the revoked key one request in five.
+        random ^= random << 13;
+        random ^= random >> 7;
+        random ^= random << 17;
+        let base = &bases[usize::try_from(random % 2).unwrap()];
+        let (key, path) = if n % 5 == 0 {
+            (DEMO_REVOKED_KEY, "/v1/me")
+        } else {
+            (DEMO_KEY, "/v1/orders")
+        };
+        let request = http::Request::get(format!("{base}{path}"))
+            .header("authorization", format!("Bearer {key}"))
+            .body(http_body_util::Empty::new())
+            .unwrap();
+        let status = client.request(request).await.unwrap().status().as_u16();
+        match status {
+            200 => ok += 1,
+            401 => revoked += 1,
+            other => panic!("{other}"),
+        }
+    }
+    assert!(first.terminate().await.success());
+    assert!(second.terminate().await.success());
+    let id_of = |key: &str| {
+        let store = store.clone();
+        let key = key.to_owned();
+        async move {
+            match store.lookup(&KeyDigest::of(&key)).await.unwrap() {
+                KeyLookup::Valid(principal) => principal.key_id.to_string(),
+                KeyLookup::Revoked { key_id: Some(id) } => id.to_string(),
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    for (key, route, outcome, sent) in [
+        (DEMO_KEY, "/orders", "ok", ok),
+        (DEMO_REVOKED_KEY, "/me", "revoked", revoked),
+    ] {
+        let id = id_of(key).await;
+        let (success, stdout, stderr) = keys_command(
+            Some(&url),
+            &[
+                "usage",
+                "--organization",
+                "org_demo",
+                "--id",
+                &id,
+                "--granularity",
+                "hour",
+            ],
+        )
+        .await;
+        assert!(success, "{stderr}");
+        let lines: Vec<serde_json::Value> = stdout
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert!(
+            lines
+                .iter()
+                .all(|line| line["route"] == route && line["outcome"] == outcome),
+            "{stdout}"
+        );
+        let counted: u64 = lines
+            .iter()
+            .map(|line| line["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(counted, sent, "{stdout}");
+    }
+}
+
+#[tokio::test]
 async fn the_binary_on_postgres_serves_from_its_caches_follows_a_revocation_and_says_so_in_its_metrics(
 ) {
     crate::common::needs::needs!(Postgres);

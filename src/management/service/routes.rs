@@ -12,6 +12,8 @@ enum Route<'p> {
     Restrict(&'p str),
     Policy,
     Abilities,
+    Usage,
+    KeyUsage(&'p str),
     OpenApi,
     #[cfg(feature = "webhooks")]
     Webhooks(crate::management::webhooks::WebhookRoute<'p>),
@@ -32,6 +34,8 @@ impl<'p> Route<'p> {
             ["openapi.json"] => Some(Self::OpenApi),
             ["policy"] => Some(Self::Policy),
             ["abilities"] => Some(Self::Abilities),
+            ["usage"] => Some(Self::Usage),
+            ["keys", id, "usage"] if valid_id(id) => Some(Self::KeyUsage(id)),
             ["keys", id] if valid_id(id) => Some(Self::Key(id)),
             ["keys", id, "revoke"] if valid_id(id) => Some(Self::Revoke(id)),
             ["keys", id, "roll"] if valid_id(id) => Some(Self::Roll(id)),
@@ -47,7 +51,12 @@ impl<'p> Route<'p> {
     fn methods(&self) -> &'static str {
         match self {
             Self::Keys => "GET, HEAD, POST",
-            Self::Key(_) | Self::Policy | Self::Abilities | Self::OpenApi => "GET, HEAD",
+            Self::Key(_)
+            | Self::Policy
+            | Self::Abilities
+            | Self::Usage
+            | Self::KeyUsage(_)
+            | Self::OpenApi => "GET, HEAD",
             Self::Revoke(_) | Self::Roll(_) | Self::Restrict(_) => "POST",
             #[cfg(feature = "webhooks")]
             Self::Webhooks(route) => route.methods(),
@@ -242,8 +251,18 @@ impl KeyManagementService {
                         "leakReports": supports(KeyAbility::LeakReports),
                         "lastUse": supports(KeyAbility::LastUse),
                         "webhooks": self.webhooks_served(),
+                        "usage": self.usage.is_some(),
                     } } }),
                 ))
+            }
+            Route::Usage => {
+                let store = self.usage.as_deref().ok_or_else(not_found)?;
+                crate::management::usage::usage_totals(store, organization, parts.uri.query()).await
+            }
+            Route::KeyUsage(id) => {
+                let store = self.usage.as_deref().ok_or_else(not_found)?;
+                crate::management::usage::key_usage(store, organization, id, parts.uri.query())
+                    .await
             }
             Route::OpenApi => Err(not_found()),
             #[cfg(feature = "webhooks")]
