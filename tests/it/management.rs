@@ -1207,7 +1207,8 @@ mod core_only {
         assert_eq!(
             abilities.body,
             json!({"data": {"abilities": {
-                "keyPolicy": false, "leakReports": false, "lastUse": false, "webhooks": false
+                "keyPolicy": false, "leakReports": false, "lastUse": false, "webhooks": false,
+                "usage": false
             }}})
         );
         let policy = get(&service, "/policy").await;
@@ -1235,7 +1236,7 @@ mod core_only {
         let full = get(&KeyManagementService::new(store()), "/abilities").await;
         assert_eq!(
             full.body["data"]["abilities"],
-            json!({"keyPolicy": true, "leakReports": true, "lastUse": true, "webhooks": false})
+            json!({"keyPolicy": true, "leakReports": true, "lastUse": true, "webhooks": false, "usage": false})
         );
     }
 }
