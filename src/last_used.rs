@@ -30,8 +30,8 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dashmap::mapref::entry::Entry;
@@ -41,6 +41,7 @@ use tokio::sync::{Mutex, Notify};
 use crate::log::ErrorChain;
 use crate::metrics::{self, StoreCall};
 use crate::model::Timestamp;
+use crate::recording::{self, Places, Recorder};
 use crate::store::StoreError;
 use crate::store::{KeyManager, KeyUse};
 
@@ -65,22 +66,16 @@ struct Shared {
     store: Arc<dyn KeyManager>,
     /// Each tracked key's last use, in milliseconds since the Unix epoch; 0 once written.
     uses: DashMap<Arc<str>, AtomicI64>,
-    /// Places taken in `uses`. Invariant: `uses.len() <= tracked <= capacity` at every
-    /// instant. A place is reserved (only while one is free) before its entry is inserted,
-    /// and given back only after its entry is removed, so concurrent new keys and flushes
-    /// never take `uses` past `capacity`.
-    tracked: AtomicUsize,
+    /// Places taken in `uses`, never more than the capacity.
+    places: Places,
     /// The clock uses are stamped with, ticked every second by the background task.
     now_millis: AtomicI64,
-    capacity: usize,
     flush_interval_millis: AtomicU64,
     /// Woken when the map is full.
     full: Notify,
     dropped: AtomicU64,
     /// One flush at a time; holds the uses a failed flush must write again.
     flushing: Mutex<Vec<KeyUse>>,
-    /// Whether the background task's own flush is under way (it does not start another).
-    background_flush: AtomicBool,
 }
 
 impl LastUsedRecorder {
@@ -107,16 +102,14 @@ impl LastUsedRecorder {
             enabled,
             store: Arc::new(store),
             uses: DashMap::new(),
-            tracked: AtomicUsize::new(0),
+            places: Places::new(capacity),
             now_millis: AtomicI64::new(now_millis()),
-            capacity: capacity.max(1),
             flush_interval_millis: AtomicU64::new(millis(DEFAULT_FLUSH_INTERVAL)),
             full: Notify::new(),
             dropped: AtomicU64::new(0),
             flushing: Mutex::new(Vec::new()),
-            background_flush: AtomicBool::new(false),
         });
-        tokio::spawn(run(Arc::downgrade(&shared)));
+        recording::spawn(&shared);
         Self { shared }
     }
 
@@ -142,15 +135,7 @@ impl LastUsedRecorder {
             last.store(now, Ordering::Relaxed);
             return;
         }
-        // Reserve a place first, and only while one is free, so `tracked` never exceeds the
-        // capacity, not even for an instant.
-        let reserved =
-            shared
-                .tracked
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tracked| {
-                    (tracked < shared.capacity).then_some(tracked + 1)
-                });
-        if reserved.is_err() {
+        if !shared.places.reserve() {
             shared.dropped.fetch_add(1, Ordering::Relaxed);
             metrics::last_used_dropped(1);
             shared.full.notify_one();
@@ -160,7 +145,7 @@ impl LastUsedRecorder {
             Entry::Occupied(entry) => {
                 // Another request inserted it meanwhile: the reserved place is not needed.
                 entry.get().store(now, Ordering::Relaxed);
-                shared.tracked.fetch_sub(1, Ordering::AcqRel);
+                shared.places.release(1);
             }
             Entry::Vacant(entry) => {
                 entry.insert(AtomicI64::new(now));
@@ -193,17 +178,15 @@ impl Shared {
     async fn flush(&self) -> Result<usize, StoreError> {
         let mut batch = self.flushing.lock().await;
         let kept = batch.len();
-        // Keys unused since the last flush are forgotten, which bounds the map. Their places
-        // are given back only once they are gone: given back per entry, inside `retain`, a
-        // place was free while its entry was still there, and the map could hold one more
-        // entry than its capacity for that instant.
+        // Keys unused since the last flush are forgotten, which bounds the map; their places
+        // are given back once they are gone.
         let mut forgotten = 0;
         self.uses.retain(|_, last| {
             let used = last.load(Ordering::Relaxed) != 0;
             forgotten += usize::from(!used);
             used
         });
-        self.tracked.fetch_sub(forgotten, Ordering::AcqRel);
+        self.places.release(forgotten);
         for entry in &self.uses {
             let millis = entry.value().swap(0, Ordering::Relaxed);
             if let Some(at) = (millis != 0)
@@ -224,7 +207,7 @@ impl Shared {
                 let last = latest.entry(key_id).or_insert(at);
                 *last = (*last).max(at);
             }
-            let over = latest.len().saturating_sub(self.capacity);
+            let over = latest.len().saturating_sub(self.places.capacity());
             if over > 0 {
                 self.dropped.fetch_add(over as u64, Ordering::Relaxed);
                 metrics::last_used_dropped(over as u64);
@@ -232,7 +215,7 @@ impl Shared {
             batch.extend(
                 latest
                     .into_iter()
-                    .take(self.capacity)
+                    .take(self.places.capacity())
                     .map(|(key_id, at)| KeyUse { key_id, at }),
             );
         }
@@ -263,45 +246,32 @@ impl Shared {
     }
 }
 
-/// The background task: ticks the clock every second and flushes every flush interval (or
-/// when the map is full), until the recorder is dropped.
-async fn run(shared: Weak<Shared>) {
-    let mut since_flush = Duration::ZERO;
-    loop {
-        let full = {
-            let Some(strong) = shared.upgrade() else {
-                return;
-            };
-            // A tick of the clock, or sooner when the map is full.
-            let full = tokio::time::timeout(Duration::from_secs(1), strong.full.notified())
-                .await
-                .is_ok();
-            strong.now_millis.store(now_millis(), Ordering::Relaxed);
-            full
-        };
-        since_flush += Duration::from_secs(1);
-        let Some(strong) = shared.upgrade() else {
-            return;
-        };
-        let interval = Duration::from_millis(strong.flush_interval_millis.load(Ordering::Relaxed));
-        if full || since_flush >= interval {
-            since_flush = Duration::ZERO;
-            if full && strong.dropped.load(Ordering::Relaxed) > 0 {
-                tracing::warn!(
-                    dropped = strong.dropped.load(Ordering::Relaxed),
-                    "partner API last-use recorder was full; some uses were not recorded"
-                );
-            }
-            // On a task of its own, so the clock keeps ticking while a slow store is written
-            // to; failures are logged in `flush` and retried with the next batch.
-            if !strong.background_flush.swap(true, Ordering::AcqRel) {
-                let flushing = strong.clone();
-                tokio::spawn(async move {
-                    let _ = flushing.flush().await;
-                    flushing.background_flush.store(false, Ordering::Release);
-                });
-            }
+impl Recorder for Shared {
+    fn tick(&self) {
+        self.now_millis.store(now_millis(), Ordering::Relaxed);
+    }
+
+    fn flush_interval(&self) -> Duration {
+        Duration::from_millis(self.flush_interval_millis.load(Ordering::Relaxed))
+    }
+
+    fn full(&self) -> &Notify {
+        &self.full
+    }
+
+    fn was_full(&self) {
+        let dropped = self.dropped.load(Ordering::Relaxed);
+        if dropped > 0 {
+            tracing::warn!(
+                dropped,
+                "partner API last-use recorder was full; some uses were not recorded"
+            );
         }
+    }
+
+    async fn flush_in_background(self: Arc<Self>) {
+        // Failures are logged in `flush` and retried with the next batch.
+        let _ = Shared::flush(&self).await;
     }
 }
 
@@ -317,7 +287,7 @@ impl fmt::Debug for LastUsedRecorder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LastUsedRecorder")
             .field("tracked_keys", &self.tracked_keys())
-            .field("capacity", &self.shared.capacity)
+            .field("capacity", &self.shared.places.capacity())
             .field("dropped", &self.dropped())
             .finish_non_exhaustive()
     }
@@ -326,12 +296,15 @@ impl fmt::Debug for LastUsedRecorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicBool;
+
     use crate::MemoryStore;
 
-    /// The invariant `uses.len() <= tracked <= capacity`, under bursts of new keys racing
-    /// with flushes. `tracked` is one atomic, so sampling it is exact; the map's length is
-    /// not (`DashMap::len` adds up its shards one after another, so a sample taken while
-    /// entries come and go may count one that was already gone), so it is compared when the
+    /// The invariant `uses.len() <= places taken <= capacity`, under bursts of new keys
+    /// racing with flushes. The places taken are one atomic, so sampling them is exact; the
+    /// map's length is not (`DashMap::len` adds up its shards one after another, so a sample
+    /// taken while entries come and go may count one that was already gone), so it is
+    /// compared when the
     /// writers have stopped and the flush lock is held.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_new_keys_and_flushes_never_take_the_recorder_past_its_capacity() {
@@ -345,7 +318,7 @@ mod tests {
                 std::thread::spawn(move || {
                     let mut most = 0;
                     while writing.load(Ordering::Acquire) {
-                        most = most.max(recorder.shared.tracked.load(Ordering::Acquire));
+                        most = most.max(recorder.shared.places.taken());
                         std::thread::yield_now();
                     }
                     most
@@ -385,7 +358,7 @@ mod tests {
             // places back: the count is exact.
             let shared = &recorder.shared;
             let _no_flush = shared.flushing.lock().await;
-            let tracked = shared.tracked.load(Ordering::Acquire);
+            let tracked = shared.places.taken();
             assert_eq!(tracked, shared.uses.len(), "round {round}");
             assert!(tracked <= CAPACITY, "round {round}: {tracked} keys");
         }

@@ -95,6 +95,7 @@ pub mod management;
 pub mod metrics;
 pub mod model;
 pub mod rate_limit;
+mod recording;
 #[cfg(feature = "secret-scanning")]
 #[cfg_attr(docsrs, doc(cfg(feature = "secret-scanning")))]
 pub mod secret_scanning;

@@ -42,8 +42,8 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dashmap::mapref::entry::Entry;
@@ -53,6 +53,7 @@ use tokio::sync::{Mutex, Notify};
 use crate::log::ErrorChain;
 use crate::metrics::{self, StoreCall};
 use crate::model::Timestamp;
+use crate::recording::{self, Places, Recorder};
 use crate::store::usage::hour_of_millis;
 use crate::store::{StoreError, UsageCount, UsageOutcome, UsageRoute, UsageStore};
 
@@ -121,10 +122,8 @@ pub struct UsageRecorder {
 struct Shared {
     store: Arc<dyn UsageStore>,
     counters: DashMap<Arc<str>, KeyCounters>,
-    /// Places taken in `counters`: `counters.len() <= tracked <= capacity` at every instant
-    /// (reserved before an insert, given back after a removal).
-    tracked: AtomicUsize,
-    capacity: usize,
+    /// Places taken in `counters`, never more than the capacity.
+    places: Places,
     /// The start of the current hour, in milliseconds; ticked every second.
     hour_millis: AtomicI64,
     flush_interval_millis: AtomicU64,
@@ -132,7 +131,6 @@ struct Shared {
     dropped: AtomicU64,
     /// One flush at a time; holds the counts a refused batch must write again.
     kept: Mutex<Vec<UsageCount>>,
-    background_flush: AtomicBool,
 }
 
 impl UsageRecorder {
@@ -155,16 +153,14 @@ impl UsageRecorder {
         let shared = Arc::new(Shared {
             store: Arc::new(store),
             counters: DashMap::new(),
-            tracked: AtomicUsize::new(0),
-            capacity: capacity.max(1),
+            places: Places::new(capacity),
             hour_millis: AtomicI64::new(current_hour_millis()),
             flush_interval_millis: AtomicU64::new(millis(DEFAULT_FLUSH_INTERVAL)),
             full: Notify::new(),
             dropped: AtomicU64::new(0),
             kept: Mutex::new(Vec::new()),
-            background_flush: AtomicBool::new(false),
         });
-        tokio::spawn(run(Arc::downgrade(&shared)));
+        recording::spawn(&shared);
         Self { shared }
     }
 
@@ -190,13 +186,7 @@ impl UsageRecorder {
             counters.by_parity[parity][slot].fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let reserved =
-            shared
-                .tracked
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tracked| {
-                    (tracked < shared.capacity).then_some(tracked + 1)
-                });
-        if reserved.is_err() {
+        if !shared.places.reserve() {
             shared.dropped.fetch_add(1, Ordering::Relaxed);
             metrics::usage_dropped(1);
             shared.full.notify_one();
@@ -205,7 +195,7 @@ impl UsageRecorder {
         let counters = match shared.counters.entry(key_id.clone()) {
             Entry::Occupied(entry) => {
                 // Another request inserted it meanwhile: the reserved place is not needed.
-                shared.tracked.fetch_sub(1, Ordering::AcqRel);
+                shared.places.release(1);
                 entry.into_ref().downgrade()
             }
             Entry::Vacant(entry) => entry.insert(KeyCounters::new()).downgrade(),
@@ -241,7 +231,7 @@ impl Shared {
         let mut kept = self.kept.lock().await;
         let hour = self.hour_millis.load(Ordering::Relaxed);
         // Keys without requests since the last flush are forgotten; their places are given
-        // back once they are gone (see `tracked`).
+        // back once they are gone.
         let mut forgotten = 0;
         self.counters.retain(|_, counters| {
             let used = counters
@@ -252,7 +242,7 @@ impl Shared {
             forgotten += usize::from(!used);
             used
         });
-        self.tracked.fetch_sub(forgotten, Ordering::AcqRel);
+        self.places.release(forgotten);
         let mut batch: HashMap<(Arc<str>, i64, usize), u64> = HashMap::new();
         for entry in &self.counters {
             for (parity_index, counts) in entry.value().by_parity.iter().enumerate() {
@@ -323,40 +313,23 @@ impl Shared {
     }
 }
 
-/// The background task: ticks the hour every second and flushes every flush interval (or
-/// when the map is full), until the recorder is dropped.
-async fn run(shared: Weak<Shared>) {
-    let mut since_flush = Duration::ZERO;
-    loop {
-        let full = {
-            let Some(strong) = shared.upgrade() else {
-                return;
-            };
-            let full = tokio::time::timeout(Duration::from_secs(1), strong.full.notified())
-                .await
-                .is_ok();
-            strong
-                .hour_millis
-                .store(current_hour_millis(), Ordering::Relaxed);
-            full
-        };
-        since_flush += Duration::from_secs(1);
-        let Some(strong) = shared.upgrade() else {
-            return;
-        };
-        let interval = Duration::from_millis(strong.flush_interval_millis.load(Ordering::Relaxed));
-        if full || since_flush >= interval {
-            since_flush = Duration::ZERO;
-            // On a task of its own, so the hour keeps ticking while a slow store is written
-            // to; failures are logged in `flush` and retried with the next batch.
-            if !strong.background_flush.swap(true, Ordering::AcqRel) {
-                let flushing = strong.clone();
-                tokio::spawn(async move {
-                    let _ = flushing.flush().await;
-                    flushing.background_flush.store(false, Ordering::Release);
-                });
-            }
-        }
+impl Recorder for Shared {
+    fn tick(&self) {
+        self.hour_millis
+            .store(current_hour_millis(), Ordering::Relaxed);
+    }
+
+    fn flush_interval(&self) -> Duration {
+        Duration::from_millis(self.flush_interval_millis.load(Ordering::Relaxed))
+    }
+
+    fn full(&self) -> &Notify {
+        &self.full
+    }
+
+    async fn flush_in_background(self: Arc<Self>) {
+        // Failures are logged in `flush` and retried with the next batch.
+        let _ = Shared::flush(&self).await;
     }
 }
 
@@ -372,7 +345,7 @@ impl fmt::Debug for UsageRecorder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UsageRecorder")
             .field("tracked_keys", &self.tracked_keys())
-            .field("capacity", &self.shared.capacity)
+            .field("capacity", &self.shared.places.capacity())
             .field("dropped", &self.dropped())
             .finish_non_exhaustive()
     }
@@ -455,6 +428,93 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(first.iter().map(|bucket| bucket.count).sum::<u64>(), 5_000);
+        assert_eq!(recorder.dropped(), 0);
+    }
+
+    /// A usage store that refuses writes while `failing` is set.
+    struct Flaky {
+        store: MemoryStore,
+        failing: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait::async_trait]
+    impl UsageStore for Arc<Flaky> {
+        async fn record_usage(&self, counts: &[UsageCount]) -> Result<(), StoreError> {
+            if self.failing.load(Ordering::SeqCst) {
+                return Err(StoreError::unavailable("the database is down"));
+            }
+            self.store.record_usage(counts).await
+        }
+        async fn key_usage(
+            &self,
+            organization_id: &str,
+            key_id: &str,
+            period: UsagePeriod,
+            granularity: UsageGranularity,
+        ) -> Result<Vec<crate::store::UsageBucket>, StoreError> {
+            self.store
+                .key_usage(organization_id, key_id, period, granularity)
+                .await
+        }
+        async fn usage_totals(
+            &self,
+            organization_id: &str,
+            period: UsagePeriod,
+        ) -> Result<Vec<crate::store::KeyUsageTotal>, StoreError> {
+            self.store.usage_totals(organization_id, period).await
+        }
+        async fn prune_usage(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
+            self.store.prune_usage(older_than, batch).await
+        }
+    }
+
+    /// Through an outage of several flushes, with requests counted all along: the counts a
+    /// refused batch kept meet the new ones, and the first flush the store accepts writes
+    /// every request once.
+    #[tokio::test]
+    async fn counts_survive_refused_flushes_and_are_written_once_after() {
+        let store = MemoryStore::new();
+        store
+            .add_organization(Organization {
+                id: "org".into(),
+                name: "Org".into(),
+            })
+            .unwrap();
+        store.add_key("pk_test_usage_outage", "org").unwrap();
+        let key_id: Arc<str> = crate::store::KeyManager::list(&store, "org").await.unwrap()[0]
+            .id
+            .clone()
+            .into();
+        let flaky = Arc::new(Flaky {
+            store: store.clone(),
+            failing: std::sync::atomic::AtomicBool::new(true),
+        });
+        let recorder = UsageRecorder::spawn(flaky.clone()).with_flush_interval(MAX_FLUSH_INTERVAL);
+        for round in 0..5 {
+            for _ in 0..100 {
+                recorder.record(&key_id, UsageRoute::Me, UsageOutcome::Ok);
+            }
+            recorder.record(&key_id, UsageRoute::Orders, UsageOutcome::RateLimited);
+            assert!(recorder.flush().await.is_err(), "round {round}");
+        }
+        flaky.failing.store(false, Ordering::SeqCst);
+        recorder.record(&key_id, UsageRoute::Me, UsageOutcome::Ok);
+        assert_eq!(recorder.flush().await.unwrap(), 2);
+        let period = UsagePeriod {
+            from: Timestamp::from_unix_millis(0).unwrap(),
+            to: Timestamp::now().saturating_add(Duration::from_secs(7200)),
+        };
+        let totals = store.usage_totals("org", period).await.unwrap();
+        let of = |outcome| {
+            totals
+                .iter()
+                .filter(|total| total.outcome == outcome)
+                .map(|total| total.count)
+                .sum::<u64>()
+        };
+        assert_eq!(of(UsageOutcome::Ok), 501);
+        assert_eq!(of(UsageOutcome::RateLimited), 5);
+        assert_eq!(recorder.flush().await.unwrap(), 0);
         assert_eq!(recorder.dropped(), 0);
     }
 }

@@ -220,7 +220,7 @@ pub fn app(store: MemoryStore, recorder: LastUsedRecorder, config: Config) -> Ro
     let management = if config.core_store {
         KeyManagementService::new(core_store::CoreStore(store.clone()))
     } else {
-        let management = KeyManagementService::new(store.clone());
+        let management = KeyManagementService::new(store.clone()).with_usage(store.clone());
         #[cfg(feature = "webhooks")]
         let management = management.with_webhooks(store.clone());
         management

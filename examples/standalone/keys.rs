@@ -139,7 +139,8 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
             let from = match from {
                 Some(text) => instant("from", text)?,
                 None => Timestamp::from_unix_millis(
-                    to.as_datetime().timestamp_millis() - 30 * 24 * 3_600_000,
+                    to.as_datetime().timestamp_millis()
+                        - partner_api::management::DEFAULT_USAGE_PERIOD.as_millis() as i64,
                 )
                 .ok_or("--to is too early")?,
             };

@@ -373,13 +373,15 @@ fn finish(
 ) -> Response<ApiBody> {
     record_in_request_span("organization_id", || principal.organization.id.as_str());
     let mut response = response.unwrap_or_else(|err| store_failed(config, err));
-    let outcome = match response.status() {
-        StatusCode::OK => UsageOutcome::Ok,
-        StatusCode::NOT_MODIFIED => UsageOutcome::NotModified,
-        StatusCode::TOO_MANY_REQUESTS => UsageOutcome::RateLimited,
-        _ => UsageOutcome::Error,
-    };
-    count_usage(config, exchange, &principal.key_id, outcome);
+    if config.key_usage.is_some() {
+        let outcome = match response.status() {
+            StatusCode::OK => UsageOutcome::Ok,
+            StatusCode::NOT_MODIFIED => UsageOutcome::NotModified,
+            StatusCode::TOO_MANY_REQUESTS => UsageOutcome::RateLimited,
+            _ => UsageOutcome::Error,
+        };
+        count_usage(config, exchange, &principal.key_id, outcome);
+    }
     if let Some(decision) = decision {
         decision.write_headers(response.headers_mut());
     }

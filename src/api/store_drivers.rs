@@ -112,7 +112,9 @@ async fn answer_awaited(config: Arc<Config>, flow: KeyedAnswer) -> Response<ApiB
                 Some(reply) => reply,
                 None => {
                     let call = question.call();
-                    usable_key = flow.usage_key();
+                    if config.key_usage.is_some() {
+                        usable_key = flow.usage_key();
+                    }
                     let started = Instant::now();
                     in_flight = Some((call, started));
                     let reply = awaited_reply(&config, question).await;

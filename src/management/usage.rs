@@ -28,32 +28,24 @@ fn bad(message: impl Into<String>) -> Failure {
 
 fn parse(query: Option<&str>, with_granularity: bool) -> Result<UsageQuery, Failure> {
     let (mut from, mut to, mut granularity) = (None, None, None);
-    for pair in query
-        .unwrap_or("")
-        .split('&')
-        .filter(|pair| !pair.is_empty())
-    {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        // RFC 3339 offsets carry `+`, which a query string may send encoded.
-        let value = value
-            .replace("%2B", "+")
-            .replace("%2b", "+")
-            .replace("%3A", ":");
-        let value = value.replace("%3a", ":");
-        let slot = match name {
+    for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        let slot = match &*name {
             "from" => &mut from,
             "to" => &mut to,
             "granularity" if with_granularity => &mut granularity,
             _ => return Err(bad(format!("unknown query parameter {name:?}"))),
         };
-        if slot.replace(value).is_some() {
+        if slot.replace(value.into_owned()).is_some() {
             return Err(bad(format!("{name} is given twice")));
         }
     }
     let instant = |name: &str, text: Option<String>| -> Result<Option<Timestamp>, Failure> {
         text.map(|text| {
-            text.parse::<Timestamp>()
-                .map_err(|_| bad(format!("{name} is not an RFC 3339 date-time")))
+            text.parse::<Timestamp>().map_err(|_| {
+                bad(format!(
+                    "{name} is not an RFC 3339 date-time (a `+` of an offset is sent as %2B)"
+                ))
+            })
         })
         .transpose()
     };

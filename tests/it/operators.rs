@@ -288,6 +288,32 @@ async fn migrated_by_the_owner_served_and_managed_by_roles_without_ddl_rights() 
             .await
             .unwrap();
     assert!(used.is_some(), "the serving role recorded the last use");
+    // And the usage, in the same shutdown, as the serving role.
+    let counted: i64 =
+        sqlx::query_scalar("SELECT coalesce(sum(requests), 0)::bigint FROM partner_api_key_usage")
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+    assert!(counted >= 1, "the serving role recorded no usage");
+    // The key-management role reads usage and cannot write it (the delivering role serves
+    // too: it writes usage as the serving role does).
+    let mut key_admin = PgConnection::connect(&as_user(&url, &keys)).await.unwrap();
+    sqlx::query("SELECT count(*) FROM partner_api_key_usage")
+        .fetch_one(&mut key_admin)
+        .await
+        .unwrap();
+    for statement in [
+        "UPDATE partner_api_key_usage SET requests = requests + 1000",
+        "DELETE FROM partner_api_key_usage",
+        "INSERT INTO partner_api_key_usage SELECT key_id, hour, route, outcome, 1 \
+         FROM partner_api_key_usage",
+    ] {
+        let refused = key_admin.execute(statement).await;
+        assert!(
+            refused.is_err(),
+            "the key-management role may run {statement}"
+        );
+    }
 
     // Key management as its own role.
     let keys_url = as_user(&url, &keys);

@@ -1,0 +1,111 @@
+//! What the in-process recorders ([`LastUsedRecorder`](crate::last_used::LastUsedRecorder),
+//! [`UsageRecorder`](crate::usage::UsageRecorder)) share: places bounded by a capacity, and
+//! the background task that ticks their clock every second and flushes them every interval.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+/// Places taken in a recorder's map. Invariant: `map.len() <= taken <= capacity` at every
+/// instant. A place is reserved (only while one is free) before its entry is inserted, and
+/// given back only after its entry is removed, so concurrent new entries and flushes never
+/// take the map past its capacity.
+pub(crate) struct Places {
+    taken: AtomicUsize,
+    capacity: usize,
+}
+
+impl Places {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            taken: AtomicUsize::new(0),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Takes a place if one is free: never past the capacity, not even for an instant.
+    pub(crate) fn reserve(&self) -> bool {
+        self.taken
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |taken| {
+                (taken < self.capacity).then_some(taken + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back `count` places, once their entries are gone (or were never inserted).
+    pub(crate) fn release(&self, count: usize) {
+        self.taken.fetch_sub(count, Ordering::AcqRel);
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    #[cfg(test)]
+    pub(crate) fn taken(&self) -> usize {
+        self.taken.load(Ordering::Acquire)
+    }
+}
+
+/// A recorder the background task drives.
+pub(crate) trait Recorder: Send + Sync + 'static {
+    /// Called every second: the recorder reads the clock here, never on the request path.
+    fn tick(&self);
+    /// How long between two flushes.
+    fn flush_interval(&self) -> Duration;
+    /// Notified when the recorder's map is full: a flush is due at once.
+    fn full(&self) -> &Notify;
+    /// Called before a flush the full map asked for.
+    fn was_full(&self) {}
+    /// Writes what the recorder holds; failures are its own to log and keep.
+    fn flush_in_background(self: Arc<Self>) -> impl Future<Output = ()> + Send;
+}
+
+/// Starts the background task of `recorder` on the current Tokio runtime: ticks its clock
+/// every second and flushes it every flush interval (or when its map is full), one flush at
+/// a time, each on a task of its own so the clock keeps ticking while a slow store is
+/// written to. The task ends when the recorder is dropped.
+///
+/// # Panics
+///
+/// Outside a Tokio runtime.
+pub(crate) fn spawn<R: Recorder>(recorder: &Arc<R>) {
+    tokio::spawn(run(Arc::downgrade(recorder)));
+}
+
+async fn run<R: Recorder>(recorder: Weak<R>) {
+    let flushing = Arc::new(AtomicBool::new(false));
+    let mut since_flush = Duration::ZERO;
+    loop {
+        let full = {
+            let Some(strong) = recorder.upgrade() else {
+                return;
+            };
+            let full = tokio::time::timeout(Duration::from_secs(1), strong.full().notified())
+                .await
+                .is_ok();
+            strong.tick();
+            full
+        };
+        since_flush += Duration::from_secs(1);
+        let Some(strong) = recorder.upgrade() else {
+            return;
+        };
+        if full || since_flush >= strong.flush_interval() {
+            since_flush = Duration::ZERO;
+            if full {
+                strong.was_full();
+            }
+            if !flushing.swap(true, Ordering::AcqRel) {
+                let flushing = flushing.clone();
+                tokio::spawn(async move {
+                    strong.flush_in_background().await;
+                    flushing.store(false, Ordering::Release);
+                });
+            }
+        }
+    }
+}
