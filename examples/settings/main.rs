@@ -33,6 +33,7 @@ use clap::Parser;
 use partner_api::last_used::LastUsedRecorder;
 use partner_api::management::{ActingOrganization, KeyManagementService};
 use partner_api::seed::Seed;
+use partner_api::usage::UsageRecorder;
 use partner_api::{MemoryStore, PartnerApi, PartnerApiLayer};
 
 mod core_store;
@@ -56,6 +57,8 @@ const PAGE: &str = include_str!("page.html");
 const PAGE_JS: &str = include_str!("page.js");
 /// The script of the page's Webhooks section (shown when the host serves webhooks).
 const WEBHOOKS_JS: &str = include_str!("webhooks.js");
+/// The page's usage charts.
+const USAGE_JS: &str = include_str!("usage.js");
 const PAGE_CSS: &str = include_str!("page.css");
 /// The demo sign-in page and its style.
 const SIGN_IN: &str = include_str!("sign_in.html");
@@ -200,8 +203,14 @@ impl Host {
 
 /// The host over `store`: the page at `/settings/partner-api` (its script and styles below
 /// `/assets`), its API below it at `/settings/partner-api/api`, the demo sign-in at
-/// `/sign-in`, and the partner API at `/v1`.
-pub fn app(store: MemoryStore, recorder: LastUsedRecorder, config: Config) -> Router {
+/// `/sign-in`, and the partner API at `/v1`, recording the last use of keys in `recorder` and
+/// counting their requests in `usage` (none for a core store, which keeps no usage).
+pub fn app(
+    store: MemoryStore,
+    recorder: LastUsedRecorder,
+    usage: Option<UsageRecorder>,
+    config: Config,
+) -> Router {
     let organizations = Seed::demo()
         .organizations
         .into_iter()
@@ -242,6 +251,10 @@ pub fn app(store: MemoryStore, recorder: LastUsedRecorder, config: Config) -> Ro
         })
     };
     let api = PartnerApi::from_store(store).with_last_used(recorder);
+    let api = match usage {
+        Some(usage) => api.with_usage(usage),
+        None => api,
+    };
     Router::new()
         .route("/", get(|| async { Redirect::to("/settings/partner-api") }))
         .route("/sign-in", get(sign_in_page).post(sign_in))
@@ -254,6 +267,10 @@ pub fn app(store: MemoryStore, recorder: LastUsedRecorder, config: Config) -> Ro
         .route(
             "/assets/webhooks.js",
             get(|| async { asset("text/javascript; charset=utf-8", WEBHOOKS_JS) }),
+        )
+        .route(
+            "/assets/usage.js",
+            get(|| async { asset("text/javascript; charset=utf-8", USAGE_JS) }),
         )
         .route(
             "/assets/page.css",
@@ -430,6 +447,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         LastUsedRecorder::spawn(store.clone())
     }
     .with_flush_interval(Duration::from_secs(2));
+    // Counts per key, also written within seconds, for the page's charts.
+    let usage = (!args.core_store)
+        .then(|| UsageRecorder::spawn(store.clone()).with_flush_interval(Duration::from_secs(2)));
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(tls_acceptor(cert, key)?),
         _ => None,
@@ -452,7 +472,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let config = DeliveryConfig::new().with_destinations(destinations);
         tokio::spawn(Dispatcher::new(store.clone(), config).run(std::future::pending()));
     }
-    let router = app(store.clone(), recorder.clone(), config);
+    let router = app(store.clone(), recorder.clone(), usage.clone(), config);
     let router = match &args.secret_scanning_keys {
         Some(path) => router.route_service(
             "/secret-scanning/github",
@@ -482,5 +502,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     recorder.flush().await?;
+    if let Some(usage) = usage {
+        usage.flush().await?;
+    }
     Ok(())
 }

@@ -131,16 +131,19 @@ function button(text, className, onClick, label) {
 
 // What the host's store offers besides the keys themselves (GET /abilities); until it is
 // known, everything is shown.
-let abilities = { keyPolicy: true, leakReports: true, lastUse: true, webhooks: true };
+let abilities = { keyPolicy: true, leakReports: true, lastUse: true, webhooks: true, usage: true };
 
 function render(keys) {
   const body = document.getElementById("keys");
   body.replaceChildren();
   if (shownKeyId && keys.some((key) => key.id === shownKeyId && key.revokedAt)) hideReveal();
   document.getElementById("last-used-column").hidden = !abilities.lastUse;
+  document.getElementById("usage-column").hidden = !abilities.usage;
   if (keys.length === 0) {
     const row = body.insertRow();
-    row.append(Object.assign(cell("No keys yet: create one above.", "empty"), { colSpan: abilities.lastUse ? 9 : 8 }));
+    const columns = 8 + (abilities.lastUse ? 1 : 0) + (abilities.usage ? 1 : 0);
+    row.append(Object.assign(cell("No keys yet: create one above.", "empty"), { colSpan: columns }));
+    showUsage(keys);
     return;
   }
   for (const key of keys) {
@@ -171,9 +174,12 @@ function render(keys) {
     }
     // A store that records no last use: the column is hidden, not a row of dashes.
     const lastUsed = abilities.lastUse ? [dateCell(key.lastUsedAt)] : [];
+    // Drawn by usage.js once the key's usage is read.
+    const usage = abilities.usage ? [Object.assign(cell("", "spark"), { id: "spark-" + key.id })] : [];
     row.append(cell(name, "label"), cell(key.hint || "—", "hint"), env, dateCell(key.createdAt),
-      ...lastUsed, dateCell(key.expiresAt), ips, status, actions);
+      ...lastUsed, ...usage, dateCell(key.expiresAt), ips, status, actions);
   }
+  showUsage(keys);
 }
 
 async function refresh() {

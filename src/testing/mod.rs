@@ -15,6 +15,9 @@
 //! Every check works in its own namespace of fresh ids, so the suite runs against a store
 //! that already holds data (a shared test database) and can run again on the same store.
 //!
+//! A store with per-key usage ([`UsageStore`](crate::store::UsageStore)) is checked by
+//! [`run_usage`].
+//!
 //! A host's own [`RateLimiter`] (one over Redis, say) has a suite too,
 //! [`run_rate_limiter`]:
 //!
@@ -46,6 +49,7 @@ mod pages;
 mod rate_limit;
 mod report;
 mod store;
+mod usage;
 #[cfg(feature = "webhooks")]
 mod webhooks;
 
@@ -55,6 +59,7 @@ pub use keys::run_key_manager;
 pub use rate_limit::run_rate_limiter;
 pub use report::Report;
 pub use store::run;
+pub use usage::run_usage;
 #[cfg(feature = "webhooks")]
 pub use webhooks::run_webhooks;
 

@@ -6,12 +6,15 @@ use async_trait::async_trait;
 use partner_api::management::{
     IssuedKey, KeyManager, KeyPolicy, KeyRecord, KeyUse, NewKey, RollKey,
 };
-use partner_api::store::OrderQuery;
+use partner_api::store::{
+    KeyUsageTotal, OrderQuery, UsageBucket, UsageCount, UsageGranularity, UsagePeriod, UsageStore,
+};
 use partner_api::testing::{run, StoreFixtures};
 use partner_api::{
     KeyDigest, KeyLookup, KeyStore, MemoryStore, Order, OrderPage, OrderStore, Organization,
-    StoreError, Timestamp,
+    StoreError, StoreErrorKind, Timestamp,
 };
+use std::time::Duration;
 
 #[tokio::test]
 async fn the_memory_store_conforms_and_can_run_twice() {
@@ -37,6 +40,9 @@ enum Fault {
     IgnoresKeyPolicy,
     /// Allowed address ranges are recorded but never reach a lookup.
     ForgetsAllowedIps,
+    /// Usage reads of another organization's key answer "no usage" instead of NotFound,
+    /// and retention deletes everything at once.
+    LeaksUsage,
 }
 
 /// A memory store with one deliberate fault.
@@ -67,6 +73,43 @@ impl OrderStore for Faulty {
             _ => query.clone(),
         };
         self.0.orders(org, &query).await
+    }
+}
+
+#[async_trait]
+impl UsageStore for Faulty {
+    async fn record_usage(&self, counts: &[UsageCount]) -> Result<(), StoreError> {
+        self.0.record_usage(counts).await
+    }
+    async fn key_usage(
+        &self,
+        org: &str,
+        key_id: &str,
+        period: UsagePeriod,
+        granularity: UsageGranularity,
+    ) -> Result<Vec<UsageBucket>, StoreError> {
+        let read = self.0.key_usage(org, key_id, period, granularity).await;
+        match (self.1, read) {
+            // The fault: a key of another organization reads as a key without usage.
+            (Fault::LeaksUsage, Err(err)) if err.kind() == StoreErrorKind::NotFound => {
+                Ok(Vec::new())
+            }
+            (_, read) => read,
+        }
+    }
+    async fn usage_totals(
+        &self,
+        org: &str,
+        period: UsagePeriod,
+    ) -> Result<Vec<KeyUsageTotal>, StoreError> {
+        self.0.usage_totals(org, period).await
+    }
+    async fn prune_usage(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
+        let batch = match self.1 {
+            Fault::LeaksUsage => u32::MAX,
+            _ => batch,
+        };
+        self.0.prune_usage(older_than, batch).await
     }
 }
 
@@ -253,6 +296,27 @@ async fn the_memory_store_manages_keys_as_the_suite_requires() {
     report.assert_passed();
     assert_eq!(report.len(), 11);
     crate::common::key_abilities_pass(&store).await;
+}
+
+#[tokio::test]
+async fn the_memory_store_keeps_usage_as_the_suite_requires_and_a_leaky_one_fails() {
+    let store = MemoryStore::new();
+    for _ in 0..2 {
+        let report = partner_api::testing::run_usage(&store).await;
+        report.assert_passed();
+        assert_eq!(report.len(), 4);
+    }
+    let report =
+        partner_api::testing::run_usage(&Faulty(MemoryStore::new(), Fault::LeaksUsage)).await;
+    let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
+    assert_eq!(
+        failed,
+        [
+            "reads are scoped to the organization; unknown keys' counts are dropped",
+            "retention deletes the oldest counts first, at most a batch at a time",
+        ],
+        "{report}"
+    );
 }
 
 /// The webhooks suite passes on the memory store and bites a store whose finishes ignore

@@ -46,6 +46,17 @@ async fn the_pg_store_manages_keys_as_the_suite_requires() {
     crate::common::key_abilities_pass(&store).await;
 }
 
+#[tokio::test]
+async fn the_pg_store_keeps_usage_as_the_suite_requires() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = migrated_store().await;
+    for _ in 0..2 {
+        let report = partner_api::testing::run_usage(&store).await;
+        report.assert_passed();
+        assert_eq!(report.len(), 4);
+    }
+}
+
 /// The reasons every key of `keys` is refused (or not), by `store`, in order.
 async fn outcomes(store: &impl KeyStore, keys: &[&str]) -> Vec<KeyLookup> {
     let mut outcomes = Vec::new();

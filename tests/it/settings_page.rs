@@ -1490,3 +1490,150 @@ async fn a_store_of_the_required_methods_drives_the_page_which_hides_the_rest() 
     assert_eq!(me_status(&example, &plaintext).await, 401);
     assert_eq!(csp_violations(&browser).await, Vec::<Value>::new());
 }
+
+/// The text of `css` once it reads `wanted`, reloading the page until it does: counts reach
+/// the page after the recorder's next flush.
+async fn reload_until_text(browser: &Client, css: &str, wanted: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(element) = browser.find(Locator::Css(css)).await {
+            if element.text().await.is_ok_and(|text| text == wanted) {
+                return;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{css} never read {wanted:?}: {:?}",
+            text(browser, css).await
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        browser.refresh().await.unwrap();
+    }
+}
+
+/// How far the page, and each table on it, is wider than its box (0: it fits), and how far
+/// the last button of the first webhook endpoint's row reaches past its table's box.
+async fn overflow(browser: &Client) -> Value {
+    browser
+        .execute(
+            "const wraps = [...document.querySelectorAll('.table-wrap')]
+               .filter((wrap) => !wrap.closest('[hidden]'));
+             const remove = document.querySelector('#endpoints button.remove-endpoint');
+             const wrap = remove && remove.closest('.table-wrap');
+             return {
+               page: document.documentElement.scrollWidth - window.innerWidth,
+               tables: wraps.map((wrap) => wrap.scrollWidth - wrap.clientWidth),
+               remove: remove ? Math.ceil(remove.getBoundingClientRect().right
+                 - wrap.getBoundingClientRect().right) : null,
+               createKey: Math.ceil(document.getElementById('create-key')
+                 .getBoundingClientRect().right - window.innerWidth),
+               width: window.innerWidth,
+               // What reaches furthest right, outside a scrolling table: what to fix.
+               widest: [...document.querySelectorAll('body *')]
+                 .filter((node) => !node.closest('.table-wrap'))
+                 .map((node) => [Math.ceil(node.getBoundingClientRect().right),
+                   node.tagName + (node.id ? '#' + node.id : '') + '.' + node.className])
+                 .sort((a, b) => b[0] - a[0])[0],
+             };",
+            vec![],
+        )
+        .await
+        .unwrap()
+}
+
+/// After requests with a key and the recorder's flush, its row's sparkline and the usage
+/// section's totals show them, refusals among them, for all keys and for the key chosen;
+/// the sections fit a 1280 px window and stay usable at 390 px (a phone).
+#[tokio::test]
+async fn the_page_shows_each_keys_usage_and_fits_a_desktop_and_a_phone() {
+    crate::common::needs::needs!(Examples, Chromium);
+    use partner_api::seed::{DEMO_KEY, DEMO_REVOKED_KEY};
+    let example = Example::start(&["--sign-in-as", "org_demo"]).await;
+    for _ in 0..7 {
+        assert_eq!(me_status(&example, DEMO_KEY).await, 200);
+    }
+    for _ in 0..2 {
+        assert_eq!(me_status(&example, DEMO_REVOKED_KEY).await, 401);
+    }
+    let driver = Driver::start();
+    let browser = browser(&driver).await;
+    browser
+        .goto(&format!("{}{PAGE}", example.base()))
+        .await
+        .unwrap();
+    wait_for_row_text(&browser, "Demo integration", "pk_test_...klmn").await;
+    reload_until_text(&browser, "#usage-total", "9").await;
+    let spark = "//tbody[@id='keys']/tr[td[1][normalize-space()='Demo integration']]\
+                 /td[contains(@class, 'spark')]/span";
+    let demo_total = browser.find(Locator::XPath(spark)).await.unwrap();
+    assert_eq!(demo_total.text().await.unwrap(), "7");
+    assert_eq!(text(&browser, "#usage-refused").await, "2 (22.2%)");
+    assert_eq!(text(&browser, "#usage-revoked").await, "2");
+    assert_eq!(text(&browser, "#usage-ok").await, "7");
+    // Today's bar, stacked: what was served and what was refused.
+    let segments = browser
+        .find_all(Locator::Css("#usage-chart rect.seg"))
+        .await
+        .unwrap();
+    assert_eq!(segments.len(), 2);
+    let day = browser
+        .find(Locator::Css("#usage-chart g.day:last-of-type title"))
+        .await
+        .unwrap()
+        .html(true)
+        .await
+        .unwrap();
+    assert!(day.contains("9 requests (OK 7, Revoked 2)"), "{day}");
+    // One key: its own totals.
+    browser
+        .find(Locator::Id("usage-key"))
+        .await
+        .unwrap()
+        .select_by(Locator::XPath(
+            "//option[starts-with(., 'Demo integration')]",
+        ))
+        .await
+        .unwrap();
+    // Drawn again at the change, without a reload (which would choose all keys again).
+    assert_eq!(text(&browser, "#usage-total").await, "7");
+    assert_eq!(text(&browser, "#usage-refused").await, "0 (0%)");
+
+    // A webhook endpoint with a long URL: its row, five actions included, fits at 1280 px.
+    #[cfg(feature = "webhooks")]
+    {
+        browser
+            .find(Locator::Id("endpoint-url"))
+            .await
+            .unwrap()
+            .send_keys("https://partner.example/integrations/acme-media-cloud/webhooks/orders")
+            .await
+            .unwrap();
+        click(&browser, Locator::Id("add-endpoint-button")).await;
+        browser
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css("#endpoints button.remove-endpoint"))
+            .await
+            .unwrap();
+    }
+    let wide = overflow(&browser).await;
+    // At most 0: a vertical scrollbar takes its width from the page's.
+    assert!(wide["page"].as_i64().unwrap() <= 0, "{wide}");
+    assert!(
+        wide["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|table| table.as_i64().unwrap() <= 0),
+        "a table is wider than its card at 1280 px: {wide}"
+    );
+    #[cfg(feature = "webhooks")]
+    assert!(wide["remove"].as_i64().unwrap() <= 0, "{wide}");
+    // A phone: the page itself never scrolls sideways, and its forms fit.
+    browser.set_window_size(390, 844).await.unwrap();
+    let narrow = overflow(&browser).await;
+    assert!(narrow["page"].as_i64().unwrap() <= 0, "{narrow}");
+    assert!(narrow["createKey"].as_i64().unwrap() <= 0, "{narrow}");
+    assert_eq!(csp_violations(&browser).await, Vec::<Value>::new());
+    browser.close().await.unwrap();
+}
