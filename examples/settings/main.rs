@@ -59,6 +59,8 @@ const PAGE_JS: &str = include_str!("page.js");
 const WEBHOOKS_JS: &str = include_str!("webhooks.js");
 /// The page's usage charts.
 const USAGE_JS: &str = include_str!("usage.js");
+/// The page's security log.
+const SECURITY_JS: &str = include_str!("security.js");
 const PAGE_CSS: &str = include_str!("page.css");
 /// The demo sign-in page and its style.
 const SIGN_IN: &str = include_str!("sign_in.html");
@@ -229,7 +231,9 @@ pub fn app(
     let management = if config.core_store {
         KeyManagementService::new(core_store::CoreStore(store.clone()))
     } else {
-        let management = KeyManagementService::new(store.clone()).with_usage(store.clone());
+        let management = KeyManagementService::new(store.clone())
+            .with_usage(store.clone())
+            .with_audit_log(store.clone());
         #[cfg(feature = "webhooks")]
         let management = management.with_webhooks(store.clone());
         management
@@ -273,6 +277,10 @@ pub fn app(
             get(|| async { asset("text/javascript; charset=utf-8", USAGE_JS) }),
         )
         .route(
+            "/assets/security.js",
+            get(|| async { asset("text/javascript; charset=utf-8", SECURITY_JS) }),
+        )
+        .route(
             "/assets/page.css",
             get(|| async { asset("text/css; charset=utf-8", PAGE_CSS) }),
         )
@@ -290,18 +298,20 @@ pub fn app(
 }
 
 /// The host's session middleware: the cookie's session, and the organization it acts for as
-/// the extension the key-management service reads.
+/// the extension the key-management service reads, with the signed-in user (the demo's one
+/// user of each organization, `admin@<organization>`) as the actor of the security log.
 async fn session(State(host): State<Host>, mut request: Request, next: Next) -> Response {
+    let acting = |organization: &str| {
+        ActingOrganization::new(organization).with_actor(format!("admin@{organization}"))
+    };
     if let Some(organization) = &host.signed_in_as {
-        request
-            .extensions_mut()
-            .insert(ActingOrganization::new(organization.as_str()));
+        request.extensions_mut().insert(acting(organization));
         return next.run(request).await;
     }
     if let Some(session) = host.session_of(request.headers()) {
         request
             .extensions_mut()
-            .insert(ActingOrganization::new(session.organization_id.as_str()));
+            .insert(acting(&session.organization_id));
         request.extensions_mut().insert(session);
     }
     next.run(request).await

@@ -131,7 +131,7 @@ function button(text, className, onClick, label) {
 
 // What the host's store offers besides the keys themselves (GET /abilities); until it is
 // known, everything is shown.
-let abilities = { keyPolicy: true, leakReports: true, lastUse: true, webhooks: true, usage: true };
+let abilities = { keyPolicy: true, leakReports: true, lastUse: true, webhooks: true, usage: true, auditLog: true };
 
 function render(keys) {
   const body = document.getElementById("keys");
@@ -144,6 +144,7 @@ function render(keys) {
     const columns = 8 + (abilities.lastUse ? 1 : 0) + (abilities.usage ? 1 : 0);
     row.append(Object.assign(cell("No keys yet: create one above.", "empty"), { colSpan: columns }));
     showUsage(keys);
+    showSecurityLog(keys);
     return;
   }
   for (const key of keys) {
@@ -180,6 +181,7 @@ function render(keys) {
       ...lastUsed, ...usage, dateCell(key.expiresAt), ips, status, actions);
   }
   showUsage(keys);
+  showSecurityLog(keys);
 }
 
 async function refresh() {

@@ -8,6 +8,7 @@
 //!   `PgStore` do), with its records: they live in [`store`](crate::store), below the
 //!   services that call them, and are re-exported here.
 
+mod audit;
 pub(crate) mod bodies;
 mod limits;
 mod service;
@@ -22,6 +23,7 @@ pub use crate::store::{
     DEFAULT_MAX_WEBHOOK_ENDPOINTS, MAX_LABEL_CHARS,
 };
 
+pub use audit::DEFAULT_AUDIT_PAGE;
 pub use limits::{MAX_BODY_BYTES, MAX_LIFETIME, MAX_OVERLAP};
 #[cfg(feature = "webhooks")]
 pub use service::DEFAULT_WEBHOOK_ACTIONS;

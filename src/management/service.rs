@@ -64,7 +64,9 @@ use super::bodies::{
 };
 use super::limits::{MAX_LIFETIME, MAX_OVERLAP};
 use crate::api::body::ApiBody;
+use crate::api::client_address::PeerAddr;
 use crate::model::Timestamp;
+use crate::store::AuditContext;
 use crate::store::{KeyAbility, KeyManager, NewKey, RollKey};
 
 /// The OpenAPI 3.1 description of the service, as checked in.
@@ -80,18 +82,64 @@ pub const OPENAPI_DOCUMENT: &str = include_str!("openapi.json");
 /// request.extensions_mut().insert(ActingOrganization::new("org_1"));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ActingOrganization(Arc<str>);
+pub struct ActingOrganization {
+    organization_id: Arc<str>,
+    actor: Option<Arc<str>>,
+}
 
 impl ActingOrganization {
     /// Creates the extension for the organization `organization_id`.
     pub fn new(organization_id: impl Into<Arc<str>>) -> Self {
-        Self(organization_id.into())
+        Self {
+            organization_id: organization_id.into(),
+            actor: None,
+        }
+    }
+
+    /// Names who is signed in (a user's name or email): the actor of the audit log's entries
+    /// of the request's changes. Without it they are
+    /// [`UNATTRIBUTED`](crate::store::UNATTRIBUTED). Never taken from the request's body.
+    #[must_use]
+    pub fn with_actor(mut self, actor: impl Into<Arc<str>>) -> Self {
+        self.actor = Some(actor.into());
+        self
     }
 
     /// Returns the organization's id.
     pub fn id(&self) -> &str {
-        &self.0
+        &self.organization_id
     }
+
+    /// Returns who is signed in, if the host said.
+    pub fn actor(&self) -> Option<&str> {
+        self.actor.as_deref()
+    }
+}
+
+/// The audit context of a request's changes: the host's actor, the peer's address, the user
+/// agent and the request id.
+fn audit_context(parts: &Parts) -> AuditContext {
+    let acting = parts.extensions.get::<ActingOrganization>();
+    let actor = acting
+        .and_then(ActingOrganization::actor)
+        .unwrap_or(crate::store::UNATTRIBUTED);
+    let mut context = AuditContext::new(actor);
+    if let Some(PeerAddr(peer)) = parts.extensions.get::<PeerAddr>() {
+        context = context.with_source_address(peer.ip());
+    }
+    let header = |name| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|value: &http::HeaderValue| value.to_str().ok())
+    };
+    if let Some(user_agent) = header(http::header::USER_AGENT.as_str()) {
+        context = context.with_user_agent(user_agent);
+    }
+    if let Some(request_id) = header(crate::api::request_id::REQUEST_ID_HEADER.as_str()) {
+        context = context.with_request_id(request_id);
+    }
+    context
 }
 
 /// A host's own CSRF check of a state-changing request.
@@ -113,6 +161,7 @@ pub struct KeyManagementService {
     prefix: Arc<str>,
     csrf: Option<Arc<CsrfCheck>>,
     usage: Option<Arc<dyn crate::store::UsageStore>>,
+    audit: Option<Arc<dyn crate::store::AuditLog>>,
     #[cfg(feature = "webhooks")]
     webhooks: Option<Arc<dyn crate::webhooks::WebhookManager>>,
     /// The budget per organization of the webhook actions that queue messages.
@@ -139,6 +188,7 @@ impl KeyManagementService {
             prefix: Arc::from(""),
             csrf: None,
             usage: None,
+            audit: None,
             #[cfg(feature = "webhooks")]
             webhooks: None,
             #[cfg(feature = "webhooks")]
@@ -186,6 +236,16 @@ impl KeyManagementService {
     #[must_use]
     pub fn with_usage(mut self, store: impl crate::store::UsageStore + 'static) -> Self {
         self.usage = Some(Arc::new(store));
+        self
+    }
+
+    /// Serves the organization's security log too (`GET /audit`), from `log`. Without it the
+    /// path is 404, absent from the OpenAPI document the service serves, and
+    /// `GET /abilities` says `"auditLog": false`. The entries themselves are written by the
+    /// store, with each change.
+    #[must_use]
+    pub fn with_audit_log(mut self, log: impl crate::store::AuditLog + 'static) -> Self {
+        self.audit = Some(Arc::new(log));
         self
     }
 
@@ -283,7 +343,8 @@ impl KeyManagementService {
     {
         let (parts, body) = request.into_parts();
         let head = parts.method == Method::HEAD;
-        let mut response = self.route(parts, body).await?;
+        let context = audit_context(&parts);
+        let mut response = context.scope(self.route(parts, body)).await?;
         if head {
             *response.body_mut() = ApiBody::empty();
         }
@@ -314,10 +375,12 @@ impl KeyManagementService {
                 Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal server error")
             })?;
         let (webhooks, usage) = (self.webhooks_served(), self.usage.is_some());
+        let audit = self.audit.is_some();
         if let Some(paths) = document.get_mut("paths").and_then(|p| p.as_object_mut()) {
             paths.retain(|path, _| {
                 (webhooks || !path.starts_with("/webhooks"))
                     && (usage || !(path == "/usage" || path.ends_with("/usage")))
+                    && (audit || path != "/audit")
             });
         }
         Ok(document)

@@ -13,6 +13,7 @@ use crate::key::{AllowedIps, KeyDigest};
 use crate::model::MAX_ORDERS;
 use crate::model::{OrderPage, Organization, Timestamp};
 
+pub(crate) mod audit;
 mod error;
 mod key_manager;
 mod memory;
@@ -24,6 +25,10 @@ pub(crate) mod usage;
 #[cfg(feature = "webhooks")]
 pub(crate) mod webhooks;
 
+pub use audit::{
+    AuditAction, AuditContext, AuditEntry, AuditLog, AuditPage, AuditPosition, AuditQuery,
+    AuditRecord, DEFAULT_AUDIT_RETENTION, MAX_AUDIT_PAGE, UNATTRIBUTED,
+};
 pub use error::{StoreError, StoreErrorKind};
 pub(crate) use key_manager::{check_label, describe_plaintext, lifetime_until};
 pub use key_manager::{

@@ -1637,3 +1637,72 @@ async fn the_page_shows_each_keys_usage_and_fits_a_desktop_and_a_phone() {
     assert_eq!(csp_violations(&browser).await, Vec::<Value>::new());
     browser.close().await.unwrap();
 }
+
+/// The security log: revoke a key on the page and see who did it, to which key, and when,
+/// above the key's creation.
+#[tokio::test]
+async fn the_security_log_shows_who_revoked_a_key_and_when() {
+    crate::common::needs::needs!(Examples, Chromium);
+    let example = Example::start(&["--sign-in-as", "org_demo"]).await;
+    let driver = Driver::start();
+    let browser = browser(&driver).await;
+    browser
+        .goto(&format!("{}{PAGE}", example.base()))
+        .await
+        .unwrap();
+    let plaintext = create(&browser, "Audited", "test").await;
+    click_in_row(&browser, "Audited", "button.revoke-key").await;
+    browser.accept_alert().await.unwrap();
+    wait_for_row_text(&browser, "Audited", "Revoked").await;
+    let newest = "//tbody[@id='security-log']/tr[1]";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let row = loop {
+        if let Ok(row) = browser.find(Locator::XPath(newest)).await {
+            if row
+                .text()
+                .await
+                .is_ok_and(|text| text.contains("Revoked key"))
+            {
+                break row.text().await.unwrap();
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no revocation in the log"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(row.contains("admin@org_demo"), "{row}");
+    assert!(row.contains("Audited"), "{row}");
+    // When: today's date, as the keys table writes dates.
+    let today = browser
+        .execute(
+            "return new Date().toLocaleDateString('en-GB', \
+             { day: 'numeric', month: 'short', year: 'numeric' });",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(row.contains(today.as_str().unwrap()), "{row} {today}");
+    let created = browser
+        .find(Locator::XPath("//tbody[@id='security-log']/tr[2]"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        created.contains("Created key") && created.contains("Audited"),
+        "{created}"
+    );
+    // The log holds ids, never a key.
+    let log = browser
+        .find(Locator::Id("security-section"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!log.contains(&plaintext));
+    assert_eq!(csp_violations(&browser).await, Vec::<Value>::new());
+}

@@ -14,6 +14,7 @@ enum Route<'p> {
     Abilities,
     Usage,
     KeyUsage(&'p str),
+    Audit,
     OpenApi,
     #[cfg(feature = "webhooks")]
     Webhooks(crate::management::webhooks::WebhookRoute<'p>),
@@ -35,6 +36,7 @@ impl<'p> Route<'p> {
             ["policy"] => Some(Self::Policy),
             ["abilities"] => Some(Self::Abilities),
             ["usage"] => Some(Self::Usage),
+            ["audit"] => Some(Self::Audit),
             ["keys", id, "usage"] if valid_id(id) => Some(Self::KeyUsage(id)),
             ["keys", id] if valid_id(id) => Some(Self::Key(id)),
             ["keys", id, "revoke"] if valid_id(id) => Some(Self::Revoke(id)),
@@ -56,6 +58,7 @@ impl<'p> Route<'p> {
             | Self::Abilities
             | Self::Usage
             | Self::KeyUsage(_)
+            | Self::Audit
             | Self::OpenApi => "GET, HEAD",
             Self::Revoke(_) | Self::Roll(_) | Self::Restrict(_) => "POST",
             #[cfg(feature = "webhooks")]
@@ -252,6 +255,7 @@ impl KeyManagementService {
                         "lastUse": supports(KeyAbility::LastUse),
                         "webhooks": self.webhooks_served(),
                         "usage": self.usage.is_some(),
+                        "auditLog": self.audit.is_some(),
                     } } }),
                 ))
             }
@@ -263,6 +267,10 @@ impl KeyManagementService {
                 let store = self.usage.as_deref().ok_or_else(not_found)?;
                 crate::management::usage::key_usage(store, organization, id, parts.uri.query())
                     .await
+            }
+            Route::Audit => {
+                let log = self.audit.as_deref().ok_or_else(not_found)?;
+                crate::management::audit::entries(log, organization, parts.uri.query()).await
             }
             Route::OpenApi => Err(not_found()),
             #[cfg(feature = "webhooks")]

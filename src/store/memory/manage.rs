@@ -5,10 +5,11 @@ use async_trait::async_trait;
 use super::{generate, unknown_organization, KeyEntry, MemoryStore, State};
 use crate::key::{AllowedIps, KeyEnvironment};
 use crate::model::Timestamp;
+use crate::store::audit::restriction;
 use crate::store::StoreError;
 use crate::store::{
-    IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, LeakReport,
-    LeakedKey, NewKey, RevocationReason, RollKey,
+    AuditAction, AuditRecord, IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyRefusal,
+    KeyUse, LeakReport, LeakedKey, NewKey, RevocationReason, RollKey,
 };
 
 #[async_trait]
@@ -25,7 +26,14 @@ impl KeyManager for MemoryStore {
         let policy = state.policy(organization_id)?;
         policy.check_lifetime(new.lifetime_at(now))?;
         policy.check_active_keys(state.active_keys(organization_id, now), 0)?;
-        state.issue(organization_id, key, &new, now)
+        let issued = state.issue(organization_id, key, &new, now)?;
+        let id = &issued.record().id;
+        self.audit(AuditRecord::new(
+            organization_id,
+            AuditAction::KeyIssued,
+            Some(id),
+        ));
+        Ok(issued)
     }
 
     async fn list(&self, organization_id: &str) -> Result<Vec<KeyRecord>, StoreError> {
@@ -56,6 +64,11 @@ impl KeyManager for MemoryStore {
         if entry.record.revoked_at.is_none() {
             entry.record.revoked_at = Some(Timestamp::now());
             entry.record.revoked_reason = Some(RevocationReason::Manual);
+            self.audit(AuditRecord::new(
+                organization_id,
+                AuditAction::KeyRevoked,
+                Some(key_id),
+            ));
         }
         Ok(entry.record.clone())
     }
@@ -69,6 +82,10 @@ impl KeyManager for MemoryStore {
         let mut state = self.write();
         let entry = state.entry_mut(organization_id, key_id)?;
         entry.record.allowed_ips = allowed_ips.clone();
+        self.audit(
+            AuditRecord::new(organization_id, AuditAction::KeyRestricted, Some(key_id))
+                .with_detail(restriction(&allowed_ips)),
+        );
         entry.principal.allowed_ips = allowed_ips;
         Ok(entry.record.clone())
     }
@@ -84,13 +101,24 @@ impl KeyManager for MemoryStore {
             .map(|report| {
                 let entry = state.keys.get_mut(&report.digest)?;
                 let record = &mut entry.record;
-                if record.revoked_at.is_none() {
+                let newly_revoked = record.revoked_at.is_none();
+                if newly_revoked {
                     record.revoked_at = Some(now);
                     record.revoked_reason = Some(RevocationReason::Leaked);
                 }
                 let first_report = record.leak.is_none();
                 if first_report {
                     record.leak = Some(report.leak.clone());
+                }
+                if newly_revoked || first_report {
+                    self.audit(
+                        AuditRecord::new(
+                            &record.organization_id,
+                            AuditAction::KeyLeaked,
+                            Some(&record.id),
+                        )
+                        .with_detail(report.leak.url.clone()),
+                    );
                 }
                 Some(LeakedKey::new(record.clone(), first_report))
             })
@@ -146,7 +174,12 @@ impl KeyManager for MemoryStore {
         if let Some(lifetime) = lifetime {
             new = new.with_expires_in(lifetime);
         }
-        state.issue(organization_id, key, &new, now)
+        let issued = state.issue(organization_id, key, &new, now)?;
+        self.audit(
+            AuditRecord::new(organization_id, AuditAction::KeyRolled, Some(key_id))
+                .with_detail(issued.record().id.clone()),
+        );
+        Ok(issued)
     }
 
     async fn key_policy(&self, organization_id: &str) -> Result<KeyPolicy, StoreError> {
@@ -161,6 +194,10 @@ impl KeyManager for MemoryStore {
         let mut state = self.write();
         state.policy(organization_id)?;
         state.policies.insert(organization_id.to_owned(), policy);
+        self.audit(
+            AuditRecord::new(organization_id, AuditAction::PolicyChanged, None)
+                .with_detail(serde_json::to_string(&policy).unwrap_or_default()),
+        );
         Ok(policy)
     }
 

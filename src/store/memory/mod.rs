@@ -16,6 +16,7 @@ use crate::store::{
     check_label, describe_plaintext, IssuedKey, KeyRecord, NewKey, RevocationReason,
 };
 
+mod audit;
 mod manage;
 mod order_writes;
 mod orders;
@@ -59,6 +60,8 @@ pub struct MemoryStore {
     /// Each key's requests per hour, route and outcome; apart from `state`, so the recorder's
     /// writes never hold the lock requests read keys under.
     usage: Arc<Mutex<usage::Usage>>,
+    /// The audit log; appended to under the lock of each change, and always locked last.
+    audit: Arc<Mutex<audit::Audit>>,
 }
 
 #[derive(Default)]
@@ -114,6 +117,10 @@ impl MemoryStore {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
         self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn audit_log(&self) -> std::sync::MutexGuard<'_, audit::Audit> {
+        self.audit.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn usage(&self) -> std::sync::MutexGuard<'_, usage::Usage> {

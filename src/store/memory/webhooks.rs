@@ -17,6 +17,7 @@ use crate::store::webhooks::{
     WebhookSecret,
 };
 use crate::store::StoreError;
+use crate::store::{AuditAction, AuditRecord};
 
 /// One change of an order, as the memory store's writers raise it.
 pub(super) struct OrderEvent {
@@ -202,6 +203,10 @@ impl WebhookManager for MemoryStore {
                 failing_since: None,
             },
         );
+        self.audit(
+            AuditRecord::new(organization_id, AuditAction::WebhookAdded, Some(&record.id))
+                .with_detail(record.url.clone()),
+        );
         Ok(CreatedEndpoint { record, secret })
     }
 
@@ -242,6 +247,11 @@ impl WebhookManager for MemoryStore {
         let old = std::mem::replace(&mut entry.secret, secret.clone());
         entry.previous =
             (!overlap.is_zero()).then(|| (old, Timestamp::now().saturating_add(overlap)));
+        self.audit(AuditRecord::new(
+            organization_id,
+            AuditAction::WebhookSecretRotated,
+            Some(endpoint_id),
+        ));
         Ok(CreatedEndpoint {
             record: entry.record.clone(),
             secret,
@@ -259,6 +269,14 @@ impl WebhookManager for MemoryStore {
         if enabled && !entry.record.enabled {
             entry.failing_since = None;
         }
+        if entry.record.enabled != enabled {
+            let action = if enabled {
+                AuditAction::WebhookEnabled
+            } else {
+                AuditAction::WebhookDisabled
+            };
+            self.audit(AuditRecord::new(organization_id, action, Some(endpoint_id)));
+        }
         entry.record.enabled = enabled;
         Ok(entry.record.clone())
     }
@@ -275,6 +293,11 @@ impl WebhookManager for MemoryStore {
             .deliveries
             .retain(|_, delivery| delivery.endpoint != id);
         outbox.attempts.retain(|(endpoint, _)| *endpoint != id);
+        self.audit(AuditRecord::new(
+            organization_id,
+            AuditAction::WebhookRemoved,
+            Some(endpoint_id),
+        ));
         Ok(())
     }
 
@@ -293,7 +316,16 @@ impl WebhookManager for MemoryStore {
         let data = serde_json::to_vec(&serde_json::json!({ "endpointId": entry.record.id }))
             .map_err(StoreError::other)?;
         let body = payload(EventType::WebhookTest, Timestamp::now(), &data);
-        Ok(outbox.queue(id, EventType::WebhookTest, None, body))
+        let message_id = outbox.queue(id, EventType::WebhookTest, None, body);
+        self.audit(
+            AuditRecord::new(
+                organization_id,
+                AuditAction::WebhookTestSent,
+                Some(endpoint_id),
+            )
+            .with_detail(message_id.clone()),
+        );
+        Ok(message_id)
     }
 
     async fn attempts(
@@ -331,6 +363,14 @@ impl WebhookManager for MemoryStore {
         if delivery.state != State::Pending {
             delivery.requeue();
         }
+        self.audit(
+            AuditRecord::new(
+                organization_id,
+                AuditAction::WebhookMessageRetried,
+                Some(endpoint_id),
+            )
+            .with_detail(message_id),
+        );
         Ok(())
     }
 
@@ -352,6 +392,14 @@ impl WebhookManager for MemoryStore {
                 recovered += 1;
             }
         }
+        self.audit(
+            AuditRecord::new(
+                organization_id,
+                AuditAction::WebhookMessagesRecovered,
+                Some(endpoint_id),
+            )
+            .with_detail(recovered.to_string()),
+        );
         Ok(recovered)
     }
 }

@@ -8,11 +8,14 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
+use super::audit::audited;
 use super::policy::{locked_policy, read_policy};
 use super::{allowed_ips, column, store_error, PgStore};
 use crate::key::{AllowedIps, ApiKey, KeyDigest, KeyEnvironment};
 use crate::model::Timestamp;
+use crate::store::audit::restriction;
 use crate::store::StoreError;
+use crate::store::{AuditAction, AuditContext, AuditRecord};
 use crate::store::{
     IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, Leak, LeakReport,
     LeakedKey, NewKey, RevocationReason, RollKey,
@@ -61,6 +64,8 @@ impl KeyManager for PgStore {
         .await
         .map_err(store_error)?;
         let record = record_from_row(&row)?;
+        let entry = AuditRecord::new(organization_id, AuditAction::KeyIssued, Some(&record.id));
+        audited(&mut transaction, entry).await?;
         transaction.commit().await.map_err(store_error)?;
         Ok(IssuedKey::new(key, record))
     }
@@ -96,12 +101,35 @@ impl KeyManager for PgStore {
     }
 
     async fn revoke(&self, organization_id: &str, key_id: &str) -> Result<KeyRecord, StoreError> {
-        let sql = format!(
+        let id = parse_id(key_id)?;
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        // Whether this call revokes the key (the entry is for the revocation, not a repeat).
+        let active: Option<bool> = sqlx::query_scalar(
+            "SELECT revoked_at IS NULL FROM partner_api_keys \
+             WHERE organization_id = $1 AND id = $2 FOR UPDATE",
+        )
+        .bind(organization_id)
+        .bind(id)
+        .fetch_optional(&mut *transaction)
+        .await
+        .map_err(store_error)?;
+        let active = active.ok_or_else(|| unknown_key(key_id))?;
+        let row = sqlx::query(&format!(
             "UPDATE partner_api_keys SET revoked_at = COALESCE(revoked_at, now()), \
                revoked_reason = CASE WHEN revoked_at IS NULL THEN 'manual' ELSE revoked_reason END \
              WHERE organization_id = $1 AND id = $2 RETURNING {RECORD}"
-        );
-        self.one_record(&sql, organization_id, key_id).await
+        ))
+        .bind(organization_id)
+        .bind(id)
+        .fetch_one(&mut *transaction)
+        .await
+        .map_err(store_error)?;
+        if active {
+            let entry = AuditRecord::new(organization_id, AuditAction::KeyRevoked, Some(key_id));
+            audited(&mut transaction, entry).await?;
+        }
+        transaction.commit().await.map_err(store_error)?;
+        record_from_row(&row)
     }
 
     async fn restrict(
@@ -110,6 +138,7 @@ impl KeyManager for PgStore {
         key_id: &str,
         allowed_ips: AllowedIps,
     ) -> Result<KeyRecord, StoreError> {
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
         let row = sqlx::query(&format!(
             "UPDATE partner_api_keys SET allowed_ips = $3::text[]::cidr[] \
              WHERE organization_id = $1 AND id = $2 RETURNING {RECORD}"
@@ -117,12 +146,15 @@ impl KeyManager for PgStore {
         .bind(organization_id)
         .bind(parse_id(key_id)?)
         .bind(range_texts(&allowed_ips))
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *transaction)
         .await
-        .map_err(store_error)?;
-        row.as_ref()
-            .map(record_from_row)
-            .unwrap_or_else(|| Err(unknown_key(key_id)))
+        .map_err(store_error)?
+        .ok_or_else(|| unknown_key(key_id))?;
+        let entry = AuditRecord::new(organization_id, AuditAction::KeyRestricted, Some(key_id))
+            .with_detail(restriction(&allowed_ips));
+        audited(&mut transaction, entry).await?;
+        transaction.commit().await.map_err(store_error)?;
+        record_from_row(&row)
     }
 
     async fn revoke_leaked(
@@ -135,6 +167,8 @@ impl KeyManager for PgStore {
         // One statement for the whole report, whatever its size: the first report of each
         // digest counts, and a key keeps its first revocation and its first leak. Rows are
         // locked in id order, so two reports of the same keys at once wait, never deadlock.
+        // The entries are written by the same statement, so with the revocations.
+        let context = AuditContext::current();
         let mut seen = std::collections::HashSet::new();
         let firsts: Vec<&LeakReport> = reports
             .iter()
@@ -152,7 +186,8 @@ impl KeyManager for PgStore {
                SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::timestamptz[]) \
                  AS r(digest, url, source, reported_at)), \
              before AS ( \
-               SELECT k.id, k.leak_reported_at IS NULL AS first_report \
+               SELECT k.id, k.leak_reported_at IS NULL AS first_report, \
+                      k.revoked_at IS NULL AS newly_revoked \
                FROM partner_api_keys k JOIN reports r ON k.key_sha256 = r.digest \
                ORDER BY k.id FOR UPDATE OF k), \
              updated AS ( \
@@ -165,13 +200,23 @@ impl KeyManager for PgStore {
                leak_reported_at = COALESCE(k.leak_reported_at, r.reported_at) \
              FROM reports r, before b \
              WHERE k.key_sha256 = r.digest AND b.id = k.id \
-             RETURNING k.*, b.first_report) \
+             RETURNING k.*, b.first_report, b.newly_revoked), \
+             logged AS ( \
+             INSERT INTO partner_api_audit_log \
+               (organization_id, action, target, detail, actor, source_address, user_agent, \
+                request_id) \
+             SELECT organization_id, 'key.leaked', id::text, left(leak_url, 2000), $5, $6, $7, $8 \
+             FROM updated WHERE first_report OR newly_revoked) \
              SELECT {RECORD}, key_sha256, first_report FROM updated"
         ))
         .bind(&digests)
         .bind(&urls)
         .bind(&sources)
         .bind(&times)
+        .bind(context.actor())
+        .bind(context.source_address())
+        .bind(context.user_agent())
+        .bind(context.request_id())
         .fetch_all(&self.pool)
         .await
         .map_err(store_error)?;
@@ -268,6 +313,9 @@ impl KeyManager for PgStore {
         .await
         .map_err(store_error)?;
         let record = record_from_row(&row)?;
+        let entry = AuditRecord::new(organization_id, AuditAction::KeyRolled, Some(key_id))
+            .with_detail(record.id.clone());
+        audited(&mut transaction, entry).await?;
         transaction.commit().await.map_err(store_error)?;
         Ok(IssuedKey::new(key, record))
     }
@@ -289,6 +337,7 @@ impl KeyManager for PgStore {
         });
         let max_active_keys = i32::try_from(policy.max_active_keys).unwrap_or(i32::MAX);
         let max_webhook_endpoints = i32::try_from(policy.max_webhook_endpoints).unwrap_or(i32::MAX);
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
         sqlx::query(
             "INSERT INTO partner_api_key_policies \
                (organization_id, max_lifetime_ms, max_active_keys, max_webhook_endpoints) \
@@ -301,10 +350,15 @@ impl KeyManager for PgStore {
         .bind(max_lifetime_ms)
         .bind(max_active_keys)
         .bind(max_webhook_endpoints)
-        .execute(&self.pool)
+        .execute(&mut *transaction)
         .await
         .map_err(|err| unknown_organization(store_error(err), organization_id))?;
-        self.key_policy(organization_id).await
+        let set = read_policy(&mut transaction, organization_id).await?;
+        let entry = AuditRecord::new(organization_id, AuditAction::PolicyChanged, None)
+            .with_detail(serde_json::to_string(&set).map_err(StoreError::other)?);
+        audited(&mut transaction, entry).await?;
+        transaction.commit().await.map_err(store_error)?;
+        Ok(set)
     }
 
     async fn record_last_used(&self, uses: &[KeyUse]) -> Result<(), StoreError> {

@@ -13,6 +13,7 @@ use crate::key::{is_valid_key, KeyDigest};
 use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
 use crate::store::describe_plaintext;
 
+mod audit;
 mod breaker;
 mod error;
 mod keys;

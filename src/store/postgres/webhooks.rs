@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
+use super::audit::audited;
 use super::{column, store_error, PgStore};
 use crate::model::{EncodedOrder, Order, Timestamp};
 use crate::store::webhooks::{
@@ -16,6 +17,7 @@ use crate::store::webhooks::{
     WebhookManager, WebhookSecret,
 };
 use crate::store::StoreError;
+use crate::store::{AuditAction, AuditRecord};
 
 /// The columns of an [`Endpoint`], in `endpoint_from_row`'s names.
 const ENDPOINT: &str = "id, organization_id, url, events, description, enabled, created_at";
@@ -150,11 +152,12 @@ impl WebhookManager for PgStore {
         .fetch_one(&mut *transaction)
         .await
         .map_err(store_error)?;
+        let record = endpoint_from_row(&row)?;
+        let entry = AuditRecord::new(organization_id, AuditAction::WebhookAdded, Some(&record.id))
+            .with_detail(record.url.clone());
+        audited(&mut transaction, entry).await?;
         transaction.commit().await.map_err(store_error)?;
-        Ok(CreatedEndpoint {
-            record: endpoint_from_row(&row)?,
-            secret,
-        })
+        Ok(CreatedEndpoint { record, secret })
     }
 
     async fn endpoints(&self, organization_id: &str) -> Result<Vec<Endpoint>, StoreError> {
@@ -191,6 +194,7 @@ impl WebhookManager for PgStore {
     ) -> Result<CreatedEndpoint, StoreError> {
         let secret = WebhookSecret::generate().map_err(StoreError::other)?;
         let overlap_ms = i64::try_from(overlap.as_millis()).unwrap_or(i64::MAX / 2);
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
         let row = sqlx::query(&format!(
             "UPDATE partner_webhook_endpoints SET \
                  previous_secret = CASE WHEN $4 > 0 THEN secret END, \
@@ -202,13 +206,14 @@ impl WebhookManager for PgStore {
         .bind(endpoint_id(id)?)
         .bind(secret.expose())
         .bind(overlap_ms)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *transaction)
         .await
         .map_err(store_error)?;
-        Ok(CreatedEndpoint {
-            record: endpoint_from_row(&row.ok_or_else(|| no_endpoint(id))?)?,
-            secret,
-        })
+        let record = endpoint_from_row(&row.ok_or_else(|| no_endpoint(id))?)?;
+        let entry = AuditRecord::new(organization_id, AuditAction::WebhookSecretRotated, Some(id));
+        audited(&mut transaction, entry).await?;
+        transaction.commit().await.map_err(store_error)?;
+        Ok(CreatedEndpoint { record, secret })
     }
 
     async fn set_enabled(
@@ -217,6 +222,18 @@ impl WebhookManager for PgStore {
         id: &str,
         enabled: bool,
     ) -> Result<Endpoint, StoreError> {
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        // The state before, locked: the entry is for a change, not a repeat.
+        let was: Option<bool> = sqlx::query_scalar(
+            "SELECT enabled FROM partner_webhook_endpoints \
+             WHERE organization_id = $1 AND id = $2 FOR UPDATE",
+        )
+        .bind(organization_id)
+        .bind(endpoint_id(id)?)
+        .fetch_optional(&mut *transaction)
+        .await
+        .map_err(store_error)?;
+        let was = was.ok_or_else(|| no_endpoint(id))?;
         let row = sqlx::query(&format!(
             "UPDATE partner_webhook_endpoints SET enabled = $3, \
                  failing_since = CASE WHEN $3 AND NOT enabled THEN NULL ELSE failing_since END \
@@ -225,14 +242,28 @@ impl WebhookManager for PgStore {
         .bind(organization_id)
         .bind(endpoint_id(id)?)
         .bind(enabled)
-        .fetch_optional(&self.pool)
+        .fetch_one(&mut *transaction)
         .await
         .map_err(store_error)?;
-        endpoint_from_row(&row.ok_or_else(|| no_endpoint(id))?)
+        if was != enabled {
+            let action = if enabled {
+                AuditAction::WebhookEnabled
+            } else {
+                AuditAction::WebhookDisabled
+            };
+            audited(
+                &mut transaction,
+                AuditRecord::new(organization_id, action, Some(id)),
+            )
+            .await?;
+        }
+        transaction.commit().await.map_err(store_error)?;
+        endpoint_from_row(&row)
     }
 
     async fn remove_endpoint(&self, organization_id: &str, id: &str) -> Result<(), StoreError> {
         // Its deliveries and attempts go by cascade; messages no other endpoint has, here.
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
         let row = sqlx::query(
             "WITH removed AS ( \
                  DELETE FROM partner_webhook_endpoints WHERE organization_id = $1 AND id = $2 \
@@ -247,12 +278,15 @@ impl WebhookManager for PgStore {
         )
         .bind(organization_id)
         .bind(endpoint_id(id)?)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *transaction)
         .await
         .map_err(store_error)?;
         if column::<i64>(&row, "removed")? == 0 {
             return Err(no_endpoint(id));
         }
+        let entry = AuditRecord::new(organization_id, AuditAction::WebhookRemoved, Some(id));
+        audited(&mut transaction, entry).await?;
+        transaction.commit().await.map_err(store_error)?;
         Ok(())
     }
 
@@ -263,6 +297,7 @@ impl WebhookManager for PgStore {
                 "the endpoint is disabled; enable it first",
             ));
         }
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
         let row = sqlx::query(
             "WITH message AS ( \
                  INSERT INTO partner_webhook_messages (organization_id, event_type, data) \
@@ -273,10 +308,15 @@ impl WebhookManager for PgStore {
         .bind(organization_id)
         .bind(&endpoint.id)
         .bind(endpoint_id(id)?)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *transaction)
         .await
         .map_err(store_error)?;
-        column(&row, "webhook_id")
+        let message_id: String = column(&row, "webhook_id")?;
+        let entry = AuditRecord::new(organization_id, AuditAction::WebhookTestSent, Some(id))
+            .with_detail(message_id.clone());
+        audited(&mut transaction, entry).await?;
+        transaction.commit().await.map_err(store_error)?;
+        Ok(message_id)
     }
 
     async fn attempts(
@@ -331,6 +371,7 @@ impl WebhookManager for PgStore {
         message_id: &str,
     ) -> Result<(), StoreError> {
         self.endpoint(organization_id, id).await?;
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
         let done = sqlx::query(
             "WITH found AS (SELECT id, state FROM partner_webhook_deliveries \
                             WHERE endpoint_id = $1 AND webhook_id = $2), \
@@ -342,13 +383,21 @@ impl WebhookManager for PgStore {
         )
         .bind(endpoint_id(id)?)
         .bind(message_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *transaction)
         .await
         .map_err(store_error)?;
-        match done {
-            Some(_) => Ok(()),
-            None => Err(StoreError::not_found("no such message to this endpoint")),
+        if done.is_none() {
+            return Err(StoreError::not_found("no such message to this endpoint"));
         }
+        let entry = AuditRecord::new(
+            organization_id,
+            AuditAction::WebhookMessageRetried,
+            Some(id),
+        )
+        .with_detail(message_id);
+        audited(&mut transaction, entry).await?;
+        transaction.commit().await.map_err(store_error)?;
+        Ok(())
     }
 
     async fn recover(
@@ -358,6 +407,7 @@ impl WebhookManager for PgStore {
         since: Timestamp,
     ) -> Result<u64, StoreError> {
         self.endpoint(organization_id, id).await?;
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
         let done = sqlx::query(
             "UPDATE partner_webhook_deliveries d SET state = 'pending', due_at = now(), \
                  round_start = d.attempts \
@@ -367,9 +417,18 @@ impl WebhookManager for PgStore {
         )
         .bind(endpoint_id(id)?)
         .bind(since.as_datetime())
-        .execute(&self.pool)
+        .execute(&mut *transaction)
         .await
         .map_err(store_error)?;
-        Ok(done.rows_affected())
+        let recovered = done.rows_affected();
+        let entry = AuditRecord::new(
+            organization_id,
+            AuditAction::WebhookMessagesRecovered,
+            Some(id),
+        )
+        .with_detail(recovered.to_string());
+        audited(&mut transaction, entry).await?;
+        transaction.commit().await.map_err(store_error)?;
+        Ok(recovered)
     }
 }

@@ -1,0 +1,379 @@
+//! The audit log: every change made through the crate (a key issued, rolled, revoked,
+//! restricted; a policy set; a webhook endpoint added, rotated, enabled, disabled, removed,
+//! tested; messages retried or recovered), with who made it, from where and when.
+//!
+//! A store that keeps the log ([`AuditLog`]) writes each entry in the same transaction as its
+//! change, so a change and its entry commit together or not at all. Who made a change comes
+//! from the caller, never from a request body: the caller runs the store call inside
+//! [`AuditContext::scope`] (the management service does, with the actor its host tells it;
+//! the standalone host's commands do, as `cli:<user>`; the secret scanning endpoint does, as
+//! `github secret scanning`), and the store reads [`AuditContext::current`]. A change made
+//! without a context is logged as [`UNATTRIBUTED`]. Changes made outside the crate (plain
+//! SQL) are not logged; a host that wants them in one log inserts its own entries
+//! ([`AuditLog::append`], or an `INSERT` into `partner_api_audit_log`).
+
+use std::fmt;
+use std::future::Future;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Serialize, Serializer};
+
+use crate::model::Timestamp;
+use crate::store::StoreError;
+
+/// How long audit entries are kept, by default: 400 days.
+pub const DEFAULT_AUDIT_RETENTION: Duration = Duration::from_secs(400 * 24 * 3600);
+/// The actor of a change made without an [`AuditContext`].
+pub const UNATTRIBUTED: &str = "unattributed";
+/// The most entries one read returns.
+pub const MAX_AUDIT_PAGE: usize = 100;
+
+/// What a change did.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum AuditAction {
+    /// `key.issued`.
+    KeyIssued,
+    /// `key.rolled`: the target is the old key; the new key's id is the entry's detail.
+    KeyRolled,
+    /// `key.revoked`, by a person or a program.
+    KeyRevoked,
+    /// `key.leaked`: revoked by a leak report; the detail is the report's URL.
+    KeyLeaked,
+    /// `key.restricted`: the key's allowed addresses were set.
+    KeyRestricted,
+    /// `policy.changed`: the organization's key policy was set.
+    PolicyChanged,
+    /// `webhook.added`.
+    WebhookAdded,
+    /// `webhook.secret_rotated`.
+    WebhookSecretRotated,
+    /// `webhook.enabled`.
+    WebhookEnabled,
+    /// `webhook.disabled`.
+    WebhookDisabled,
+    /// `webhook.removed`.
+    WebhookRemoved,
+    /// `webhook.test_sent`.
+    WebhookTestSent,
+    /// `webhook.message_retried`: the detail is the message's id.
+    WebhookMessageRetried,
+    /// `webhook.messages_recovered`: the detail is how many.
+    WebhookMessagesRecovered,
+    /// An action of the host's own, appended with [`AuditLog::append`] or by SQL: a name of
+    /// lowercase letters, digits and `_` with at least one `.` (`user.invited`).
+    Host(String),
+}
+
+impl AuditAction {
+    /// Every action, in order.
+    pub const ALL: &'static [Self] = &[
+        Self::KeyIssued,
+        Self::KeyRolled,
+        Self::KeyRevoked,
+        Self::KeyLeaked,
+        Self::KeyRestricted,
+        Self::PolicyChanged,
+        Self::WebhookAdded,
+        Self::WebhookSecretRotated,
+        Self::WebhookEnabled,
+        Self::WebhookDisabled,
+        Self::WebhookRemoved,
+        Self::WebhookTestSent,
+        Self::WebhookMessageRetried,
+        Self::WebhookMessagesRecovered,
+    ];
+
+    /// Its name in the API and the database.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Host(name) => name,
+            Self::KeyIssued => "key.issued",
+            Self::KeyRolled => "key.rolled",
+            Self::KeyRevoked => "key.revoked",
+            Self::KeyLeaked => "key.leaked",
+            Self::KeyRestricted => "key.restricted",
+            Self::PolicyChanged => "policy.changed",
+            Self::WebhookAdded => "webhook.added",
+            Self::WebhookSecretRotated => "webhook.secret_rotated",
+            Self::WebhookEnabled => "webhook.enabled",
+            Self::WebhookDisabled => "webhook.disabled",
+            Self::WebhookRemoved => "webhook.removed",
+            Self::WebhookTestSent => "webhook.test_sent",
+            Self::WebhookMessageRetried => "webhook.message_retried",
+            Self::WebhookMessagesRecovered => "webhook.messages_recovered",
+        }
+    }
+}
+
+impl fmt::Display for AuditAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AuditAction {
+    type Err = StoreError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if let Some(action) = Self::ALL.iter().find(|action| action.as_str() == text) {
+            return Ok(action.clone());
+        }
+        let named = text.len() <= 100
+            && text.contains('.')
+            && !text.starts_with('.')
+            && !text.ends_with('.')
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.');
+        if named {
+            Ok(Self::Host(text.to_owned()))
+        } else {
+            Err(StoreError::invalid_data(format!(
+                "{text:?} is no audit action: lowercase letters, digits and _, with a dot"
+            )))
+        }
+    }
+}
+
+impl Serialize for AuditAction {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// Who makes the changes of a store call, and from where: set by the caller around the call
+/// ([`scope`](Self::scope)), read by the store ([`current`](Self::current)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditContext {
+    actor: String,
+    source_address: Option<String>,
+    user_agent: Option<String>,
+    request_id: Option<String>,
+}
+
+tokio::task_local! {
+    static CURRENT: AuditContext;
+}
+
+/// The longest actor, user agent or request id kept, in characters.
+const MAX_FIELD_CHARS: usize = 200;
+
+fn bounded(text: &str) -> String {
+    text.chars().take(MAX_FIELD_CHARS).collect()
+}
+
+/// The longest detail kept (a leak report's URL), in characters.
+const MAX_DETAIL_CHARS: usize = 2000;
+
+impl AuditContext {
+    /// Changes made by `actor` (a user's name or email, `cli:<user>`, a program's name).
+    pub fn new(actor: &str) -> Self {
+        Self {
+            actor: bounded(actor),
+            source_address: None,
+            user_agent: None,
+            request_id: None,
+        }
+    }
+
+    /// Sets the address the change came from.
+    #[must_use]
+    pub fn with_source_address(mut self, address: std::net::IpAddr) -> Self {
+        self.source_address = Some(address.to_string());
+        self
+    }
+
+    /// Sets the user agent the change came from.
+    #[must_use]
+    pub fn with_user_agent(mut self, user_agent: &str) -> Self {
+        self.user_agent = Some(bounded(user_agent));
+        self
+    }
+
+    /// Sets the id of the request that made the change.
+    #[must_use]
+    pub fn with_request_id(mut self, request_id: &str) -> Self {
+        self.request_id = Some(bounded(request_id));
+        self
+    }
+
+    /// Runs `future` (store calls) with this context: the entries of the changes it makes
+    /// name this actor.
+    pub async fn scope<F: Future>(self, future: F) -> F::Output {
+        CURRENT.scope(self, future).await
+    }
+
+    /// The context of the running store call: the one set by [`scope`](Self::scope), or
+    /// [`UNATTRIBUTED`].
+    pub fn current() -> Self {
+        CURRENT
+            .try_with(Clone::clone)
+            .unwrap_or_else(|_| Self::new(UNATTRIBUTED))
+    }
+
+    /// The actor.
+    pub fn actor(&self) -> &str {
+        &self.actor
+    }
+
+    /// The source address, if known.
+    pub fn source_address(&self) -> Option<&str> {
+        self.source_address.as_deref()
+    }
+
+    /// The user agent, if known.
+    pub fn user_agent(&self) -> Option<&str> {
+        self.user_agent.as_deref()
+    }
+
+    /// The request id, if known.
+    pub fn request_id(&self) -> Option<&str> {
+        self.request_id.as_deref()
+    }
+}
+
+/// One entry of the log. Never holds a secret or a plaintext key: the target is an id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEntry {
+    /// The entry's id.
+    pub id: String,
+    /// When the change was made (by the store's clock).
+    pub at: Timestamp,
+    /// The organization changed.
+    pub organization_id: String,
+    /// What the change did.
+    pub action: AuditAction,
+    /// The key's or endpoint's id, if the change was to one.
+    pub target: Option<String>,
+    /// More about the change: a leak report's URL, a rolled key's successor, a message's id.
+    pub detail: Option<String>,
+    /// Who made it.
+    pub actor: String,
+    /// From which address.
+    pub source_address: Option<String>,
+    /// With which user agent.
+    pub user_agent: Option<String>,
+    /// In which request.
+    pub request_id: Option<String>,
+}
+
+/// What a store writes for a change: the rest comes from [`AuditContext::current`] and the
+/// store's clock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditRecord {
+    /// The organization changed.
+    pub organization_id: String,
+    /// What the change did.
+    pub action: AuditAction,
+    /// The key's or endpoint's id.
+    pub target: Option<String>,
+    /// More about the change.
+    pub detail: Option<String>,
+}
+
+impl AuditRecord {
+    /// A change `action` of the organization, to `target`.
+    pub fn new(organization_id: &str, action: AuditAction, target: Option<&str>) -> Self {
+        Self {
+            organization_id: organization_id.to_owned(),
+            action,
+            target: target.map(str::to_owned),
+            detail: None,
+        }
+    }
+
+    /// Adds a detail.
+    #[must_use]
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into().chars().take(MAX_DETAIL_CHARS).collect());
+        self
+    }
+}
+
+/// Where a page of entries starts: after the entry at this time with this id (newest first).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditPosition {
+    /// The last entry's time.
+    pub at: Timestamp,
+    /// The last entry's id.
+    pub id: String,
+}
+
+/// A read of the log: newest first, at most `limit` entries (at most [`MAX_AUDIT_PAGE`]),
+/// after `after`, only `action` and `target` when given.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct AuditQuery {
+    /// How many entries, at most.
+    pub limit: usize,
+    /// Where the page starts.
+    pub after: Option<AuditPosition>,
+    /// Only entries of this action.
+    pub action: Option<AuditAction>,
+    /// Only entries of this target.
+    pub target: Option<String>,
+}
+
+/// A page of entries, newest first, and whether more follow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditPage {
+    /// The entries.
+    pub entries: Vec<AuditEntry>,
+    /// Whether older entries follow.
+    pub more: bool,
+}
+
+/// Keeps the audit log of organizations: a capability of its own, which a host's store may
+/// leave out (the management service then answers `/audit` 404 and the Settings page hides
+/// the security log).
+///
+/// A store that keeps it writes an entry for each change its `KeyManager` and
+/// `WebhookManager` methods make, in the same transaction, with [`AuditContext::current`].
+/// [`MemoryStore`](crate::MemoryStore) and `PgStore` implement it with the same semantics;
+/// `testing::run_audit_log` checks any implementation.
+#[async_trait]
+pub trait AuditLog: Send + Sync {
+    /// Reads a page of the organization's entries, newest first.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` for an unknown organization; the store's.
+    async fn audit_entries(
+        &self,
+        organization_id: &str,
+        query: &AuditQuery,
+    ) -> Result<AuditPage, StoreError>;
+
+    /// Appends an entry of the host's own (a change it made itself), with
+    /// [`AuditContext::current`]'s actor.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` for an unknown organization; the store's.
+    async fn append(&self, record: AuditRecord) -> Result<(), StoreError>;
+
+    /// Deletes at most `batch` entries older than `older_than` (by the store's clock), oldest
+    /// first; returns how many. Retention is the only deletion: for `PgStore`, by the owner's
+    /// role, as the documented roles may not delete entries.
+    ///
+    /// # Errors
+    ///
+    /// The store's.
+    async fn prune_audit(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError>;
+}
+
+/// The detail of a `key.restricted` entry: the ranges, or `any`.
+pub(crate) fn restriction(allowed_ips: &crate::key::AllowedIps) -> String {
+    if allowed_ips.is_any() {
+        return "any".to_owned();
+    }
+    allowed_ips
+        .ranges()
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
