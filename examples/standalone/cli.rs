@@ -176,6 +176,10 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: KeysAction,
     },
+    /// Show an organization's audit log (the security log), newest first: one JSON entry a
+    /// line. With --prune, delete the entries older than --retention-days instead (run it
+    /// with the owner's role: the documented roles may not delete entries).
+    Audit(AuditArgs),
     /// Manage webhook endpoints in the database of --database-url (or DATABASE_URL). `add`
     /// and `rotate` print the endpoint's record with its `secret` as one JSON line; `list`
     /// and `attempts` print one JSON record a line, newest first.
@@ -253,6 +257,29 @@ pub(crate) struct EndpointRef {
     /// The endpoint's id, as `list` shows it.
     #[arg(long)]
     pub(crate) id: String,
+}
+
+/// The `audit` subcommand's flags.
+#[derive(clap::Args, Debug)]
+pub(crate) struct AuditArgs {
+    /// The organization's id.
+    #[arg(long, required_unless_present = "prune", conflicts_with = "prune")]
+    pub(crate) organization: Option<String>,
+    /// Only entries of this action (such as key.revoked).
+    #[arg(long)]
+    pub(crate) action: Option<String>,
+    /// Only entries of this key or endpoint id.
+    #[arg(long)]
+    pub(crate) target: Option<String>,
+    /// The most entries to show.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub(crate) limit: u64,
+    /// Delete the entries older than --retention-days, in batches, and print how many.
+    #[arg(long)]
+    pub(crate) prune: bool,
+    /// With --prune: how many days entries are kept.
+    #[arg(long, value_name = "DAYS", default_value_t = 400, requires = "prune")]
+    pub(crate) retention_days: u64,
 }
 
 /// What the `keys` subcommand does.

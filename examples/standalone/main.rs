@@ -33,6 +33,7 @@ use partner_api::seed::DEMO_KEY;
 use tokio::net::TcpListener;
 
 mod access_log;
+mod audit;
 mod catch_panic;
 mod cli;
 mod keys;
@@ -61,11 +62,23 @@ async fn main() -> ExitCode {
         .init();
     let args = cli::Args::parse();
     stores::warn_of_unused_database_url();
+    // The commands' changes are the operator's: `cli:<user>` in the audit log.
+    let operator = partner_api::store::AuditContext::new(&format!(
+        "cli:{}",
+        std::env::var("USER")
+            .or_else(|_| std::env::var("LOGNAME"))
+            .unwrap_or_else(|_| "unknown".to_owned())
+    ));
     match &args.command {
-        Some(cli::Command::Keys { action }) => return keys::run(&args, action).await,
+        Some(cli::Command::Keys { action }) => {
+            return operator.scope(keys::run(&args, action)).await
+        }
+        Some(cli::Command::Audit(audit)) => return operator.scope(audit::run(&args, audit)).await,
         Some(cli::Command::Migrate) => return keys::migrate_only(&args).await,
         #[cfg(all(feature = "postgres", feature = "webhooks"))]
-        Some(cli::Command::Webhooks { action }) => return webhooks::run(&args, action).await,
+        Some(cli::Command::Webhooks { action }) => {
+            return operator.scope(webhooks::run(&args, action)).await
+        }
         #[cfg(all(not(feature = "postgres"), feature = "webhooks"))]
         Some(cli::Command::Webhooks { .. }) => {
             eprintln!(

@@ -63,8 +63,12 @@ use crate::key::{is_generated, KeyDigest};
 use crate::log::ErrorChain;
 use crate::management::bodies::json;
 use crate::model::Timestamp;
+use crate::store::AuditContext;
 use crate::store::StoreErrorKind;
 use crate::store::{KeyManager, Leak, LeakReport, LeakedKey};
+
+/// The actor of the audit log's entries of the keys a report revoked.
+pub const SECRET_SCANNING_ACTOR: &str = "github secret scanning";
 
 mod public_keys;
 
@@ -190,9 +194,9 @@ impl SecretScanningService {
         let mut true_positive = vec![false; matches.len()];
         for batch in ours.chunks(REVOKE_BATCH) {
             let reports: Vec<LeakReport> = batch.iter().map(|(_, report)| report.clone()).collect();
-            let found = self
-                .keys
-                .revoke_leaked(&reports)
+            // The audit log names the scanner as the one who revoked the keys.
+            let found = AuditContext::new(SECRET_SCANNING_ACTOR)
+                .scope(self.keys.revoke_leaked(&reports))
                 .await
                 .map_err(Failure::from_store)?;
             for ((index, _), leaked) in batch.iter().zip(found) {

@@ -201,7 +201,8 @@ impl AuditContext {
     }
 
     /// Runs `future` (store calls) with this context: the entries of the changes it makes
-    /// name this actor.
+    /// name this actor. The context is the task's (a Tokio task-local): a store that makes a
+    /// change on a task it spawns carries it there with `AuditContext::current().scope(..)`.
     pub async fn scope<F: Future>(self, future: F) -> F::Output {
         CURRENT.scope(self, future).await
     }

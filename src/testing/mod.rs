@@ -38,6 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[cfg(doc)]
 use crate::{KeyStore, OrderStore, RateLimiter};
 
+mod audit;
 mod calls;
 mod fixtures;
 mod key_abilities;
@@ -53,6 +54,7 @@ mod usage;
 #[cfg(feature = "webhooks")]
 mod webhooks;
 
+pub use audit::run_audit_log;
 pub use fixtures::StoreFixtures;
 pub use key_abilities::{run_key_policy, run_last_use, run_leak_reports};
 pub use keys::run_key_manager;

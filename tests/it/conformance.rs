@@ -7,7 +7,8 @@ use partner_api::management::{
     IssuedKey, KeyManager, KeyPolicy, KeyRecord, KeyUse, NewKey, RollKey,
 };
 use partner_api::store::{
-    KeyUsageTotal, OrderQuery, UsageBucket, UsageCount, UsageGranularity, UsagePeriod, UsageStore,
+    AuditLog, AuditQuery, AuditRecord, KeyUsageTotal, OrderQuery, UsageBucket, UsageCount,
+    UsageGranularity, UsagePeriod, UsageStore,
 };
 use partner_api::testing::{run, StoreFixtures};
 use partner_api::{
@@ -43,6 +44,8 @@ enum Fault {
     /// Usage reads of another organization's key answer "no usage" instead of NotFound,
     /// and retention deletes everything at once.
     LeaksUsage,
+    /// Revocations run where the caller's audit context does not reach.
+    ForgetsAuditContext,
 }
 
 /// A memory store with one deliberate fault.
@@ -73,6 +76,23 @@ impl OrderStore for Faulty {
             _ => query.clone(),
         };
         self.0.orders(org, &query).await
+    }
+}
+
+#[async_trait]
+impl AuditLog for Faulty {
+    async fn audit_entries(
+        &self,
+        org: &str,
+        query: &AuditQuery,
+    ) -> Result<partner_api::store::AuditPage, StoreError> {
+        self.0.audit_entries(org, query).await
+    }
+    async fn append(&self, record: AuditRecord) -> Result<(), StoreError> {
+        self.0.append(record).await
+    }
+    async fn prune_audit(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
+        self.0.prune_audit(older_than, batch).await
     }
 }
 
@@ -163,6 +183,13 @@ impl KeyManager for Faulty {
         self.0.get(org, id).await
     }
     async fn revoke(&self, org: &str, id: &str) -> Result<KeyRecord, StoreError> {
+        if self.1 == Fault::ForgetsAuditContext {
+            // On a task of its own: the caller's audit context stays behind.
+            let (store, org, id) = (self.0.clone(), org.to_owned(), id.to_owned());
+            return tokio::spawn(async move { store.revoke(&org, &id).await })
+                .await
+                .map_err(StoreError::other)?;
+        }
         self.0.revoke(org, id).await
     }
     async fn restrict(
@@ -315,6 +342,24 @@ async fn the_memory_store_keeps_usage_as_the_suite_requires_and_a_leaky_one_fail
             "reads are scoped to the organization; unknown keys' counts are dropped",
             "retention deletes the oldest counts first, at most a batch at a time",
         ],
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn the_memory_store_keeps_its_audit_log_as_the_suite_requires_and_a_forgetful_one_fails() {
+    let store = MemoryStore::new();
+    for _ in 0..2 {
+        let report = partner_api::testing::run_audit_log(&store).await;
+        report.assert_passed();
+        assert_eq!(report.len(), 4);
+    }
+    let forgetful = Faulty(MemoryStore::new(), Fault::ForgetsAuditContext);
+    let report = partner_api::testing::run_audit_log(&forgetful).await;
+    let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
+    assert_eq!(
+        failed,
+        ["each change of a key is logged once, with the caller's context"],
         "{report}"
     );
 }

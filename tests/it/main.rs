@@ -6,6 +6,7 @@ mod common;
 
 mod allowed_ips;
 mod api;
+mod audit;
 mod conditional_get;
 mod conformance;
 mod fairness;

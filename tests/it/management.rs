@@ -1208,7 +1208,7 @@ mod core_only {
             abilities.body,
             json!({"data": {"abilities": {
                 "keyPolicy": false, "leakReports": false, "lastUse": false, "webhooks": false,
-                "usage": false
+                "usage": false, "auditLog": false
             }}})
         );
         let policy = get(&service, "/policy").await;
@@ -1236,7 +1236,7 @@ mod core_only {
         let full = get(&KeyManagementService::new(store()), "/abilities").await;
         assert_eq!(
             full.body["data"]["abilities"],
-            json!({"keyPolicy": true, "leakReports": true, "lastUse": true, "webhooks": false, "usage": false})
+            json!({"keyPolicy": true, "leakReports": true, "lastUse": true, "webhooks": false, "usage": false, "auditLog": false})
         );
     }
 }

@@ -350,6 +350,82 @@ async fn migrated_by_the_owner_served_and_managed_by_roles_without_ddl_rights() 
         assert!(ok, "{args:?}: {stderr}");
     }
 
+    // The audit log: the commands' changes, by `cli:<user>`, as the key-management role.
+    let (ok, stdout, stderr) = run(&[
+        "audit",
+        "--organization",
+        "org_demo",
+        "--no-migrate",
+        "--database-url",
+        &keys_url,
+    ])
+    .await;
+    assert!(ok, "{stderr}");
+    let entries: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let actions: Vec<&str> = entries
+        .iter()
+        .filter_map(|entry| entry["action"].as_str())
+        .collect();
+    for action in ["key.issued", "key.rolled", "policy.changed"] {
+        assert!(actions.contains(&action), "{action} is not in {actions:?}");
+    }
+    // The commands' entries are the operator's; the test's own library calls, made without
+    // a context, are unattributed.
+    let by_commands = entries.iter().filter(|entry| {
+        ["key.rolled", "policy.changed", "webhook.added"]
+            .contains(&entry["action"].as_str().unwrap())
+    });
+    assert!(
+        by_commands.clone().count() >= 2
+            && by_commands
+                .into_iter()
+                .all(|entry| entry["actor"].as_str().unwrap().starts_with("cli:")),
+        "{stdout}"
+    );
+    // Append-only for every documented role: none may change or delete an entry, the
+    // serving role may not even read them; retention is the owner's.
+    let mut key_admin = PgConnection::connect(&keys_url).await.unwrap();
+    for statement in [
+        "UPDATE partner_api_audit_log SET actor = 'someone else'",
+        "DELETE FROM partner_api_audit_log",
+        "TRUNCATE partner_api_audit_log",
+    ] {
+        let refused = key_admin.execute(statement).await;
+        assert!(
+            refused.is_err(),
+            "the key-management role may run {statement}"
+        );
+    }
+    let mut serving_connection = PgConnection::connect(&serving_url).await.unwrap();
+    for statement in [
+        "SELECT * FROM partner_api_audit_log",
+        "INSERT INTO partner_api_audit_log (organization_id, action, actor) \
+         VALUES ('org_demo', 'key.revoked', 'forged')",
+    ] {
+        let refused = serving_connection.execute(statement).await;
+        assert!(refused.is_err(), "the serving role may run {statement}");
+    }
+    let (ok, _, stderr) = run(&[
+        "audit",
+        "--prune",
+        "--no-migrate",
+        "--database-url",
+        &keys_url,
+    ])
+    .await;
+    assert!(!ok, "the key-management role pruned the log: {stderr}");
+    let (ok, stdout, stderr) = run(&["audit", "--prune", "--database-url", &url]).await;
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout.trim(), r#"{"deleted":0}"#);
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM partner_api_audit_log")
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(kept, i64::try_from(entries.len()).unwrap());
+
     // Neither role can touch the triggers revocation depends on, nor the schema.
     let triggers: Vec<String> = sqlx::query_scalar(
         "SELECT tgname::text FROM pg_trigger WHERE tgrelid = 'partner_api_keys'::regclass \

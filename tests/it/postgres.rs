@@ -47,6 +47,17 @@ async fn the_pg_store_manages_keys_as_the_suite_requires() {
 }
 
 #[tokio::test]
+async fn the_pg_store_keeps_its_audit_log_as_the_suite_requires() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = migrated_store().await;
+    for _ in 0..2 {
+        let report = partner_api::testing::run_audit_log(&store).await;
+        report.assert_passed();
+        assert_eq!(report.len(), 4);
+    }
+}
+
+#[tokio::test]
 async fn the_pg_store_keeps_usage_as_the_suite_requires() {
     crate::common::needs::needs!(Postgres);
     let (store, _) = migrated_store().await;

@@ -1,0 +1,84 @@
+//! The `audit` subcommand: an organization's audit log as JSON lines, newest first, and its
+//! retention (with the owner's role).
+
+use std::process::ExitCode;
+
+use crate::cli::{Args, AuditArgs};
+
+/// Runs the command and returns the exit code: 0, or 1 with a message on standard error.
+pub(crate) async fn run(args: &Args, audit: &AuditArgs) -> ExitCode {
+    crate::keys::print(execute(args, audit).await)
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn execute(_args: &Args, _audit: &AuditArgs) -> Result<Vec<String>, String> {
+    Err(
+        "the audit command works on a database: this build has no PostgreSQL support \
+         (build with --features postgres, then give --database-url or DATABASE_URL)"
+            .into(),
+    )
+}
+
+#[cfg(feature = "postgres")]
+async fn execute(args: &Args, audit: &AuditArgs) -> Result<Vec<String>, String> {
+    use std::time::Duration;
+
+    use partner_api::store::{AuditLog, AuditPosition, AuditQuery, MAX_AUDIT_PAGE};
+
+    use crate::stores::{error_chain, without_password};
+
+    let Some(url) = &args.database_url else {
+        return Err(
+            "the audit command needs a database: give --database-url or set DATABASE_URL".into(),
+        );
+    };
+    let store = crate::stores::database(url, args.no_migrate).await?;
+    let failed = |err: partner_api::StoreError| without_password(&error_chain(&err), url);
+    if audit.prune {
+        let retention = Duration::from_secs(audit.retention_days.saturating_mul(24 * 3600));
+        let mut deleted = 0;
+        loop {
+            let batch = store.prune_audit(retention, 500).await.map_err(failed)?;
+            deleted += batch;
+            if batch < 500 {
+                break;
+            }
+        }
+        return Ok(vec![format!(r#"{{"deleted":{deleted}}}"#)]);
+    }
+    let organization = audit.organization.as_deref().unwrap_or_default();
+    let action = audit
+        .action
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .map_err(|_| "--action is an action's name, such as key.revoked".to_owned())?;
+    let mut lines = Vec::new();
+    let mut after: Option<AuditPosition> = None;
+    let wanted = usize::try_from(audit.limit).unwrap_or(usize::MAX);
+    while lines.len() < wanted {
+        let query = AuditQuery {
+            limit: (wanted - lines.len()).min(MAX_AUDIT_PAGE),
+            after: after.take(),
+            action: action.clone(),
+            target: audit.target.clone(),
+        };
+        let page = store
+            .audit_entries(organization, &query)
+            .await
+            .map_err(failed)?;
+        for entry in &page.entries {
+            lines.push(serde_json::to_string(entry).map_err(|err| err.to_string())?);
+        }
+        match page.entries.last() {
+            Some(last) if page.more => {
+                after = Some(AuditPosition {
+                    at: last.at,
+                    id: last.id.clone(),
+                });
+            }
+            _ => break,
+        }
+    }
+    Ok(lines)
+}

@@ -1,0 +1,136 @@
+//! The audit log through the management service: who changed what comes from the host (the
+//! acting organization's actor, the peer, the user agent, the request id), never from the
+//! body; `GET /audit` pages newest first, filters, and is scoped to the organization.
+
+use std::net::SocketAddr;
+
+use http::{Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use partner_api::management::{ActingOrganization, KeyManagementService};
+use partner_api::seed::Seed;
+use partner_api::PeerAddr;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+async fn send(
+    service: &KeyManagementService,
+    method: Method,
+    path: &str,
+    organization: &str,
+    body: Value,
+) -> (StatusCode, Value) {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .header("user-agent", "Mozilla/5.0 (test)")
+        .header("x-request-id", "req-audit-1")
+        .body(body.to_string())
+        .unwrap();
+    let peer: SocketAddr = "198.51.100.23:40000".parse().unwrap();
+    request.extensions_mut().insert(PeerAddr(peer));
+    request
+        .extensions_mut()
+        .insert(ActingOrganization::new(organization).with_actor(format!("admin@{organization}")));
+    let response = service.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn changes_are_logged_with_the_hosts_context_and_read_newest_first_in_pages() {
+    let store = Seed::demo().to_memory_store().unwrap();
+    let service = KeyManagementService::new(store.clone()).with_audit_log(store.clone());
+    let (status, created) = send(
+        &service,
+        Method::POST,
+        "/keys",
+        "org_demo",
+        // An actor in the body is nobody's word: the host's is the one logged.
+        json!({"label": "Audited", "environment": "test"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["data"]["record"]["id"].as_str().unwrap().to_owned();
+    let plaintext = created["data"]["key"].as_str().unwrap().to_owned();
+    let (status, _) = send(
+        &service,
+        Method::POST,
+        &format!("/keys/{id}/revoke"),
+        "org_demo",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, log) = send(&service, Method::GET, "/audit", "org_demo", Value::Null).await;
+    assert_eq!(status, StatusCode::OK, "{log}");
+    let entries = log["data"]["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 2, "{log}");
+    assert_eq!(entries[0]["action"], "key.revoked");
+    assert_eq!(entries[1]["action"], "key.issued");
+    for entry in entries {
+        assert_eq!(entry["target"], id.as_str());
+        assert_eq!(entry["actor"], "admin@org_demo");
+        assert_eq!(entry["sourceAddress"], "198.51.100.23");
+        assert_eq!(entry["userAgent"], "Mozilla/5.0 (test)");
+        assert_eq!(entry["requestId"], "req-audit-1");
+        assert_eq!(entry["organizationId"], "org_demo");
+    }
+    assert!(!log.to_string().contains(&plaintext), "the log holds a key");
+    assert_eq!(log["data"]["nextPageToken"], Value::Null);
+
+    // Pages of one, and filters.
+    let (_, first) = send(
+        &service,
+        Method::GET,
+        "/audit?limit=1",
+        "org_demo",
+        Value::Null,
+    )
+    .await;
+    let token = first["data"]["nextPageToken"].as_str().unwrap().to_owned();
+    assert_eq!(first["data"]["entries"][0]["action"], "key.revoked");
+    let (_, second) = send(
+        &service,
+        Method::GET,
+        &format!("/audit?limit=1&page_token={token}"),
+        "org_demo",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(second["data"]["entries"][0]["action"], "key.issued");
+    assert_eq!(second["data"]["nextPageToken"], Value::Null);
+    let (_, issued) = send(
+        &service,
+        Method::GET,
+        &format!("/audit?action=key.issued&target={id}"),
+        "org_demo",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(issued["data"]["entries"].as_array().unwrap().len(), 1);
+
+    // Another organization sees none of it.
+    let (status, theirs) = send(&service, Method::GET, "/audit", "org_other", Value::Null).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(theirs["data"]["entries"], json!([]));
+    for bad in [
+        "/audit?limit=0",
+        "/audit?page_token=x",
+        "/audit?action=Revoke",
+        "/audit?x=1",
+    ] {
+        let (status, body) = send(&service, Method::GET, bad, "org_demo", Value::Null).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+    // Without an audit log: 404, and the abilities say so.
+    let without = KeyManagementService::new(store.clone());
+    let (status, _) = send(&without, Method::GET, "/audit", "org_demo", Value::Null).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, abilities) = send(&without, Method::GET, "/abilities", "org_demo", Value::Null).await;
+    assert_eq!(abilities["data"]["abilities"]["auditLog"], false);
+}
