@@ -55,7 +55,9 @@ use crate::metrics::{self, StoreCall};
 use crate::model::Timestamp;
 use crate::recording::{self, Places, Recorder};
 use crate::store::usage::hour_of_millis;
-use crate::store::{StoreError, UsageCount, UsageOutcome, UsageRoute, UsageStore};
+use crate::store::{
+    StoreError, UsageCount, UsageOutcome, UsageRoute, UsageStore, DEFAULT_USAGE_RETENTION,
+};
 
 /// How often counts are written, by default.
 pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_secs(10);
@@ -127,6 +129,10 @@ struct Shared {
     /// The start of the current hour, in milliseconds; ticked every second.
     hour_millis: AtomicI64,
     flush_interval_millis: AtomicU64,
+    /// How long usage is kept, in milliseconds; 0 for ever.
+    retention_millis: AtomicU64,
+    /// When the background task last deleted usage past the retention.
+    pruned_at: std::sync::Mutex<Option<Instant>>,
     full: Notify,
     dropped: AtomicU64,
     /// One flush at a time; holds the counts a refused batch must write again.
@@ -156,6 +162,8 @@ impl UsageRecorder {
             places: Places::new(capacity),
             hour_millis: AtomicI64::new(current_hour_millis()),
             flush_interval_millis: AtomicU64::new(millis(DEFAULT_FLUSH_INTERVAL)),
+            retention_millis: AtomicU64::new(millis(DEFAULT_USAGE_RETENTION)),
+            pruned_at: std::sync::Mutex::new(None),
             full: Notify::new(),
             dropped: AtomicU64::new(0),
             kept: Mutex::new(Vec::new()),
@@ -172,6 +180,18 @@ impl UsageRecorder {
         self.shared
             .flush_interval_millis
             .store(millis(interval), Ordering::Relaxed);
+        self
+    }
+
+    /// Sets how long the store keeps usage (default
+    /// [`DEFAULT_USAGE_RETENTION`], 90 days; `None` for ever): after its flushes, at most once
+    /// a minute, the background task deletes older hours, 500 counts a store call.
+    #[must_use]
+    pub fn with_retention(self, retention: Option<Duration>) -> Self {
+        self.shared.retention_millis.store(
+            retention.map_or(0, |retention| millis(retention).max(1)),
+            Ordering::Relaxed,
+        );
         self
     }
 
@@ -330,8 +350,49 @@ impl Recorder for Shared {
     async fn flush_in_background(self: Arc<Self>) {
         // Failures are logged in `flush` and retried with the next batch.
         let _ = Shared::flush(&self).await;
+        self.prune().await;
     }
 }
+
+impl Shared {
+    /// Deletes usage past the retention, at most once a minute, in batches of 500.
+    async fn prune(&self) {
+        let retention = self.retention_millis.load(Ordering::Relaxed);
+        if retention == 0 {
+            return;
+        }
+        {
+            let mut pruned_at = self
+                .pruned_at
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if pruned_at.is_some_and(|at| at.elapsed() < Duration::from_secs(60)) {
+                return;
+            }
+            *pruned_at = Some(Instant::now());
+        }
+        loop {
+            match self
+                .store
+                .prune_usage(Duration::from_millis(retention), PRUNE_BATCH)
+                .await
+            {
+                Ok(deleted) if deleted == u64::from(PRUNE_BATCH) => continue,
+                Ok(_) => return,
+                Err(err) => {
+                    tracing::warn!(
+                        error = %ErrorChain(&err),
+                        "partner API could not delete old key usage; trying again in a minute"
+                    );
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The most counts one retention call deletes.
+const PRUNE_BATCH: u32 = 500;
 
 fn current_hour_millis() -> i64 {
     hour_of_millis(Timestamp::now().as_datetime().timestamp_millis())
@@ -431,15 +492,17 @@ mod tests {
         assert_eq!(recorder.dropped(), 0);
     }
 
-    /// A usage store that refuses writes while `failing` is set.
+    /// A usage store that refuses writes while `failing` is set, and counts its writes.
     struct Flaky {
         store: MemoryStore,
         failing: std::sync::atomic::AtomicBool,
+        writes: std::sync::atomic::AtomicUsize,
     }
 
     #[async_trait::async_trait]
     impl UsageStore for Arc<Flaky> {
         async fn record_usage(&self, counts: &[UsageCount]) -> Result<(), StoreError> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
             if self.failing.load(Ordering::SeqCst) {
                 return Err(StoreError::unavailable("the database is down"));
             }
@@ -488,6 +551,7 @@ mod tests {
         let flaky = Arc::new(Flaky {
             store: store.clone(),
             failing: std::sync::atomic::AtomicBool::new(true),
+            writes: std::sync::atomic::AtomicUsize::new(0),
         });
         let recorder = UsageRecorder::spawn(flaky.clone()).with_flush_interval(MAX_FLUSH_INTERVAL);
         for round in 0..5 {
@@ -516,5 +580,117 @@ mod tests {
         assert_eq!(of(UsageOutcome::RateLimited), 5);
         assert_eq!(recorder.flush().await.unwrap(), 0);
         assert_eq!(recorder.dropped(), 0);
+    }
+
+    /// The store sees one write a flush, however many requests of however many keys came in
+    /// between: so the database's cost is one statement per replica per flush interval (one
+    /// `record_usage` call is one statement in `PgStore`).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_store_write_a_flush_whatever_the_requests() {
+        let store = MemoryStore::new();
+        store
+            .add_organization(Organization {
+                id: "org".into(),
+                name: "Org".into(),
+            })
+            .unwrap();
+        for n in 0..50 {
+            store
+                .add_key(&format!("pk_test_usage_writes_{n}"), "org")
+                .unwrap();
+        }
+        let key_ids: Vec<Arc<str>> = crate::store::KeyManager::list(&store, "org")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|record| Arc::from(record.id))
+            .collect();
+        let counting = Arc::new(Flaky {
+            store: store.clone(),
+            failing: std::sync::atomic::AtomicBool::new(false),
+            writes: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let recorder =
+            UsageRecorder::spawn(counting.clone()).with_flush_interval(MAX_FLUSH_INTERVAL);
+        for flush in 1..=3 {
+            let writers: Vec<_> = (0..4)
+                .map(|thread| {
+                    let (recorder, key_ids) = (recorder.clone(), key_ids.clone());
+                    std::thread::spawn(move || {
+                        for n in 0..2_500 {
+                            let outcome = UsageOutcome::ALL[(n + thread) % UsageOutcome::ALL.len()];
+                            recorder.record(
+                                &key_ids[n % key_ids.len()],
+                                UsageRoute::Orders,
+                                outcome,
+                            );
+                        }
+                    })
+                })
+                .collect();
+            for writer in writers {
+                writer.join().unwrap();
+            }
+            assert!(recorder.flush().await.unwrap() > 0);
+            assert_eq!(counting.writes.load(Ordering::SeqCst), flush);
+        }
+        let period = UsagePeriod {
+            from: Timestamp::from_unix_millis(0).unwrap(),
+            to: Timestamp::now().saturating_add(Duration::from_secs(7200)),
+        };
+        let totals = store.usage_totals("org", period).await.unwrap();
+        assert_eq!(totals.iter().map(|total| total.count).sum::<u64>(), 30_000);
+    }
+
+    /// The background task deletes usage past the retention after its flushes, and keeps
+    /// what is younger.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_background_task_deletes_usage_past_the_retention() {
+        let store = MemoryStore::new();
+        store
+            .add_organization(Organization {
+                id: "org".into(),
+                name: "Org".into(),
+            })
+            .unwrap();
+        store.add_key("pk_test_usage_retention", "org").unwrap();
+        let key_id = crate::store::KeyManager::list(&store, "org").await.unwrap()[0]
+            .id
+            .clone();
+        let old = Timestamp::from_unix_millis(978_307_200_000).unwrap(); // 2001
+        let count = |hour| UsageCount {
+            key_id: key_id.clone(),
+            hour,
+            route: UsageRoute::Me,
+            outcome: UsageOutcome::Ok,
+            count: 1,
+        };
+        store
+            .record_usage(&[count(old), count(Timestamp::now())])
+            .await
+            .unwrap();
+        let _recorder = UsageRecorder::spawn(store.clone())
+            .with_flush_interval(Duration::from_secs(1))
+            .with_retention(Some(Duration::from_secs(24 * 3600)));
+        let period = UsagePeriod {
+            from: old,
+            to: Timestamp::now().saturating_add(Duration::from_secs(7200)),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let buckets = store
+                .key_usage("org", &key_id, period, UsageGranularity::Hour)
+                .await
+                .unwrap();
+            if buckets.len() == 1 {
+                assert_ne!(buckets[0].start, old, "the young hour was deleted");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nothing was deleted: {buckets:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }

@@ -459,6 +459,8 @@ pub(crate) struct Options {
     pub(crate) metrics_key_ids: usize,
     /// Time between two writes of the usage counts.
     pub(crate) usage_flush_interval: Duration,
+    /// How long usage is kept (`None`: for ever).
+    pub(crate) usage_retention: Option<Duration>,
 }
 
 impl Default for Options {
@@ -474,6 +476,7 @@ impl Default for Options {
             metrics_organizations: partner_api::metrics::DEFAULT_MAX_ORGANIZATIONS,
             metrics_key_ids: 0,
             usage_flush_interval: partner_api::usage::DEFAULT_FLUSH_INTERVAL,
+            usage_retention: Some(partner_api::store::DEFAULT_USAGE_RETENTION),
         }
     }
 }
@@ -499,6 +502,8 @@ impl Options {
             metrics_organizations: args.metrics_organizations,
             metrics_key_ids: args.metrics_key_ids,
             usage_flush_interval: Duration::from_secs(args.usage_flush_interval),
+            usage_retention: (args.usage_retention_days > 0)
+                .then(|| Duration::from_secs(args.usage_retention_days.saturating_mul(24 * 3600))),
         }
     }
 }

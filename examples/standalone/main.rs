@@ -126,7 +126,6 @@ async fn main() -> ExitCode {
         api,
         last_used,
         usage,
-        usage_store,
         keys,
         #[cfg(feature = "postgres")]
         database,
@@ -137,10 +136,6 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if args.usage_retention_days > 0 {
-        let retention = Duration::from_secs(args.usage_retention_days.saturating_mul(24 * 3600));
-        tokio::spawn(prune_usage(usage_store, retention));
-    }
     let endpoint = match &args.secret_scanning_keys {
         Some(source) => match secret_scanning::endpoint(source, keys) {
             Ok(endpoint) => Some(endpoint),
@@ -235,26 +230,4 @@ async fn bind(address: &str) -> Result<(TcpListener, std::net::SocketAddr), Stri
         .map_err(|err| format!("cannot listen on {address}: {err}"))?;
     let bound = listener.local_addr().map_err(|err| err.to_string())?;
     Ok((listener, bound))
-}
-
-/// Deletes the usage older than `retention` when the host starts and every minute after, 500
-/// counts a statement, so no statement holds the table long.
-async fn prune_usage(
-    store: std::sync::Arc<dyn partner_api::store::UsageStore>,
-    retention: Duration,
-) {
-    let mut every_minute = tokio::time::interval(Duration::from_secs(60));
-    loop {
-        every_minute.tick().await;
-        loop {
-            match store.prune_usage(retention, 500).await {
-                Ok(500) => continue,
-                Ok(_) => break,
-                Err(err) => {
-                    tracing::warn!(error = %stores::error_chain(&err), "old key usage could not be deleted; trying again in a minute");
-                    break;
-                }
-            }
-        }
-    }
 }

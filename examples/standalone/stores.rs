@@ -81,8 +81,9 @@ where
     S: KeyStore + OrderStore + KeyManager + UsageStore + Clone + 'static,
 {
     let recorder = LastUsedRecorder::spawn(store.clone());
-    let usage =
-        UsageRecorder::spawn(store.clone()).with_flush_interval(options.usage_flush_interval);
+    let usage = UsageRecorder::spawn(store.clone())
+        .with_flush_interval(options.usage_flush_interval)
+        .with_retention(options.usage_retention);
     let api = api(store.clone(), options)
         .with_last_used(recorder.clone())
         .with_usage(usage.clone());
@@ -90,7 +91,6 @@ where
         api,
         last_used: recorder,
         usage,
-        usage_store: Arc::new(store.clone()),
         keys: Arc::new(store),
         #[cfg(feature = "postgres")]
         database: None,
@@ -104,8 +104,6 @@ pub(crate) struct Served {
     pub(crate) last_used: LastUsedRecorder,
     /// Counts each key's requests; written every --usage-flush-interval and at shutdown.
     pub(crate) usage: UsageRecorder,
-    /// Where the usage is kept (for its retention).
-    pub(crate) usage_store: Arc<dyn UsageStore>,
     pub(crate) keys: Arc<dyn KeyManager>,
     /// The database, when serving from one (its outbox is what this replica delivers).
     #[cfg(feature = "postgres")]
@@ -143,8 +141,9 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, St
             .with_max_age(max_age)
             .with_notifications(&notifications);
         let recorder = LastUsedRecorder::spawn(store.clone());
-        let usage =
-            UsageRecorder::spawn(store.clone()).with_flush_interval(options.usage_flush_interval);
+        let usage = UsageRecorder::spawn(store.clone())
+            .with_flush_interval(options.usage_flush_interval)
+            .with_retention(options.usage_retention);
         let api = configured(PartnerApi::new(keys, orders), options)
             .with_last_used(recorder.clone())
             .with_usage(usage.clone());
@@ -153,7 +152,6 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, St
             api,
             last_used: recorder,
             usage,
-            usage_store: Arc::new(store.clone()),
             keys: Arc::new(store.clone()),
             database: Some(store),
         });
