@@ -12,8 +12,9 @@
 //! servers put the identical bytes on the wire.
 //!
 //! With `--partner-api` it serves the partner API itself (`PartnerApi` over the demo data,
-//! as a hyper service) on this same loop instead: the library's request path with no host
-//! layers around it, so the harness can tell the library's cost from the host's.
+//! counting each key's usage, as a hyper service) on this same loop instead: the library's
+//! request path with no host layers around it, so the harness can tell the library's cost
+//! from the host's.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -132,10 +133,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     stdout.flush()?;
     drop(stdout);
     let builder = auto::Builder::new(TokioExecutor::new());
-    let api = args
-        .partner_api
-        .then(|| Seed::demo().to_memory_store().map(PartnerApi::from_store))
-        .transpose()?;
+    // The library as a host mounts it: counting each key's usage (written every 10 s).
+    let api = match args.partner_api {
+        true => {
+            let store = Seed::demo().to_memory_store()?;
+            let usage = partner_api::usage::UsageRecorder::spawn(store.clone());
+            Some(PartnerApi::from_store(store).with_usage(usage))
+        }
+        false => None,
+    };
     loop {
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => accepted?,
