@@ -226,6 +226,25 @@ fn bench(c: &mut Criterion) {
     let without = nanos_per_call(&runtime, &mut api.clone(), "/v1/me", Some(KEY));
     ratios.push(("me_last_used", with, without));
 
+    // Counting each key's usage (issue 38): the same /me, with and without the recorder;
+    // "baseline" here is the API without it.
+    let counted_store = store();
+    let usage = runtime
+        .block_on(async { partner_api::usage::UsageRecorder::spawn(counted_store.clone()) });
+    let counted = PartnerApi::from_store(counted_store).with_usage(usage);
+    let mut group = c.benchmark_group("me_usage");
+    group.bench_function("counted", |b| {
+        let mut api = counted.clone();
+        b.to_async(&runtime).iter(|| {
+            let response = api.call(request("/v1/me", Some(KEY)));
+            async move { black_box(response.await) }
+        });
+    });
+    group.finish();
+    let with = nanos_per_call(&runtime, &mut counted.clone(), "/v1/me", Some(KEY));
+    let without = nanos_per_call(&runtime, &mut api.clone(), "/v1/me", Some(KEY));
+    ratios.push(("me_usage", with, without));
+
     // A key pinned to address ranges (issue 22), served from inside them, against a key
     // without ranges: both from 127.0.0.1, as a host passes its peer.
     let pinned_store = store();
