@@ -229,8 +229,8 @@ fn bench(c: &mut Criterion) {
     // Counting each key's usage (issue 38): the same /me, with and without the recorder;
     // "baseline" here is the API without it.
     let counted_store = store();
-    let usage = runtime
-        .block_on(async { partner_api::usage::UsageRecorder::spawn(counted_store.clone()) });
+    let usage =
+        runtime.block_on(async { partner_api::usage::UsageRecorder::spawn(counted_store.clone()) });
     let counted = PartnerApi::from_store(counted_store).with_usage(usage);
     let mut group = c.benchmark_group("me_usage");
     group.bench_function("counted", |b| {

@@ -1,24 +1,26 @@
 //! [`UsageRecorder`]: each key's answered requests per hour, route and outcome, counted in
 //! process and written in batches, so the request path never waits for a store write.
 //!
-//! A request counts with one atomic add in its key's counters, found in a sharded map by the
-//! key id (no lock shared by all threads, no allocation, no clock read: the hour is ticked
-//! every second by the background task). Every flush interval (default
-//! [`DEFAULT_FLUSH_INTERVAL`]) the background task takes the counts and writes them with one
-//! [`UsageStore::record_usage`] call: for `PgStore`, one statement that adds.
+//! A request counts in its thread's own map of keys, behind that thread's own lock (no lock
+//! or counter shared by the threads, no clock read: the hour is ticked every second by the
+//! background task; an allocation only for the first request of a key on a thread after a
+//! flush). Every flush interval (default [`DEFAULT_FLUSH_INTERVAL`]) the background task takes
+//! every thread's map and writes the counts with one [`UsageStore::record_usage`] call: for
+//! `PgStore`, one statement that adds.
 //!
 //! # Invariants
 //!
-//! - **Nothing counted is lost while the store answers.** A count is taken from its counter
-//!   with an atomic swap, so a request counted during a flush lands in this flush or the
-//!   next, never in neither. A batch the store refused is kept and written, added to, with
-//!   the next one; [`flush`](UsageRecorder::flush) on shutdown writes what is in hand.
-//! - **Bounded memory.** At most `capacity` keys are counted between two flushes (default
-//!   [`DEFAULT_CAPACITY`]); a key without requests since the last flush is forgotten at the
-//!   next; a request of a key that finds the map full is dropped and counted
-//!   (`partner_api_usage_dropped_total`). A kept batch holds at most
-//!   [`MAX_KEPT_COUNTS`] counts; beyond, the oldest hours are dropped and counted.
-//! - **The right hour.** Each key has a counter per route and outcome for even and for odd
+//! - **Nothing counted is lost while the store answers.** A flush swaps each thread's map for
+//!   an empty one under that thread's lock, so a request counted during a flush lands in this
+//!   flush or the next, never in neither. A batch the store refused is kept and written, added
+//!   to, with the next one; [`flush`](UsageRecorder::flush) on shutdown writes what is in
+//!   hand.
+//! - **Bounded memory.** At most `capacity` counters (a key counted on one thread) are held
+//!   between two flushes (default [`DEFAULT_CAPACITY`]); a request of a key that finds no
+//!   place is dropped and counted (`partner_api_usage_dropped_total`) and asks for a flush at
+//!   once. A kept batch holds at most [`MAX_KEPT_COUNTS`] counts; beyond, the oldest hours are
+//!   dropped and counted.
+//! - **The right hour.** Each counter has a count per route and outcome for even and for odd
 //!   hours; a request adds to its hour's, and a flush takes both and writes each with its
 //!   hour. So with flushes less than an hour apart (the interval is capped at
 //!   [`MAX_FLUSH_INTERVAL`]) a count is written with the hour it was counted in; only a
@@ -43,12 +45,12 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-use dashmap::mapref::entry::Entry;
-use dashmap::DashMap;
+use thread_local::ThreadLocal;
 use tokio::sync::{Mutex, Notify};
+use xxhash_rust::xxh3::Xxh3DefaultBuilder;
 
 use crate::log::ErrorChain;
 use crate::metrics::{self, StoreCall};
@@ -97,18 +99,13 @@ fn unslot(index: usize) -> (UsageRoute, UsageOutcome) {
     )
 }
 
-/// One key's counters: for even and for odd hours, one per route and outcome.
-struct KeyCounters {
-    by_parity: [[AtomicU64; SLOTS]; 2],
-}
+/// One key's counts on one thread: for even and for odd hours, one per route and outcome.
+type KeyCounts = [[u64; SLOTS]; 2];
 
-impl KeyCounters {
-    fn new() -> Self {
-        Self {
-            by_parity: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
-        }
-    }
-}
+/// One thread's counts, by key id. Hashed with XXH3, not SipHash: ids come from the store,
+/// never from a client, so nobody can choose them to collide, and this hash is on every
+/// request.
+type ThreadCounts = HashMap<Arc<str>, KeyCounts, Xxh3DefaultBuilder>;
 
 fn parity(hour_millis: i64) -> usize {
     usize::from(hour_millis.div_euclid(3_600_000).rem_euclid(2) == 1)
@@ -123,8 +120,11 @@ pub struct UsageRecorder {
 
 struct Shared {
     store: Arc<dyn UsageStore>,
-    counters: DashMap<Arc<str>, KeyCounters>,
-    /// Places taken in `counters`, never more than the capacity.
+    /// Each thread's counts, behind a lock of its own: a request takes only its thread's
+    /// lock, which nothing else takes but a flush, for as long as it takes to swap the map.
+    counters: ThreadLocal<std::sync::Mutex<ThreadCounts>>,
+    /// Places taken in the threads' maps (one a key a thread counted), never more than the
+    /// capacity.
     places: Places,
     /// The start of the current hour, in milliseconds; ticked every second.
     hour_millis: AtomicI64,
@@ -158,7 +158,7 @@ impl UsageRecorder {
     pub fn with_capacity(store: impl UsageStore + 'static, capacity: usize) -> Self {
         let shared = Arc::new(Shared {
             store: Arc::new(store),
-            counters: DashMap::new(),
+            counters: ThreadLocal::new(),
             places: Places::new(capacity),
             hour_millis: AtomicI64::new(current_hour_millis()),
             flush_interval_millis: AtomicU64::new(millis(DEFAULT_FLUSH_INTERVAL)),
@@ -202,25 +202,24 @@ impl UsageRecorder {
         let shared = &*self.shared;
         let hour = shared.hour_millis.load(Ordering::Relaxed);
         let (parity, slot) = (parity(hour), slot(route, outcome));
-        if let Some(counters) = shared.counters.get(&**key_id) {
-            counters.by_parity[parity][slot].fetch_add(1, Ordering::Relaxed);
+        let cell = shared
+            .counters
+            .get_or(|| std::sync::Mutex::new(ThreadCounts::default()));
+        let mut counts = cell.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(key) = counts.get_mut(&**key_id) {
+            key[parity][slot] += 1;
             return;
         }
         if !shared.places.reserve() {
+            drop(counts);
             shared.dropped.fetch_add(1, Ordering::Relaxed);
             metrics::usage_dropped(1);
             shared.full.notify_one();
             return;
         }
-        let counters = match shared.counters.entry(key_id.clone()) {
-            Entry::Occupied(entry) => {
-                // Another request inserted it meanwhile: the reserved place is not needed.
-                shared.places.release(1);
-                entry.into_ref().downgrade()
-            }
-            Entry::Vacant(entry) => entry.insert(KeyCounters::new()).downgrade(),
-        };
-        counters.by_parity[parity][slot].fetch_add(1, Ordering::Relaxed);
+        let mut key = KeyCounts::default();
+        key[parity][slot] = 1;
+        counts.insert(key_id.clone(), key);
     }
 
     /// Writes the counts gathered so far (and any a refused batch kept) in one store call;
@@ -240,9 +239,13 @@ impl UsageRecorder {
         self.shared.dropped.load(Ordering::Relaxed)
     }
 
-    /// Returns how many keys are counted now.
+    /// Returns how many counters (a key counted on one thread) are held now.
     pub fn tracked_keys(&self) -> usize {
-        self.shared.counters.len()
+        self.shared
+            .counters
+            .iter()
+            .map(|cell| cell.lock().map_or(0, |counts| counts.len()))
+            .sum()
     }
 }
 
@@ -250,34 +253,24 @@ impl Shared {
     async fn flush(&self) -> Result<usize, StoreError> {
         let mut kept = self.kept.lock().await;
         let hour = self.hour_millis.load(Ordering::Relaxed);
-        // Keys without requests since the last flush are forgotten; their places are given
-        // back once they are gone.
-        let mut forgotten = 0;
-        self.counters.retain(|_, counters| {
-            let used = counters
-                .by_parity
-                .iter()
-                .flatten()
-                .any(|count| count.load(Ordering::Relaxed) != 0);
-            forgotten += usize::from(!used);
-            used
-        });
-        self.places.release(forgotten);
+        // Each thread's map is taken whole (its lock held only for the swap), and its places
+        // given back once its entries are gone from it.
         let mut batch: HashMap<(Arc<str>, i64, usize), u64> = HashMap::new();
-        for entry in &self.counters {
-            for (parity_index, counts) in entry.value().by_parity.iter().enumerate() {
-                // The current hour's parity holds this hour's counts; the other, the last's.
-                let slot_hour = if parity_index == parity(hour) {
-                    hour
-                } else {
-                    hour - 3_600_000
-                };
-                for (index, count) in counts.iter().enumerate() {
-                    let taken = count.swap(0, Ordering::Relaxed);
-                    if taken > 0 {
-                        *batch
-                            .entry((entry.key().clone(), slot_hour, index))
-                            .or_default() += taken;
+        for cell in &self.counters {
+            let taken = std::mem::take(&mut *cell.lock().unwrap_or_else(PoisonError::into_inner));
+            self.places.release(taken.len());
+            for (key_id, by_parity) in taken {
+                for (parity_index, counts) in by_parity.iter().enumerate() {
+                    // The current hour's parity holds this hour's counts; the other, the last's.
+                    let slot_hour = if parity_index == parity(hour) {
+                        hour
+                    } else {
+                        hour - 3_600_000
+                    };
+                    for (index, &count) in counts.iter().enumerate() {
+                        if count > 0 {
+                            *batch.entry((key_id.clone(), slot_hour, index)).or_default() += count;
+                        }
                     }
                 }
             }
@@ -692,5 +685,36 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Memory stays bounded by the capacity: a key that finds no place is dropped and
+    /// counted, and a flush gives every place back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn counters_never_exceed_the_capacity_and_a_flush_frees_them() {
+        let recorder = UsageRecorder::with_capacity(MemoryStore::new(), 10)
+            .with_flush_interval(MAX_FLUSH_INTERVAL);
+        let threads: Vec<_> = (0..4)
+            .map(|thread| {
+                let recorder = recorder.clone();
+                std::thread::spawn(move || {
+                    for n in 0..20 {
+                        let key: Arc<str> = format!("key-{thread}-{n}").into();
+                        recorder.record(&key, UsageRoute::Me, UsageOutcome::Ok);
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        // A full map asks the background task for a flush, which may have freed places
+        // meanwhile: never more than the capacity, and some requests dropped.
+        assert!(recorder.tracked_keys() <= 10);
+        assert!(recorder.shared.places.taken() <= 10);
+        assert!(recorder.dropped() > 0);
+        // The keys are no store's: the flush writes nothing, yet frees every place.
+        recorder.flush().await.unwrap();
+        assert_eq!(recorder.tracked_keys(), 0);
+        assert_eq!(recorder.shared.places.taken(), 0);
     }
 }
