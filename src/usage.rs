@@ -411,6 +411,27 @@ mod tests {
     use crate::store::{UsageGranularity, UsagePeriod};
     use crate::{MemoryStore, Organization};
 
+    /// A memory store with the organization `org` and `keys` keys, and the keys' ids.
+    async fn store_with_keys(keys: usize) -> (MemoryStore, Vec<Arc<str>>) {
+        let store = MemoryStore::new();
+        store
+            .add_organization(Organization {
+                id: "org".into(),
+                name: "Org".into(),
+            })
+            .unwrap();
+        for n in 0..keys {
+            store.add_key(&format!("pk_test_usage_{n}"), "org").unwrap();
+        }
+        let ids = crate::store::KeyManager::list(&store, "org")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|record| Arc::from(record.id))
+            .collect();
+        (store, ids)
+    }
+
     #[test]
     fn every_route_and_outcome_has_a_slot_of_its_own() {
         let mut seen = std::collections::HashSet::new();
@@ -428,20 +449,7 @@ mod tests {
     /// Requests counted from many threads while flushes run: every one is written, once.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn counts_racing_flushes_are_written_exactly_once() {
-        let store = MemoryStore::new();
-        store
-            .add_organization(Organization {
-                id: "org".into(),
-                name: "Org".into(),
-            })
-            .unwrap();
-        let mut key_ids = Vec::new();
-        for n in 0..4 {
-            store.add_key(&format!("pk_test_usage_{n}"), "org").unwrap();
-        }
-        for record in crate::store::KeyManager::list(&store, "org").await.unwrap() {
-            key_ids.push(Arc::<str>::from(record.id));
-        }
+        let (store, key_ids) = store_with_keys(4).await;
         let recorder =
             UsageRecorder::spawn(store.clone()).with_flush_interval(Duration::from_secs(3600));
         let writers: Vec<_> = (0..4)
@@ -529,18 +537,8 @@ mod tests {
     /// every request once.
     #[tokio::test]
     async fn counts_survive_refused_flushes_and_are_written_once_after() {
-        let store = MemoryStore::new();
-        store
-            .add_organization(Organization {
-                id: "org".into(),
-                name: "Org".into(),
-            })
-            .unwrap();
-        store.add_key("pk_test_usage_outage", "org").unwrap();
-        let key_id: Arc<str> = crate::store::KeyManager::list(&store, "org").await.unwrap()[0]
-            .id
-            .clone()
-            .into();
+        let (store, key_ids) = store_with_keys(1).await;
+        let key_id = key_ids[0].clone();
         let flaky = Arc::new(Flaky {
             store: store.clone(),
             failing: std::sync::atomic::AtomicBool::new(true),
@@ -580,24 +578,7 @@ mod tests {
     /// `record_usage` call is one statement in `PgStore`).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn one_store_write_a_flush_whatever_the_requests() {
-        let store = MemoryStore::new();
-        store
-            .add_organization(Organization {
-                id: "org".into(),
-                name: "Org".into(),
-            })
-            .unwrap();
-        for n in 0..50 {
-            store
-                .add_key(&format!("pk_test_usage_writes_{n}"), "org")
-                .unwrap();
-        }
-        let key_ids: Vec<Arc<str>> = crate::store::KeyManager::list(&store, "org")
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|record| Arc::from(record.id))
-            .collect();
+        let (store, key_ids) = store_with_keys(50).await;
         let counting = Arc::new(Flaky {
             store: store.clone(),
             failing: std::sync::atomic::AtomicBool::new(false),
@@ -639,17 +620,8 @@ mod tests {
     /// what is younger.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_background_task_deletes_usage_past_the_retention() {
-        let store = MemoryStore::new();
-        store
-            .add_organization(Organization {
-                id: "org".into(),
-                name: "Org".into(),
-            })
-            .unwrap();
-        store.add_key("pk_test_usage_retention", "org").unwrap();
-        let key_id = crate::store::KeyManager::list(&store, "org").await.unwrap()[0]
-            .id
-            .clone();
+        let (store, key_ids) = store_with_keys(1).await;
+        let key_id = key_ids[0].to_string();
         let old = Timestamp::from_unix_millis(978_307_200_000).unwrap(); // 2001
         let count = |hour| UsageCount {
             key_id: key_id.clone(),

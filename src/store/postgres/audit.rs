@@ -111,20 +111,13 @@ impl AuditLog for PgStore {
     }
 
     async fn prune_audit(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
-        // Capped at a century: an interval PostgreSQL can subtract from now.
-        let century = Duration::from_secs(100 * 366 * 24 * 3600);
-        let older_than_ms = i64::try_from(older_than.min(century).as_millis()).unwrap_or(0);
-        let deleted = sqlx::query(
-            "DELETE FROM partner_api_audit_log WHERE id IN ( \
-                 SELECT id FROM partner_api_audit_log \
-                 WHERE at < now() - $1 * interval '1 millisecond' \
-                 ORDER BY at LIMIT $2)",
+        self.delete_oldest(
+            "partner_api_audit_log",
+            "at",
+            "id",
+            older_than,
+            batch.into(),
         )
-        .bind(older_than_ms)
-        .bind(i64::from(batch))
-        .execute(&self.pool)
         .await
-        .map_err(store_error)?;
-        Ok(deleted.rows_affected())
     }
 }

@@ -341,6 +341,38 @@ impl PgStore {
     }
 }
 
+impl PgStore {
+    /// Deletes at most `batch` rows of `table` whose `at` column is older than `older_than` by
+    /// the database's clock, oldest first (rows named by `key`), and returns how many: the
+    /// retention of usage, the audit log and the webhooks' outbox. The names are the crate's
+    /// own constants, never input.
+    pub(super) async fn delete_oldest(
+        &self,
+        table: &'static str,
+        at: &'static str,
+        key: &'static str,
+        older_than: std::time::Duration,
+        batch: u64,
+    ) -> Result<u64, StoreError> {
+        // Capped at a century: an interval PostgreSQL can subtract from now.
+        let older_than_ms = i64::try_from(older_than.as_millis())
+            .unwrap_or(i64::MAX)
+            .min(3_153_600_000_000);
+        let deleted = sqlx::query(&format!(
+            "DELETE FROM {table} WHERE {key} IN ( \
+               SELECT {key} FROM {table} \
+               WHERE {at} < now() - $1 * interval '1 millisecond' \
+               ORDER BY {at} LIMIT $2)"
+        ))
+        .bind(older_than_ms)
+        .bind(i64::try_from(batch).unwrap_or(i64::MAX))
+        .execute(&self.pool)
+        .await
+        .map_err(store_error)?;
+        Ok(deleted.rows_affected())
+    }
+}
+
 pub(super) fn column<'r, T>(row: &'r PgRow, name: &str) -> Result<T, StoreError>
 where
     T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,

@@ -153,22 +153,15 @@ impl WebhookOutbox for PgStore {
         // Their deliveries and attempts go by the foreign keys' cascade. No row lock in the
         // subquery (it would need UPDATE, which the delivering role has not): a worker that
         // picks rows another one is deleting waits for that batch and deletes fewer.
-        let deleted = sqlx::query(
-            "DELETE FROM partner_webhook_messages WHERE id IN ( \
-               SELECT id FROM partner_webhook_messages \
-               WHERE raised_at < now() - $1 * interval '1 millisecond' \
-               ORDER BY raised_at LIMIT $2)",
+        let batch = u64::try_from(batch).unwrap_or(u64::MAX);
+        self.delete_oldest(
+            "partner_webhook_messages",
+            "raised_at",
+            "id",
+            older_than,
+            batch,
         )
-        .bind(
-            i64::try_from(older_than.as_millis())
-                .unwrap_or(i64::MAX)
-                .min(3_153_600_000_000),
-        )
-        .bind(i64::try_from(batch).unwrap_or(i64::MAX))
-        .execute(&self.pool)
         .await
-        .map_err(store_error)?;
-        Ok(deleted.rows_affected())
     }
 }
 

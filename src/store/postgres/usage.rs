@@ -151,20 +151,13 @@ impl UsageStore for PgStore {
     }
 
     async fn prune_usage(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
-        // Capped at a century: an interval PostgreSQL can subtract from now.
-        let century = Duration::from_secs(100 * 366 * 24 * 3600);
-        let older_than_ms = i64::try_from(older_than.min(century).as_millis()).unwrap_or(0);
-        let deleted = sqlx::query(
-            "DELETE FROM partner_api_key_usage WHERE ctid IN ( \
-                 SELECT ctid FROM partner_api_key_usage \
-                 WHERE hour < now() - $1 * interval '1 millisecond' \
-                 ORDER BY hour LIMIT $2)",
+        self.delete_oldest(
+            "partner_api_key_usage",
+            "hour",
+            "ctid",
+            older_than,
+            batch.into(),
         )
-        .bind(older_than_ms)
-        .bind(i64::from(batch))
-        .execute(&self.pool)
         .await
-        .map_err(store_error)?;
-        Ok(deleted.rows_affected())
     }
 }
