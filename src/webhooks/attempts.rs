@@ -5,35 +5,64 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::destination::BlockedDestination;
 
-/// Why a request got no answer, as one of a fixed set of causes: an attempt records this,
-/// never the transport's own text, which would tell an organization's admin more about the
-/// network the deliveries leave from than whether their endpoint answered (a name that does
-/// not resolve and one that resolves to a blocked address are one cause).
+/// The fixed set of causes an attempt records when a request got no answer, or no answer
+/// that could be read: never the transport's own text, which would tell an organization's
+/// admin more about the network the deliveries leave from than whether their endpoint
+/// answered. A name that does not resolve and one that resolves to a blocked address are one
+/// cause. (A time-out waiting for the answer says the configured limit: `timed out after N
+/// ms`.)
+pub(super) mod cause {
+    /// The host's name does not resolve, or resolves to an address in a blocked range.
+    pub(crate) const NO_ADDRESS: &str =
+        "the name does not resolve to an address deliveries may reach";
+    /// No connection within the attempt's time-out.
+    pub(crate) const CONNECT_TIMED_OUT: &str = "timed out connecting";
+    /// The destination refused the connection.
+    pub(crate) const REFUSED: &str = "connection refused";
+    /// The TLS handshake failed (a certificate, a protocol, a server that is not TLS).
+    pub(crate) const TLS: &str = "TLS handshake failed";
+    /// The answer's status line and headers were over the client's limit.
+    pub(crate) const TOO_LARGE: &str = "the answer's head was too large";
+    /// The endpoint's URL, or a request built from it, is not one HTTP can carry.
+    pub(crate) const BAD_REQUEST: &str = "the request could not be built from the endpoint's URL";
+    /// Anything else that ended the exchange before an answer (a reset, a closed connection,
+    /// an answer that is not HTTP).
+    pub(crate) const NO_ANSWER: &str = "the connection failed before an answer";
+}
+
+/// Which of the fixed [`cause`]s `error`, the HTTP client's, is.
 pub(super) fn transport_failure(error: &(dyn std::error::Error + 'static)) -> &'static str {
     let mut next = Some(error);
     while let Some(error) = next {
         if error.downcast_ref::<rustls::Error>().is_some() {
-            return "TLS handshake failed";
+            return cause::TLS;
+        }
+        if error
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_parse_too_large)
+        {
+            return cause::TOO_LARGE;
+        }
+        if error.downcast_ref::<BlockedDestination>().is_some() {
+            return cause::NO_ADDRESS;
         }
         if let Some(io) = error.downcast_ref::<std::io::Error>() {
-            if let Some(inner) = io.get_ref() {
-                if inner.downcast_ref::<BlockedDestination>().is_some() {
-                    return "the name does not resolve to an address deliveries may reach";
-                }
-                if inner.downcast_ref::<rustls::Error>().is_some() {
-                    return "TLS handshake failed";
-                }
-            }
             match io.kind() {
-                std::io::ErrorKind::ConnectionRefused => return "connection refused",
+                std::io::ErrorKind::ConnectionRefused => return cause::REFUSED,
                 // The connect time-out (the attempt's, shared by a name's addresses).
-                std::io::ErrorKind::TimedOut => return "timed out connecting",
+                std::io::ErrorKind::TimedOut => return cause::CONNECT_TIMED_OUT,
                 _ => {}
+            }
+            // An io::Error's `source` is the source of the error it wraps, skipping that
+            // error (a TLS connector's rustls error, the resolver's refusal): step into it.
+            if let Some(inner) = io.get_ref() {
+                next = Some(inner);
+                continue;
             }
         }
         next = error.source();
     }
-    "the connection failed before an answer"
+    cause::NO_ANSWER
 }
 
 /// `wait` times a random factor in [0.8, 1.2), so retries of many deliveries that failed
@@ -76,6 +105,39 @@ pub(super) fn parse_retry_after(value: &str) -> Option<Duration> {
 mod tests {
     use super::*;
     use crate::model::Timestamp;
+
+    /// The causes found however deep the client wraps them, as hyper-util and the TLS
+    /// connector do (an io::Error in an io::Error, whose `source` skips the inner one); the
+    /// connect time-out here, as a test cannot make a network drop a SYN on cue.
+    #[test]
+    fn causes_are_found_through_wrapped_io_errors() {
+        use std::io::{Error, ErrorKind};
+        let wrapped = |inner: Error| Error::other(inner);
+        let cases: [(Error, &str); 4] = [
+            (
+                wrapped(Error::new(ErrorKind::TimedOut, "connect timed out")),
+                cause::CONNECT_TIMED_OUT,
+            ),
+            (
+                wrapped(Error::new(
+                    ErrorKind::InvalidData,
+                    rustls::Error::InvalidCertificate(rustls::CertificateError::Expired),
+                )),
+                cause::TLS,
+            ),
+            (
+                wrapped(Error::other(BlockedDestination::Resolved)),
+                cause::NO_ADDRESS,
+            ),
+            (
+                Error::new(ErrorKind::BrokenPipe, "10.1.2.3:443"),
+                cause::NO_ANSWER,
+            ),
+        ];
+        for (error, expected) in cases {
+            assert_eq!(transport_failure(&error), expected, "{error:?}");
+        }
+    }
 
     #[test]
     fn jitter_stays_within_twenty_percent() {

@@ -177,9 +177,7 @@ impl fmt::Display for BlockedDestination {
                 f,
                 "destination refused: {address} is in the blocked range {range}"
             ),
-            Self::Resolved => {
-                f.write_str("the name does not resolve to an address deliveries may reach")
-            }
+            Self::Resolved => f.write_str(super::attempts::cause::NO_ADDRESS),
         }
     }
 }

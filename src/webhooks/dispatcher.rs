@@ -16,7 +16,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::task::JoinSet;
 
-use super::attempts::{jitter, parse_retry_after, printable, transport_failure, unix_seconds};
+use super::attempts::{
+    cause, jitter, parse_retry_after, printable, transport_failure, unix_seconds,
+};
 use super::destination::CheckedResolver;
 use super::{
     sign, AttemptOutcome, ClaimRequest, Delivery, DeliveryConfig, Endpoint, FinishedAttempt,
@@ -349,7 +351,7 @@ impl Inner {
         let uri: http::Uri = delivery
             .url
             .parse()
-            .map_err(|_| "the endpoint URL is not a valid URI".to_owned())?;
+            .map_err(|_| cause::BAD_REQUEST.to_owned())?;
         self.config
             .destinations
             .check_url(&uri)
@@ -368,7 +370,7 @@ impl Inner {
             .header("webhook-timestamp", timestamp.to_string())
             .header("webhook-signature", signatures)
             .body(Full::new(delivery.body.clone()))
-            .map_err(|error| format!("the request could not be built: {error}"))?;
+            .map_err(|_| cause::BAD_REQUEST.to_owned())?;
         // The status decides the outcome; the body is read only in the time that is left, and
         // a body cut short by the time-out does not turn a 2xx into a failure.
         let deadline = tokio::time::Instant::now() + self.config.timeout;

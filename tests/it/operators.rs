@@ -25,10 +25,16 @@ async fn run(args: &[&str]) -> (bool, String, String) {
         .output()
         .await
         .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    // A command that succeeds says nothing on stderr, whichever role runs it.
+    assert!(
+        !output.status.success() || stderr.is_empty(),
+        "{args:?} succeeded and wrote to stderr: {stderr}"
+    );
     (
         output.status.success(),
         String::from_utf8(output.stdout).unwrap(),
-        String::from_utf8(output.stderr).unwrap(),
+        stderr,
     )
 }
 
@@ -559,21 +565,35 @@ async fn the_keys_command_rolls_within_the_policy() {
         serde_json::from_str::<serde_json::Value>(&stdout).unwrap(),
         serde_json::json!({"maxKeyLifetimeSeconds": 3600, "maxActiveKeys": 20, "maxWebhookEndpoints": 1})
     );
-    // The endpoint cap holds at once: one endpoint, then a refusal in the store's words.
+    // The endpoint cap holds at once, through the host's own command: one endpoint, then a
+    // refusal in the store's words.
     #[cfg(feature = "webhooks")]
     {
-        use partner_api::webhooks::{NewEndpoint, WebhookManager};
-        store
-            .add_endpoint("org_demo", NewEndpoint::new("https://example.com/hooks/1"))
-            .await
-            .unwrap();
-        let refused = store
-            .add_endpoint("org_demo", NewEndpoint::new("https://example.com/hooks/2"))
-            .await
-            .unwrap_err();
-        assert_eq!(refused.kind(), partner_api::StoreErrorKind::Conflict);
-        let words = std::error::Error::source(&refused).unwrap().to_string();
-        assert!(words.contains("1 webhook endpoints, the most"), "{words}");
+        let add = |n: u32| {
+            let url = url.clone();
+            async move {
+                let endpoint = format!("https://example.com/hooks/{n}");
+                run(&[
+                    "webhooks",
+                    "add",
+                    "--organization",
+                    "org_demo",
+                    "--url",
+                    &endpoint,
+                    "--database-url",
+                    &url,
+                ])
+                .await
+            }
+        };
+        let (ok, _, stderr) = add(1).await;
+        assert!(ok, "{stderr}");
+        let (ok, stdout, stderr) = add(2).await;
+        assert!(!ok && stdout.is_empty(), "{stdout}");
+        assert!(
+            stderr.contains("error:") && stderr.contains("1 webhook endpoints, the most"),
+            "{stderr}"
+        );
     }
     let (ok, _, stderr) = keys(vec![
         "issue".into(),

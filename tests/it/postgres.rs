@@ -57,6 +57,53 @@ async fn the_pg_store_keeps_its_audit_log_as_the_suite_requires() {
     }
 }
 
+/// Entries written within one millisecond are paged without a gap: the position a page ends
+/// on carries milliseconds (what an entry is read with), so the log must keep no more, or the
+/// next page starts before an older entry of the same millisecond and skips it.
+#[tokio::test]
+async fn audit_entries_within_one_millisecond_are_paged_without_a_gap() {
+    use partner_api::store::{AuditLog, AuditPosition, AuditQuery};
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = migrated_store().await;
+    store.load_seed(&Seed::demo()).await.unwrap();
+    let mut written = Vec::new();
+    for micros in [100, 300, 500, 700, 900] {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO partner_api_audit_log (at, organization_id, action, actor) \
+             VALUES ('2026-11-24 12:00:00.123'::timestamptz + $1 * interval '1 microsecond', \
+                     'org_demo', 'key.issued', 'test') RETURNING id",
+        )
+        .bind(f64::from(micros))
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        written.push(id.to_string());
+    }
+    written.reverse();
+    let mut read = Vec::new();
+    let mut after: Option<AuditPosition> = None;
+    loop {
+        let query = AuditQuery {
+            limit: 2,
+            after: after.take(),
+            ..AuditQuery::default()
+        };
+        let page = store.audit_entries("org_demo", &query).await.unwrap();
+        read.extend(page.entries.iter().map(|entry| entry.id.clone()));
+        match page.entries.last() {
+            Some(last) if page.more => {
+                after = Some(AuditPosition {
+                    at: last.at,
+                    id: last.id.clone(),
+                });
+            }
+            _ => break,
+        }
+        assert!(read.len() <= 5, "the pages never end: {read:?}");
+    }
+    assert_eq!(read, written, "newest first, every entry once");
+}
+
 #[tokio::test]
 async fn the_pg_store_keeps_usage_as_the_suite_requires() {
     crate::common::needs::needs!(Postgres);

@@ -125,10 +125,12 @@ impl WebhookOutbox for PgStore {
                         Timestamp::now(),
                         Duration::ZERO,
                     );
-                    attempt.error = Some(format!(
-                        "the event could not be built: {}",
-                        crate::log::ErrorChain(&error)
-                    ));
+                    // The reason goes to the host's log; the attempt, which the
+                    // organization reads, keeps a fixed cause.
+                    attempt.error = Some(
+                        "the event could not be built from its order (the host's log says why)"
+                            .to_owned(),
+                    );
                     tracing::error!(endpoint_id = %delivery.endpoint_id, message_id = %delivery.message_id, error = %crate::log::ErrorChain(&error), "webhooks: an event could not be built; it is failed");
                     self.finish(&delivery, &attempt).await?;
                 }

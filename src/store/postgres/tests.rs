@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::store::OrderPosition;
+use sqlx::Connection;
 
 /// Both page queries are one range scan of the index, with no sort, whatever the page:
 /// against the database that `PARTNER_API_TEST_DATABASE_URL` names (`.ci/test` starts one).
@@ -15,7 +16,21 @@ async fn every_page_is_one_index_range_scan() {
         eprintln!("skipped: PARTNER_API_TEST_DATABASE_URL is not set");
         return;
     };
-    let store = PgStore::connect_lazy(&url).unwrap();
+    // A database of its own: the server's default one may hold another version's schema.
+    let name = format!(
+        "partner_api_plans_{}_{}",
+        std::process::id(),
+        Timestamp::now().as_datetime().timestamp_micros()
+    );
+    let server: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+    let mut admin = sqlx::PgConnection::connect_with(&server).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let store = PgStore::new(
+        sqlx::postgres::PgPoolOptions::new().connect_lazy_with(server.database(&name)),
+    );
     store.migrate().await.unwrap();
     // Plans as for a large table, whatever this database holds.
     let mut connection = store.pool().acquire().await.unwrap();
