@@ -1,16 +1,27 @@
 //! A flood of made-up keys against the standalone host on PostgreSQL: 5,000 fresh random
-//! 40-character tokens from 127.0.0.3 over 32 connections, while a valid key from the same
-//! address (one NAT, one corporate egress) calls `/v1/orders` one request after another:
-//! answered from the key cache in odd rounds, looked up in the database on every call in even
-//! ones (`--no-cache`), where only the host's known keys keep it from the spent budget. Reports, per round, the valid key's p50 and
-//! p99 latency quiet and under the flood, the flood's statuses, and the look-ups the
-//! database saw (failures of reason `unknown` in the host's metrics) against the budget
-//! (a burst of 200 and 20 a second). Fails when a valid call is refused, the database sees
-//! more than the budget, or the valid key's p99 under the flood is over twice its quiet p99.
+//! 40-character tokens over 32 keep-alive connections, in each round twice:
+//!
+//! - alone, from 127.0.0.4: the statements the database ran in the flood's database
+//!   meanwhile (`pg_stat_statements`; every statement of the host, its listener's and
+//!   recorders' included);
+//! - from 127.0.0.3, while a valid key from the same address (one NAT, one corporate egress)
+//!   calls `/v1/orders` one request after another: answered from the key cache in odd rounds,
+//!   looked up in the database on every call in even ones (`--no-cache`), where only the
+//!   host's known keys keep it from the spent budget. The valid key's p50 and p99 latency
+//!   quiet and under the flood, the flood's statuses, and the look-ups the database saw
+//!   (failures of reason `unknown` in the host's metrics) against the budget (a burst of 200
+//!   and 20 a second).
+//!
+//! Fails when a valid call is refused, the look-ups exceed the budget, the flood alone costs
+//! 1,000 statements or more, or the valid key's p99 under the flood is over twice its quiet
+//! p99.
+//!
+//! The server must load `pg_stat_statements` (Debian's postgresql package has it):
 //!
 //! ```sh
 //! cargo build --release --features postgres --example standalone
-//! PARTNER_API_TEST_DATABASE_URL=postgres://... cargo bench --features postgres --bench auth_flood
+//! (source .ci/servers.sh; PARTNER_API_POSTGRES_OPTIONS="-c shared_preload_libraries=pg_stat_statements" \
+//!   start_postgres; cargo bench --features postgres --bench auth_flood; stop_servers)
 //! ```
 //!
 //! ROUNDS sets the rounds (default 3); STANDALONE the binary (default the release build).
@@ -104,6 +115,43 @@ async fn scrape(metrics: SocketAddr) -> String {
     text
 }
 
+/// The flood: `FLOOD` fresh random tokens from `from` over `CONNECTIONS` keep-alive
+/// connections, each answer's status collected by its connection's task.
+fn flood(
+    api: SocketAddr,
+    from: &'static str,
+    seed_base: usize,
+) -> Vec<tokio::task::JoinHandle<Vec<u16>>> {
+    (0..CONNECTIONS)
+        .map(|connection| {
+            tokio::spawn(async move {
+                let mut stream = connect_from(from, api).await;
+                let mut seed = 0x9E37_79B9_7F4A_7C15 ^ ((seed_base + connection + 1) as u64);
+                let mut statuses = Vec::new();
+                for _ in 0..FLOOD.div_ceil(CONNECTIONS) {
+                    let token = random_token(&mut seed);
+                    match exchange(&mut stream, "/v1/orders", &token).await {
+                        Some(status) => statuses.push(status),
+                        None => stream = connect_from(from, api).await,
+                    }
+                }
+                statuses
+            })
+        })
+        .collect()
+}
+
+/// The statements the server has run in database `name` (reset by nothing here).
+async fn statements_run(connection: &mut PgConnection, name: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements \
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)",
+    )
+    .bind(name)
+    .fetch_one(connection)
+    .await
+}
+
 /// The valid key's latencies over `calls` requests on `stream`.
 async fn quiet_round(stream: &mut TcpStream, calls: usize) -> Vec<Duration> {
     let mut latencies = Vec::with_capacity(calls);
@@ -139,6 +187,18 @@ async fn main() {
     let store = PgStore::connect_lazy(&url).expect("url");
     store.migrate().await.expect("migrate");
     store.load_seed(&Seed::demo()).await.expect("seed");
+    let mut statistics = PgConnection::connect(&url).await.expect("connect");
+    statistics
+        .execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .await
+        .expect("pg_stat_statements");
+    if let Err(err) = statements_run(&mut statistics, &name).await {
+        eprintln!(
+            "auth_flood: the server does not load pg_stat_statements ({err}); start it with \
+             -c shared_preload_libraries=pg_stat_statements (see the bench's docs)"
+        );
+        std::process::exit(1);
+    }
 
     let mut failed = false;
     for round in 1..=rounds {
@@ -172,23 +232,30 @@ async fn main() {
         quiet_round(&mut valid, 200).await; // warm: the cache knows the key and the page
         let quiet = quiet_round(&mut valid, 10_000).await;
 
-        let started = Instant::now();
-        let mut flooders = Vec::new();
-        for connection in 0..CONNECTIONS {
-            flooders.push(tokio::spawn(async move {
-                let mut stream = connect_from("127.0.0.3", api).await;
-                let mut seed = 0x9E37_79B9_7F4A_7C15 ^ ((round * 1000 + connection + 1) as u64);
-                let mut statuses = Vec::new();
-                for _ in 0..FLOOD.div_ceil(CONNECTIONS) {
-                    let token = random_token(&mut seed);
-                    match exchange(&mut stream, "/v1/orders", &token).await {
-                        Some(status) => statuses.push(status),
-                        None => stream = connect_from("127.0.0.3", api).await,
-                    }
-                }
-                statuses
-            }));
+        // The flood alone, from an address of its own: the statements it costs the database
+        // (the valid key's own look-ups with --no-cache would drown them).
+        let statements_before = statements_run(&mut statistics, &name)
+            .await
+            .expect("statements");
+        let alone = flood(api, "127.0.0.4", round * 1000);
+        let mut alone_statuses = Vec::new();
+        for flooder in alone {
+            alone_statuses.extend(flooder.await.expect("flooder"));
         }
+        // This query is counted too: one statement more than the flood's.
+        let statements = statements_run(&mut statistics, &name)
+            .await
+            .expect("statements")
+            - statements_before;
+        let looked_up_alone = metric(
+            &scrape(metrics).await,
+            "partner_api_auth_failures_total",
+            "reason=\"unknown\"",
+        );
+
+        // The flood again, fresh tokens from the valid key's address.
+        let started = Instant::now();
+        let flooders = flood(api, "127.0.0.3", round * 1000 + 500);
         let mut loaded = Vec::new();
         let mut refused = 0;
         while flooders.iter().any(|flooder| !flooder.is_finished()) {
@@ -209,16 +276,18 @@ async fn main() {
             &exposition,
             "partner_api_auth_failures_total",
             "reason=\"unknown\"",
-        );
+        ) - looked_up_alone;
         let budget = 200.0 + 20.0 * elapsed.as_secs_f64().ceil();
         let unauthorized = statuses.iter().filter(|&&s| s == 401).count();
         let throttled = statuses.iter().filter(|&&s| s == 429).count();
         let (quiet_p99, loaded_p99) = (percentile(&quiet, 990), percentile(&loaded, 990));
         println!(
-            "round {round}{}: flood of {} in {:.2} s ({unauthorized} 401, {throttled} 429); \
+            "round {round}{}: the flood alone: {} tokens, {statements} statements; \
+             beside the valid key: {} in {:.2} s ({unauthorized} 401, {throttled} 429), \
              look-ups {looked_up} (budget {budget}); valid key: {} calls under the flood, \
              {refused} refused, p50 {:?} -> {:?}, p99 {quiet_p99:?} -> {loaded_p99:?} ({:.2}x)",
             if no_cache { " (--no-cache)" } else { "" },
+            alone_statuses.len(),
             statuses.len(),
             elapsed.as_secs_f64(),
             loaded.len(),
@@ -226,7 +295,7 @@ async fn main() {
             percentile(&loaded, 500),
             loaded_p99.as_secs_f64() / quiet_p99.as_secs_f64(),
         );
-        if refused > 0 || looked_up > budget || loaded_p99 > quiet_p99 * 2 {
+        if refused > 0 || looked_up > budget || statements >= 1_000 || loaded_p99 > quiet_p99 * 2 {
             failed = true;
         }
         let _ = child.kill().await;

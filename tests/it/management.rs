@@ -1021,6 +1021,27 @@ async fn webhook_actions_that_queue_messages_are_limited_per_organization() {
             std::time::Duration::from_secs(60),
             std::num::NonZeroU32::new(3).unwrap(),
         );
+    webhook_actions_are_limited(&service, 3).await;
+}
+
+/// The same on PostgreSQL, with the default budget: bursts of 10.
+#[cfg(all(feature = "webhooks", feature = "postgres"))]
+#[tokio::test]
+async fn webhook_actions_that_queue_messages_are_limited_per_organization_on_postgres() {
+    crate::common::needs::needs!(Postgres);
+    let store =
+        partner_api::PgStore::connect_lazy(&crate::common::pg::fresh_database().await).unwrap();
+    store.migrate().await.unwrap();
+    store.load_seed(&Seed::demo()).await.unwrap();
+    let service = KeyManagementService::new(store.clone()).with_webhooks(store);
+    assert_eq!(partner_api::management::DEFAULT_WEBHOOK_ACTIONS.1.get(), 10);
+    webhook_actions_are_limited(&service, 10).await;
+}
+
+/// `burst` test events of `org_demo` are queued; then a test, a retry and a recovery are
+/// refused with 429 and `Retry-After`; reads and another organization are not.
+#[cfg(feature = "webhooks")]
+async fn webhook_actions_are_limited(service: &KeyManagementService, burst: usize) {
     let add = |organization: &'static str| {
         let service = service.clone();
         async move {
@@ -1055,22 +1076,26 @@ async fn webhook_actions_that_queue_messages_are_limited_per_organization() {
             .await
         }
     };
-    for _ in 0..3 {
+    for _ in 0..burst {
         let queued = action("org_demo", format!("/webhooks/{demo}/test"), json!({})).await;
         assert_eq!(queued.status, StatusCode::ACCEPTED, "{}", queued.text);
     }
     for (path, body) in [
         (format!("/webhooks/{demo}/test"), json!({})),
         (
+            format!("/webhooks/{demo}/retry"),
+            json!({"messageId": "msg_0123456789abcdef"}),
+        ),
+        (
             format!("/webhooks/{demo}/recover"),
             json!({"since": "2026-01-01T00:00:00Z"}),
         ),
     ] {
-        let refused = action("org_demo", path, body).await;
+        let refused = action("org_demo", path.clone(), body).await;
         assert_eq!(
             refused.status,
             StatusCode::TOO_MANY_REQUESTS,
-            "{}",
+            "{path}: {}",
             refused.text
         );
         let wait: u64 = refused.headers["retry-after"]
@@ -1083,9 +1108,11 @@ async fn webhook_actions_that_queue_messages_are_limited_per_organization() {
     }
     // Reading and other changes are not counted; another organization has its own budget.
     assert_eq!(
-        get(&service, &format!("/webhooks/{demo}")).await.status,
+        get(service, &format!("/webhooks/{demo}")).await.status,
         StatusCode::OK
     );
+    let disabled = action("org_demo", format!("/webhooks/{demo}/disable"), json!({})).await;
+    assert_eq!(disabled.status, StatusCode::OK, "{}", disabled.text);
     let theirs = action("org_other", format!("/webhooks/{other}/test"), json!({})).await;
     assert_eq!(theirs.status, StatusCode::ACCEPTED, "{}", theirs.text);
 }

@@ -879,6 +879,64 @@ mod postgres {
         assert!(host.terminate().await.success());
     }
 
+    /// `--webhook-retention-days`: the standalone host deletes a message older than its
+    /// retention (with its deliveries and attempts), and keeps a younger one.
+    #[tokio::test]
+    async fn the_standalone_host_keeps_messages_for_its_retention() {
+        crate::common::needs::needs!(Postgres);
+        let receiver = Receiver::ok().await;
+        let url = fresh_database().await;
+        let store = database_at(&url).await;
+        let endpoint = store
+            .add_endpoint("org_a", NewEndpoint::new(receiver.url("/")))
+            .await
+            .unwrap();
+        for _ in 0..2 {
+            store.send_test("org_a", &endpoint.record.id).await.unwrap();
+        }
+        let old: i64 = sqlx::query_scalar(
+            "UPDATE partner_webhook_messages SET raised_at = now() - interval '2 days' \
+             WHERE id = (SELECT min(id) FROM partner_webhook_messages) RETURNING id",
+        )
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        let mut host = crate::common::Process::spawn(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            &url,
+            "--webhook-allow-http",
+            "--webhook-allow-subnet",
+            "127.0.0.0/8",
+            "--webhook-retention-days",
+            "1",
+        ]);
+        host.address().await;
+        let left: Vec<i64> = eventually(|| async {
+            let left: Vec<i64> =
+                sqlx::query_scalar("SELECT id FROM partner_webhook_messages ORDER BY id")
+                    .fetch_all(store.pool())
+                    .await
+                    .unwrap();
+            (left.len() == 1).then_some(left)
+        })
+        .await;
+        assert!(!left.contains(&old), "the old message was kept: {left:?}");
+        // The young one is delivered; the old one never was (it was deleted first or sent
+        // once before: either way it is gone with its attempts).
+        receiver.wait_for(1, Duration::from_secs(10)).await;
+        let orphans: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM partner_webhook_deliveries WHERE message_id = $1",
+        )
+        .bind(old)
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        assert_eq!(orphans, 0);
+        assert!(host.terminate().await.success());
+    }
+
     #[tokio::test]
     async fn a_worker_deletes_what_outlived_the_retention_on_postgres() {
         crate::common::needs::needs!(Postgres);
