@@ -70,14 +70,9 @@ async fn execute(args: &Args, audit: &AuditArgs) -> Result<Vec<String>, String> 
         for entry in &page.entries {
             lines.push(serde_json::to_string(entry).map_err(|err| err.to_string())?);
         }
-        match page.entries.last() {
-            Some(last) if page.more => {
-                after = Some(AuditPosition {
-                    at: last.at,
-                    id: last.id.clone(),
-                });
-            }
-            _ => break,
+        after = page.next_position();
+        if after.is_none() {
+            break;
         }
     }
     Ok(lines)

@@ -45,7 +45,9 @@ pub(crate) trait Invalidate: Send + Sync {
 /// replica's on a hit): a clock stepped back makes an expired key valid again for as long as
 /// the step. That is why a roll without overlap revokes the old key rather than expiring it
 /// at the roll's instant: the history checker saw such a key served 1.14 s after its roll
-/// when a virtual machine's clock was stepped back.
+/// when a virtual machine's clock was stepped back. A roll *with* an overlap still ends the
+/// old key by its expiry, the overlap's end, which a clock stepped back past that end
+/// extends by the step; a revocation is the only end no clock can move.
 ///
 /// # Reads made while the evidence is stale
 ///

@@ -327,6 +327,18 @@ pub struct AuditPage {
     pub more: bool,
 }
 
+impl AuditPage {
+    /// Where the next page starts ([`AuditQuery::after`]): after this page's last entry,
+    /// when older entries follow.
+    pub fn next_position(&self) -> Option<AuditPosition> {
+        let last = self.entries.last().filter(|_| self.more)?;
+        Some(AuditPosition {
+            at: last.at,
+            id: last.id.clone(),
+        })
+    }
+}
+
 /// Keeps the audit log of organizations: a capability of its own, which a host's store may
 /// leave out (the management service then answers `/audit` 404 and the Settings page hides
 /// the security log).

@@ -199,14 +199,9 @@ where
             page.entries.len()
         );
         read.extend(page.entries.iter().cloned());
-        match page.entries.last() {
-            Some(last) if page.more => {
-                after = Some(AuditPosition {
-                    at: last.at,
-                    id: last.id.clone(),
-                });
-            }
-            _ => break,
+        after = page.next_position();
+        if after.is_none() {
+            break;
         }
         ensure!(read.len() <= 6, "the pages never end");
     }

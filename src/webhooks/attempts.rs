@@ -137,6 +137,8 @@ mod tests {
         for (error, expected) in cases {
             assert_eq!(transport_failure(&error), expected, "{error:?}");
         }
+        // A refusal by the resolver reads as the cause it is.
+        assert_eq!(BlockedDestination::Resolved.to_string(), cause::NO_ADDRESS);
     }
 
     #[test]

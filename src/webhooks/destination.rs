@@ -177,7 +177,10 @@ impl fmt::Display for BlockedDestination {
                 f,
                 "destination refused: {address} is in the blocked range {range}"
             ),
-            Self::Resolved => f.write_str(super::attempts::cause::NO_ADDRESS),
+            // The same words as an attempt's cause (`attempts::cause::NO_ADDRESS`).
+            Self::Resolved => {
+                f.write_str("the name does not resolve to an address deliveries may reach")
+            }
         }
     }
 }

@@ -847,17 +847,7 @@ mod postgres {
         let url = fresh_database().await;
         let store = database_at(&url).await;
         let (hanging, _, healthy, fine) = super::hanging_beside_healthy(&store).await;
-        let mut host = crate::common::Process::spawn(&[
-            "--listen",
-            "127.0.0.1:0",
-            "--database-url",
-            &url,
-            "--webhook-allow-http",
-            "--webhook-allow-subnet",
-            "127.0.0.0/8",
-            "--webhook-timeout",
-            "60",
-        ]);
+        let mut host = delivering_host(&url, &["--webhook-timeout", "60"]);
         host.address().await;
         for n in 0..100 {
             sqlx::query(INSERT)
@@ -901,17 +891,7 @@ mod postgres {
         .fetch_one(store.pool())
         .await
         .unwrap();
-        let mut host = crate::common::Process::spawn(&[
-            "--listen",
-            "127.0.0.1:0",
-            "--database-url",
-            &url,
-            "--webhook-allow-http",
-            "--webhook-allow-subnet",
-            "127.0.0.0/8",
-            "--webhook-retention-days",
-            "1",
-        ]);
+        let mut host = delivering_host(&url, &["--webhook-retention-days", "1"]);
         host.address().await;
         let left: Vec<i64> = eventually(|| async {
             let left: Vec<i64> =
@@ -935,6 +915,22 @@ mod postgres {
         .unwrap();
         assert_eq!(orphans, 0);
         assert!(host.terminate().await.success());
+    }
+
+    /// The standalone host on the database at `url`, delivering to receivers on loopback,
+    /// with `extra` arguments.
+    fn delivering_host(url: &str, extra: &[&str]) -> crate::common::Process {
+        let mut args = vec![
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            url,
+            "--webhook-allow-http",
+            "--webhook-allow-subnet",
+            "127.0.0.0/8",
+        ];
+        args.extend_from_slice(extra);
+        crate::common::Process::spawn(&args)
     }
 
     #[tokio::test]

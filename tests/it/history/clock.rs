@@ -23,7 +23,8 @@ fn step(by: Duration, back: bool) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "the wall clock could not be set (this run needs root): {}",
+            "the wall clock could not be set (this run needs CAP_SYS_TIME: root on a machine \
+             or a VM, a container started with --cap-add SYS_TIME): {}",
             String::from_utf8_lossy(&output.stderr).trim()
         ))
     }
