@@ -1038,6 +1038,63 @@ async fn webhook_actions_that_queue_messages_are_limited_per_organization_on_pos
     webhook_actions_are_limited(&service, 10).await;
 }
 
+/// The same over sockets, through a host process that mounts the management API (the
+/// Settings example, signed in as `org_demo`): bursts of 10, then 429 with `Retry-After`.
+#[cfg(feature = "webhooks")]
+#[tokio::test]
+async fn webhook_actions_are_limited_through_a_host_over_sockets() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut host = crate::common::Process::spawn_example(
+        "settings",
+        &["--listen", "127.0.0.1:0", "--sign-in-as", "org_demo"],
+    );
+    let address = host.address().await;
+    // One request on a connection of its own: the status, the headers' text and the body.
+    let post = |path: String, body: Value| async move {
+        let body = body.to_string();
+        let request = format!(
+            "POST /settings/partner-api/api{path} HTTP/1.1\r\nhost: x\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\
+             connection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        let status: u16 = head[9..12].parse().unwrap();
+        (status, head.to_lowercase(), body.to_owned())
+    };
+    let (status, _, body) = post(
+        "/webhooks".to_owned(),
+        json!({"url": "https://partner.example/hooks"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    // The body may be chunked: the id is the first "id" member's value.
+    let id = body
+        .split("\"id\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    for _ in 0..10 {
+        let (status, _, body) = post(format!("/webhooks/{id}/test"), json!({})).await;
+        assert_eq!(status, 202, "{body}");
+    }
+    let (status, head, body) = post(format!("/webhooks/{id}/test"), json!({})).await;
+    assert_eq!(status, 429, "{body}");
+    let wait: u64 = head
+        .lines()
+        .find_map(|line| line.strip_prefix("retry-after:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((1..=6).contains(&wait), "Retry-After: {wait}");
+}
+
 /// `burst` test events of `org_demo` are queued; then a test, a retry and a recovery are
 /// refused with 429 and `Retry-After`; reads and another organization are not.
 #[cfg(feature = "webhooks")]
