@@ -316,7 +316,7 @@ async fn each_failure_without_an_answer_is_one_of_a_fixed_set_of_causes() {
     let closing = raw_destination(drop).await;
     let cases = [
         (format!("http://{closed}/"), "connection refused"),
-        (format!("http://{hanging}/"), "timed out after 500 ms"),
+        (format!("http://{hanging}/"), "timed out after 3000 ms"),
         (format!("https://{plain_http}/"), "TLS handshake failed"),
         (
             format!("http://{huge_head}/"),
@@ -335,8 +335,9 @@ async fn each_failure_without_an_answer_is_one_of_a_fixed_set_of_causes() {
             .unwrap();
         endpoints.push((endpoint.record.id, url.clone(), *cause));
     }
+    // A time-out no answer on loopback comes near, even on a loaded machine.
     let config = config()
-        .with_timeout(Duration::from_millis(500))
+        .with_timeout(Duration::from_secs(3))
         .with_retry_schedule(vec![]);
     let (_stop, _task) = start(Dispatcher::new(store.clone(), config));
     for (id, _, _) in &endpoints {
