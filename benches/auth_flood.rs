@@ -2,8 +2,8 @@
 //! 40-character tokens over 32 keep-alive connections, in each round twice:
 //!
 //! - alone, from 127.0.0.4: the statements the database ran in the flood's database
-//!   meanwhile (`pg_stat_statements`; every statement of the host, its listener's and
-//!   recorders' included);
+//!   meanwhile (`pg_stat_statements`: every top-level statement of the host, its
+//!   listener's and recorders' included);
 //! - from 127.0.0.3, while a valid key from the same address (one NAT, one corporate egress)
 //!   calls `/v1/orders` one request after another: answered from the key cache in odd rounds,
 //!   looked up in the database on every call in even ones (`--no-cache`), where only the
@@ -193,6 +193,11 @@ async fn main() {
         .await
         .expect("pg_stat_statements");
     if let Err(err) = statements_run(&mut statistics, &name).await {
+        drop(statistics);
+        drop(store);
+        let _ = connection
+            .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
+            .await;
         eprintln!(
             "auth_flood: the server does not load pg_stat_statements ({err}); start it with \
              -c shared_preload_libraries=pg_stat_statements (see the bench's docs)"

@@ -53,14 +53,23 @@ mod webhooks;
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let args = cli::Args::parse();
+    // A command that succeeds says nothing on stderr: sqlx's own warnings of a slow statement
+    // or a slow connection (a busy database, a loaded machine) are the server's to log, not a
+    // one-shot command's. `RUST_LOG` overrides both.
+    let default_filter = if args.command.is_some() {
+        "info,sqlx=error"
+    } else {
+        "info"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_filter.into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let args = cli::Args::parse();
     stores::warn_of_unused_database_url();
     // The commands' changes are the operator's: `cli:<user>` in the audit log.
     let operator = partner_api::store::AuditContext::new(&format!(

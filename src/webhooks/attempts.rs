@@ -21,7 +21,8 @@ pub(super) mod cause {
     pub(crate) const REFUSED: &str = "connection refused";
     /// The TLS handshake failed (a certificate, a protocol, a server that is not TLS).
     pub(crate) const TLS: &str = "TLS handshake failed";
-    /// The answer's status line and headers were over the client's limit.
+    /// The answer's status line and headers were over the client's limits (100 headers,
+    /// about 400 KiB).
     pub(crate) const TOO_LARGE: &str = "the answer's head was too large";
     /// The endpoint's URL, or a request built from it, is not one HTTP can carry.
     pub(crate) const BAD_REQUEST: &str = "the request could not be built from the endpoint's URL";

@@ -67,7 +67,9 @@ async fn audit_entries_within_one_millisecond_are_paged_without_a_gap() {
     let (store, _) = migrated_store().await;
     store.load_seed(&Seed::demo()).await.unwrap();
     let mut written = Vec::new();
-    for micros in [100, 300, 500, 700, 900] {
+    // All within .123 once rounded to milliseconds (TIMESTAMPTZ(3) rounds): ties on `at`,
+    // ordered by id.
+    for micros in [100, 150, 200, 250, 300] {
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO partner_api_audit_log (at, organization_id, action, actor) \
              VALUES ('2026-11-24 12:00:00.123'::timestamptz + $1 * interval '1 microsecond', \

@@ -304,10 +304,22 @@ async fn each_failure_without_an_answer_is_one_of_a_fixed_set_of_causes() {
         )
     })
     .await;
+    // Over the client's limits both ways: by size (ten headers of 64 KiB) and by count.
     let huge_head = raw_destination(|socket| {
         let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
-        for _ in 0..20_000 {
-            head.extend_from_slice(b"x-padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+        for n in 0..10 {
+            head.extend_from_slice(format!("x-padding-{n}: ").as_bytes());
+            head.extend_from_slice(&[b'a'; 64 * 1024]);
+            head.extend_from_slice(b"\r\n");
+        }
+        head.extend_from_slice(b"content-length: 0\r\n\r\n");
+        answer_with(socket, head)
+    })
+    .await;
+    let many_headers = raw_destination(|socket| {
+        let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for n in 0..150 {
+            head.extend_from_slice(format!("x-padding-{n}: a\r\n").as_bytes());
         }
         head.extend_from_slice(b"content-length: 0\r\n\r\n");
         answer_with(socket, head)
@@ -320,6 +332,10 @@ async fn each_failure_without_an_answer_is_one_of_a_fixed_set_of_causes() {
         (format!("https://{plain_http}/"), "TLS handshake failed"),
         (
             format!("http://{huge_head}/"),
+            "the answer's head was too large",
+        ),
+        (
+            format!("http://{many_headers}/"),
             "the answer's head was too large",
         ),
         (

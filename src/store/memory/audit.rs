@@ -12,7 +12,8 @@ use crate::store::{
     MAX_AUDIT_PAGE,
 };
 
-/// The entries a memory store holds, oldest first, and the next entry's number.
+/// The entries a memory store holds, oldest first by `(at, id)` as PostgreSQL orders them
+/// (a wall clock stepped back can make a later entry older), and the next entry's number.
 #[derive(Default)]
 pub(super) struct Audit {
     entries: Vec<AuditEntry>,
@@ -38,12 +39,17 @@ impl MemoryStore {
             user_agent: context.user_agent().map(str::to_owned),
             request_id: context.request_id().map(str::to_owned),
         };
-        audit.entries.push(entry);
+        // At the end, but for a wall clock stepped back: then where PostgreSQL would put it.
+        let position = position_of(&entry);
+        let at = audit
+            .entries
+            .partition_point(|entry| position_of(entry) <= position);
+        audit.entries.insert(at, entry);
     }
 }
 
 fn position_of(entry: &AuditEntry) -> (Timestamp, u64) {
-    (entry.at, entry.id.parse().unwrap_or(0))
+    (entry.at, entry.id.parse().unwrap_or(u64::MAX))
 }
 
 #[async_trait]
@@ -60,7 +66,9 @@ impl AuditLog for MemoryStore {
         let after = query
             .after
             .as_ref()
-            .map(|after| (after.at, after.id.parse::<u64>().unwrap_or(0)));
+            // An id that is no number of ours reads as the last of its millisecond, as in
+            // PostgreSQL.
+            .map(|after| (after.at, after.id.parse::<u64>().unwrap_or(u64::MAX)));
         let audit = self.audit_log();
         let mut matching = audit.entries.iter().rev().filter(|entry| {
             entry.organization_id == organization_id

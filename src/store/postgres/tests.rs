@@ -20,7 +20,10 @@ async fn every_page_is_one_index_range_scan() {
     let name = format!(
         "partner_api_plans_{}_{}",
         std::process::id(),
-        Timestamp::now().as_datetime().timestamp_micros()
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
     );
     let server: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
     let mut admin = sqlx::PgConnection::connect_with(&server).await.unwrap();
@@ -75,4 +78,10 @@ async fn every_page_is_one_index_range_scan() {
             );
         }
     }
+    drop(connection);
+    store.pool().close().await;
+    sqlx::query(&format!("DROP DATABASE {name}"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
 }
