@@ -30,18 +30,18 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::Mutex;
 
 use crate::log::ErrorChain;
 use crate::metrics::{self, StoreCall};
 use crate::model::Timestamp;
-use crate::recording::{self, Places, Recorder};
+use crate::recording::{self, Bounds, Recorder};
 use crate::store::StoreError;
 use crate::store::{KeyManager, KeyUse};
 
@@ -66,14 +66,11 @@ struct Shared {
     store: Arc<dyn KeyManager>,
     /// Each tracked key's last use, in milliseconds since the Unix epoch; 0 once written.
     uses: DashMap<Arc<str>, AtomicI64>,
-    /// Places taken in `uses`, never more than the capacity.
-    places: Places,
+    /// Places taken in `uses` (never more than the capacity), the flush interval, what was
+    /// dropped.
+    bounds: Bounds,
     /// The clock uses are stamped with, ticked every second by the background task.
     now_millis: AtomicI64,
-    flush_interval_millis: AtomicU64,
-    /// Woken when the map is full.
-    full: Notify,
-    dropped: AtomicU64,
     /// One flush at a time; holds the uses a failed flush must write again.
     flushing: Mutex<Vec<KeyUse>>,
 }
@@ -102,11 +99,8 @@ impl LastUsedRecorder {
             enabled,
             store: Arc::new(store),
             uses: DashMap::new(),
-            places: Places::new(capacity),
+            bounds: Bounds::new(capacity, DEFAULT_FLUSH_INTERVAL, metrics::last_used_dropped),
             now_millis: AtomicI64::new(now_millis()),
-            flush_interval_millis: AtomicU64::new(millis(DEFAULT_FLUSH_INTERVAL)),
-            full: Notify::new(),
-            dropped: AtomicU64::new(0),
             flushing: Mutex::new(Vec::new()),
         });
         recording::spawn(&shared);
@@ -117,9 +111,7 @@ impl LastUsedRecorder {
     /// flush on.
     #[must_use]
     pub fn with_flush_interval(self, interval: Duration) -> Self {
-        self.shared
-            .flush_interval_millis
-            .store(millis(interval).max(1), Ordering::Relaxed);
+        self.shared.bounds.set_flush_interval(interval);
         self
     }
 
@@ -135,17 +127,15 @@ impl LastUsedRecorder {
             last.store(now, Ordering::Relaxed);
             return;
         }
-        if !shared.places.reserve() {
-            shared.dropped.fetch_add(1, Ordering::Relaxed);
-            metrics::last_used_dropped(1);
-            shared.full.notify_one();
+        if !shared.bounds.places.reserve() {
+            shared.bounds.no_place();
             return;
         }
         match shared.uses.entry(key_id.clone()) {
             Entry::Occupied(entry) => {
                 // Another request inserted it meanwhile: the reserved place is not needed.
                 entry.get().store(now, Ordering::Relaxed);
-                shared.places.release(1);
+                shared.bounds.places.release(1);
             }
             Entry::Vacant(entry) => {
                 entry.insert(AtomicI64::new(now));
@@ -165,7 +155,7 @@ impl LastUsedRecorder {
 
     /// Returns how many uses were dropped because the recorder was full.
     pub fn dropped(&self) -> u64 {
-        self.shared.dropped.load(Ordering::Relaxed)
+        self.shared.bounds.dropped()
     }
 
     /// Returns how many keys are tracked now.
@@ -186,7 +176,7 @@ impl Shared {
             forgotten += usize::from(!used);
             used
         });
-        self.places.release(forgotten);
+        self.bounds.places.release(forgotten);
         for entry in &self.uses {
             let millis = entry.value().swap(0, Ordering::Relaxed);
             if let Some(at) = (millis != 0)
@@ -207,15 +197,14 @@ impl Shared {
                 let last = latest.entry(key_id).or_insert(at);
                 *last = (*last).max(at);
             }
-            let over = latest.len().saturating_sub(self.places.capacity());
+            let over = latest.len().saturating_sub(self.bounds.places.capacity());
             if over > 0 {
-                self.dropped.fetch_add(over as u64, Ordering::Relaxed);
-                metrics::last_used_dropped(over as u64);
+                self.bounds.count_dropped(over as u64);
             }
             batch.extend(
                 latest
                     .into_iter()
-                    .take(self.places.capacity())
+                    .take(self.bounds.places.capacity())
                     .map(|(key_id, at)| KeyUse { key_id, at }),
             );
         }
@@ -251,16 +240,12 @@ impl Recorder for Shared {
         self.now_millis.store(now_millis(), Ordering::Relaxed);
     }
 
-    fn flush_interval(&self) -> Duration {
-        Duration::from_millis(self.flush_interval_millis.load(Ordering::Relaxed))
-    }
-
-    fn full(&self) -> &Notify {
-        &self.full
+    fn bounds(&self) -> &Bounds {
+        &self.bounds
     }
 
     fn was_full(&self) {
-        let dropped = self.dropped.load(Ordering::Relaxed);
+        let dropped = self.bounds.dropped();
         if dropped > 0 {
             tracing::warn!(
                 dropped,
@@ -279,15 +264,11 @@ fn now_millis() -> i64 {
     Timestamp::now().as_datetime().timestamp_millis()
 }
 
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
 impl fmt::Debug for LastUsedRecorder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LastUsedRecorder")
             .field("tracked_keys", &self.tracked_keys())
-            .field("capacity", &self.shared.places.capacity())
+            .field("capacity", &self.shared.bounds.places.capacity())
             .field("dropped", &self.dropped())
             .finish_non_exhaustive()
     }
@@ -318,7 +299,7 @@ mod tests {
                 std::thread::spawn(move || {
                     let mut most = 0;
                     while writing.load(Ordering::Acquire) {
-                        most = most.max(recorder.shared.places.taken());
+                        most = most.max(recorder.shared.bounds.places.taken());
                         std::thread::yield_now();
                     }
                     most
@@ -358,7 +339,7 @@ mod tests {
             // places back: the count is exact.
             let shared = &recorder.shared;
             let _no_flush = shared.flushing.lock().await;
-            let tracked = shared.places.taken();
+            let tracked = shared.bounds.places.taken();
             assert_eq!(tracked, shared.uses.len(), "round {round}");
             assert!(tracked <= CAPACITY, "round {round}: {tracked} keys");
         }

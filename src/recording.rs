@@ -1,9 +1,10 @@
 //! What the in-process recorders ([`LastUsedRecorder`](crate::last_used::LastUsedRecorder),
-//! [`UsageRecorder`](crate::usage::UsageRecorder)) share: places bounded by a capacity, and
-//! the background task that ticks their clock every second and flushes them every interval.
+//! [`UsageRecorder`](crate::usage::UsageRecorder)) share: places bounded by a capacity, the
+//! flush interval, the count of what was dropped ([`Bounds`]), and the background task that
+//! ticks their clock every second and flushes them every interval.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -50,14 +51,65 @@ impl Places {
     }
 }
 
+/// What bounds a recorder: its places, how often it flushes, the wake-up of a full map, and
+/// how much it dropped (counted, and reported to `on_dropped`, its metric).
+pub(crate) struct Bounds {
+    pub(crate) places: Places,
+    flush_interval_millis: AtomicU64,
+    /// Notified when the map is full: a flush is due at once.
+    full: Notify,
+    dropped: AtomicU64,
+    on_dropped: fn(u64),
+}
+
+impl Bounds {
+    pub(crate) fn new(capacity: usize, flush_interval: Duration, on_dropped: fn(u64)) -> Self {
+        Self {
+            places: Places::new(capacity),
+            flush_interval_millis: AtomicU64::new(millis(flush_interval)),
+            full: Notify::new(),
+            dropped: AtomicU64::new(0),
+            on_dropped,
+        }
+    }
+
+    /// Sets the flush interval (at least a millisecond), from the next flush on.
+    pub(crate) fn set_flush_interval(&self, interval: Duration) {
+        self.flush_interval_millis
+            .store(millis(interval).max(1), Ordering::Relaxed);
+    }
+
+    pub(crate) fn flush_interval(&self) -> Duration {
+        Duration::from_millis(self.flush_interval_millis.load(Ordering::Relaxed))
+    }
+
+    /// A use found no place: counted as dropped, and a flush asked for.
+    pub(crate) fn no_place(&self) {
+        self.count_dropped(1);
+        self.full.notify_one();
+    }
+
+    /// Counts `count` uses dropped (a full map, or a kept batch past its bound).
+    pub(crate) fn count_dropped(&self, count: u64) {
+        self.dropped.fetch_add(count, Ordering::Relaxed);
+        (self.on_dropped)(count);
+    }
+
+    pub(crate) fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// A recorder the background task drives.
 pub(crate) trait Recorder: Send + Sync + 'static {
     /// Called every second: the recorder reads the clock here, never on the request path.
     fn tick(&self);
-    /// How long between two flushes.
-    fn flush_interval(&self) -> Duration;
-    /// Notified when the recorder's map is full: a flush is due at once.
-    fn full(&self) -> &Notify;
+    /// Its places, flush interval and full map's wake-up.
+    fn bounds(&self) -> &Bounds;
     /// Called before a flush the full map asked for.
     fn was_full(&self) {}
     /// Writes what the recorder holds; failures are its own to log and keep.
@@ -84,9 +136,10 @@ async fn run<R: Recorder>(recorder: Weak<R>) {
             let Some(strong) = recorder.upgrade() else {
                 return;
             };
-            let full = tokio::time::timeout(Duration::from_secs(1), strong.full().notified())
-                .await
-                .is_ok();
+            let full =
+                tokio::time::timeout(Duration::from_secs(1), strong.bounds().full.notified())
+                    .await
+                    .is_ok();
             strong.tick();
             full
         };
@@ -94,7 +147,7 @@ async fn run<R: Recorder>(recorder: Weak<R>) {
         let Some(strong) = recorder.upgrade() else {
             return;
         };
-        if full || since_flush >= strong.flush_interval() {
+        if full || since_flush >= strong.bounds().flush_interval() {
             since_flush = Duration::ZERO;
             if full {
                 strong.was_full();

@@ -49,13 +49,13 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use thread_local::ThreadLocal;
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::Mutex;
 use xxhash_rust::xxh3::Xxh3DefaultBuilder;
 
 use crate::log::ErrorChain;
 use crate::metrics::{self, StoreCall};
 use crate::model::Timestamp;
-use crate::recording::{self, Places, Recorder};
+use crate::recording::{self, millis, Bounds, Recorder};
 use crate::store::usage::hour_of_millis;
 use crate::store::{
     StoreError, UsageCount, UsageOutcome, UsageRoute, UsageStore, DEFAULT_USAGE_RETENTION,
@@ -123,18 +123,15 @@ struct Shared {
     /// Each thread's counts, behind a lock of its own: a request takes only its thread's
     /// lock, which nothing else takes but a flush, for as long as it takes to swap the map.
     counters: ThreadLocal<std::sync::Mutex<ThreadCounts>>,
-    /// Places taken in the threads' maps (one a key a thread counted), never more than the
-    /// capacity.
-    places: Places,
+    /// Places taken in the threads' maps (one a key a thread counted, never more than the
+    /// capacity), the flush interval, what was dropped.
+    bounds: Bounds,
     /// The start of the current hour, in milliseconds; ticked every second.
     hour_millis: AtomicI64,
-    flush_interval_millis: AtomicU64,
     /// How long usage is kept, in milliseconds; 0 for ever.
     retention_millis: AtomicU64,
     /// When the background task last deleted usage past the retention.
     pruned_at: std::sync::Mutex<Option<Instant>>,
-    full: Notify,
-    dropped: AtomicU64,
     /// One flush at a time; holds the counts a refused batch must write again.
     kept: Mutex<Vec<UsageCount>>,
 }
@@ -159,13 +156,10 @@ impl UsageRecorder {
         let shared = Arc::new(Shared {
             store: Arc::new(store),
             counters: ThreadLocal::new(),
-            places: Places::new(capacity),
+            bounds: Bounds::new(capacity, DEFAULT_FLUSH_INTERVAL, metrics::usage_dropped),
             hour_millis: AtomicI64::new(current_hour_millis()),
-            flush_interval_millis: AtomicU64::new(millis(DEFAULT_FLUSH_INTERVAL)),
             retention_millis: AtomicU64::new(millis(DEFAULT_USAGE_RETENTION)),
             pruned_at: std::sync::Mutex::new(None),
-            full: Notify::new(),
-            dropped: AtomicU64::new(0),
             kept: Mutex::new(Vec::new()),
         });
         recording::spawn(&shared);
@@ -177,9 +171,7 @@ impl UsageRecorder {
     #[must_use]
     pub fn with_flush_interval(self, interval: Duration) -> Self {
         let interval = interval.clamp(Duration::from_secs(1), MAX_FLUSH_INTERVAL);
-        self.shared
-            .flush_interval_millis
-            .store(millis(interval), Ordering::Relaxed);
+        self.shared.bounds.set_flush_interval(interval);
         self
     }
 
@@ -210,11 +202,9 @@ impl UsageRecorder {
             key[parity][slot] += 1;
             return;
         }
-        if !shared.places.reserve() {
+        if !shared.bounds.places.reserve() {
             drop(counts);
-            shared.dropped.fetch_add(1, Ordering::Relaxed);
-            metrics::usage_dropped(1);
-            shared.full.notify_one();
+            shared.bounds.no_place();
             return;
         }
         let mut key = KeyCounts::default();
@@ -236,7 +226,7 @@ impl UsageRecorder {
     /// Returns how many requests were dropped: the recorder was full, or a kept batch past
     /// its bound.
     pub fn dropped(&self) -> u64 {
-        self.shared.dropped.load(Ordering::Relaxed)
+        self.shared.bounds.dropped()
     }
 
     /// Returns how many counters (a key counted on one thread) are held now.
@@ -258,7 +248,7 @@ impl Shared {
         let mut batch: HashMap<(Arc<str>, i64, usize), u64> = HashMap::new();
         for cell in &self.counters {
             let taken = std::mem::take(&mut *cell.lock().unwrap_or_else(PoisonError::into_inner));
-            self.places.release(taken.len());
+            self.bounds.places.release(taken.len());
             for (key_id, by_parity) in taken {
                 for (parity_index, counts) in by_parity.iter().enumerate() {
                     // The current hour's parity holds this hour's counts; the other, the last's.
@@ -316,8 +306,7 @@ impl Shared {
                     counts.sort_by_key(|count| std::cmp::Reverse(count.hour));
                     let over: u64 = counts[MAX_KEPT_COUNTS..].iter().map(|c| c.count).sum();
                     counts.truncate(MAX_KEPT_COUNTS);
-                    self.dropped.fetch_add(over, Ordering::Relaxed);
-                    metrics::usage_dropped(over);
+                    self.bounds.count_dropped(over);
                 }
                 *kept = counts;
                 Err(err)
@@ -332,12 +321,8 @@ impl Recorder for Shared {
             .store(current_hour_millis(), Ordering::Relaxed);
     }
 
-    fn flush_interval(&self) -> Duration {
-        Duration::from_millis(self.flush_interval_millis.load(Ordering::Relaxed))
-    }
-
-    fn full(&self) -> &Notify {
-        &self.full
+    fn bounds(&self) -> &Bounds {
+        &self.bounds
     }
 
     async fn flush_in_background(self: Arc<Self>) {
@@ -391,15 +376,11 @@ fn current_hour_millis() -> i64 {
     hour_of_millis(Timestamp::now().as_datetime().timestamp_millis())
 }
 
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
 impl fmt::Debug for UsageRecorder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UsageRecorder")
             .field("tracked_keys", &self.tracked_keys())
-            .field("capacity", &self.shared.places.capacity())
+            .field("capacity", &self.shared.bounds.places.capacity())
             .field("dropped", &self.dropped())
             .finish_non_exhaustive()
     }
@@ -682,11 +663,11 @@ mod tests {
         // A full map asks the background task for a flush, which may have freed places
         // meanwhile: never more than the capacity, and some requests dropped.
         assert!(recorder.tracked_keys() <= 10);
-        assert!(recorder.shared.places.taken() <= 10);
+        assert!(recorder.shared.bounds.places.taken() <= 10);
         assert!(recorder.dropped() > 0);
         // The keys are no store's: the flush writes nothing, yet frees every place.
         recorder.flush().await.unwrap();
         assert_eq!(recorder.tracked_keys(), 0);
-        assert_eq!(recorder.shared.places.taken(), 0);
+        assert_eq!(recorder.shared.bounds.places.taken(), 0);
     }
 }

@@ -12,11 +12,7 @@ pub(crate) async fn run(args: &Args, audit: &AuditArgs) -> ExitCode {
 
 #[cfg(not(feature = "postgres"))]
 async fn execute(_args: &Args, _audit: &AuditArgs) -> Result<Vec<String>, String> {
-    Err(
-        "the audit command works on a database: this build has no PostgreSQL support \
-         (build with --features postgres, then give --database-url or DATABASE_URL)"
-            .into(),
-    )
+    Err(crate::stores::no_database_support("audit"))
 }
 
 #[cfg(feature = "postgres")]
@@ -25,15 +21,7 @@ async fn execute(args: &Args, audit: &AuditArgs) -> Result<Vec<String>, String> 
 
     use partner_api::store::{AuditLog, AuditPosition, AuditQuery, MAX_AUDIT_PAGE};
 
-    use crate::stores::{error_chain, without_password};
-
-    let Some(url) = &args.database_url else {
-        return Err(
-            "the audit command needs a database: give --database-url or set DATABASE_URL".into(),
-        );
-    };
-    let store = crate::stores::database(url, args.no_migrate).await?;
-    let failed = |err: partner_api::StoreError| without_password(&error_chain(&err), url);
+    let (store, failed) = crate::stores::command_database(args, "audit").await?;
     if audit.prune {
         let retention = Duration::from_secs(audit.retention_days.saturating_mul(24 * 3600));
         let mut deleted = 0;

@@ -57,11 +57,7 @@ pub(crate) async fn migrate_only(args: &Args) -> ExitCode {
 
 #[cfg(not(feature = "postgres"))]
 async fn execute(_args: &Args, _action: &KeysAction) -> Result<Vec<String>, String> {
-    Err(
-        "the keys command works on a database: this build has no PostgreSQL support \
-         (build with --features postgres, then give --database-url or DATABASE_URL)"
-            .into(),
-    )
+    Err(crate::stores::no_database_support("keys"))
 }
 
 /// The lines to print for `action`.
@@ -71,15 +67,7 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
 
     use partner_api::management::{IssuedKey, KeyManager, KeyRecord, NewKey, RollKey};
 
-    use crate::stores::{error_chain, without_password};
-
-    let Some(url) = &args.database_url else {
-        return Err(
-            "the keys command needs a database: give --database-url or set DATABASE_URL".into(),
-        );
-    };
-    let store = crate::stores::database(url, args.no_migrate).await?;
-    let failed = |err: partner_api::StoreError| without_password(&error_chain(&err), url);
+    let (store, failed) = crate::stores::command_database(args, "keys").await?;
     let json = |record: &KeyRecord| serde_json::to_string(record).map_err(|err| err.to_string());
     let shown = |issued: IssuedKey| Ok(vec![issued.plaintext().to_owned(), json(issued.record())?]);
     match action {

@@ -184,6 +184,39 @@ fn known_keys(
     ))
 }
 
+/// The database a database command (`keys`, `webhooks`, `audit`) works on, and how its
+/// store errors read (never with the URL's password); or why there is none.
+#[cfg(feature = "postgres")]
+pub(crate) async fn command_database<'a>(
+    args: &'a Args,
+    command: &str,
+) -> Result<
+    (
+        partner_api::PgStore,
+        impl Fn(partner_api::StoreError) -> String + Copy + 'a,
+    ),
+    String,
+> {
+    let Some(url) = &args.database_url else {
+        return Err(format!(
+            "the {command} command needs a database: give --database-url or set DATABASE_URL"
+        ));
+    };
+    let store = database(url, args.no_migrate).await?;
+    Ok((store, move |err: partner_api::StoreError| {
+        without_password(&error_chain(&err), url)
+    }))
+}
+
+/// Why a database command cannot run in a build without PostgreSQL.
+#[cfg(not(feature = "postgres"))]
+pub(crate) fn no_database_support(command: &str) -> String {
+    format!(
+        "the {command} command works on a database: this build has no PostgreSQL support \
+         (build with --features postgres, then give --database-url or DATABASE_URL)"
+    )
+}
+
 /// The database at `url`, migrated unless `no_migrate`. Errors never show the URL's
 /// password.
 #[cfg(feature = "postgres")]

@@ -9,7 +9,6 @@ use partner_api::webhooks::{
 };
 
 use crate::cli::{Args, WebhooksAction};
-use crate::stores::{error_chain, without_password};
 
 /// The delivery configuration the flags give.
 pub(crate) fn config(args: &Args) -> DeliveryConfig {
@@ -78,13 +77,7 @@ fn json(value: &impl serde::Serialize) -> Result<String, String> {
 }
 
 async fn execute(args: &Args, action: &WebhooksAction) -> Result<Vec<String>, String> {
-    let Some(url) = &args.database_url else {
-        return Err(
-            "the webhooks command needs a database: give --database-url or set DATABASE_URL".into(),
-        );
-    };
-    let store = crate::stores::database(url, args.no_migrate).await?;
-    let failed = |err: partner_api::StoreError| without_password(&error_chain(&err), url);
+    let (store, failed) = crate::stores::command_database(args, "webhooks").await?;
     Ok(match action {
         WebhooksAction::Add {
             organization,

@@ -38,9 +38,11 @@ pub(super) fn transport_failure(error: &(dyn std::error::Error + 'static)) -> &'
         if error.downcast_ref::<rustls::Error>().is_some() {
             return cause::TLS;
         }
+        // hyper's `is_parse_too_large` exists only with its server feature, which the
+        // library does not enable: its parse error says "too large" in its own words.
         if error
             .downcast_ref::<hyper::Error>()
-            .is_some_and(hyper::Error::is_parse_too_large)
+            .is_some_and(|error| error.is_parse() && error.to_string().contains("too large"))
         {
             return cause::TOO_LARGE;
         }

@@ -725,6 +725,16 @@ async fn the_session_store_is_bounded() {
 
 /// The text of the element at `css`, once it is there (looked up again if the page changed
 /// under it).
+/// A browser on `driver` with the example's Settings page open.
+async fn open_page(driver: &Driver, example: &Example) -> Client {
+    let browser = browser(driver).await;
+    browser
+        .goto(&format!("{}{PAGE}", example.base()))
+        .await
+        .unwrap();
+    browser
+}
+
 async fn text(browser: &Client, css: &str) -> String {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -1447,11 +1457,7 @@ async fn a_store_of_the_required_methods_drives_the_page_which_hides_the_rest() 
     crate::common::needs::needs!(Examples, Chromium);
     let example = Example::start(&["--core-store", "--sign-in-as", "org_demo"]).await;
     let driver = Driver::start();
-    let browser = browser(&driver).await;
-    browser
-        .goto(&format!("{}{PAGE}", example.base()))
-        .await
-        .unwrap();
+    let browser = open_page(&driver, &example).await;
     let plaintext = create(&browser, "Core", "test").await;
     assert_eq!(me_status(&example, &plaintext).await, 200);
     let hidden = browser
@@ -1556,11 +1562,7 @@ async fn the_page_shows_each_keys_usage_and_fits_a_desktop_and_a_phone() {
         assert_eq!(me_status(&example, DEMO_REVOKED_KEY).await, 401);
     }
     let driver = Driver::start();
-    let browser = browser(&driver).await;
-    browser
-        .goto(&format!("{}{PAGE}", example.base()))
-        .await
-        .unwrap();
+    let browser = open_page(&driver, &example).await;
     wait_for_row_text(&browser, "Demo integration", "pk_test_...klmn").await;
     reload_until_text(&browser, "#usage-total", "9").await;
     let spark = "//tbody[@id='keys']/tr[td[1][normalize-space()='Demo integration']]\
@@ -1601,13 +1603,12 @@ async fn the_page_shows_each_keys_usage_and_fits_a_desktop_and_a_phone() {
     // A webhook endpoint with a long URL: its row, five actions included, fits at 1280 px.
     #[cfg(feature = "webhooks")]
     {
-        browser
-            .find(Locator::Id("endpoint-url"))
-            .await
-            .unwrap()
-            .send_keys("https://partner.example/integrations/acme-media-cloud/webhooks/orders")
-            .await
-            .unwrap();
+        fill(
+            &browser,
+            Locator::Id("endpoint-url"),
+            "https://partner.example/integrations/acme-media-cloud/webhooks/orders",
+        )
+        .await;
         click(&browser, Locator::Id("add-endpoint-button")).await;
         browser
             .wait()
@@ -1645,11 +1646,7 @@ async fn the_security_log_shows_who_revoked_a_key_and_when() {
     crate::common::needs::needs!(Examples, Chromium);
     let example = Example::start(&["--sign-in-as", "org_demo"]).await;
     let driver = Driver::start();
-    let browser = browser(&driver).await;
-    browser
-        .goto(&format!("{}{PAGE}", example.base()))
-        .await
-        .unwrap();
+    let browser = open_page(&driver, &example).await;
     let plaintext = create(&browser, "Audited", "test").await;
     click_in_row(&browser, "Audited", "button.revoke-key").await;
     browser.accept_alert().await.unwrap();
