@@ -6,10 +6,35 @@
 
 servers_stop_commands=()
 
+# Removing a server's files is cleanup, not a test: a failure there is reported and does not
+# turn the caller's result (it runs in the caller's EXIT trap, under set -e) into a failure.
 stop_servers() {
   local command
-  for command in "${servers_stop_commands[@]}"; do eval "$command"; done
+  for command in "${servers_stop_commands[@]}"; do
+    eval "$command" || echo "warning: cleanup of a throwaway server failed: $command" >&2
+  done
   servers_stop_commands=()
+}
+
+# stop_process PIDFILE: sends SIGTERM to the daemon whose pid is in PIDFILE and waits (up to
+# 10 s) until it has exited. A daemon is not our child, so `wait` cannot; and its directory
+# cannot be removed while it lives: Redis opens its log file again for every line, so one
+# written during shutdown recreated the log in a directory `rm -rf` was emptying ("Directory
+# not empty", CI of 543a82e).
+stop_process() {
+  local pid
+  pid=$(cat "$1" 2>/dev/null) || return 0
+  kill "$pid" 2>/dev/null || return 0
+  for _ in $(seq 1 100); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  echo "warning: process $pid did not exit within 10 s of SIGTERM; killing it" >&2
+  kill -9 "$pid" 2>/dev/null || true
+  for _ in $(seq 1 20); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
 }
 
 free_port() {
@@ -66,7 +91,7 @@ start_redis() {
   redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$dir" --daemonize yes --pidfile "$dir/pid" --logfile "$dir/log"
   for _ in $(seq 1 50); do [ -s "$dir/pid" ] && break; sleep 0.1; done
-  servers_stop_commands+=("kill \$(cat $dir/pid 2>/dev/null) 2>/dev/null || true; rm -rf $dir")
+  servers_stop_commands+=("stop_process $dir/pid; rm -rf $dir")
   export PARTNER_API_TEST_REDIS_URL="redis://127.0.0.1:$port/"
   echo "Redis on 127.0.0.1:$port"
 }
