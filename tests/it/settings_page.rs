@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use fantoccini::wd::Capabilities;
@@ -1547,6 +1547,25 @@ async fn overflow(browser: &Client) -> Value {
         .unwrap()
 }
 
+/// The number of the UTC day it is now (days since 1970-01-01).
+fn utc_day() -> u64 {
+    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    since_epoch.as_secs() / 86_400
+}
+
+/// Returns at once when the next UTC midnight is more than `margin` away, and just after it
+/// otherwise: a test that reads "today's" bar of the usage chart makes its requests and reads
+/// the bar within one UTC day (CI once ran it across midnight: the requests were on the 24th,
+/// the bar it read was the 25th's).
+async fn clear_of_utc_midnight(margin: Duration) {
+    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let left = Duration::from_secs(86_400)
+        - Duration::from_nanos((since_epoch.as_nanos() % 86_400_000_000_000) as u64);
+    if left < margin {
+        tokio::time::sleep(left + Duration::from_millis(100)).await;
+    }
+}
+
 /// After requests with a key and the recorder's flush, its row's sparkline and the usage
 /// section's totals show them, refusals among them, for all keys and for the key chosen;
 /// the sections fit a 1280 px window and stay usable at 390 px (a phone).
@@ -1554,6 +1573,9 @@ async fn overflow(browser: &Client) -> Value {
 async fn the_page_shows_each_keys_usage_and_fits_a_desktop_and_a_phone() {
     crate::common::needs::needs!(Examples, Chromium);
     use partner_api::seed::{DEMO_KEY, DEMO_REVOKED_KEY};
+    // The requests and the reading of today's bar, below, take well under two minutes.
+    clear_of_utc_midnight(Duration::from_secs(120)).await;
+    let requested_on = utc_day();
     let example = Example::start(&["--sign-in-as", "org_demo"]).await;
     for _ in 0..7 {
         assert_eq!(me_status(&example, DEMO_KEY).await, 200);
@@ -1586,6 +1608,11 @@ async fn the_page_shows_each_keys_usage_and_fits_a_desktop_and_a_phone() {
         .await
         .unwrap();
     assert!(day.contains("9 requests (OK 7, Revoked 2)"), "{day}");
+    assert_eq!(
+        utc_day(),
+        requested_on,
+        "the test ran into the next UTC day: its margin before midnight is too short"
+    );
     // One key: its own totals.
     browser
         .find(Locator::Id("usage-key"))
@@ -1647,6 +1674,22 @@ async fn the_security_log_shows_who_revoked_a_key_and_when() {
     let example = Example::start(&["--sign-in-as", "org_demo"]).await;
     let driver = Driver::start();
     let browser = open_page(&driver, &example).await;
+    // The page writes dates in the browser's time zone: the revocation's date is the day it
+    // was before the revocation or the day it is after reading the row (a run across midnight).
+    let browser_today = || async {
+        browser
+            .execute(
+                "return new Date().toLocaleDateString('en-GB', \
+                 { day: 'numeric', month: 'short', year: 'numeric' });",
+                vec![],
+            )
+            .await
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let day_before = browser_today().await;
     let plaintext = create(&browser, "Audited", "test").await;
     click_in_row(&browser, "Audited", "button.revoke-key").await;
     browser.accept_alert().await.unwrap();
@@ -1672,15 +1715,11 @@ async fn the_security_log_shows_who_revoked_a_key_and_when() {
     assert!(row.contains("admin@org_demo"), "{row}");
     assert!(row.contains("Audited"), "{row}");
     // When: today's date, as the keys table writes dates.
-    let today = browser
-        .execute(
-            "return new Date().toLocaleDateString('en-GB', \
-             { day: 'numeric', month: 'short', year: 'numeric' });",
-            vec![],
-        )
-        .await
-        .unwrap();
-    assert!(row.contains(today.as_str().unwrap()), "{row} {today}");
+    let day_after = browser_today().await;
+    assert!(
+        row.contains(&day_before) || row.contains(&day_after),
+        "{row} {day_before} {day_after}"
+    );
     let created = browser
         .find(Locator::XPath("//tbody[@id='security-log']/tr[2]"))
         .await
