@@ -26,15 +26,23 @@ stop_process() {
   pid=$(cat "$1" 2>/dev/null) || return 0
   kill "$pid" 2>/dev/null || return 0
   for _ in $(seq 1 100); do
-    kill -0 "$pid" 2>/dev/null || return 0
+    exited "$pid" && return 0
     sleep 0.1
   done
   echo "warning: process $pid did not exit within 10 s of SIGTERM; killing it" >&2
   kill -9 "$pid" 2>/dev/null || true
   for _ in $(seq 1 20); do
-    kill -0 "$pid" 2>/dev/null || return 0
+    exited "$pid" && return 0
     sleep 0.1
   done
+}
+
+# exited PID: whether the process is gone or a zombie (a daemon's parent is init, which in a
+# container may never reap it; a zombie holds no files).
+exited() {
+  local state
+  state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1) || return 0
+  [ -z "$state" ] || [ "$state" = Z ]
 }
 
 free_port() {
@@ -90,8 +98,18 @@ start_redis() {
   port=$(free_port)
   redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$dir" --daemonize yes --pidfile "$dir/pid" --logfile "$dir/log"
-  for _ in $(seq 1 50); do [ -s "$dir/pid" ] && break; sleep 0.1; done
+  # --daemonize returns before the server listens: wait until it answers.
   servers_stop_commands+=("stop_process $dir/pid; rm -rf $dir")
+  local answered=
+  for _ in $(seq 1 100); do
+    if [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ]; then answered=1; break; fi
+    sleep 0.1
+  done
+  if [ -z "$answered" ]; then
+    cat "$dir/log" >&2 2>/dev/null || true
+    echo "error: the throwaway Redis on 127.0.0.1:$port did not answer within 10 s" >&2
+    return 1
+  fi
   export PARTNER_API_TEST_REDIS_URL="redis://127.0.0.1:$port/"
   echo "Redis on 127.0.0.1:$port"
 }

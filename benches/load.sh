@@ -48,10 +48,13 @@ pid=
 source .ci/servers.sh
 # The servers of one interleaved run (below), by name.
 declare -A pids=() bases=()
+scraper=
+# In the EXIT trap, under set -e: a server that already died must not stop the rest.
 cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null
-  for held in "${pids[@]}"; do kill "$held" 2>/dev/null; done
-  rm -rf "$work"
+  [ -z "$pid" ] || kill "$pid" 2>/dev/null || true
+  [ -z "$scraper" ] || kill "$scraper" 2>/dev/null || true
+  for held in "${pids[@]}"; do kill "$held" 2>/dev/null || true; done
+  rm -rf "$work" || true
   stop_servers
 }
 trap cleanup EXIT
@@ -198,7 +201,8 @@ if [ "${METRICS:-1}" = 1 ]; then
             ;;
         esac
         measure "$base/v1/$route" >>"$work/$route.$server"
-        [ -n "$scraper" ] && kill "$scraper" 2>/dev/null
+        [ -z "$scraper" ] || kill "$scraper" 2>/dev/null || true
+        scraper=
         stop
       done
     done

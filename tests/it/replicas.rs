@@ -312,7 +312,7 @@ async fn while_the_database_is_down_requests_get_fast_503s_and_it_recovers_by_it
         StatusCode::OK
     );
 
-    proxy.stop();
+    proxy.stop().await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     // The first failures wait for the pool; after them, every answer is a fast 503.
     for _ in 0..3 {

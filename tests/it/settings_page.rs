@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -43,7 +44,10 @@ const SESSION_SECONDS: u64 = 8 * 60 * 60;
 /// How long a sign-in form's token lasts, in seconds.
 const SIGN_IN_FORM_SECONDS: u64 = 15 * 60;
 
-/// chromedriver on a free loopback port, ended on drop.
+/// chromedriver on a free loopback port, in a process group of its own, which is ended
+/// whole on drop: the browsers it starts are in that group too (killing chromedriver alone
+/// left each test's Chromium running for the rest of the suite, a passing test's as well as
+/// a failing one's).
 struct Driver {
     child: Child,
     port: u16,
@@ -57,6 +61,7 @@ impl Driver {
             .unwrap();
         let child = Command::new("chromedriver")
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -67,7 +72,15 @@ impl Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // The group's id is chromedriver's pid (`process_group(0)`); sh's kill reaches a group.
+        let group = format!("kill -s KILL -- -{}", self.child.id());
+        if !Command::new("sh")
+            .args(["-c", &group])
+            .status()
+            .is_ok_and(|status| status.success())
+        {
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
     }
 }
@@ -86,6 +99,7 @@ async fn browser(driver: &Driver) -> Client {
                      "--window-size=1280,1100", "--disable-background-networking",
                      "--disable-component-update", "--disable-sync", "--disable-extensions",
                      "--no-first-run", "--no-default-browser-check",
+                     "--disable-crash-reporter", "--disable-breakpad",
                      "--ignore-certificate-errors"]
         }),
     );
@@ -1607,12 +1621,12 @@ async fn the_page_shows_each_keys_usage_and_fits_a_desktop_and_a_phone() {
         .html(true)
         .await
         .unwrap();
-    assert!(day.contains("9 requests (OK 7, Revoked 2)"), "{day}");
     assert_eq!(
         utc_day(),
         requested_on,
         "the test ran into the next UTC day: its margin before midnight is too short"
     );
+    assert!(day.contains("9 requests (OK 7, Revoked 2)"), "{day}");
     // One key: its own totals.
     browser
         .find(Locator::Id("usage-key"))

@@ -152,10 +152,12 @@ impl Proxy {
         }));
     }
 
-    /// Stops listening and cuts every connection (the JoinSet aborts them when dropped).
-    pub fn stop(&mut self) {
+    /// Stops listening and cuts every connection (the JoinSet aborts them when dropped);
+    /// returns once the listener is closed, so that `resume` can bind its port again.
+    pub async fn stop(&mut self) {
         if let Some(task) = self.task.take() {
             task.abort();
+            let _ = task.await;
         }
     }
 

@@ -162,7 +162,7 @@ async fn no_history_across_processes_serves_a_revoked_key_past_the_bound() {
             // Cut every connection of a host to the database, and let it connect again.
             60..=64 => {
                 let at = random.below(HOSTS);
-                proxies[at].stop();
+                proxies[at].stop().await;
                 tokio::time::sleep(random.millis(10, 200)).await;
                 proxies[at].resume().await;
                 Some(format!("host {at} cut off"))
