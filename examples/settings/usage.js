@@ -22,6 +22,9 @@ const REFUSED = ["rate_limited", "address_not_allowed", "expired", "revoked"];
 // Per key id: the counts of each day (oldest first), each an object of outcome -> count.
 let usageByKey = new Map();
 let usageKeys = [];
+// The days usageByKey was read for: a chart drawn again (another key chosen) after a UTC
+// midnight labels its bars with these, not with a new day the counts were never read for.
+let usageDaysRead = usageDays();
 
 function svgElement(tag, attributes) {
   const node = document.createElementNS(SVG_NS, tag);
@@ -151,8 +154,10 @@ async function showUsage(keys) {
   if (!abilities.usage) return;
   usageKeys = keys;
   const days = usageDays();
-  try { usageByKey = await readUsage(keys, days); }
-  catch (error) { statusLine.textContent = "Could not load the usage: " + error.message; return; }
+  try {
+    usageByKey = await readUsage(keys, days);
+    usageDaysRead = days;
+  } catch (error) { statusLine.textContent = "Could not load the usage: " + error.message; return; }
   for (const key of keys) {
     const sparkCell = document.getElementById("spark-" + key.id);
     if (sparkCell) drawSparkline(sparkCell, usageByKey.get(key.id) || []);
@@ -164,7 +169,7 @@ async function showUsage(keys) {
   select.value = keys.some((key) => key.id === chosen) ? chosen : "";
   if (!select.dataset.bound) {
     select.dataset.bound = "true";
-    select.addEventListener("change", () => drawChart(usageDays()));
+    select.addEventListener("change", () => drawChart(usageDaysRead));
   }
   drawChart(days);
 }
