@@ -1627,6 +1627,21 @@ async fn the_page_shows_each_keys_usage_and_fits_a_desktop_and_a_phone() {
         "the test ran into the next UTC day: its margin before midnight is too short"
     );
     assert!(day.contains("9 requests (OK 7, Revoked 2)"), "{day}");
+    let today_name = day.split(':').next().unwrap().to_owned();
+    // The page's clock a day ahead (as if UTC midnight passed since it read the counts): the
+    // chart drawn again at the change below keeps the days its counts were read for.
+    browser
+        .execute(
+            "const Real = Date;
+             window.Date = class extends Real {
+               constructor(...args) { if (args.length) super(...args); else super(Real.now() + 86400000); }
+               static now() { return Real.now() + 86400000; }
+             };
+             window.RealDate = Real;",
+            vec![],
+        )
+        .await
+        .unwrap();
     // One key: its own totals.
     browser
         .find(Locator::Id("usage-key"))
@@ -1640,6 +1655,22 @@ async fn the_page_shows_each_keys_usage_and_fits_a_desktop_and_a_phone() {
     // Drawn again at the change, without a reload (which would choose all keys again).
     assert_eq!(text(&browser, "#usage-total").await, "7");
     assert_eq!(text(&browser, "#usage-refused").await, "0 (0%)");
+    let key_day = browser
+        .find(Locator::Css("#usage-chart g.day:last-of-type title"))
+        .await
+        .unwrap()
+        .html(true)
+        .await
+        .unwrap();
+    assert_eq!(
+        key_day,
+        format!("{today_name}: 7 requests (OK 7)"),
+        "the bars are labelled with days their counts were not read for"
+    );
+    browser
+        .execute("window.Date = window.RealDate;", vec![])
+        .await
+        .unwrap();
 
     // A webhook endpoint with a long URL: its row, five actions included, fits at 1280 px.
     #[cfg(feature = "webhooks")]
