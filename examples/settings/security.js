@@ -19,6 +19,12 @@ const ACTIONS = {
   "webhook.messages_recovered": "Recovered messages",
 };
 
+// Why webhook delivery disabled an endpoint (the detail of its `webhook.disabled` entry).
+const DISABLE_REASONS = new Map([
+  ["gone", "it answered 410 Gone"],
+  ["failing", "its deliveries failed for the disable period"],
+]);
+
 // Key ids to labels, so an entry names the key as the table above does.
 let securityKeyNames = new Map();
 
@@ -33,7 +39,10 @@ function securityRow(entry) {
     if (name) target = `${name} (${entry.target})`;
   }
   const targetCell = cell(target, "target");
-  if (entry.detail) targetCell.append(element("small", "", entry.detail));
+  if (entry.detail) {
+    const reason = entry.action === "webhook.disabled" && DISABLE_REASONS.get(entry.detail);
+    targetCell.append(element("small", "", reason || entry.detail));
+  }
   const from = cell(entry.sourceAddress || "—", "source");
   if (entry.userAgent) from.title = entry.userAgent;
   row.append(dateCell(entry.at), cell(entry.actor, "actor"), what, targetCell, from);

@@ -8,7 +8,10 @@
 //! [`AuditContext::scope`] (the management service does, with the actor its host tells it;
 //! the standalone host's commands do, as `cli:<user>`; the secret scanning endpoint does, as
 //! `github secret scanning`), and the store reads [`AuditContext::current`]. A change made
-//! without a context is logged as [`UNATTRIBUTED`]. Changes made outside the crate (plain
+//! without a context is logged as [`UNATTRIBUTED`]. An endpoint that webhook delivery
+//! disables (it answered 410 Gone, or failed for the disable period) is logged as
+//! `webhook.disabled` by [`DELIVERY_ACTOR`], with the reason (`gone` or `failing`) as the
+//! entry's detail. Changes made outside the crate (plain
 //! SQL) are not logged; a host that wants them in one log inserts its own entries
 //! ([`AuditLog::append`], or an `INSERT` into `partner_api_audit_log`).
 
@@ -27,6 +30,9 @@ use crate::store::StoreError;
 pub const DEFAULT_AUDIT_RETENTION: Duration = Duration::from_secs(400 * 24 * 3600);
 /// The actor of a change made without an [`AuditContext`].
 pub const UNATTRIBUTED: &str = "unattributed";
+/// The actor of an endpoint disabled by webhook delivery, whatever context the delivery runs
+/// in; the entry's detail is the reason (`gone` or `failing`).
+pub const DELIVERY_ACTOR: &str = "webhook delivery";
 /// The most entries one read returns.
 pub const MAX_AUDIT_PAGE: usize = 100;
 
@@ -52,7 +58,8 @@ pub enum AuditAction {
     WebhookSecretRotated,
     /// `webhook.enabled`.
     WebhookEnabled,
-    /// `webhook.disabled`.
+    /// `webhook.disabled`: by an admin, or by webhook delivery ([`DELIVERY_ACTOR`], the
+    /// reason as the detail).
     WebhookDisabled,
     /// `webhook.removed`.
     WebhookRemoved,

@@ -27,7 +27,7 @@ pub(crate) mod webhooks;
 
 pub use audit::{
     AuditAction, AuditContext, AuditEntry, AuditLog, AuditPage, AuditPosition, AuditQuery,
-    AuditRecord, DEFAULT_AUDIT_RETENTION, MAX_AUDIT_PAGE, UNATTRIBUTED,
+    AuditRecord, DEFAULT_AUDIT_RETENTION, DELIVERY_ACTOR, MAX_AUDIT_PAGE, UNATTRIBUTED,
 };
 pub use error::{StoreError, StoreErrorKind};
 pub(crate) use key_manager::{check_label, describe_plaintext, lifetime_until};

@@ -21,8 +21,8 @@ use super::attempts::{
 };
 use super::destination::CheckedResolver;
 use super::{
-    sign, AttemptOutcome, ClaimRequest, Delivery, DeliveryConfig, Endpoint, FinishedAttempt,
-    NextStep, WebhookOutbox,
+    sign, AttemptOutcome, ClaimRequest, Delivery, DeliveryConfig, DisableReason, Endpoint,
+    FinishedAttempt, NextStep, WebhookOutbox,
 };
 use crate::log::ErrorChain;
 use crate::metrics as names;
@@ -38,26 +38,6 @@ const USER_AGENT_VALUE: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (webhooks)"
 );
-
-/// Why a delivery disabled an endpoint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum DisableReason {
-    /// The endpoint answered 410 Gone.
-    Gone,
-    /// Every delivery to it failed for the configured period.
-    Failing,
-}
-
-impl DisableReason {
-    /// Returns the reason's name: `gone` or `failing`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Gone => "gone",
-            Self::Failing => "failing",
-        }
-    }
-}
 
 /// An endpoint that delivery disabled, as the hook of
 /// [`Dispatcher::with_on_disabled`] hears of it.
@@ -327,12 +307,7 @@ impl Inner {
             // Its lease ends and the delivery is due again: at least once, not lost.
             return;
         };
-        if let Some(endpoint) = finish.disabled {
-            let reason = if attempt.response_status == Some(410) {
-                DisableReason::Gone
-            } else {
-                DisableReason::Failing
-            };
+        if let (Some(endpoint), Some(reason)) = (finish.disabled, attempt.disable_reason()) {
             ::metrics::counter!(names::WEBHOOK_ENDPOINTS_DISABLED, "reason" => reason.as_str())
                 .increment(1);
             if let Some(hook) = &self.on_disabled {

@@ -30,14 +30,15 @@ mod signing;
 
 pub use config::{DeliveryConfig, DEFAULT_RETRY_SCHEDULE};
 pub use destination::{BlockedDestination, DestinationPolicy};
-pub use dispatcher::{DisableReason, DisabledEndpoint, Dispatcher};
+pub use dispatcher::{DisabledEndpoint, Dispatcher};
 pub use retention::DEFAULT_RETENTION;
 pub use signing::{sign, verify, VerifyError, TIMESTAMP_TOLERANCE};
 
 // The traits stores implement and their records live in the store layer, below the
 // dispatcher and the management service that call them.
 pub use crate::store::webhooks::{
-    payload, Attempt, AttemptOutcome, Backlog, ClaimRequest, CreatedEndpoint, Delivery, Endpoint,
-    EventType, Finish, FinishedAttempt, InvalidSecret, NewEndpoint, NextStep, UnknownEventType,
-    WebhookManager, WebhookOutbox, WebhookSecret, MAX_DESCRIPTION_CHARS, MAX_URL_BYTES,
+    payload, Attempt, AttemptOutcome, Backlog, ClaimRequest, CreatedEndpoint, Delivery,
+    DisableReason, Endpoint, EventType, Finish, FinishedAttempt, InvalidSecret, NewEndpoint,
+    NextStep, UnknownEventType, WebhookManager, WebhookOutbox, WebhookSecret,
+    MAX_DESCRIPTION_CHARS, MAX_URL_BYTES,
 };

@@ -1785,5 +1785,34 @@ async fn the_security_log_shows_who_revoked_a_key_and_when() {
         .await
         .unwrap();
     assert!(!log.contains(&plaintext));
+    // A row of an endpoint delivery disabled says why in words; any other detail as it is.
+    let row_text = |detail: &str| {
+        let entry = json!({
+            "id": "1", "at": "2026-11-25T10:00:00.000Z", "organizationId": "org_demo",
+            "action": "webhook.disabled", "target": "7", "detail": detail,
+            "actor": "webhook delivery",
+        });
+        let browser = browser.clone();
+        async move {
+            browser
+                .execute("return securityRow(arguments[0]).textContent;", vec![entry])
+                .await
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let gone = row_text("gone").await;
+    assert!(gone.contains("webhook delivery"), "{gone}");
+    assert!(gone.contains("Disabled endpoint"), "{gone}");
+    assert!(gone.contains("it answered 410 Gone"), "{gone}");
+    let failing = row_text("failing").await;
+    assert!(
+        failing.contains("its deliveries failed for the disable period"),
+        "{failing}"
+    );
+    let other = row_text("constructor").await;
+    assert!(other.contains("7constructor"), "{other}");
     assert_eq!(csp_violations(&browser).await, Vec::<Value>::new());
 }

@@ -11,9 +11,10 @@ use sqlx::{Connection, Executor, PgConnection};
 use crate::common::pg::{as_user, documented_roles, fresh_database};
 
 /// The trigger functions the migrations create.
-const TRIGGER_FUNCTIONS: [&str; 10] = [
+const TRIGGER_FUNCTIONS: [&str; 11] = [
     "partner_api_log_order_change",
     "partner_api_raise_order_events",
+    "partner_api_audit_disabled_by_delivery",
     "partner_api_notify_orders",
     "partner_api_notify_all_orders",
     "partner_api_notify_all_keys",
@@ -24,8 +25,19 @@ const TRIGGER_FUNCTIONS: [&str; 10] = [
     "partner_api_notify_deleted_organizations",
 ];
 
+/// Those of them that run as the owner (SECURITY DEFINER), in name order: PUBLIC may not
+/// execute them, so no other role can attach them to a table at all.
+const DEFINERS: [&str; 2] = [
+    "partner_api_audit_disabled_by_delivery",
+    "partner_api_raise_order_events",
+];
+
 /// The tables our functions read or write, each shadowed by a temporary view in the attack.
-const SHADOWED: [(&str, &str); 6] = [
+const SHADOWED: [(&str, &str); 7] = [
+    (
+        "partner_api_audit_log",
+        "SELECT 1::bigint AS id, 'org_demo'::text AS organization_id, ''::text AS action",
+    ),
     (
         "partner_webhook_endpoints",
         "SELECT 1::bigint AS id, 'org_demo'::text AS organization_id, true AS enabled, \
@@ -207,7 +219,7 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
                     .as_str(),
                 )
                 .await;
-            if *function == "partner_api_raise_order_events" {
+            if DEFINERS.contains(function) {
                 let err = attached.expect_err(&format!("{role} attached {function}"));
                 assert_eq!(sqlstate(&err), "42501", "{role}: {function}: {err}");
                 continue;
@@ -247,6 +259,12 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
                  ARRAY['meta'], 'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now())"
             }
             "keys" => "UPDATE public.partner_api_keys SET expires_at = now() + interval '1 day'",
+            // Delivery disabling the endpoint (last: the writer's order has raised its event),
+            // as its finishing statement does: the trigger writes the real log, not the view.
+            "delivering" => {
+                "SET partner_api.disable_reason = 'gone'; \
+                 UPDATE public.partner_webhook_endpoints SET enabled = false"
+            }
             _ => "UPDATE public.partner_api_keys SET last_used_at = now()",
         };
         attacker.execute(legitimate).await.unwrap();
@@ -287,6 +305,22 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
     .await
     .unwrap();
     assert_eq!(forged, 0);
+    // Delivery's disabling has its one entry, in the real log.
+    let disabled: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        "SELECT action, actor, detail FROM partner_api_audit_log \
+         WHERE target = (SELECT id::text FROM partner_webhook_endpoints)",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(
+        disabled,
+        [(
+            "webhook.disabled".to_owned(),
+            partner_api::store::DELIVERY_ACTOR.to_owned(),
+            Some("gone".to_owned())
+        )]
+    );
 }
 
 /// The SQLSTATE of a database error ("" for another error).
@@ -338,7 +372,7 @@ async fn every_function_of_ours_pins_its_search_path_and_no_definer_runs_for_pub
         .filter(|f| f.1)
         .map(|f| f.0.as_str())
         .collect();
-    assert_eq!(definers, ["partner_api_raise_order_events"]);
+    assert_eq!(definers, DEFINERS);
 }
 
 #[tokio::test]

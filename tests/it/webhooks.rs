@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::common::receiver::{Receiver, Reply};
 use crate::common::*;
+use partner_api::store::{AuditContext, AuditLog, AuditQuery, DELIVERY_ACTOR};
 use partner_api::webhooks::{
     verify, AttemptOutcome, DeliveryConfig, DestinationPolicy, DisableReason, Dispatcher,
     EventType, NewEndpoint, WebhookManager, WebhookSecret,
@@ -176,6 +177,37 @@ async fn failures_are_retried_under_one_id_and_410_disables_at_once(store: impl 
             .await
             .unwrap()
             .enabled
+    );
+    // Its audit entry: disabled by delivery, for the 410, whatever context delivery ran in.
+    let delivery = (
+        "webhook.disabled".to_owned(),
+        DELIVERY_ACTOR.to_owned(),
+        Some("gone".to_owned()),
+    );
+    assert_eq!(
+        audit_of(&store, "org_a", &ended.record.id).await[0],
+        delivery
+    );
+    // An admin's disabling is the admin's entry alone: none of delivery's beside it.
+    let admin = || AuditContext::new("admin@org_a");
+    admin()
+        .scope(store.set_enabled("org_a", &ended.record.id, true))
+        .await
+        .unwrap();
+    admin()
+        .scope(store.set_enabled("org_a", &ended.record.id, false))
+        .await
+        .unwrap();
+    let entry = |action: &str| (action.to_owned(), "admin@org_a".to_owned(), None);
+    let audited = audit_of(&store, "org_a", &ended.record.id).await;
+    assert_eq!(
+        audited[..3],
+        [
+            entry("webhook.disabled"),
+            entry("webhook.enabled"),
+            delivery
+        ],
+        "{audited:?}"
     );
 
     let attempts = recorded(&store, "org_a", &retried.record.id, 3).await;
@@ -589,6 +621,14 @@ async fn retry_after_is_honoured_and_a_failing_endpoint_is_disabled_after_its_pe
     // Every attempt fails: disabled once its failures span 600 ms, and no attempt after.
     let reason = eventually(|| async { disabled.lock().unwrap().first().cloned() }).await;
     assert_eq!(reason, (broken.record.id.clone(), DisableReason::Failing));
+    assert_eq!(
+        audit_of(&store, "org_b", &broken.record.id).await[0],
+        (
+            "webhook.disabled".to_owned(),
+            DELIVERY_ACTOR.to_owned(),
+            Some("failing".to_owned())
+        )
+    );
     assert!(
         !store
             .endpoint("org_b", &broken.record.id)
@@ -625,8 +665,32 @@ async fn a_hanging_endpoint_does_not_delay_a_healthy_one_in_memory() {
 }
 
 /// What the store-generic tests need of a store.
-trait Outbox: WebhookManager + partner_api::webhooks::WebhookOutbox + Clone + 'static {}
-impl<T: WebhookManager + partner_api::webhooks::WebhookOutbox + Clone + 'static> Outbox for T {}
+trait Outbox:
+    WebhookManager + partner_api::webhooks::WebhookOutbox + AuditLog + Clone + 'static
+{
+}
+impl<T: WebhookManager + partner_api::webhooks::WebhookOutbox + AuditLog + Clone + 'static> Outbox
+    for T
+{
+}
+
+/// The endpoint's audit entries, newest first, as (action, actor, detail).
+async fn audit_of(
+    store: &impl AuditLog,
+    organization: &str,
+    endpoint: &str,
+) -> Vec<(String, String, Option<String>)> {
+    let query = AuditQuery {
+        limit: 100,
+        target: Some(endpoint.to_owned()),
+        ..AuditQuery::default()
+    };
+    let page = store.audit_entries(organization, &query).await.unwrap();
+    page.entries
+        .into_iter()
+        .map(|entry| (entry.action.to_string(), entry.actor, entry.detail))
+        .collect()
+}
 
 /// The endpoint's attempts, once at least `count` are recorded.
 async fn recorded(

@@ -24,7 +24,12 @@ impl MemoryStore {
     /// Appends the entry of a change, with the running call's [`AuditContext`]. Called while
     /// the change's own lock is held; the audit lock is always taken last.
     pub(super) fn audit(&self, record: AuditRecord) {
-        let context = AuditContext::current();
+        self.audit_as(record, AuditContext::current());
+    }
+
+    /// [`audit`](Self::audit) with the given context, not the running call's: for a change
+    /// the crate makes by itself (delivery disabling an endpoint).
+    pub(super) fn audit_as(&self, record: AuditRecord, context: AuditContext) {
         let mut audit = self.audit_log();
         audit.next_id += 1;
         let entry = AuditEntry {

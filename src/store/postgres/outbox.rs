@@ -13,8 +13,8 @@ use super::webhooks::{body_from_row, endpoint_from_row, secret, timestamp};
 use super::{column, store_error, PgStore};
 use crate::model::Timestamp;
 use crate::store::webhooks::{
-    AttemptOutcome, Backlog, ClaimRequest, Delivery, EventType, Finish, FinishedAttempt, NextStep,
-    WebhookOutbox,
+    AttemptOutcome, Backlog, ClaimRequest, Delivery, DisableReason, EventType, Finish,
+    FinishedAttempt, NextStep, WebhookOutbox,
 };
 use crate::store::StoreError;
 
@@ -74,12 +74,14 @@ const FINISH: &str = "\
         INSERT INTO partner_webhook_attempts (delivery_id, endpoint_id, attempt, outcome, \
             response_status, error, response_body, duration_ms, attempted_at) \
         SELECT id, endpoint_id, $2, $5, $6, $7, $8, $9, $10 FROM current), \
+    reason AS ( \
+        SELECT pg_catalog.set_config('partner_api.disable_reason', coalesce($12, ''), true)), \
     endpoint AS ( \
         UPDATE partner_webhook_endpoints e SET \
             failing_since = CASE WHEN $5 = 'succeeded' THEN NULL \
                                  ELSE coalesce(e.failing_since, $10) END, \
             enabled = e.enabled AND NOT $11 \
-        FROM current c, partner_webhook_endpoints before \
+        FROM current c, partner_webhook_endpoints before, reason \
         WHERE e.id = c.endpoint_id AND before.id = e.id \
           AND (($5 = 'succeeded') = (e.failing_since IS NOT NULL) OR ($11 AND e.enabled)) \
         RETURNING e.id, e.organization_id, e.url, e.events, e.description, e.enabled, \
@@ -229,6 +231,7 @@ async fn finish(
         .bind(i64::try_from(attempt.duration.as_millis()).unwrap_or(i64::MAX))
         .bind(attempt.attempted_at.as_datetime())
         .bind(attempt.disable_endpoint)
+        .bind(attempt.disable_reason().map(DisableReason::as_str))
         .fetch_one(&store.pool)
         .await
         .map_err(store_error)?;

@@ -18,7 +18,8 @@ pub use endpoint::{
     MAX_DESCRIPTION_CHARS, MAX_URL_BYTES,
 };
 pub use outbox::{
-    payload, Backlog, ClaimRequest, Delivery, Finish, FinishedAttempt, NextStep, WebhookOutbox,
+    payload, Backlog, ClaimRequest, Delivery, DisableReason, Finish, FinishedAttempt, NextStep,
+    WebhookOutbox,
 };
 pub use secret::{InvalidSecret, WebhookSecret};
 

@@ -198,6 +198,18 @@ pub struct FinishedAttempt {
 }
 
 impl FinishedAttempt {
+    /// Why this attempt disables its endpoint, if it does (`disable_endpoint`): it answered
+    /// 410 Gone, or the endpoint has failed for the disable period.
+    pub fn disable_reason(&self) -> Option<DisableReason> {
+        if !self.disable_endpoint {
+            None
+        } else if self.response_status == Some(410) {
+            Some(DisableReason::Gone)
+        } else {
+            Some(DisableReason::Failing)
+        }
+    }
+
     /// A finished attempt that started at `attempted_at` and took `duration`.
     pub fn new(outcome: AttemptOutcome, attempted_at: Timestamp, duration: Duration) -> Self {
         Self {
@@ -212,6 +224,27 @@ impl FinishedAttempt {
                 AttemptOutcome::Failed => NextStep::GiveUp,
             },
             disable_endpoint: false,
+        }
+    }
+}
+
+/// Why a delivery disabled an endpoint. Its [`as_str`](Self::as_str) is the detail of the
+/// endpoint's `webhook.disabled` audit entry (by [`DELIVERY_ACTOR`](crate::store::DELIVERY_ACTOR)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DisableReason {
+    /// The endpoint answered 410 Gone.
+    Gone,
+    /// Every delivery to it failed for the configured period.
+    Failing,
+}
+
+impl DisableReason {
+    /// Returns the reason's name: `gone` or `failing`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Gone => "gone",
+            Self::Failing => "failing",
         }
     }
 }
@@ -262,7 +295,11 @@ pub struct Backlog {
 ///   same committed write, so a worker that dies loses only its lease, and concurrent
 ///   workers never claim the same delivery.
 /// - **Finish** writes the attempt only if the delivery is still pending at that attempt
-///   number; a late worker whose delivery was taken over changes nothing.
+///   number; a late worker whose delivery was taken over changes nothing. When it disables
+///   the endpoint ([`FinishedAttempt::disable_reason`]), a store that keeps an audit log
+///   ([`AuditLog`](crate::store::AuditLog)) writes `webhook.disabled` by
+///   [`DELIVERY_ACTOR`](crate::store::DELIVERY_ACTOR), the reason as its detail, with the
+///   change.
 #[async_trait]
 pub trait WebhookOutbox: Send + Sync {
     /// Claims due deliveries as [`ClaimRequest`] allows.

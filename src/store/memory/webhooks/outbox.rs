@@ -12,7 +12,9 @@ use crate::store::webhooks::{
     Attempt, AttemptOutcome, Backlog, ClaimRequest, Delivery, Finish, FinishedAttempt, NextStep,
     WebhookOutbox,
 };
-use crate::store::{MemoryStore, StoreError};
+use crate::store::{
+    AuditAction, AuditContext, AuditRecord, MemoryStore, StoreError, DELIVERY_ACTOR,
+};
 
 #[async_trait]
 impl WebhookOutbox for MemoryStore {
@@ -142,9 +144,19 @@ impl WebhookOutbox for MemoryStore {
                     endpoint.failing_since.get_or_insert(attempt.attempted_at);
                 }
             }
-            if attempt.disable_endpoint && endpoint.record.enabled {
+            if let (Some(reason), true) = (attempt.disable_reason(), endpoint.record.enabled) {
                 endpoint.record.enabled = false;
                 finish.disabled = Some(endpoint.record.clone());
+                // Its entry under the outbox's lock, as the change's own (the audit lock last).
+                self.audit_as(
+                    AuditRecord::new(
+                        &endpoint.record.organization_id,
+                        AuditAction::WebhookDisabled,
+                        Some(&endpoint.record.id),
+                    )
+                    .with_detail(reason.as_str()),
+                    AuditContext::new(DELIVERY_ACTOR),
+                );
             }
         }
         Ok(finish)
