@@ -307,7 +307,9 @@ impl Inner {
             // Its lease ends and the delivery is due again: at least once, not lost.
             return;
         };
-        if let (Some(endpoint), Some(reason)) = (finish.disabled, attempt.disable_reason()) {
+        if let Some(endpoint) = finish.disabled {
+            // A host store that disables without being asked to: as failing.
+            let reason = attempt.disable_reason().unwrap_or(DisableReason::Failing);
             ::metrics::counter!(names::WEBHOOK_ENDPOINTS_DISABLED, "reason" => reason.as_str())
                 .increment(1);
             if let Some(hook) = &self.on_disabled {

@@ -261,8 +261,13 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
             "keys" => "UPDATE public.partner_api_keys SET expires_at = now() + interval '1 day'",
             // Delivery disabling the endpoint (last: the writer's order has raised its event),
             // as its finishing statement does: the trigger writes the real log, not the view.
+            // Again and again, enabling it in between (unlogged): still one entry.
             "delivering" => {
                 "SET partner_api.disable_reason = 'gone'; \
+                 UPDATE public.partner_webhook_endpoints SET enabled = false; \
+                 UPDATE public.partner_webhook_endpoints SET enabled = true; \
+                 UPDATE public.partner_webhook_endpoints SET enabled = false; \
+                 UPDATE public.partner_webhook_endpoints SET enabled = true; \
                  UPDATE public.partner_webhook_endpoints SET enabled = false"
             }
             _ => "UPDATE public.partner_api_keys SET last_used_at = now()",

@@ -209,6 +209,12 @@ async fn failures_are_retried_under_one_id_and_410_disables_at_once(store: impl 
         ],
         "{audited:?}"
     );
+    // And nothing else: its test, its creation.
+    let rest: Vec<&str> = audited[3..]
+        .iter()
+        .map(|(action, ..)| action.as_str())
+        .collect();
+    assert_eq!(rest, ["webhook.test_sent", "webhook.added"], "{audited:?}");
 
     let attempts = recorded(&store, "org_a", &retried.record.id, 3).await;
     let summary: Vec<(u32, AttemptOutcome, Option<u16>)> = attempts
@@ -902,6 +908,122 @@ mod postgres {
     async fn failures_are_retried_under_one_id_and_410_disables_at_once_on_postgres() {
         crate::common::needs::needs!(Postgres);
         super::failures_are_retried_under_one_id_and_410_disables_at_once(database().await).await;
+    }
+
+    /// The endpoint's one due delivery, claimed.
+    async fn claimed(store: &PgStore) -> partner_api::webhooks::Delivery {
+        use partner_api::webhooks::{ClaimRequest, WebhookOutbox};
+        let mut deliveries = store
+            .claim(&ClaimRequest::new(10, 10, Duration::from_secs(60)))
+            .await
+            .unwrap();
+        assert_eq!(deliveries.len(), 1);
+        deliveries.pop().unwrap()
+    }
+
+    /// A failed attempt that disables its endpoint, answered with `status`.
+    fn disabling(status: u16) -> partner_api::webhooks::FinishedAttempt {
+        let mut attempt = partner_api::webhooks::FinishedAttempt::new(
+            AttemptOutcome::Failed,
+            partner_api::Timestamp::now(),
+            Duration::ZERO,
+        );
+        attempt.response_status = Some(status);
+        attempt.disable_endpoint = true;
+        attempt
+    }
+
+    /// Delivery's disabling, as the finishing statement writes it: its reason; at most one
+    /// entry per enabling on record (the delivering role may enable by SQL, unlogged, and
+    /// must not fill the log); and an admin's disabling that committed while the attempt
+    /// waited to finish is the admin's, not reported as delivery's.
+    #[tokio::test]
+    async fn delivery_disabling_is_audited_once_per_enabling_and_never_for_an_admins_on_postgres() {
+        use partner_api::webhooks::WebhookOutbox;
+        use sqlx::{Connection, Executor};
+        crate::common::needs::needs!(Postgres);
+        let url = fresh_database().await;
+        let store = database_at(&url).await;
+        let id = store
+            .add_endpoint("org_a", NewEndpoint::new("https://hooks.example/a"))
+            .await
+            .unwrap()
+            .record
+            .id;
+        let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+        let delivery_entries = || async {
+            audit_of(&store, "org_a", &id)
+                .await
+                .into_iter()
+                .filter(|(_, actor, _)| actor == DELIVERY_ACTOR)
+                .map(|(action, _, detail)| (action, detail.unwrap_or_default()))
+                .collect::<Vec<_>>()
+        };
+        let disabled = |detail: &str| ("webhook.disabled".to_owned(), detail.to_owned());
+
+        // Failing for the period: disabled, and logged with its reason.
+        store.send_test("org_a", &id).await.unwrap();
+        let finish = store
+            .finish(&claimed(&store).await, &disabling(500))
+            .await
+            .unwrap();
+        assert!(finish.disabled.is_some());
+        assert_eq!(delivery_entries().await, [disabled("failing")]);
+
+        // Enabled again by SQL, off the record, and disabled again: no second entry.
+        admin
+            .execute("UPDATE partner_webhook_endpoints SET enabled = true")
+            .await
+            .unwrap();
+        store.send_test("org_a", &id).await.unwrap();
+        let finish = store
+            .finish(&claimed(&store).await, &disabling(500))
+            .await
+            .unwrap();
+        assert!(finish.disabled.is_some());
+        assert_eq!(delivery_entries().await, [disabled("failing")]);
+
+        // Enabled by an admin (on the record); an admin disables it while an attempt waits
+        // to finish: the attempt's finish disables nothing and logs nothing.
+        store.set_enabled("org_a", &id, true).await.unwrap();
+        store.send_test("org_a", &id).await.unwrap();
+        let delivery = claimed(&store).await;
+        let mut transaction = admin.begin().await.unwrap();
+        transaction
+            .execute("UPDATE partner_webhook_endpoints SET enabled = false")
+            .await
+            .unwrap();
+        let finishing = tokio::spawn({
+            let store = store.clone();
+            async move { store.finish(&delivery, &disabling(410)).await }
+        });
+        // The finish waits for the admin's row lock.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !finishing.is_finished(),
+            "the finish did not wait for the row"
+        );
+        transaction.commit().await.unwrap();
+        let finish = finishing.await.unwrap().unwrap();
+        assert!(finish.current);
+        assert_eq!(
+            finish.disabled, None,
+            "an admin's disabling reported as delivery's"
+        );
+        assert_eq!(delivery_entries().await, [disabled("failing")]);
+
+        // Enabled by an admin again, and gone: logged.
+        store.set_enabled("org_a", &id, true).await.unwrap();
+        store.send_test("org_a", &id).await.unwrap();
+        let finish = store
+            .finish(&claimed(&store).await, &disabling(410))
+            .await
+            .unwrap();
+        assert!(finish.disabled.is_some());
+        assert_eq!(
+            delivery_entries().await,
+            [disabled("gone"), disabled("failing")]
+        );
     }
 
     #[tokio::test]

@@ -64,7 +64,13 @@ const CLAIM: &str = "\
 
 /// Finishes attempt `$2` of delivery `$1` if it is still current: its state and due time,
 /// the attempt's record, and the endpoint's failure streak (written only when it changes) and
-/// disabling. Returns whether it was current, and the endpoint if this disabled it.
+/// disabling, whose reason (`$12`) the transaction-local `partner_api.disable_reason` hands to
+/// the trigger that writes its audit entry (migration `audit_disabled_by_delivery`; the
+/// statement runs as a transaction of its own, so the setting ends with it). `before` is the
+/// endpoint as the statement's snapshot saw it: a row whose `enabled` another transaction
+/// changed meanwhile (an admin's) is left to that change, so `was_enabled` is never stale and
+/// a disabling reported here is always the one the trigger saw.
+/// Returns whether it was current, and the endpoint if this disabled it.
 const FINISH: &str = "\
     WITH current AS ( \
         UPDATE partner_webhook_deliveries SET state = $3, due_at = coalesce($4, due_at) \
@@ -82,7 +88,7 @@ const FINISH: &str = "\
                                  ELSE coalesce(e.failing_since, $10) END, \
             enabled = e.enabled AND NOT $11 \
         FROM current c, partner_webhook_endpoints before, reason \
-        WHERE e.id = c.endpoint_id AND before.id = e.id \
+        WHERE e.id = c.endpoint_id AND before.id = e.id AND before.enabled = e.enabled \
           AND (($5 = 'succeeded') = (e.failing_since IS NOT NULL) OR ($11 AND e.enabled)) \
         RETURNING e.id, e.organization_id, e.url, e.events, e.description, e.enabled, \
                   e.created_at, before.enabled AS was_enabled) \
