@@ -960,14 +960,20 @@ mod postgres {
                 .collect::<Vec<_>>()
         };
         let disabled = |detail: &str| ("webhook.disabled".to_owned(), detail.to_owned());
+        // A test event's delivery, finished by an attempt that disables: whether it did.
+        let deliver_and_disable = |status: u16| {
+            let store = store.clone();
+            let id = id.clone();
+            async move {
+                store.send_test("org_a", &id).await.unwrap();
+                let delivery = claimed(&store).await;
+                let finish = store.finish(&delivery, &disabling(status)).await.unwrap();
+                finish.disabled.is_some()
+            }
+        };
 
         // Failing for the period: disabled, and logged with its reason.
-        store.send_test("org_a", &id).await.unwrap();
-        let finish = store
-            .finish(&claimed(&store).await, &disabling(500))
-            .await
-            .unwrap();
-        assert!(finish.disabled.is_some());
+        assert!(deliver_and_disable(500).await);
         assert_eq!(delivery_entries().await, [disabled("failing")]);
 
         // Enabled again by SQL, off the record, and disabled again: no second entry.
@@ -975,12 +981,7 @@ mod postgres {
             .execute("UPDATE partner_webhook_endpoints SET enabled = true")
             .await
             .unwrap();
-        store.send_test("org_a", &id).await.unwrap();
-        let finish = store
-            .finish(&claimed(&store).await, &disabling(500))
-            .await
-            .unwrap();
-        assert!(finish.disabled.is_some());
+        assert!(deliver_and_disable(500).await);
         assert_eq!(delivery_entries().await, [disabled("failing")]);
 
         // Enabled by an admin (on the record); an admin disables it while an attempt waits
@@ -997,12 +998,20 @@ mod postgres {
             let store = store.clone();
             async move { store.finish(&delivery, &disabling(410)).await }
         });
-        // The finish waits for the admin's row lock.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(
-            !finishing.is_finished(),
-            "the finish did not wait for the row"
-        );
+        // The admin commits once the finish waits for its row lock.
+        let observer = PgStore::connect_lazy(&url).unwrap();
+        eventually(|| async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(observer.pool())
+            .await
+            .unwrap();
+            (waiting == 1).then_some(())
+        })
+        .await;
+        assert!(!finishing.is_finished());
         transaction.commit().await.unwrap();
         let finish = finishing.await.unwrap().unwrap();
         assert!(finish.current);
@@ -1014,12 +1023,7 @@ mod postgres {
 
         // Enabled by an admin again, and gone: logged.
         store.set_enabled("org_a", &id, true).await.unwrap();
-        store.send_test("org_a", &id).await.unwrap();
-        let finish = store
-            .finish(&claimed(&store).await, &disabling(410))
-            .await
-            .unwrap();
-        assert!(finish.disabled.is_some());
+        assert!(deliver_and_disable(410).await);
         assert_eq!(
             delivery_entries().await,
             [disabled("gone"), disabled("failing")]
