@@ -16,7 +16,9 @@
 //! that already holds data (a shared test database) and can run again on the same store.
 //!
 //! A store with per-key usage ([`UsageStore`](crate::store::UsageStore)) is checked by
-//! [`run_usage`].
+//! [`run_usage`]; one with an audit log ([`AuditLog`](crate::store::AuditLog)) by
+//! [`run_audit_log`]. With the `webhooks` feature, a store's webhooks are checked by
+//! `run_webhooks`, and its webhooks beside its audit log by `run_webhook_audit_log`.
 //!
 //! A host's own [`RateLimiter`] (one over Redis, say) has a suite too,
 //! [`run_rate_limiter`]:
@@ -63,7 +65,7 @@ pub use report::Report;
 pub use store::run;
 pub use usage::run_usage;
 #[cfg(feature = "webhooks")]
-pub use webhooks::run_webhooks;
+pub use webhooks::{run_webhook_audit_log, run_webhooks};
 
 /// A fresh prefix of ids: unique within this process and, by the clock, across runs.
 fn namespace() -> String {

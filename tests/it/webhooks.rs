@@ -63,6 +63,9 @@ async fn the_memory_store_conforms() {
     let report = partner_api::testing::run_webhooks(&store).await;
     report.assert_passed();
     assert_eq!(report.len(), 8);
+    partner_api::testing::run_webhook_audit_log(&store)
+        .await
+        .assert_passed();
 }
 
 #[tokio::test]
@@ -766,6 +769,9 @@ mod postgres {
         let report = partner_api::testing::run_webhooks(&store).await;
         report.assert_passed();
         partner_api::testing::run_webhooks(&store)
+            .await
+            .assert_passed();
+        partner_api::testing::run_webhook_audit_log(&store)
             .await
             .assert_passed();
     }
