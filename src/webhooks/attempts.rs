@@ -13,8 +13,7 @@ use super::destination::BlockedDestination;
 /// ms`.)
 pub(super) mod cause {
     /// The host's name does not resolve, or resolves to an address in a blocked range.
-    pub(crate) const NO_ADDRESS: &str =
-        "the name does not resolve to an address deliveries may reach";
+    pub(crate) const NO_ADDRESS: &str = super::super::destination::NO_ADDRESS;
     /// No connection within the attempt's time-out.
     pub(crate) const CONNECT_TIMED_OUT: &str = "timed out connecting";
     /// The destination refused the connection.

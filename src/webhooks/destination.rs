@@ -168,6 +168,11 @@ pub enum BlockedDestination {
     Resolved,
 }
 
+/// What the resolver's refusal says, which an attempt records as its cause
+/// (`attempts::cause::NO_ADDRESS`): one for a name that does not resolve and one that resolves
+/// to a blocked address.
+pub(super) const NO_ADDRESS: &str = "the name does not resolve to an address deliveries may reach";
+
 impl fmt::Display for BlockedDestination {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -177,10 +182,7 @@ impl fmt::Display for BlockedDestination {
                 f,
                 "destination refused: {address} is in the blocked range {range}"
             ),
-            // The same words as an attempt's cause (`attempts::cause::NO_ADDRESS`).
-            Self::Resolved => {
-                f.write_str("the name does not resolve to an address deliveries may reach")
-            }
+            Self::Resolved => f.write_str(NO_ADDRESS),
         }
     }
 }

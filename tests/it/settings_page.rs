@@ -1561,10 +1561,17 @@ async fn overflow(browser: &Client) -> Value {
         .unwrap()
 }
 
+/// Seconds since the Unix epoch, now.
+fn unix_seconds() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
 /// The number of the UTC day it is now (days since 1970-01-01).
 fn utc_day() -> u64 {
-    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    since_epoch.as_secs() / 86_400
+    unix_seconds() / 86_400
 }
 
 /// Returns at once when the next UTC midnight is more than `margin` away, and just after it
@@ -1572,12 +1579,22 @@ fn utc_day() -> u64 {
 /// the bar within one UTC day (CI once ran it across midnight: the requests were on the 24th,
 /// the bar it read was the 25th's).
 async fn clear_of_utc_midnight(margin: Duration) {
-    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    let left = Duration::from_secs(86_400)
-        - Duration::from_nanos((since_epoch.as_nanos() % 86_400_000_000_000) as u64);
+    // Whole seconds: from within the current second, this sleep ends just after midnight.
+    let left = Duration::from_secs(86_400 - unix_seconds() % 86_400);
     if left < margin {
         tokio::time::sleep(left + Duration::from_millis(100)).await;
     }
+}
+
+/// The title of the usage chart's last bar (today's): its day, its total and outcomes.
+async fn last_bar_title(browser: &Client) -> String {
+    browser
+        .find(Locator::Css("#usage-chart g.day:last-of-type title"))
+        .await
+        .unwrap()
+        .html(true)
+        .await
+        .unwrap()
 }
 
 /// After requests with a key and the recorder's flush, its row's sparkline and the usage
@@ -1614,13 +1631,7 @@ async fn the_page_shows_each_keys_usage_and_fits_a_desktop_and_a_phone() {
         .await
         .unwrap();
     assert_eq!(segments.len(), 2);
-    let day = browser
-        .find(Locator::Css("#usage-chart g.day:last-of-type title"))
-        .await
-        .unwrap()
-        .html(true)
-        .await
-        .unwrap();
+    let day = last_bar_title(&browser).await;
     assert_eq!(
         utc_day(),
         requested_on,
@@ -1655,13 +1666,7 @@ async fn the_page_shows_each_keys_usage_and_fits_a_desktop_and_a_phone() {
     // Drawn again at the change, without a reload (which would choose all keys again).
     assert_eq!(text(&browser, "#usage-total").await, "7");
     assert_eq!(text(&browser, "#usage-refused").await, "0 (0%)");
-    let key_day = browser
-        .find(Locator::Css("#usage-chart g.day:last-of-type title"))
-        .await
-        .unwrap()
-        .html(true)
-        .await
-        .unwrap();
+    let key_day = last_bar_title(&browser).await;
     assert_eq!(
         key_day,
         format!("{today_name}: 7 requests (OK 7)"),

@@ -182,11 +182,7 @@ async fn failures_are_retried_under_one_id_and_410_disables_at_once(store: impl 
             .enabled
     );
     // Its audit entry: disabled by delivery, for the 410, whatever context delivery ran in.
-    let delivery = (
-        "webhook.disabled".to_owned(),
-        DELIVERY_ACTOR.to_owned(),
-        Some("gone".to_owned()),
-    );
+    let delivery = disabled_by_delivery("gone");
     assert_eq!(
         audit_of(&store, "org_a", &ended.record.id).await[0],
         delivery
@@ -632,11 +628,7 @@ async fn retry_after_is_honoured_and_a_failing_endpoint_is_disabled_after_its_pe
     assert_eq!(reason, (broken.record.id.clone(), DisableReason::Failing));
     assert_eq!(
         audit_of(&store, "org_b", &broken.record.id).await[0],
-        (
-            "webhook.disabled".to_owned(),
-            DELIVERY_ACTOR.to_owned(),
-            Some("failing".to_owned())
-        )
+        disabled_by_delivery("failing")
     );
     assert!(
         !store
@@ -681,6 +673,15 @@ trait Outbox:
 impl<T: WebhookManager + partner_api::webhooks::WebhookOutbox + AuditLog + Clone + 'static> Outbox
     for T
 {
+}
+
+/// The entry of an endpoint delivery disabled for `reason`, as [`audit_of`] gives it.
+fn disabled_by_delivery(reason: &str) -> (String, String, Option<String>) {
+    (
+        "webhook.disabled".to_owned(),
+        DELIVERY_ACTOR.to_owned(),
+        Some(reason.to_owned()),
+    )
 }
 
 /// The endpoint's audit entries, newest first, as (action, actor, detail).

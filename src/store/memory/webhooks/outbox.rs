@@ -144,7 +144,7 @@ impl WebhookOutbox for MemoryStore {
                     endpoint.failing_since.get_or_insert(attempt.attempted_at);
                 }
             }
-            if let (Some(reason), true) = (attempt.disable_reason(), endpoint.record.enabled) {
+            if let Some(reason) = attempt.disable_reason().filter(|_| endpoint.record.enabled) {
                 endpoint.record.enabled = false;
                 finish.disabled = Some(endpoint.record.clone());
                 // Its entry under the outbox's lock, as the change's own (the audit lock last).
