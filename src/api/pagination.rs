@@ -7,6 +7,12 @@
 //! former, so a token that was cut or altered is refused instead of read as another
 //! position. The token names a position, not an offset: a page after it holds the orders
 //! that come after that position in the served order, whatever was created or deleted since.
+//!
+//! The checksum is no MAC: anyone can make a token, and that is by design (contract 4.2, the
+//! crate's choice). A token is a position hint that grants nothing: the page is always read
+//! from the key's own organization, a token bound to another is refused, and the position is
+//! range-checked here (a time in the years 0000 to 9999, an id without NUL) so that no made-up
+//! token reaches the store with a value it cannot read: it is a 400, never a 500.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -158,8 +164,11 @@ impl PageToken {
         let millis = i64::from_be_bytes(array(&signed[9..17]));
         let created_at =
             Timestamp::from_unix_millis(millis).ok_or(BadPageRequest::MalformedToken)?;
+        // No order id holds a NUL (a database's text cannot): refused here, not by the query.
         let id = std::str::from_utf8(&signed[17..])
-            .map_err(|_| BadPageRequest::MalformedToken)?
+            .ok()
+            .filter(|id| !id.contains('\0'))
+            .ok_or(BadPageRequest::MalformedToken)?
             .to_owned();
         Ok(Self {
             organization,
@@ -269,6 +278,40 @@ mod tests {
                 Err(BadPageRequest::MalformedToken)
             );
         }
+    }
+
+    /// A token made by hand, with a checksum as the server computes it (no secret is needed).
+    fn made_up(organization_id: &str, millis: i64, id: &[u8]) -> String {
+        let mut bytes = vec![VERSION];
+        bytes.extend_from_slice(&organization_tag(organization_id));
+        bytes.extend_from_slice(&millis.to_be_bytes());
+        bytes.extend_from_slice(id);
+        let sum = checksum(&bytes);
+        bytes.extend_from_slice(&sum);
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    #[test]
+    fn a_made_up_position_no_store_can_read_is_malformed() {
+        let read = |millis, id: &[u8]| {
+            PageRequest::parse(Some(&format!("page_token={}", made_up("org", millis, id))))
+                .map(|request| request.query_for("org"))
+        };
+        // Any position in the years 0000 to 9999 is the key's own organization's to ask for.
+        assert!(read(-62_167_219_200_000, b"o1").unwrap().is_ok());
+        assert!(read(253_402_300_799_999, b"o1").unwrap().is_ok());
+        for millis in [
+            -300_000_000_000_000,
+            -62_167_219_200_001,
+            253_402_300_800_000,
+        ] {
+            assert_eq!(read(millis, b"o1"), Err(BadPageRequest::MalformedToken));
+        }
+        for millis in [i64::MIN, i64::MAX] {
+            assert_eq!(read(millis, b"o1"), Err(BadPageRequest::MalformedToken));
+        }
+        assert_eq!(read(5, b"o\01"), Err(BadPageRequest::MalformedToken));
+        assert_eq!(read(5, b"\xff"), Err(BadPageRequest::MalformedToken));
     }
 
     #[test]

@@ -62,7 +62,7 @@ fn parse(query: Option<&str>) -> Result<AuditQuery, Failure> {
                 );
             }
             "target" => {
-                if value.is_empty() || value.len() > 200 {
+                if value.is_empty() || value.len() > 200 || value.chars().any(char::is_control) {
                     return Err(bad("target is a key's or an endpoint's id"));
                 }
                 parsed.target = Some(value.clone().into_owned());
@@ -126,6 +126,11 @@ mod tests {
             "page_token=1.",
             "action=Key%20Revoked",
             "target=",
+            "target=1%002",
+            // Positions no database holds (the reproduction of #43: "timestamp out of range").
+            "page_token=-300000000000000.1",
+            "page_token=253402300800000.1",
+            "page_token=9223372036854775807.1",
             "sort=asc",
             "limit=1&limit=2",
         ] {

@@ -342,6 +342,18 @@ mod tests {
     }
 
     #[test]
+    fn timestamp_holds_the_years_rfc_3339_can_write() {
+        let earliest = Timestamp::from_unix_millis(-62_167_219_200_000).unwrap();
+        assert_eq!(earliest.to_string(), "0000-01-01T00:00:00.000Z");
+        let latest = Timestamp::from_unix_millis(253_402_300_799_999).unwrap();
+        assert_eq!(latest.to_string(), "9999-12-31T23:59:59.999Z");
+        assert_eq!(Timestamp::from_unix_millis(-62_167_219_200_001), None);
+        assert_eq!(Timestamp::from_unix_millis(253_402_300_800_000), None);
+        assert_eq!(Timestamp::from_unix_millis(-300_000_000_000_000), None);
+        assert_eq!(Timestamp::from_unix_millis(i64::MAX), None);
+    }
+
+    #[test]
     fn timestamp_rejects_non_rfc3339() {
         assert!("2026-03-01".parse::<Timestamp>().is_err());
         assert!("yesterday".parse::<Timestamp>().is_err());

@@ -6,6 +6,12 @@ use std::str::FromStr;
 use chrono::{DateTime, SecondsFormat, Timelike, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+/// 0000-01-01T00:00:00.000Z in milliseconds from the Unix epoch: the earliest instant RFC 3339
+/// can write.
+const EARLIEST_MILLIS: i64 = -62_167_219_200_000;
+/// 9999-12-31T23:59:59.999Z: the latest.
+const LATEST_MILLIS: i64 = 253_402_300_799_999;
+
 /// A UTC instant with millisecond precision, served as `2026-03-01T08:00:00.000Z`.
 ///
 /// Construction truncates to whole milliseconds, so two timestamps that are served alike also
@@ -20,9 +26,13 @@ impl Timestamp {
         Self(instant.with_nanosecond(millis).unwrap_or(instant))
     }
 
-    /// Creates the instant `millis` milliseconds after the Unix epoch, if chrono can represent it.
+    /// Creates the instant `millis` milliseconds after the Unix epoch, if it lies in the years
+    /// 0000 to 9999: the instants RFC 3339 can write, and every database can hold.
     pub fn from_unix_millis(millis: i64) -> Option<Self> {
-        DateTime::from_timestamp_millis(millis).map(Self)
+        (EARLIEST_MILLIS..=LATEST_MILLIS)
+            .contains(&millis)
+            .then(|| DateTime::from_timestamp_millis(millis).map(Self))
+            .flatten()
     }
 
     /// Returns the current instant, by the system clock.

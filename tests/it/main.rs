@@ -7,6 +7,7 @@ mod common;
 mod allowed_ips;
 mod api;
 mod audit;
+mod bad_rows;
 mod conditional_get;
 mod conformance;
 mod fairness;

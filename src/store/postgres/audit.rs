@@ -4,12 +4,11 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
+use super::timestamp::PgTimestamp;
 use super::{column, store_error, PgStore};
-use crate::model::Timestamp;
 use crate::store::{
     AuditContext, AuditEntry, AuditLog, AuditPage, AuditQuery, AuditRecord, StoreError,
     MAX_AUDIT_PAGE,
@@ -48,7 +47,7 @@ fn entry_from_row(row: &PgRow) -> Result<AuditEntry, StoreError> {
     };
     Ok(AuditEntry {
         id: column::<i64>(row, "id")?.to_string(),
-        at: Timestamp::from_datetime(column::<DateTime<Utc>>(row, "at")?),
+        at: column::<PgTimestamp>(row, "at")?.0,
         organization_id: column(row, "organization_id")?,
         action: column::<String>(row, "action")?.parse()?,
         target: text("target")?,

@@ -2,12 +2,12 @@
 //! on lookups at once) and the digests of usable keys.
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use sqlx::Row;
 
+use super::timestamp::PgTimestamp;
 use super::{breaker, column, store_error, PgStore};
 use crate::key::{AllowedIps, KeyDigest};
-use crate::model::{Organization, Timestamp};
+use crate::model::Organization;
 use crate::store::{KeyLookup, KeyStore, Principal, StoreError};
 
 /// The one query of a key lookup: the key, whether it is revoked or expired (by the
@@ -111,14 +111,14 @@ impl PgStore {
                 key_id: Some(key_id.to_string().into()),
             });
         }
-        let expires_at: Option<DateTime<Utc>> = row.try_get("expires_at").map_err(store_error)?;
+        let expires_at: Option<PgTimestamp> = row.try_get("expires_at").map_err(store_error)?;
         let organization = Organization {
             id: column(&row, "organization_id")?,
             name: column(&row, "name")?,
         };
         Ok(KeyLookup::Valid(
             Principal::new(key_id.to_string(), organization)
-                .with_expires_at(expires_at.map(Timestamp::from_datetime))
+                .with_expires_at(expires_at.map(|at| at.0))
                 .with_allowed_ips(allowed_ips(&row)?),
         ))
     }

@@ -10,6 +10,7 @@ use sqlx::Row;
 
 use super::audit::audited;
 use super::policy::{locked_policy, read_policy};
+use super::timestamp::PgTimestamp;
 use super::{allowed_ips, column, store_error, PgStore};
 use crate::key::{AllowedIps, ApiKey, KeyDigest, KeyEnvironment};
 use crate::model::Timestamp;
@@ -447,17 +448,17 @@ fn unknown_organization(err: StoreError, organization_id: &str) -> StoreError {
 }
 
 fn timestamp(row: &PgRow, name: &str) -> Result<Option<Timestamp>, StoreError> {
-    let at: Option<DateTime<Utc>> = row.try_get(name).map_err(store_error)?;
-    Ok(at.map(Timestamp::from_datetime))
+    let at: Option<PgTimestamp> = row.try_get(name).map_err(store_error)?;
+    Ok(at.map(|at| at.0))
 }
 
 fn record_from_row(row: &PgRow) -> Result<KeyRecord, StoreError> {
     let id: i64 = column(row, "id")?;
-    let created_at: DateTime<Utc> = column(row, "created_at")?;
+    let created_at = column::<PgTimestamp>(row, "created_at")?.0;
     let mut record = KeyRecord::new(
         id.to_string(),
         column::<String>(row, "organization_id")?,
-        Timestamp::from_datetime(created_at),
+        created_at,
     );
     record.label = row.try_get("label").map_err(store_error)?;
     record.hint = row.try_get("hint").map_err(store_error)?;

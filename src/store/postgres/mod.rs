@@ -4,7 +4,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::NaiveDate;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, Row};
 
@@ -23,6 +23,7 @@ mod migrate;
 mod outbox;
 mod policy;
 mod seed;
+mod timestamp;
 mod usage;
 #[cfg(feature = "webhooks")]
 mod webhooks;
@@ -30,6 +31,7 @@ mod webhooks;
 pub(crate) use error::store_error;
 use keys::allowed_ips;
 pub use migrate::{MIGRATIONS_TABLE, MIGRATOR};
+use timestamp::PgTimestamp;
 
 /// The statement timeout of a pool made by [`PgStore::connect_lazy`].
 pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -388,7 +390,13 @@ fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
     let budget: i64 = column(row, "budget_dkk")?;
     let budget_dkk = u64::try_from(budget)
         .map_err(|_| StoreError::invalid_data(format!("order {id:?}: negative budget_dkk")))?;
-    let created_at: DateTime<Utc> = column(row, "created_at")?;
+    // A host's order tables may hold any timestamp PostgreSQL accepts ('infinity' too): such
+    // a row fails this page with the order named, never the reader.
+    let created_at = column::<PgTimestamp>(row, "created_at")
+        .map_err(|err| {
+            StoreError::invalid_data(format!("order {id:?}: {}", crate::log::ErrorChain(&err)))
+        })?
+        .0;
     Ok(EncodedOrder::new(Order {
         providers: column(row, "providers")?,
         advertiser_name: column(row, "advertiser_name")?,
@@ -398,7 +406,7 @@ fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
         end_date: column::<NaiveDate>(row, "end_date")?,
         status: column(row, "status")?,
         external_reference: column(row, "external_reference")?,
-        created_at: Timestamp::from_datetime(created_at),
+        created_at,
         id,
     })?)
 }

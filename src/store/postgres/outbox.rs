@@ -142,7 +142,13 @@ impl WebhookOutbox for PgStore {
                     tracing::error!(endpoint_id = %delivery.endpoint_id, message_id = %delivery.message_id, error = %crate::log::ErrorChain(&error), "webhooks: an event could not be built; it is failed");
                     self.finish(&delivery, &attempt).await?;
                 }
-                Err((None, error)) => return Err(error),
+                // A row that cannot be read at all (an endpoint's timestamp out of range, say)
+                // is skipped, never the whole claim: its lease runs out, every other
+                // organization's deliveries go on, and the log names it until it is repaired.
+                Err((None, error)) => {
+                    let delivery_id = column::<i64>(row, "delivery_id").ok();
+                    tracing::error!(?delivery_id, error = %crate::log::ErrorChain(&error), "webhooks: a claimed delivery's row cannot be read; it is skipped");
+                }
             }
         }
         Ok(deliveries)

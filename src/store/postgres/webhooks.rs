@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
 use super::audit::audited;
+use super::timestamp::PgTimestamp;
 use super::{column, store_error, PgStore};
 use crate::model::{EncodedOrder, Order, Timestamp};
 use crate::store::webhooks::{
@@ -35,12 +35,12 @@ pub(super) fn no_endpoint(text: &str) -> StoreError {
 
 pub(super) fn endpoint_from_row(row: &PgRow) -> Result<Endpoint, StoreError> {
     let id: i64 = column(row, "id")?;
-    let created_at: DateTime<Utc> = column(row, "created_at")?;
+    let created_at = column::<PgTimestamp>(row, "created_at")?.0;
     let mut endpoint = Endpoint::new(
         id.to_string(),
         column::<String>(row, "organization_id")?,
         column::<String>(row, "url")?,
-        Timestamp::from_datetime(created_at),
+        created_at,
     );
     endpoint.events = column::<Vec<String>>(row, "events")?
         .iter()
@@ -56,8 +56,8 @@ pub(super) fn secret(text: &str) -> Result<WebhookSecret, StoreError> {
 }
 
 pub(super) fn timestamp(row: &PgRow, name: &str) -> Result<Option<Timestamp>, StoreError> {
-    let at: Option<DateTime<Utc>> = row.try_get(name).map_err(store_error)?;
-    Ok(at.map(Timestamp::from_datetime))
+    let at: Option<PgTimestamp> = row.try_get(name).map_err(store_error)?;
+    Ok(at.map(|at| at.0))
 }
 
 /// An order as the trigger's snapshot (`to_jsonb` of the row) holds it.
@@ -78,8 +78,7 @@ struct OrderRow {
 /// The body of a claimed delivery, the same bytes every time: from the order's snapshot
 /// through the encoder `GET /v1/orders` uses.
 pub(super) fn body_from_row(row: &PgRow, kind: EventType) -> Result<Bytes, StoreError> {
-    let raised_at: DateTime<Utc> = column(row, "raised_at")?;
-    let raised_at = Timestamp::from_datetime(raised_at);
+    let raised_at = column::<PgTimestamp>(row, "raised_at")?.0;
     let data = match kind {
         EventType::OrderCreated | EventType::OrderUpdated => {
             let snapshot: serde_json::Value = column(row, "order_row")?;
@@ -346,7 +345,7 @@ impl WebhookManager for PgStore {
                     _ => AttemptOutcome::Failed,
                 };
                 let status: Option<i32> = row.try_get("response_status").map_err(store_error)?;
-                let attempted_at: DateTime<Utc> = column(row, "attempted_at")?;
+                let attempted_at = column::<PgTimestamp>(row, "attempted_at")?.0;
                 Ok(Attempt {
                     message_id: column(row, "webhook_id")?,
                     event_type: column::<String>(row, "event_type")?
@@ -358,7 +357,7 @@ impl WebhookManager for PgStore {
                     error: row.try_get("error").map_err(store_error)?,
                     response_body: row.try_get("response_body").map_err(store_error)?,
                     duration_ms: u64::try_from(column::<i64>(row, "duration_ms")?).unwrap_or(0),
-                    attempted_at: Timestamp::from_datetime(attempted_at),
+                    attempted_at,
                 })
             })
             .collect()

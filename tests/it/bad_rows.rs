@@ -1,0 +1,249 @@
+//! A bad row or a made-up value on PostgreSQL: a timestamp chrono cannot hold fails the one
+//! request that reads it (a JSON 500, logged with the row), never the reader; a page token a
+//! client made is a 400 when no store could read its position, never a 500; and random
+//! tokens and query strings see only 200 and 400.
+#![cfg(feature = "postgres")]
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use http::StatusCode;
+use partner_api::seed::{Seed, DEMO_KEY, DEMO_OTHER_KEY};
+use partner_api::{PartnerApi, PgStore};
+use proptest::prelude::*;
+use sha2::{Digest, Sha256};
+use sqlx::{Connection, Executor, PgConnection};
+
+use crate::common::net::*;
+use crate::common::pg::fresh_database;
+use crate::common::*;
+
+/// A page token made by hand, as anyone can: the format `api::pagination` documents, with
+/// its checksum (a SHA-256 prefix, no secret).
+fn made_up_token(organization_id: &str, millis: i64, id: &[u8]) -> String {
+    let mut tag = Sha256::new();
+    tag.update(b"partner-api page token\0");
+    tag.update(organization_id.as_bytes());
+    let mut bytes = vec![1u8];
+    bytes.extend_from_slice(&tag.finalize()[..8]);
+    bytes.extend_from_slice(&millis.to_be_bytes());
+    bytes.extend_from_slice(id);
+    let sum = Sha256::digest(&bytes);
+    bytes.extend_from_slice(&sum[..8]);
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// A migrated database with the demo seed; its URL (the owner's).
+async fn seeded_database() -> String {
+    let url = fresh_database().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    store.migrate().await.unwrap();
+    store.load_seed(&Seed::demo()).await.unwrap();
+    url
+}
+
+fn sqlstate(err: &sqlx::Error) -> Option<String> {
+    err.as_database_error()
+        .and_then(|err| err.code())
+        .map(|code| code.into_owned())
+}
+
+#[tokio::test]
+async fn an_order_out_of_range_fails_its_page_alone_through_the_standalone_host() {
+    crate::common::needs::needs!(Postgres);
+    let url = seeded_database().await;
+    let mut owner = PgConnection::connect(&url).await.unwrap();
+    let insert = "INSERT INTO partner_orders (id, organization_id, providers, advertiser_name, \
+                  campaign_name, budget_dkk, start_date, end_date, status, external_reference, \
+                  created_at) \
+                  VALUES ('ord_forever', 'org_demo', '{meta}', 'A', 'C', 1, '2026-01-01', \
+                          '2026-01-31', 'booked', 'PO-1', 'infinity')";
+    // The crate's table refuses it.
+    let refused = owner.execute(insert).await.unwrap_err();
+    assert_eq!(sqlstate(&refused).as_deref(), Some("23514"), "{refused}");
+    // A row from before the check (or a host's own table) holds it all the same.
+    owner
+        .execute("ALTER TABLE partner_orders DROP CONSTRAINT partner_orders_created_at_in_range")
+        .await
+        .unwrap();
+    owner.execute(insert).await.unwrap();
+
+    let log = std::env::temp_dir().join(format!("partner-api-{}-bad-row.log", std::process::id()));
+    #[allow(unused_mut)]
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--no-migrate",
+        "--database-url",
+        &url,
+    ];
+    #[cfg(feature = "webhooks")]
+    args.push("--no-webhooks");
+    let mut process = Process::spawn_with_stderr(&args, &[("RUST_LOG", "error")], &log);
+    let base = process.base_url().await;
+    let client = http1();
+    let get = |path: &str, key: &'static str| {
+        fetch(
+            &client,
+            http::Method::GET,
+            format!("{base}{path}"),
+            Some(key),
+        )
+    };
+    for _ in 0..3 {
+        // The organization's listing fails with the JSON error (fetch checks it against the
+        // contract), and nothing else does: the reader lives on.
+        let orders = get("/v1/orders", DEMO_KEY).await;
+        assert_eq!(orders.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(get("/v1/me", DEMO_KEY).await.status, StatusCode::OK);
+        assert_eq!(
+            get("/v1/orders", DEMO_OTHER_KEY).await.status,
+            StatusCode::OK
+        );
+    }
+    assert!(process.child.try_wait().unwrap().is_none(), "the host died");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("ord_forever") && logged.contains("infinite"),
+        "the log names the row and what is wrong with it: {logged}"
+    );
+    assert!(!logged.contains("panicked"), "{logged}");
+    // Repaired, the page is served again.
+    owner
+        .execute("UPDATE partner_orders SET created_at = '2026-01-01' WHERE id = 'ord_forever'")
+        .await
+        .unwrap();
+    let mut served = get("/v1/orders", DEMO_KEY).await;
+    // The orders cache forgets on the change feed: within its bound.
+    let repaired = std::time::Instant::now();
+    while served.status != StatusCode::OK && repaired.elapsed() < std::time::Duration::from_secs(5)
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        served = get("/v1/orders", DEMO_KEY).await;
+    }
+    assert_eq!(served.status, StatusCode::OK);
+    let _ = std::fs::remove_file(&log);
+}
+
+#[tokio::test]
+async fn a_made_up_page_token_is_a_400_never_a_500_through_the_standalone_host() {
+    crate::common::needs::needs!(Postgres);
+    let url = seeded_database().await;
+    #[allow(unused_mut)]
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--no-migrate",
+        "--database-url",
+        &url,
+    ];
+    #[cfg(feature = "webhooks")]
+    args.push("--no-webhooks");
+    let mut process = Process::spawn(&args);
+    let base = process.base_url().await;
+    let client = http1();
+    let status = |token: String| {
+        let url = format!("{base}/v1/orders?page_token={token}");
+        let client = client.clone();
+        async move {
+            fetch(&client, http::Method::GET, url, Some(DEMO_KEY))
+                .await
+                .status
+        }
+    };
+    // The reproduction: a position PostgreSQL cannot hold.
+    assert_eq!(
+        status(made_up_token("org_demo", -300_000_000_000_000, b"o")).await,
+        StatusCode::BAD_REQUEST
+    );
+    for millis in [i64::MIN, i64::MAX, 253_402_300_800_000] {
+        assert_eq!(
+            status(made_up_token("org_demo", millis, b"o")).await,
+            StatusCode::BAD_REQUEST
+        );
+    }
+    assert_eq!(
+        status(made_up_token("org_demo", 0, b"o\0")).await,
+        StatusCode::BAD_REQUEST
+    );
+    // A made-up position the store can read is the organization's own to ask for.
+    assert_eq!(
+        status(made_up_token("org_demo", 253_402_300_799_999, b"o")).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(made_up_token("org_demo", -62_167_219_200_000, b"o")).await,
+        StatusCode::OK
+    );
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A query string of `/v1/orders`: made-up tokens (any position, any id bytes, any
+/// organization), bytes that are no token, and limits, in any order and number.
+fn query_string() -> impl Strategy<Value = String> {
+    let token = prop_oneof![
+        (
+            prop_oneof![Just("org_demo"), Just("org_other"), Just("")],
+            any::<i64>(),
+            proptest::collection::vec(any::<u8>(), 0..12)
+        )
+            .prop_map(|(organization, millis, id)| made_up_token(
+                organization,
+                millis,
+                &id
+            )),
+        (
+            prop_oneof![Just("org_demo")],
+            -62_167_219_200_000i64..=253_402_300_799_999,
+            "[ -~]{0,10}"
+        )
+            .prop_map(|(organization, millis, id)| made_up_token(
+                organization,
+                millis,
+                id.as_bytes()
+            )),
+        "[A-Za-z0-9_-]{0,60}",
+    ];
+    let pair = prop_oneof![
+        token.prop_map(|token| format!("page_token={token}")),
+        "[0-9]{0,4}".prop_map(|limit| format!("limit={limit}")),
+        "[a-z%0-9=+]{0,12}",
+    ];
+    proptest::collection::vec(pair, 0..4).prop_map(|pairs| pairs.join("&"))
+}
+
+#[test]
+fn random_tokens_and_query_strings_see_only_200_and_400_on_postgresql() {
+    crate::common::needs::needs!(Postgres);
+    let runtime = runtime();
+    let url = runtime.block_on(seeded_database());
+    let api =
+        runtime.block_on(async { PartnerApi::from_store(PgStore::connect_lazy(&url).unwrap()) });
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 400,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&query_string(), |query| {
+            let response = runtime.block_on(call(
+                &api,
+                get(&format!("/v1/orders?{query}"), Some(DEMO_KEY)),
+            ));
+            prop_assert!(
+                [StatusCode::OK, StatusCode::BAD_REQUEST].contains(&response.status),
+                "{query}: {} {:?}",
+                response.status,
+                response.body
+            );
+            if response.status == StatusCode::BAD_REQUEST {
+                prop_assert!(!response.error_message().is_empty());
+            }
+            Ok(())
+        })
+        .unwrap();
+}
