@@ -63,12 +63,9 @@ use crate::key::{is_generated, KeyDigest};
 use crate::log::ErrorChain;
 use crate::management::bodies::json;
 use crate::model::Timestamp;
-use crate::store::AuditContext;
 use crate::store::StoreErrorKind;
+use crate::store::{AuditContext, SECRET_SCANNING_ACTOR};
 use crate::store::{KeyManager, Leak, LeakReport, LeakedKey};
-
-/// The actor of the audit log's entries of the keys a report revoked.
-pub const SECRET_SCANNING_ACTOR: &str = "github secret scanning";
 
 mod public_keys;
 

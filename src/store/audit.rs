@@ -6,12 +6,13 @@
 //! change, so a change and its entry commit together or not at all. Who made a change comes
 //! from the caller, never from a request body: the caller runs the store call inside
 //! [`AuditContext::scope`] (the management service does, with the actor its host tells it;
-//! the standalone host's commands do, as `cli:<user>`; the secret scanning endpoint does, as
-//! `github secret scanning`), and the store reads [`AuditContext::current`]. A change made
-//! without a context is logged as [`UNATTRIBUTED`]. An endpoint that webhook delivery
-//! disables (it answered 410 Gone, or failed for the disable period) is logged as
-//! `webhook.disabled` by [`DELIVERY_ACTOR`], with the reason (`gone` or `failing`) as the
-//! entry's detail. Changes made outside the crate (plain
+//! the standalone host's commands do, as `cli:<user>`), and the store reads
+//! [`AuditContext::current`]. A change made without a context is logged as [`UNATTRIBUTED`].
+//! The crate's automatic changes have actors of their own, whatever the context: an endpoint
+//! that webhook delivery disables (it answered 410 Gone, or failed for the disable period) is
+//! logged as `webhook.disabled` by [`DELIVERY_ACTOR`], with the reason (`gone` or `failing`)
+//! as the entry's detail, and a key a leak report revoked as `key.leaked` by
+//! [`SECRET_SCANNING_ACTOR`]. Changes made outside the crate (plain
 //! SQL) are not logged; a host that wants them in one log inserts its own entries
 //! ([`AuditLog::append`], or an `INSERT` into `partner_api_audit_log`).
 
@@ -33,6 +34,35 @@ pub const UNATTRIBUTED: &str = "unattributed";
 /// The actor of an endpoint disabled by webhook delivery, whatever context the delivery runs
 /// in; the entry's detail is the reason (`gone` or `failing`).
 pub const DELIVERY_ACTOR: &str = "webhook delivery";
+/// The actor of a key's `key.leaked` entry: revoked by a leak report (GitHub secret scanning),
+/// whatever context the report's revocation runs in.
+pub const SECRET_SCANNING_ACTOR: &str = "github secret scanning";
+
+/// The actors of the crate's automatic changes: written only by the crate's own code paths
+/// (on PostgreSQL, by triggers that run as the owner; an `INSERT` of another role that names
+/// one is refused), never by [`AuditLog::append`].
+const RESERVED_ACTORS: [&str; 2] = [DELIVERY_ACTOR, SECRET_SCANNING_ACTOR];
+
+/// Why [`AuditLog::append`] refuses `record` in `context`, if it does: a host's own entry has a
+/// host action (never one of [`AuditAction::ALL`], which only the crate's changes write) and an
+/// actor the crate does not reserve for itself. Every store's `append` checks this first.
+pub(crate) fn refuse_host_entry(
+    record: &AuditRecord,
+    context: &AuditContext,
+) -> Option<StoreError> {
+    if !matches!(record.action, AuditAction::Host(_)) {
+        return Some(StoreError::invalid_data(format!(
+            "{} is an action of the crate's own: a host appends its own actions (`user.invited`)",
+            record.action
+        )));
+    }
+    RESERVED_ACTORS.contains(&context.actor()).then(|| {
+        StoreError::invalid_data(format!(
+            "{:?} is an actor of the crate's own: a host's entry names its own",
+            context.actor()
+        ))
+    })
+}
 /// The most entries one read returns.
 pub const MAX_AUDIT_PAGE: usize = 100;
 
@@ -222,6 +252,13 @@ impl AuditContext {
             .unwrap_or_else(|_| Self::new(UNATTRIBUTED))
     }
 
+    /// This context with `actor` in place of its own: a change the crate makes by itself
+    /// inside a caller's call (a leak report's revocation) keeps where it came from.
+    pub(crate) fn acting_as(mut self, actor: &str) -> Self {
+        self.actor = bounded(actor);
+        self
+    }
+
     /// The actor.
     pub fn actor(&self) -> &str {
         &self.actor
@@ -368,11 +405,15 @@ pub trait AuditLog: Send + Sync {
     ) -> Result<AuditPage, StoreError>;
 
     /// Appends an entry of the host's own (a change it made itself), with
-    /// [`AuditContext::current`]'s actor.
+    /// [`AuditContext::current`]'s actor. A host's entry is marked as the host's: its action
+    /// is one of the host's own ([`AuditAction::Host`]), never one the crate's changes write,
+    /// and its actor is not one the crate reserves for its automatic changes
+    /// ([`DELIVERY_ACTOR`], [`SECRET_SCANNING_ACTOR`]).
     ///
     /// # Errors
     ///
-    /// `NotFound` for an unknown organization; the store's.
+    /// `InvalidData` for an action or an actor of the crate's own; `NotFound` for an unknown
+    /// organization; the store's.
     async fn append(&self, record: AuditRecord) -> Result<(), StoreError>;
 
     /// Deletes at most `batch` entries older than `older_than` (by the store's clock), oldest

@@ -27,7 +27,8 @@ pub(crate) mod webhooks;
 
 pub use audit::{
     AuditAction, AuditContext, AuditEntry, AuditLog, AuditPage, AuditPosition, AuditQuery,
-    AuditRecord, DEFAULT_AUDIT_RETENTION, DELIVERY_ACTOR, MAX_AUDIT_PAGE, UNATTRIBUTED,
+    AuditRecord, DEFAULT_AUDIT_RETENTION, DELIVERY_ACTOR, MAX_AUDIT_PAGE, SECRET_SCANNING_ACTOR,
+    UNATTRIBUTED,
 };
 pub use error::{StoreError, StoreErrorKind};
 pub(crate) use key_manager::{check_label, describe_plaintext, lifetime_until};

@@ -269,6 +269,34 @@ where
             && entries[0].detail.as_deref() == Some("as viewer"),
         "the appended entry reads {entries:?}"
     );
+    // A host's entry is marked as the host's: its own action, its own actor.
+    ensure!(
+        store
+            .append(AuditRecord::new(
+                &org.id,
+                AuditAction::KeyRevoked,
+                Some("1")
+            ))
+            .await
+            .is_err(),
+        "append wrote an action of the crate's own (key.revoked) for the host"
+    );
+    for actor in [
+        crate::store::DELIVERY_ACTOR,
+        crate::store::SECRET_SCANNING_ACTOR,
+    ] {
+        ensure!(
+            AuditContext::new(actor)
+                .scope(store.append(AuditRecord::new(&org.id, action.clone(), None)))
+                .await
+                .is_err(),
+            "append wrote an entry as {actor:?}, an actor of the crate's own"
+        );
+    }
+    ensure!(
+        all_entries(fixtures, &org.id).await?.len() == 1,
+        "a refused entry was written"
+    );
     let missing = format!("{ns}_missing");
     ensure!(
         kind_of(store.append(AuditRecord::new(&missing, action, None)).await)

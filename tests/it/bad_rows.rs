@@ -247,3 +247,168 @@ fn random_tokens_and_query_strings_see_only_200_and_400_on_postgresql() {
         })
         .unwrap();
 }
+
+/// Runs the standalone binary's command `args`: whether it succeeded, its stdout and stderr.
+async fn command(args: &[&str]) -> (bool, String, String) {
+    let output = tokio::process::Command::new(standalone_binary())
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .output()
+        .await
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+/// The documented roles in the database of `url`: its URLs as serving, key admin, delivering.
+async fn with_documented_roles(url: &str) -> [String; 3] {
+    let database = url.rsplit_once('/').unwrap().1.to_owned();
+    let roles = ["serving", "keys", "delivering"].map(|role| format!("{database}_{role}"));
+    let mut admin = PgConnection::connect(url).await.unwrap();
+    for role in roles.iter().rev() {
+        admin
+            .execute(format!("DROP ROLE IF EXISTS {role}").as_str())
+            .await
+            .unwrap();
+    }
+    admin
+        .execute(crate::common::pg::documented_roles([&roles[0], &roles[1], &roles[2]]).as_str())
+        .await
+        .unwrap();
+    roles.map(|role| crate::common::pg::as_user(url, &role))
+}
+
+/// #43's attacks on the audit log, as the key-management role (the one that may write
+/// entries), then the log read and the changes made through the standalone host's commands.
+#[tokio::test]
+async fn the_key_management_role_cannot_forge_backdate_or_poison_the_audit_log() {
+    crate::common::needs::needs!(Postgres);
+    let url = seeded_database().await;
+    let [_, keys_url, delivering_url] = with_documented_roles(&url).await;
+    let mut key_admin = PgConnection::connect(&keys_url).await.unwrap();
+    let insert = |columns: &str, values: &str| {
+        format!("INSERT INTO partner_api_audit_log ({columns}) {values}")
+    };
+    let refused = [
+        // Any time: backdated, or one no reader can hold.
+        insert(
+            "organization_id, action, actor, at",
+            "VALUES ('org_demo', 'key.revoked', 'alice', '2020-01-01')",
+        ),
+        insert(
+            "organization_id, action, actor, at",
+            "VALUES ('org_demo', 'key.revoked', 'alice', 'infinity')",
+        ),
+        // Ids ahead of the sequence, which failed every later audited change.
+        insert(
+            "id, organization_id, action, actor",
+            "OVERRIDING SYSTEM VALUE SELECT n, 'org_demo', 'user.poked', 'x' \
+             FROM generate_series((SELECT coalesce(max(id), 0) + 1 FROM partner_api_audit_log), \
+                                  (SELECT coalesce(max(id), 0) + 50 FROM partner_api_audit_log)) n",
+        ),
+        // The crate's automatic actors.
+        insert(
+            "organization_id, action, target, detail, actor",
+            "VALUES ('org_demo', 'webhook.disabled', '1', 'gone', 'webhook delivery')",
+        ),
+        insert(
+            "organization_id, action, target, actor",
+            "VALUES ('org_other', 'key.leaked', '1', 'github secret scanning')",
+        ),
+    ];
+    for statement in &refused {
+        let err = key_admin.execute(statement.as_str()).await.unwrap_err();
+        assert_eq!(
+            sqlstate(&err).as_deref(),
+            Some("42501"),
+            "{statement}: {err}"
+        );
+    }
+    // A time out of range anywhere the role may write one.
+    let err = key_admin
+        .execute("UPDATE partner_api_keys SET expires_at = 'infinity'")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err).as_deref(), Some("23514"), "{err}");
+    // A host's own entry, as the docs show it, is the role's to write.
+    key_admin
+        .execute(
+            insert(
+                "organization_id, action, target, actor",
+                "VALUES ('org_demo', 'user.invited', 'u1', 'bob@example.com')",
+            )
+            .as_str(),
+        )
+        .await
+        .unwrap();
+
+    // Every audited change of every organization still commits, and the log reads.
+    for organization in ["org_demo", "org_other"] {
+        let (ok, _, stderr) = command(&[
+            "keys",
+            "issue",
+            "--organization",
+            organization,
+            "--no-migrate",
+            "--database-url",
+            &keys_url,
+        ])
+        .await;
+        assert!(ok, "{stderr}");
+    }
+    let (ok, stdout, stderr) = command(&[
+        "audit",
+        "--organization",
+        "org_demo",
+        "--no-migrate",
+        "--database-url",
+        &keys_url,
+    ])
+    .await;
+    assert!(ok, "{stderr}");
+    let entries: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(entries[0]["action"], "key.issued", "{stdout}");
+    assert_eq!(entries[1]["action"], "user.invited", "{stdout}");
+    assert!(
+        entries
+            .iter()
+            .all(|entry| !["webhook delivery", "github secret scanning"]
+                .contains(&entry["actor"].as_str().unwrap())),
+        "{stdout}"
+    );
+
+    // The delivering role may disable an endpoint, never enable one again.
+    let mut owner = PgConnection::connect(&url).await.unwrap();
+    owner
+        .execute(
+            "INSERT INTO partner_webhook_endpoints (organization_id, url, secret) \
+             VALUES ('org_demo', 'https://hooks.example/orders', 'whsec_dGVzdA==')",
+        )
+        .await
+        .unwrap();
+    let mut delivering = PgConnection::connect(&delivering_url).await.unwrap();
+    delivering
+        .execute("UPDATE partner_webhook_endpoints SET enabled = false")
+        .await
+        .unwrap();
+    let err = delivering
+        .execute("UPDATE partner_webhook_endpoints SET enabled = true")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err).as_deref(), Some("42501"), "{err}");
+    let err = delivering
+        .execute("UPDATE partner_webhook_endpoints SET failing_since = 'infinity'")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err).as_deref(), Some("23514"), "{err}");
+    key_admin
+        .execute("UPDATE partner_webhook_endpoints SET enabled = true")
+        .await
+        .unwrap();
+}

@@ -11,10 +11,13 @@ use sqlx::{Connection, Executor, PgConnection};
 use crate::common::pg::{as_user, documented_roles, fresh_database};
 
 /// The trigger functions the migrations create.
-const TRIGGER_FUNCTIONS: [&str; 11] = [
+const TRIGGER_FUNCTIONS: [&str; 14] = [
     "partner_api_log_order_change",
     "partner_api_raise_order_events",
     "partner_api_audit_disabled_by_delivery",
+    "partner_api_audit_key_leaked",
+    "partner_api_audit_reserved_actors",
+    "partner_api_enabled_by_admins",
     "partner_api_notify_orders",
     "partner_api_notify_all_orders",
     "partner_api_notify_all_keys",
@@ -27,8 +30,9 @@ const TRIGGER_FUNCTIONS: [&str; 11] = [
 
 /// Those of them that run as the owner (SECURITY DEFINER), in name order: PUBLIC may not
 /// execute them, so no other role can attach them to a table at all.
-const DEFINERS: [&str; 2] = [
+const DEFINERS: [&str; 3] = [
     "partner_api_audit_disabled_by_delivery",
+    "partner_api_audit_key_leaked",
     "partner_api_raise_order_events",
 ];
 
@@ -258,16 +262,27 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
                 "INSERT INTO public.partner_orders VALUES ('org_demo', 'ord_by_writer', \
                  ARRAY['meta'], 'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now())"
             }
-            "keys" => "UPDATE public.partner_api_keys SET expires_at = now() + interval '1 day'",
+            // A key marked leaked, as a leak report does: the trigger writes the real log.
+            "keys" => {
+                "UPDATE public.partner_api_keys SET expires_at = now() + interval '1 day'; \
+                 UPDATE public.partner_api_keys SET leak_reported_at = now(), \
+                     leak_url = 'https://github.com/o/r/blob/main/.env' \
+                 WHERE id = (SELECT min(id) FROM public.partner_api_keys)"
+            }
             // Delivery disabling the endpoint (last: the writer's order has raised its event),
             // as its finishing statement does: the trigger writes the real log, not the view.
-            // Again and again, enabling it in between (unlogged): still one entry.
+            // Enabling it again is not delivery's to do: refused, so no second entry.
             "delivering" => {
+                let err = attacker
+                    .execute(
+                        "SET partner_api.disable_reason = 'gone'; \
+                         UPDATE public.partner_webhook_endpoints SET enabled = false; \
+                         UPDATE public.partner_webhook_endpoints SET enabled = true",
+                    )
+                    .await
+                    .expect_err("the delivering role enabled an endpoint");
+                assert_eq!(sqlstate(&err), "42501", "{err}");
                 "SET partner_api.disable_reason = 'gone'; \
-                 UPDATE public.partner_webhook_endpoints SET enabled = false; \
-                 UPDATE public.partner_webhook_endpoints SET enabled = true; \
-                 UPDATE public.partner_webhook_endpoints SET enabled = false; \
-                 UPDATE public.partner_webhook_endpoints SET enabled = true; \
                  UPDATE public.partner_webhook_endpoints SET enabled = false"
             }
             _ => "UPDATE public.partner_api_keys SET last_used_at = now()",
@@ -313,7 +328,8 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
     // Delivery's disabling has its one entry, in the real log.
     let disabled: Vec<(String, String, Option<String>)> = sqlx::query_as(
         "SELECT action, actor, detail FROM partner_api_audit_log \
-         WHERE target = (SELECT id::text FROM partner_webhook_endpoints)",
+         WHERE target = (SELECT id::text FROM partner_webhook_endpoints) \
+           AND action LIKE 'webhook.%'",
     )
     .fetch_all(&mut admin)
     .await
@@ -324,6 +340,20 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
             "webhook.disabled".to_owned(),
             partner_api::store::DELIVERY_ACTOR.to_owned(),
             Some("gone".to_owned())
+        )]
+    );
+    // The leaked key has its one entry, in the real log.
+    let leaked: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT actor, detail FROM partner_api_audit_log WHERE action = 'key.leaked'",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(
+        leaked,
+        [(
+            partner_api::store::SECRET_SCANNING_ACTOR.to_owned(),
+            Some("https://github.com/o/r/blob/main/.env".to_owned())
         )]
     );
 }

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 
 use super::{unknown_organization, MemoryStore};
 use crate::model::Timestamp;
+use crate::store::audit::refuse_host_entry;
 use crate::store::{
     AuditContext, AuditEntry, AuditLog, AuditPage, AuditQuery, AuditRecord, StoreError,
     MAX_AUDIT_PAGE,
@@ -93,6 +94,9 @@ impl AuditLog for MemoryStore {
     }
 
     async fn append(&self, record: AuditRecord) -> Result<(), StoreError> {
+        if let Some(refused) = refuse_host_entry(&record, &AuditContext::current()) {
+            return Err(refused);
+        }
         let state = self.read();
         if !state.organizations.contains_key(&record.organization_id) {
             return Err(unknown_organization(&record.organization_id));

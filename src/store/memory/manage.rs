@@ -7,9 +7,10 @@ use crate::key::{AllowedIps, KeyEnvironment};
 use crate::model::Timestamp;
 use crate::store::audit::restriction;
 use crate::store::StoreError;
+use crate::store::SECRET_SCANNING_ACTOR;
 use crate::store::{
-    AuditAction, AuditRecord, IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyRefusal,
-    KeyUse, LeakReport, LeakedKey, NewKey, RevocationReason, RollKey,
+    AuditAction, AuditContext, AuditRecord, IssuedKey, KeyAbility, KeyManager, KeyPolicy,
+    KeyRecord, KeyRefusal, KeyUse, LeakReport, LeakedKey, NewKey, RevocationReason, RollKey,
 };
 
 #[async_trait]
@@ -111,13 +112,14 @@ impl KeyManager for MemoryStore {
                     record.leak = Some(report.leak.clone());
                 }
                 if newly_revoked || first_report {
-                    self.audit(
+                    self.audit_as(
                         AuditRecord::new(
                             &record.organization_id,
                             AuditAction::KeyLeaked,
                             Some(&record.id),
                         )
                         .with_detail(report.leak.url.clone()),
+                        AuditContext::current().acting_as(SECRET_SCANNING_ACTOR),
                     );
                 }
                 Some(LeakedKey::new(record.clone(), first_report))

@@ -9,6 +9,7 @@ use sqlx::{PgConnection, Row};
 
 use super::timestamp::PgTimestamp;
 use super::{column, store_error, PgStore};
+use crate::store::audit::refuse_host_entry;
 use crate::store::{
     AuditContext, AuditEntry, AuditLog, AuditPage, AuditQuery, AuditRecord, StoreError,
     MAX_AUDIT_PAGE,
@@ -104,6 +105,9 @@ impl AuditLog for PgStore {
     }
 
     async fn append(&self, record: AuditRecord) -> Result<(), StoreError> {
+        if let Some(refused) = refuse_host_entry(&record, &AuditContext::current()) {
+            return Err(refused);
+        }
         self.check_organization(&record.organization_id).await?;
         let mut connection = self.pool.acquire().await.map_err(store_error)?;
         audited(&mut connection, record).await

@@ -168,7 +168,10 @@ impl KeyManager for PgStore {
         // One statement for the whole report, whatever its size: the first report of each
         // digest counts, and a key keeps its first revocation and its first leak. Rows are
         // locked in id order, so two reports of the same keys at once wait, never deadlock.
-        // The entries are written by the same statement, so with the revocations.
+        // The entries are written by a trigger (`partner_api_audit_key_leaked`, as the owner,
+        // with the actor `github secret scanning`) in the statement's transaction, so with
+        // the revocations; the context's source, agent and request id reach it as
+        // transaction-local settings.
         let context = AuditContext::current();
         let mut seen = std::collections::HashSet::new();
         let firsts: Vec<&LeakReport> = reports
@@ -182,13 +185,24 @@ impl KeyManager for PgStore {
             .iter()
             .map(|r| r.leak.reported_at.as_datetime())
             .collect();
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        sqlx::query(
+            "SELECT set_config('partner_api.audit_source_address', coalesce($1, ''), true), \
+                    set_config('partner_api.audit_user_agent', coalesce($2, ''), true), \
+                    set_config('partner_api.audit_request_id', coalesce($3, ''), true)",
+        )
+        .bind(context.source_address())
+        .bind(context.user_agent())
+        .bind(context.request_id())
+        .execute(&mut *transaction)
+        .await
+        .map_err(store_error)?;
         let rows = sqlx::query(&format!(
             "WITH reports AS ( \
                SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::timestamptz[]) \
                  AS r(digest, url, source, reported_at)), \
              before AS ( \
-               SELECT k.id, k.leak_reported_at IS NULL AS first_report, \
-                      k.revoked_at IS NULL AS newly_revoked \
+               SELECT k.id, k.leak_reported_at IS NULL AS first_report \
                FROM partner_api_keys k JOIN reports r ON k.key_sha256 = r.digest \
                ORDER BY k.id FOR UPDATE OF k), \
              updated AS ( \
@@ -201,26 +215,17 @@ impl KeyManager for PgStore {
                leak_reported_at = COALESCE(k.leak_reported_at, r.reported_at) \
              FROM reports r, before b \
              WHERE k.key_sha256 = r.digest AND b.id = k.id \
-             RETURNING k.*, b.first_report, b.newly_revoked), \
-             logged AS ( \
-             INSERT INTO partner_api_audit_log \
-               (organization_id, action, target, detail, actor, source_address, user_agent, \
-                request_id) \
-             SELECT organization_id, 'key.leaked', id::text, left(leak_url, 2000), $5, $6, $7, $8 \
-             FROM updated WHERE first_report OR newly_revoked) \
+             RETURNING k.*, b.first_report) \
              SELECT {RECORD}, key_sha256, first_report FROM updated"
         ))
         .bind(&digests)
         .bind(&urls)
         .bind(&sources)
         .bind(&times)
-        .bind(context.actor())
-        .bind(context.source_address())
-        .bind(context.user_agent())
-        .bind(context.request_id())
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *transaction)
         .await
         .map_err(store_error)?;
+        transaction.commit().await.map_err(store_error)?;
         let mut found = std::collections::HashMap::with_capacity(rows.len());
         for row in &rows {
             let digest: Vec<u8> = column(row, "key_sha256")?;
