@@ -426,6 +426,22 @@ pub trait AuditLog: Send + Sync {
     async fn prune_audit(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError>;
 }
 
+/// The detail of a `webhook.added` entry: the URL's scheme, host and port only. A receiver's
+/// token often rides in its URL's path or query, and the log keeps entries for 400 days, long
+/// after the endpoint and its URL are gone.
+pub(crate) fn url_origin(url: &str) -> String {
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return "(not a URL)".to_owned();
+    };
+    match (uri.scheme_str(), uri.host()) {
+        (Some(scheme), Some(host)) => match uri.port_u16() {
+            Some(port) => format!("{scheme}://{host}:{port}"),
+            None => format!("{scheme}://{host}"),
+        },
+        _ => "(not a URL)".to_owned(),
+    }
+}
+
 /// The detail of a `key.restricted` entry: the ranges, or `any`.
 pub(crate) fn restriction(allowed_ips: &crate::key::AllowedIps) -> String {
     if allowed_ips.is_any() {
@@ -437,4 +453,28 @@ pub(crate) fn restriction(allowed_ips: &crate::key::AllowedIps) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_webhook_url_is_kept_as_its_origin_only() {
+        for (url, origin) in [
+            (
+                "https://hooks.example.com/in/t0ken?secret=abc",
+                "https://hooks.example.com",
+            ),
+            (
+                "https://hooks.example.com:8443/x",
+                "https://hooks.example.com:8443",
+            ),
+            ("http://[::1]:9000/path", "http://[::1]:9000"),
+            ("https://HOOKS.example.com", "https://HOOKS.example.com"),
+            ("no url at all", "(not a URL)"),
+        ] {
+            assert_eq!(url_origin(url), origin, "{url}");
+        }
+    }
 }

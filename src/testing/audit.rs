@@ -32,6 +32,10 @@ where
         refused_changes(fixtures).await,
     );
     record(
+        "a change that changes nothing logs nothing",
+        unchanged(fixtures).await,
+    );
+    record(
         "entries are read newest first, in pages, filtered, and only by their organization",
         pages(fixtures).await,
     );
@@ -40,6 +44,41 @@ where
         appended(fixtures).await,
     );
     report
+}
+
+async fn unchanged<F>(fixtures: &F) -> Check
+where
+    F: StoreFixtures,
+    F::Store: KeyManager + AuditLog,
+{
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "unchanged").await?;
+    let store = fixtures.store();
+    let issued = issue(fixtures, &org.id, NewKey::new(KeyEnvironment::Test)).await?;
+    let id = issued.record().id.clone();
+    let ranges = AllowedIps::parse(["192.0.2.0/24", "2001:db8::/32"])
+        .map_err(|_| "192.0.2.0/24 is no range")?;
+    let policy = KeyPolicy::default().with_max_active_keys(7);
+    for _ in 0..3 {
+        store
+            .restrict(&org.id, &id, ranges.clone())
+            .await
+            .map_err(failed("restrict"))?;
+        store
+            .set_key_policy(&org.id, policy)
+            .await
+            .map_err(failed("set_key_policy"))?;
+    }
+    let actions: Vec<String> = all_entries(fixtures, &org.id)
+        .await?
+        .iter()
+        .map(|entry| entry.action.to_string())
+        .collect();
+    ensure!(
+        actions == ["policy.changed", "key.restricted", "key.issued"],
+        "the same restriction and policy set three times logged {actions:?}"
+    );
+    Ok(())
 }
 
 async fn all_entries<F>(fixtures: &F, organization_id: &str) -> Result<Vec<AuditEntry>, String>
@@ -78,8 +117,10 @@ where
         .scope(async {
             let issued = issue(fixtures, &org.id, NewKey::new(KeyEnvironment::Test)).await?;
             let id = issued.record().id.clone();
+            let ranges = AllowedIps::parse(["198.51.100.0/24"])
+                .map_err(|_| "198.51.100.0/24 is no range")?;
             store
-                .restrict(&org.id, &id, AllowedIps::any())
+                .restrict(&org.id, &id, ranges)
                 .await
                 .map_err(failed("restrict"))?;
             let rolled = store

@@ -98,7 +98,83 @@ where
         "webhooks: delivery's disabling is logged once, with its reason; an admin's as the admin's",
         disabled_by_delivery(fixtures).await,
     ));
+    report.results.push((
+        "webhooks: an endpoint's URL is logged as its origin; what changes nothing logs nothing",
+        logged_only_when_changed(fixtures).await,
+    ));
     report
+}
+
+async fn logged_only_when_changed<F>(fixtures: &F) -> Check
+where
+    F: StoreFixtures,
+    F::Store: WebhookManager + WebhookOutbox + AuditLog,
+{
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "unchanged").await?;
+    let store = fixtures.store();
+    let id = add(
+        store,
+        &org.id,
+        NewEndpoint::new("https://hooks.example.com:8443/in/t0ken?key=s3cret"),
+    )
+    .await?
+    .record
+    .id;
+    store
+        .send_test(&org.id, &id)
+        .await
+        .map_err(failed("send_test"))?;
+    let claimed = claim_all(store, &id).await?;
+    ensure!(
+        claimed.len() == 1,
+        "{} deliveries claimed, not 1",
+        claimed.len()
+    );
+    // Pending (in flight): a retry queues nothing; no message ran out of tries: a recovery
+    // queues nothing. Neither is a change, so neither is logged.
+    store
+        .retry_message(&org.id, &id, &claimed[0].message_id)
+        .await
+        .map_err(failed("retry_message"))?;
+    let recovered = store
+        .recover(
+            &org.id,
+            &id,
+            Timestamp::from_unix_millis(0).unwrap_or_else(Timestamp::now),
+        )
+        .await
+        .map_err(failed("recover"))?;
+    ensure!(recovered == 0, "recover queued {recovered} of none failed");
+    let query = AuditQuery {
+        limit: 100,
+        target: Some(id.clone()),
+        ..AuditQuery::default()
+    };
+    let entries = store
+        .audit_entries(&org.id, &query)
+        .await
+        .map_err(failed("audit_entries"))?
+        .entries;
+    let logged: Vec<(&str, Option<&str>)> = entries
+        .iter()
+        .map(|entry| {
+            let detail = entry.detail.as_deref();
+            // A test event's detail is its message id, another each time.
+            let detail = detail.filter(|_| entry.action == AuditAction::WebhookAdded);
+            (entry.action.as_str(), detail)
+        })
+        .collect();
+    ensure!(
+        logged
+            == [
+                ("webhook.test_sent", None),
+                ("webhook.added", Some("https://hooks.example.com:8443")),
+            ],
+        "the endpoint's entries, newest first, are {logged:?} (its URL's path and query, \
+         where a receiver's token rides, are not the log's to keep)"
+    );
+    remove(store, &org.id, &id).await
 }
 
 async fn disabled_by_delivery<F>(fixtures: &F) -> Check

@@ -40,5 +40,5 @@ pub use crate::store::webhooks::{
     payload, Attempt, AttemptOutcome, Backlog, ClaimRequest, CreatedEndpoint, Delivery,
     DisableReason, Endpoint, EventType, Finish, FinishedAttempt, InvalidSecret, NewEndpoint,
     NextStep, UnknownEventType, WebhookManager, WebhookOutbox, WebhookSecret,
-    MAX_DESCRIPTION_CHARS, MAX_URL_BYTES,
+    MAX_DESCRIPTION_CHARS, MAX_RECOVERED, MAX_URL_BYTES,
 };

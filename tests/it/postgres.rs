@@ -53,7 +53,7 @@ async fn the_pg_store_keeps_its_audit_log_as_the_suite_requires() {
     for _ in 0..2 {
         let report = partner_api::testing::run_audit_log(&store).await;
         report.assert_passed();
-        assert_eq!(report.len(), 4);
+        assert_eq!(report.len(), 5);
     }
 }
 

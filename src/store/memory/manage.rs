@@ -82,11 +82,14 @@ impl KeyManager for MemoryStore {
     ) -> Result<KeyRecord, StoreError> {
         let mut state = self.write();
         let entry = state.entry_mut(organization_id, key_id)?;
+        // A change that changes nothing writes no entry.
+        if entry.record.allowed_ips != allowed_ips {
+            self.audit(
+                AuditRecord::new(organization_id, AuditAction::KeyRestricted, Some(key_id))
+                    .with_detail(restriction(&allowed_ips)),
+            );
+        }
         entry.record.allowed_ips = allowed_ips.clone();
-        self.audit(
-            AuditRecord::new(organization_id, AuditAction::KeyRestricted, Some(key_id))
-                .with_detail(restriction(&allowed_ips)),
-        );
         entry.principal.allowed_ips = allowed_ips;
         Ok(entry.record.clone())
     }
@@ -194,12 +197,14 @@ impl KeyManager for MemoryStore {
         policy: KeyPolicy,
     ) -> Result<KeyPolicy, StoreError> {
         let mut state = self.write();
-        state.policy(organization_id)?;
+        let before = state.policy(organization_id)?;
         state.policies.insert(organization_id.to_owned(), policy);
-        self.audit(
-            AuditRecord::new(organization_id, AuditAction::PolicyChanged, None)
-                .with_detail(serde_json::to_string(&policy).unwrap_or_default()),
-        );
+        if before != policy {
+            self.audit(
+                AuditRecord::new(organization_id, AuditAction::PolicyChanged, None)
+                    .with_detail(serde_json::to_string(&policy).unwrap_or_default()),
+            );
+        }
         Ok(policy)
     }
 

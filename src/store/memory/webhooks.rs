@@ -12,9 +12,10 @@ use bytes::Bytes;
 
 use super::{unknown_organization, MemoryStore};
 use crate::model::Timestamp;
+use crate::store::audit::url_origin;
 use crate::store::webhooks::{
     payload, Attempt, CreatedEndpoint, Endpoint, EventType, NewEndpoint, WebhookManager,
-    WebhookSecret,
+    WebhookSecret, MAX_RECOVERED,
 };
 use crate::store::StoreError;
 use crate::store::{AuditAction, AuditRecord};
@@ -205,7 +206,7 @@ impl WebhookManager for MemoryStore {
         );
         self.audit(
             AuditRecord::new(organization_id, AuditAction::WebhookAdded, Some(&record.id))
-                .with_detail(record.url.clone()),
+                .with_detail(url_origin(&record.url)),
         );
         Ok(CreatedEndpoint { record, secret })
     }
@@ -359,18 +360,19 @@ impl WebhookManager for MemoryStore {
             .values_mut()
             .find(|delivery| delivery.endpoint == id && delivery.message_id == message_id)
             .ok_or_else(|| StoreError::not_found("no such message to this endpoint"))?;
-        // A pending one is queued already (perhaps in flight: its lease stands).
+        // A pending one is queued already (perhaps in flight: its lease stands): nothing
+        // changes, and no entry is written.
         if delivery.state != State::Pending {
             delivery.requeue();
+            self.audit(
+                AuditRecord::new(
+                    organization_id,
+                    AuditAction::WebhookMessageRetried,
+                    Some(endpoint_id),
+                )
+                .with_detail(message_id),
+            );
         }
-        self.audit(
-            AuditRecord::new(
-                organization_id,
-                AuditAction::WebhookMessageRetried,
-                Some(endpoint_id),
-            )
-            .with_detail(message_id),
-        );
         Ok(())
     }
 
@@ -382,24 +384,35 @@ impl WebhookManager for MemoryStore {
     ) -> Result<u64, StoreError> {
         let mut outbox = self.outbox();
         let (id, _) = outbox.endpoint_mut(organization_id, endpoint_id)?;
+        // Oldest first, as PostgreSQL orders them: (raised, delivery id).
+        let mut failed: Vec<_> = outbox
+            .deliveries
+            .iter_mut()
+            .filter(|(_, delivery)| {
+                delivery.endpoint == id
+                    && delivery.state == State::Failed
+                    && delivery.raised_at >= since
+            })
+            .collect();
+        failed.sort_by_key(|(key, delivery)| (delivery.raised_at, **key));
         let mut recovered = 0;
-        for delivery in outbox.deliveries.values_mut() {
-            if delivery.endpoint == id
-                && delivery.state == State::Failed
-                && delivery.raised_at >= since
-            {
-                delivery.requeue();
-                recovered += 1;
-            }
+        for (_, delivery) in failed
+            .into_iter()
+            .take(usize::try_from(MAX_RECOVERED).unwrap_or(usize::MAX))
+        {
+            delivery.requeue();
+            recovered += 1;
         }
-        self.audit(
-            AuditRecord::new(
-                organization_id,
-                AuditAction::WebhookMessagesRecovered,
-                Some(endpoint_id),
-            )
-            .with_detail(recovered.to_string()),
-        );
+        if recovered > 0 {
+            self.audit(
+                AuditRecord::new(
+                    organization_id,
+                    AuditAction::WebhookMessagesRecovered,
+                    Some(endpoint_id),
+                )
+                .with_detail(recovered.to_string()),
+            );
+        }
         Ok(recovered)
     }
 }

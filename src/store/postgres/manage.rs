@@ -141,8 +141,11 @@ impl KeyManager for PgStore {
     ) -> Result<KeyRecord, StoreError> {
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
         let row = sqlx::query(&format!(
-            "UPDATE partner_api_keys SET allowed_ips = $3::text[]::cidr[] \
-             WHERE organization_id = $1 AND id = $2 RETURNING {RECORD}"
+            "UPDATE partner_api_keys k SET allowed_ips = $3::text[]::cidr[] \
+             FROM (SELECT id AS key_id, allowed_ips AS before FROM partner_api_keys \
+                   WHERE organization_id = $1 AND id = $2 FOR UPDATE) old \
+             WHERE k.id = old.key_id \
+             RETURNING {RECORD}, old.before IS DISTINCT FROM k.allowed_ips AS changed"
         ))
         .bind(organization_id)
         .bind(parse_id(key_id)?)
@@ -151,9 +154,12 @@ impl KeyManager for PgStore {
         .await
         .map_err(store_error)?
         .ok_or_else(|| unknown_key(key_id))?;
-        let entry = AuditRecord::new(organization_id, AuditAction::KeyRestricted, Some(key_id))
-            .with_detail(restriction(&allowed_ips));
-        audited(&mut transaction, entry).await?;
+        // A change that changes nothing writes no entry.
+        if column::<bool>(&row, "changed")? {
+            let entry = AuditRecord::new(organization_id, AuditAction::KeyRestricted, Some(key_id))
+                .with_detail(restriction(&allowed_ips));
+            audited(&mut transaction, entry).await?;
+        }
         transaction.commit().await.map_err(store_error)?;
         record_from_row(&row)
     }
@@ -344,6 +350,7 @@ impl KeyManager for PgStore {
         let max_active_keys = i32::try_from(policy.max_active_keys).unwrap_or(i32::MAX);
         let max_webhook_endpoints = i32::try_from(policy.max_webhook_endpoints).unwrap_or(i32::MAX);
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        let before = read_policy(&mut transaction, organization_id).await;
         sqlx::query(
             "INSERT INTO partner_api_key_policies \
                (organization_id, max_lifetime_ms, max_active_keys, max_webhook_endpoints) \
@@ -360,9 +367,12 @@ impl KeyManager for PgStore {
         .await
         .map_err(|err| unknown_organization(store_error(err), organization_id))?;
         let set = read_policy(&mut transaction, organization_id).await?;
-        let entry = AuditRecord::new(organization_id, AuditAction::PolicyChanged, None)
-            .with_detail(serde_json::to_string(&set).map_err(StoreError::other)?);
-        audited(&mut transaction, entry).await?;
+        // A change that changes nothing writes no entry.
+        if before.ok() != Some(set) {
+            let entry = AuditRecord::new(organization_id, AuditAction::PolicyChanged, None)
+                .with_detail(serde_json::to_string(&set).map_err(StoreError::other)?);
+            audited(&mut transaction, entry).await?;
+        }
         transaction.commit().await.map_err(store_error)?;
         Ok(set)
     }

@@ -12,9 +12,10 @@ use super::audit::audited;
 use super::timestamp::PgTimestamp;
 use super::{column, store_error, PgStore};
 use crate::model::{EncodedOrder, Order, Timestamp};
+use crate::store::audit::url_origin;
 use crate::store::webhooks::{
     payload, Attempt, AttemptOutcome, CreatedEndpoint, Endpoint, EventType, NewEndpoint,
-    WebhookManager, WebhookSecret,
+    WebhookManager, WebhookSecret, MAX_RECOVERED,
 };
 use crate::store::StoreError;
 use crate::store::{AuditAction, AuditRecord};
@@ -153,7 +154,7 @@ impl WebhookManager for PgStore {
         .map_err(store_error)?;
         let record = endpoint_from_row(&row)?;
         let entry = AuditRecord::new(organization_id, AuditAction::WebhookAdded, Some(&record.id))
-            .with_detail(record.url.clone());
+            .with_detail(url_origin(&record.url));
         audited(&mut transaction, entry).await?;
         transaction.commit().await.map_err(store_error)?;
         Ok(CreatedEndpoint { record, secret })
@@ -378,23 +379,26 @@ impl WebhookManager for PgStore {
                  UPDATE partner_webhook_deliveries d SET state = 'pending', due_at = now(), \
                      round_start = d.attempts \
                  FROM found WHERE d.id = found.id AND found.state <> 'pending') \
-             SELECT id FROM found",
+             SELECT state <> 'pending' AS requeued FROM found",
         )
         .bind(endpoint_id(id)?)
         .bind(message_id)
         .fetch_optional(&mut *transaction)
         .await
         .map_err(store_error)?;
-        if done.is_none() {
+        let Some(found) = done else {
             return Err(StoreError::not_found("no such message to this endpoint"));
+        };
+        // A message still pending is queued already: nothing changed, no entry.
+        if column::<bool>(&found, "requeued")? {
+            let entry = AuditRecord::new(
+                organization_id,
+                AuditAction::WebhookMessageRetried,
+                Some(id),
+            )
+            .with_detail(message_id);
+            audited(&mut transaction, entry).await?;
         }
-        let entry = AuditRecord::new(
-            organization_id,
-            AuditAction::WebhookMessageRetried,
-            Some(id),
-        )
-        .with_detail(message_id);
-        audited(&mut transaction, entry).await?;
         transaction.commit().await.map_err(store_error)?;
         Ok(())
     }
@@ -410,23 +414,28 @@ impl WebhookManager for PgStore {
         let done = sqlx::query(
             "UPDATE partner_webhook_deliveries d SET state = 'pending', due_at = now(), \
                  round_start = d.attempts \
-             FROM partner_webhook_messages m \
-             WHERE d.endpoint_id = $1 AND d.state = 'failed' AND m.id = d.message_id \
-               AND m.raised_at >= $2",
+             WHERE d.id IN ( \
+                 SELECT f.id FROM partner_webhook_deliveries f \
+                 JOIN partner_webhook_messages m ON m.id = f.message_id \
+                 WHERE f.endpoint_id = $1 AND f.state = 'failed' AND m.raised_at >= $2 \
+                 ORDER BY m.raised_at, f.id LIMIT $3 FOR UPDATE OF f)",
         )
         .bind(endpoint_id(id)?)
         .bind(since.as_datetime())
+        .bind(i64::try_from(MAX_RECOVERED).unwrap_or(i64::MAX))
         .execute(&mut *transaction)
         .await
         .map_err(store_error)?;
         let recovered = done.rows_affected();
-        let entry = AuditRecord::new(
-            organization_id,
-            AuditAction::WebhookMessagesRecovered,
-            Some(id),
-        )
-        .with_detail(recovered.to_string());
-        audited(&mut transaction, entry).await?;
+        if recovered > 0 {
+            let entry = AuditRecord::new(
+                organization_id,
+                AuditAction::WebhookMessagesRecovered,
+                Some(id),
+            )
+            .with_detail(recovered.to_string());
+            audited(&mut transaction, entry).await?;
+        }
         transaction.commit().await.map_err(store_error)?;
         Ok(recovered)
     }

@@ -16,6 +16,11 @@ pub const MAX_URL_BYTES: usize = 2048;
 /// The longest endpoint description, in characters.
 pub const MAX_DESCRIPTION_CHARS: usize = 200;
 
+/// The most messages one [`WebhookManager::recover`] queues again: a tenant that recovers
+/// thousands of failed messages to a hanging endpoint puts them back a hundred at a time, at
+/// the management API's rate, never all at once ahead of every other organization's.
+pub const MAX_RECOVERED: u64 = 100;
+
 /// An endpoint's record, without its secret. Serializes in camelCase: `id`,
 /// `organizationId`, `url`, `events` (empty: every type), `description`, `enabled`,
 /// `createdAt`.
@@ -320,7 +325,8 @@ pub trait WebhookManager: Send + Sync {
 
     /// Queues the message `message_id` (a `webhook-id`) to the endpoint again, due now, with a
     /// fresh round of tries, when it succeeded or ran out of tries; a message still pending
-    /// (waiting for a retry, or in flight) is left as it is, so its lease stands.
+    /// (waiting for a retry, or in flight) is left as it is, so its lease stands, and no audit
+    /// entry is written for it.
     ///
     /// # Errors
     ///
@@ -332,8 +338,10 @@ pub trait WebhookManager: Send + Sync {
         message_id: &str,
     ) -> Result<(), StoreError>;
 
-    /// Queues again every message to the endpoint that ran out of tries and was raised at or
-    /// after `since`, due now, and returns how many.
+    /// Queues again the messages to the endpoint that ran out of tries and were raised at or
+    /// after `since`, oldest first and at most [`MAX_RECOVERED`] of them, due now, and returns
+    /// how many (a caller with more to recover calls again). A call that recovers none writes
+    /// no audit entry.
     async fn recover(
         &self,
         organization_id: &str,

@@ -15,7 +15,7 @@ mod secret;
 
 pub use endpoint::{
     Attempt, AttemptOutcome, CreatedEndpoint, Endpoint, NewEndpoint, WebhookManager,
-    MAX_DESCRIPTION_CHARS, MAX_URL_BYTES,
+    MAX_DESCRIPTION_CHARS, MAX_RECOVERED, MAX_URL_BYTES,
 };
 pub use outbox::{
     payload, Backlog, ClaimRequest, Delivery, DisableReason, Finish, FinishedAttempt, NextStep,
