@@ -17,6 +17,7 @@ const ACTIONS = {
   "webhook.test_sent": "Sent test event",
   "webhook.message_retried": "Retried message",
   "webhook.messages_recovered": "Recovered messages",
+  "audit.pruned": "Deleted old log entries",
 };
 
 // Why webhook delivery disabled an endpoint (the detail of its `webhook.disabled` entry).

@@ -160,6 +160,11 @@ pub(crate) struct Args {
     /// minute, in small batches.
     #[arg(long, value_name = "DAYS", default_value_t = 90)]
     pub(crate) usage_retention_days: u64,
+    /// Days the audit log's entries are kept on PostgreSQL (0: for ever); each replica
+    /// deletes older ones every hour, in small batches, and each pruned organization gets an
+    /// audit.pruned entry. A role other than the owner's keeps at least 400 days.
+    #[arg(long, value_name = "DAYS", default_value_t = 400)]
+    pub(crate) audit_retention_days: u64,
 }
 
 /// The subcommands.
@@ -177,8 +182,9 @@ pub(crate) enum Command {
         action: KeysAction,
     },
     /// Show an organization's audit log (the security log), newest first: one JSON entry a
-    /// line. With --prune, delete the entries older than --retention-days instead (run it
-    /// with the owner's role: the documented roles may not delete entries).
+    /// line. With --prune, delete the entries older than --retention-days instead (each
+    /// pruned organization gets an audit.pruned entry; a role other than the owner's keeps
+    /// at least 400 days whatever it asks).
     Audit(AuditArgs),
     /// Manage webhook endpoints in the database of --database-url (or DATABASE_URL). `add`
     /// and `rotate` print the endpoint's record with its `secret` as one JSON line; `list`

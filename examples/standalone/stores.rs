@@ -116,6 +116,11 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, St
     #[cfg(feature = "postgres")]
     if let Some(url) = &args.database_url {
         let store = database(url, args.no_migrate).await?;
+        if args.audit_retention_days > 0 {
+            let keep =
+                std::time::Duration::from_secs(args.audit_retention_days.saturating_mul(24 * 3600));
+            crate::audit::spawn_retention(store.clone(), keep);
+        }
         if let Some(path) = &args.seed {
             let seed = Seed::from_path(path).map_err(|err| err.to_string())?;
             store

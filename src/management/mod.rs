@@ -27,5 +27,8 @@ pub use audit::DEFAULT_AUDIT_PAGE;
 pub use limits::{MAX_BODY_BYTES, MAX_LIFETIME, MAX_OVERLAP};
 #[cfg(feature = "webhooks")]
 pub use service::DEFAULT_WEBHOOK_ACTIONS;
-pub use service::{ActingOrganization, KeyManagementService, ResponseFuture, OPENAPI_DOCUMENT};
+pub use service::{
+    ActingOrganization, KeyManagementService, ResponseFuture, DEFAULT_MANAGEMENT_WRITES,
+    OPENAPI_DOCUMENT,
+};
 pub use usage::{DEFAULT_USAGE_PERIOD, MAX_USAGE_PERIOD};

@@ -162,11 +162,62 @@ pub struct KeyManagementService {
     csrf: Option<Arc<CsrfCheck>>,
     usage: Option<Arc<dyn crate::store::UsageStore>>,
     audit: Option<Arc<dyn crate::store::AuditLog>>,
+    /// The audit log's retention, run from here (at most once an hour) when the log is served.
+    audit_retention: Arc<AuditRetention>,
+    /// The budget per organization of every change (each one writes an audit entry).
+    writes: Arc<crate::rate_limit::LocalRateLimiter>,
     #[cfg(feature = "webhooks")]
     webhooks: Option<Arc<dyn crate::webhooks::WebhookManager>>,
     /// The budget per organization of the webhook actions that queue messages.
     #[cfg(feature = "webhooks")]
     webhook_actions: Arc<crate::rate_limit::LocalRateLimiter>,
+}
+
+/// The default budget of changes (every `POST`: issuing, revoking, rolling, restricting keys,
+/// setting the policy, and every webhook change), per organization: bursts of 30, then one a
+/// second. Each change writes an audit entry, so this bounds how fast a tenant grows the log.
+pub const DEFAULT_MANAGEMENT_WRITES: (std::time::Duration, std::num::NonZeroU32) = (
+    std::time::Duration::from_secs(1),
+    match std::num::NonZeroU32::new(30) {
+        Some(burst) => burst,
+        None => unreachable!(),
+    },
+);
+
+/// How often the service runs the audit log's retention, at most.
+const AUDIT_RETENTION_INTERVAL: std::time::Duration = std::time::Duration::from_secs(3600);
+/// Entries one retention round deletes at most, in batches of [`AUDIT_RETENTION_BATCH`].
+const AUDIT_RETENTION_ROUND: u32 = 10 * AUDIT_RETENTION_BATCH;
+const AUDIT_RETENTION_BATCH: u32 = 500;
+
+/// The audit log's retention, run by the service itself: how long entries are kept, and
+/// when it last ran (seconds on the process's clock, 0 for never).
+struct AuditRetention {
+    keep: std::time::Duration,
+    started: std::time::Instant,
+    last_run: std::sync::atomic::AtomicU64,
+}
+
+impl AuditRetention {
+    fn new(keep: std::time::Duration) -> Self {
+        Self {
+            keep,
+            started: std::time::Instant::now(),
+            last_run: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Whether a round is due now; if so, it is this caller's to run (one at a time).
+    fn take_turn(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let now = self.started.elapsed().as_secs() + 1;
+        let last = self.last_run.load(Ordering::Acquire);
+        (last == 0 || now.saturating_sub(last) >= AUDIT_RETENTION_INTERVAL.as_secs())
+            && self
+                .last_run
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
 }
 
 /// The default budget of webhook actions that queue messages (`test`, `retry`, `recover`),
@@ -189,6 +240,11 @@ impl KeyManagementService {
             csrf: None,
             usage: None,
             audit: None,
+            audit_retention: Arc::new(AuditRetention::new(crate::store::DEFAULT_AUDIT_RETENTION)),
+            writes: Arc::new(crate::rate_limit::LocalRateLimiter::new(
+                DEFAULT_MANAGEMENT_WRITES.0,
+                DEFAULT_MANAGEMENT_WRITES.1,
+            )),
             #[cfg(feature = "webhooks")]
             webhooks: None,
             #[cfg(feature = "webhooks")]
@@ -243,9 +299,35 @@ impl KeyManagementService {
     /// path is 404, absent from the OpenAPI document the service serves, and
     /// `GET /abilities` says `"auditLog": false`. The entries themselves are written by the
     /// store, with each change.
+    ///
+    /// The service also runs the log's retention ([`with_audit_retention`](Self::with_audit_retention)):
+    /// at most once an hour, on a request, up to 5,000 of the oldest entries in the
+    /// background, each pruned organization getting an `audit.pruned` entry.
     #[must_use]
     pub fn with_audit_log(mut self, log: impl crate::store::AuditLog + 'static) -> Self {
         self.audit = Some(Arc::new(log));
+        self
+    }
+
+    /// Keeps audit entries for `keep` ([`DEFAULT_AUDIT_RETENTION`](crate::store::DEFAULT_AUDIT_RETENTION),
+    /// 400 days, by default). On PostgreSQL a role other than the owner's keeps at least 400
+    /// days whatever it asks (`partner_api_prune_audit`).
+    #[must_use]
+    pub fn with_audit_retention(mut self, keep: std::time::Duration) -> Self {
+        self.audit_retention = Arc::new(AuditRetention::new(keep));
+        self
+    }
+
+    /// Limits the changes (every `POST`) to one per `period` per organization, with bursts of
+    /// `burst` ([`DEFAULT_MANAGEMENT_WRITES`] by default): past it, `429` with `Retry-After`.
+    /// Counted in this process (each replica its own budget).
+    #[must_use]
+    pub fn with_write_limit(
+        mut self,
+        period: std::time::Duration,
+        burst: std::num::NonZeroU32,
+    ) -> Self {
+        self.writes = Arc::new(crate::rate_limit::LocalRateLimiter::new(period, burst));
         self
     }
 
@@ -344,11 +426,58 @@ impl KeyManagementService {
         let (parts, body) = request.into_parts();
         let head = parts.method == Method::HEAD;
         let context = audit_context(&parts);
+        self.run_audit_retention(&context);
         let mut response = context.scope(self.route(parts, body)).await?;
         if head {
             *response.body_mut() = ApiBody::empty();
         }
         Ok(response)
+    }
+
+    /// Starts a round of the audit log's retention in the background when one is due, in
+    /// the context of the request that found it due (its `audit.pruned` entries name who
+    /// was acting then). A failure is logged; the next round is an hour later.
+    fn run_audit_retention(&self, context: &AuditContext) {
+        let Some(log) = &self.audit else { return };
+        if !self.audit_retention.take_turn() {
+            return;
+        }
+        let (log, keep) = (log.clone(), self.audit_retention.keep);
+        let context = context.clone();
+        tokio::spawn(context.scope(async move {
+            let mut deleted = 0;
+            while deleted < u64::from(AUDIT_RETENTION_ROUND) {
+                match log.prune_audit(keep, AUDIT_RETENTION_BATCH).await {
+                    Ok(batch) => {
+                        deleted += batch;
+                        if batch < u64::from(AUDIT_RETENTION_BATCH) {
+                            break;
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!(error = %crate::log::ErrorChain(&err), "the audit log's retention failed");
+                        break;
+                    }
+                }
+            }
+        }));
+    }
+
+    /// The 429 of a change past the organization's budget of changes, if it is.
+    async fn admit_change(&self, organization_id: &str) -> Result<(), Failure> {
+        use crate::rate_limit::RateLimiter as _;
+        let decision = self.writes.check(organization_id).await;
+        match decision.ok().and_then(|decision| decision.retry_after()) {
+            Some(wait) => {
+                let mut failure = Failure::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too many changes for this organization; try again later",
+                );
+                failure.retry_after = Some(wait);
+                Err(failure)
+            }
+            None => Ok(()),
+        }
     }
 
     /// Whether the service serves the webhooks routes.

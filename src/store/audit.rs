@@ -99,6 +99,9 @@ pub enum AuditAction {
     WebhookMessageRetried,
     /// `webhook.messages_recovered`: the detail is how many.
     WebhookMessagesRecovered,
+    /// `audit.pruned`: retention deleted entries of the organization older than its
+    /// retention; the detail is how many (one entry per organization and pruned batch).
+    AuditPruned,
     /// An action of the host's own, appended with [`AuditLog::append`] or by SQL: a name of
     /// lowercase letters, digits and `_` with at least one `.` (`user.invited`).
     Host(String),
@@ -121,6 +124,7 @@ impl AuditAction {
         Self::WebhookTestSent,
         Self::WebhookMessageRetried,
         Self::WebhookMessagesRecovered,
+        Self::AuditPruned,
     ];
 
     /// Its name in the API and the database.
@@ -141,6 +145,7 @@ impl AuditAction {
             Self::WebhookTestSent => "webhook.test_sent",
             Self::WebhookMessageRetried => "webhook.message_retried",
             Self::WebhookMessagesRecovered => "webhook.messages_recovered",
+            Self::AuditPruned => "audit.pruned",
         }
     }
 }
@@ -417,8 +422,11 @@ pub trait AuditLog: Send + Sync {
     async fn append(&self, record: AuditRecord) -> Result<(), StoreError>;
 
     /// Deletes at most `batch` entries older than `older_than` (by the store's clock), oldest
-    /// first; returns how many. Retention is the only deletion: for `PgStore`, by the owner's
-    /// role, as the documented roles may not delete entries.
+    /// first, and returns how many; each organization that lost entries gets an `audit.pruned`
+    /// entry saying how many (with [`AuditContext::current`]'s actor), in the same
+    /// transaction, so no deletion leaves no trace. Retention is the only deletion: for
+    /// `PgStore`, through the owner's function `partner_api_prune_audit`, which keeps at
+    /// least [`DEFAULT_AUDIT_RETENTION`] unless the owner's role calls it.
     ///
     /// # Errors
     ///

@@ -134,3 +134,117 @@ async fn changes_are_logged_with_the_hosts_context_and_read_newest_first_in_page
     let (_, abilities) = send(&without, Method::GET, "/abilities", "org_demo", Value::Null).await;
     assert_eq!(abilities["data"]["abilities"]["auditLog"], false);
 }
+
+/// Every change writes an entry, so a tenant's changes are budgeted: 30 at once, then one a
+/// second, per organization; past it a 429 with `Retry-After`, and no entry.
+#[tokio::test]
+async fn changes_past_the_organizations_budget_are_refused_and_log_nothing() {
+    let store = Seed::demo().to_memory_store().unwrap();
+    let service = KeyManagementService::new(store.clone()).with_audit_log(store.clone());
+    let (_, created) = send(
+        &service,
+        Method::POST,
+        "/keys",
+        "org_demo",
+        json!({"label": "Budgeted", "environment": "test"}),
+    )
+    .await;
+    let id = created["data"]["record"]["id"].as_str().unwrap().to_owned();
+    let path = format!("/keys/{id}/restrict");
+    let mut refused = None;
+    for n in 0..40 {
+        // Another range each time: a change that changes nothing would log nothing.
+        let ranges = if n % 2 == 0 {
+            json!(["192.0.2.0/24"])
+        } else {
+            json!([])
+        };
+        let (status, body) = send(
+            &service,
+            Method::POST,
+            &path,
+            "org_demo",
+            json!({ "allowedIps": ranges }),
+        )
+        .await;
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            refused = Some((n, body));
+            break;
+        }
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let (n, body) = refused.expect("40 changes at once were all taken");
+    // The issue and 29 restrictions took the burst of 30 (a second more may have refilled one).
+    assert!((29..=30).contains(&n), "refused after {n} restrictions");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too many changes"),
+        "{body}"
+    );
+    let (_, log) = send(
+        &service,
+        Method::GET,
+        "/audit?limit=100",
+        "org_demo",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(
+        log["data"]["entries"].as_array().unwrap().len(),
+        n + 1,
+        "{log}"
+    );
+    // Another organization has a budget of its own.
+    let (status, body) = send(
+        &service,
+        Method::POST,
+        "/keys",
+        "org_other",
+        json!({"environment": "test"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}
+
+/// The service runs the log's retention by itself, and retention leaves a trace: each
+/// organization that lost entries gets an `audit.pruned` entry saying how many.
+#[tokio::test]
+async fn the_service_runs_retention_and_each_pruned_organization_gets_an_entry() {
+    use partner_api::management::KeyManager;
+    let store = Seed::demo().to_memory_store().unwrap();
+    for _ in 0..3 {
+        store
+            .issue(
+                "org_demo",
+                partner_api::management::NewKey::new(partner_api::key::KeyEnvironment::Test),
+            )
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let service = KeyManagementService::new(store.clone())
+        .with_audit_log(store.clone())
+        .with_audit_retention(std::time::Duration::from_millis(1));
+    let started = std::time::Instant::now();
+    let entries = loop {
+        let (status, log) = send(&service, Method::GET, "/audit", "org_demo", Value::Null).await;
+        assert_eq!(status, StatusCode::OK, "{log}");
+        let entries = log["data"]["entries"].as_array().unwrap().clone();
+        if entries
+            .iter()
+            .any(|entry| entry["action"] == "audit.pruned")
+        {
+            break entries;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "no retention ran: {log}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["detail"], "3");
+    assert_eq!(entries[0]["actor"], "admin@org_demo");
+}

@@ -412,3 +412,91 @@ async fn the_key_management_role_cannot_forge_backdate_or_poison_the_audit_log()
         .await
         .unwrap();
 }
+
+/// Retention leaves a trace, and a role other than the owner's cannot make the log forget a
+/// recent change: it keeps at least 400 days whatever it asks (#43's `--retention-days 0`).
+#[tokio::test]
+async fn pruning_the_audit_log_leaves_a_trace_and_keeps_400_days_for_other_roles() {
+    crate::common::needs::needs!(Postgres);
+    let url = seeded_database().await;
+    let [serving_url, keys_url, _] = with_documented_roles(&url).await;
+    let mut owner = PgConnection::connect(&url).await.unwrap();
+    owner
+        .execute(
+            "INSERT INTO partner_api_audit_log (organization_id, action, actor, at) \
+             SELECT organization, 'user.poked', 'old', now() - days * interval '1 day' \
+             FROM (VALUES ('org_demo', 500), ('org_demo', 450), ('org_other', 401), \
+                          ('org_demo', 10), ('org_other', 1)) AS old(organization, days)",
+        )
+        .await
+        .unwrap();
+    let actions = |organization: &'static str| {
+        let url = url.clone();
+        async move {
+            let mut connection = PgConnection::connect(&url).await.unwrap();
+            sqlx::query_as::<_, (String, Option<String>, String)>(
+                "SELECT action, detail, actor FROM partner_api_audit_log \
+                 WHERE organization_id = $1 ORDER BY at, id",
+            )
+            .bind(organization)
+            .fetch_all(&mut connection)
+            .await
+            .unwrap()
+        }
+    };
+    for role_url in [&keys_url, &serving_url] {
+        let (ok, stdout, stderr) = command(&[
+            "audit",
+            "--prune",
+            "--retention-days",
+            "0",
+            "--no-migrate",
+            "--database-url",
+            role_url,
+        ])
+        .await;
+        assert!(ok, "{stderr}");
+        let deleted = if role_url == &keys_url { 3 } else { 0 };
+        assert_eq!(stdout.trim(), format!(r#"{{"deleted":{deleted}}}"#));
+    }
+    let demo = actions("org_demo").await;
+    assert_eq!(demo.len(), 2, "{demo:?}");
+    assert_eq!(demo[0].0, "user.poked", "the 10-day-old entry is kept");
+    assert_eq!(demo[1].0, "audit.pruned");
+    assert_eq!(demo[1].1.as_deref(), Some("2"));
+    assert!(demo[1].2.starts_with("cli:"), "{demo:?}");
+    let other = actions("org_other").await;
+    assert_eq!(
+        other
+            .iter()
+            .map(|entry| entry.0.as_str())
+            .collect::<Vec<_>>(),
+        ["user.poked", "audit.pruned"]
+    );
+    // The owner may ask for any retention: everything goes, and the trace stays.
+    let (ok, stdout, stderr) = command(&[
+        "audit",
+        "--prune",
+        "--retention-days",
+        "0",
+        "--database-url",
+        &url,
+    ])
+    .await;
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout.trim(), r#"{"deleted":4}"#);
+    let demo = actions("org_demo").await;
+    assert_eq!(
+        demo.iter()
+            .map(|entry| (entry.0.as_str(), entry.1.as_deref()))
+            .collect::<Vec<_>>(),
+        [("audit.pruned", Some("2"))]
+    );
+    // The function names no reserved actor for anyone.
+    let mut key_admin = PgConnection::connect(&keys_url).await.unwrap();
+    let err = key_admin
+        .execute("SELECT partner_api_prune_audit(0, 10, 'webhook delivery', NULL, NULL, NULL)")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err).as_deref(), Some("42501"), "{err}");
+}

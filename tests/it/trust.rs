@@ -30,9 +30,10 @@ const TRIGGER_FUNCTIONS: [&str; 14] = [
 
 /// Those of them that run as the owner (SECURITY DEFINER), in name order: PUBLIC may not
 /// execute them, so no other role can attach them to a table at all.
-const DEFINERS: [&str; 3] = [
+const DEFINERS: [&str; 4] = [
     "partner_api_audit_disabled_by_delivery",
     "partner_api_audit_key_leaked",
+    "partner_api_prune_audit",
     "partner_api_raise_order_events",
 ];
 

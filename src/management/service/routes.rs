@@ -94,6 +94,7 @@ impl KeyManagementService {
             let organization = self.acting_organization(&parts)?;
             if !reading {
                 self.check_state_change(&parts)?;
+                self.admit_change(organization.id()).await?;
             }
             if route.queues_messages() {
                 use crate::rate_limit::RateLimiter as _;
@@ -141,6 +142,7 @@ impl KeyManagementService {
         let organization = organization.id();
         if !reading {
             self.check_state_change(&parts)?;
+            self.admit_change(organization).await?;
         }
         let keys = &*self.keys;
         match route {

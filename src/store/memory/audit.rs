@@ -9,9 +9,14 @@ use super::{unknown_organization, MemoryStore};
 use crate::model::Timestamp;
 use crate::store::audit::refuse_host_entry;
 use crate::store::{
-    AuditContext, AuditEntry, AuditLog, AuditPage, AuditQuery, AuditRecord, StoreError,
-    MAX_AUDIT_PAGE,
+    AuditAction, AuditContext, AuditEntry, AuditLog, AuditPage, AuditQuery, AuditRecord,
+    StoreError, MAX_AUDIT_PAGE,
 };
+
+/// The most entries a memory store keeps: past it, the oldest tenth goes at once (a log that
+/// grows without bound in a process's memory would take the process down first). A test or a
+/// demo never comes near it; retention ([`AuditLog::prune_audit`]) is the ordinary deletion.
+const MAX_MEMORY_AUDIT_ENTRIES: usize = 100_000;
 
 /// The entries a memory store holds, oldest first by `(at, id)` as PostgreSQL orders them
 /// (a wall clock stepped back can make a later entry older), and the next entry's number.
@@ -51,6 +56,9 @@ impl MemoryStore {
             .entries
             .partition_point(|entry| position_of(entry) <= position);
         audit.entries.insert(at, entry);
+        if audit.entries.len() > MAX_MEMORY_AUDIT_ENTRIES {
+            audit.entries.drain(..MAX_MEMORY_AUDIT_ENTRIES / 10);
+        }
     }
 }
 
@@ -113,14 +121,28 @@ impl AuditLog for MemoryStore {
         let Some(cutoff) = cutoff else {
             return Ok(0);
         };
-        let mut audit = self.audit_log();
-        let old = audit
-            .entries
-            .iter()
-            .take(batch as usize)
-            .take_while(|entry| entry.at < cutoff)
-            .count();
-        audit.entries.drain(..old);
-        Ok(old as u64)
+        let pruned: Vec<AuditEntry> = {
+            let mut audit = self.audit_log();
+            let old = audit
+                .entries
+                .iter()
+                .take(batch as usize)
+                .take_while(|entry| entry.at < cutoff)
+                .count();
+            audit.entries.drain(..old).collect()
+        };
+        let mut per_organization = std::collections::BTreeMap::<String, u64>::new();
+        for entry in &pruned {
+            *per_organization
+                .entry(entry.organization_id.clone())
+                .or_default() += 1;
+        }
+        for (organization_id, count) in per_organization {
+            self.audit(
+                AuditRecord::new(&organization_id, AuditAction::AuditPruned, None)
+                    .with_detail(count.to_string()),
+            );
+        }
+        Ok(pruned.len() as u64)
     }
 }

@@ -38,6 +38,9 @@ use orders::OrganizationOrders;
 /// take the write lock, which they hold only to swap it in; so a request never waits for a
 /// sort, only for another map insert.
 ///
+/// Its audit log keeps at most 100,000 entries: past that, the oldest tenth goes at once, so a
+/// process's memory bounds it even where retention never runs.
+///
 /// ```
 /// use partner_api::{MemoryStore, Organization};
 ///

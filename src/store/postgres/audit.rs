@@ -114,13 +114,18 @@ impl AuditLog for PgStore {
     }
 
     async fn prune_audit(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
-        self.delete_oldest(
-            "partner_api_audit_log",
-            "at",
-            "id",
-            older_than,
-            batch.into(),
-        )
-        .await
+        let context = AuditContext::current();
+        let deleted: i64 =
+            sqlx::query_scalar("SELECT partner_api_prune_audit($1, $2, $3, $4, $5, $6)")
+                .bind(i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX))
+                .bind(i32::try_from(batch).unwrap_or(i32::MAX))
+                .bind(context.actor())
+                .bind(context.source_address())
+                .bind(context.user_agent())
+                .bind(context.request_id())
+                .fetch_one(&self.pool)
+                .await
+                .map_err(store_error)?;
+        Ok(deleted.unsigned_abs())
     }
 }
