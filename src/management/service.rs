@@ -64,7 +64,7 @@ use super::bodies::{
 };
 use super::limits::{MAX_LIFETIME, MAX_OVERLAP};
 use crate::api::body::ApiBody;
-use crate::api::client_address::PeerAddr;
+use crate::api::client_address::{ClientAddr, PeerAddr, TrustedProxies};
 use crate::model::Timestamp;
 use crate::store::AuditContext;
 use crate::store::{KeyAbility, KeyManager, NewKey, RollKey};
@@ -116,16 +116,23 @@ impl ActingOrganization {
     }
 }
 
-/// The audit context of a request's changes: the host's actor, the peer's address, the user
-/// agent and the request id.
-fn audit_context(parts: &Parts) -> AuditContext {
+/// The audit context of a request's changes: the host's actor, the client's address (the
+/// peer's, or behind `trusted` proxies the one they forwarded), the user agent and the
+/// request id.
+fn audit_context(parts: &Parts, trusted: &TrustedProxies) -> AuditContext {
     let acting = parts.extensions.get::<ActingOrganization>();
     let actor = acting
         .and_then(ActingOrganization::actor)
         .unwrap_or(crate::store::UNATTRIBUTED);
     let mut context = AuditContext::new(actor);
-    if let Some(PeerAddr(peer)) = parts.extensions.get::<PeerAddr>() {
-        context = context.with_source_address(peer.ip());
+    let peer = parts
+        .extensions
+        .get::<PeerAddr>()
+        .map(|PeerAddr(peer)| *peer);
+    if let Some(ClientAddr::Known(client) | ClientAddr::Unparseable(client)) =
+        trusted.client_addr(peer, &parts.headers)
+    {
+        context = context.with_source_address(client);
     }
     let header = |name| {
         parts
@@ -166,6 +173,8 @@ pub struct KeyManagementService {
     audit_retention: Arc<AuditRetention>,
     /// The budget per organization of every change (each one writes an audit entry).
     writes: Arc<crate::rate_limit::LocalRateLimiter>,
+    /// The proxies whose forwarding headers name the client of an audit entry.
+    trusted_proxies: Arc<TrustedProxies>,
     #[cfg(feature = "webhooks")]
     webhooks: Option<Arc<dyn crate::webhooks::WebhookManager>>,
     /// The budget per organization of the webhook actions that queue messages.
@@ -245,6 +254,7 @@ impl KeyManagementService {
                 DEFAULT_MANAGEMENT_WRITES.0,
                 DEFAULT_MANAGEMENT_WRITES.1,
             )),
+            trusted_proxies: Arc::new(TrustedProxies::default()),
             #[cfg(feature = "webhooks")]
             webhooks: None,
             #[cfg(feature = "webhooks")]
@@ -315,6 +325,27 @@ impl KeyManagementService {
     #[must_use]
     pub fn with_audit_retention(mut self, keep: std::time::Duration) -> Self {
         self.audit_retention = Arc::new(AuditRetention::new(keep));
+        self
+    }
+
+    /// Believes the forwarding header of requests from these proxies when it records where a
+    /// change came from: an audit entry's source address is then the client's, as
+    /// [`PartnerApi::with_trusted_proxies`](crate::PartnerApi::with_trusted_proxies) resolves
+    /// it, not the proxy's. Give it the ranges the API was given.
+    #[must_use]
+    pub fn with_trusted_proxies(mut self, ranges: impl IntoIterator<Item = ipnet::IpNet>) -> Self {
+        let header = self.trusted_proxies.header();
+        self.trusted_proxies =
+            Arc::new(TrustedProxies::new(ranges.into_iter().collect()).with_header(header));
+        self
+    }
+
+    /// Reads the client's address behind trusted proxies from `header` only (default
+    /// [`ClientAddressHeader::XForwardedFor`](crate::ClientAddressHeader::XForwardedFor)), as
+    /// [`PartnerApi::with_client_address_header`](crate::PartnerApi::with_client_address_header).
+    #[must_use]
+    pub fn with_client_address_header(mut self, header: crate::ClientAddressHeader) -> Self {
+        self.trusted_proxies = Arc::new((*self.trusted_proxies).clone().with_header(header));
         self
     }
 
@@ -425,7 +456,7 @@ impl KeyManagementService {
     {
         let (parts, body) = request.into_parts();
         let head = parts.method == Method::HEAD;
-        let context = audit_context(&parts);
+        let context = audit_context(&parts, &self.trusted_proxies);
         self.run_audit_retention(&context);
         let mut response = context.scope(self.route(parts, body)).await?;
         if head {

@@ -248,3 +248,47 @@ async fn the_service_runs_retention_and_each_pruned_organization_gets_an_entry()
     assert_eq!(entries[0]["detail"], "3");
     assert_eq!(entries[0]["actor"], "admin@org_demo");
 }
+
+/// Behind the proxies the host trusts, an entry's source is the client they forwarded, as
+/// the API resolves it; from anyone else, the header is the client's word and the peer counts.
+#[tokio::test]
+async fn an_entrys_source_is_the_client_behind_trusted_proxies() {
+    let store = Seed::demo().to_memory_store().unwrap();
+    let service = KeyManagementService::new(store.clone())
+        .with_audit_log(store.clone())
+        .with_trusted_proxies(["198.51.100.0/24".parse().unwrap()]);
+    let change = |peer: &str| {
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri("/keys")
+            .header("content-type", "application/json")
+            .header("x-forwarded-for", "203.0.113.9")
+            .body(json!({"environment": "test"}).to_string())
+            .unwrap();
+        request
+            .extensions_mut()
+            .insert(PeerAddr(peer.parse().unwrap()));
+        request
+            .extensions_mut()
+            .insert(ActingOrganization::new("org_demo").with_actor("admin"));
+        service.clone().oneshot(request)
+    };
+    // 198.51.100.23 is a trusted proxy: the client it forwarded is the source.
+    assert_eq!(
+        change("198.51.100.23:4000").await.unwrap().status(),
+        StatusCode::CREATED
+    );
+    // 192.0.2.1 is not: its header is its own word.
+    assert_eq!(
+        change("192.0.2.1:4000").await.unwrap().status(),
+        StatusCode::CREATED
+    );
+    let (_, log) = send(&service, Method::GET, "/audit", "org_demo", Value::Null).await;
+    let sources: Vec<&str> = log["data"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["sourceAddress"].as_str().unwrap())
+        .collect();
+    assert_eq!(sources, ["192.0.2.1", "203.0.113.9"], "{log}");
+}
