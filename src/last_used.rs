@@ -240,6 +240,8 @@ impl Recorder for Shared {
         self.now_millis.store(now_millis(), Ordering::Relaxed);
     }
 
+    const TASK: &'static str = "last_used_recorder";
+
     fn bounds(&self) -> &Bounds {
         &self.bounds
     }

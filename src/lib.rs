@@ -101,6 +101,7 @@ mod recording;
 pub mod secret_scanning;
 pub mod seed;
 pub mod store;
+mod supervise;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;

@@ -106,6 +106,8 @@ pub(crate) fn millis(duration: Duration) -> u64 {
 
 /// A recorder the background task drives.
 pub(crate) trait Recorder: Send + Sync + 'static {
+    /// The task's name in the log and in `partner_api_background_task_panics_total`.
+    const TASK: &'static str;
     /// Called every second: the recorder reads the clock here, never on the request path.
     fn tick(&self);
     /// Its places, flush interval and full map's wake-up.
@@ -155,7 +157,9 @@ async fn run<R: Recorder>(recorder: Weak<R>) {
             if !flushing.swap(true, Ordering::AcqRel) {
                 let flushing = flushing.clone();
                 tokio::spawn(async move {
-                    strong.flush_in_background().await;
+                    // A flush that panicked is dropped (logged, counted); the next one runs
+                    // at the next interval, as after a store's failure.
+                    crate::supervise::caught(R::TASK, strong.flush_in_background()).await;
                     flushing.store(false, Ordering::Release);
                 });
             }

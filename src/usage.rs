@@ -289,12 +289,18 @@ impl Shared {
         if counts.is_empty() {
             return Ok(0);
         }
+        // Held in `kept` while the store writes them: a write that panics (the round is
+        // dropped, `supervise`) loses no count; the next flush sends them again.
+        kept.clone_from(&counts);
         let started = Instant::now();
         let recorded = self.store.record_usage(&counts).await;
         StoreCall::RecordUsage.finished(started.elapsed(), recorded.as_ref().err());
         metrics::usage_batch(counts.len(), recorded.is_ok());
         match recorded {
-            Ok(()) => Ok(counts.len()),
+            Ok(()) => {
+                kept.clear();
+                Ok(counts.len())
+            }
             Err(err) => {
                 tracing::warn!(
                     counts = counts.len(),
@@ -320,6 +326,8 @@ impl Recorder for Shared {
         self.hour_millis
             .store(current_hour_millis(), Ordering::Relaxed);
     }
+
+    const TASK: &'static str = "usage_recorder";
 
     fn bounds(&self) -> &Bounds {
         &self.bounds

@@ -198,7 +198,13 @@ async fn keep<S: KeyDigests>(store: S, shared: Weak<Shared>, wake: Arc<Notify>) 
             wake.notified().await;
             continue;
         }
-        let read = store.key_digests((!everything).then_some(&ids[..])).await;
+        // A read that panicked is a failed read: what it was to read is read again.
+        let read = crate::supervise::caught(
+            "known_keys",
+            store.key_digests((!everything).then_some(&ids[..])),
+        )
+        .await
+        .unwrap_or_else(|| Err(crate::store::StoreError::other("the read panicked")));
         match read {
             Ok(digests) => {
                 {

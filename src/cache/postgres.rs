@@ -74,7 +74,12 @@ async fn run(pool: PgPool, hub: Notifications) {
         if Arc::strong_count(hub.shared()) <= 1 {
             return;
         }
-        match follow(&pool, &hub, &mut pause).await {
+        // A panic while following is a lost connection like any other (the caches answer from
+        // the database until the next one is followed).
+        let followed = crate::supervise::caught("cache_listener", follow(&pool, &hub, &mut pause))
+            .await
+            .unwrap_or_else(|| Err("the listener panicked".to_owned()));
+        match followed {
             Ok(()) => return,
             Err(err) => {
                 tracing::trace!(target: super::JOURNAL, hub = hub.id(), error = %err, "listener lost");

@@ -27,6 +27,7 @@
 //! | [`WEBHOOK_DUE`] | gauge (deliveries) | none |
 //! | [`WEBHOOK_OLDEST_DUE`] | gauge (seconds) | none |
 //! | [`WEBHOOK_ENDPOINTS_DISABLED`] | counter | `reason`: `gone`, `failing` |
+//! | [`BACKGROUND_TASK_PANICS`] | counter | `task`: `webhook_dispatcher`, `webhook_delivery`, `webhook_retention`, `cache_listener`, `known_keys`, `usage_recorder`, `last_used_recorder` |
 //! | [`SECRET_SCANNING_REPORTS`] | counter | `label`: `true_positive`, `false_positive`; `source`: where GitHub found the match (`content`, `commit`, `issue_comment`, ... its documented values; anything else as `other`) |
 //!
 //! `store` and `operation` are `keys`/`lookup`, `orders`/`newest_orders`,
@@ -115,6 +116,10 @@ pub const WEBHOOK_OLDEST_DUE: &str = "partner_api_webhook_oldest_due_seconds";
 /// Webhook endpoints disabled by delivery, by reason (`gone`: the endpoint answered 410;
 /// `failing`: every delivery failed for the disable period).
 pub const WEBHOOK_ENDPOINTS_DISABLED: &str = "partner_api_webhook_endpoints_disabled_total";
+
+/// Rounds of a background task that panicked, by task: each was logged, dropped, and the
+/// task went on with its next round. Any increase is a bug to report (or a host store's).
+pub const BACKGROUND_TASK_PANICS: &str = crate::supervise::TASK_PANICS;
 
 /// The label value of every organization or key id beyond the bound.
 pub const OTHER: &str = "_other";
@@ -207,6 +212,10 @@ pub fn describe() {
     describe_counter!(
         LAST_USED_DROPPED,
         "Last uses not recorded because the recorder was full."
+    );
+    describe_counter!(
+        BACKGROUND_TASK_PANICS,
+        "Rounds of a background task that panicked (logged and dropped; the task went on), by task."
     );
     describe_counter!(
         SECRET_SCANNING_REPORTS,

@@ -27,6 +27,11 @@ use super::{
 use crate::log::ErrorChain;
 use crate::metrics as names;
 use crate::model::Timestamp;
+use crate::store::StoreError;
+use crate::supervise::caught;
+
+/// The dispatcher's name in the log and `partner_api_background_task_panics_total`.
+const DISPATCHER: &str = "webhook_dispatcher";
 
 /// The longest a stopping worker waits for its attempts in flight.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
@@ -138,12 +143,12 @@ impl Dispatcher {
         let mut tasks = JoinSet::new();
         let mut next_backlog = Instant::now();
         let mut next_prune = Instant::now();
-        let mut pruning: Option<tokio::task::JoinHandle<u64>> = None;
+        let mut pruning: Option<tokio::task::JoinHandle<Option<u64>>> = None;
         let mut claim_failures = 0_u32;
         loop {
             if Instant::now() >= next_backlog {
                 next_backlog = Instant::now() + Duration::from_secs(5);
-                inner.report_backlog().await;
+                caught(DISPATCHER, inner.report_backlog()).await;
             }
             // Beside the deliveries, one round at a time.
             if let Some(retention) = config.retention {
@@ -151,7 +156,10 @@ impl Dispatcher {
                 {
                     next_prune = Instant::now() + super::retention::EVERY;
                     let outbox = Arc::clone(&inner.outbox);
-                    pruning = Some(tokio::spawn(super::retention::prune(outbox, retention)));
+                    pruning = Some(tokio::spawn(caught(
+                        "webhook_retention",
+                        super::retention::prune(outbox, retention),
+                    )));
                 }
             }
             let room = config.concurrency.saturating_sub(tasks.len());
@@ -166,7 +174,12 @@ impl Dispatcher {
                 let request = ClaimRequest::new(room, config.per_endpoint, config.lease())
                     .with_in_flight(busy)
                     .with_organizations(config.per_organization(), busy_organizations);
-                match inner.outbox.claim(&request).await {
+                // A claim that panicked (in a host's outbox, say) is a failed claim: the
+                // loop goes on, and what it leased is taken over when the lease ends.
+                let claimed = caught(DISPATCHER, inner.outbox.claim(&request))
+                    .await
+                    .unwrap_or_else(|| Err(StoreError::other("the claim panicked")));
+                match claimed {
                     Ok(deliveries) => {
                         claim_failures = 0;
                         for delivery in deliveries {
@@ -178,7 +191,7 @@ impl Dispatcher {
                             let inner = Arc::clone(&inner);
                             tasks.spawn(async move {
                                 let _guard = guard;
-                                inner.deliver(delivery).await;
+                                caught("webhook_delivery", inner.deliver(delivery)).await;
                             });
                         }
                     }

@@ -33,6 +33,7 @@ mod secret_scanning;
 mod server;
 mod settings_page;
 mod soak;
+mod supervised;
 mod trust;
 mod usage;
 #[cfg(feature = "webhooks")]
