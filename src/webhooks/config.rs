@@ -23,11 +23,15 @@ pub const DEFAULT_RETRY_SCHEDULE: [Duration; 7] = [
 pub struct DeliveryConfig {
     pub(super) retry_schedule: Vec<Duration>,
     pub(super) timeout: Duration,
+    /// The time-out of an attempt to an endpoint whose deliveries fail.
+    pub(super) failing_timeout: Duration,
     pub(super) disable_after: Duration,
     pub(super) concurrency: usize,
     pub(super) per_endpoint: usize,
     /// Set by `with_per_organization`; half the concurrency otherwise.
     pub(super) per_organization: Option<usize>,
+    /// Set by `with_failing_share`; half the concurrency otherwise.
+    pub(super) failing_share: Option<usize>,
     pub(super) poll_interval: Duration,
     pub(super) max_retry_after: Duration,
     pub(super) response_body_bytes: usize,
@@ -40,10 +44,12 @@ impl Default for DeliveryConfig {
         Self {
             retry_schedule: DEFAULT_RETRY_SCHEDULE.to_vec(),
             timeout: Duration::from_secs(15),
+            failing_timeout: Duration::from_secs(3),
             disable_after: Duration::from_secs(5 * 24 * 3600),
             concurrency: 32,
             per_endpoint: 4,
             per_organization: None,
+            failing_share: None,
             poll_interval: Duration::from_millis(200),
             max_retry_after: Duration::from_secs(3600),
             response_body_bytes: 1024,
@@ -54,9 +60,11 @@ impl Default for DeliveryConfig {
 }
 
 impl DeliveryConfig {
-    /// The defaults: [`DEFAULT_RETRY_SCHEDULE`], a 15 s time-out per attempt, endpoints
-    /// disabled after 5 days of failures only, 32 deliveries in flight per replica, 4 per
-    /// endpoint and half of them (16) per organization, the outbox polled every 200 ms,
+    /// The defaults: [`DEFAULT_RETRY_SCHEDULE`], a 15 s time-out per attempt (3 s to an
+    /// endpoint whose deliveries fail), endpoints disabled after 5 days of failures only, 32
+    /// deliveries in flight per replica, 4 per endpoint, half of them (16) per organization
+    /// and fewer as more organizations have deliveries in flight, half of them (16) to
+    /// endpoints whose deliveries fail, the outbox polled every 200 ms,
     /// `Retry-After` honoured up to an hour, 1 KiB of each response body kept, the
     /// default [`DestinationPolicy`], and messages kept for [`DEFAULT_RETENTION`](super::DEFAULT_RETENTION)
     /// (30 days).
@@ -79,6 +87,40 @@ impl DeliveryConfig {
         self
     }
 
+    /// Sets the time-out of an attempt to an endpoint whose deliveries fail (its last attempt
+    /// failed), at most the time-out of the others: an endpoint that hangs holds a slot this
+    /// long, not the full time-out, once it is known to fail (3 s by default).
+    #[must_use]
+    pub fn with_failing_timeout(mut self, timeout: Duration) -> Self {
+        self.failing_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The time-out of an attempt of `delivery`.
+    pub(super) fn attempt_timeout(&self, failing: bool) -> Duration {
+        if failing {
+            self.failing_timeout.min(self.timeout)
+        } else {
+            self.timeout
+        }
+    }
+
+    /// Sets how many of this replica's slots endpoints whose deliveries fail may hold at
+    /// once (from one to the concurrency; half of it by default): the rest stay free for
+    /// endpoints that answer, however many fail.
+    #[must_use]
+    pub fn with_failing_share(mut self, slots: usize) -> Self {
+        self.failing_share = Some(slots);
+        self
+    }
+
+    /// The most deliveries to failing endpoints in flight.
+    pub(super) fn failing_share(&self) -> usize {
+        self.failing_share
+            .unwrap_or(self.concurrency / 2)
+            .clamp(1, self.concurrency)
+    }
+
     /// Sets how long every delivery to an endpoint must have failed before it is disabled.
     #[must_use]
     pub fn with_disable_after(mut self, disable_after: Duration) -> Self {
@@ -97,17 +139,22 @@ impl DeliveryConfig {
 
     /// Sets how many deliveries of one organization this replica has in flight at most (from
     /// one to the concurrency; half of it by default): the slots one organization's slow or
-    /// hanging endpoints can hold, the rest staying free for the others.
+    /// hanging endpoints can hold, the rest staying free for the others. The share shrinks as
+    /// more organizations have deliveries in flight: with `n` of them, each may hold at most
+    /// `concurrency / (n + 1)` (at least one), so some slots always stay free for one more.
     #[must_use]
     pub fn with_per_organization(mut self, per_organization: usize) -> Self {
         self.per_organization = Some(per_organization);
         self
     }
 
-    /// The most deliveries of one organization in flight.
-    pub(super) fn per_organization(&self) -> usize {
+    /// The most deliveries of one organization in flight, while `busy` organizations have
+    /// deliveries in flight.
+    pub(super) fn per_organization(&self, busy: usize) -> usize {
+        let shrinking = self.concurrency / busy.saturating_add(1);
         self.per_organization
             .unwrap_or(self.concurrency / 2)
+            .min(shrinking)
             .clamp(1, self.concurrency)
     }
 

@@ -164,16 +164,25 @@ impl Dispatcher {
             }
             let room = config.concurrency.saturating_sub(tasks.len());
             if room > 0 {
-                let (busy, busy_organizations) = {
+                let (busy, busy_organizations, failing) = {
                     let counts = in_flight.lock().unwrap_or_else(PoisonError::into_inner);
-                    let copy = |map: &HashMap<String, usize>| {
+                    let copy = |map: &HashMap<String, usize>| -> Vec<(String, usize)> {
                         map.iter().map(|(id, count)| (id.clone(), *count)).collect()
                     };
-                    (copy(&counts.endpoints), copy(&counts.organizations))
+                    (
+                        copy(&counts.endpoints),
+                        copy(&counts.organizations),
+                        counts.failing,
+                    )
                 };
+                // Fair shares (the argument is on `ClaimRequest`): each organization's shrinks
+                // as more have deliveries in flight, and failing endpoints hold at most their
+                // share, so slots stay free for an organization whose endpoint answers.
+                let per_organization = config.per_organization(busy_organizations.len());
                 let request = ClaimRequest::new(room, config.per_endpoint, config.lease())
                     .with_in_flight(busy)
-                    .with_organizations(config.per_organization(), busy_organizations);
+                    .with_organizations(per_organization, busy_organizations)
+                    .with_failing_room(config.failing_share().saturating_sub(failing));
                 // A claim that panicked (in a host's outbox, say) is a failed claim: the
                 // loop goes on, and what it leased is taken over when the lease ends.
                 let claimed = caught(DISPATCHER, inner.outbox.claim(&request))
@@ -183,11 +192,7 @@ impl Dispatcher {
                     Ok(deliveries) => {
                         claim_failures = 0;
                         for delivery in deliveries {
-                            let guard = InFlight::enter(
-                                &in_flight,
-                                &delivery.endpoint_id,
-                                &delivery.organization_id,
-                            );
+                            let guard = InFlight::enter(&in_flight, &delivery);
                             let inner = Arc::clone(&inner);
                             tasks.spawn(async move {
                                 let _guard = guard;
@@ -228,6 +233,8 @@ impl Dispatcher {
 struct InFlightCounts {
     endpoints: HashMap<String, usize>,
     organizations: HashMap<String, usize>,
+    /// Those to endpoints whose deliveries fail.
+    failing: usize,
 }
 
 /// One delivery in flight to an endpoint of an organization, counted until dropped (a
@@ -236,24 +243,27 @@ struct InFlight {
     counts: Arc<Mutex<InFlightCounts>>,
     endpoint_id: String,
     organization_id: String,
+    failing: bool,
 }
 
 impl InFlight {
-    fn enter(
-        counts: &Arc<Mutex<InFlightCounts>>,
-        endpoint_id: &str,
-        organization_id: &str,
-    ) -> Self {
+    fn enter(counts: &Arc<Mutex<InFlightCounts>>, delivery: &Delivery) -> Self {
+        let failing = delivery.failing_since.is_some();
         let mut held = counts.lock().unwrap_or_else(PoisonError::into_inner);
-        *held.endpoints.entry(endpoint_id.to_owned()).or_default() += 1;
+        *held
+            .endpoints
+            .entry(delivery.endpoint_id.clone())
+            .or_default() += 1;
         *held
             .organizations
-            .entry(organization_id.to_owned())
+            .entry(delivery.organization_id.clone())
             .or_default() += 1;
+        held.failing += usize::from(failing);
         Self {
             counts: Arc::clone(counts),
-            endpoint_id: endpoint_id.to_owned(),
-            organization_id: organization_id.to_owned(),
+            endpoint_id: delivery.endpoint_id.clone(),
+            organization_id: delivery.organization_id.clone(),
+            failing,
         }
     }
 }
@@ -271,6 +281,7 @@ impl Drop for InFlight {
         };
         leave(&mut counts.endpoints, &self.endpoint_id);
         leave(&mut counts.organizations, &self.organization_id);
+        counts.failing -= usize::from(self.failing);
     }
 }
 
@@ -363,17 +374,17 @@ impl Inner {
             .map_err(|_| cause::BAD_REQUEST.to_owned())?;
         // The status decides the outcome; the body is read only in the time that is left, and
         // a body cut short by the time-out does not turn a 2xx into a failure.
-        let deadline = tokio::time::Instant::now() + self.config.timeout;
+        // An endpoint known to fail gets the shorter time-out: one that hangs holds its slot
+        // that long only.
+        let timeout = self
+            .config
+            .attempt_timeout(delivery.failing_since.is_some());
+        let deadline = tokio::time::Instant::now() + timeout;
         let sent = tokio::time::timeout_at(deadline, self.client.request(request)).await;
         let response = match sent {
             Ok(Ok(response)) => response,
             Ok(Err(error)) => return Err(transport_failure(&error).to_owned()),
-            Err(_) => {
-                return Err(format!(
-                    "timed out after {} ms",
-                    self.config.timeout.as_millis()
-                ))
-            }
+            Err(_) => return Err(format!("timed out after {} ms", timeout.as_millis())),
         };
         let status = response.status();
         let retry_after = response

@@ -20,14 +20,16 @@ use crate::store::StoreError;
 
 /// Claims as [`ClaimRequest`] says: per enabled endpoint, its room (`$2`, or 1 while its
 /// deliveries fail, less what the worker has in flight there, `$3`/`$4`), first attempts
-/// before retries, never past an earlier pending change of the same order; `$1` in all, the
-/// endpoints taken in random order so that none is always served last; per organization at
-/// most its room (`$6`, less what the worker has in flight for it, `$7`/`$8`), so one
-/// organization's hanging endpoints never take every slot. The lease (`$5` ms) and the attempt
-/// number are written in the same statement, which commits before any HTTP call.
+/// before retries, never past an earlier pending change of the same order; per organization
+/// at most its room (`$6`, less what the worker has in flight for it, `$7`/`$8`), endpoints
+/// that answer before failing ones; to failing endpoints at most `$9`; `$1` in all, the
+/// organizations with nothing in flight first, then deliveries to endpoints that answer, in
+/// random order within each (so none is always served last). The lease (`$5` ms) and the
+/// attempt number are written in the same statement, which commits before any HTTP call.
 const CLAIM: &str = "\
     WITH room AS MATERIALIZED ( \
-        SELECT e.id, e.organization_id, \
+        SELECT e.id, e.organization_id, e.failing_since IS NOT NULL AS failing, \
+               o.busy IS NULL OR o.busy = 0 AS idle, \
                greatest(CASE WHEN e.failing_since IS NULL THEN $2 ELSE 1 END \
                         - coalesce(b.busy, 0), 0) AS room, \
                greatest($6::bigint - coalesce(o.busy, 0), 0) AS organization_room \
@@ -37,10 +39,11 @@ const CLAIM: &str = "\
             ON o.organization_id = e.organization_id \
         WHERE e.enabled ORDER BY random()), \
     ranked AS ( \
-        SELECT d.id, r.organization_room, \
-               row_number() OVER (PARTITION BY r.organization_id) AS nth \
+        SELECT d.id, r.organization_room, r.failing, r.idle, random() AS draw, \
+               row_number() OVER (PARTITION BY r.organization_id \
+                                  ORDER BY r.failing, d.due_at, d.id) AS nth \
         FROM room r, LATERAL ( \
-            SELECT d.id FROM partner_webhook_deliveries d \
+            SELECT d.id, d.due_at FROM partner_webhook_deliveries d \
             WHERE d.endpoint_id = r.id AND d.state = 'pending' AND d.due_at <= now() \
               AND NOT EXISTS ( \
                   SELECT 1 FROM partner_webhook_deliveries p \
@@ -50,7 +53,14 @@ const CLAIM: &str = "\
             LIMIT r.room \
             FOR UPDATE OF d SKIP LOCKED) d \
         WHERE r.room > 0 AND r.organization_room > 0), \
-    picked AS (SELECT id FROM ranked WHERE nth <= organization_room LIMIT $1) \
+    ordered AS ( \
+        SELECT id, failing, row_number() OVER fair AS position, \
+               count(*) FILTER (WHERE failing) OVER fair AS failing_so_far \
+        FROM ranked WHERE nth <= organization_room \
+        WINDOW fair AS (ORDER BY idle DESC, failing, draw ROWS UNBOUNDED PRECEDING)), \
+    picked AS ( \
+        SELECT id FROM ordered WHERE NOT failing OR failing_so_far <= $9 \
+        ORDER BY position LIMIT $1) \
     UPDATE partner_webhook_deliveries d \
     SET attempts = d.attempts + 1, due_at = now() + $5 * interval '1 millisecond' \
     FROM picked, partner_webhook_messages m, partner_webhook_endpoints e \
@@ -117,6 +127,7 @@ impl WebhookOutbox for PgStore {
             .bind(i64::try_from(request.per_organization).unwrap_or(i64::MAX))
             .bind(&busy_organizations)
             .bind(&busy_organization_counts)
+            .bind(i64::try_from(request.failing_room).unwrap_or(i64::MAX))
             .fetch_all(&self.pool)
             .await
             .map_err(store_error)?;

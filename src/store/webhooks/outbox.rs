@@ -39,7 +39,13 @@ pub fn payload(kind: EventType, timestamp: Timestamp, data: &[u8]) -> Bytes {
 
 /// What a worker asks for: at most `limit` due deliveries, per endpoint at most
 /// `per_endpoint` and per organization at most `per_organization` at once, counting the ones
-/// it already has in flight.
+/// it already has in flight, and at most `failing_room` to endpoints whose deliveries fail.
+///
+/// Which due deliveries a store takes first, when there are more than it may: those of
+/// organizations with nothing in flight in this worker, then those to endpoints that do not
+/// fail; within them, in any fair order (at random on PostgreSQL). So an organization whose
+/// endpoint answers is never queued behind others' hanging endpoints: it takes the next slot
+/// that frees, and slots held by failing endpoints free within the failing time-out.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ClaimRequest {
@@ -54,6 +60,8 @@ pub struct ClaimRequest {
     pub per_organization: usize,
     /// The organizations this worker has deliveries in flight for, and how many.
     pub organizations_in_flight: Vec<(String, usize)>,
+    /// The most deliveries to endpoints whose deliveries fail (`failing_since` set) to claim.
+    pub failing_room: usize,
     /// How long a claimed delivery is this worker's: after that it is due again, for any
     /// worker (this one died, or hangs).
     pub lease: Duration,
@@ -68,6 +76,7 @@ impl ClaimRequest {
             in_flight: Vec::new(),
             per_organization: usize::MAX,
             organizations_in_flight: Vec::new(),
+            failing_room: usize::MAX,
             lease,
         }
     }
@@ -83,6 +92,21 @@ impl ClaimRequest {
         self.per_organization = per_organization;
         self.organizations_in_flight = in_flight;
         self
+    }
+
+    /// Allows at most `room` deliveries to endpoints whose deliveries fail.
+    #[must_use]
+    pub fn with_failing_room(mut self, room: usize) -> Self {
+        self.failing_room = room;
+        self
+    }
+
+    /// Whether this worker has nothing in flight for the organization `organization_id`.
+    pub fn is_idle(&self, organization_id: &str) -> bool {
+        !self
+            .organizations_in_flight
+            .iter()
+            .any(|(id, count)| id == organization_id && *count > 0)
     }
 
     /// How many more this worker may claim for the organization `organization_id`.

@@ -25,7 +25,7 @@ impl WebhookOutbox for MemoryStore {
         // Pending deliveries in id order: the first pending one of an order to an endpoint is
         // the only one of that order that may go.
         let mut blocked: HashSet<(u64, &str)> = HashSet::new();
-        let mut candidates: Vec<(bool, Timestamp, u64)> = Vec::new();
+        let mut candidates: Vec<(bool, bool, bool, Timestamp, u64)> = Vec::new();
         for (id, delivery) in &outbox.deliveries {
             if delivery.state != State::Pending {
                 continue;
@@ -35,22 +35,36 @@ impl WebhookOutbox for MemoryStore {
                     continue;
                 }
             }
-            let enabled = outbox
+            let Some(endpoint) = outbox
                 .endpoints
                 .get(&delivery.endpoint)
-                .is_some_and(|entry| entry.record.enabled);
-            if enabled && delivery.due <= now {
-                candidates.push((delivery.attempts > delivery.round_start, delivery.due, *id));
+                .filter(|entry| entry.record.enabled)
+            else {
+                continue;
+            };
+            if delivery.due <= now {
+                candidates.push((
+                    !request.is_idle(&endpoint.record.organization_id),
+                    endpoint.failing_since.is_some(),
+                    delivery.attempts > delivery.round_start,
+                    delivery.due,
+                    *id,
+                ));
             }
         }
-        // First attempts before retries, then the longest due first.
+        // Organizations with nothing in flight first, then endpoints that do not fail (as
+        // `ClaimRequest` asks); then first attempts before retries, the longest due first.
         candidates.sort_unstable();
+        let mut failing_taken = 0;
         let mut taken: BTreeMap<u64, usize> = BTreeMap::new();
         let mut taken_by_organization: HashMap<String, usize> = HashMap::new();
         let mut claimed = Vec::new();
-        for (_, _, id) in candidates {
+        for (_, failing, _, _, id) in candidates {
             if claimed.len() >= request.limit {
                 break;
+            }
+            if failing && failing_taken >= request.failing_room {
+                continue;
             }
             let delivery = &outbox.deliveries[&id];
             let endpoint = &outbox.endpoints[&delivery.endpoint];
@@ -74,6 +88,7 @@ impl WebhookOutbox for MemoryStore {
             }
             *organization_count += 1;
             *count += 1;
+            failing_taken += usize::from(failing);
             claimed.push(id);
         }
         let lease_end = now.saturating_add(request.lease);
