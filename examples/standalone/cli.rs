@@ -134,6 +134,25 @@ pub(crate) struct Args {
     #[cfg(feature = "webhooks")]
     #[arg(long, value_name = "SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub(crate) webhook_timeout: u64,
+    /// Seconds an attempt to an endpoint whose deliveries fail may take (at most
+    /// --webhook-timeout): how long one that hangs holds a slot once it is known to fail.
+    #[cfg(feature = "webhooks")]
+    #[arg(long, value_name = "SECONDS", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub(crate) webhook_failing_timeout: u64,
+    /// Deliveries this replica has in flight at most, and at most 4 to one endpoint.
+    #[cfg(feature = "webhooks")]
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub(crate) webhook_concurrency: u64,
+    /// Deliveries of one organization in flight at most (default: half the concurrency); the
+    /// share shrinks as more organizations have deliveries in flight.
+    #[cfg(feature = "webhooks")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub(crate) webhook_per_organization: Option<u64>,
+    /// Deliveries to endpoints whose deliveries fail in flight at most, all organizations
+    /// together (default: half the concurrency).
+    #[cfg(feature = "webhooks")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub(crate) webhook_failing_share: Option<u64>,
     /// Seconds every delivery to an endpoint must have failed before it is disabled.
     #[cfg(feature = "webhooks")]
     #[arg(long, value_name = "SECONDS", default_value_t = 5 * 24 * 3600)]

@@ -16,7 +16,15 @@ pub(crate) fn config(args: &Args) -> DeliveryConfig {
     for subnet in &args.webhook_allow_subnets {
         destinations = destinations.with_allowed_subnet(*subnet);
     }
-    DeliveryConfig::new()
+    let concurrency = usize::try_from(args.webhook_concurrency).unwrap_or(usize::MAX);
+    let mut config = DeliveryConfig::new().with_concurrency(concurrency, 4);
+    if let Some(per_organization) = args.webhook_per_organization {
+        config = config.with_per_organization(usize::try_from(per_organization).unwrap_or(1));
+    }
+    if let Some(failing_share) = args.webhook_failing_share {
+        config = config.with_failing_share(usize::try_from(failing_share).unwrap_or(1));
+    }
+    config
         .with_retry_schedule(
             args.webhook_retry_schedule
                 .0
@@ -25,6 +33,7 @@ pub(crate) fn config(args: &Args) -> DeliveryConfig {
                 .collect(),
         )
         .with_timeout(Duration::from_secs(args.webhook_timeout))
+        .with_failing_timeout(Duration::from_secs(args.webhook_failing_timeout))
         .with_disable_after(Duration::from_secs(args.webhook_disable_after))
         .with_retention(
             (args.webhook_retention_days > 0).then(|| {

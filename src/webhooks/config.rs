@@ -140,21 +140,18 @@ impl DeliveryConfig {
     /// Sets how many deliveries of one organization this replica has in flight at most (from
     /// one to the concurrency; half of it by default): the slots one organization's slow or
     /// hanging endpoints can hold, the rest staying free for the others. The share shrinks as
-    /// more organizations have deliveries in flight: with `n` of them, each may hold at most
-    /// `concurrency / (n + 1)` (at least one), so some slots always stay free for one more.
+    /// more organizations have deliveries in flight or due: with `n` of them, each may hold
+    /// at most `concurrency / (n + 1)` (at least one), so some slots stay free for one more.
     #[must_use]
     pub fn with_per_organization(mut self, per_organization: usize) -> Self {
         self.per_organization = Some(per_organization);
         self
     }
 
-    /// The most deliveries of one organization in flight, while `busy` organizations have
-    /// deliveries in flight.
-    pub(super) fn per_organization(&self, busy: usize) -> usize {
-        let shrinking = self.concurrency / busy.saturating_add(1);
+    /// The most deliveries of one organization in flight.
+    pub(super) fn per_organization(&self) -> usize {
         self.per_organization
             .unwrap_or(self.concurrency / 2)
-            .min(shrinking)
             .clamp(1, self.concurrency)
     }
 

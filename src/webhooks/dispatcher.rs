@@ -175,14 +175,15 @@ impl Dispatcher {
                         counts.failing,
                     )
                 };
-                // Fair shares (the argument is on `ClaimRequest`): each organization's shrinks
-                // as more have deliveries in flight, and failing endpoints hold at most their
-                // share, so slots stay free for an organization whose endpoint answers.
-                let per_organization = config.per_organization(busy_organizations.len());
+                // Fair shares (the argument is on `ClaimRequest`): each organization's part of
+                // the slots shrinks as more are in flight or due, and failing endpoints hold at
+                // most their share, so slots stay free for an organization whose endpoint
+                // answers.
                 let request = ClaimRequest::new(room, config.per_endpoint, config.lease())
                     .with_in_flight(busy)
-                    .with_organizations(per_organization, busy_organizations)
-                    .with_failing_room(config.failing_share().saturating_sub(failing));
+                    .with_organizations(config.per_organization(), busy_organizations)
+                    .with_failing_room(config.failing_share().saturating_sub(failing))
+                    .with_slots(config.concurrency);
                 // A claim that panicked (in a host's outbox, say) is a failed claim: the
                 // loop goes on, and what it leased is taken over when the lease ends.
                 let claimed = caught(DISPATCHER, inner.outbox.claim(&request))

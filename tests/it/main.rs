@@ -4,6 +4,7 @@
 
 mod common;
 
+mod abuse;
 mod allowed_ips;
 mod api;
 mod audit;

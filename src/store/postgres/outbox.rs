@@ -22,14 +22,16 @@ use crate::store::StoreError;
 /// deliveries fail, less what the worker has in flight there, `$3`/`$4`), first attempts
 /// before retries, never past an earlier pending change of the same order; per organization
 /// at most its room (`$6`, less what the worker has in flight for it, `$7`/`$8`), endpoints
-/// that answer before failing ones; to failing endpoints at most `$9`; `$1` in all, the
+/// that answer before failing ones, and at most an equal part of the slots (`$10` over the
+/// organizations in flight or due, plus one, less what it has in flight); to failing
+/// endpoints at most `$9`; `$1` in all, the
 /// organizations with nothing in flight first, then deliveries to endpoints that answer, in
 /// random order within each (so none is always served last). The lease (`$5` ms) and the
 /// attempt number are written in the same statement, which commits before any HTTP call.
 const CLAIM: &str = "\
     WITH room AS MATERIALIZED ( \
         SELECT e.id, e.organization_id, e.failing_since IS NOT NULL AS failing, \
-               o.busy IS NULL OR o.busy = 0 AS idle, \
+               o.busy IS NULL OR o.busy = 0 AS idle, coalesce(o.busy, 0) AS busy, \
                greatest(CASE WHEN e.failing_since IS NULL THEN $2 ELSE 1 END \
                         - coalesce(b.busy, 0), 0) AS room, \
                greatest($6::bigint - coalesce(o.busy, 0), 0) AS organization_room \
@@ -39,7 +41,8 @@ const CLAIM: &str = "\
             ON o.organization_id = e.organization_id \
         WHERE e.enabled ORDER BY random()), \
     ranked AS ( \
-        SELECT d.id, r.organization_room, r.failing, r.idle, random() AS draw, \
+        SELECT d.id, r.organization_id, r.organization_room, r.busy, r.failing, r.idle, \
+               random() AS draw, \
                row_number() OVER (PARTITION BY r.organization_id \
                                   ORDER BY r.failing, d.due_at, d.id) AS nth \
         FROM room r, LATERAL ( \
@@ -53,10 +56,15 @@ const CLAIM: &str = "\
             LIMIT r.room \
             FOR UPDATE OF d SKIP LOCKED) d \
         WHERE r.room > 0 AND r.organization_room > 0), \
+    waiting AS ( \
+        SELECT count(*) AS organizations FROM ( \
+            SELECT organization_id FROM ranked UNION SELECT unnest($7::text[])) o), \
     ordered AS ( \
         SELECT id, failing, row_number() OVER fair AS position, \
                count(*) FILTER (WHERE failing) OVER fair AS failing_so_far \
-        FROM ranked WHERE nth <= organization_room \
+        FROM ranked, waiting \
+        WHERE nth <= least(organization_room, \
+                           greatest(1, $10 / (waiting.organizations + 1)) - busy) \
         WINDOW fair AS (ORDER BY idle DESC, failing, draw ROWS UNBOUNDED PRECEDING)), \
     picked AS ( \
         SELECT id FROM ordered WHERE NOT failing OR failing_so_far <= $9 \
@@ -128,6 +136,7 @@ impl WebhookOutbox for PgStore {
             .bind(&busy_organizations)
             .bind(&busy_organization_counts)
             .bind(i64::try_from(request.failing_room).unwrap_or(i64::MAX))
+            .bind(i64::try_from(request.slots).unwrap_or(i64::MAX))
             .fetch_all(&self.pool)
             .await
             .map_err(store_error)?;

@@ -41,6 +41,11 @@ pub fn payload(kind: EventType, timestamp: Timestamp, data: &[u8]) -> Bytes {
 /// `per_endpoint` and per organization at most `per_organization` at once, counting the ones
 /// it already has in flight, and at most `failing_room` to endpoints whose deliveries fail.
 ///
+/// With `slots` set (the worker's slots, [`with_slots`](Self::with_slots)), each
+/// organization holds at most an equal part of them, `max(1, slots / (k + 1))` in flight with
+/// `k` the organizations in flight or due: a claim never hands every free slot to the
+/// organizations that happen to be due at once, so the next one due finds a slot free.
+///
 /// Which due deliveries a store takes first, when there are more than it may: those of
 /// organizations with nothing in flight in this worker, then those to endpoints that do not
 /// fail; within them, in any fair order (at random on PostgreSQL). So an organization whose
@@ -62,6 +67,9 @@ pub struct ClaimRequest {
     pub organizations_in_flight: Vec<(String, usize)>,
     /// The most deliveries to endpoints whose deliveries fail (`failing_since` set) to claim.
     pub failing_room: usize,
+    /// The worker's slots, shared in equal parts among the organizations in flight or due
+    /// (`usize::MAX`: no parts).
+    pub slots: usize,
     /// How long a claimed delivery is this worker's: after that it is due again, for any
     /// worker (this one died, or hangs).
     pub lease: Duration,
@@ -77,6 +85,7 @@ impl ClaimRequest {
             per_organization: usize::MAX,
             organizations_in_flight: Vec::new(),
             failing_room: usize::MAX,
+            slots: usize::MAX,
             lease,
         }
     }
@@ -107,6 +116,22 @@ impl ClaimRequest {
             .organizations_in_flight
             .iter()
             .any(|(id, count)| id == organization_id && *count > 0)
+    }
+
+    /// Shares the worker's `slots` in equal parts among the organizations in flight or due.
+    #[must_use]
+    pub fn with_slots(mut self, slots: usize) -> Self {
+        self.slots = slots;
+        self
+    }
+
+    /// The most one organization holds in flight when `organizations` are in flight or due:
+    /// an equal part of the slots, leaving one part free (no bound without `slots`).
+    pub fn equal_part(&self, organizations: usize) -> usize {
+        if self.slots == usize::MAX {
+            return usize::MAX;
+        }
+        (self.slots / organizations.saturating_add(1)).max(1)
     }
 
     /// How many more this worker may claim for the organization `organization_id`.

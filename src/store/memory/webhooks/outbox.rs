@@ -55,6 +55,20 @@ impl WebhookOutbox for MemoryStore {
         // Organizations with nothing in flight first, then endpoints that do not fail (as
         // `ClaimRequest` asks); then first attempts before retries, the longest due first.
         candidates.sort_unstable();
+        let organizations: HashSet<&str> = candidates
+            .iter()
+            .map(|&(.., id)| {
+                let endpoint = outbox.deliveries[&id].endpoint;
+                outbox.endpoints[&endpoint].record.organization_id.as_str()
+            })
+            .chain(
+                request
+                    .organizations_in_flight
+                    .iter()
+                    .map(|(id, _)| id.as_str()),
+            )
+            .collect();
+        let part = request.equal_part(organizations.len());
         let mut failing_taken = 0;
         let mut taken: BTreeMap<u64, usize> = BTreeMap::new();
         let mut taken_by_organization: HashMap<String, usize> = HashMap::new();
@@ -79,7 +93,14 @@ impl WebhookOutbox for MemoryStore {
                 continue;
             }
             let organization = &endpoint.record.organization_id;
-            let organization_room = request.room_for_organization(organization);
+            let busy = request
+                .organizations_in_flight
+                .iter()
+                .find(|(id, _)| id == organization)
+                .map_or(0, |(_, count)| *count);
+            let organization_room = request
+                .room_for_organization(organization)
+                .min(part.saturating_sub(busy));
             let organization_count = taken_by_organization
                 .entry(organization.clone())
                 .or_default();
