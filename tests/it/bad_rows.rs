@@ -500,3 +500,79 @@ async fn pruning_the_audit_log_leaves_a_trace_and_keeps_400_days_for_other_roles
         .unwrap_err();
     assert_eq!(sqlstate(&err).as_deref(), Some("42501"), "{err}");
 }
+
+/// #43's reproduction 4: an endpoint row with `failing_since = 'infinity'` and a due delivery
+/// panicked the standalone host's dispatcher for good. Now the table refuses the value, and a
+/// row that holds it all the same (written before the check) is skipped by the claim: every
+/// other endpoint's deliveries go on, and the endpoint's own once the row is repaired.
+#[cfg(feature = "webhooks")]
+#[tokio::test]
+async fn an_endpoint_row_out_of_range_stops_no_delivery_through_the_standalone_host() {
+    use crate::common::receiver::Receiver;
+    use partner_api::webhooks::{NewEndpoint, WebhookManager};
+
+    crate::common::needs::needs!(Postgres);
+    let url = seeded_database().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    let (broken_receiver, healthy_receiver) = (Receiver::ok().await, Receiver::ok().await);
+    let broken = store
+        .add_endpoint("org_demo", NewEndpoint::new(broken_receiver.url("/")))
+        .await
+        .unwrap()
+        .record
+        .id;
+    let healthy = store
+        .add_endpoint("org_other", NewEndpoint::new(healthy_receiver.url("/")))
+        .await
+        .unwrap()
+        .record
+        .id;
+    let mut owner = PgConnection::connect(&url).await.unwrap();
+    let poison = format!(
+        "UPDATE partner_webhook_endpoints SET failing_since = 'infinity' WHERE id = {broken}"
+    );
+    let err = owner.execute(poison.as_str()).await.unwrap_err();
+    assert_eq!(sqlstate(&err).as_deref(), Some("23514"), "{err}");
+    owner
+        .execute(
+            "ALTER TABLE partner_webhook_endpoints \
+             DROP CONSTRAINT partner_webhook_endpoints_timestamps_in_range",
+        )
+        .await
+        .unwrap();
+    owner.execute(poison.as_str()).await.unwrap();
+    store.send_test("org_demo", &broken).await.unwrap();
+
+    let mut host = Process::spawn(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--no-migrate",
+        "--database-url",
+        &url,
+        "--webhook-allow-http",
+        "--webhook-allow-subnet",
+        "127.0.0.0/8",
+    ]);
+    host.address().await;
+    // The dispatcher lives: test events of another organization keep arriving.
+    for n in 1..=3 {
+        store.send_test("org_other", &healthy).await.unwrap();
+        healthy_receiver
+            .wait_for(n, std::time::Duration::from_secs(10))
+            .await;
+    }
+    assert!(broken_receiver.received().is_empty());
+    assert!(host.child.try_wait().unwrap().is_none(), "the host died");
+    // Repaired, the endpoint's delivery goes (once its lease from the skipped claim ends).
+    owner
+        .execute(
+            format!("UPDATE partner_webhook_endpoints SET failing_since = NULL WHERE id = {broken}")
+                .as_str(),
+        )
+        .await
+        .unwrap();
+    broken_receiver
+        .wait_for(1, std::time::Duration::from_secs(60))
+        .await;
+    assert!(host.terminate().await.success());
+}
