@@ -79,7 +79,7 @@ pub(crate) fn spawn_retention(store: partner_api::PgStore, keep: std::time::Dura
             hourly.tick().await;
             for _ in 0..10 {
                 match store.prune_audit(keep, 500).await {
-                    Ok(deleted) if deleted == 500 => continue,
+                    Ok(500) => continue,
                     Ok(_) => break,
                     Err(err) => {
                         tracing::warn!(error = %crate::stores::error_chain(&err), "the audit log's retention failed");

@@ -310,7 +310,7 @@ mod tests {
         for millis in [i64::MIN, i64::MAX] {
             assert_eq!(read(millis, b"o1"), Err(BadPageRequest::MalformedToken));
         }
-        assert_eq!(read(5, b"o\01"), Err(BadPageRequest::MalformedToken));
+        assert_eq!(read(5, b"o\0x"), Err(BadPageRequest::MalformedToken));
         assert_eq!(read(5, b"\xff"), Err(BadPageRequest::MalformedToken));
     }
 

@@ -437,6 +437,7 @@ pub trait AuditLog: Send + Sync {
 /// The detail of a `webhook.added` entry: the URL's scheme, host and port only. A receiver's
 /// token often rides in its URL's path or query, and the log keeps entries for 400 days, long
 /// after the endpoint and its URL are gone.
+#[cfg(feature = "webhooks")]
 pub(crate) fn url_origin(url: &str) -> String {
     let Ok(uri) = url.parse::<http::Uri>() else {
         return "(not a URL)".to_owned();
@@ -467,6 +468,7 @@ pub(crate) fn restriction(allowed_ips: &crate::key::AllowedIps) -> String {
 mod tests {
     use super::*;
 
+    #[cfg(feature = "webhooks")]
     #[test]
     fn a_webhook_url_is_kept_as_its_origin_only() {
         for (url, origin) in [

@@ -566,8 +566,10 @@ async fn an_endpoint_row_out_of_range_stops_no_delivery_through_the_standalone_h
     // Repaired, the endpoint's delivery goes (once its lease from the skipped claim ends).
     owner
         .execute(
-            format!("UPDATE partner_webhook_endpoints SET failing_since = NULL WHERE id = {broken}")
-                .as_str(),
+            format!(
+                "UPDATE partner_webhook_endpoints SET failing_since = NULL WHERE id = {broken}"
+            )
+            .as_str(),
         )
         .await
         .unwrap();
