@@ -73,7 +73,7 @@ async fn execute(args: &Args, audit: &AuditArgs) -> Result<Vec<String>, String> 
 pub(crate) fn spawn_retention(store: partner_api::PgStore, keep: std::time::Duration) {
     use partner_api::store::{AuditContext, AuditLog};
 
-    tokio::spawn(AuditContext::new("audit retention").scope(async move {
+    tokio::spawn(AuditContext::new(partner_api::management::AUDIT_RETENTION_ACTOR).scope(async move {
         let mut hourly = tokio::time::interval(std::time::Duration::from_secs(3600));
         loop {
             hourly.tick().await;

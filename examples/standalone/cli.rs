@@ -134,8 +134,9 @@ pub(crate) struct Args {
     #[cfg(feature = "webhooks")]
     #[arg(long, value_name = "SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub(crate) webhook_timeout: u64,
-    /// Seconds an attempt to an endpoint whose deliveries fail may take (at most
-    /// --webhook-timeout): how long one that hangs holds a slot once it is known to fail.
+    /// Seconds an attempt to an endpoint whose last attempt timed out may take (at most
+    /// --webhook-timeout; every fourth such attempt gets the full time-out): how long one
+    /// that hangs holds a slot once it is known to hang.
     #[cfg(feature = "webhooks")]
     #[arg(long, value_name = "SECONDS", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub(crate) webhook_failing_timeout: u64,

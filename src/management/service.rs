@@ -193,6 +193,9 @@ pub const DEFAULT_MANAGEMENT_WRITES: (std::time::Duration, std::num::NonZeroU32)
     },
 );
 
+/// The actor of the `audit.pruned` entries of the service's own retention.
+pub const AUDIT_RETENTION_ACTOR: &str = "audit retention";
+
 /// How often the service runs the audit log's retention, at most.
 const AUDIT_RETENTION_INTERVAL: std::time::Duration = std::time::Duration::from_secs(3600);
 /// Entries one retention round deletes at most, in batches of [`AUDIT_RETENTION_BATCH`].
@@ -457,7 +460,7 @@ impl KeyManagementService {
         let (parts, body) = request.into_parts();
         let head = parts.method == Method::HEAD;
         let context = audit_context(&parts, &self.trusted_proxies);
-        self.run_audit_retention(&context);
+        self.run_audit_retention();
         let mut response = context.scope(self.route(parts, body)).await?;
         if head {
             *response.body_mut() = ApiBody::empty();
@@ -465,17 +468,18 @@ impl KeyManagementService {
         Ok(response)
     }
 
-    /// Starts a round of the audit log's retention in the background when one is due, in
-    /// the context of the request that found it due (its `audit.pruned` entries name who
-    /// was acting then). A failure is logged; the next round is an hour later.
-    fn run_audit_retention(&self, context: &AuditContext) {
+    /// Starts a round of the audit log's retention in the background when one is due. Its
+    /// `audit.pruned` entries are by [`AUDIT_RETENTION_ACTOR`], never in the context of the
+    /// request that found it due: that request's user, address and agent belong to one
+    /// organization, and retention writes into every organization's log. A failure is
+    /// logged; the next round is an hour later.
+    fn run_audit_retention(&self) {
         let Some(log) = &self.audit else { return };
         if !self.audit_retention.take_turn() {
             return;
         }
         let (log, keep) = (log.clone(), self.audit_retention.keep);
-        let context = context.clone();
-        tokio::spawn(context.scope(async move {
+        tokio::spawn(AuditContext::new(AUDIT_RETENTION_ACTOR).scope(async move {
             let mut deleted = 0;
             while deleted < u64::from(AUDIT_RETENTION_ROUND) {
                 match log.prune_audit(keep, AUDIT_RETENTION_BATCH).await {

@@ -50,19 +50,33 @@ pub(crate) fn refuse_host_entry(
     record: &AuditRecord,
     context: &AuditContext,
 ) -> Option<StoreError> {
-    if !matches!(record.action, AuditAction::Host(_)) {
+    // By its name, as a reader sees it: `Host("key.revoked")` is the crate's `key.revoked`.
+    let host_action = record
+        .action
+        .as_str()
+        .parse::<AuditAction>()
+        .is_ok_and(|action| matches!(action, AuditAction::Host(_)));
+    if !host_action {
         return Some(StoreError::invalid_data(format!(
             "{} is an action of the crate's own: a host appends its own actions (`user.invited`)",
             record.action
         )));
     }
-    RESERVED_ACTORS.contains(&context.actor()).then(|| {
+    // Compared as a reader sees them, case and spacing aside (as the database compares them).
+    let actor = context
+        .actor()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase();
+    RESERVED_ACTORS.contains(&actor.as_str()).then(|| {
         StoreError::invalid_data(format!(
             "{:?} is an actor of the crate's own: a host's entry names its own",
             context.actor()
         ))
     })
 }
+
 /// The most entries one read returns.
 pub const MAX_AUDIT_PAGE: usize = 100;
 

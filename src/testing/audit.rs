@@ -322,9 +322,21 @@ where
             .is_err(),
         "append wrote an action of the crate's own (key.revoked) for the host"
     );
+    ensure!(
+        store
+            .append(AuditRecord::new(
+                &org.id,
+                AuditAction::Host("key.revoked".to_owned()),
+                Some("1")
+            ))
+            .await
+            .is_err(),
+        "append wrote key.revoked, an action of the crate's own, named as a host's"
+    );
     for actor in [
         crate::store::DELIVERY_ACTOR,
         crate::store::SECRET_SCANNING_ACTOR,
+        " Webhook  Delivery ",
     ] {
         ensure!(
             AuditContext::new(actor)

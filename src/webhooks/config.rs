@@ -61,7 +61,7 @@ impl Default for DeliveryConfig {
 
 impl DeliveryConfig {
     /// The defaults: [`DEFAULT_RETRY_SCHEDULE`], a 15 s time-out per attempt (3 s to an
-    /// endpoint whose deliveries fail), endpoints disabled after 5 days of failures only, 32
+    /// endpoint whose attempts time out, but for every fourth), endpoints disabled after 5 days of failures only, 32
     /// deliveries in flight per replica, 4 per endpoint, half of them (16) per organization
     /// and fewer as more organizations have deliveries in flight, half of them (16) to
     /// endpoints whose deliveries fail, the outbox polled every 200 ms,
@@ -87,18 +87,20 @@ impl DeliveryConfig {
         self
     }
 
-    /// Sets the time-out of an attempt to an endpoint whose deliveries fail (its last attempt
-    /// failed), at most the time-out of the others: an endpoint that hangs holds a slot this
-    /// long, not the full time-out, once it is known to fail (3 s by default).
+    /// Sets the time-out of an attempt to an endpoint whose last attempt on this replica timed
+    /// out, at most the time-out of the others (3 s by default): an endpoint that hangs holds
+    /// a slot this long, not the full time-out, once it is known to hang. Every fourth attempt
+    /// in such a streak gets the full time-out, so a receiver that is slow, not dead, still
+    /// gets to answer.
     #[must_use]
     pub fn with_failing_timeout(mut self, timeout: Duration) -> Self {
         self.failing_timeout = timeout.max(Duration::from_millis(1));
         self
     }
 
-    /// The time-out of an attempt of `delivery`.
-    pub(super) fn attempt_timeout(&self, failing: bool) -> Duration {
-        if failing {
+    /// The time-out of an attempt: the hanging one, or the full one.
+    pub(super) fn attempt_timeout(&self, hanging: bool) -> Duration {
+        if hanging {
             self.failing_timeout.min(self.timeout)
         } else {
             self.timeout

@@ -75,7 +75,17 @@ struct Inner {
     config: DeliveryConfig,
     client: HttpsClient,
     on_disabled: Option<DisabledHook>,
+    /// Each endpoint's attempts in a row on this replica that timed out (no entry: its last
+    /// attempt was answered, or it never timed out).
+    hanging: Mutex<HashMap<String, u32>>,
 }
+
+/// After attempts that timed out, every this-many-th attempt to the endpoint gets the full
+/// time-out again (the others the failing one): a receiver that is slow, not dead, can still
+/// answer and end its streak.
+const PROBE_EVERY: u32 = 4;
+/// Endpoints whose streaks a replica keeps at most (a removed endpoint's stays until then).
+const MAX_HANGING_ENDPOINTS: usize = 10_000;
 
 impl std::fmt::Debug for Dispatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -116,6 +126,7 @@ impl Dispatcher {
                 config,
                 client,
                 on_disabled: None,
+                hanging: Mutex::default(),
             },
         }
     }
@@ -294,6 +305,33 @@ struct Answer {
 }
 
 impl Inner {
+    /// The time-out of the next attempt to `endpoint_id`: the failing one after attempts
+    /// that timed out, but for every [`PROBE_EVERY`]-th.
+    fn attempt_timeout(&self, endpoint_id: &str) -> Duration {
+        let streak = self
+            .hanging
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(endpoint_id)
+            .copied()
+            .unwrap_or(0);
+        self.config
+            .attempt_timeout(streak > 0 && streak % PROBE_EVERY != 0)
+    }
+
+    /// Counts an attempt to `endpoint_id` that timed out, or ends its streak.
+    fn note_hanging(&self, endpoint_id: &str, timed_out: bool) {
+        let mut hanging = self.hanging.lock().unwrap_or_else(PoisonError::into_inner);
+        if timed_out {
+            if hanging.len() >= MAX_HANGING_ENDPOINTS && !hanging.contains_key(endpoint_id) {
+                hanging.clear();
+            }
+            *hanging.entry(endpoint_id.to_owned()).or_default() += 1;
+        } else {
+            hanging.remove(endpoint_id);
+        }
+    }
+
     async fn report_backlog(&self) {
         if let Ok(backlog) = self.outbox.backlog().await {
             ::metrics::gauge!(names::WEBHOOK_DUE).set(backlog.due as f64);
@@ -375,13 +413,12 @@ impl Inner {
             .map_err(|_| cause::BAD_REQUEST.to_owned())?;
         // The status decides the outcome; the body is read only in the time that is left, and
         // a body cut short by the time-out does not turn a 2xx into a failure.
-        // An endpoint known to fail gets the shorter time-out: one that hangs holds its slot
-        // that long only.
-        let timeout = self
-            .config
-            .attempt_timeout(delivery.failing_since.is_some());
+        // An endpoint whose attempts time out gets the shorter time-out (but for a probe now
+        // and then): one that hangs holds its slot that long only.
+        let timeout = self.attempt_timeout(&delivery.endpoint_id);
         let deadline = tokio::time::Instant::now() + timeout;
         let sent = tokio::time::timeout_at(deadline, self.client.request(request)).await;
+        self.note_hanging(&delivery.endpoint_id, sent.is_err());
         let response = match sent {
             Ok(Ok(response)) => response,
             Ok(Err(error)) => return Err(transport_failure(&error).to_owned()),

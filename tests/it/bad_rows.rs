@@ -109,7 +109,8 @@ async fn an_order_out_of_range_fails_its_page_alone_through_the_standalone_host(
     assert!(!logged.contains("panicked"), "{logged}");
     // Repaired, the page is served again.
     owner
-        .execute("UPDATE partner_orders SET created_at = '2026-01-01' WHERE id = 'ord_forever'")
+        // The newest order still, so the first page holds it.
+        .execute("UPDATE partner_orders SET created_at = '2099-01-01' WHERE id = 'ord_forever'")
         .await
         .unwrap();
     let mut served = get("/v1/orders", DEMO_KEY).await;
@@ -121,6 +122,31 @@ async fn an_order_out_of_range_fails_its_page_alone_through_the_standalone_host(
         served = get("/v1/orders", DEMO_KEY).await;
     }
     assert_eq!(served.status, StatusCode::OK);
+    // An open-ended campaign's end date, 'infinity': refused by the table, and a row that
+    // holds it fails its page alone too.
+    let infinite_end = "UPDATE partner_orders SET end_date = 'infinity' WHERE id = 'ord_forever'";
+    let refused = owner.execute(infinite_end).await.unwrap_err();
+    assert_eq!(sqlstate(&refused).as_deref(), Some("23514"), "{refused}");
+    owner
+        .execute("ALTER TABLE partner_orders DROP CONSTRAINT partner_orders_dates_in_range")
+        .await
+        .unwrap();
+    owner.execute(infinite_end).await.unwrap();
+    let changed = std::time::Instant::now();
+    let mut served = get("/v1/orders", DEMO_KEY).await;
+    while served.status == StatusCode::OK && changed.elapsed() < std::time::Duration::from_secs(5) {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        served = get("/v1/orders", DEMO_KEY).await;
+    }
+    assert_eq!(served.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        get("/v1/orders", DEMO_OTHER_KEY).await.status,
+        StatusCode::OK
+    );
+    assert!(process.child.try_wait().unwrap().is_none(), "the host died");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("an infinite date"), "{logged}");
+    assert!(!logged.contains("panicked"), "{logged}");
     let _ = std::fs::remove_file(&log);
 }
 
@@ -317,6 +343,11 @@ async fn the_key_management_role_cannot_forge_backdate_or_poison_the_audit_log()
         insert(
             "organization_id, action, target, actor",
             "VALUES ('org_other', 'key.leaked', '1', 'github secret scanning')",
+        ),
+        // Alike to a reader's eye.
+        insert(
+            "organization_id, action, target, actor",
+            "VALUES ('org_other', 'key.leaked', '1', ' GitHub  Secret Scanning')",
         ),
     ];
     for statement in &refused {

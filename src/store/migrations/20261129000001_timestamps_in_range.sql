@@ -38,3 +38,8 @@ ALTER TABLE partner_api_key_usage
 ALTER TABLE partner_api_audit_log
     ADD CONSTRAINT partner_api_audit_log_at_in_range
         CHECK ((at >= '0001-01-01 00:00:00+00' AND at < '10000-01-01 00:00:00+00')) NOT VALID;
+-- The orders' dates, served as `YYYY-MM-DD`: an open-ended campaign's 'infinity' too.
+ALTER TABLE partner_orders
+    ADD CONSTRAINT partner_orders_dates_in_range CHECK (
+        start_date >= '0001-01-01' AND start_date <= '9999-12-31'
+        AND end_date >= '0001-01-01' AND end_date <= '9999-12-31') NOT VALID;

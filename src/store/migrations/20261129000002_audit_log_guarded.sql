@@ -12,10 +12,36 @@
 --    by marking it so (leak_reported_at), which it may do anyway, once per key.
 -- 4. An endpoint is enabled only by a role that may add endpoints: the delivering role may
 --    disable (410 Gone, failing), never enable.
+-- 5. A deployment that granted INSERT on the whole table (as the hosting page said before)
+--    has each such grant narrowed to the columns here, so the upgrade closes the hole without
+--    an operator's step; and the webhook URLs earlier `webhook.added` entries kept whole (a
+--    receiver's token rides in a path or query) are cut to their scheme, host and port.
 DO $migration$
 DECLARE
     schema_name text := current_schema();
+    grantee text;
 BEGIN
+    FOR grantee IN
+        SELECT DISTINCT pg_catalog.quote_ident(r.rolname::text)
+        FROM pg_catalog.pg_class c
+        CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
+        JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+        WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.format('%I.partner_api_audit_log', schema_name)::regclass::oid
+          AND a.privilege_type OPERATOR(pg_catalog.=) 'INSERT'
+          AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE INSERT ON %I.partner_api_audit_log FROM %s', schema_name, grantee);
+        EXECUTE pg_catalog.format(
+            'GRANT INSERT (organization_id, action, target, detail, actor, source_address, '
+            'user_agent, request_id) ON %I.partner_api_audit_log TO %s', schema_name, grantee);
+    END LOOP;
+    EXECUTE pg_catalog.format($sql$
+        UPDATE %1$I.partner_api_audit_log
+        SET detail = pg_catalog.substring(detail, '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*')
+        WHERE action OPERATOR(pg_catalog.=) 'webhook.added'
+          AND detail OPERATOR(pg_catalog.~) '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*[/?#]'
+    $sql$, schema_name);
+
     EXECUTE format($sql$
         CREATE FUNCTION %1$I.partner_api_audit_reserved_actors() RETURNS trigger
         LANGUAGE plpgsql SET search_path = %1$I, pg_temp AS $body$
@@ -23,7 +49,9 @@ BEGIN
             IF TG_RELID OPERATOR(pg_catalog.<>) '%1$I.partner_api_audit_log'::regclass::oid THEN
                 PERFORM %1$I.partner_api_refuse_table(TG_NAME, TG_RELID);
             END IF;
-            IF NEW.actor OPERATOR(pg_catalog.=) ANY (ARRAY['webhook delivery', 'github secret scanning'])
+            -- Compared as a reader sees them: case and spacing aside.
+            IF pg_catalog.lower(pg_catalog.btrim(pg_catalog.regexp_replace(NEW.actor, '\s+', ' ', 'g')))
+                   OPERATOR(pg_catalog.=) ANY (ARRAY['webhook delivery', 'github secret scanning'])
                AND NOT pg_catalog.pg_has_role(CURRENT_USER,
                    (SELECT c.relowner FROM pg_catalog.pg_class c
                     WHERE c.oid OPERATOR(pg_catalog.=) TG_RELID), 'MEMBER')

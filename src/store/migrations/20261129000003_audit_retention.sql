@@ -18,7 +18,8 @@ BEGIN
             kept_ms bigint := older_than_ms;
             deleted bigint;
         BEGIN
-            IF actor OPERATOR(pg_catalog.=) ANY (ARRAY['webhook delivery', 'github secret scanning']) THEN
+            IF pg_catalog.lower(pg_catalog.btrim(pg_catalog.regexp_replace(actor, '\s+', ' ', 'g')))
+                   OPERATOR(pg_catalog.=) ANY (ARRAY['webhook delivery', 'github secret scanning']) THEN
                 RAISE EXCEPTION 'partner_api: the actor %% is the crate''s own', actor
                     USING ERRCODE = 'insufficient_privilege';
             END IF;

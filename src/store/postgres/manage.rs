@@ -350,7 +350,9 @@ impl KeyManager for PgStore {
         let max_active_keys = i32::try_from(policy.max_active_keys).unwrap_or(i32::MAX);
         let max_webhook_endpoints = i32::try_from(policy.max_webhook_endpoints).unwrap_or(i32::MAX);
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
-        let before = read_policy(&mut transaction, organization_id).await;
+        // Under the organization's issue lock, so a concurrent setting cannot slip between
+        // the read and the write and make a change look like none.
+        let before = locked_policy(&mut transaction, organization_id).await;
         sqlx::query(
             "INSERT INTO partner_api_key_policies \
                (organization_id, max_lifetime_ms, max_active_keys, max_webhook_endpoints) \

@@ -4,7 +4,6 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::NaiveDate;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, Row};
 
@@ -31,7 +30,7 @@ mod webhooks;
 pub(crate) use error::store_error;
 use keys::allowed_ips;
 pub use migrate::{MIGRATIONS_TABLE, MIGRATOR};
-use timestamp::PgTimestamp;
+use timestamp::{PgDate, PgTimestamp};
 
 /// The statement timeout of a pool made by [`PgStore::connect_lazy`].
 pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -384,6 +383,16 @@ where
         .ok_or_else(|| StoreError::invalid_data(format!("column {name} is null")))
 }
 
+/// The date column `name` of the order `id`: an error that names the order for a date no
+/// reader can serve.
+fn date(row: &PgRow, name: &str, id: &str) -> Result<chrono::NaiveDate, StoreError> {
+    column::<PgDate>(row, name)
+        .map(|date| date.0)
+        .map_err(|err| {
+            StoreError::invalid_data(format!("order {id:?}: {}", crate::log::ErrorChain(&err)))
+        })
+}
+
 /// An order from a row of [`FIRST_PAGE`] or [`PAGE_AFTER`], checked against the wire contract.
 fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
     let id: String = column(row, "id")?;
@@ -402,8 +411,8 @@ fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
         advertiser_name: column(row, "advertiser_name")?,
         campaign_name: column(row, "campaign_name")?,
         budget_dkk,
-        start_date: column::<NaiveDate>(row, "start_date")?,
-        end_date: column::<NaiveDate>(row, "end_date")?,
+        start_date: date(row, "start_date", &id)?,
+        end_date: date(row, "end_date", &id)?,
         status: column(row, "status")?,
         external_reference: column(row, "external_reference")?,
         created_at,

@@ -23,8 +23,9 @@ use crate::store::StoreError;
 /// before retries, never past an earlier pending change of the same order; per organization
 /// at most its room (`$6`, less what the worker has in flight for it, `$7`/`$8`), endpoints
 /// that answer before failing ones, and at most an equal part of the slots (`$10` over the
-/// organizations in flight or due, plus one, less what it has in flight); to failing
-/// endpoints at most `$9`; `$1` in all, the
+/// organizations in flight or due, plus one, less what it has in flight), a part of the free
+/// slots (`$1`) kept for the first delivery of organizations with nothing in flight; to
+/// failing endpoints at most `$9`; `$1` in all, the
 /// organizations with nothing in flight first, then deliveries to endpoints that answer, in
 /// random order within each (so none is always served last). The lease (`$5` ms) and the
 /// attempt number are written in the same statement, which commits before any HTTP call.
@@ -59,16 +60,22 @@ const CLAIM: &str = "\
     waiting AS ( \
         SELECT count(*) AS organizations FROM ( \
             SELECT organization_id FROM ranked UNION SELECT unnest($7::text[])) o), \
+    parts AS ( \
+        SELECT CASE WHEN $10::bigint IS NULL THEN NULL \
+                    ELSE greatest(1, $10 / (organizations + 1)) END AS part \
+        FROM waiting), \
     ordered AS ( \
-        SELECT id, failing, row_number() OVER fair AS position, \
+        SELECT id, failing, idle AND nth = 1 AS newcomer, row_number() OVER fair AS position, \
                count(*) FILTER (WHERE failing) OVER fair AS failing_so_far \
-        FROM ranked, waiting \
-        WHERE nth <= least(organization_room, \
-                           greatest(1, $10 / (waiting.organizations + 1)) - busy) \
-        WINDOW fair AS (ORDER BY idle DESC, failing, draw ROWS UNBOUNDED PRECEDING)), \
+        FROM ranked, parts \
+        WHERE nth <= least(organization_room, coalesce(parts.part - busy, organization_room)) \
+        WINDOW fair AS (ORDER BY (idle AND nth = 1) DESC, failing, draw \
+                        ROWS UNBOUNDED PRECEDING)), \
     picked AS ( \
-        SELECT id FROM ordered WHERE NOT failing OR failing_so_far <= $9 \
-        ORDER BY position LIMIT $1) \
+        SELECT o.id FROM ordered o, parts \
+        WHERE (NOT o.failing OR o.failing_so_far <= $9) \
+          AND (o.newcomer OR parts.part IS NULL OR o.position <= $1 - parts.part) \
+        ORDER BY o.position LIMIT $1) \
     UPDATE partner_webhook_deliveries d \
     SET attempts = d.attempts + 1, due_at = now() + $5 * interval '1 millisecond' \
     FROM picked, partner_webhook_messages m, partner_webhook_endpoints e \
@@ -136,7 +143,10 @@ impl WebhookOutbox for PgStore {
             .bind(&busy_organizations)
             .bind(&busy_organization_counts)
             .bind(i64::try_from(request.failing_room).unwrap_or(i64::MAX))
-            .bind(i64::try_from(request.slots).unwrap_or(i64::MAX))
+            .bind(
+                (request.slots != usize::MAX)
+                    .then(|| i64::try_from(request.slots).unwrap_or(i64::MAX)),
+            )
             .fetch_all(&self.pool)
             .await
             .map_err(store_error)?;

@@ -42,9 +42,12 @@ pub fn payload(kind: EventType, timestamp: Timestamp, data: &[u8]) -> Bytes {
 /// it already has in flight, and at most `failing_room` to endpoints whose deliveries fail.
 ///
 /// With `slots` set (the worker's slots, [`with_slots`](Self::with_slots)), each
-/// organization holds at most an equal part of them, `max(1, slots / (k + 1))` in flight with
-/// `k` the organizations in flight or due: a claim never hands every free slot to the
-/// organizations that happen to be due at once, so the next one due finds a slot free.
+/// organization holds at most an equal part of them, `part = max(1, slots / (k + 1))` in
+/// flight with `k` the organizations in flight or due, and `part` of the free slots are kept
+/// for organizations with nothing in flight: a delivery is claimed only if at least `part`
+/// slots stay free after it, unless it is the first of such an organization. So a claim never
+/// hands every free slot to the organizations that happen to be due, however they arrive,
+/// and the next organization due finds a slot free.
 ///
 /// Which due deliveries a store takes first, when there are more than it may: those of
 /// organizations with nothing in flight in this worker, then those to endpoints that do not

@@ -73,11 +73,25 @@ impl WebhookOutbox for MemoryStore {
         let mut taken: BTreeMap<u64, usize> = BTreeMap::new();
         let mut taken_by_organization: HashMap<String, usize> = HashMap::new();
         let mut claimed = Vec::new();
-        for (_, failing, _, _, id) in candidates {
+        for (busy_organization, failing, _, _, id) in candidates {
             if claimed.len() >= request.limit {
                 break;
             }
             if failing && failing_taken >= request.failing_room {
+                continue;
+            }
+            // A part of the free slots is kept for organizations with nothing in flight: only
+            // their first delivery may take it.
+            let newcomer = !busy_organization
+                && !taken_by_organization.contains_key(
+                    &outbox.endpoints[&outbox.deliveries[&id].endpoint]
+                        .record
+                        .organization_id,
+                );
+            if !newcomer
+                && part != usize::MAX
+                && claimed.len() + 1 > request.limit.saturating_sub(part)
+            {
                 continue;
             }
             let delivery = &outbox.deliveries[&id];
