@@ -56,9 +56,9 @@
 //! [`seed`] (demo data) and `testing` (the conformance suites). Who uses whom:
 //!
 //! ```text
-//! layer ─> service ─> store (KeyStore, OrderStore), rate_limit, last_used, metrics
-//! cache ─> store, metrics          last_used ─> management ─> store (StoreError)
-//! store::{MemoryStore, PgStore} implement KeyStore, OrderStore and management::KeyManager
+//! layer ─> service ─> store (KeyStore, OrderStore), rate_limit, last_used, usage, metrics
+//! cache ─> store, metrics          last_used, usage ─> store (KeyManager, UsageStore)
+//! store::{MemoryStore, PgStore} implement KeyStore, OrderStore and store::KeyManager
 //! webhooks ─> store (StoreError), model (EncodedOrder), metrics; management ─> webhooks
 //! model, key: used by every module above, use none of them
 //! ```

@@ -44,8 +44,8 @@ pub const DEFAULT_CAPACITY: usize = 100_000;
 
 /// A `MemoryStore` with one organization, `org`, for the caches' unit tests.
 #[cfg(test)]
-fn store_of_one_organization() -> crate::MemoryStore {
-    let store = crate::MemoryStore::new();
+fn store_of_one_organization() -> crate::store::MemoryStore {
+    let store = crate::store::MemoryStore::new();
     store
         .add_organization(crate::model::Organization {
             id: "org".into(),

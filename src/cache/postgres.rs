@@ -57,7 +57,7 @@ pub fn listen(pool: PgPool) -> Notifications {
 /// # Errors
 ///
 /// When the database fails.
-pub async fn invalidate_all(pool: &PgPool) -> Result<(), crate::StoreError> {
+pub async fn invalidate_all(pool: &PgPool) -> Result<(), crate::store::StoreError> {
     sqlx::query("SELECT pg_notify($1, '*'), pg_notify($2, '*')")
         .bind(KEYS_CHANNEL)
         .bind(ORDERS_CHANNEL)

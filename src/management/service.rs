@@ -347,7 +347,10 @@ impl KeyManagementService {
     /// [`ClientAddressHeader::XForwardedFor`](crate::ClientAddressHeader::XForwardedFor)), as
     /// [`PartnerApi::with_client_address_header`](crate::PartnerApi::with_client_address_header).
     #[must_use]
-    pub fn with_client_address_header(mut self, header: crate::ClientAddressHeader) -> Self {
+    pub fn with_client_address_header(
+        mut self,
+        header: crate::api::client_address::ClientAddressHeader,
+    ) -> Self {
         self.trusted_proxies = Arc::new((*self.trusted_proxies).clone().with_header(header));
         self
     }

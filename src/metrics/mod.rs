@@ -22,6 +22,8 @@
 //! | [`CACHE_NOTIFICATION_LAG`] | histogram (seconds) | none |
 //! | [`LAST_USED_BATCH_KEYS`] | histogram (keys) | none |
 //! | [`LAST_USED_FLUSH_FAILURES`], [`LAST_USED_DROPPED`] | counter | none |
+//! | [`USAGE_BATCH_COUNTS`] | histogram (counts) | none |
+//! | [`USAGE_FLUSH_FAILURES`], [`USAGE_DROPPED`] | counter | none |
 //! | [`WEBHOOK_DELIVERIES`] | counter | `outcome`: `succeeded`, `failed` |
 //! | [`WEBHOOK_ATTEMPT_DURATION`] | histogram (seconds) | `outcome` |
 //! | [`WEBHOOK_DUE`] | gauge (deliveries) | none |
@@ -212,6 +214,19 @@ pub fn describe() {
     describe_counter!(
         LAST_USED_DROPPED,
         "Last uses not recorded because the recorder was full."
+    );
+    describe_histogram!(
+        USAGE_BATCH_COUNTS,
+        Unit::Count,
+        "Counts (of one key, hour, route and outcome) per batch written by the usage recorder."
+    );
+    describe_counter!(
+        USAGE_FLUSH_FAILURES,
+        "Batches of usage the store refused (kept and written with the next batch)."
+    );
+    describe_counter!(
+        USAGE_DROPPED,
+        "Requests the usage recorder could not count: it was full, or its kept batch past its bound."
     );
     describe_counter!(
         BACKGROUND_TASK_PANICS,

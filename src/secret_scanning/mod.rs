@@ -322,7 +322,7 @@ impl Failure {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal server error")
     }
 
-    fn from_store(err: crate::StoreError) -> Self {
+    fn from_store(err: crate::store::StoreError) -> Self {
         tracing::error!(kind = ?err.kind(), error = %ErrorChain(&err), "revoking leaked keys failed");
         match err.kind() {
             StoreErrorKind::Unavailable => Self::new(

@@ -175,8 +175,8 @@ pub struct UsagePeriod {
 }
 
 /// Keeps each key's usage per hour, route and outcome: a capability of its own, which a
-/// host's store may leave out (the management service then answers `Unsupported` and the
-/// Settings page hides usage).
+/// host's store may leave out (the management service then answers its usage routes 404,
+/// `GET /abilities` says `"usage": false`, and the Settings page hides usage).
 ///
 /// Scoped like [`KeyManager`](crate::store::KeyManager): reading the usage of another
 /// organization's key is `NotFound`, as for a key that does not exist.

@@ -457,7 +457,7 @@ fn unknown_key(key_id: &str) -> StoreError {
 
 /// A foreign-key failure on insert names the organization.
 fn unknown_organization(err: StoreError, organization_id: &str) -> StoreError {
-    if err.kind() == crate::StoreErrorKind::NotFound {
+    if err.kind() == crate::store::StoreErrorKind::NotFound {
         StoreError::not_found(format!("unknown organization {organization_id:?}"))
     } else {
         err

@@ -1,0 +1,126 @@
+//! The reference pages say what the code does, where a check can be written: the metrics page
+//! names every metric the crate describes (and no other), the metrics module's table names
+//! every metric constant, and the stores page names every method of `StoreFixtures`.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+
+/// A recorder that keeps the names of the metrics described to it.
+#[derive(Default)]
+struct Described(Mutex<BTreeSet<String>>);
+
+impl Described {
+    fn note(&self, key: KeyName) {
+        self.0.lock().unwrap().insert(key.as_str().to_owned());
+    }
+}
+
+impl Recorder for Described {
+    fn describe_counter(&self, key: KeyName, _: Option<Unit>, _: SharedString) {
+        self.note(key);
+    }
+
+    fn describe_gauge(&self, key: KeyName, _: Option<Unit>, _: SharedString) {
+        self.note(key);
+    }
+
+    fn describe_histogram(&self, key: KeyName, _: Option<Unit>, _: SharedString) {
+        self.note(key);
+    }
+
+    fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+        Counter::noop()
+    }
+
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::noop()
+    }
+
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::noop()
+    }
+}
+
+/// The backticked `partner_api_...` names in `text`.
+fn metric_names(text: &str) -> BTreeSet<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|name| {
+            name.starts_with("partner_api_")
+                && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_metrics_page_names_every_described_metric_and_no_other() {
+    let described = Described::default();
+    metrics::with_local_recorder(&described, partner_api::metrics::describe);
+    let described = described.0.into_inner().unwrap();
+    let page = include_str!("../../src/docs/metrics.md");
+    // The first cell of each row of the table of metrics.
+    let rows: String = page
+        .lines()
+        .filter(|line| line.starts_with("| `partner_api_"))
+        .map(|line| line.split(" | ").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let listed = metric_names(&rows);
+    let missing: Vec<_> = described.difference(&listed).collect();
+    let stale: Vec<_> = listed.difference(&described).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "the metrics page lacks {missing:?} and names {stale:?}, which describe() does not"
+    );
+    assert!(described.len() >= 25, "{described:?}");
+}
+
+#[test]
+fn the_metrics_module_table_names_every_metric_constant() {
+    let source = include_str!("../../src/metrics/mod.rs");
+    let table: String = source
+        .lines()
+        .filter(|line| line.starts_with("//! |"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let constants: Vec<&str> = source
+        .lines()
+        .filter_map(|line| line.strip_prefix("pub const "))
+        .filter_map(|rest| rest.split_once(": &str = "))
+        .map(|(name, _)| name)
+        // The label value of the bound, not a metric.
+        .filter(|name| *name != "OTHER")
+        .collect();
+    assert!(constants.len() >= 25, "{constants:?}");
+    let missing: Vec<_> = constants
+        .iter()
+        .filter(|name| !table.contains(&format!("[`{name}`]")))
+        .collect();
+    assert!(missing.is_empty(), "the module's table lacks {missing:?}");
+}
+
+#[test]
+fn the_stores_page_names_every_fixture_method() {
+    let source = include_str!("../../src/testing/fixtures.rs");
+    let start = source
+        .find("pub trait StoreFixtures")
+        .expect("the StoreFixtures trait");
+    let body = &source[start..];
+    let body = &body[..body.find("\n}\n").expect("the trait's end")];
+    let methods: Vec<&str> = body
+        .split("fn ")
+        .skip(1)
+        .filter_map(|rest| rest.split(['(', '<']).next())
+        .collect();
+    assert!(methods.len() >= 7, "{methods:?}");
+    let page = include_str!("../../src/docs/stores.md");
+    let missing: Vec<_> = methods
+        .iter()
+        .filter(|method| !page.contains(&format!("`{method}`")))
+        .collect();
+    assert!(missing.is_empty(), "the stores page lacks {missing:?}");
+}
