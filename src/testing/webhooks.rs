@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+mod fairness;
 mod outbox;
 
 use super::calls::{order, organization};
@@ -63,6 +64,10 @@ where
     report.results.push((
         "webhooks: room per organization",
         outbox::organization_room(fixtures).await,
+    ));
+    report.results.push((
+        "webhooks: a claim shares the slots in equal parts",
+        fairness::equal_parts(fixtures).await,
     ));
     report.results.push((
         "webhooks: endpoints per organization capped by its policy",

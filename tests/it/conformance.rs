@@ -381,15 +381,28 @@ mod webhooks {
     use partner_api::{MemoryStore, Order, Organization, StoreError, Timestamp};
 
     /// Finishes every attempt as if it were the latest claimed one: a late finisher wins.
-    struct LateFinishWins {
+    struct FaultyOutbox {
         store: MemoryStore,
         latest: Mutex<HashMap<String, u32>>,
+        fault: OutboxFault,
+    }
+
+    #[derive(Clone, Copy, PartialEq)]
+    enum OutboxFault {
+        /// A finish of an earlier attempt overwrites a later one's.
+        LateFinishWins,
+        /// Claims ignore the worker's slots: no equal parts.
+        IgnoresSlots,
     }
 
     #[async_trait]
-    impl WebhookOutbox for LateFinishWins {
+    impl WebhookOutbox for FaultyOutbox {
         async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Delivery>, StoreError> {
-            let claimed = self.store.claim(request).await?;
+            let mut request = request.clone();
+            if self.fault == OutboxFault::IgnoresSlots {
+                request.slots = usize::MAX;
+            }
+            let claimed = self.store.claim(&request).await?;
             let mut latest = self.latest.lock().unwrap();
             for delivery in &claimed {
                 latest.insert(delivery.delivery_id.clone(), delivery.attempt);
@@ -402,8 +415,10 @@ mod webhooks {
             attempt: &FinishedAttempt,
         ) -> Result<Finish, StoreError> {
             let mut current = delivery.clone();
-            if let Some(latest) = self.latest.lock().unwrap().get(&delivery.delivery_id) {
-                current.attempt = *latest;
+            if self.fault == OutboxFault::LateFinishWins {
+                if let Some(latest) = self.latest.lock().unwrap().get(&delivery.delivery_id) {
+                    current.attempt = *latest;
+                }
             }
             self.store.finish(&current, attempt).await
         }
@@ -420,7 +435,7 @@ mod webhooks {
     }
 
     #[async_trait]
-    impl WebhookManager for LateFinishWins {
+    impl WebhookManager for FaultyOutbox {
         async fn add_endpoint(
             &self,
             org: &str,
@@ -478,7 +493,7 @@ mod webhooks {
     }
 
     #[async_trait]
-    impl partner_api::KeyStore for LateFinishWins {
+    impl partner_api::KeyStore for FaultyOutbox {
         async fn lookup(
             &self,
             digest: &partner_api::KeyDigest,
@@ -488,7 +503,7 @@ mod webhooks {
     }
 
     #[async_trait]
-    impl partner_api::OrderStore for LateFinishWins {
+    impl partner_api::OrderStore for FaultyOutbox {
         async fn orders(
             &self,
             org: &str,
@@ -499,7 +514,7 @@ mod webhooks {
     }
 
     #[async_trait]
-    impl StoreFixtures for LateFinishWins {
+    impl StoreFixtures for FaultyOutbox {
         type Store = Self;
         fn store(&self) -> &Self {
             self
@@ -530,18 +545,26 @@ mod webhooks {
     }
 
     #[tokio::test]
-    async fn the_suite_fails_a_store_whose_late_finishes_win() {
+    async fn the_suite_fails_a_store_whose_late_finishes_win_or_that_ignores_the_slots() {
         run_webhooks(&MemoryStore::new()).await.assert_passed();
-        let faulty = LateFinishWins {
-            store: MemoryStore::new(),
-            latest: Mutex::default(),
-        };
-        let report = run_webhooks(&faulty).await;
-        let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
-        assert_eq!(
-            failed,
-            ["webhooks: leases and current attempts"],
-            "{report}"
-        );
+        for (fault, check) in [
+            (
+                OutboxFault::LateFinishWins,
+                "webhooks: leases and current attempts",
+            ),
+            (
+                OutboxFault::IgnoresSlots,
+                "webhooks: a claim shares the slots in equal parts",
+            ),
+        ] {
+            let faulty = FaultyOutbox {
+                store: MemoryStore::new(),
+                latest: Mutex::default(),
+                fault,
+            };
+            let report = run_webhooks(&faulty).await;
+            let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
+            assert_eq!(failed, [check], "{report}");
+        }
     }
 }
