@@ -151,16 +151,7 @@ where
         .await
         .map_err(failed("recover"))?;
     ensure!(recovered == 0, "recover queued {recovered} of none failed");
-    let query = AuditQuery {
-        limit: 100,
-        target: Some(id.clone()),
-        ..AuditQuery::default()
-    };
-    let entries = store
-        .audit_entries(&org.id, &query)
-        .await
-        .map_err(failed("audit_entries"))?
-        .entries;
+    let entries = endpoint_entries(store, &org.id, &id).await?;
     let logged: Vec<(&str, Option<&str>)> = entries
         .iter()
         .map(|entry| {
@@ -240,16 +231,7 @@ where
     deliver_and_disable(500).await?;
     set_enabled(true).await?;
     set_enabled(false).await?;
-    let query = AuditQuery {
-        limit: 100,
-        target: Some(id.clone()),
-        ..AuditQuery::default()
-    };
-    let entries = store
-        .audit_entries(&org.id, &query)
-        .await
-        .map_err(failed("audit_entries"))?
-        .entries;
+    let entries = endpoint_entries(store, &org.id, &id).await?;
     let disablings: Vec<(&str, Option<&str>)> = entries
         .iter()
         .filter(|entry| entry.action == AuditAction::WebhookDisabled)
@@ -275,6 +257,24 @@ where
         "delivery's entries carry another organization, target or context: {entries:?}"
     );
     remove(store, &org.id, &id).await
+}
+
+/// The audit entries of the endpoint `id`, newest first (at most 100).
+async fn endpoint_entries<S: AuditLog>(
+    store: &S,
+    organization_id: &str,
+    id: &str,
+) -> Result<Vec<crate::store::AuditEntry>, String> {
+    let query = AuditQuery {
+        limit: 100,
+        target: Some(id.to_owned()),
+        ..AuditQuery::default()
+    };
+    Ok(store
+        .audit_entries(organization_id, &query)
+        .await
+        .map_err(failed("audit_entries"))?
+        .entries)
 }
 
 /// An organization has at most its policy's endpoints (by default

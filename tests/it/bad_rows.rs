@@ -41,6 +41,22 @@ async fn seeded_database() -> String {
     url
 }
 
+/// The standalone host's arguments to serve the database at `url` on a free port, delivering
+/// no webhooks.
+fn serving(url: &str) -> Vec<&str> {
+    #[allow(unused_mut)]
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--no-migrate",
+        "--database-url",
+        url,
+    ];
+    #[cfg(feature = "webhooks")]
+    args.push("--no-webhooks");
+    args
+}
+
 fn sqlstate(err: &sqlx::Error) -> Option<String> {
     err.as_database_error()
         .and_then(|err| err.code())
@@ -68,16 +84,7 @@ async fn an_order_out_of_range_fails_its_page_alone_through_the_standalone_host(
     owner.execute(insert).await.unwrap();
 
     let log = std::env::temp_dir().join(format!("partner-api-{}-bad-row.log", std::process::id()));
-    #[allow(unused_mut)]
-    let mut args = vec![
-        "--listen",
-        "127.0.0.1:0",
-        "--no-migrate",
-        "--database-url",
-        &url,
-    ];
-    #[cfg(feature = "webhooks")]
-    args.push("--no-webhooks");
+    let args = serving(&url);
     let mut process = Process::spawn_with_stderr(&args, &[("RUST_LOG", "error")], &log);
     let base = process.base_url().await;
     let client = http1();
@@ -154,16 +161,7 @@ async fn an_order_out_of_range_fails_its_page_alone_through_the_standalone_host(
 async fn a_made_up_page_token_is_a_400_never_a_500_through_the_standalone_host() {
     crate::common::needs::needs!(Postgres);
     let url = seeded_database().await;
-    #[allow(unused_mut)]
-    let mut args = vec![
-        "--listen",
-        "127.0.0.1:0",
-        "--no-migrate",
-        "--database-url",
-        &url,
-    ];
-    #[cfg(feature = "webhooks")]
-    args.push("--no-webhooks");
+    let args = serving(&url);
     let mut process = Process::spawn(&args);
     let base = process.base_url().await;
     let client = http1();
