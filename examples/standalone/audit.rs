@@ -24,14 +24,9 @@ async fn execute(args: &Args, audit: &AuditArgs) -> Result<Vec<String>, String> 
     let (store, failed) = crate::stores::command_database(args, "audit").await?;
     if audit.prune {
         let retention = Duration::from_secs(audit.retention_days.saturating_mul(24 * 3600));
-        let mut deleted = 0;
-        loop {
-            let batch = store.prune_audit(retention, 500).await.map_err(failed)?;
-            deleted += batch;
-            if batch < 500 {
-                break;
-            }
-        }
+        let deleted = partner_api::store::prune_audit_batches(&store, retention, 500, u32::MAX)
+            .await
+            .map_err(failed)?;
         return Ok(vec![format!(r#"{{"deleted":{deleted}}}"#)]);
     }
     let organization = audit.organization.as_deref().unwrap_or_default();
@@ -71,21 +66,14 @@ async fn execute(args: &Args, audit: &AuditArgs) -> Result<Vec<String>, String> 
 /// entry by `audit retention`. A failure is logged once a round.
 #[cfg(feature = "postgres")]
 pub(crate) fn spawn_retention(store: partner_api::PgStore, keep: std::time::Duration) {
-    use partner_api::store::{AuditContext, AuditLog};
+    use partner_api::store::{prune_audit_batches, AuditContext};
 
     tokio::spawn(AuditContext::new(partner_api::management::AUDIT_RETENTION_ACTOR).scope(async move {
         let mut hourly = tokio::time::interval(std::time::Duration::from_secs(3600));
         loop {
             hourly.tick().await;
-            for _ in 0..10 {
-                match store.prune_audit(keep, 500).await {
-                    Ok(500) => continue,
-                    Ok(_) => break,
-                    Err(err) => {
-                        tracing::warn!(error = %crate::stores::error_chain(&err), "the audit log's retention failed");
-                        break;
-                    }
-                }
+            if let Err(err) = prune_audit_batches(&store, keep, 500, 10).await {
+                tracing::warn!(error = %crate::stores::error_chain(&err), "the audit log's retention failed");
             }
         }
     }));

@@ -149,6 +149,25 @@ fn audit_context(parts: &Parts, trusted: &TrustedProxies) -> AuditContext {
     context
 }
 
+/// The 429 (with `Retry-After` and `message`) of a request past the organization's budget in
+/// `limiter`, if it is.
+async fn within_budget(
+    limiter: &crate::rate_limit::LocalRateLimiter,
+    organization_id: &str,
+    message: &str,
+) -> Result<(), Failure> {
+    use crate::rate_limit::RateLimiter as _;
+    let decision = limiter.check(organization_id).await;
+    match decision.ok().and_then(|decision| decision.retry_after()) {
+        Some(wait) => {
+            let mut failure = Failure::new(StatusCode::TOO_MANY_REQUESTS, message);
+            failure.retry_after = Some(wait);
+            Err(failure)
+        }
+        None => Ok(()),
+    }
+}
+
 /// A host's own CSRF check of a state-changing request.
 type CsrfCheck = dyn Fn(&Parts) -> bool + Send + Sync;
 
@@ -198,8 +217,8 @@ pub const AUDIT_RETENTION_ACTOR: &str = "audit retention";
 
 /// How often the service runs the audit log's retention, at most.
 const AUDIT_RETENTION_INTERVAL: std::time::Duration = std::time::Duration::from_secs(3600);
-/// Entries one retention round deletes at most, in batches of [`AUDIT_RETENTION_BATCH`].
-const AUDIT_RETENTION_ROUND: u32 = 10 * AUDIT_RETENTION_BATCH;
+/// A retention round deletes at most this many batches of [`AUDIT_RETENTION_BATCH`] entries.
+const AUDIT_RETENTION_BATCHES: u32 = 10;
 const AUDIT_RETENTION_BATCH: u32 = 500;
 
 /// The audit log's retention, run by the service itself: how long entries are kept, and
@@ -483,39 +502,16 @@ impl KeyManagementService {
         }
         let (log, keep) = (log.clone(), self.audit_retention.keep);
         tokio::spawn(AuditContext::new(AUDIT_RETENTION_ACTOR).scope(async move {
-            let mut deleted = 0;
-            while deleted < u64::from(AUDIT_RETENTION_ROUND) {
-                match log.prune_audit(keep, AUDIT_RETENTION_BATCH).await {
-                    Ok(batch) => {
-                        deleted += batch;
-                        if batch < u64::from(AUDIT_RETENTION_BATCH) {
-                            break;
-                        }
-                    }
-                    Err(err) => {
-                        tracing::warn!(error = %crate::log::ErrorChain(&err), "the audit log's retention failed");
-                        break;
-                    }
-                }
+            let pruned = crate::store::prune_audit_batches(
+                &*log,
+                keep,
+                AUDIT_RETENTION_BATCH,
+                AUDIT_RETENTION_BATCHES,
+            );
+            if let Err(err) = pruned.await {
+                tracing::warn!(error = %crate::log::ErrorChain(&err), "the audit log's retention failed");
             }
         }));
-    }
-
-    /// The 429 of a change past the organization's budget of changes, if it is.
-    async fn admit_change(&self, organization_id: &str) -> Result<(), Failure> {
-        use crate::rate_limit::RateLimiter as _;
-        let decision = self.writes.check(organization_id).await;
-        match decision.ok().and_then(|decision| decision.retry_after()) {
-            Some(wait) => {
-                let mut failure = Failure::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "too many changes for this organization; try again later",
-                );
-                failure.retry_after = Some(wait);
-                Err(failure)
-            }
-            None => Ok(()),
-        }
     }
 
     /// Whether the service serves the webhooks routes.

@@ -448,6 +448,30 @@ pub trait AuditLog: Send + Sync {
     async fn prune_audit(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError>;
 }
 
+/// Runs `log`'s retention to the end or for at most `batches` batches of `batch` entries,
+/// whichever comes first, and returns how many entries it deleted: what a retention task (the
+/// management service's, the standalone host's) and the operator's `audit --prune` run.
+///
+/// # Errors
+///
+/// The store's, from the batch that failed (the earlier ones stay deleted).
+pub async fn prune_audit_batches(
+    log: &(impl AuditLog + ?Sized),
+    older_than: Duration,
+    batch: u32,
+    batches: u32,
+) -> Result<u64, StoreError> {
+    let mut deleted = 0;
+    for _ in 0..batches {
+        let pruned = log.prune_audit(older_than, batch).await?;
+        deleted += pruned;
+        if pruned < u64::from(batch) {
+            break;
+        }
+    }
+    Ok(deleted)
+}
+
 /// The detail of a `webhook.added` entry: the URL's scheme, host and port only. A receiver's
 /// token often rides in its URL's path or query, and the log keeps entries for 400 days, long
 /// after the endpoint and its URL are gone.

@@ -26,9 +26,9 @@ pub(crate) mod usage;
 pub(crate) mod webhooks;
 
 pub use audit::{
-    AuditAction, AuditContext, AuditEntry, AuditLog, AuditPage, AuditPosition, AuditQuery,
-    AuditRecord, DEFAULT_AUDIT_RETENTION, DELIVERY_ACTOR, MAX_AUDIT_PAGE, SECRET_SCANNING_ACTOR,
-    UNATTRIBUTED,
+    prune_audit_batches, AuditAction, AuditContext, AuditEntry, AuditLog, AuditPage, AuditPosition,
+    AuditQuery, AuditRecord, DEFAULT_AUDIT_RETENTION, DELIVERY_ACTOR, MAX_AUDIT_PAGE,
+    SECRET_SCANNING_ACTOR, UNATTRIBUTED,
 };
 pub use error::{StoreError, StoreErrorKind};
 pub(crate) use key_manager::{check_label, describe_plaintext, lifetime_until};

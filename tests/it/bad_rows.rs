@@ -272,37 +272,11 @@ fn random_tokens_and_query_strings_see_only_200_and_400_on_postgresql() {
         .unwrap();
 }
 
-/// Runs the standalone binary's command `args`: whether it succeeded, its stdout and stderr.
-async fn command(args: &[&str]) -> (bool, String, String) {
-    let output = tokio::process::Command::new(standalone_binary())
-        .args(args)
-        .env_remove("DATABASE_URL")
-        .output()
-        .await
-        .unwrap();
-    (
-        output.status.success(),
-        String::from_utf8(output.stdout).unwrap(),
-        String::from_utf8(output.stderr).unwrap(),
-    )
-}
-
 /// The documented roles in the database of `url`: its URLs as serving, key admin, delivering.
 async fn with_documented_roles(url: &str) -> [String; 3] {
-    let database = url.rsplit_once('/').unwrap().1.to_owned();
-    let roles = ["serving", "keys", "delivering"].map(|role| format!("{database}_{role}"));
-    let mut admin = PgConnection::connect(url).await.unwrap();
-    for role in roles.iter().rev() {
-        admin
-            .execute(format!("DROP ROLE IF EXISTS {role}").as_str())
-            .await
-            .unwrap();
-    }
-    admin
-        .execute(crate::common::pg::documented_roles([&roles[0], &roles[1], &roles[2]]).as_str())
+    crate::common::pg::create_documented_roles(url)
         .await
-        .unwrap();
-    roles.map(|role| crate::common::pg::as_user(url, &role))
+        .map(|role| crate::common::pg::as_user(url, &role))
 }
 
 /// #43's attacks on the audit log, as the key-management role (the one that may write
@@ -376,7 +350,7 @@ async fn the_key_management_role_cannot_forge_backdate_or_poison_the_audit_log()
 
     // Every audited change of every organization still commits, and the log reads.
     for organization in ["org_demo", "org_other"] {
-        let (ok, _, stderr) = command(&[
+        let (ok, _, stderr) = standalone_command(&[
             "keys",
             "issue",
             "--organization",
@@ -388,7 +362,7 @@ async fn the_key_management_role_cannot_forge_backdate_or_poison_the_audit_log()
         .await;
         assert!(ok, "{stderr}");
     }
-    let (ok, stdout, stderr) = command(&[
+    let (ok, stdout, stderr) = standalone_command(&[
         "audit",
         "--organization",
         "org_demo",
@@ -474,7 +448,7 @@ async fn pruning_the_audit_log_leaves_a_trace_and_keeps_400_days_for_other_roles
         }
     };
     for role_url in [&keys_url, &serving_url] {
-        let (ok, stdout, stderr) = command(&[
+        let (ok, stdout, stderr) = standalone_command(&[
             "audit",
             "--prune",
             "--retention-days",
@@ -503,7 +477,7 @@ async fn pruning_the_audit_log_leaves_a_trace_and_keeps_400_days_for_other_roles
         ["user.poked", "audit.pruned"]
     );
     // The owner may ask for any retention: everything goes, and the trace stays.
-    let (ok, stdout, stderr) = command(&[
+    let (ok, stdout, stderr) = standalone_command(&[
         "audit",
         "--prune",
         "--retention-days",

@@ -12,30 +12,19 @@ use partner_api::PgStore;
 use sqlx::{Connection, Executor, PgConnection};
 
 use crate::common::net::*;
-use crate::common::pg::{as_user, documented_roles, fresh_database};
+use crate::common::pg::{as_user, create_documented_roles, fresh_database};
 use crate::common::*;
 
 /// Runs the standalone binary with `args` (no `DATABASE_URL` or `REDIS_URL` from outside):
 /// whether it succeeded, its stdout and its stderr.
 async fn run(args: &[&str]) -> (bool, String, String) {
-    let output = tokio::process::Command::new(standalone_binary())
-        .args(args)
-        .env_remove("DATABASE_URL")
-        .env_remove("REDIS_URL")
-        .output()
-        .await
-        .unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
+    let (ok, stdout, stderr) = standalone_command(args).await;
     // A command that succeeds says nothing on stderr, whichever role runs it.
     assert!(
-        !output.status.success() || stderr.is_empty(),
+        !ok || stderr.is_empty(),
         "{args:?} succeeded and wrote to stderr: {stderr}"
     );
-    (
-        output.status.success(),
-        String::from_utf8(output.stdout).unwrap(),
-        stderr,
-    )
+    (ok, stdout, stderr)
 }
 
 const SECRET: &str = "s3cr3t-Pa55word";
@@ -105,19 +94,8 @@ async fn migrated_by_the_owner_served_and_managed_by_roles_without_ddl_rights() 
     let owner = PgStore::connect_lazy(&url).unwrap();
     owner.load_seed(&Seed::demo()).await.unwrap();
     let database = url.rsplit_once('/').unwrap().1.to_owned();
-    let (serving, keys) = (format!("{database}_serving"), format!("{database}_keys"));
-    let delivering = format!("{database}_delivering");
+    let [serving, keys, delivering] = create_documented_roles(&url).await;
     let mut admin = PgConnection::connect(&url).await.unwrap();
-    for role in [&delivering, &serving, &keys] {
-        admin
-            .execute(format!("DROP ROLE IF EXISTS {role}").as_str())
-            .await
-            .unwrap();
-    }
-    admin
-        .execute(documented_roles([&serving, &keys, &delivering]).as_str())
-        .await
-        .unwrap();
 
     // Serving: answers, follows changes, records last uses; with --no-migrate only, and
     // (holding no webhook secret) --no-webhooks.

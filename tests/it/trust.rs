@@ -8,7 +8,7 @@ use partner_api::seed::Seed;
 use partner_api::PgStore;
 use sqlx::{Connection, Executor, PgConnection};
 
-use crate::common::pg::{as_user, documented_roles, fresh_database};
+use crate::common::pg::{as_user, create_documented_roles, fresh_database};
 
 /// The trigger functions the migrations create.
 const TRIGGER_FUNCTIONS: [&str; 14] = [
@@ -77,24 +77,14 @@ async fn attacked_database() -> (String, [String; 4]) {
     owner.migrate().await.unwrap();
     owner.load_seed(&Seed::demo()).await.unwrap();
     let database = url.rsplit_once('/').unwrap().1.to_owned();
-    let roles = [
-        format!("{database}_serving"),
-        format!("{database}_keys"),
-        format!("{database}_writer"),
-        format!("{database}_delivering"),
-    ];
+    let [serving, keys, delivering] = create_documented_roles(&url).await;
+    let roles = [serving, keys, format!("{database}_writer"), delivering];
     let mut admin = PgConnection::connect(&url).await.unwrap();
-    for role in roles.iter().rev() {
-        admin
-            .execute(format!("DROP ROLE IF EXISTS {role}").as_str())
-            .await
-            .unwrap();
-    }
+    let writer = &roles[2];
     admin
-        .execute(documented_roles([&roles[0], &roles[1], &roles[3]]).as_str())
+        .execute(format!("DROP ROLE IF EXISTS {writer}").as_str())
         .await
         .unwrap();
-    let writer = &roles[2];
     admin
         .execute(
             format!(

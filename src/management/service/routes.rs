@@ -94,20 +94,21 @@ impl KeyManagementService {
             let organization = self.acting_organization(&parts)?;
             if !reading {
                 self.check_state_change(&parts)?;
-                self.admit_change(organization.id()).await?;
+                within_budget(
+                    &self.writes,
+                    organization.id(),
+                    "too many changes for this organization; try again later",
+                )
+                .await?;
             }
             if route.queues_messages() {
-                use crate::rate_limit::RateLimiter as _;
-                let decision = self.webhook_actions.check(organization.id()).await;
-                if let Some(wait) = decision.ok().and_then(|decision| decision.retry_after()) {
-                    let mut failure = Failure::new(
-                        StatusCode::TOO_MANY_REQUESTS,
-                        "too many test events, retries and recoveries for this organization; \
-                         try again later",
-                    );
-                    failure.retry_after = Some(wait);
-                    return Err(failure);
-                }
+                within_budget(
+                    &self.webhook_actions,
+                    organization.id(),
+                    "too many test events, retries and recoveries for this organization; \
+                     try again later",
+                )
+                .await?;
             }
             return crate::management::webhooks::answer(
                 manager,
@@ -142,7 +143,12 @@ impl KeyManagementService {
         let organization = organization.id();
         if !reading {
             self.check_state_change(&parts)?;
-            self.admit_change(organization).await?;
+            within_budget(
+                &self.writes,
+                organization,
+                "too many changes for this organization; try again later",
+            )
+            .await?;
         }
         let keys = &*self.keys;
         match route {

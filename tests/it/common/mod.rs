@@ -293,12 +293,24 @@ impl Write for CapturedLogs {
 /// Runs `standalone keys ARGS...` against the database at `url` (given as `--database-url`
 /// after the subcommand, or as `DATABASE_URL`); exit status, standard output and error.
 pub async fn keys_command(url: Option<&str>, args: &[&str]) -> (bool, String, String) {
-    let mut command = tokio::process::Command::new(standalone_binary());
-    command.arg("keys").args(args).env_remove("DATABASE_URL");
+    let mut full = vec!["keys"];
+    full.extend_from_slice(args);
     if let Some(url) = url {
-        command.args(["--database-url", url]);
+        full.extend(["--database-url", url]);
     }
-    let output = command.output().await.unwrap();
+    standalone_command(&full).await
+}
+
+/// Runs `standalone ARGS...` (no `DATABASE_URL` or `REDIS_URL` from outside): exit status,
+/// standard output and error.
+pub async fn standalone_command(args: &[&str]) -> (bool, String, String) {
+    let output = tokio::process::Command::new(standalone_binary())
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .env_remove("REDIS_URL")
+        .output()
+        .await
+        .unwrap();
     (
         output.status.success(),
         String::from_utf8(output.stdout).unwrap(),

@@ -53,6 +53,25 @@ pub fn documented_roles([serving, keys, delivering]: [&str; 3]) -> String {
         .replace("partner_api_delivering", delivering)
 }
 
+/// The documented roles, made afresh in the database of `url` (named after it, so tests on
+/// the same server keep theirs apart): their names, serving, key admin, delivering.
+pub async fn create_documented_roles(url: &str) -> [String; 3] {
+    let database = url.rsplit_once('/').unwrap().1.to_owned();
+    let roles = ["serving", "keys", "delivering"].map(|role| format!("{database}_{role}"));
+    let mut admin = PgConnection::connect(url).await.unwrap();
+    for role in roles.iter().rev() {
+        admin
+            .execute(format!("DROP ROLE IF EXISTS {role}").as_str())
+            .await
+            .unwrap();
+    }
+    admin
+        .execute(documented_roles([&roles[0], &roles[1], &roles[2]]).as_str())
+        .await
+        .unwrap();
+    roles
+}
+
 /// `url` with `user` (whose password is `change me`, as in the documented roles) in place of
 /// its user.
 pub fn as_user(url: &str, user: &str) -> String {
