@@ -2,9 +2,10 @@
 """The crate's public API, one item a line, from rustdoc's JSON (`.ci/public-api` makes it).
 
 Walks the crate from its root as a user reaches it: public modules, the items they hold or
-re-export (an item re-exported at two paths is listed at both, so a second path shows), the
-public fields and variants of structs and enums, the inherent methods of types, and the
-methods of traits. Usage: public_api.py target/.../partner_api.json > public-api.txt
+re-export, the public fields and variants of structs and enums, the inherent methods of types,
+and the methods of traits. Every item has one path: an item public at two paths (a re-export
+beside its home) is named on standard error and fails the run. Usage:
+public_api.py target/.../partner_api.json > public-api.txt
 """
 
 import json
@@ -29,6 +30,7 @@ def main(path):
     index = document["index"]
     lines = set()
     seen_modules = set()
+    paths_of = {}
 
     def item(item_id):
         return index.get(str(item_id))
@@ -101,6 +103,7 @@ def main(path):
     def visit(item_id, entry, path):
         kind = kind_of(entry)
         lines.add(f"{KINDS.get(kind, kind)} {path}")
+        paths_of.setdefault(str(item_id), set()).add(path)
         if kind == "module":
             walk(item_id, path)
         else:
@@ -110,6 +113,11 @@ def main(path):
     walk(root, item(root)["name"])
     for line in sorted(lines):
         print(line)
+    twice = sorted(sorted(paths) for paths in paths_of.values() if len(paths) > 1)
+    for paths in twice:
+        print(f"one item at {len(paths)} paths: {', '.join(paths)}", file=sys.stderr)
+    if twice:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

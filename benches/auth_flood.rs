@@ -31,7 +31,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use partner_api::seed::{Seed, DEMO_KEY};
-use partner_api::store::postgres::PgStore;
+use partner_api::PgStore;
 use sqlx::{Connection, Executor, PgConnection};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpSocket, TcpStream};

@@ -251,7 +251,7 @@ fn bench(c: &mut Criterion) {
     let pinned_key = "pk_test_bench_pinned_abcdefghijklmnop";
     pinned_store.add_key(pinned_key, "org_00").expect("key");
     let pinned_id = runtime.block_on(async {
-        use partner_api::management::KeyManager;
+        use partner_api::store::KeyManager;
         let records = pinned_store.list("org_00").await.expect("keys");
         let id = records[0].id.clone();
         let ranges =

@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use http::{Request, StatusCode};
 use partner_api::cache::{CachingKeyStore, CachingOrderStore};
-use partner_api::key::{KeyDigest, KeyEnvironment};
-use partner_api::management::{KeyManager, NewKey};
-use partner_api::store::postgres::PgStore;
+use partner_api::key::KeyEnvironment;
+use partner_api::store::{KeyManager, NewKey};
+use partner_api::KeyDigest;
+use partner_api::PgStore;
 use partner_api::{Organization, PartnerApi};
 use sqlx::{Connection, Executor, PgConnection};
 use tower::ServiceExt;

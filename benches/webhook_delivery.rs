@@ -18,11 +18,11 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use partner_api::store::postgres::PgStore;
 use partner_api::webhooks::{
     DeliveryConfig, DestinationPolicy, Dispatcher, NewEndpoint, WebhookManager,
 };
 use partner_api::Organization;
+use partner_api::PgStore;
 use sqlx::{Connection, Executor, PgConnection};
 
 /// Every delivery: its webhook-id, the order's id, and when it arrived.

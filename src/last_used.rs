@@ -159,7 +159,7 @@ impl LastUsedRecorder {
     }
 
     /// Returns how many keys are tracked now.
-    pub fn tracked_keys(&self) -> usize {
+    pub(crate) fn tracked_keys(&self) -> usize {
         self.shared.uses.len()
     }
 }
@@ -281,7 +281,7 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
 
-    use crate::MemoryStore;
+    use crate::store::MemoryStore;
 
     /// The invariant `uses.len() <= places taken <= capacity`, under bursts of new keys
     /// racing with flushes. The places taken are one atomic, so sampling them is exact; the

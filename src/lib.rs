@@ -93,7 +93,7 @@ pub mod last_used;
 mod log;
 pub mod management;
 pub mod metrics;
-pub mod model;
+mod model;
 pub mod rate_limit;
 mod recording;
 #[cfg(feature = "secret-scanning")]
@@ -110,24 +110,43 @@ pub mod usage;
 #[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
 pub mod webhooks;
 
-pub use api::{body, layer, openapi, request_id, service};
+pub use api::{openapi, request_id};
 
+// The front door: what every host names to serve the API. Each item has this one path; the
+// modules hold the rest of their subject.
+pub use api::body::ApiBody;
 pub use api::client_address::{ClientAddressHeader, PeerAddr};
+pub use api::layer::PartnerApiLayer;
 pub use api::response::error_response;
-pub use body::ApiBody;
-pub use key::KeyDigest;
-pub use layer::PartnerApiLayer;
+pub use api::service::PartnerApi;
+pub use key::digest::KeyDigest;
 pub use model::{
-    EncodedOrder, InvalidOrder, Order, OrderPage, Organization, Timestamp, MAX_ORDERS,
+    EncodedOrder, InvalidOrder, Order, OrderPage, Organization, Timestamp, TimestampParseError,
+    MAX_BUDGET_DKK, MAX_ORDERS,
 };
-pub use rate_limit::{LocalRateLimiter, RateLimitDecision, RateLimiter};
-pub use service::PartnerApi;
+pub use rate_limit::limiter::{RateLimitDecision, RateLimiter};
+pub use rate_limit::local::LocalRateLimiter;
+pub use store::error::{StoreError, StoreErrorKind};
+pub use store::memory::MemoryStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use store::PgStore;
-pub use store::{
-    KeyDigests, KeyLookup, KeyStore, MemoryStore, OrderStore, Principal, StoreError, StoreErrorKind,
-};
+pub use store::postgres::PgStore;
+pub use store::read::{KeyDigests, KeyLookup, KeyStore, OrderStore, Principal};
+
+pub mod service {
+    //! What [`PartnerApi`](crate::PartnerApi) is configured with and returns: its defaults
+    //! and its response future.
+    pub use crate::api::service::{
+        ResponseFuture, DEFAULT_AUTH_FAILURE_DELAY, DEFAULT_AUTH_FAILURE_LIMIT, DEFAULT_PREFIX,
+        DEFAULT_REALM, DEFAULT_RETRY_AFTER, DEFAULT_STORE_TIMEOUT,
+    };
+}
+
+pub mod layer {
+    //! What [`PartnerApiLayer`](crate::PartnerApiLayer) makes: the mounted service, its
+    //! response future and body.
+    pub use crate::api::layer::{PartnerApiMount, ResponseBody, ResponseFuture};
+}
 
 // Runs the README's Rust snippets as doctests, so they keep compiling.
 #[cfg(doctest)]

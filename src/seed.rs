@@ -235,8 +235,9 @@ pub const DEMO_REVOKED_KEY: &str = "pk_test_revoked_0123456789abcdefghijk";
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::key::KeyDigest;
     use crate::store::OrderQuery;
-    use crate::{KeyDigest, KeyLookup, KeyStore, OrderStore};
+    use crate::store::{KeyLookup, KeyStore, OrderStore};
 
     #[tokio::test]
     async fn demo_data_loads_with_the_documented_shape() {

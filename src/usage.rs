@@ -57,9 +57,8 @@ use crate::metrics::{self, StoreCall};
 use crate::model::Timestamp;
 use crate::recording::{self, millis, Bounds, Recorder};
 use crate::store::usage::hour_of_millis;
-use crate::store::{
-    StoreError, UsageCount, UsageOutcome, UsageRoute, UsageStore, DEFAULT_USAGE_RETENTION,
-};
+use crate::store::StoreError;
+use crate::store::{UsageCount, UsageOutcome, UsageRoute, UsageStore, DEFAULT_USAGE_RETENTION};
 
 /// How often counts are written, by default.
 pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_secs(10);
@@ -230,7 +229,7 @@ impl UsageRecorder {
     }
 
     /// Returns how many counters (a key counted on one thread) are held now.
-    pub fn tracked_keys(&self) -> usize {
+    pub(crate) fn tracked_keys(&self) -> usize {
         self.shared
             .counters
             .iter()
@@ -397,8 +396,9 @@ impl fmt::Debug for UsageRecorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Organization;
+    use crate::store::MemoryStore;
     use crate::store::{UsageGranularity, UsagePeriod};
-    use crate::{MemoryStore, Organization};
 
     /// A memory store with the organization `org` and `keys` keys, and the keys' ids.
     async fn store_with_keys(keys: usize) -> (MemoryStore, Vec<Arc<str>>) {

@@ -5,7 +5,7 @@
 
 use async_trait::async_trait;
 use partner_api::key::AllowedIps;
-use partner_api::management::{IssuedKey, KeyManager, KeyRecord, NewKey, RollKey};
+use partner_api::store::{IssuedKey, KeyManager, KeyRecord, NewKey, RollKey};
 use partner_api::{MemoryStore, StoreError};
 
 /// The six required methods, nothing more.

@@ -9,9 +9,10 @@
 //!
 //! The sign-in is a stand-in for the host application's own: pick an organization, get a
 //! session cookie. The host's session middleware ([`session`]) turns the cookie into the
-//! [`ActingOrganization`] the key-management service needs, and its CSRF token into the check
-//! the service runs on every change. The page (`page.html`, `page.js`, `page.css`) is plain
-//! HTML, JavaScript and CSS, served as they are: no build step.
+//! [`ActingOrganization`](partner_api::management::ActingOrganization) the key-management
+//! service needs, and its CSRF token into the check the service runs on every change. The page
+//! (`page.html`, `page.js`, `page.css`) is plain HTML, JavaScript and CSS, served as they are:
+//! no build step.
 //!
 //! What a host copies from here besides the page: cookies that are `HttpOnly`,
 //! `SameSite=Strict` and, over HTTPS, `Secure` with the `__Host-` prefix; sessions that expire
@@ -25,24 +26,26 @@ use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use clap::Parser;
 use partner_api::last_used::LastUsedRecorder;
-use partner_api::management::{ActingOrganization, KeyManagementService};
+use partner_api::management::KeyManagementService;
 use partner_api::seed::Seed;
 use partner_api::usage::UsageRecorder;
 use partner_api::{MemoryStore, PartnerApi, PartnerApiLayer};
 
 mod core_store;
+mod host;
 mod peer;
 mod secret_scanning;
 mod sessions;
 mod sign_in;
 mod tls;
 
+use host::{security_headers, session, Host};
 use peer::{pass_peer_addr, Peer};
 use secret_scanning::secret_scanning_endpoint;
 use sessions::{Session, Sessions};
@@ -73,12 +76,6 @@ const SIGN_IN_CSRF_COOKIE: &str = "sign_in_csrf";
 const SIGN_IN_CSRF_LIFETIME: Duration = Duration::from_secs(15 * 60);
 /// The header the page sends its CSRF token in.
 const CSRF_HEADER: &str = "x-csrf-token";
-/// Every response's policy: scripts, styles and images from this origin only (no inline
-/// script, style or event handler), fetches to it only, forms posted to it only, and no
-/// framing by any site (clickjacking).
-const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-     img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; \
-     base-uri 'none'";
 
 /// Serve the Settings -> Partner API demo.
 #[derive(Parser, Debug)]
@@ -158,48 +155,6 @@ impl Default for Config {
             max_sessions: 10_000,
             core_store: false,
         }
-    }
-}
-
-/// The host's state: the demo's sessions and organizations.
-#[derive(Clone)]
-struct Host {
-    sessions: Arc<Mutex<Sessions>>,
-    organizations: Arc<[(String, String)]>,
-    /// Every request acts for this organization (a test host).
-    signed_in_as: Option<String>,
-    secure_cookies: bool,
-    session_lifetime: Duration,
-}
-
-impl Host {
-    /// A cookie's name: with the `__Host-` prefix when cookies are `Secure`, so the browser
-    /// takes it only from this host over HTTPS, for `Path=/` and no `Domain`: a sibling
-    /// subdomain or a plain-HTTP page cannot plant or overwrite it.
-    fn cookie_name(&self, name: &str) -> String {
-        if self.secure_cookies {
-            format!("__Host-{name}")
-        } else {
-            name.to_owned()
-        }
-    }
-
-    /// The `Set-Cookie` value of the cookie `name` (see [`Host::cookie_name`]): script cannot
-    /// read it, other sites' requests do not carry it, and it lasts `max_age` (zero deletes it).
-    fn set_cookie(&self, name: &str, value: &str, max_age: Duration) -> Option<HeaderValue> {
-        let name = self.cookie_name(name);
-        let secure = if self.secure_cookies { "; Secure" } else { "" };
-        let max_age = max_age.as_secs();
-        HeaderValue::from_str(&format!(
-            "{name}={value}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}"
-        ))
-        .ok()
-    }
-
-    /// The live session of the request's cookie.
-    fn session_of(&self, headers: &HeaderMap) -> Option<Session> {
-        let id = cookie(headers, &self.cookie_name(SESSION_COOKIE))?;
-        self.sessions.lock().ok()?.get(id, Instant::now())
     }
 }
 
@@ -295,48 +250,6 @@ pub fn app(
         // Outermost: the client's address, for keys pinned to address ranges.
         .layer(middleware::map_request(pass_peer_addr))
         .with_state(host)
-}
-
-/// The host's session middleware: the cookie's session, and the organization it acts for as
-/// the extension the key-management service reads, with the signed-in user (the demo's one
-/// user of each organization, `admin@<organization>`) as the actor of the security log.
-async fn session(State(host): State<Host>, mut request: Request, next: Next) -> Response {
-    let acting = |organization: &str| {
-        ActingOrganization::new(organization).with_actor(format!("admin@{organization}"))
-    };
-    if let Some(organization) = &host.signed_in_as {
-        request.extensions_mut().insert(acting(organization));
-        return next.run(request).await;
-    }
-    if let Some(session) = host.session_of(request.headers()) {
-        request
-            .extensions_mut()
-            .insert(acting(&session.organization_id));
-        request.extensions_mut().insert(session);
-    }
-    next.run(request).await
-}
-
-/// The same headers on every response of the host's own routes (the page, the sign-in,
-/// redirects, the management API): [`CONTENT_SECURITY_POLICY`], and `X-Frame-Options` for
-/// browsers that predate `frame-ancestors`.
-async fn security_headers(request: Request, next: Next) -> Response {
-    let mut response = next.run(request).await;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
-    );
-    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("same-origin"),
-    );
-    response
 }
 
 /// A static file of the page.

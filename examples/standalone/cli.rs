@@ -1,11 +1,15 @@
-//! The command line: what to serve, from where, and how.
+//! The command line: what to serve, from where, and how (the subcommands' flags are in
+//! `commands.rs`, re-exported here).
 
 use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
-use partner_api::key::KeyEnvironment;
+use clap::Parser;
+
+#[cfg(all(feature = "postgres", feature = "webhooks"))]
+pub(crate) use crate::commands::WebhooksAction;
+pub(crate) use crate::commands::{AuditArgs, Command, KeysAction};
 
 /// Serve the partner API, or manage its keys.
 #[derive(Parser, Debug)]
@@ -187,252 +191,10 @@ pub(crate) struct Args {
     pub(crate) audit_retention_days: u64,
 }
 
-/// The subcommands.
-#[derive(Subcommand, Debug)]
-pub(crate) enum Command {
-    /// Run the migrations on the database of --database-url (or DATABASE_URL) and exit: with
-    /// the owner's role, before replicas serve with --no-migrate.
-    Migrate,
-    /// Manage API keys in the database of --database-url (or DATABASE_URL). `issue` and
-    /// `roll` print the new key alone on the first line and its record as JSON on the second;
-    /// `list` prints one JSON record a line, newest first.
-    Keys {
-        /// What to do with keys.
-        #[command(subcommand)]
-        action: KeysAction,
-    },
-    /// Show an organization's audit log (the security log), newest first: one JSON entry a
-    /// line. With --prune, delete the entries older than --retention-days instead (each
-    /// pruned organization gets an audit.pruned entry; a role other than the owner's keeps
-    /// at least 400 days whatever it asks).
-    Audit(AuditArgs),
-    /// Manage webhook endpoints in the database of --database-url (or DATABASE_URL). `add`
-    /// and `rotate` print the endpoint's record with its `secret` as one JSON line; `list`
-    /// and `attempts` print one JSON record a line, newest first.
-    #[cfg(feature = "webhooks")]
-    Webhooks {
-        /// What to do with endpoints.
-        #[command(subcommand)]
-        action: WebhooksAction,
-    },
-}
-
-/// What the `webhooks` subcommand does.
-#[cfg(feature = "webhooks")]
-#[derive(Subcommand, Debug)]
-pub(crate) enum WebhooksAction {
-    /// Add an endpoint; prints its record with its secret.
-    Add {
-        /// The organization's id.
-        #[arg(long)]
-        organization: String,
-        /// Where events are posted.
-        #[arg(long)]
-        url: String,
-        /// An event type to send (repeatable; default: every type).
-        #[arg(long = "event", value_name = "TYPE")]
-        events: Vec<partner_api::webhooks::EventType>,
-        /// Free text for people.
-        #[arg(long, default_value = "")]
-        description: String,
-    },
-    /// List an organization's endpoints, newest first (without secrets).
-    List {
-        /// The organization's id.
-        #[arg(long)]
-        organization: String,
-    },
-    /// Give an endpoint a new secret; the old one keeps signing beside it for the overlap.
-    Rotate {
-        /// The endpoint.
-        #[command(flatten)]
-        endpoint: EndpointRef,
-        /// Seconds the old secret keeps signing beside the new one.
-        #[arg(long, value_name = "SECONDS", default_value_t = 86_400)]
-        overlap: u64,
-    },
-    /// Enable an endpoint; prints its record.
-    Enable(EndpointRef),
-    /// Disable an endpoint; prints its record.
-    Disable(EndpointRef),
-    /// Remove an endpoint with its messages and attempts; prints {"removed":ID}.
-    Remove(EndpointRef),
-    /// Queue a webhook.test event for an endpoint; prints {"messageId":...}.
-    Test(EndpointRef),
-    /// List an endpoint's delivery attempts, newest first.
-    Attempts(EndpointRef),
-    /// Queue again every message to an endpoint that ran out of tries since a time; prints
-    /// {"recovered":N}.
-    Recover {
-        /// The endpoint.
-        #[command(flatten)]
-        endpoint: EndpointRef,
-        /// Messages raised at or after this RFC 3339 time.
-        #[arg(long, value_name = "RFC3339")]
-        since: partner_api::Timestamp,
-    },
-}
-
-/// One endpoint of one organization.
-#[cfg(feature = "webhooks")]
-#[derive(clap::Args, Debug)]
-pub(crate) struct EndpointRef {
-    /// The organization's id.
-    #[arg(long)]
-    pub(crate) organization: String,
-    /// The endpoint's id, as `list` shows it.
-    #[arg(long)]
-    pub(crate) id: String,
-}
-
-/// The `audit` subcommand's flags.
-#[derive(clap::Args, Debug)]
-pub(crate) struct AuditArgs {
-    /// The organization's id.
-    #[arg(long, required_unless_present = "prune", conflicts_with = "prune")]
-    pub(crate) organization: Option<String>,
-    /// Only entries of this action (such as key.revoked).
-    #[arg(long)]
-    pub(crate) action: Option<String>,
-    /// Only entries of this key or endpoint id.
-    #[arg(long)]
-    pub(crate) target: Option<String>,
-    /// The most entries to show.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100_000))]
-    pub(crate) limit: u64,
-    /// Delete the entries older than --retention-days, in batches, and print how many.
-    #[arg(long)]
-    pub(crate) prune: bool,
-    /// With --prune: how many days entries are kept.
-    #[arg(long, value_name = "DAYS", default_value_t = 400, requires = "prune")]
-    pub(crate) retention_days: u64,
-}
-
-/// What the `keys` subcommand does.
-#[derive(Subcommand, Debug)]
-pub(crate) enum KeysAction {
-    /// Issue a new key for an organization.
-    Issue {
-        /// The organization's id.
-        #[arg(long)]
-        organization: String,
-        /// A name for people.
-        #[arg(long)]
-        label: Option<String>,
-        /// `live` or `test`: the key's prefix.
-        #[arg(long, default_value = "live", value_parser = parse_environment)]
-        environment: KeyEnvironment,
-        /// Seconds until the key expires (default: never).
-        #[arg(long, value_name = "SECONDS")]
-        expires_in: Option<u64>,
-        /// An address range (CIDR, or one address) the key may be used from; repeatable.
-        /// Without it, any address.
-        #[arg(long = "allow-ip", value_name = "CIDR", value_parser = parse_allowed_ip)]
-        allow_ip: Vec<ipnet::IpNet>,
-    },
-    /// Set the address ranges a key may be used from; without --allow-ip, lift the
-    /// restriction. Prints the key's record.
-    Restrict {
-        /// The organization's id.
-        #[arg(long)]
-        organization: String,
-        /// The key's id, as `list` shows it.
-        #[arg(long)]
-        id: String,
-        /// An address range (CIDR, or one address) the key may be used from; repeatable.
-        #[arg(long = "allow-ip", value_name = "CIDR", value_parser = parse_allowed_ip)]
-        allow_ip: Vec<ipnet::IpNet>,
-    },
-    /// List an organization's keys, newest first.
-    List {
-        /// The organization's id.
-        #[arg(long)]
-        organization: String,
-    },
-    /// Revoke one key of an organization at once.
-    Revoke {
-        /// The organization's id.
-        #[arg(long)]
-        organization: String,
-        /// The key's id, as `list` shows it.
-        #[arg(long)]
-        id: String,
-    },
-    /// Replace a key by a new one; the old one keeps working for the overlap.
-    Roll {
-        /// The organization's id.
-        #[arg(long)]
-        organization: String,
-        /// The key's id, as `list` shows it.
-        #[arg(long)]
-        id: String,
-        /// Seconds the old key keeps working beside the new one.
-        #[arg(long, value_name = "SECONDS", default_value_t = 86_400)]
-        overlap: u64,
-        /// Seconds until the new key expires (default: as long as the old key was issued for;
-        /// never, for a key issued without expiry).
-        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
-        expires_in: Option<u64>,
-    },
-    /// Show an organization's key policy, or change it with the flags given; prints it as
-    /// JSON ({"maxKeyLifetimeSeconds": n or null, "maxActiveKeys": n}).
-    Policy {
-        /// The organization's id.
-        #[arg(long)]
-        organization: String,
-        /// The longest a key may live from its issue or roll, in seconds; keys without
-        /// expiry are then refused.
-        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "no_max_lifetime")]
-        max_lifetime: Option<u64>,
-        /// Lift the maximum lifetime.
-        #[arg(long)]
-        no_max_lifetime: bool,
-        /// The most active keys the organization may have (default 100).
-        #[arg(long, value_name = "N")]
-        max_active_keys: Option<u32>,
-        /// The most webhook endpoints the organization may have (default 20).
-        #[arg(long, value_name = "N")]
-        max_webhook_endpoints: Option<u32>,
-    },
-    /// Show a key's requests per bucket, route and outcome: one JSON record a line
-    /// ({"start", "route", "outcome", "count"}), oldest first.
-    Usage {
-        /// The organization's id.
-        #[arg(long)]
-        organization: String,
-        /// The key's id, as `list` shows it.
-        #[arg(long)]
-        id: String,
-        /// The period's first instant, RFC 3339 (default: 30 days before --to).
-        #[arg(long, value_name = "RFC3339")]
-        from: Option<String>,
-        /// The period's end, not included, RFC 3339 (default: now).
-        #[arg(long, value_name = "RFC3339")]
-        to: Option<String>,
-        /// `hour` or `day` (UTC).
-        #[arg(long, default_value = "day", value_parser = ["hour", "day"])]
-        granularity: String,
-    },
-    /// Tell every replica's caches to drop what they hold (keys and pages of orders): after a
-    /// change that bypassed the triggers, such as a restore with --disable-triggers or
-    /// writes under session_replication_role = replica. Prints {"invalidated":"all"}.
-    Invalidate,
-}
-
 fn parse_cidr(text: &str) -> Result<ipnet::IpNet, String> {
     text.parse::<ipnet::IpNet>()
         .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
         .map_err(|_| format!("{text:?} is not an address range such as 10.0.0.0/8"))
-}
-
-/// One range as the API's key management reads it: no bits past the prefix length.
-fn parse_allowed_ip(text: &str) -> Result<ipnet::IpNet, String> {
-    let parsed = partner_api::key::AllowedIps::parse([text]).map_err(|err| err.to_string())?;
-    parsed
-        .ranges()
-        .first()
-        .copied()
-        .ok_or_else(|| format!("{text:?} is not an address range"))
 }
 
 /// The waits before a failed webhook delivery's retries, in seconds.
@@ -455,11 +217,6 @@ fn parse_schedule(text: &str) -> Result<RetrySchedule, String> {
         })
         .collect::<Result<_, _>>()
         .map(RetrySchedule)
-}
-
-fn parse_environment(name: &str) -> Result<KeyEnvironment, String> {
-    name.parse()
-        .map_err(|err: partner_api::key::UnknownEnvironment| err.to_string())
 }
 
 /// How the host wraps the API.

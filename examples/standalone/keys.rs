@@ -65,7 +65,7 @@ async fn execute(_args: &Args, _action: &KeysAction) -> Result<Vec<String>, Stri
 async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String> {
     use std::time::Duration;
 
-    use partner_api::management::{IssuedKey, KeyManager, KeyRecord, NewKey, RollKey};
+    use partner_api::store::{IssuedKey, KeyManager, KeyRecord, NewKey, RollKey};
 
     let (store, failed) = crate::stores::command_database(args, "keys").await?;
     let json = |record: &KeyRecord| serde_json::to_string(record).map_err(|err| err.to_string());

@@ -14,6 +14,7 @@
 //! HTTP/1.1 and HTTP/2 (ALPN over TLS, prior knowledge without). One file per job:
 //!
 //! - `cli.rs`: the command line;
+//! - `commands.rs`: the subcommands (`migrate`, `keys`, `audit`, `webhooks`) and their flags;
 //! - `keys.rs`: the `keys` subcommand (issue, list, revoke, roll keys in the database);
 //! - `metrics.rs`: the Prometheus exporter on its own listener;
 //! - `secret_scanning.rs`: GitHub's secret scanning endpoint (`--secret-scanning-keys`);
@@ -36,6 +37,7 @@ mod access_log;
 mod audit;
 mod catch_panic;
 mod cli;
+mod commands;
 mod keys;
 mod metrics;
 mod per_address;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
-use partner_api::management::KeyManager;
+use partner_api::store::KeyManager;
 use partner_api::{ApiBody, PartnerApi};
 use tower::Service;
 
@@ -150,7 +150,8 @@ mod fetcher {
     use http_body_util::{BodyExt, Empty, Limited};
     use hyper_util::client::legacy::Client;
     use hyper_util::rt::TokioExecutor;
-    use partner_api::secret_scanning::{BoxError, PublicKeyFetcher};
+    use partner_api::secret_scanning::PublicKeyFetcher;
+    type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
     /// The most a key document may weigh.
     const MAX_DOCUMENT_BYTES: usize = 1 << 20;

@@ -3,8 +3,8 @@
 #[cfg(feature = "postgres")]
 use partner_api::cache::{CachingKeyStore, CachingOrderStore};
 use partner_api::last_used::LastUsedRecorder;
-use partner_api::management::KeyManager;
 use partner_api::seed::Seed;
+use partner_api::store::KeyManager;
 use partner_api::store::UsageStore;
 use partner_api::usage::UsageRecorder;
 use partner_api::{KeyStore, LocalRateLimiter, MemoryStore, OrderStore, PartnerApi, RateLimiter};

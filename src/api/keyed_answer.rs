@@ -22,10 +22,8 @@ use crate::log::{record_in_request_span, ErrorChain};
 use crate::metrics::{self, AuthFailureReason, StoreCall};
 use crate::model::OrderPage;
 use crate::rate_limit::RateLimitDecision;
-use crate::store::{
-    KeyLookup, OrderPosition, OrderQuery, Principal, StoreError, StoreErrorKind, UsageOutcome,
-    UsageRoute,
-};
+use crate::store::{KeyLookup, Principal, StoreError, StoreErrorKind};
+use crate::store::{OrderPosition, OrderQuery, UsageOutcome, UsageRoute};
 use std::sync::Arc;
 
 /// What answering needs from the request, owned so a store future can keep it.

@@ -8,13 +8,13 @@
 //! read by `client_address`.
 
 pub(crate) mod auth;
-pub mod body;
+pub(crate) mod body;
 pub(crate) mod client_address;
 pub(crate) mod conditional;
 pub(crate) mod config;
 pub(crate) mod deadline;
 pub(crate) mod keyed_answer;
-pub mod layer;
+pub(crate) mod layer;
 pub(crate) mod me_cache;
 pub mod openapi;
 pub(crate) mod pagination;
@@ -22,5 +22,5 @@ pub mod request_id;
 pub(crate) mod response;
 pub(crate) mod responses_metric;
 pub(crate) mod routes;
-pub mod service;
+pub(crate) mod service;
 pub(crate) mod store_drivers;

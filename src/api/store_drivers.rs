@@ -14,7 +14,8 @@ use crate::api::body::ApiBody;
 use crate::api::config::Config;
 use crate::api::deadline::Deadline;
 use crate::api::keyed_answer::{store_failed, AfterReply, KeyedAnswer, StoreQuestion, StoreReply};
-use crate::store::{StoreError, UsageOutcome};
+use crate::store::StoreError;
+use crate::store::UsageOutcome;
 
 /// The answer to a request with a well-formed key: ready, or still waiting for a store.
 pub(crate) enum ReadyOrWaiting {

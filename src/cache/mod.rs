@@ -31,7 +31,8 @@ pub mod postgres;
 
 pub use keys::CachingKeyStore;
 pub use known_keys::KnownKeys;
-pub use notifications::{Notifications, DEFAULT_MAX_EVIDENCE_AGE, JOURNAL};
+pub(crate) use notifications::JOURNAL;
+pub use notifications::{Notifications, DEFAULT_MAX_EVIDENCE_AGE};
 pub use orders::{CachingOrderStore, MAX_LATER_PAGES_PER_ORGANIZATION};
 
 /// The longest a cache answers from one read of its store, by default: the bound on how

@@ -87,7 +87,7 @@ pub(crate) struct Shared {
 /// `TRACE` level: each hub's changes applied, evidence confirmed, connections, and every read
 /// a cache kept or discarded (with its mark). Each event names its hub (`hub`, the number in a
 /// hub's `Debug` output). Off the request path's hits; for tests and investigations.
-pub const JOURNAL: &str = "partner_api::cache::journal";
+pub(crate) const JOURNAL: &str = "partner_api::cache::journal";
 
 /// `at` as milliseconds after this process's first use of the caches, plus one (0 is "never").
 pub(crate) fn millis(at: Instant) -> u64 {

@@ -11,7 +11,8 @@ use super::notifications::{Gate, Invalidate, Mark, Notifications};
 use super::DEFAULT_CAPACITY;
 use crate::metrics::{self, CacheName, InvalidationScope};
 use crate::model::{OrderPage, MAX_ORDERS};
-use crate::store::{OrderQuery, OrderStore, StoreError};
+use crate::store::OrderQuery;
+use crate::store::{OrderStore, StoreError};
 
 /// An [`OrderStore`] in front of another: pages of orders it has read before are answered at
 /// once ([`OrderStore::orders_now`]) as the pages it read, encoded once, so `GET /orders`

@@ -1,5 +1,5 @@
 //! API key material: issuing keys ([`ApiKey::generate`]), the SHA-256 digest under which
-//! stores keep them, and the token grammar.
+//! stores keep them ([`KeyDigest`]), and the token grammar.
 //!
 //! A generated key reads `pk_live_` or `pk_test_`, then 24 random base62 characters (over 142
 //! bits from the operating system's CSPRNG), then 6 base62 characters of the CRC32 of
@@ -10,12 +10,12 @@
 
 use std::fmt;
 
-use sha2::{Digest, Sha256};
-
 mod allowed_ips;
+pub(crate) mod digest;
 
 pub(crate) use allowed_ips::canonical;
 pub use allowed_ips::{AllowedIps, AllowedIpsError, MAX_ALLOWED_IPS};
+pub(crate) use digest::KeyDigest;
 
 /// The longest API key the service accepts, in bytes. Longer tokens are rejected as invalid
 /// before they are hashed or looked up.
@@ -236,41 +236,6 @@ fn has_generated_shape(key: &[u8]) -> bool {
 fn checksum_matches(key: &[u8]) -> bool {
     let (head, tail) = key.split_at(key.len() - CHECKSUM_LEN);
     checksum(head) == tail
-}
-
-/// The SHA-256 digest of an API key: all a store ever sees of a key.
-///
-/// Stores persist and index only digests, so a leaked table cannot be replayed as keys. The
-/// `Debug` output does not show the bytes, so a digest never ends up in a log by accident.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct KeyDigest([u8; 32]);
-
-impl KeyDigest {
-    /// Computes the digest of the plaintext key `key`.
-    pub fn of(key: &str) -> Self {
-        Self::of_bytes(key.as_bytes())
-    }
-
-    /// The digest of a key as the header carried it.
-    pub(crate) fn of_bytes(key: &[u8]) -> Self {
-        Self(Sha256::digest(key).into())
-    }
-
-    /// Creates a digest from its 32 bytes, as a store read it back.
-    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
-        Self(bytes)
-    }
-
-    /// Returns the 32 bytes of the digest, as a store persists them.
-    pub const fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
-    }
-}
-
-impl fmt::Debug for KeyDigest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("KeyDigest(<redacted>)")
-    }
 }
 
 /// Returns whether `key` can be presented as a bearer token: RFC 6750's `b64token`

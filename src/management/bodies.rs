@@ -58,16 +58,14 @@ impl Failure {
     /// goes to the log only.
     pub(super) fn from_store(err: StoreError) -> Self {
         // A refusal in the store's own words, meant for the caller.
-        let refusal = std::error::Error::source(&err)
-            .and_then(|source| source.downcast_ref::<crate::store::KeyRefusal>());
-        if let Some(refusal) = refusal {
+        if let Some(refusal) = err.refusal_message() {
             let status = match err.kind() {
                 StoreErrorKind::Conflict => Some(StatusCode::CONFLICT),
                 StoreErrorKind::InvalidData => Some(StatusCode::UNPROCESSABLE_ENTITY),
                 _ => None,
             };
             if let Some(status) = status {
-                return Self::new(status, refusal.to_string());
+                return Self::new(status, refusal);
             }
         }
         // What the caller sent is checked before the store is asked, so invalid data here is

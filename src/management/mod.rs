@@ -1,12 +1,12 @@
 //! Key management: the keys of an organization as a Settings page manages them (issue, list,
 //! get, revoke and roll by id, and the last use of each), within the organization's
-//! [`KeyPolicy`] (a maximum key lifetime, a cap on active keys).
+//! [`KeyPolicy`](crate::store::KeyPolicy) (a maximum key lifetime, a cap on active keys).
 //!
 //! - [`KeyManagementService`], the JSON API of a host's Settings page as a tower service,
 //!   and [`OPENAPI_DOCUMENT`], that API's OpenAPI description;
-//! - [`KeyManager`], the trait a store implements ([`MemoryStore`](crate::MemoryStore) and
-//!   `PgStore` do), with its records: they live in [`store`](crate::store), below the
-//!   services that call them, and are re-exported here.
+//! - the trait a store implements, [`KeyManager`](crate::store::KeyManager)
+//!   ([`MemoryStore`](crate::MemoryStore) and `PgStore` do), lives with its records in
+//!   [`store`](crate::store), below the services that call it.
 
 mod audit;
 pub(crate) mod bodies;
@@ -15,13 +15,6 @@ mod service;
 mod usage;
 #[cfg(feature = "webhooks")]
 mod webhooks;
-
-#[doc(no_inline)]
-pub use crate::store::{
-    IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, Leak, LeakReport,
-    LeakedKey, NewKey, RevocationReason, RollKey, DEFAULT_MAX_ACTIVE_KEYS,
-    DEFAULT_MAX_WEBHOOK_ENDPOINTS, MAX_LABEL_CHARS,
-};
 
 pub use audit::DEFAULT_AUDIT_PAGE;
 pub use limits::{MAX_BODY_BYTES, MAX_LIFETIME, MAX_OVERLAP};

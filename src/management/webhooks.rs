@@ -118,9 +118,7 @@ struct Empty {}
 /// A store's error, in the words of endpoints; a refusal in the store's own words (the
 /// organization's cap of endpoints) as it says it.
 fn failure(err: StoreError) -> Failure {
-    let refused = std::error::Error::source(&err)
-        .is_some_and(|source| source.is::<crate::store::KeyRefusal>());
-    if refused {
+    if err.refusal_message().is_some() {
         return Failure::from_store(err);
     }
     match err.kind() {

@@ -101,7 +101,7 @@ impl LocalRateLimiter {
     }
 
     /// Returns the number of budgets tracked now (those not full, until the next purge).
-    pub fn tracked_keys(&self) -> usize {
+    pub(crate) fn tracked_keys(&self) -> usize {
         self.budgets
             .shards
             .iter()

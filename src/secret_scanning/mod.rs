@@ -59,7 +59,8 @@ use sha2::{Digest, Sha256};
 use tower::Service;
 
 use crate::api::body::ApiBody;
-use crate::key::{is_generated, KeyDigest};
+use crate::key::is_generated;
+use crate::key::KeyDigest;
 use crate::log::ErrorChain;
 use crate::management::bodies::json;
 use crate::model::Timestamp;
@@ -70,8 +71,8 @@ use crate::store::{KeyManager, Leak, LeakReport, LeakedKey};
 mod public_keys;
 
 pub use public_keys::{
-    BoxError, GithubPublicKeys, PublicKeyFetcher, PublicKeysError, DEFAULT_REFRESH_INTERVAL,
-    FETCH_TIMEOUT, GITHUB_PUBLIC_KEYS_URL,
+    GithubPublicKeys, PublicKeyFetcher, PublicKeysError, DEFAULT_REFRESH_INTERVAL, FETCH_TIMEOUT,
+    GITHUB_PUBLIC_KEYS_URL,
 };
 
 /// The largest report the service reads, in bytes (1 MiB); a larger one is a 413.

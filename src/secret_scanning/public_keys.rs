@@ -24,15 +24,12 @@ pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 /// reports wait for it meanwhile, so it must not hang).
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Any error a fetcher reports.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
 /// Fetches GitHub's list of secret scanning public keys (the JSON document at
 /// [`GITHUB_PUBLIC_KEYS_URL`]) with the host's own HTTP client: the crate brings none.
 #[async_trait]
 pub trait PublicKeyFetcher: Send + Sync {
     /// The document's bytes.
-    async fn fetch(&self) -> Result<Vec<u8>, BoxError>;
+    async fn fetch(&self) -> Result<Vec<u8>, Box<dyn std::error::Error + Send + Sync>>;
 }
 
 /// Why a key document was refused.

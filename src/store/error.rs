@@ -98,6 +98,21 @@ impl StoreError {
         )
     }
 
+    /// Creates a refusal in the store's own words, meant for the caller: a `Conflict` (a
+    /// change the key's or organization's state forbids, answered 409) or an `InvalidData`
+    /// (a request the organization's policy refuses, answered 422) whose `message` the
+    /// management service shows as is. Any other kind is answered as a plain error of it.
+    pub fn refusal(kind: StoreErrorKind, message: impl Into<String>) -> Self {
+        Self::new(kind, crate::store::KeyRefusal::new(message))
+    }
+
+    /// The message of a [`refusal`](Self::refusal), which the caller may read.
+    pub(crate) fn refusal_message(&self) -> Option<String> {
+        self.source
+            .downcast_ref::<crate::store::KeyRefusal>()
+            .map(ToString::to_string)
+    }
+
     /// Returns what kind of failure this is.
     pub fn kind(&self) -> StoreErrorKind {
         self.kind

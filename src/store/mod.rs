@@ -4,23 +4,15 @@
 //! [`MemoryStore`]) and checks its implementation with the conformance suite in
 //! `partner_api::testing` (feature `testing`).
 
-use std::sync::Arc;
-
-use async_trait::async_trait;
-
-use crate::key::{AllowedIps, KeyDigest};
-#[cfg(doc)]
-use crate::model::MAX_ORDERS;
-use crate::model::{OrderPage, Organization, Timestamp};
-
 pub(crate) mod audit;
-mod error;
-mod key_manager;
-mod memory;
+pub(crate) mod error;
+pub(crate) mod key_manager;
+pub(crate) mod memory;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub mod postgres;
+pub(crate) mod postgres;
 mod query;
+pub(crate) mod read;
 pub(crate) mod usage;
 #[cfg(feature = "webhooks")]
 pub(crate) mod webhooks;
@@ -30,235 +22,18 @@ pub use audit::{
     AuditQuery, AuditRecord, DEFAULT_AUDIT_RETENTION, DELIVERY_ACTOR, MAX_AUDIT_PAGE,
     SECRET_SCANNING_ACTOR, UNATTRIBUTED,
 };
-pub use error::{StoreError, StoreErrorKind};
-pub(crate) use key_manager::{check_label, describe_plaintext, lifetime_until};
+pub(crate) use error::{StoreError, StoreErrorKind};
+pub(crate) use key_manager::{check_label, describe_plaintext, lifetime_until, KeyRefusal};
 pub use key_manager::{
-    IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, Leak, LeakReport,
-    LeakedKey, NewKey, RevocationReason, RollKey, DEFAULT_MAX_ACTIVE_KEYS,
-    DEFAULT_MAX_WEBHOOK_ENDPOINTS, MAX_LABEL_CHARS,
+    IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyUse, Leak, LeakReport, LeakedKey,
+    NewKey, RevocationReason, RollKey, DEFAULT_MAX_ACTIVE_KEYS, DEFAULT_MAX_WEBHOOK_ENDPOINTS,
+    MAX_LABEL_CHARS,
 };
-pub use memory::MemoryStore;
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use postgres::PgStore;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use memory::MemoryStore;
 pub use query::{OrderPosition, OrderQuery};
+pub(crate) use read::{KeyDigests, KeyLookup, KeyStore, OrderStore, Principal};
 pub use usage::{
     KeyUsageTotal, UsageBucket, UsageCount, UsageGranularity, UsageOutcome, UsagePeriod,
     UsageRoute, UsageStore, DEFAULT_USAGE_RETENTION,
 };
-
-/// What a valid API key resolves to.
-///
-/// Its parts are shared, so a store that keeps principals in memory hands out reference
-/// counts instead of copies. Built with [`Principal::new`]; later versions may add parts
-/// (a key's expiry, its label) without breaking stores that build one.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Principal {
-    /// The store's identifier of the key: stable, safe to log and to key a rate limit on.
-    /// Never the key or its digest.
-    pub key_id: Arc<str>,
-    /// The organization that the key belongs to, the only one whose data it reaches.
-    pub organization: Arc<Organization>,
-    /// When the key expires, if it does: a cache of principals checks it on every hit.
-    pub expires_at: Option<Timestamp>,
-    /// The address ranges the key may be used from ([`AllowedIps::any`] for any): the API
-    /// answers 403 to a request from elsewhere.
-    pub allowed_ips: AllowedIps,
-}
-
-impl Principal {
-    /// Creates the principal of the key `key_id` of `organization`.
-    pub fn new(key_id: impl Into<Arc<str>>, organization: impl Into<Arc<Organization>>) -> Self {
-        Self {
-            key_id: key_id.into(),
-            organization: organization.into(),
-            expires_at: None,
-            allowed_ips: AllowedIps::any(),
-        }
-    }
-
-    /// Sets when the key expires.
-    #[must_use]
-    pub fn with_expires_at(mut self, expires_at: Option<Timestamp>) -> Self {
-        self.expires_at = expires_at;
-        self
-    }
-
-    /// Sets the address ranges the key may be used from.
-    #[must_use]
-    pub fn with_allowed_ips(mut self, allowed_ips: AllowedIps) -> Self {
-        self.allowed_ips = allowed_ips;
-        self
-    }
-
-    /// Returns the key's id.
-    pub fn key_id(&self) -> &str {
-        &self.key_id
-    }
-
-    /// Returns the organization the key belongs to.
-    pub fn organization(&self) -> &Organization {
-        &self.organization
-    }
-}
-
-/// What a key store knows of a presented key: its principal, or why there is none.
-///
-/// The API answers every kind of refusal with the same 401; the reason only goes to the
-/// operator's metrics (`partner_api_auth_failures_total{reason}`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum KeyLookup {
-    /// A usable key, and what it resolves to.
-    Valid(Principal),
-    /// No key has this digest (or the store does not say why it refuses it).
-    Unknown,
-    /// The key was revoked.
-    Revoked {
-        /// The key's id, when the store tells it: the key's usage counts the refusal.
-        key_id: Option<Arc<str>>,
-    },
-    /// The key expired.
-    Expired {
-        /// The key's id, when the store tells it: the key's usage counts the refusal.
-        key_id: Option<Arc<str>>,
-    },
-}
-
-impl KeyLookup {
-    /// Returns whether the key is valid.
-    pub fn is_valid(&self) -> bool {
-        matches!(self, Self::Valid(_))
-    }
-
-    /// Returns the principal of a valid key.
-    pub fn principal(&self) -> Option<&Principal> {
-        match self {
-            Self::Valid(principal) => Some(principal),
-            _ => None,
-        }
-    }
-
-    /// Returns the principal of a valid key, by value.
-    pub fn into_principal(self) -> Option<Principal> {
-        match self {
-            Self::Valid(principal) => Some(principal),
-            _ => None,
-        }
-    }
-}
-
-impl From<Option<Principal>> for KeyLookup {
-    /// A principal is a valid key; nothing is an unknown one (for a store that keeps no
-    /// refused keys).
-    fn from(found: Option<Principal>) -> Self {
-        found.map_or(Self::Unknown, Self::Valid)
-    }
-}
-
-/// Resolves API keys (by digest) to the organization they belong to, or says why not.
-///
-/// A store implements [`lookup`](Self::lookup), and [`lookup_now`](Self::lookup_now) if it
-/// has answers at hand without waiting (it keeps keys in memory). The API asks `lookup_now`
-/// first, then `lookup`.
-#[async_trait]
-pub trait KeyStore: Send + Sync {
-    /// What the store knows of the key whose SHA-256 digest is `digest`: its principal
-    /// ([`KeyLookup::Valid`]), or why there is none ([`KeyLookup::Unknown`],
-    /// [`Revoked`](KeyLookup::Revoked), [`Expired`](KeyLookup::Expired)). A store that does not
-    /// keep refused keys answers `Unknown` for them. A revocation must be visible to the very
-    /// next call (a cache in front of a store, such as
-    /// [`CachingKeyStore`](crate::cache::CachingKeyStore), makes that a bounded delay); a
-    /// valid key's principal carries the key's expiry, which caches enforce on every hit.
-    async fn lookup(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError>;
-
-    /// The answer of [`lookup`](Self::lookup) when the store has it at hand without waiting,
-    /// or `None` to be asked through `lookup`. The default is `None`. A store that answers
-    /// here must answer exactly as `lookup` would; the service then builds the response
-    /// without a future.
-    fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<KeyLookup, StoreError>> {
-        let _ = digest;
-        None
-    }
-}
-
-/// Lists the digests of a store's usable keys: what [`KnownKeys`](crate::cache::KnownKeys)
-/// loads, so the failed-authentication throttle can tell a token that may be a key from one
-/// that certainly is not. A capability of its own: a store without it leaves the throttle as
-/// it was.
-#[async_trait]
-pub trait KeyDigests: Send + Sync {
-    /// The digests of the keys that are neither revoked nor expired: all of them with `ids`
-    /// `None`, else those among the keys whose ids are given (ids the store does not know are
-    /// skipped).
-    async fn key_digests(&self, ids: Option<&[String]>) -> Result<Vec<KeyDigest>, StoreError>;
-}
-
-#[async_trait]
-impl<T: KeyDigests + ?Sized> KeyDigests for Arc<T> {
-    async fn key_digests(&self, ids: Option<&[String]>) -> Result<Vec<KeyDigest>, StoreError> {
-        (**self).key_digests(ids).await
-    }
-}
-
-/// Reads an organization's orders, a page at a time.
-#[async_trait]
-pub trait OrderStore: Send + Sync {
-    /// The page of the organization `organization_id`'s orders that `query` asks for: in the
-    /// order the API serves them (newest by `createdAt` first, ties by `id` descending in
-    /// byte order), the first [`query.limit()`](OrderQuery::limit) of those that come after
-    /// [`query.position()`](OrderQuery::position) (from the newest when it is `None`), and whether
-    /// any order follows them ([`OrderPage::has_more`]). An unknown organization has no
-    /// orders.
-    ///
-    /// The position is a keyset, not an offset: an order created or deleted before it never
-    /// shifts what comes after it. A store reads `limit + 1` orders and builds the page with
-    /// [`OrderPage::first`], which keeps `limit` of them and says whether there were more.
-    async fn orders(
-        &self,
-        organization_id: &str,
-        query: &OrderQuery,
-    ) -> Result<OrderPage, StoreError>;
-
-    /// The answer of [`orders`](Self::orders) when the store has it at hand without waiting,
-    /// or `None` to be asked through `orders`; as [`KeyStore::lookup_now`].
-    fn orders_now(
-        &self,
-        organization_id: &str,
-        query: &OrderQuery,
-    ) -> Option<Result<OrderPage, StoreError>> {
-        let _ = (organization_id, query);
-        None
-    }
-}
-
-#[async_trait]
-impl<T: KeyStore + ?Sized> KeyStore for Arc<T> {
-    async fn lookup(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
-        (**self).lookup(digest).await
-    }
-
-    fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<KeyLookup, StoreError>> {
-        (**self).lookup_now(digest)
-    }
-}
-
-#[async_trait]
-impl<T: OrderStore + ?Sized> OrderStore for Arc<T> {
-    async fn orders(
-        &self,
-        organization_id: &str,
-        query: &OrderQuery,
-    ) -> Result<OrderPage, StoreError> {
-        (**self).orders(organization_id, query).await
-    }
-
-    fn orders_now(
-        &self,
-        organization_id: &str,
-        query: &OrderQuery,
-    ) -> Option<Result<OrderPage, StoreError>> {
-        (**self).orders_now(organization_id, query)
-    }
-}

@@ -8,9 +8,10 @@ use super::calls::{issue, organization};
 use super::report::{ensure, failed, kind_of, Check, Report};
 use super::{namespace, StoreFixtures};
 use crate::key::{AllowedIps, KeyEnvironment};
+use crate::store::StoreErrorKind;
 use crate::store::{
     AuditAction, AuditContext, AuditEntry, AuditLog, AuditPosition, AuditQuery, AuditRecord,
-    KeyManager, KeyPolicy, NewKey, RollKey, StoreErrorKind,
+    KeyManager, KeyPolicy, NewKey, RollKey,
 };
 
 /// Runs the checks of an [`AuditLog`] (over a store whose [`KeyManager`] writes its entries)

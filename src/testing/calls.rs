@@ -9,10 +9,8 @@ use super::report::{ensure, failed, Check};
 use super::StoreFixtures;
 use crate::key::KeyDigest;
 use crate::model::{Order, OrderPage, Organization, Timestamp};
-use crate::store::{
-    IssuedKey, KeyLookup, KeyManager, KeyRecord, KeyStore, NewKey, OrderQuery, OrderStore,
-    Principal,
-};
+use crate::store::{IssuedKey, KeyManager, KeyRecord, NewKey, OrderQuery};
+use crate::store::{KeyLookup, KeyStore, OrderStore, Principal};
 
 /// How long the checks of expiry and overlap wait for a key to expire.
 pub(super) const EXPIRY: Duration = Duration::from_millis(1500);

@@ -84,7 +84,7 @@ impl StoreFixtures for MemoryStore {
 
 #[cfg(feature = "postgres")]
 #[async_trait]
-impl StoreFixtures for crate::store::PgStore {
+impl StoreFixtures for crate::store::postgres::PgStore {
     type Store = Self;
 
     fn store(&self) -> &Self {
@@ -92,7 +92,7 @@ impl StoreFixtures for crate::store::PgStore {
     }
 
     async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
-        crate::store::PgStore::add_organization(self, organization).await
+        crate::store::postgres::PgStore::add_organization(self, organization).await
     }
 
     async fn add_key(
@@ -107,21 +107,21 @@ impl StoreFixtures for crate::store::PgStore {
     }
 
     async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
-        crate::store::PgStore::revoke_key(self, key).await.map(drop)
+        crate::store::postgres::PgStore::revoke_key(self, key).await.map(drop)
     }
 
     async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError> {
-        crate::store::PgStore::add_orders(self, organization_id, orders).await
+        crate::store::postgres::PgStore::add_orders(self, organization_id, orders).await
     }
 
     async fn remove_order(&self, organization_id: &str, order_id: &str) -> Result<(), StoreError> {
-        crate::store::PgStore::remove_order(self, organization_id, order_id)
+        crate::store::postgres::PgStore::remove_order(self, organization_id, order_id)
             .await
             .map(drop)
     }
 
     async fn update_order(&self, organization_id: &str, order: &Order) -> Result<(), StoreError> {
-        match crate::store::PgStore::update_order(self, organization_id, order).await? {
+        match crate::store::postgres::PgStore::update_order(self, organization_id, order).await? {
             true => Ok(()),
             false => Err(StoreError::not_found("no such order")),
         }

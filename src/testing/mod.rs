@@ -38,7 +38,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 #[cfg(doc)]
-use crate::{KeyStore, OrderStore, RateLimiter};
+use crate::rate_limit::RateLimiter;
+#[cfg(doc)]
+use crate::store::{KeyStore, OrderStore};
 
 mod audit;
 mod calls;

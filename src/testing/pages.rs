@@ -10,9 +10,10 @@ use super::namespace;
 use super::report::{ensure, failed, Check};
 use super::StoreFixtures;
 use crate::model::{Order, Timestamp};
+use crate::store::KeyLookup;
 #[cfg(doc)]
 use crate::store::OrderStore;
-use crate::store::{KeyLookup, OrderPosition, OrderQuery};
+use crate::store::{OrderPosition, OrderQuery};
 
 /// What happens between two pages of a walk: orders added and ids removed after the page of
 /// that number was read.

@@ -7,8 +7,9 @@ use super::calls::{key, lookup, organization};
 use super::report::{ensure, failed, kind_of, Check, Report};
 use super::{namespace, StoreFixtures};
 use crate::model::Timestamp;
+use crate::store::StoreErrorKind;
 use crate::store::{
-    StoreErrorKind, UsageCount, UsageGranularity, UsageOutcome, UsagePeriod, UsageRoute, UsageStore,
+    UsageCount, UsageGranularity, UsageOutcome, UsagePeriod, UsageRoute, UsageStore,
 };
 
 /// Runs the checks of a [`UsageStore`] against the store of `fixtures`. Each check uses

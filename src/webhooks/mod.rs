@@ -39,6 +39,6 @@ pub use signing::{sign, verify, VerifyError, TIMESTAMP_TOLERANCE};
 pub use crate::store::webhooks::{
     payload, Attempt, AttemptOutcome, Backlog, ClaimRequest, CreatedEndpoint, Delivery,
     DisableReason, Endpoint, EventType, Finish, FinishedAttempt, InvalidSecret, NewEndpoint,
-    NextStep, UnknownEventType, WebhookManager, WebhookOutbox, WebhookSecret,
+    NextStep, UnknownEventType, WebhookAbility, WebhookManager, WebhookOutbox, WebhookSecret,
     MAX_DESCRIPTION_CHARS, MAX_RECOVERED, MAX_URL_BYTES,
 };

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::common::*;
 use http::{Request, StatusCode};
 use partner_api::key::{AllowedIps, KeyEnvironment};
-use partner_api::management::{KeyManager, NewKey};
+use partner_api::store::{KeyManager, NewKey};
 use partner_api::{LocalRateLimiter, PartnerApi, PeerAddr};
 
 fn from(address: &str, path: &str, key: &str, headers: &[(&str, &str)]) -> Request<()> {

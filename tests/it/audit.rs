@@ -212,13 +212,13 @@ async fn changes_past_the_organizations_budget_are_refused_and_log_nothing() {
 /// organization that lost entries gets an `audit.pruned` entry saying how many.
 #[tokio::test]
 async fn the_service_runs_retention_and_each_pruned_organization_gets_an_entry() {
-    use partner_api::management::KeyManager;
+    use partner_api::store::KeyManager;
     let store = Seed::demo().to_memory_store().unwrap();
     for _ in 0..3 {
         store
             .issue(
                 "org_demo",
-                partner_api::management::NewKey::new(partner_api::key::KeyEnvironment::Test),
+                partner_api::store::NewKey::new(partner_api::key::KeyEnvironment::Test),
             )
             .await
             .unwrap();

@@ -3,13 +3,11 @@
 #![cfg(feature = "testing")]
 
 use async_trait::async_trait;
-use partner_api::management::{
-    IssuedKey, KeyManager, KeyPolicy, KeyRecord, KeyUse, NewKey, RollKey,
-};
 use partner_api::store::{
     AuditLog, AuditQuery, AuditRecord, KeyUsageTotal, OrderQuery, UsageBucket, UsageCount,
     UsageGranularity, UsagePeriod, UsageStore,
 };
+use partner_api::store::{IssuedKey, KeyManager, KeyPolicy, KeyRecord, KeyUse, NewKey, RollKey};
 use partner_api::testing::{run, StoreFixtures};
 use partner_api::{
     KeyDigest, KeyLookup, KeyStore, MemoryStore, Order, OrderPage, OrderStore, Organization,
@@ -170,7 +168,7 @@ impl StoreFixtures for Faulty {
 
 #[async_trait]
 impl KeyManager for Faulty {
-    fn supports(&self, ability: partner_api::management::KeyAbility) -> bool {
+    fn supports(&self, ability: partner_api::store::KeyAbility) -> bool {
         self.0.supports(ability)
     }
     async fn issue(&self, org: &str, new: NewKey) -> Result<IssuedKey, StoreError> {
@@ -209,8 +207,8 @@ impl KeyManager for Faulty {
     }
     async fn revoke_leaked(
         &self,
-        reports: &[partner_api::management::LeakReport],
-    ) -> Result<Vec<Option<partner_api::management::LeakedKey>>, StoreError> {
+        reports: &[partner_api::store::LeakReport],
+    ) -> Result<Vec<Option<partner_api::store::LeakedKey>>, StoreError> {
         self.0.revoke_leaked(reports).await
     }
     async fn roll(&self, org: &str, id: &str, roll: RollKey) -> Result<IssuedKey, StoreError> {

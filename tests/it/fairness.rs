@@ -338,10 +338,10 @@ async fn a_valid_key_is_served_behind_its_neighbours_failures() {
         // A key issued after the start (by another process, as `keys issue` does) is known
         // once its notification arrives: served behind failures too. Asked until then
         // (before, it is throttled as any token is: a 429).
-        let issued = partner_api::management::KeyManager::issue(
+        let issued = partner_api::store::KeyManager::issue(
             &store,
             "org_demo",
-            partner_api::management::NewKey::new(partner_api::key::KeyEnvironment::Test),
+            partner_api::store::NewKey::new(partner_api::key::KeyEnvironment::Test),
         )
         .await
         .unwrap();
@@ -366,7 +366,7 @@ async fn a_valid_key_is_served_behind_its_neighbours_failures() {
         }
         // A revoked key is refused (within the bound), its failure charged, and from then on
         // throttled like any token: 401 or 429, never the database past the budget.
-        partner_api::management::KeyManager::revoke(&store, "org_demo", &issued.record().id)
+        partner_api::store::KeyManager::revoke(&store, "org_demo", &issued.record().id)
             .await
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -9,7 +9,7 @@ use crate::common::*;
 use http::StatusCode;
 use partner_api::key::KeyEnvironment;
 use partner_api::last_used::LastUsedRecorder;
-use partner_api::management::{KeyManager, NewKey};
+use partner_api::store::{KeyManager, NewKey};
 use partner_api::{PartnerApi, Timestamp};
 
 #[tokio::test]
@@ -65,7 +65,7 @@ async fn a_rolled_key_and_its_successor_both_work_until_the_overlap_ends() {
         .roll(
             "org_b",
             &old.record().id,
-            partner_api::management::RollKey::new(Duration::from_millis(400)),
+            partner_api::store::RollKey::new(Duration::from_millis(400)),
         )
         .await
         .unwrap();
@@ -154,11 +154,15 @@ async fn a_full_recorder_drops_new_keys_instead_of_growing_or_waiting() {
     for id in &ids {
         recorder.record(id);
     }
-    assert_eq!(recorder.tracked_keys(), 2);
     assert_eq!(recorder.dropped(), 3);
     // Known keys are still recorded when full.
     recorder.record(&ids[0]);
     assert_eq!(recorder.dropped(), 3);
+    assert_eq!(
+        recorder.flush().await.unwrap(),
+        2,
+        "the batch holds the first two keys"
+    );
 }
 
 #[tokio::test]
@@ -230,7 +234,7 @@ async fn a_key_with_an_expiry_and_no_recorded_lifetime_rolls_into_one_that_expir
             .roll(
                 "org_demo",
                 &old.id,
-                partner_api::management::RollKey::new(Duration::ZERO),
+                partner_api::store::RollKey::new(Duration::ZERO),
             )
             .await
             .unwrap();

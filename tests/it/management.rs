@@ -561,7 +561,7 @@ async fn bad_inputs_get_clear_errors_and_change_nothing() {
         "no refusal changed anything"
     );
     // The other organization's key is as it was.
-    use partner_api::management::KeyManager;
+    use partner_api::store::KeyManager;
     let theirs = store.get("org_other", &other).await.unwrap();
     assert!(theirs.revoked_at.is_none() && theirs.expires_at.is_none());
 }
@@ -589,7 +589,7 @@ async fn a_prefix_serves_a_host_that_does_not_strip_its_mount() {
 
 #[tokio::test]
 async fn rolls_keep_or_choose_a_lifetime_and_never_revive_a_key() {
-    use partner_api::management::{KeyManager, KeyPolicy, NewKey};
+    use partner_api::store::{KeyManager, KeyPolicy, NewKey};
     let store = store();
     let service = KeyManagementService::new(store.clone());
     let in_a_day =
@@ -1200,11 +1200,9 @@ mod core_only {
     use super::*;
     use async_trait::async_trait;
     use partner_api::key::AllowedIps;
-    use partner_api::management::{IssuedKey, KeyManager, KeyRecord, NewKey, RollKey};
+    use partner_api::store::{IssuedKey, KeyManager, KeyRecord, NewKey, RollKey};
     #[cfg(feature = "testing")]
-    use partner_api::{
-        management::KeyAbility, testing::StoreFixtures, Order, Organization, Timestamp,
-    };
+    use partner_api::{store::KeyAbility, testing::StoreFixtures, Order, Organization, Timestamp};
     use partner_api::{KeyDigest, KeyLookup, KeyStore, OrderPage, OrderStore, StoreError};
 
     /// The six required methods, over a memory store standing in for the host's table.
@@ -1351,7 +1349,7 @@ mod core_only {
 async fn adding_an_endpoint_past_the_cap_is_a_409_that_says_so() {
     let memory = store();
     let service = KeyManagementService::new(memory.clone()).with_webhooks(memory);
-    for n in 0..partner_api::management::DEFAULT_MAX_WEBHOOK_ENDPOINTS {
+    for n in 0..partner_api::store::DEFAULT_MAX_WEBHOOK_ENDPOINTS {
         let url = format!("https://partner.example/hooks/{n}");
         let added = post(&service, "/webhooks", json!({ "url": url })).await;
         assert_eq!(added.status, StatusCode::CREATED, "{}", added.text);

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use partner_api::management::KeyManager;
 use partner_api::seed::{Seed, DEMO_KEY};
+use partner_api::store::KeyManager;
 use partner_api::PgStore;
 use sqlx::{Connection, Executor, PgConnection};
 
@@ -125,7 +125,7 @@ async fn migrated_by_the_owner_served_and_managed_by_roles_without_ddl_rights() 
     let issued = owner
         .issue(
             "org_demo",
-            partner_api::management::NewKey::new(partner_api::key::KeyEnvironment::Test),
+            partner_api::store::NewKey::new(partner_api::key::KeyEnvironment::Test),
         )
         .await
         .unwrap();

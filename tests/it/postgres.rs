@@ -12,7 +12,7 @@ use crate::common::*;
 use http::StatusCode;
 use partner_api::cache::CachingKeyStore;
 use partner_api::seed::{Seed, DEMO_KEY, DEMO_OTHER_KEY, DEMO_REVOKED_KEY};
-use partner_api::store::postgres::PgStore;
+use partner_api::PgStore;
 use partner_api::{KeyDigest, KeyLookup, KeyStore, PartnerApi};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, Executor, PgConnection};
@@ -386,7 +386,7 @@ async fn http_get(url: &str, key: &str) -> (u16, serde_json::Value) {
 #[tokio::test]
 async fn reloading_a_seed_never_revives_moves_or_loosens_a_key() {
     crate::common::needs::needs!(Postgres);
-    use partner_api::management::KeyManager;
+    use partner_api::store::KeyManager;
     let (store, url) = migrated_store().await;
     let seed = Seed::demo();
     store.load_seed(&seed).await.unwrap();
@@ -491,10 +491,7 @@ async fn the_crates_migrations_share_a_database_with_the_hosts_own() {
         .fetch_one(&pool)
         .await
         .unwrap();
-    assert_eq!(
-        ours,
-        partner_api::store::postgres::MIGRATOR.iter().count() as i64
-    );
+    assert_eq!(ours, partner_api::PgStore::migrator().iter().count() as i64);
     // Both schemas work.
     sqlx::query("INSERT INTO host_users VALUES (1, 'a@example.com')")
         .execute(&pool)
@@ -510,10 +507,7 @@ async fn a_database_migrated_by_an_earlier_version_is_taken_over() {
     let url = fresh_database().await;
     let pool = PgPoolOptions::new().connect(&url).await.unwrap();
     // An earlier version of the crate ran its migrations with sqlx's own runner.
-    partner_api::store::postgres::MIGRATOR
-        .run(&pool)
-        .await
-        .unwrap();
+    partner_api::PgStore::migrator().run(&pool).await.unwrap();
     let store = PgStore::new(pool.clone());
     store.migrate().await.unwrap();
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
@@ -870,7 +864,7 @@ async fn the_binary_on_postgres_serves_from_its_caches_follows_a_revocation_and_
     // Revoked with the keys command, as an operator would: the running host refuses the key
     // within a second.
     let id = {
-        use partner_api::management::KeyManager;
+        use partner_api::store::KeyManager;
         store.list("org_other").await.unwrap()[0].id.clone()
     };
     let (ok, _, stderr) = keys_command(

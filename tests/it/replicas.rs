@@ -11,11 +11,11 @@ use crate::common::*;
 use async_trait::async_trait;
 use http::StatusCode;
 use partner_api::cache::{CachingKeyStore, CachingOrderStore, Notifications};
-use partner_api::management::KeyManager;
 use partner_api::seed::{Seed, DEMO_KEY, DEMO_OTHER_KEY};
-use partner_api::store::postgres::PgStore;
+use partner_api::store::KeyManager;
 use partner_api::store::OrderQuery;
 use partner_api::testing::StoreFixtures;
+use partner_api::PgStore;
 use partner_api::{
     KeyDigest, KeyLookup, KeyStore, Order, OrderPage, OrderStore, Organization, PartnerApi,
     StoreError, Timestamp,

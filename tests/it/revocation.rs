@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use http::StatusCode;
 use partner_api::cache::{CachingKeyStore, CachingOrderStore, Notifications};
 use partner_api::seed::{Seed, DEMO_KEY};
-use partner_api::store::postgres::PgStore;
+use partner_api::PgStore;
 use partner_api::{KeyDigest, KeyLookup, KeyStore, PartnerApi};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection};

@@ -16,10 +16,8 @@ use p256::ecdsa::signature::Signer as _;
 use p256::ecdsa::{Signature, SigningKey};
 use p256::pkcs8::{EncodePublicKey, LineEnding};
 use partner_api::key::{ApiKey, KeyEnvironment};
-use partner_api::management::{KeyManager, NewKey, RevocationReason};
-use partner_api::secret_scanning::{
-    BoxError, GithubPublicKeys, PublicKeyFetcher, SecretScanningService,
-};
+use partner_api::secret_scanning::{GithubPublicKeys, PublicKeyFetcher, SecretScanningService};
+use partner_api::store::{KeyManager, NewKey, RevocationReason};
 use partner_api::{MemoryStore, PartnerApi};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -374,7 +372,7 @@ struct Served {
 
 #[async_trait::async_trait]
 impl PublicKeyFetcher for Served {
-    async fn fetch(&self) -> Result<Vec<u8>, BoxError> {
+    async fn fetch(&self) -> Result<Vec<u8>, Box<dyn std::error::Error + Send + Sync>> {
         self.fetches.fetch_add(1, Ordering::SeqCst);
         Ok(self.document.lock().unwrap().clone().into_bytes())
     }
@@ -455,7 +453,7 @@ fn a_key_document_without_a_usable_key_is_refused() {
 #[tokio::test]
 async fn ten_thousand_matches_are_answered_in_one_report() {
     let f = fixture();
-    let policy = partner_api::management::KeyPolicy::default().with_max_active_keys(1_000);
+    let policy = partner_api::store::KeyPolicy::default().with_max_active_keys(1_000);
     f.store.set_key_policy("org_b", policy).await.unwrap();
     let mut keys = Vec::new();
     for _ in 0..500 {
@@ -563,7 +561,7 @@ async fn on_postgres_every_replica_refuses_a_reported_key_within_the_bound() {
         .load_seed(&partner_api::seed::Seed::demo())
         .await
         .unwrap();
-    let policy = partner_api::management::KeyPolicy::default().with_max_active_keys(2_000);
+    let policy = partner_api::store::KeyPolicy::default().with_max_active_keys(2_000);
     store.set_key_policy("org_demo", policy).await.unwrap();
     let signer = Signer::generate("github-key-1");
     let document = document(&[&signer]);

@@ -492,7 +492,7 @@ async fn hanging_beside_healthy(
     let hanging = Receiver::start(|_, _| Reply::Hang).await;
     let healthy = Receiver::ok().await;
     let mut stuck = Vec::new();
-    for n in 0..partner_api::management::DEFAULT_MAX_WEBHOOK_ENDPOINTS {
+    for n in 0..partner_api::store::DEFAULT_MAX_WEBHOOK_ENDPOINTS {
         let url = hanging.url(&format!("/{n}"));
         stuck.push(
             store

@@ -19,7 +19,8 @@ mod policy;
 
 pub use leaks::{Leak, LeakReport, LeakedKey, RevocationReason};
 pub(crate) use policy::lifetime_until;
-pub use policy::{KeyPolicy, KeyRefusal, RollKey};
+pub(crate) use policy::KeyRefusal;
+pub use policy::{KeyPolicy, RollKey};
 
 /// The longest label a key may have, in characters.
 pub const MAX_LABEL_CHARS: usize = 100;
@@ -195,7 +196,7 @@ impl KeyAbility {
 ///
 /// ```
 /// use partner_api::key::KeyEnvironment;
-/// use partner_api::management::NewKey;
+/// use partner_api::store::NewKey;
 ///
 /// let new = NewKey::new(KeyEnvironment::Live).with_label("Reporting");
 /// assert_eq!(new.label(), Some("Reporting"));

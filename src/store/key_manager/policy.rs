@@ -1,5 +1,5 @@
 //! What keys must obey: how a roll is asked for ([`RollKey`]), an organization's
-//! [`KeyPolicy`], and the refusals a caller may read ([`KeyRefusal`]).
+//! [`KeyPolicy`], and the refusals a caller may read (`KeyRefusal`, made by [`StoreError::refusal`]).
 
 use std::fmt;
 use std::time::Duration;
@@ -8,13 +8,13 @@ use serde::Serialize;
 
 use super::{DEFAULT_MAX_ACTIVE_KEYS, DEFAULT_MAX_WEBHOOK_ENDPOINTS};
 use crate::model::Timestamp;
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreErrorKind};
 
 /// How to roll a key: how long the old key keeps working, and how long the new one lives.
 ///
 /// ```
 /// use std::time::Duration;
-/// use partner_api::management::RollKey;
+/// use partner_api::store::RollKey;
 ///
 /// let roll = RollKey::new(Duration::from_secs(3600)).with_expires_in(Duration::from_secs(30 * 86_400));
 /// assert_eq!(roll.expires_in(), Some(Duration::from_secs(30 * 86_400)));
@@ -200,26 +200,26 @@ pub(super) mod optional_seconds {
 /// `InvalidData` (what was asked breaks a rule: 422) [`StoreError`], and the management API
 /// shows its message. Any other store error's text is logged only, never shown.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KeyRefusal {
+pub(crate) struct KeyRefusal {
     message: String,
 }
 
 impl KeyRefusal {
     /// A refusal saying `message`.
-    pub fn new(message: impl Into<String>) -> Self {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
         }
     }
 
     /// The `Conflict` store error of a refusal saying `message`.
-    pub fn conflict(message: impl Into<String>) -> StoreError {
-        StoreError::conflict(Self::new(message))
+    pub(crate) fn conflict(message: impl Into<String>) -> StoreError {
+        StoreError::refusal(StoreErrorKind::Conflict, message)
     }
 
     /// The `InvalidData` store error of a refusal saying `message`.
-    pub fn invalid(message: impl Into<String>) -> StoreError {
-        StoreError::invalid_data(Self::new(message))
+    pub(crate) fn invalid(message: impl Into<String>) -> StoreError {
+        StoreError::refusal(StoreErrorKind::InvalidData, message)
     }
 }
 

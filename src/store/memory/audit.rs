@@ -8,9 +8,10 @@ use async_trait::async_trait;
 use super::{unknown_organization, MemoryStore};
 use crate::model::Timestamp;
 use crate::store::audit::refuse_host_entry;
+use crate::store::StoreError;
 use crate::store::{
     AuditAction, AuditContext, AuditEntry, AuditLog, AuditPage, AuditQuery, AuditRecord,
-    StoreError, MAX_AUDIT_PAGE,
+    MAX_AUDIT_PAGE,
 };
 
 /// The most entries a memory store keeps: past it, the oldest tenth goes at once (a log that

@@ -9,7 +9,8 @@ use bytes::Bytes;
 
 use super::{KeyLookup, KeyStore, OrderQuery, OrderStore, Principal, StoreError};
 use crate::hashing::BuildPrehashed;
-use crate::key::{is_valid_key, ApiKey, KeyDigest, KeyEnvironment};
+use crate::key::KeyDigest;
+use crate::key::{is_valid_key, ApiKey, KeyEnvironment};
 use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
 use crate::seed::{Seed, SeedError};
 use crate::store::{

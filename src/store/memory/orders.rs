@@ -4,7 +4,8 @@
 use std::collections::HashSet;
 
 use crate::model::{EncodedOrder, OrderPage, MAX_ORDERS};
-use crate::store::{OrderQuery, StoreError};
+use crate::store::OrderQuery;
+use crate::store::StoreError;
 
 #[derive(Clone, Default)]
 pub(super) struct OrganizationOrders {

@@ -91,7 +91,7 @@ async fn failed_bulk_insert_adds_nothing() {
     let err = store
         .add_orders("a", [order("o2", 2), order("o1", 3)])
         .unwrap_err();
-    assert_eq!(err.kind(), crate::StoreErrorKind::InvalidData);
+    assert_eq!(err.kind(), crate::store::StoreErrorKind::InvalidData);
     assert!(store
         .add_orders("a", [order("o3", 2), order("o3", 3)])
         .is_err());

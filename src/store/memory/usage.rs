@@ -9,9 +9,10 @@ use async_trait::async_trait;
 use super::{unknown_key, unknown_organization, MemoryStore, State};
 use crate::model::Timestamp;
 use crate::store::usage::{day_of_millis, hour_of_millis};
+use crate::store::StoreError;
 use crate::store::{
-    KeyUsageTotal, StoreError, UsageBucket, UsageCount, UsageGranularity, UsageOutcome,
-    UsagePeriod, UsageRoute, UsageStore,
+    KeyUsageTotal, UsageBucket, UsageCount, UsageGranularity, UsageOutcome, UsagePeriod,
+    UsageRoute, UsageStore,
 };
 
 /// The usage a memory store holds: by key id, then hour (milliseconds), route and outcome.

@@ -14,7 +14,7 @@ use super::{unknown_organization, MemoryStore};
 use crate::model::Timestamp;
 use crate::store::audit::url_origin;
 use crate::store::webhooks::{
-    payload, Attempt, CreatedEndpoint, Endpoint, EventType, NewEndpoint, WebhookManager,
+    payload, Attempt, CreatedEndpoint, Endpoint, EventType, NewEndpoint, WebhookAbility, WebhookManager,
     WebhookSecret, MAX_RECOVERED,
 };
 use crate::store::StoreError;
@@ -300,6 +300,12 @@ impl WebhookManager for MemoryStore {
             Some(endpoint_id),
         ));
         Ok(())
+    }
+
+    fn supports(&self, ability: WebhookAbility) -> bool {
+        match ability {
+            WebhookAbility::TestEvents | WebhookAbility::DeliveryHistory => true,
+        }
     }
 
     async fn send_test(

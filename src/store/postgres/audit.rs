@@ -10,9 +10,9 @@ use sqlx::{PgConnection, Row};
 use super::timestamp::PgTimestamp;
 use super::{column, store_error, PgStore};
 use crate::store::audit::refuse_host_entry;
+use crate::store::StoreError;
 use crate::store::{
-    AuditContext, AuditEntry, AuditLog, AuditPage, AuditQuery, AuditRecord, StoreError,
-    MAX_AUDIT_PAGE,
+    AuditContext, AuditEntry, AuditLog, AuditPage, AuditQuery, AuditRecord, MAX_AUDIT_PAGE,
 };
 
 /// Inserts the entry of a change on `connection`, which holds the change's transaction: the

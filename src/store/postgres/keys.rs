@@ -6,7 +6,8 @@ use sqlx::Row;
 
 use super::timestamp::PgTimestamp;
 use super::{breaker, column, store_error, PgStore};
-use crate::key::{AllowedIps, KeyDigest};
+use crate::key::AllowedIps;
+use crate::key::KeyDigest;
 use crate::model::Organization;
 use crate::store::{KeyLookup, KeyStore, Principal, StoreError};
 

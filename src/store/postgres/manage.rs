@@ -1,31 +1,26 @@
 //! [`KeyManager`] over PostgreSQL: every statement scoped to the organization, expiry and
 //! revocation by the database's clock, last uses in one statement per batch.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::postgres::PgRow;
 use sqlx::Row;
 
 use super::audit::audited;
+use super::key_rows::{
+    lifetime_millis, parse_id, range_texts, record_from_row, unknown_key, RECORD,
+};
 use super::policy::{locked_policy, read_policy};
-use super::timestamp::PgTimestamp;
-use super::{allowed_ips, column, store_error, PgStore};
-use crate::key::{AllowedIps, ApiKey, KeyDigest, KeyEnvironment};
+use super::{column, store_error, PgStore};
+use crate::key::KeyDigest;
+use crate::key::{AllowedIps, ApiKey, KeyEnvironment};
 use crate::model::Timestamp;
 use crate::store::audit::restriction;
 use crate::store::StoreError;
 use crate::store::{AuditAction, AuditContext, AuditRecord};
 use crate::store::{
-    IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, Leak, LeakReport,
-    LeakedKey, NewKey, RevocationReason, RollKey,
+    IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, LeakReport,
+    LeakedKey, NewKey, RollKey,
 };
-
-/// The columns of a [`KeyRecord`], in `record_from_row`'s names.
-const RECORD: &str = "id, organization_id, label, hint, environment, created_at, expires_at, \
-                      last_used_at, revoked_at, lifetime_ms, allowed_ips::text[] AS allowed_ips, \
-                      revoked_reason, leak_url, leak_source, leak_reported_at";
 
 /// The active keys of the organization `$1`, by the database's clock.
 const ACTIVE_KEYS: &str = "SELECT count(*) FROM partner_api_keys WHERE organization_id = $1 \
@@ -405,14 +400,6 @@ impl KeyManager for PgStore {
     }
 }
 
-/// A lifetime in milliseconds, capped at a century as the overlap is: an interval that
-/// PostgreSQL can add to now.
-fn lifetime_millis(lifetime: Duration) -> i64 {
-    i64::try_from(lifetime.as_millis())
-        .unwrap_or(i64::MAX)
-        .clamp(1, 3_153_600_000_000)
-}
-
 async fn active_keys(
     transaction: &mut sqlx::PgConnection,
     organization_id: &str,
@@ -446,15 +433,6 @@ impl PgStore {
     }
 }
 
-/// A key id of this store: its row's number. Anything else names no key.
-fn parse_id(key_id: &str) -> Result<i64, StoreError> {
-    key_id.parse().map_err(|_| unknown_key(key_id))
-}
-
-fn unknown_key(key_id: &str) -> StoreError {
-    StoreError::not_found(format!("no key {key_id:?} in this organization"))
-}
-
 /// A foreign-key failure on insert names the organization.
 fn unknown_organization(err: StoreError, organization_id: &str) -> StoreError {
     if err.kind() == crate::store::StoreErrorKind::NotFound {
@@ -462,60 +440,4 @@ fn unknown_organization(err: StoreError, organization_id: &str) -> StoreError {
     } else {
         err
     }
-}
-
-fn timestamp(row: &PgRow, name: &str) -> Result<Option<Timestamp>, StoreError> {
-    let at: Option<PgTimestamp> = row.try_get(name).map_err(store_error)?;
-    Ok(at.map(|at| at.0))
-}
-
-fn record_from_row(row: &PgRow) -> Result<KeyRecord, StoreError> {
-    let id: i64 = column(row, "id")?;
-    let created_at = column::<PgTimestamp>(row, "created_at")?.0;
-    let mut record = KeyRecord::new(
-        id.to_string(),
-        column::<String>(row, "organization_id")?,
-        created_at,
-    );
-    record.label = row.try_get("label").map_err(store_error)?;
-    record.hint = row.try_get("hint").map_err(store_error)?;
-    let environment: Option<String> = row.try_get("environment").map_err(store_error)?;
-    record.environment = environment.and_then(|name| name.parse().ok());
-    record.expires_at = timestamp(row, "expires_at")?;
-    record.last_used_at = timestamp(row, "last_used_at")?;
-    record.revoked_at = timestamp(row, "revoked_at")?;
-    let lifetime_ms: Option<i64> = row.try_get("lifetime_ms").map_err(store_error)?;
-    record.lifetime = lifetime_ms.map(|ms| Duration::from_millis(ms.unsigned_abs()));
-    record.allowed_ips = allowed_ips(row)?;
-    // A key revoked by plain SQL has no reason recorded: it was revoked by hand.
-    let reason: Option<String> = row.try_get("revoked_reason").map_err(store_error)?;
-    record.revoked_reason = record.revoked_at.map(|_| match reason.as_deref() {
-        Some("leaked") => RevocationReason::Leaked,
-        Some("rolled") => RevocationReason::Rolled,
-        _ => RevocationReason::Manual,
-    });
-    record.leak = match timestamp(row, "leak_reported_at")? {
-        Some(reported_at) => Some(Leak {
-            url: row
-                .try_get::<Option<String>, _>("leak_url")
-                .map_err(store_error)?
-                .unwrap_or_default(),
-            source: row
-                .try_get::<Option<String>, _>("leak_source")
-                .map_err(store_error)?
-                .unwrap_or_default(),
-            reported_at,
-        }),
-        None => None,
-    };
-    Ok(record)
-}
-
-/// Address ranges as PostgreSQL's `cidr` input reads them.
-fn range_texts(allowed_ips: &AllowedIps) -> Vec<String> {
-    allowed_ips
-        .ranges()
-        .iter()
-        .map(ToString::to_string)
-        .collect()
 }

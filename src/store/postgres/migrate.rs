@@ -11,11 +11,11 @@ use super::store_error;
 use crate::store::StoreError;
 
 /// The embedded migrations that create the reference schema (`src/store/migrations`).
-pub static MIGRATOR: Migrator = sqlx::migrate!("src/store/migrations");
+pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("src/store/migrations");
 
 /// The table in which the crate records the migrations it applied (sqlx records a host's own
 /// in `_sqlx_migrations`; each migrator then fails on versions it does not know).
-pub const MIGRATIONS_TABLE: &str = "partner_api_migrations";
+pub(crate) const MIGRATIONS_TABLE: &str = "partner_api_migrations";
 
 /// The advisory lock that makes replicas migrate one after the other: "partner" and 1.
 const LOCK: i64 = 0x7061_7274_6e65_7201;

@@ -8,13 +8,15 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, Row};
 
 use super::{OrderQuery, OrderStore, StoreError};
-use crate::key::{is_valid_key, KeyDigest};
+use crate::key::is_valid_key;
+use crate::key::KeyDigest;
 use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
 use crate::store::describe_plaintext;
 
 mod audit;
 mod breaker;
 mod error;
+mod key_rows;
 mod keys;
 mod manage;
 mod migrate;
@@ -29,11 +31,7 @@ mod webhooks;
 
 pub(crate) use error::store_error;
 use keys::allowed_ips;
-pub use migrate::{MIGRATIONS_TABLE, MIGRATOR};
 use timestamp::{PgDate, PgTimestamp};
-
-/// The statement timeout of a pool made by [`PgStore::connect_lazy`].
-pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The one query of the first page of `GET /orders`: an index range scan of
 /// `partner_orders_newest`, one row more than the page holds (to know whether more follow).
@@ -52,7 +50,7 @@ const PAGE_AFTER: &str = "\
     FROM partner_orders WHERE organization_id = $1 AND (created_at, id) < ($3, $4) \
     ORDER BY created_at DESC, id DESC LIMIT $2";
 
-/// [`KeyStore`](crate::KeyStore) and [`OrderStore`] over PostgreSQL, in the reference schema of [`MIGRATOR`].
+/// [`KeyStore`](crate::KeyStore) and [`OrderStore`] over PostgreSQL, in the reference schema of [`PgStore::migrator`].
 ///
 /// The store keeps no state of its own: every lookup reads the database, so any number of
 /// replicas serve the same keys, and a revocation (`UPDATE partner_api_keys SET revoked_at =
@@ -87,6 +85,19 @@ impl std::fmt::Debug for PgStore {
 }
 
 impl PgStore {
+    /// The statement timeout of a pool made by [`PgStore::connect_lazy`].
+    pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// The table in which the crate records the migrations it applied (sqlx records a host's
+    /// own in `_sqlx_migrations`; each migrator then fails on versions it does not know).
+    pub const MIGRATIONS_TABLE: &'static str = migrate::MIGRATIONS_TABLE;
+
+    /// The embedded migrations that create the reference schema (`src/store/migrations`),
+    /// which [`migrate`](Self::migrate) applies; for a host that inspects or plans them.
+    pub fn migrator() -> &'static sqlx::migrate::Migrator {
+        &migrate::MIGRATOR
+    }
+
     /// Creates a store over the host's own pool.
     pub fn new(pool: PgPool) -> Self {
         let half = usize::try_from(pool.options().get_max_connections() / 2).unwrap_or(1);
@@ -98,14 +109,14 @@ impl PgStore {
     }
 
     /// Connects a pool of its own to `url` with production defaults: at most 10
-    /// connections, 5 s to acquire one, and [`DEFAULT_STATEMENT_TIMEOUT`] per statement.
+    /// connections, 5 s to acquire one, and [`PgStore::DEFAULT_STATEMENT_TIMEOUT`] per statement.
     /// It connects lazily: an unreachable database shows as errors of the store's calls.
     ///
     /// # Errors
     ///
     /// When `url` is not a PostgreSQL URL.
     pub fn connect_lazy(url: &str) -> Result<Self, StoreError> {
-        let timeout = DEFAULT_STATEMENT_TIMEOUT.as_millis().to_string();
+        let timeout = Self::DEFAULT_STATEMENT_TIMEOUT.as_millis().to_string();
         let options = PgConnectOptions::from_str(url)
             .map_err(StoreError::other)?
             .options([("statement_timeout", timeout.as_str())]);
@@ -123,7 +134,7 @@ impl PgStore {
 
     /// Creates or updates the reference schema; safe to run from several replicas at once.
     ///
-    /// The crate records its migrations in a table of its own ([`MIGRATIONS_TABLE`]), not in
+    /// The crate records its migrations in a table of its own ([`PgStore::MIGRATIONS_TABLE`]), not in
     /// sqlx's `_sqlx_migrations`, so it shares a database with a host that runs its own sqlx
     /// migrations: neither sees the other's versions.
     ///

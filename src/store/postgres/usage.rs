@@ -9,8 +9,9 @@ use chrono::{DateTime, Utc};
 use super::{column, store_error, PgStore};
 use crate::model::Timestamp;
 use crate::store::usage::hour_of_millis;
+use crate::store::StoreError;
 use crate::store::{
-    KeyUsageTotal, StoreError, UsageBucket, UsageCount, UsageGranularity, UsagePeriod, UsageStore,
+    KeyUsageTotal, UsageBucket, UsageCount, UsageGranularity, UsagePeriod, UsageStore,
 };
 
 fn unknown_key(key_id: &str) -> StoreError {

@@ -15,7 +15,7 @@ use crate::model::{EncodedOrder, Order, Timestamp};
 use crate::store::audit::url_origin;
 use crate::store::webhooks::{
     payload, Attempt, AttemptOutcome, CreatedEndpoint, Endpoint, EventType, NewEndpoint,
-    WebhookManager, WebhookSecret, MAX_RECOVERED,
+    WebhookAbility, WebhookManager, WebhookSecret, MAX_RECOVERED,
 };
 use crate::store::StoreError;
 use crate::store::{AuditAction, AuditRecord};
@@ -288,6 +288,12 @@ impl WebhookManager for PgStore {
         audited(&mut transaction, entry).await?;
         transaction.commit().await.map_err(store_error)?;
         Ok(())
+    }
+
+    fn supports(&self, ability: WebhookAbility) -> bool {
+        match ability {
+            WebhookAbility::TestEvents | WebhookAbility::DeliveryHistory => true,
+        }
     }
 
     async fn send_test(&self, organization_id: &str, id: &str) -> Result<String, StoreError> {

@@ -249,8 +249,16 @@ pub struct Attempt {
 /// organization. A secret is returned only by the calls that make one
 /// ([`add_endpoint`](Self::add_endpoint), [`rotate_secret`](Self::rotate_secret)).
 ///
-/// Implemented by [`MemoryStore`](crate::MemoryStore) and `PgStore` with the same semantics;
-/// `testing::run_webhooks` checks any implementation.
+/// A host's own endpoint table implements the six required methods (add, list, get, rotate
+/// the secret, enable or disable, remove) and has a working Webhooks section. The optional
+/// abilities (test events; the delivery history with its retries and recovery) are methods
+/// with defaults that answer [`Unsupported`](crate::StoreErrorKind::Unsupported); a store
+/// that implements one says so in [`supports`](Self::supports), and the management service
+/// and the Settings page leave out what is not supported (404, like every ability a host does
+/// not offer).
+///
+/// Implemented in full by [`MemoryStore`](crate::MemoryStore) and `PgStore` with the same
+/// semantics; `testing::run_webhooks` checks any implementation.
 #[async_trait]
 pub trait WebhookManager: Send + Sync {
     /// Adds an endpoint for `organization_id` with a new secret, and returns it with the
@@ -304,48 +312,88 @@ pub trait WebhookManager: Send + Sync {
         endpoint_id: &str,
     ) -> Result<(), StoreError>;
 
-    /// Queues a `webhook.test` event for the endpoint and returns its message id.
+    /// Whether the store offers `ability`: `false` for every ability by default. A store
+    /// that overrides the methods of an ability says `true` for it here.
+    fn supports(&self, ability: WebhookAbility) -> bool {
+        let _ = ability;
+        false
+    }
+
+    /// Queues a `webhook.test` event for the endpoint and returns its message id
+    /// ([`WebhookAbility::TestEvents`]).
     ///
     /// # Errors
     ///
-    /// `Conflict` for a disabled endpoint (it would never be delivered).
+    /// `Conflict` for a disabled endpoint (it would never be delivered); `Unsupported` by
+    /// default.
     async fn send_test(
         &self,
         organization_id: &str,
         endpoint_id: &str,
-    ) -> Result<String, StoreError>;
+    ) -> Result<String, StoreError> {
+        let _ = (organization_id, endpoint_id);
+        Err(StoreError::unsupported("webhook test events"))
+    }
 
-    /// Returns the endpoint's latest `limit` delivery attempts, newest first.
+    /// Returns the endpoint's latest `limit` delivery attempts, newest first
+    /// ([`WebhookAbility::DeliveryHistory`]; `Unsupported` by default).
     async fn attempts(
         &self,
         organization_id: &str,
         endpoint_id: &str,
         limit: usize,
-    ) -> Result<Vec<Attempt>, StoreError>;
+    ) -> Result<Vec<Attempt>, StoreError> {
+        let _ = (organization_id, endpoint_id, limit);
+        Err(StoreError::unsupported("webhook delivery history"))
+    }
 
     /// Queues the message `message_id` (a `webhook-id`) to the endpoint again, due now, with a
     /// fresh round of tries, when it succeeded or ran out of tries; a message still pending
     /// (waiting for a retry, or in flight) is left as it is, so its lease stands, and no audit
     /// entry is written for it.
     ///
+    /// ([`WebhookAbility::DeliveryHistory`].)
+    ///
     /// # Errors
     ///
-    /// `NotFound` for a message the endpoint never had.
+    /// `NotFound` for a message the endpoint never had; `Unsupported` by default.
     async fn retry_message(
         &self,
         organization_id: &str,
         endpoint_id: &str,
         message_id: &str,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        let _ = (organization_id, endpoint_id, message_id);
+        Err(StoreError::unsupported("webhook delivery history"))
+    }
 
     /// Queues again the messages to the endpoint that ran out of tries and were raised at or
     /// after `since`, oldest first and at most [`MAX_RECOVERED`] of them, due now, and returns
     /// how many (a caller with more to recover calls again). A call that recovers none writes
-    /// no audit entry.
+    /// no audit entry. ([`WebhookAbility::DeliveryHistory`]; `Unsupported` by default.)
     async fn recover(
         &self,
         organization_id: &str,
         endpoint_id: &str,
         since: Timestamp,
-    ) -> Result<u64, StoreError>;
+    ) -> Result<u64, StoreError> {
+        let _ = (organization_id, endpoint_id, since);
+        Err(StoreError::unsupported("webhook delivery history"))
+    }
+}
+
+/// An optional ability of a [`WebhookManager`], as [`WebhookManager::supports`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WebhookAbility {
+    /// [`WebhookManager::send_test`]: a `webhook.test` event queued on demand.
+    TestEvents,
+    /// [`WebhookManager::attempts`], [`WebhookManager::retry_message`] and
+    /// [`WebhookManager::recover`]: the delivery history and what is sent again from it.
+    DeliveryHistory,
+}
+
+impl WebhookAbility {
+    /// Every ability.
+    pub const ALL: [Self; 2] = [Self::TestEvents, Self::DeliveryHistory];
 }

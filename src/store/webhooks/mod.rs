@@ -14,7 +14,7 @@ mod outbox;
 mod secret;
 
 pub use endpoint::{
-    Attempt, AttemptOutcome, CreatedEndpoint, Endpoint, NewEndpoint, WebhookManager,
+    Attempt, AttemptOutcome, CreatedEndpoint, Endpoint, NewEndpoint, WebhookAbility, WebhookManager,
     MAX_DESCRIPTION_CHARS, MAX_RECOVERED, MAX_URL_BYTES,
 };
 pub use outbox::{

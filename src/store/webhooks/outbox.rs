@@ -23,7 +23,7 @@ use crate::store::StoreError;
 ///     body,
 ///     r#"{"type":"order.deleted","timestamp":"2026-11-23T10:00:00.000Z","data":{"id":"ord_1"}}"#
 /// );
-/// # Ok::<(), partner_api::model::TimestampParseError>(())
+/// # Ok::<(), partner_api::TimestampParseError>(())
 /// ```
 pub fn payload(kind: EventType, timestamp: Timestamp, data: &[u8]) -> Bytes {
     let mut body = Vec::with_capacity(data.len() + 80);

@@ -469,14 +469,14 @@ impl Process {
 /// A key of `organization_id` that has expired: issued to live for 50 ms, then waited for.
 /// Returns its plaintext.
 pub async fn expired_key(
-    store: &impl partner_api::management::KeyManager,
+    store: &impl partner_api::store::KeyManager,
     organization_id: &str,
 ) -> String {
     let lifetime = Duration::from_millis(50);
     let issued = store
         .issue(
             organization_id,
-            partner_api::management::NewKey::new(partner_api::key::KeyEnvironment::Test)
+            partner_api::store::NewKey::new(partner_api::key::KeyEnvironment::Test)
                 .with_expires_in(lifetime),
         )
         .await
@@ -490,7 +490,7 @@ pub async fn expired_key(
 pub async fn key_abilities_pass<F>(store: &F)
 where
     F: partner_api::testing::StoreFixtures,
-    F::Store: partner_api::management::KeyManager,
+    F::Store: partner_api::store::KeyManager,
 {
     for report in [
         partner_api::testing::run_key_policy(store).await,

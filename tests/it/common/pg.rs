@@ -94,8 +94,8 @@ pub async fn kill_listeners(connection: &mut PgConnection) -> usize {
 }
 
 /// The record of the demo seed's key `DEMO_KEY` (labelled "Demo integration") in `store`.
-pub async fn demo_key_record(store: &partner_api::PgStore) -> partner_api::management::KeyRecord {
-    use partner_api::management::KeyManager;
+pub async fn demo_key_record(store: &partner_api::PgStore) -> partner_api::store::KeyRecord {
+    use partner_api::store::KeyManager;
     store
         .list("org_demo")
         .await

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use partner_api::key::AllowedIps;
-use partner_api::management::{
+use partner_api::store::{
     IssuedKey, KeyManager, KeyPolicy, KeyRecord, KeyUse, LeakReport, LeakedKey, NewKey, RollKey,
 };
 use partner_api::{MemoryStore, StoreError};
@@ -32,7 +32,7 @@ impl SpyKeys {
 
 #[async_trait]
 impl KeyManager for SpyKeys {
-    fn supports(&self, ability: partner_api::management::KeyAbility) -> bool {
+    fn supports(&self, ability: partner_api::store::KeyAbility) -> bool {
         self.store.supports(ability)
     }
     async fn issue(&self, org: &str, new: NewKey) -> Result<IssuedKey, StoreError> {

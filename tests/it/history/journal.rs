@@ -10,6 +10,9 @@ use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
 
+/// The tracing target of the caches' journal (`docs::replicas` names it).
+const JOURNAL: &str = "partner_api::cache::journal";
+
 /// One journal event: when it was recorded, its hub, its message and its other fields.
 #[derive(Clone, Debug)]
 pub(super) struct Entry {
@@ -47,11 +50,11 @@ struct Recorder(Journal);
 
 impl<S: tracing::Subscriber> Layer<S> for Recorder {
     fn enabled(&self, metadata: &tracing::Metadata<'_>, _: Context<'_, S>) -> bool {
-        metadata.target() == partner_api::cache::JOURNAL
+        metadata.target() == JOURNAL
     }
 
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        if event.metadata().target() != partner_api::cache::JOURNAL {
+        if event.metadata().target() != JOURNAL {
             return;
         }
         let at = Instant::now();

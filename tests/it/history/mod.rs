@@ -49,9 +49,9 @@ use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use partner_api::cache::{CachingKeyStore, CachingOrderStore, Notifications};
-use partner_api::management::KeyManager;
 use partner_api::seed::Seed;
-use partner_api::store::postgres::PgStore;
+use partner_api::store::KeyManager;
+use partner_api::PgStore;
 use partner_api::{KeyDigest, PartnerApi};
 use sqlx::{Connection, PgConnection};
 
@@ -283,7 +283,7 @@ async fn roll(store: &PgStore, (key, key_id): (usize, &str), history: &Mutex<His
         .roll(
             "org_demo",
             key_id,
-            partner_api::management::RollKey::new(Duration::ZERO),
+            partner_api::store::RollKey::new(Duration::ZERO),
         )
         .await
         .unwrap();
@@ -355,7 +355,7 @@ async fn check_a_history(journal: Journal, clock: Clock) {
     store
         .set_key_policy(
             "org_demo",
-            partner_api::management::KeyPolicy::new().with_max_active_keys(1_000_000),
+            partner_api::store::KeyPolicy::new().with_max_active_keys(1_000_000),
         )
         .await
         .unwrap();

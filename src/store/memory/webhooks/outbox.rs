@@ -12,9 +12,9 @@ use crate::store::webhooks::{
     Attempt, AttemptOutcome, Backlog, ClaimRequest, Delivery, Finish, FinishedAttempt, NextStep,
     WebhookOutbox,
 };
-use crate::store::{
-    AuditAction, AuditContext, AuditRecord, MemoryStore, StoreError, DELIVERY_ACTOR,
-};
+use crate::store::{AuditAction, AuditContext, AuditRecord, DELIVERY_ACTOR};
+use crate::store::memory::MemoryStore;
+use crate::store::StoreError;
 
 #[async_trait]
 impl WebhookOutbox for MemoryStore {
