@@ -131,7 +131,8 @@ function button(text, className, onClick, label) {
 
 // What the host's store offers besides the keys themselves (GET /abilities); until it is
 // known, everything is shown.
-let abilities = { keyPolicy: true, leakReports: true, lastUse: true, webhooks: true, usage: true, auditLog: true };
+let abilities = { keyPolicy: true, leakReports: true, lastUse: true, webhooks: true, webhookTestEvents: true,
+  webhookDeliveryHistory: true, usage: true, auditLog: true };
 
 function render(keys) {
   const body = document.getElementById("keys");
@@ -345,6 +346,7 @@ async function start() {
   try { abilities = (await call("GET", "/abilities")).abilities; }
   catch (error) { /* an older service: show everything */ }
   refresh();
+  startWebhooks();
 }
 
 document.addEventListener("DOMContentLoaded", start);

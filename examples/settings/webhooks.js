@@ -1,8 +1,9 @@
 // The Webhooks section of the Settings -> Partner API page: the organization's endpoints,
 // their signing secrets (shown once), test events and delivery attempts. It uses page.js's
 // `call`, `element`, `cell`, `button` and `dateCell`, and builds every element with
-// textContent, never from HTML. Shown only when the host serves webhooks (else the list is a
-// 404 and the section stays hidden).
+// textContent, never from HTML. Shown only when GET /abilities says the host offers webhooks;
+// its test and attempts buttons only when it offers test events and the delivery history.
+// page.js starts it once the abilities are known.
 "use strict";
 
 let webhookStatus = null;
@@ -31,8 +32,8 @@ function renderEndpoints(endpoints) {
     status.append(element("span", "badge " + (endpoint.enabled ? "active" : "revoked"), endpoint.enabled ? "Enabled" : "Disabled"));
     const actions = cell("", "actions");
     const name = endpoint.url;
-    if (endpoint.enabled) actions.append(button("Send test", "test-endpoint", () => act(endpoint, "test", "send a test event"), "Send a test event to " + name));
-    actions.append(button("Attempts", "show-attempts", () => showAttempts(endpoint), "Attempts of " + name));
+    if (endpoint.enabled && abilities.webhookTestEvents) actions.append(button("Send test", "test-endpoint", () => act(endpoint, "test", "send a test event"), "Send a test event to " + name));
+    if (abilities.webhookDeliveryHistory) actions.append(button("Attempts", "show-attempts", () => showAttempts(endpoint), "Attempts of " + name));
     actions.append(button("Rotate secret", "rotate-endpoint", () => rotate(endpoint), "Rotate the secret of " + name));
     actions.append(endpoint.enabled
       ? button("Disable", "disable-endpoint", () => act(endpoint, "disable", "disable the endpoint"), "Disable " + name)
@@ -44,8 +45,8 @@ function renderEndpoints(endpoints) {
 }
 
 // How many endpoints the organization has of the most its policy allows; at the cap the
-// add button is off (the service would answer 409). A store without key policies (a 501)
-// shows the count alone.
+// add button is off (the service would answer 409). A host without key policies shows the
+// count alone.
 function renderRoom(count, max) {
   const room = document.getElementById("endpoint-room");
   if (max === null) {
@@ -59,7 +60,7 @@ function renderRoom(count, max) {
 async function refreshEndpoints() {
   try {
     const [list, policy] = await Promise.all([
-      call("GET", "/webhooks"), call("GET", "/policy").catch(() => null)]);
+      call("GET", "/webhooks"), abilities.keyPolicy ? call("GET", "/policy").catch(() => null) : null]);
     renderEndpoints(list.endpoints);
     renderRoom(list.endpoints.length, policy ? policy.policy.maxWebhookEndpoints : null);
   } catch (error) { webhookStatus.textContent = "Could not load the endpoints: " + error.message; }
@@ -142,15 +143,10 @@ async function refreshAttempts() {
 
 async function startWebhooks() {
   webhookStatus = document.getElementById("webhook-status");
-  try {
-    await call("GET", "/webhooks");
-  } catch (error) {
-    return; // This host serves no webhooks: the section stays hidden.
-  }
+  if (!abilities.webhooks) return; // This host serves no webhooks: the section stays hidden.
   document.getElementById("webhooks-section").hidden = false;
   refreshEndpoints();
   document.getElementById("add-endpoint").addEventListener("submit", addEndpoint);
   document.getElementById("attempts-refresh").addEventListener("click", refreshAttempts);
 }
 
-document.addEventListener("DOMContentLoaded", startWebhooks);

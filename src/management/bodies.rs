@@ -54,6 +54,17 @@ impl Failure {
         response
     }
 
+    /// The answer to a request for an ability this host does not offer (a store without it,
+    /// or a capability the host did not give the service): 404, like a path that does not
+    /// exist, saying what is not offered. Every optional ability is answered so;
+    /// `GET /abilities` says beforehand which are offered.
+    pub(super) fn not_offered(what: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            format!("this host does not offer {what}"),
+        )
+    }
+
     /// The answer to a store's error: its kind decides the status; the detail of a failure
     /// goes to the log only.
     pub(super) fn from_store(err: StoreError) -> Self {
@@ -74,12 +85,9 @@ impl Failure {
             StoreErrorKind::NotFound => StatusCode::NOT_FOUND,
             StoreErrorKind::Conflict => StatusCode::CONFLICT,
             StoreErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            StoreErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
+            StoreErrorKind::Unsupported => return Self::not_offered("this"),
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        if status == StatusCode::NOT_IMPLEMENTED {
-            return Self::new(status, "this host does not offer this");
-        }
         if status.is_server_error() {
             tracing::error!(kind = ?err.kind(), error = %ErrorChain(&err), "key management store failed");
             let message = if status == StatusCode::SERVICE_UNAVAILABLE {

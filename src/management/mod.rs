@@ -8,9 +8,11 @@
 //!   ([`MemoryStore`](crate::MemoryStore) and `PgStore` do), lives with its records in
 //!   [`store`](crate::store), below the services that call it.
 
+mod abilities;
 mod audit;
 pub(crate) mod bodies;
 mod limits;
+mod retention;
 mod service;
 mod usage;
 #[cfg(feature = "webhooks")]

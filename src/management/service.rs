@@ -14,10 +14,16 @@
 //! | `POST /keys/{id}/revoke` `{}` | revokes it | 200 `{"data": {"record": record}}` |
 //! | `POST /keys/{id}/roll` `{"overlapSeconds", "expiresInSeconds"}` | rolls it (the new key lives `expiresInSeconds`, or as long as the old one was issued for) | 201 `{"data": {"key": "pk_...", "record": record}}` |
 //! | `POST /keys/{id}/restrict` `{"allowedIps": ["192.0.2.0/24", ...]}` | sets the address ranges it may be used from (`[]`: any) | 200 `{"data": {"record": record}}` |
-//! | `GET /policy` | the organization's key policy | 200 `{"data": {"policy": {"maxKeyLifetimeSeconds", "maxActiveKeys", "maxWebhookEndpoints"}}}`; 501 when the store has no key policies |
-//! | `GET /abilities` | what this host offers besides the keys themselves | 200 `{"data": {"abilities": {"keyPolicy", "leakReports", "lastUse", "webhooks", "usage"}}}` (booleans) |
+//! | `GET /policy` | the organization's key policy | 200 `{"data": {"policy": {"maxKeyLifetimeSeconds", "maxActiveKeys", "maxWebhookEndpoints"}}}` |
+//! | `GET /abilities` | what this host offers besides the keys themselves | 200 `{"data": {"abilities": {"keyPolicy", "leakReports", "lastUse", "webhooks", "webhookTestEvents", "webhookDeliveryHistory", "usage", "auditLog"}}}` (booleans) |
 //! | `GET /keys/{id}/usage?from=&to=&granularity=hour\|day` | one key's requests per bucket, route and outcome (with [`with_usage`](KeyManagementService::with_usage)) | 200 `{"data": {"keyId", "from", "to", "granularity", "total", "buckets": [{"start", "route", "outcome", "count"}]}}` |
 //! | `GET /usage?from=&to=` | every key's totals per outcome (with `with_usage`) | 200 `{"data": {"from", "to", "keys": [{"keyId", "total", "outcomes": {"ok": n, ...}}]}}` |
+//!
+//! Every optional ability (key policies, usage, the audit log, webhooks, and of them test
+//! events and the delivery history) is asked one way: `GET /abilities` says which are offered
+//! (the Settings page reads it), and a path of one not offered answers 404 `{"error":
+//! {"message": "this host does not offer ..."}}` and is left out of the served OpenAPI
+//! document.
 //!
 //! The plaintext key is in exactly one response: the one that created it. Every response is
 //! `Cache-Control: no-store`; no body is logged. Errors are `{"error": {"message": "..."}}`
@@ -44,6 +50,8 @@
 
 mod routes;
 
+use super::retention::AuditRetention;
+
 use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
@@ -67,7 +75,7 @@ use crate::api::body::ApiBody;
 use crate::api::client_address::{ClientAddr, PeerAddr, TrustedProxies};
 use crate::model::Timestamp;
 use crate::store::AuditContext;
-use crate::store::{KeyAbility, KeyManager, NewKey, RollKey};
+use crate::store::{KeyManager, NewKey, RollKey};
 
 /// The OpenAPI 3.1 description of the service, as checked in.
 pub const OPENAPI_DOCUMENT: &str = include_str!("openapi.json");
@@ -183,19 +191,19 @@ type CsrfCheck = dyn Fn(&Parts) -> bool + Send + Sync;
 /// ```
 #[derive(Clone)]
 pub struct KeyManagementService {
-    keys: Arc<dyn KeyManager>,
+    pub(super) keys: Arc<dyn KeyManager>,
     prefix: Arc<str>,
     csrf: Option<Arc<CsrfCheck>>,
-    usage: Option<Arc<dyn crate::store::UsageStore>>,
-    audit: Option<Arc<dyn crate::store::AuditLog>>,
+    pub(super) usage: Option<Arc<dyn crate::store::UsageStore>>,
+    pub(super) audit: Option<Arc<dyn crate::store::AuditLog>>,
     /// The audit log's retention, run from here (at most once an hour) when the log is served.
-    audit_retention: Arc<AuditRetention>,
+    pub(super) audit_retention: Arc<AuditRetention>,
     /// The budget per organization of every change (each one writes an audit entry).
     writes: Arc<crate::rate_limit::LocalRateLimiter>,
     /// The proxies whose forwarding headers name the client of an audit entry.
     trusted_proxies: Arc<TrustedProxies>,
     #[cfg(feature = "webhooks")]
-    webhooks: Option<Arc<dyn crate::webhooks::WebhookManager>>,
+    pub(super) webhooks: Option<Arc<dyn crate::webhooks::WebhookManager>>,
     /// The budget per organization of the webhook actions that queue messages.
     #[cfg(feature = "webhooks")]
     webhook_actions: Arc<crate::rate_limit::LocalRateLimiter>,
@@ -214,42 +222,6 @@ pub const DEFAULT_MANAGEMENT_WRITES: (std::time::Duration, std::num::NonZeroU32)
 
 /// The actor of the `audit.pruned` entries of the service's own retention.
 pub const AUDIT_RETENTION_ACTOR: &str = "audit retention";
-
-/// How often the service runs the audit log's retention, at most.
-const AUDIT_RETENTION_INTERVAL: std::time::Duration = std::time::Duration::from_secs(3600);
-/// A retention round deletes at most this many batches of [`AUDIT_RETENTION_BATCH`] entries.
-const AUDIT_RETENTION_BATCHES: u32 = 10;
-const AUDIT_RETENTION_BATCH: u32 = 500;
-
-/// The audit log's retention, run by the service itself: how long entries are kept, and
-/// when it last ran (seconds on the process's clock, 0 for never).
-struct AuditRetention {
-    keep: std::time::Duration,
-    started: std::time::Instant,
-    last_run: std::sync::atomic::AtomicU64,
-}
-
-impl AuditRetention {
-    fn new(keep: std::time::Duration) -> Self {
-        Self {
-            keep,
-            started: std::time::Instant::now(),
-            last_run: std::sync::atomic::AtomicU64::new(0),
-        }
-    }
-
-    /// Whether a round is due now; if so, it is this caller's to run (one at a time).
-    fn take_turn(&self) -> bool {
-        use std::sync::atomic::Ordering;
-        let now = self.started.elapsed().as_secs() + 1;
-        let last = self.last_run.load(Ordering::Acquire);
-        (last == 0 || now.saturating_sub(last) >= AUDIT_RETENTION_INTERVAL.as_secs())
-            && self
-                .last_run
-                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-    }
-}
 
 /// The default budget of webhook actions that queue messages (`test`, `retry`, `recover`),
 /// per organization: bursts of 10, then one every 6 seconds.
@@ -490,38 +462,6 @@ impl KeyManagementService {
         Ok(response)
     }
 
-    /// Starts a round of the audit log's retention in the background when one is due. Its
-    /// `audit.pruned` entries are by [`AUDIT_RETENTION_ACTOR`], never in the context of the
-    /// request that found it due: that request's user, address and agent belong to one
-    /// organization, and retention writes into every organization's log. A failure is
-    /// logged; the next round is an hour later.
-    fn run_audit_retention(&self) {
-        let Some(log) = &self.audit else { return };
-        if !self.audit_retention.take_turn() {
-            return;
-        }
-        let (log, keep) = (log.clone(), self.audit_retention.keep);
-        tokio::spawn(AuditContext::new(AUDIT_RETENTION_ACTOR).scope(async move {
-            let pruned = crate::store::prune_audit_batches(
-                &*log,
-                keep,
-                AUDIT_RETENTION_BATCH,
-                AUDIT_RETENTION_BATCHES,
-            );
-            if let Err(err) = pruned.await {
-                tracing::warn!(error = %crate::log::ErrorChain(&err), "the audit log's retention failed");
-            }
-        }));
-    }
-
-    /// Whether the service serves the webhooks routes.
-    fn webhooks_served(&self) -> bool {
-        #[cfg(feature = "webhooks")]
-        return self.webhooks.is_some();
-        #[cfg(not(feature = "webhooks"))]
-        false
-    }
-
     /// The organization the host says the user acts for.
     fn acting_organization(&self, parts: &Parts) -> Result<ActingOrganization, Failure> {
         parts
@@ -529,24 +469,6 @@ impl KeyManagementService {
             .get::<ActingOrganization>()
             .cloned()
             .ok_or_else(|| Failure::new(StatusCode::UNAUTHORIZED, "sign in to manage API keys"))
-    }
-
-    /// The OpenAPI document, without the webhook and usage paths when they are not served.
-    fn document(&self) -> Result<serde_json::Value, Failure> {
-        let mut document: serde_json::Value =
-            serde_json::from_str(OPENAPI_DOCUMENT).map_err(|_| {
-                Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal server error")
-            })?;
-        let (webhooks, usage) = (self.webhooks_served(), self.usage.is_some());
-        let audit = self.audit.is_some();
-        if let Some(paths) = document.get_mut("paths").and_then(|p| p.as_object_mut()) {
-            paths.retain(|path, _| {
-                (webhooks || !path.starts_with("/webhooks"))
-                    && (usage || !(path == "/usage" || path.ends_with("/usage")))
-                    && (audit || path != "/audit")
-            });
-        }
-        Ok(document)
     }
 
     /// Refuses a state-changing request that is not `application/json` (the browser's CSRF

@@ -6,6 +6,7 @@
 
 pub(crate) mod audit;
 pub(crate) mod error;
+mod forward;
 pub(crate) mod key_manager;
 pub(crate) mod memory;
 #[cfg(feature = "postgres")]

@@ -158,13 +158,6 @@ pub trait KeyDigests: Send + Sync {
     async fn key_digests(&self, ids: Option<&[String]>) -> Result<Vec<KeyDigest>, StoreError>;
 }
 
-#[async_trait]
-impl<T: KeyDigests + ?Sized> KeyDigests for Arc<T> {
-    async fn key_digests(&self, ids: Option<&[String]>) -> Result<Vec<KeyDigest>, StoreError> {
-        (**self).key_digests(ids).await
-    }
-}
-
 /// Reads an organization's orders, a page at a time.
 #[async_trait]
 pub trait OrderStore: Send + Sync {
@@ -193,35 +186,5 @@ pub trait OrderStore: Send + Sync {
     ) -> Option<Result<OrderPage, StoreError>> {
         let _ = (organization_id, query);
         None
-    }
-}
-
-#[async_trait]
-impl<T: KeyStore + ?Sized> KeyStore for Arc<T> {
-    async fn lookup(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
-        (**self).lookup(digest).await
-    }
-
-    fn lookup_now(&self, digest: &KeyDigest) -> Option<Result<KeyLookup, StoreError>> {
-        (**self).lookup_now(digest)
-    }
-}
-
-#[async_trait]
-impl<T: OrderStore + ?Sized> OrderStore for Arc<T> {
-    async fn orders(
-        &self,
-        organization_id: &str,
-        query: &OrderQuery,
-    ) -> Result<OrderPage, StoreError> {
-        (**self).orders(organization_id, query).await
-    }
-
-    fn orders_now(
-        &self,
-        organization_id: &str,
-        query: &OrderQuery,
-    ) -> Option<Result<OrderPage, StoreError>> {
-        (**self).orders_now(organization_id, query)
     }
 }

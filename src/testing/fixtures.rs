@@ -107,7 +107,9 @@ impl StoreFixtures for crate::store::postgres::PgStore {
     }
 
     async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
-        crate::store::postgres::PgStore::revoke_key(self, key).await.map(drop)
+        crate::store::postgres::PgStore::revoke_key(self, key)
+            .await
+            .map(drop)
     }
 
     async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError> {

@@ -96,13 +96,10 @@ impl std::fmt::Debug for Dispatcher {
 }
 
 impl Dispatcher {
-    /// A worker over `outbox`, delivering as `config` says.
+    /// A worker over `outbox` (a store, or one shared as `Arc<S>` or `Arc<dyn WebhookOutbox>`),
+    /// delivering as `config` says.
     pub fn new(outbox: impl WebhookOutbox + 'static, config: DeliveryConfig) -> Self {
-        Self::from_arc(Arc::new(outbox), config)
-    }
-
-    /// A worker over a shared outbox.
-    pub fn from_arc(outbox: Arc<dyn WebhookOutbox>, config: DeliveryConfig) -> Self {
+        let outbox: Arc<dyn WebhookOutbox> = Arc::new(outbox);
         let mut http = HttpConnector::new_with_resolver(CheckedResolver {
             policy: Arc::new(config.destinations.clone()),
         });

@@ -1195,7 +1195,7 @@ async fn webhook_actions_are_limited(service: &KeyManagementService, burst: usiz
 
 /// A host's own key table that implements only [`KeyManager`]'s six required methods: the
 /// suite of the required methods passes, the service serves its keys and answers what it
-/// lacks with a documented 501, and `/abilities` says so (the Settings page hides it).
+/// lacks with a documented 404, and `/abilities` says so (the Settings page hides it).
 mod core_only {
     use super::*;
     use async_trait::async_trait;
@@ -1301,7 +1301,7 @@ mod core_only {
     }
 
     #[tokio::test]
-    async fn the_service_serves_its_keys_and_answers_what_it_lacks_with_501() {
+    async fn the_service_serves_its_keys_and_answers_what_it_lacks_with_404() {
         let service = KeyManagementService::new(HostKeys(store()));
         let abilities = get(&service, "/abilities").await;
         assert_eq!(abilities.status, StatusCode::OK);
@@ -1309,20 +1309,36 @@ mod core_only {
             abilities.body,
             json!({"data": {"abilities": {
                 "keyPolicy": false, "leakReports": false, "lastUse": false, "webhooks": false,
+                "webhookTestEvents": false, "webhookDeliveryHistory": false,
                 "usage": false, "auditLog": false
             }}})
         );
-        let policy = get(&service, "/policy").await;
-        assert_eq!(
-            policy.status,
-            StatusCode::NOT_IMPLEMENTED,
-            "{}",
-            policy.text
-        );
-        assert_eq!(
-            policy.body["error"]["message"],
-            "this host does not offer this"
-        );
+        // Every ability not offered answers alike, and the served document leaves it out.
+        for (path, what) in [
+            ("/policy", "key policies"),
+            ("/usage", "usage"),
+            ("/keys/key_1/usage", "usage"),
+            ("/audit", "an audit log"),
+        ] {
+            let answer = get(&service, path).await;
+            assert_eq!(
+                answer.status,
+                StatusCode::NOT_FOUND,
+                "{path}: {}",
+                answer.text
+            );
+            assert_eq!(
+                answer.body["error"]["message"],
+                format!("this host does not offer {what}"),
+                "{path}"
+            );
+        }
+        let document = get(&service, "/openapi.json").await;
+        let paths = document.body["paths"].as_object().unwrap();
+        assert!(paths.contains_key("/keys"));
+        for path in ["/policy", "/usage", "/keys/{id}/usage", "/audit"] {
+            assert!(!paths.contains_key(path), "{path}");
+        }
         let issued = post(&service, "/keys", json!({"environment": "test"})).await;
         assert_eq!(issued.status, StatusCode::CREATED, "{}", issued.text);
         let id = issued.body["data"]["record"]["id"]
@@ -1337,7 +1353,11 @@ mod core_only {
         let full = get(&KeyManagementService::new(store()), "/abilities").await;
         assert_eq!(
             full.body["data"]["abilities"],
-            json!({"keyPolicy": true, "leakReports": true, "lastUse": true, "webhooks": false, "usage": false, "auditLog": false})
+            json!({
+                "keyPolicy": true, "leakReports": true, "lastUse": true, "webhooks": false,
+                "webhookTestEvents": false, "webhookDeliveryHistory": false,
+                "usage": false, "auditLog": false
+            })
         );
     }
 }
@@ -1363,4 +1383,138 @@ async fn adding_an_endpoint_past_the_cap_is_a_409_that_says_so() {
     assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.text);
     let message = refused.body["error"]["message"].as_str().unwrap();
     assert!(message.contains("20 webhook endpoints"), "{message}");
+}
+
+/// A host's own endpoint table that implements only [`WebhookManager`]'s six required
+/// methods: the Webhooks section works, and its optional abilities (test events, the delivery
+/// history) answer the documented 404, are left out of the served document, and
+/// `/abilities` says so.
+#[cfg(feature = "webhooks")]
+mod core_webhooks_only {
+    use super::*;
+    use async_trait::async_trait;
+    use partner_api::webhooks::{
+        CreatedEndpoint, Endpoint, NewEndpoint, WebhookAbility, WebhookManager,
+    };
+    use partner_api::StoreError;
+    use std::time::Duration;
+
+    /// The six required methods, over a memory store standing in for the host's table.
+    struct HostEndpoints(MemoryStore);
+
+    #[async_trait]
+    impl WebhookManager for HostEndpoints {
+        async fn add_endpoint(
+            &self,
+            org: &str,
+            new: NewEndpoint,
+        ) -> Result<CreatedEndpoint, StoreError> {
+            self.0.add_endpoint(org, new).await
+        }
+
+        async fn endpoints(&self, org: &str) -> Result<Vec<Endpoint>, StoreError> {
+            self.0.endpoints(org).await
+        }
+
+        async fn endpoint(&self, org: &str, id: &str) -> Result<Endpoint, StoreError> {
+            self.0.endpoint(org, id).await
+        }
+
+        async fn rotate_secret(
+            &self,
+            org: &str,
+            id: &str,
+            overlap: Duration,
+        ) -> Result<CreatedEndpoint, StoreError> {
+            self.0.rotate_secret(org, id, overlap).await
+        }
+
+        async fn set_enabled(
+            &self,
+            org: &str,
+            id: &str,
+            enabled: bool,
+        ) -> Result<Endpoint, StoreError> {
+            self.0.set_enabled(org, id, enabled).await
+        }
+
+        async fn remove_endpoint(&self, org: &str, id: &str) -> Result<(), StoreError> {
+            self.0.remove_endpoint(org, id).await
+        }
+    }
+
+    #[tokio::test]
+    async fn the_section_works_and_what_it_lacks_answers_404() {
+        let memory = store();
+        let host = HostEndpoints(memory.clone());
+        assert!(WebhookAbility::ALL
+            .iter()
+            .all(|ability| !host.supports(*ability)));
+        let service = KeyManagementService::new(memory).with_webhooks(host);
+        let abilities = get(&service, "/abilities").await;
+        let abilities = &abilities.body["data"]["abilities"];
+        assert_eq!(abilities["webhooks"], true);
+        assert_eq!(abilities["webhookTestEvents"], false);
+        assert_eq!(abilities["webhookDeliveryHistory"], false);
+
+        let added = post(
+            &service,
+            "/webhooks",
+            json!({"url": "https://hooks.example.com/in"}),
+        )
+        .await;
+        assert_eq!(added.status, StatusCode::CREATED, "{}", added.text);
+        let id = added.body["data"]["endpoint"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let listed = get(&service, "/webhooks").await;
+        assert_eq!(listed.status, StatusCode::OK, "{}", listed.text);
+        let disabled = post(&service, &format!("/webhooks/{id}/disable"), json!({})).await;
+        assert_eq!(disabled.status, StatusCode::OK, "{}", disabled.text);
+
+        let history = "this host does not offer the webhook delivery history";
+        for (answer, message) in [
+            (
+                post(&service, &format!("/webhooks/{id}/test"), json!({})).await,
+                "this host does not offer webhook test events",
+            ),
+            (
+                get(&service, &format!("/webhooks/{id}/attempts")).await,
+                history,
+            ),
+            (
+                post(
+                    &service,
+                    &format!("/webhooks/{id}/retry"),
+                    json!({"messageId": "msg_1"}),
+                )
+                .await,
+                history,
+            ),
+            (
+                post(
+                    &service,
+                    &format!("/webhooks/{id}/recover"),
+                    json!({"since": "2026-01-01T00:00:00Z"}),
+                )
+                .await,
+                history,
+            ),
+        ] {
+            assert_eq!(answer.status, StatusCode::NOT_FOUND, "{}", answer.text);
+            assert_eq!(answer.body["error"]["message"], message);
+        }
+        let document = get(&service, "/openapi.json").await;
+        let paths = document.body["paths"].as_object().unwrap();
+        assert!(paths.contains_key("/webhooks/{id}/rotate"));
+        for path in [
+            "/webhooks/{id}/test",
+            "/webhooks/{id}/attempts",
+            "/webhooks/{id}/retry",
+            "/webhooks/{id}/recover",
+        ] {
+            assert!(!paths.contains_key(path), "{path}");
+        }
+    }
 }

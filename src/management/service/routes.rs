@@ -1,6 +1,7 @@
 //! What the service answers, by method and path below its mount.
 
 use super::*;
+use crate::management::abilities::Ability;
 
 /// What the service can be asked, by method and path below the mount.
 #[derive(Debug, PartialEq, Eq)]
@@ -67,6 +68,29 @@ impl<'p> Route<'p> {
     }
 }
 
+impl Route<'_> {
+    /// The abilities the route needs (none for the keys themselves).
+    fn abilities(&self) -> Vec<Ability> {
+        match self {
+            Self::Policy => vec![Ability::KeyPolicy],
+            Self::Usage | Self::KeyUsage(_) => vec![Ability::Usage],
+            Self::Audit => vec![Ability::AuditLog],
+            #[cfg(feature = "webhooks")]
+            Self::Webhooks(route) => [Ability::Webhooks]
+                .into_iter()
+                .chain(route.ability())
+                .collect(),
+            Self::Keys
+            | Self::Key(_)
+            | Self::Revoke(_)
+            | Self::Roll(_)
+            | Self::Restrict(_)
+            | Self::Abilities
+            | Self::OpenApi => Vec::new(),
+        }
+    }
+}
+
 impl KeyManagementService {
     pub(super) async fn route<B>(&self, parts: Parts, body: B) -> Result<Response<ApiBody>, Failure>
     where
@@ -81,10 +105,17 @@ impl KeyManagementService {
             .strip_prefix(&*self.prefix)
             .ok_or_else(not_found)?;
         let route = Route::at(path).ok_or_else(not_found)?;
+        // An ability not offered answers its 404 before anything else, as a path not served.
+        for ability in route.abilities() {
+            self.require(ability)?;
+        }
         let reading = parts.method == Method::GET || parts.method == Method::HEAD;
         #[cfg(feature = "webhooks")]
         if let Route::Webhooks(route) = route {
-            let manager = self.webhooks.as_deref().ok_or_else(not_found)?;
+            let manager = self
+                .webhooks
+                .as_deref()
+                .ok_or_else(|| Failure::not_offered("webhooks"))?;
             if !route.allows(&parts.method) {
                 let mut failure =
                     Failure::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
@@ -253,31 +284,30 @@ impl KeyManagementService {
                     &serde_json::json!({ "data": { "policy": policy } }),
                 ))
             }
-            Route::Abilities => {
-                let supports = |ability| keys.supports(ability);
-                Ok(json(
-                    StatusCode::OK,
-                    &serde_json::json!({ "data": { "abilities": {
-                        "keyPolicy": supports(KeyAbility::KeyPolicy),
-                        "leakReports": supports(KeyAbility::LeakReports),
-                        "lastUse": supports(KeyAbility::LastUse),
-                        "webhooks": self.webhooks_served(),
-                        "usage": self.usage.is_some(),
-                        "auditLog": self.audit.is_some(),
-                    } } }),
-                ))
-            }
+            Route::Abilities => Ok(json(
+                StatusCode::OK,
+                &serde_json::json!({ "data": { "abilities": self.abilities() } }),
+            )),
             Route::Usage => {
-                let store = self.usage.as_deref().ok_or_else(not_found)?;
+                let store = self
+                    .usage
+                    .as_deref()
+                    .ok_or_else(|| Failure::not_offered("usage"))?;
                 crate::management::usage::usage_totals(store, organization, parts.uri.query()).await
             }
             Route::KeyUsage(id) => {
-                let store = self.usage.as_deref().ok_or_else(not_found)?;
+                let store = self
+                    .usage
+                    .as_deref()
+                    .ok_or_else(|| Failure::not_offered("usage"))?;
                 crate::management::usage::key_usage(store, organization, id, parts.uri.query())
                     .await
             }
             Route::Audit => {
-                let log = self.audit.as_deref().ok_or_else(not_found)?;
+                let log = self
+                    .audit
+                    .as_deref()
+                    .ok_or_else(|| Failure::not_offered("an audit log"))?;
                 crate::management::audit::entries(log, organization, parts.uri.query()).await
             }
             Route::OpenApi => Err(not_found()),

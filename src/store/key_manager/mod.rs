@@ -13,7 +13,6 @@ use crate::key::{AllowedIps, ApiKey, KeyEnvironment, LIVE_PREFIX, TEST_PREFIX};
 use crate::model::Timestamp;
 use crate::store::StoreError;
 
-mod forwarding;
 mod leaks;
 mod policy;
 

@@ -14,8 +14,8 @@ use super::{unknown_organization, MemoryStore};
 use crate::model::Timestamp;
 use crate::store::audit::url_origin;
 use crate::store::webhooks::{
-    payload, Attempt, CreatedEndpoint, Endpoint, EventType, NewEndpoint, WebhookAbility, WebhookManager,
-    WebhookSecret, MAX_RECOVERED,
+    payload, Attempt, CreatedEndpoint, Endpoint, EventType, NewEndpoint, WebhookAbility,
+    WebhookManager, WebhookSecret, MAX_RECOVERED,
 };
 use crate::store::StoreError;
 use crate::store::{AuditAction, AuditRecord};

@@ -14,8 +14,8 @@ mod outbox;
 mod secret;
 
 pub use endpoint::{
-    Attempt, AttemptOutcome, CreatedEndpoint, Endpoint, NewEndpoint, WebhookAbility, WebhookManager,
-    MAX_DESCRIPTION_CHARS, MAX_RECOVERED, MAX_URL_BYTES,
+    Attempt, AttemptOutcome, CreatedEndpoint, Endpoint, NewEndpoint, WebhookAbility,
+    WebhookManager, MAX_DESCRIPTION_CHARS, MAX_RECOVERED, MAX_URL_BYTES,
 };
 pub use outbox::{
     payload, Backlog, ClaimRequest, Delivery, DisableReason, Finish, FinishedAttempt, NextStep,

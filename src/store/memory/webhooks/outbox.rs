@@ -8,13 +8,13 @@ use async_trait::async_trait;
 
 use super::State;
 use crate::model::Timestamp;
+use crate::store::memory::MemoryStore;
 use crate::store::webhooks::{
     Attempt, AttemptOutcome, Backlog, ClaimRequest, Delivery, Finish, FinishedAttempt, NextStep,
     WebhookOutbox,
 };
-use crate::store::{AuditAction, AuditContext, AuditRecord, DELIVERY_ACTOR};
-use crate::store::memory::MemoryStore;
 use crate::store::StoreError;
+use crate::store::{AuditAction, AuditContext, AuditRecord, DELIVERY_ACTOR};
 
 #[async_trait]
 impl WebhookOutbox for MemoryStore {

@@ -1,0 +1,176 @@
+//! What the management service offers besides the keys themselves, asked one way: by
+//! `GET /abilities` (which the Settings page reads to hide what is not offered), by every
+//! optional route before it answers (404 `this host does not offer ...` when not), and by the
+//! OpenAPI document the service serves (the paths of an ability not offered are left out).
+//!
+//! An ability is offered when the store says so (`KeyManager::supports`,
+//! `WebhookManager::supports`) or when the host gave the service its capability (the usage
+//! store, the audit log, the webhook manager).
+
+use super::bodies::Failure;
+use super::service::KeyManagementService;
+use crate::store::KeyAbility;
+#[cfg(feature = "webhooks")]
+use crate::webhooks::WebhookAbility;
+
+/// An optional ability of the service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ability {
+    KeyPolicy,
+    LeakReports,
+    LastUse,
+    Webhooks,
+    WebhookTestEvents,
+    WebhookDeliveryHistory,
+    Usage,
+    AuditLog,
+}
+
+impl Ability {
+    const ALL: [Self; 8] = [
+        Self::KeyPolicy,
+        Self::LeakReports,
+        Self::LastUse,
+        Self::Webhooks,
+        Self::WebhookTestEvents,
+        Self::WebhookDeliveryHistory,
+        Self::Usage,
+        Self::AuditLog,
+    ];
+
+    /// Its member in `GET /abilities`.
+    fn name(self) -> &'static str {
+        match self {
+            Self::KeyPolicy => "keyPolicy",
+            Self::LeakReports => "leakReports",
+            Self::LastUse => "lastUse",
+            Self::Webhooks => "webhooks",
+            Self::WebhookTestEvents => "webhookTestEvents",
+            Self::WebhookDeliveryHistory => "webhookDeliveryHistory",
+            Self::Usage => "usage",
+            Self::AuditLog => "auditLog",
+        }
+    }
+
+    /// What the 404 of a route of it says is not offered.
+    fn what(self) -> &'static str {
+        match self {
+            Self::KeyPolicy => "key policies",
+            Self::LeakReports => "leak reports",
+            Self::LastUse => "the keys' last use",
+            Self::Webhooks => "webhooks",
+            Self::WebhookTestEvents => "webhook test events",
+            Self::WebhookDeliveryHistory => "the webhook delivery history",
+            Self::Usage => "usage",
+            Self::AuditLog => "an audit log",
+        }
+    }
+
+    /// The ability an OpenAPI path of the service needs, if any.
+    fn of_path(path: &str) -> Option<Self> {
+        match path {
+            "/policy" => Some(Self::KeyPolicy),
+            "/usage" | "/keys/{id}/usage" => Some(Self::Usage),
+            "/audit" => Some(Self::AuditLog),
+            "/webhooks/{id}/test" => Some(Self::WebhookTestEvents),
+            "/webhooks/{id}/attempts" | "/webhooks/{id}/retry" | "/webhooks/{id}/recover" => {
+                Some(Self::WebhookDeliveryHistory)
+            }
+            _ if path.starts_with("/webhooks") => Some(Self::Webhooks),
+            _ => None,
+        }
+    }
+}
+
+impl KeyManagementService {
+    /// Whether the service offers `ability`.
+    pub(super) fn offers(&self, ability: Ability) -> bool {
+        match ability {
+            Ability::KeyPolicy => self.keys.supports(KeyAbility::KeyPolicy),
+            Ability::LeakReports => self.keys.supports(KeyAbility::LeakReports),
+            Ability::LastUse => self.keys.supports(KeyAbility::LastUse),
+            Ability::Webhooks | Ability::WebhookTestEvents | Ability::WebhookDeliveryHistory => {
+                self.offers_webhooks(ability)
+            }
+            Ability::Usage => self.usage.is_some(),
+            Ability::AuditLog => self.audit.is_some(),
+        }
+    }
+
+    #[cfg(feature = "webhooks")]
+    fn offers_webhooks(&self, ability: Ability) -> bool {
+        let Some(manager) = &self.webhooks else {
+            return false;
+        };
+        match ability {
+            Ability::WebhookTestEvents => manager.supports(WebhookAbility::TestEvents),
+            Ability::WebhookDeliveryHistory => manager.supports(WebhookAbility::DeliveryHistory),
+            Ability::Webhooks
+            | Ability::KeyPolicy
+            | Ability::LeakReports
+            | Ability::LastUse
+            | Ability::Usage
+            | Ability::AuditLog => true,
+        }
+    }
+
+    #[cfg(not(feature = "webhooks"))]
+    fn offers_webhooks(&self, _ability: Ability) -> bool {
+        false
+    }
+
+    /// Refuses a request for an ability the service does not offer: 404, saying which.
+    pub(super) fn require(&self, ability: Ability) -> Result<(), Failure> {
+        if self.offers(ability) {
+            Ok(())
+        } else {
+            Err(Failure::not_offered(ability.what()))
+        }
+    }
+
+    /// The `abilities` object of `GET /abilities`: every ability, offered or not.
+    pub(super) fn abilities(&self) -> serde_json::Value {
+        Ability::ALL
+            .into_iter()
+            .map(|ability| (ability.name().to_owned(), self.offers(ability).into()))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+
+    /// The OpenAPI document, without the paths of the abilities not offered.
+    pub(super) fn document(&self) -> Result<serde_json::Value, Failure> {
+        let mut document: serde_json::Value = serde_json::from_str(super::OPENAPI_DOCUMENT)
+            .map_err(|_| {
+                Failure::new(
+                    http::StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal server error",
+                )
+            })?;
+        if let Some(paths) = document.get_mut("paths").and_then(|p| p.as_object_mut()) {
+            paths.retain(|path, _| Ability::of_path(path).is_none_or(|need| self.offers(need)));
+        }
+        Ok(document)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_optional_path_of_the_document_names_its_ability() {
+        let document: serde_json::Value =
+            serde_json::from_str(super::super::OPENAPI_DOCUMENT).unwrap();
+        let paths = document["paths"].as_object().unwrap();
+        for ability in Ability::ALL {
+            let served: Vec<&String> = paths
+                .keys()
+                .filter(|path| Ability::of_path(path) == Some(ability))
+                .collect();
+            // The key abilities without routes of their own (leak reports arrive through the
+            // secret scanning endpoint; last use shows in the records) have no path.
+            let pathless = matches!(ability, Ability::LeakReports | Ability::LastUse);
+            assert_eq!(served.is_empty(), pathless, "{ability:?}: {served:?}");
+        }
+    }
+}

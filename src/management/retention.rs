@@ -1,0 +1,67 @@
+//! The audit log's retention, run by the management service itself: at most one round an
+//! hour, started in the background by the request that finds it due.
+
+use super::service::{KeyManagementService, AUDIT_RETENTION_ACTOR};
+use crate::store::AuditContext;
+
+/// How often the service runs the audit log's retention, at most.
+const AUDIT_RETENTION_INTERVAL: std::time::Duration = std::time::Duration::from_secs(3600);
+/// A retention round deletes at most this many batches of [`AUDIT_RETENTION_BATCH`] entries.
+const AUDIT_RETENTION_BATCHES: u32 = 10;
+const AUDIT_RETENTION_BATCH: u32 = 500;
+
+/// The audit log's retention, run by the service itself: how long entries are kept, and
+/// when it last ran (seconds on the process's clock, 0 for never).
+pub(super) struct AuditRetention {
+    pub(super) keep: std::time::Duration,
+    started: std::time::Instant,
+    last_run: std::sync::atomic::AtomicU64,
+}
+
+impl AuditRetention {
+    pub(super) fn new(keep: std::time::Duration) -> Self {
+        Self {
+            keep,
+            started: std::time::Instant::now(),
+            last_run: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Whether a round is due now; if so, it is this caller's to run (one at a time).
+    fn take_turn(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let now = self.started.elapsed().as_secs() + 1;
+        let last = self.last_run.load(Ordering::Acquire);
+        (last == 0 || now.saturating_sub(last) >= AUDIT_RETENTION_INTERVAL.as_secs())
+            && self
+                .last_run
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+}
+
+impl KeyManagementService {
+    /// Starts a round of the audit log's retention in the background when one is due. Its
+    /// `audit.pruned` entries are by [`AUDIT_RETENTION_ACTOR`], never in the context of the
+    /// request that found it due: that request's user, address and agent belong to one
+    /// organization, and retention writes into every organization's log. A failure is
+    /// logged; the next round is an hour later.
+    pub(super) fn run_audit_retention(&self) {
+        let Some(log) = &self.audit else { return };
+        if !self.audit_retention.take_turn() {
+            return;
+        }
+        let (log, keep) = (log.clone(), self.audit_retention.keep);
+        tokio::spawn(AuditContext::new(AUDIT_RETENTION_ACTOR).scope(async move {
+            let pruned = crate::store::prune_audit_batches(
+                &*log,
+                keep,
+                AUDIT_RETENTION_BATCH,
+                AUDIT_RETENTION_BATCHES,
+            );
+            if let Err(err) = pruned.await {
+                tracing::warn!(error = %crate::log::ErrorChain(&err), "the audit log's retention failed");
+            }
+        }));
+    }
+}
