@@ -331,10 +331,11 @@ impl Failure {
                 "the key store is unavailable, try again later",
             ),
             // A store without leak reports (KeyAbility::LeakReports): the host mounted the
-            // endpoint over a store that cannot revoke what it is told.
+            // endpoint over a store that cannot revoke what it is told. An ability not
+            // offered answers 404, as everywhere in the crate.
             StoreErrorKind::Unsupported => Self::new(
-                StatusCode::NOT_IMPLEMENTED,
-                "this host does not take leak reports",
+                StatusCode::NOT_FOUND,
+                "this host does not offer leak reports",
             ),
             _ => Self::internal(),
         }

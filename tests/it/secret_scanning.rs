@@ -242,6 +242,34 @@ async fn a_verified_report_revokes_our_keys_in_any_organization_once() {
     assert_eq!(f.told.lock().unwrap().len(), 2);
 }
 
+/// Over a store without leak reports, a verified report answers 404, like every ability a
+/// host does not offer, and revokes nothing.
+#[tokio::test]
+async fn a_store_without_leak_reports_answers_404_and_revokes_nothing() {
+    let store = store();
+    let signer = Signer::generate("github-key-1");
+    let public_keys = GithubPublicKeys::from_document(document(&[&signer]).as_bytes()).unwrap();
+    let keys = SpyKeys::new(store.clone());
+    keys.without_leak_reports.store(true, Ordering::SeqCst);
+    let service = SecretScanningService::new(keys, public_keys);
+    let (key, _) = issue(&store, "org_a").await;
+    let body = matches(&[(key.as_str(), "")]);
+    let (status, answer) = send(
+        &service,
+        report_request(&body, "github-key-1", &signer.sign(&body)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
+    assert_eq!(
+        answer["error"]["message"],
+        "this host does not offer leak reports"
+    );
+    assert_eq!(
+        me(&PartnerApi::from_store(store), &key).await,
+        StatusCode::OK
+    );
+}
+
 #[tokio::test]
 async fn anything_not_signed_over_the_exact_bytes_is_refused_and_revokes_nothing() {
     let f = fixture();

@@ -19,6 +19,8 @@ pub struct SpyKeys {
     pub leak_reports: Arc<AtomicUsize>,
     /// Calls of `revoke_leaked`.
     pub leak_calls: Arc<AtomicUsize>,
+    /// While set, the store does not offer leak reports (a host's table without them).
+    pub without_leak_reports: Arc<AtomicBool>,
 }
 
 impl SpyKeys {
@@ -33,7 +35,9 @@ impl SpyKeys {
 #[async_trait]
 impl KeyManager for SpyKeys {
     fn supports(&self, ability: partner_api::store::KeyAbility) -> bool {
-        self.store.supports(ability)
+        let without = ability == partner_api::store::KeyAbility::LeakReports
+            && self.without_leak_reports.load(Ordering::SeqCst);
+        !without && self.store.supports(ability)
     }
     async fn issue(&self, org: &str, new: NewKey) -> Result<IssuedKey, StoreError> {
         self.store.issue(org, new).await
@@ -61,6 +65,9 @@ impl KeyManager for SpyKeys {
     ) -> Result<Vec<Option<LeakedKey>>, StoreError> {
         self.leak_reports.fetch_add(reports.len(), Ordering::SeqCst);
         self.leak_calls.fetch_add(1, Ordering::SeqCst);
+        if self.without_leak_reports.load(Ordering::SeqCst) {
+            return Err(StoreError::unsupported("leak reports"));
+        }
         self.store.revoke_leaked(reports).await
     }
     async fn roll(&self, org: &str, id: &str, roll: RollKey) -> Result<IssuedKey, StoreError> {
