@@ -49,16 +49,23 @@
 //!
 //! # Modules
 //!
-//! The request path is `service` (routes, authentication, the flow of store questions,
-//! responses, pages) and `layer`, over the traits of [`store`]. Beside it: [`management`]
-//! (the key manager trait, its HTTP service and OpenAPI document), [`cache`] (caches in front
-//! of any store, following change notifications), [`rate_limit`], [`last_used`], [`metrics`],
-//! [`seed`] (demo data) and `testing` (the conformance suites). Who uses whom:
+//! Every public item has one path. The crate root is the front door: what every host names
+//! to serve the API ([`PartnerApi`], [`PartnerApiLayer`], [`ApiBody`], [`error_response`]),
+//! the read traits and the shipped stores with their error ([`KeyStore`], [`OrderStore`],
+//! [`MemoryStore`], `PgStore`, [`StoreError`]), the data model ([`Order`], [`Organization`],
+//! [`Timestamp`], ...) and the rate limiter a host hands the service ([`LocalRateLimiter`]).
+//! Each module holds the rest of its subject: [`store`] (the write side: key management,
+//! usage, the audit log), [`management`] (the key-management HTTP service and its OpenAPI
+//! document), [`cache`] (caches in front of any store, following change notifications),
+//! [`rate_limit`], [`last_used`], [`usage`], [`metrics`], [`key`], [`seed`] (demo data),
+//! [`service`] and [`layer`] (the futures and defaults of the two above), `webhooks`,
+//! `secret_scanning` and `testing` (the conformance suites). Who uses whom (the source's
+//! modules; `tests/it/layering.rs` checks it):
 //!
 //! ```text
-//! layer ─> service ─> store (KeyStore, OrderStore), rate_limit, last_used, usage, metrics
+//! api (layer ─> service) ─> store (KeyStore, OrderStore), rate_limit, last_used, usage, metrics
 //! cache ─> store, metrics          last_used, usage ─> store (KeyManager, UsageStore)
-//! store::{MemoryStore, PgStore} implement KeyStore, OrderStore and store::KeyManager
+//! store's MemoryStore and PgStore implement every store trait
 //! webhooks ─> store (StoreError), model (EncodedOrder), metrics; management ─> webhooks
 //! model, key: used by every module above, use none of them
 //! ```

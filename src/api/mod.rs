@@ -1,11 +1,14 @@
 //! The request path: from a request to its response.
 //!
 //! [`layer`] mounts [`service`] under its prefix; `service` routes (`routes`), authenticates
-//! (`auth`), and hands a request with a well-formed key to `keyed_answer`, whose questions
-//! (key, rate limit, orders) `store_drivers` asks the stores, and which writes the answer
-//! (`response`, `conditional`, `body`) within the store timeout (`deadline`), all as
-//! `config` says. The client's address, for the throttle and a key's allowed addresses, is
-//! read by `client_address`.
+//! (`auth`), and hands a request with a well-formed key (what it needs of the request:
+//! `request_facts`) to `keyed_answer`, the flow read top to bottom: the key looked up
+//! (through `throttle`, the failed-authentication throttle, when it is on), the client's
+//! address checked, the rate limiter asked, the orders read. `store_drivers` asks the stores
+//! each step's question, within the store timeout (`deadline`); `response` writes the
+//! documents and, in `response::keyed`, the answers (`conditional`, `body`), all as `config`
+//! says. The client's address, for the throttle and a key's allowed addresses, is read by
+//! `client_address`.
 
 pub(crate) mod auth;
 pub(crate) mod body;
@@ -18,9 +21,11 @@ pub(crate) mod layer;
 pub(crate) mod me_cache;
 pub mod openapi;
 pub(crate) mod pagination;
+pub(crate) mod request_facts;
 pub mod request_id;
 pub(crate) mod response;
 pub(crate) mod responses_metric;
 pub(crate) mod routes;
 pub(crate) mod service;
 pub(crate) mod store_drivers;
+pub(crate) mod throttle;

@@ -1,5 +1,8 @@
 //! The JSON documents the API writes: the `meta` envelope (contract 2.1, 9.3), success bodies
-//! and the error object of contract section 7, with the headers every response carries.
+//! and the error object of contract section 7, with the headers every response carries; and
+//! ([`keyed`]) the answers to a request with a key.
+
+pub(crate) mod keyed;
 
 use std::time::Duration;
 

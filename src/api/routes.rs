@@ -15,16 +15,6 @@ pub(crate) enum Route {
 }
 
 impl Route {
-    /// The route its requests are counted under in a key's usage; `None` for a route
-    /// served without a key.
-    pub(crate) fn usage_route(self) -> Option<crate::store::UsageRoute> {
-        match self {
-            Self::Me => Some(crate::store::UsageRoute::Me),
-            Self::Orders => Some(crate::store::UsageRoute::Orders),
-            Self::OpenApi => None,
-        }
-    }
-
     /// The endpoint at `path`, the part of the request path after the prefix. Matching is
     /// exact: no decoding, no dot segments, no trailing slash, so one resource has one URL.
     pub(crate) fn at(path: &str) -> Option<Self> {
@@ -34,16 +24,6 @@ impl Route {
             "/openapi.json" => Some(Self::OpenApi),
             _ => None,
         }
-    }
-
-    /// Whether the endpoint needs an API key.
-    pub(crate) fn needs_key(self) -> bool {
-        self != Self::OpenApi
-    }
-
-    /// Whether answering the endpoint reads the order store.
-    pub(crate) fn reads_orders(self) -> bool {
-        self == Self::Orders
     }
 
     /// Whether the endpoint answers `method`; all of them are read-only.

@@ -28,10 +28,12 @@ pub use crate::api::config::{
     DEFAULT_AUTH_FAILURE_DELAY, DEFAULT_AUTH_FAILURE_LIMIT, DEFAULT_PREFIX, DEFAULT_REALM,
     DEFAULT_RETRY_AFTER, DEFAULT_STORE_TIMEOUT,
 };
-use crate::api::keyed_answer::{self, KeyedAnswer, RequestFacts};
+use crate::api::keyed_answer::Ask;
 use crate::api::openapi;
 use crate::api::pagination::PageRequest;
+use crate::api::request_facts::{KeyedRoute, RequestFacts};
 use crate::api::request_id;
+use crate::api::response::keyed::unauthenticated;
 use crate::api::response::{self, ApiError};
 use crate::api::responses_metric::ResponseCounters;
 use crate::api::routes::Route;
@@ -362,39 +364,44 @@ impl PartnerApi {
         if !route.allows(method) {
             return ready(ApiError::MethodNotAllowed.into_response());
         }
-        if !route.needs_key() {
-            return ready(response::openapi(config.openapi.clone()));
-        }
+        let orders = match route {
+            Route::OpenApi => return ready(response::openapi(config.openapi.clone())),
+            Route::Me => false,
+            Route::Orders => true,
+        };
         let token = match bearer_token(headers) {
             Ok(token) => token,
-            Err(failure) => return ready(keyed_answer::unauthenticated(config, failure)),
+            Err(failure) => return ready(unauthenticated(config, failure)),
         };
         let peer = extensions
             .get::<PeerAddr>()
             .map_or(self.peer, |PeerAddr(peer)| Some(*peer));
         let client = config.trusted_proxies.client_addr(peer, headers);
         // Only the digest goes on: the plaintext never enters a future or a store.
-        let exchange = RequestFacts {
-            route,
+        let keyed_route = if orders {
+            let path = uri
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/"));
+            KeyedRoute::Orders(PageRequest::parse(uri.query()), path)
+        } else {
+            KeyedRoute::Me
+        };
+        let facts = RequestFacts {
+            route: keyed_route,
             if_none_match: config
                 .conditional_requests
                 .then(|| IfNoneMatch::from_headers(headers))
                 .flatten(),
-            page: route.reads_orders().then(|| {
-                let path = uri
-                    .path_and_query()
-                    .cloned()
-                    .unwrap_or_else(|| PathAndQuery::from_static("/"));
-                (PageRequest::parse(uri.query()), path)
-            }),
             client,
             throttle_failures: client.is_some() && config.auth_failure_limiter.is_some(),
         };
-        let flow = KeyedAnswer::new(exchange, KeyDigest::of_bytes(token));
+        let first = Ask::first(facts, KeyDigest::of_bytes(token));
         // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in
         // a future is.
-        let answer =
-            std::panic::catch_unwind(AssertUnwindSafe(|| store_drivers::answer_now(config, flow)));
+        let answer = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            store_drivers::answer_now(config, first)
+        }));
         match answer {
             Ok(ReadyOrWaiting::Ready(response)) => ready(response),
             Ok(ReadyOrWaiting::Wait(future)) => (

@@ -1,7 +1,7 @@
-//! The two drivers of a [`KeyedAnswer`]: [`answer_now`] asks the stores for their immediate answers
-//! (`lookup_now`, `check_now`, `orders_now`), inside `call`, with no future, box or timer;
-//! from the first question a store must wait for, [`answer_awaited`] asks with awaited answers
-//! under the store timeout.
+//! The two drivers of the keyed flow's [`Ask`]s: [`answer_now`] asks the stores for their
+//! immediate answers (`lookup_now`, `check_now`, `orders_now`), inside `call`, with no future,
+//! box or timer; from the first question a store must wait for, [`answer_awaited`] asks with
+//! awaited answers under the store timeout.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,7 +13,8 @@ use http::Response;
 use crate::api::body::ApiBody;
 use crate::api::config::Config;
 use crate::api::deadline::Deadline;
-use crate::api::keyed_answer::{store_failed, AfterReply, KeyedAnswer, StoreQuestion, StoreReply};
+use crate::api::keyed_answer::{after_throttle, AfterReply, Ask};
+use crate::api::response::keyed::store_failed;
 use crate::store::StoreError;
 use crate::store::UsageOutcome;
 
@@ -25,17 +26,20 @@ pub(crate) enum ReadyOrWaiting {
     Wait(Pin<Box<dyn Future<Output = Response<ApiBody>> + Send>>),
 }
 
-/// Drives `flow` with the stores' immediate answers, and hands it to [`answer_awaited`] at the
-/// first question one of them must wait for.
-pub(crate) fn answer_now(config: &Arc<Config>, mut flow: KeyedAnswer) -> ReadyOrWaiting {
+/// Drives the flow from `ask` with the stores' immediate answers, and hands it to
+/// [`answer_awaited`] at the first question one of them must wait for.
+pub(crate) fn answer_now(config: &Arc<Config>, mut ask: Ask) -> ReadyOrWaiting {
     loop {
-        let Some(reply) = reply_now(config, &flow.question()) else {
-            return ReadyOrWaiting::Wait(Box::pin(answer_awaited(config.clone(), flow)));
+        let after = match reply_now(config, ask) {
+            Replied::Now(after) => after,
+            Replied::Wait(waiting) => {
+                return ReadyOrWaiting::Wait(Box::pin(answer_awaited(config.clone(), waiting)))
+            }
         };
-        match flow.advance(config, reply) {
+        match after {
             AfterReply::Done(response) => return ReadyOrWaiting::Ready(response),
             AfterReply::Throttled(response) => return slowed(config, response),
-            AfterReply::Next(next) => flow = next,
+            AfterReply::Next(next) => ask = next,
         }
     }
 }
@@ -54,84 +58,121 @@ fn slowed(config: &Config, response: Response<ApiBody>) -> ReadyOrWaiting {
     }))
 }
 
-/// The store's immediate answer to `question`, if it has one; a failed one is counted (it
-/// took no time to wait for).
-fn reply_now(config: &Config, question: &StoreQuestion<'_>) -> Option<StoreReply> {
-    let reply = match *question {
-        StoreQuestion::Key(digest) => config.keys.lookup_now(digest).map(StoreReply::Key),
-        StoreQuestion::KeyAtHand(digest) => Some(
-            config
-                .keys
-                .lookup_now(digest)
-                .map_or(StoreReply::NotAtHand, StoreReply::Key),
-        ),
-        // Asked right after memory had no answer: straight to the store.
-        StoreQuestion::StoredKey(_) => None,
-        StoreQuestion::Failures(budget) => config
-            .auth_failure_limiter
-            .as_ref()
-            .and_then(|limiter| limiter.check_now(budget))
-            .map(StoreReply::Limit),
-        StoreQuestion::Limit(principal) => config
-            .rate_limiter
-            .as_ref()
-            .and_then(|limiter| limiter.check_now(&principal.key_id))
-            .map(StoreReply::Limit),
-        StoreQuestion::Orders(organization_id, query) => config
-            .orders
-            .orders_now(organization_id, query)
-            .map(StoreReply::Orders),
-    }?;
-    if let Some(err) = reply.error() {
-        question.call().failed_at_once(err);
-    }
-    Some(reply)
+/// What [`reply_now`] made of a question.
+enum Replied {
+    /// The store answered at once: the flow after its answer.
+    Now(AfterReply),
+    /// The store has no answer at hand: the question, to be asked with an awaited answer.
+    Wait(Ask),
 }
 
-/// Drives `flow` within the store timeout, from a question [`answer_now`] found no immediate
+/// `ask` answered with its store's immediate answer, or `ask` back when the store has none
+/// at hand; a failed immediate answer is counted (it took no time to wait for).
+fn reply_now(config: &Config, ask: Ask) -> Replied {
+    let call = ask.call();
+    let counted = |failed: Option<&StoreError>| {
+        if let Some(err) = failed {
+            call.failed_at_once(err);
+        }
+    };
+    match ask {
+        // Asked right after memory had no answer: straight to the store.
+        Ask::Key(key) if key.past_memory() => Replied::Wait(Ask::Key(key)),
+        Ask::Key(key) => match config.keys.lookup_now(key.digest()) {
+            Some(found) => {
+                counted(found.as_ref().err());
+                Replied::Now(key.answer(config, found))
+            }
+            None => Replied::Wait(Ask::Key(key)),
+        },
+        Ask::KeyAtHand(key) => {
+            let at_hand = config.keys.lookup_now(key.digest());
+            if let Some(found) = &at_hand {
+                counted(found.as_ref().err());
+            }
+            Replied::Now(after_throttle(config, key.answer(config, at_hand)))
+        }
+        Ask::Failures(failures) => {
+            let decided = config
+                .auth_failure_limiter
+                .as_ref()
+                .and_then(|limiter| limiter.check_now(failures.budget()));
+            match decided {
+                Some(decided) => {
+                    counted(decided.as_ref().err());
+                    Replied::Now(after_throttle(config, failures.answer(config, decided)))
+                }
+                None => Replied::Wait(Ask::Failures(failures)),
+            }
+        }
+        Ask::Limit(limit) => {
+            let decided = config
+                .rate_limiter
+                .as_ref()
+                .and_then(|limiter| limiter.check_now(limit.budget()));
+            match decided {
+                Some(decided) => {
+                    counted(decided.as_ref().err());
+                    Replied::Now(limit.answer(config, decided))
+                }
+                None => Replied::Wait(Ask::Limit(limit)),
+            }
+        }
+        Ask::Orders(orders) => {
+            match config
+                .orders
+                .orders_now(orders.organization_id(), orders.query())
+            {
+                Some(page) => {
+                    counted(page.as_ref().err());
+                    Replied::Now(orders.answer(config, page))
+                }
+                None => Replied::Wait(Ask::Orders(orders)),
+            }
+        }
+    }
+}
+
+/// Drives the flow within the store timeout, from an `ask` [`answer_now`] found no immediate
 /// answer to: with the stores' immediate answers where they have them for the questions after
 /// it, else awaited ones; each awaited call is timed, and counted when it fails or times out.
-async fn answer_awaited(config: Arc<Config>, flow: KeyedAnswer) -> Response<ApiBody> {
+async fn answer_awaited(config: Arc<Config>, ask: Ask) -> Response<ApiBody> {
     // The call under way, for the metrics when the deadline passes during it.
     let mut in_flight = None;
     // The usable key and route the request counts against, once known: a timeout from
     // there is that key's error.
     let mut usable_key = None;
     let answered = async {
-        let mut flow = flow;
-        // The first question was asked for an immediate answer already.
+        let mut ask = ask;
+        // The first question was asked for an immediate answer already; every later one is
+        // asked for one first.
         let mut asked_now = true;
         loop {
-            let question = flow.question();
-            let now = if asked_now {
-                None
-            } else {
-                reply_now(&config, &question)
-            };
-            asked_now = false;
-            let reply = match now {
-                Some(reply) => reply,
-                None => {
-                    let call = question.call();
-                    if config.key_usage.is_some() {
-                        usable_key = flow.usage_key();
+            if !asked_now {
+                match reply_now(&config, ask) {
+                    Replied::Now(after) => {
+                        ask = match next_or_done(&config, after).await {
+                            Ok(next) => next,
+                            Err(response) => return response,
+                        };
+                        continue;
                     }
-                    let started = Instant::now();
-                    in_flight = Some((call, started));
-                    let reply = awaited_reply(&config, question).await;
-                    in_flight = None;
-                    call.finished(started.elapsed(), reply.error());
-                    reply
+                    Replied::Wait(waiting) => ask = waiting,
                 }
-            };
-            match flow.advance(&config, reply) {
-                AfterReply::Done(response) => return response,
-                AfterReply::Throttled(response) => {
-                    tokio::time::sleep(config.auth_failure_delay).await;
-                    return response;
-                }
-                AfterReply::Next(next) => flow = next,
             }
+            asked_now = false;
+            let call = ask.call();
+            if config.key_usage.is_some() {
+                usable_key = ask.usage_key();
+            }
+            let started = Instant::now();
+            in_flight = Some((call, started));
+            let after = awaited_reply(&config, ask, started).await;
+            in_flight = None;
+            ask = match next_or_done(&config, after).await {
+                Ok(next) => next,
+                Err(response) => return response,
+            };
         }
     };
     match config.store_timeout {
@@ -150,26 +191,58 @@ async fn answer_awaited(config: Arc<Config>, flow: KeyedAnswer) -> Response<ApiB
     }
 }
 
-/// The store's awaited answer to `question`.
-async fn awaited_reply(config: &Config, question: StoreQuestion<'_>) -> StoreReply {
-    match question {
-        StoreQuestion::Key(digest) | StoreQuestion::StoredKey(digest) => {
-            StoreReply::Key(config.keys.lookup(digest).await)
+/// The flow's next question, or its response: the throttle's 429 after its delay.
+async fn next_or_done(config: &Config, after: AfterReply) -> Result<Ask, Response<ApiBody>> {
+    match after {
+        AfterReply::Next(ask) => Ok(ask),
+        AfterReply::Done(response) => Err(response),
+        AfterReply::Throttled(response) => {
+            tokio::time::sleep(config.auth_failure_delay).await;
+            Err(response)
         }
-        StoreQuestion::KeyAtHand(digest) => config
-            .keys
-            .lookup_now(digest)
-            .map_or(StoreReply::NotAtHand, StoreReply::Key),
-        StoreQuestion::Failures(budget) => match &config.auth_failure_limiter {
-            Some(limiter) => StoreReply::Limit(limiter.check(budget).await),
-            None => StoreReply::Limit(Err(StoreError::other("no failure limiter"))),
-        },
-        StoreQuestion::Limit(principal) => match &config.rate_limiter {
-            Some(limiter) => StoreReply::Limit(limiter.check(&principal.key_id).await),
-            None => StoreReply::Limit(Err(StoreError::other("no rate limiter"))),
-        },
-        StoreQuestion::Orders(organization_id, query) => {
-            StoreReply::Orders(config.orders.orders(organization_id, query).await)
+    }
+}
+
+/// `ask` answered with its store's awaited answer; the call, asked at `started`, is timed
+/// (and counted when it failed) before the answer is taken.
+async fn awaited_reply(config: &Config, ask: Ask, started: Instant) -> AfterReply {
+    let call = ask.call();
+    let timed = |failed: Option<&StoreError>| call.finished(started.elapsed(), failed);
+    match ask {
+        Ask::Key(key) => {
+            let found = config.keys.lookup(key.digest()).await;
+            timed(found.as_ref().err());
+            key.answer(config, found)
+        }
+        // Never waited for: the throttle's first question has an answer or none at once.
+        Ask::KeyAtHand(key) => {
+            let at_hand = config.keys.lookup_now(key.digest());
+            timed(at_hand.as_ref().and_then(|found| found.as_ref().err()));
+            after_throttle(config, key.answer(config, at_hand))
+        }
+        Ask::Failures(failures) => {
+            let decided = match &config.auth_failure_limiter {
+                Some(limiter) => limiter.check(failures.budget()).await,
+                None => Err(StoreError::other("no failure limiter")),
+            };
+            timed(decided.as_ref().err());
+            after_throttle(config, failures.answer(config, decided))
+        }
+        Ask::Limit(limit) => {
+            let decided = match &config.rate_limiter {
+                Some(limiter) => limiter.check(limit.budget()).await,
+                None => Err(StoreError::other("no rate limiter")),
+            };
+            timed(decided.as_ref().err());
+            limit.answer(config, decided)
+        }
+        Ask::Orders(orders) => {
+            let page = config
+                .orders
+                .orders(orders.organization_id(), orders.query())
+                .await;
+            timed(page.as_ref().err());
+            orders.answer(config, page)
         }
     }
 }

@@ -8,10 +8,9 @@
 //! store, the audit log, the webhook manager).
 
 use super::bodies::Failure;
-use super::service::KeyManagementService;
-use crate::store::KeyAbility;
+use crate::store::{KeyAbility, KeyManager};
 #[cfg(feature = "webhooks")]
-use crate::webhooks::WebhookAbility;
+use crate::webhooks::{WebhookAbility, WebhookManager};
 
 /// An optional ability of the service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,9 +81,18 @@ impl Ability {
     }
 }
 
-impl KeyManagementService {
+/// What the service was given, asked which abilities it offers.
+pub(super) struct Offered<'a> {
+    pub(super) keys: &'a dyn KeyManager,
+    pub(super) usage: bool,
+    pub(super) audit_log: bool,
+    #[cfg(feature = "webhooks")]
+    pub(super) webhooks: Option<&'a dyn WebhookManager>,
+}
+
+impl Offered<'_> {
     /// Whether the service offers `ability`.
-    pub(super) fn offers(&self, ability: Ability) -> bool {
+    fn offers(&self, ability: Ability) -> bool {
         match ability {
             Ability::KeyPolicy => self.keys.supports(KeyAbility::KeyPolicy),
             Ability::LeakReports => self.keys.supports(KeyAbility::LeakReports),
@@ -92,14 +100,14 @@ impl KeyManagementService {
             Ability::Webhooks | Ability::WebhookTestEvents | Ability::WebhookDeliveryHistory => {
                 self.offers_webhooks(ability)
             }
-            Ability::Usage => self.usage.is_some(),
-            Ability::AuditLog => self.audit.is_some(),
+            Ability::Usage => self.usage,
+            Ability::AuditLog => self.audit_log,
         }
     }
 
     #[cfg(feature = "webhooks")]
     fn offers_webhooks(&self, ability: Ability) -> bool {
-        let Some(manager) = &self.webhooks else {
+        let Some(manager) = self.webhooks else {
             return false;
         };
         match ability {
@@ -137,19 +145,11 @@ impl KeyManagementService {
             .into()
     }
 
-    /// The OpenAPI document, without the paths of the abilities not offered.
-    pub(super) fn document(&self) -> Result<serde_json::Value, Failure> {
-        let mut document: serde_json::Value = serde_json::from_str(super::OPENAPI_DOCUMENT)
-            .map_err(|_| {
-                Failure::new(
-                    http::StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal server error",
-                )
-            })?;
+    /// Leaves the paths of the abilities not offered out of the OpenAPI `document`.
+    pub(super) fn keep_offered_paths(&self, document: &mut serde_json::Value) {
         if let Some(paths) = document.get_mut("paths").and_then(|p| p.as_object_mut()) {
             paths.retain(|path, _| Ability::of_path(path).is_none_or(|need| self.offers(need)));
         }
-        Ok(document)
     }
 }
 
@@ -160,7 +160,7 @@ mod tests {
     #[test]
     fn every_optional_path_of_the_document_names_its_ability() {
         let document: serde_json::Value =
-            serde_json::from_str(super::super::OPENAPI_DOCUMENT).unwrap();
+            serde_json::from_str(include_str!("openapi.json")).unwrap();
         let paths = document["paths"].as_object().unwrap();
         for ability in Ability::ALL {
             let served: Vec<&String> = paths

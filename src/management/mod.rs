@@ -20,10 +20,11 @@ mod webhooks;
 
 pub use audit::DEFAULT_AUDIT_PAGE;
 pub use limits::{MAX_BODY_BYTES, MAX_LIFETIME, MAX_OVERLAP};
+pub use retention::AUDIT_RETENTION_ACTOR;
 #[cfg(feature = "webhooks")]
 pub use service::DEFAULT_WEBHOOK_ACTIONS;
 pub use service::{
-    ActingOrganization, KeyManagementService, ResponseFuture, AUDIT_RETENTION_ACTOR,
-    DEFAULT_MANAGEMENT_WRITES, OPENAPI_DOCUMENT,
+    ActingOrganization, KeyManagementService, ResponseFuture, DEFAULT_MANAGEMENT_WRITES,
+    OPENAPI_DOCUMENT,
 };
 pub use usage::{DEFAULT_USAGE_PERIOD, MAX_USAGE_PERIOD};

@@ -1,8 +1,12 @@
 //! The audit log's retention, run by the management service itself: at most one round an
 //! hour, started in the background by the request that finds it due.
 
-use super::service::{KeyManagementService, AUDIT_RETENTION_ACTOR};
-use crate::store::AuditContext;
+use std::sync::Arc;
+
+use crate::store::{AuditContext, AuditLog};
+
+/// The actor of the `audit.pruned` entries of the service's own retention.
+pub const AUDIT_RETENTION_ACTOR: &str = "audit retention";
 
 /// How often the service runs the audit log's retention, at most.
 const AUDIT_RETENTION_INTERVAL: std::time::Duration = std::time::Duration::from_secs(3600);
@@ -40,18 +44,17 @@ impl AuditRetention {
     }
 }
 
-impl KeyManagementService {
-    /// Starts a round of the audit log's retention in the background when one is due. Its
+impl AuditRetention {
+    /// Starts a round of `log`'s retention in the background when one is due. Its
     /// `audit.pruned` entries are by [`AUDIT_RETENTION_ACTOR`], never in the context of the
     /// request that found it due: that request's user, address and agent belong to one
     /// organization, and retention writes into every organization's log. A failure is
     /// logged; the next round is an hour later.
-    pub(super) fn run_audit_retention(&self) {
-        let Some(log) = &self.audit else { return };
-        if !self.audit_retention.take_turn() {
+    pub(super) fn run_if_due(&self, log: &Arc<dyn AuditLog>) {
+        if !self.take_turn() {
             return;
         }
-        let (log, keep) = (log.clone(), self.audit_retention.keep);
+        let (log, keep) = (log.clone(), self.keep);
         tokio::spawn(AuditContext::new(AUDIT_RETENTION_ACTOR).scope(async move {
             let pruned = crate::store::prune_audit_batches(
                 &*log,

@@ -191,19 +191,19 @@ type CsrfCheck = dyn Fn(&Parts) -> bool + Send + Sync;
 /// ```
 #[derive(Clone)]
 pub struct KeyManagementService {
-    pub(super) keys: Arc<dyn KeyManager>,
+    keys: Arc<dyn KeyManager>,
     prefix: Arc<str>,
     csrf: Option<Arc<CsrfCheck>>,
-    pub(super) usage: Option<Arc<dyn crate::store::UsageStore>>,
-    pub(super) audit: Option<Arc<dyn crate::store::AuditLog>>,
+    usage: Option<Arc<dyn crate::store::UsageStore>>,
+    audit: Option<Arc<dyn crate::store::AuditLog>>,
     /// The audit log's retention, run from here (at most once an hour) when the log is served.
-    pub(super) audit_retention: Arc<AuditRetention>,
+    audit_retention: Arc<AuditRetention>,
     /// The budget per organization of every change (each one writes an audit entry).
     writes: Arc<crate::rate_limit::LocalRateLimiter>,
     /// The proxies whose forwarding headers name the client of an audit entry.
     trusted_proxies: Arc<TrustedProxies>,
     #[cfg(feature = "webhooks")]
-    pub(super) webhooks: Option<Arc<dyn crate::webhooks::WebhookManager>>,
+    webhooks: Option<Arc<dyn crate::webhooks::WebhookManager>>,
     /// The budget per organization of the webhook actions that queue messages.
     #[cfg(feature = "webhooks")]
     webhook_actions: Arc<crate::rate_limit::LocalRateLimiter>,
@@ -219,9 +219,6 @@ pub const DEFAULT_MANAGEMENT_WRITES: (std::time::Duration, std::num::NonZeroU32)
         None => unreachable!(),
     },
 );
-
-/// The actor of the `audit.pruned` entries of the service's own retention.
-pub const AUDIT_RETENTION_ACTOR: &str = "audit retention";
 
 /// The default budget of webhook actions that queue messages (`test`, `retry`, `recover`),
 /// per organization: bursts of 10, then one every 6 seconds.
@@ -454,7 +451,9 @@ impl KeyManagementService {
         let (parts, body) = request.into_parts();
         let head = parts.method == Method::HEAD;
         let context = audit_context(&parts, &self.trusted_proxies);
-        self.run_audit_retention();
+        if let Some(log) = &self.audit {
+            self.audit_retention.run_if_due(log);
+        }
         let mut response = context.scope(self.route(parts, body)).await?;
         if head {
             *response.body_mut() = ApiBody::empty();

@@ -36,18 +36,6 @@ impl<'p> WebhookRoute<'p> {
         matches!(self, Self::Action(_, "test" | "retry" | "recover"))
     }
 
-    /// The optional ability of a [`WebhookManager`] the route needs, beyond webhooks.
-    pub(super) fn ability(&self) -> Option<super::abilities::Ability> {
-        use super::abilities::Ability;
-        match self {
-            Self::Attempts(_) | Self::Action(_, "retry" | "recover") => {
-                Some(Ability::WebhookDeliveryHistory)
-            }
-            Self::Action(_, "test") => Some(Ability::WebhookTestEvents),
-            Self::Endpoints | Self::Endpoint(_) | Self::Action(..) => None,
-        }
-    }
-
     /// The route of `segments` (the path's, after `webhooks`).
     pub(super) fn at(segments: &[&'p str], valid_id: impl Fn(&str) -> bool) -> Option<Self> {
         const ACTIONS: [&str; 7] = [

@@ -299,8 +299,9 @@ fn histogram(key: &Key) -> Histogram {
 /// A key of static labels, built at compile time: counting it allocates nothing.
 macro_rules! static_key {
     ($name:expr $(, $label:literal => $value:literal)*) => {{
-        static LABELS: &[Label] = &[$(Label::from_static_parts($label, $value)),*];
-        static KEY: Key = Key::from_static_parts($name, LABELS);
+        static LABELS: &[::metrics::Label] =
+            &[$(::metrics::Label::from_static_parts($label, $value)),*];
+        static KEY: ::metrics::Key = ::metrics::Key::from_static_parts($name, LABELS);
         &KEY
     }};
 }
@@ -422,82 +423,6 @@ fn error_type(kind: StoreErrorKind) -> &'static str {
     }
 }
 
-/// Which cache: the `cache` label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CacheName {
-    Keys,
-    Orders,
-}
-
-pub(crate) fn cache_hit(cache: CacheName) {
-    let key = match cache {
-        CacheName::Keys => static_key!(CACHE_HITS, "cache" => "keys"),
-        CacheName::Orders => static_key!(CACHE_HITS, "cache" => "orders"),
-    };
-    counter(key).increment(1);
-}
-
-pub(crate) fn cache_missed(cache: CacheName) {
-    let key = match cache {
-        CacheName::Keys => static_key!(CACHE_MISSES, "cache" => "keys"),
-        CacheName::Orders => static_key!(CACHE_MISSES, "cache" => "orders"),
-    };
-    counter(key).increment(1);
-}
-
-/// What an invalidation covered: the `scope` label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum InvalidationScope {
-    Key,
-    Organization,
-    All,
-}
-
-pub(crate) fn cache_invalidated(cache: CacheName, scope: InvalidationScope) {
-    use InvalidationScope as Scope;
-    let key = match (cache, scope) {
-        (CacheName::Keys, Scope::Key) => {
-            static_key!(CACHE_INVALIDATIONS, "cache" => "keys", "scope" => "key")
-        }
-        (CacheName::Keys, Scope::Organization) => {
-            static_key!(CACHE_INVALIDATIONS, "cache" => "keys", "scope" => "organization")
-        }
-        (CacheName::Keys, Scope::All) => {
-            static_key!(CACHE_INVALIDATIONS, "cache" => "keys", "scope" => "all")
-        }
-        (CacheName::Orders, Scope::Key) => {
-            static_key!(CACHE_INVALIDATIONS, "cache" => "orders", "scope" => "key")
-        }
-        (CacheName::Orders, Scope::Organization) => {
-            static_key!(CACHE_INVALIDATIONS, "cache" => "orders", "scope" => "organization")
-        }
-        (CacheName::Orders, Scope::All) => {
-            static_key!(CACHE_INVALIDATIONS, "cache" => "orders", "scope" => "all")
-        }
-    };
-    counter(key).increment(1);
-}
-
-/// Sets whether the caches' notifications are connected.
-pub(crate) fn cache_notifications_connected(connected: bool) {
-    gauge(static_key!(CACHE_NOTIFICATIONS_CONNECTED)).set(if connected { 1.0 } else { 0.0 });
-}
-
-/// Sets the caches' evidence to `at`.
-pub(crate) fn cache_evidence(at: std::time::Instant) {
-    let unix = std::time::SystemTime::now()
-        .checked_sub(at.elapsed())
-        .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0.0, |since| since.as_secs_f64());
-    gauge(static_key!(CACHE_EVIDENCE)).set(unix);
-}
-
-/// Records the lag of a heartbeat.
-#[cfg(feature = "postgres")]
-pub(crate) fn cache_notification_lag(lag: Duration) {
-    histogram(static_key!(CACHE_NOTIFICATION_LAG)).record(lag.as_secs_f64());
-}
-
 /// Records a batch of `keys` last uses: written, or refused by the store.
 pub(crate) fn last_used_batch(keys: usize, written: bool) {
     if written {
@@ -526,6 +451,13 @@ pub(crate) fn usage_dropped(requests: u64) {
     counter(static_key!(USAGE_DROPPED)).increment(requests);
 }
 
+mod caches;
 mod usage;
 
+#[cfg(feature = "postgres")]
+pub(crate) use caches::cache_notification_lag;
+pub(crate) use caches::{
+    cache_evidence, cache_hit, cache_invalidated, cache_missed, cache_notifications_connected,
+    CacheName, InvalidationScope,
+};
 pub(crate) use usage::UsageCounters;

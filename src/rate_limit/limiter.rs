@@ -140,6 +140,22 @@ fn whole_seconds_up(duration: Duration) -> u64 {
         .saturating_add(u64::from(duration.subsec_nanos() > 0))
 }
 
+/// `result`'s decision, or none when the limiter failed (logged): a request is served without
+/// a limit rather than refused because the limiter's own store is down.
+pub(crate) fn or_unlimited(
+    result: Result<RateLimitDecision, StoreError>,
+) -> Option<RateLimitDecision> {
+    result
+        .inspect_err(|err| {
+            tracing::warn!(
+                kind = ?err.kind(),
+                error = %crate::log::ErrorChain(err),
+                "partner API rate limiter failed; serving without a limit"
+            );
+        })
+        .ok()
+}
+
 /// A `Retry-After` value: `duration` in whole seconds, rounded up, and at least 1, since `0`
 /// would invite an immediate retry that fails again.
 pub(crate) fn whole_seconds_at_least_one(duration: Duration) -> HeaderValue {

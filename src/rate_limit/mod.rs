@@ -15,7 +15,9 @@ pub(crate) mod local;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 
-pub(crate) use limiter::{whole_seconds_at_least_one, RateLimitDecision, RateLimiter};
+pub(crate) use limiter::{
+    or_unlimited, whole_seconds_at_least_one, RateLimitDecision, RateLimiter,
+};
 pub(crate) use local::LocalRateLimiter;
 pub use local::DEFAULT_PURGE_INTERVAL;
 

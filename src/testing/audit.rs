@@ -25,15 +25,15 @@ where
     let mut report = Report::default();
     let mut record = |name, result| report.results.push((name, result));
     record(
-        "each change of a key is logged once, with the caller's context",
+        "rule audit-in-the-change: each change of a key is logged once, with the caller's context",
         key_changes(fixtures).await,
     );
     record(
-        "a refused change logs nothing, a repeated revocation nothing more",
+        "rule audit-only-changes: a refused change logs nothing, a repeated revocation nothing more",
         refused_changes(fixtures).await,
     );
     record(
-        "a change that changes nothing logs nothing",
+        "rule audit-only-changes: a change that changes nothing logs nothing",
         unchanged(fixtures).await,
     );
     record(

@@ -47,7 +47,7 @@ where
         endpoints(fixtures).await,
     ));
     report.results.push((
-        "webhooks: order writes raise events in order",
+        "rule outbox-with-the-order: order writes raise events in order",
         outbox::order_events(fixtures).await,
     ));
     report.results.push((

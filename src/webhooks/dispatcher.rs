@@ -20,6 +20,7 @@ use super::attempts::{
     cause, jitter, parse_retry_after, printable, transport_failure, unix_seconds,
 };
 use super::destination::CheckedResolver;
+use super::in_flight::{InFlight, InFlightCounts};
 use super::{
     sign, AttemptOutcome, ClaimRequest, Delivery, DeliveryConfig, DisableReason, Endpoint,
     FinishedAttempt, NextStep, WebhookOutbox,
@@ -234,63 +235,6 @@ impl Dispatcher {
         if let Some(pruning) = pruning {
             pruning.abort();
         }
-    }
-}
-
-/// The deliveries this worker has in flight, per endpoint and per organization.
-#[derive(Default)]
-struct InFlightCounts {
-    endpoints: HashMap<String, usize>,
-    organizations: HashMap<String, usize>,
-    /// Those to endpoints whose deliveries fail.
-    failing: usize,
-}
-
-/// One delivery in flight to an endpoint of an organization, counted until dropped (a
-/// panicking attempt included).
-struct InFlight {
-    counts: Arc<Mutex<InFlightCounts>>,
-    endpoint_id: String,
-    organization_id: String,
-    failing: bool,
-}
-
-impl InFlight {
-    fn enter(counts: &Arc<Mutex<InFlightCounts>>, delivery: &Delivery) -> Self {
-        let failing = delivery.failing_since.is_some();
-        let mut held = counts.lock().unwrap_or_else(PoisonError::into_inner);
-        *held
-            .endpoints
-            .entry(delivery.endpoint_id.clone())
-            .or_default() += 1;
-        *held
-            .organizations
-            .entry(delivery.organization_id.clone())
-            .or_default() += 1;
-        held.failing += usize::from(failing);
-        Self {
-            counts: Arc::clone(counts),
-            endpoint_id: delivery.endpoint_id.clone(),
-            organization_id: delivery.organization_id.clone(),
-            failing,
-        }
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        let leave = |map: &mut HashMap<String, usize>, id: &str| {
-            if let Some(count) = map.get_mut(id) {
-                *count -= 1;
-                if *count == 0 {
-                    map.remove(id);
-                }
-            }
-        };
-        leave(&mut counts.endpoints, &self.endpoint_id);
-        leave(&mut counts.organizations, &self.organization_id);
-        counts.failing -= usize::from(self.failing);
     }
 }
 

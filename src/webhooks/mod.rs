@@ -25,6 +25,7 @@ mod attempts;
 mod config;
 mod destination;
 mod dispatcher;
+mod in_flight;
 mod retention;
 mod signing;
 

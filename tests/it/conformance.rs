@@ -357,7 +357,7 @@ async fn the_memory_store_keeps_its_audit_log_as_the_suite_requires_and_a_forget
     let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
     assert_eq!(
         failed,
-        ["each change of a key is logged once, with the caller's context"],
+        ["rule audit-in-the-change: each change of a key is logged once, with the caller's context"],
         "{report}"
     );
 }

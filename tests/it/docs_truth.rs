@@ -1,6 +1,7 @@
 //! The reference pages say what the code does, where a check can be written: the metrics page
 //! names every metric the crate describes (and no other), the metrics module's table names
-//! every metric constant, and the stores page names every method of `StoreFixtures`.
+//! every metric constant, the stores page names every method of `StoreFixtures`, and every
+//! rule a store trait states is checked by a conformance check that names it.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -123,4 +124,51 @@ fn the_stores_page_names_every_fixture_method() {
         .filter(|method| !page.contains(&format!("`{method}`")))
         .collect();
     assert!(missing.is_empty(), "the stores page lacks {missing:?}");
+}
+
+/// The names after `rule ` in `text`: `` rule `name` `` where a trait states a rule,
+/// `"rule name:` where a check of the conformance suite names the rule it checks.
+fn rule_names(text: &str, opening: &str, closing: char) -> BTreeSet<String> {
+    text.split(opening)
+        .skip(1)
+        .filter_map(|rest| rest.split(closing).next())
+        .filter(|name| {
+            !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-')
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every rule a store trait states is checked by a conformance check that names it, and every
+/// rule a check names is stated on a trait: a store author who fails a check finds the rule
+/// on the trait method it binds.
+#[test]
+fn every_rule_stated_on_a_store_trait_is_checked_by_name() {
+    let traits = [
+        include_str!("../../src/store/key_manager/mod.rs"),
+        include_str!("../../src/store/webhooks/endpoint.rs"),
+        include_str!("../../src/store/webhooks/outbox.rs"),
+    ];
+    let stated: BTreeSet<String> = traits
+        .iter()
+        .flat_map(|text| rule_names(text, "rule `", '`'))
+        .collect();
+    let suites = [
+        include_str!("../../src/testing/audit.rs"),
+        include_str!("../../src/testing/webhooks.rs"),
+        include_str!("../../src/testing/webhooks/audit_log.rs"),
+    ];
+    let checked: BTreeSet<String> = suites
+        .iter()
+        .flat_map(|text| rule_names(text, "\"rule ", ':'))
+        .collect();
+    let expected: BTreeSet<String> = [
+        "audit-in-the-change",
+        "audit-only-changes",
+        "outbox-with-the-order",
+    ]
+    .map(str::to_owned)
+    .into();
+    assert_eq!(stated, expected, "the rules stated on the traits");
+    assert_eq!(checked, expected, "the rules the conformance checks name");
 }

@@ -1,7 +1,7 @@
 //! What the service answers, by method and path below its mount.
 
 use super::*;
-use crate::management::abilities::Ability;
+use crate::management::abilities::{Ability, Offered};
 
 /// What the service can be asked, by method and path below the mount.
 #[derive(Debug, PartialEq, Eq)]
@@ -76,10 +76,19 @@ impl Route<'_> {
             Self::Usage | Self::KeyUsage(_) => vec![Ability::Usage],
             Self::Audit => vec![Ability::AuditLog],
             #[cfg(feature = "webhooks")]
-            Self::Webhooks(route) => [Ability::Webhooks]
-                .into_iter()
-                .chain(route.ability())
-                .collect(),
+            Self::Webhooks(route) => {
+                use crate::management::webhooks::WebhookRoute;
+                let beyond = match route {
+                    WebhookRoute::Attempts(_) | WebhookRoute::Action(_, "retry" | "recover") => {
+                        Some(Ability::WebhookDeliveryHistory)
+                    }
+                    WebhookRoute::Action(_, "test") => Some(Ability::WebhookTestEvents),
+                    WebhookRoute::Endpoints
+                    | WebhookRoute::Endpoint(_)
+                    | WebhookRoute::Action(..) => None,
+                };
+                [Ability::Webhooks].into_iter().chain(beyond).collect()
+            }
             Self::Keys
             | Self::Key(_)
             | Self::Revoke(_)
@@ -92,6 +101,27 @@ impl Route<'_> {
 }
 
 impl KeyManagementService {
+    /// What the service was given, asked which abilities it offers.
+    pub(super) fn offered(&self) -> Offered<'_> {
+        Offered {
+            keys: &*self.keys,
+            usage: self.usage.is_some(),
+            audit_log: self.audit.is_some(),
+            #[cfg(feature = "webhooks")]
+            webhooks: self.webhooks.as_deref(),
+        }
+    }
+
+    /// The OpenAPI document, without the paths of the abilities not offered.
+    pub(super) fn document(&self) -> Result<serde_json::Value, Failure> {
+        let mut document: serde_json::Value =
+            serde_json::from_str(OPENAPI_DOCUMENT).map_err(|_| {
+                Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal server error")
+            })?;
+        self.offered().keep_offered_paths(&mut document);
+        Ok(document)
+    }
+
     pub(super) async fn route<B>(&self, parts: Parts, body: B) -> Result<Response<ApiBody>, Failure>
     where
         B: Body + Send + 'static,
@@ -106,8 +136,9 @@ impl KeyManagementService {
             .ok_or_else(not_found)?;
         let route = Route::at(path).ok_or_else(not_found)?;
         // An ability not offered answers its 404 before anything else, as a path not served.
+        let offered = self.offered();
         for ability in route.abilities() {
-            self.require(ability)?;
+            offered.require(ability)?;
         }
         let reading = parts.method == Method::GET || parts.method == Method::HEAD;
         #[cfg(feature = "webhooks")]
@@ -286,7 +317,7 @@ impl KeyManagementService {
             }
             Route::Abilities => Ok(json(
                 StatusCode::OK,
-                &serde_json::json!({ "data": { "abilities": self.abilities() } }),
+                &serde_json::json!({ "data": { "abilities": self.offered().abilities() } }),
             )),
             Route::Usage => {
                 let store = self

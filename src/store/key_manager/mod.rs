@@ -14,9 +14,12 @@ use crate::model::Timestamp;
 use crate::store::StoreError;
 
 mod leaks;
+mod new_key;
 mod policy;
 
 pub use leaks::{Leak, LeakReport, LeakedKey, RevocationReason};
+pub(crate) use new_key::check_label;
+pub use new_key::NewKey;
 pub(crate) use policy::lifetime_until;
 pub(crate) use policy::KeyRefusal;
 pub use policy::{KeyPolicy, RollKey};
@@ -49,6 +52,21 @@ pub const DEFAULT_MAX_WEBHOOK_ENDPOINTS: u32 = 20;
 /// Implemented in full by [`MemoryStore`](crate::MemoryStore) and `PgStore` with the same
 /// semantics; `testing::run_key_manager` checks the required methods of any implementation,
 /// and `run_key_policy`, `run_leak_reports` and `run_last_use` the abilities.
+///
+/// # Rules
+///
+/// A store that also keeps the [`AuditLog`](crate::store::AuditLog) keeps two rules in the
+/// calls that change a key or a policy ([`issue`](Self::issue), [`revoke`](Self::revoke),
+/// [`restrict`](Self::restrict), [`roll`](Self::roll), [`revoke_leaked`](Self::revoke_leaked),
+/// [`set_key_policy`](Self::set_key_policy)); `testing::run_audit_log` checks both, and a
+/// failure names the rule:
+///
+/// - rule `audit-in-the-change`: each change writes its one entry inside the same call, in
+///   the same transaction as the change, with the actor and request details of
+///   [`AuditContext::current`](crate::store::AuditContext::current) (an entry without its
+///   change, or a change without its entry, is never committed);
+/// - rule `audit-only-changes`: a refused call, or one that changes nothing (a second
+///   revocation, the same ranges or policy again), writes no entry.
 #[async_trait]
 pub trait KeyManager: Send + Sync {
     /// Issues a new key for `organization_id` as `new` describes, and returns its plaintext
@@ -60,6 +78,8 @@ pub trait KeyManager: Send + Sync {
     /// future, a label over [`MAX_LABEL_CHARS`], or a lifetime the organization's
     /// [`KeyPolicy`] does not allow (longer than its maximum, or none when it has one);
     /// `Conflict` when the organization has [`KeyPolicy::max_active_keys`] active keys.
+    ///
+    /// Audited as `key.issued` (rules `audit-in-the-change`, `audit-only-changes`).
     async fn issue(&self, organization_id: &str, new: NewKey) -> Result<IssuedKey, StoreError>;
 
     /// Returns the records of `organization_id`'s keys, newest first (revoked and expired ones
@@ -70,7 +90,8 @@ pub trait KeyManager: Send + Sync {
     async fn get(&self, organization_id: &str, key_id: &str) -> Result<KeyRecord, StoreError>;
 
     /// Revokes the key `key_id` of `organization_id` at once and returns its record. Revoking
-    /// a revoked key changes nothing (it keeps its first revocation time).
+    /// a revoked key changes nothing (it keeps its first revocation time). Audited as
+    /// `key.revoked` (rules `audit-in-the-change`, `audit-only-changes`).
     async fn revoke(&self, organization_id: &str, key_id: &str) -> Result<KeyRecord, StoreError>;
 
     /// Sets the address ranges the key `key_id` of `organization_id` may be used from
@@ -80,6 +101,8 @@ pub trait KeyManager: Send + Sync {
     /// # Errors
     ///
     /// `NotFound` as for [`get`](Self::get).
+    ///
+    /// Audited as `key.restricted` (rules `audit-in-the-change`, `audit-only-changes`).
     async fn restrict(
         &self,
         organization_id: &str,
@@ -104,6 +127,9 @@ pub trait KeyManager: Send + Sync {
     /// `NotFound` as for [`get`](Self::get); `Conflict` for a revoked or expired key, or an
     /// organization over its cap of active keys; `InvalidData` for a lifetime the policy
     /// does not allow.
+    ///
+    /// Audited as `key.rolled`, naming the new key (rules `audit-in-the-change`,
+    /// `audit-only-changes`).
     async fn roll(
         &self,
         organization_id: &str,
@@ -123,7 +149,9 @@ pub trait KeyManager: Send + Sync {
     /// each report in order: the key's record when the store knows the key (active, expired
     /// or already revoked: a true positive), `None` otherwise. A key keeps its first
     /// revocation (time and reason) and its first leak, so a report sent again changes
-    /// nothing. The default answers `Unsupported`.
+    /// nothing. The default answers `Unsupported`. Audited as `key.leaked` by
+    /// [`SECRET_SCANNING_ACTOR`](crate::store::SECRET_SCANNING_ACTOR) (rules
+    /// `audit-in-the-change`, `audit-only-changes`).
     async fn revoke_leaked(
         &self,
         reports: &[LeakReport],
@@ -147,7 +175,8 @@ pub trait KeyManager: Send + Sync {
     /// Sets the key policy of `organization_id`, for the keys issued and rolled from now on
     /// (keys that exist keep their expiry) ([`KeyAbility::KeyPolicy`]). An operator's call:
     /// the organization's own Settings page only reads it. The default answers
-    /// `Unsupported`.
+    /// `Unsupported`. Audited as `policy.changed` (rules `audit-in-the-change`,
+    /// `audit-only-changes`).
     ///
     /// # Errors
     ///
@@ -189,129 +218,6 @@ pub enum KeyAbility {
 impl KeyAbility {
     /// Every ability.
     pub const ALL: [Self; 3] = [Self::KeyPolicy, Self::LeakReports, Self::LastUse];
-}
-
-/// What a new key is to be: its environment, and optionally a label and an expiry.
-///
-/// ```
-/// use partner_api::key::KeyEnvironment;
-/// use partner_api::store::NewKey;
-///
-/// let new = NewKey::new(KeyEnvironment::Live).with_label("Reporting");
-/// assert_eq!(new.label(), Some("Reporting"));
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NewKey {
-    environment: KeyEnvironment,
-    label: Option<String>,
-    expires_at: Option<Timestamp>,
-    lifetime: Option<Duration>,
-    allowed_ips: AllowedIps,
-}
-
-impl NewKey {
-    /// Describes a key for `environment`, without label or expiry.
-    pub fn new(environment: KeyEnvironment) -> Self {
-        Self {
-            environment,
-            label: None,
-            expires_at: None,
-            lifetime: None,
-            allowed_ips: AllowedIps::any(),
-        }
-    }
-
-    /// Sets the key's label, a name for people (at most [`MAX_LABEL_CHARS`] characters).
-    #[must_use]
-    pub fn with_label(mut self, label: impl Into<String>) -> Self {
-        self.label = Some(label.into());
-        self
-    }
-
-    /// Sets when the key expires; its lifetime is the time from its issue to then, in whole
-    /// seconds.
-    #[must_use]
-    pub fn with_expires_at(mut self, expires_at: Timestamp) -> Self {
-        self.expires_at = Some(expires_at);
-        self.lifetime = None;
-        self
-    }
-
-    /// Makes the key expire `lifetime` from now: its lifetime, exactly, for later rolls.
-    #[must_use]
-    pub fn with_expires_in(mut self, lifetime: Duration) -> Self {
-        self.expires_at = Some(Timestamp::now().saturating_add(lifetime));
-        self.lifetime = Some(lifetime);
-        self
-    }
-
-    /// Limits the key to the address ranges `allowed_ips`.
-    #[must_use]
-    pub fn with_allowed_ips(mut self, allowed_ips: AllowedIps) -> Self {
-        self.allowed_ips = allowed_ips;
-        self
-    }
-
-    /// Returns the address ranges the key may be used from.
-    pub fn allowed_ips(&self) -> &AllowedIps {
-        &self.allowed_ips
-    }
-
-    /// Returns the key's lifetime when issued at `issued_at`: as given to
-    /// [`with_expires_in`](Self::with_expires_in), else the time to its expiry rounded to whole
-    /// seconds (at least one); `None` without expiry.
-    pub fn lifetime_at(&self, issued_at: Timestamp) -> Option<Duration> {
-        if self.lifetime.is_some() {
-            return self.lifetime;
-        }
-        lifetime_until(self.expires_at?, issued_at)
-    }
-
-    /// Returns the environment.
-    pub fn environment(&self) -> KeyEnvironment {
-        self.environment
-    }
-
-    /// Returns the label.
-    pub fn label(&self) -> Option<&str> {
-        self.label.as_deref()
-    }
-
-    /// Returns the expiry.
-    pub fn expires_at(&self) -> Option<Timestamp> {
-        self.expires_at
-    }
-
-    /// Checks the description against the rules every store applies, at `now`.
-    ///
-    /// # Errors
-    ///
-    /// `InvalidData` for an expiry not after `now`, or a label over [`MAX_LABEL_CHARS`]
-    /// characters or with control characters.
-    pub fn check(&self, now: Timestamp) -> Result<(), StoreError> {
-        if self.expires_at.is_some_and(|expires_at| expires_at <= now) {
-            return Err(StoreError::invalid_data("the expiry is not in the future"));
-        }
-        if let Some(label) = &self.label {
-            check_label(label)?;
-        }
-        Ok(())
-    }
-}
-
-/// Checks a key's label: at most [`MAX_LABEL_CHARS`] characters, no control characters.
-pub(crate) fn check_label(label: &str) -> Result<(), StoreError> {
-    if label.chars().count() > MAX_LABEL_CHARS {
-        return Err(StoreError::invalid_data(format!(
-            "the label is longer than {MAX_LABEL_CHARS} characters"
-        )));
-    }
-    if label.chars().any(char::is_control) {
-        return Err(StoreError::invalid_data(
-            "the label holds control characters",
-        ));
-    }
-    Ok(())
 }
 
 /// A new key: its plaintext, shown once, and its record.

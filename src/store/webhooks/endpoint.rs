@@ -259,6 +259,16 @@ pub struct Attempt {
 ///
 /// Implemented in full by [`MemoryStore`](crate::MemoryStore) and `PgStore` with the same
 /// semantics; `testing::run_webhooks` checks any implementation.
+///
+/// # Rules
+///
+/// A store that also keeps the [`AuditLog`](crate::store::AuditLog) audits every change of an
+/// endpoint as [`KeyManager`](crate::store::KeyManager)'s changes are (`webhook.added`,
+/// `webhook.secret_rotated`, `webhook.enabled`, `webhook.disabled`, `webhook.removed`,
+/// `webhook.test_sent`, `webhook.message_retried`, `webhook.messages_recovered`), under the
+/// same two rules, `audit-in-the-change` and `audit-only-changes`; an endpoint's URL is
+/// logged as its origin only. `testing::run_webhook_audit_log` checks them, and a failure
+/// names the rule.
 #[async_trait]
 pub trait WebhookManager: Send + Sync {
     /// Adds an endpoint for `organization_id` with a new secret, and returns it with the

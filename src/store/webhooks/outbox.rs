@@ -337,7 +337,13 @@ pub struct Backlog {
 /// The outbox of deliveries, as the [`Dispatcher`](crate::webhooks::Dispatcher) works it off.
 ///
 /// Each delivery is one message to one endpoint. The rules every store keeps (the
-/// conformance suite checks them):
+/// conformance suite, `testing::run_webhooks`, checks them; a failure names the rule):
+///
+/// - rule `outbox-with-the-order`: the store's order writes fill the outbox. Each change of
+///   an order (created, updated, deleted) queues its event, as [`payload`] writes it, for
+///   each enabled endpoint of the organization subscribed to its type, in the same
+///   transaction as the change (`PgStore`: the triggers, on its own order table and on a
+///   host's), and one order's events go out in the order of its changes.
 ///
 /// - **Claim** returns due deliveries (pending, due time passed) of enabled endpoints, first
 ///   attempts before retries, at most one per endpoint whose deliveries fail (`failing_since`),

@@ -24,11 +24,13 @@ where
 {
     let mut report = Report::default();
     report.results.push((
-        "webhooks: delivery's disabling is logged once, with its reason; an admin's as the admin's",
+        "rule audit-in-the-change: webhooks: delivery's disabling is logged once, with its reason; \
+         an admin's as the admin's",
         disabled_by_delivery(fixtures).await,
     ));
     report.results.push((
-        "webhooks: an endpoint's URL is logged as its origin; what changes nothing logs nothing",
+        "rule audit-only-changes: webhooks: an endpoint's URL is logged as its origin; what \
+         changes nothing logs nothing",
         logged_only_when_changed(fixtures).await,
     ));
     report

@@ -1,0 +1,86 @@
+//! What answering a request with a key needs from the request, owned so a store future can
+//! keep it, and the counting of its answer in the key's usage.
+
+use std::sync::Arc;
+
+use http::uri::PathAndQuery;
+
+use crate::api::client_address::ClientAddr;
+use crate::api::conditional::IfNoneMatch;
+use crate::api::config::Config;
+use crate::api::pagination::{BadPageRequest, PageRequest};
+use crate::store::{KeyLookup, Principal, UsageOutcome, UsageRoute};
+
+/// The route of a request with a key, with what it asks of its route.
+pub(crate) enum KeyedRoute {
+    /// `GET /me`.
+    Me,
+    /// `GET /orders`: the page its query string asks for (or why it is refused), and the
+    /// path it came in on, which the next page's link names.
+    Orders(Result<PageRequest, BadPageRequest>, PathAndQuery),
+}
+
+impl KeyedRoute {
+    /// The route its requests are counted under in a key's usage.
+    pub(crate) fn usage_route(&self) -> UsageRoute {
+        match self {
+            Self::Me => UsageRoute::Me,
+            Self::Orders(..) => UsageRoute::Orders,
+        }
+    }
+}
+
+/// What answering needs from the request, owned so a store future can keep it.
+pub(crate) struct RequestFacts {
+    pub(crate) route: KeyedRoute,
+    /// The request's `If-None-Match`, when it has one and conditional requests are on.
+    pub(crate) if_none_match: Option<IfNoneMatch>,
+    /// The client's address; `None` when the host passed no peer (no
+    /// [`PeerAddr`](super::client_address::PeerAddr), no `PartnerApi::with_peer_addr`).
+    pub(crate) client: Option<ClientAddr>,
+    /// Whether the client's failed authentications are throttled (a failure limiter, and a
+    /// client address).
+    pub(crate) throttle_failures: bool,
+}
+
+impl RequestFacts {
+    /// The name of the throttled client's budget, made only when the throttle is asked (a
+    /// valid key answered from memory never needs it).
+    pub(crate) fn failure_budget(&self) -> Box<str> {
+        self.client
+            .map_or_else(|| "".into(), ClientAddr::budget_name)
+    }
+
+    /// Whether `principal`'s key may be used from the client's address: any key without
+    /// ranges; a restricted one only from a known address inside them (an unknown client,
+    /// or a forwarding header that does not parse, is outside every range).
+    pub(crate) fn allows(&self, principal: &Principal) -> bool {
+        principal.allowed_ips.is_any()
+            || matches!(self.client, Some(ClientAddr::Known(address)) if principal.allowed_ips.allows(address))
+    }
+
+    /// Counts a refused key's request in its usage, when the store said which key it was.
+    pub(crate) fn count_refusal(&self, config: &Config, lookup: &KeyLookup) {
+        let (key_id, outcome) = match lookup {
+            KeyLookup::Revoked { key_id } => (key_id, UsageOutcome::Revoked),
+            KeyLookup::Expired { key_id } => (key_id, UsageOutcome::Expired),
+            KeyLookup::Unknown | KeyLookup::Valid(_) => return,
+        };
+        if let Some(key_id) = key_id {
+            count_usage(config, self.route.usage_route(), key_id, outcome);
+        }
+    }
+}
+
+/// Counts one answered request of the key `key_id` on `route` in the key's usage, if it is
+/// recorded.
+pub(crate) fn count_usage(
+    config: &Config,
+    route: UsageRoute,
+    key_id: &Arc<str>,
+    outcome: UsageOutcome,
+) {
+    if let Some(recorder) = &config.key_usage {
+        recorder.record(key_id, route, outcome);
+    }
+}

@@ -1,0 +1,138 @@
+//! The answers to a request with a key: `GET /me` and a page of `GET /orders` (200, or 304
+//! when the request's `If-None-Match` holds the tag; the next page's `Link`), and the
+//! refusals of authentication (401, the throttle's 429) and of a failed store.
+
+use bytes::Bytes;
+use http::header::{LINK, RETRY_AFTER};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+
+use super::ApiError;
+use crate::api::auth::AuthFailure;
+use crate::api::body::ApiBody;
+use crate::api::conditional::IfNoneMatch;
+use crate::api::config::Config;
+use crate::api::pagination::PageRequest;
+use crate::log::ErrorChain;
+use crate::metrics::{self, AuthFailureReason};
+use crate::model::OrderPage;
+use crate::rate_limit::{whole_seconds_at_least_one, RateLimitDecision};
+use crate::store::{OrderPosition, OrderQuery, StoreError, StoreErrorKind};
+
+/// The 200 (or 304) of `GET /me`: `body`, tagged `etag` when tags are on (with
+/// `tagged_headers`, the headers of every `/me` of the organization, its tag in place).
+pub(crate) fn me(
+    config: &Config,
+    if_none_match: Option<&IfNoneMatch>,
+    body: &Bytes,
+    etag: &HeaderValue,
+    tagged_headers: &HeaderMap,
+) -> Response<ApiBody> {
+    let etag = config.conditional_requests.then_some(etag);
+    tagged_or_not(if_none_match, ApiBody::new(body.clone()), etag, |_| {
+        tagged_headers.clone()
+    })
+}
+
+/// What a page of `GET /orders` answers with: the request and the path it came in on (which
+/// the next page's link names), and the organization whose page it is.
+pub(crate) struct PageAnswer<'a> {
+    pub(crate) request: &'a PageRequest,
+    pub(crate) path: &'a str,
+    pub(crate) organization_id: &'a str,
+    pub(crate) query: &'a OrderQuery,
+}
+
+/// The 200 (or 304) of `GET /orders` for `page`, with the next page's `Link` when more
+/// orders follow. The page size is the service's promise, so it holds whatever the store
+/// returned (and a page is newest first by construction).
+pub(crate) fn orders(
+    config: &Config,
+    if_none_match: Option<&IfNoneMatch>,
+    asked: &PageAnswer<'_>,
+    page: &OrderPage,
+) -> Response<ApiBody> {
+    let limit = asked.query.limit();
+    let page = if page.len() > limit {
+        tracing::warn!(
+            len = page.len(),
+            "the order store returned more orders than asked for"
+        );
+        page.truncated(limit)
+    } else {
+        page.clone()
+    };
+    // Computed once per stored page and shared by its clones.
+    let etag = config
+        .conditional_requests
+        .then(|| page.etag(super::orders_etag));
+    let mut response = tagged_or_not(
+        if_none_match,
+        super::orders_body(&page),
+        etag,
+        super::tagged_headers,
+    );
+    if let (true, Some(last)) = (page.has_more(), page.orders().last()) {
+        let last = OrderPosition::of(last.order());
+        let link = asked
+            .request
+            .next_link(asked.path, asked.organization_id, &last);
+        if let Some(link) = link {
+            response.headers_mut().insert(LINK, link);
+        }
+    }
+    response
+}
+
+/// The `200` of `body`, tagged `etag` when there is one (with the headers
+/// `tagged_headers(etag)` makes), or the `304` when `if_none_match` matches that tag.
+fn tagged_or_not(
+    if_none_match: Option<&IfNoneMatch>,
+    body: ApiBody,
+    etag: Option<&HeaderValue>,
+    tagged_headers: impl FnOnce(&HeaderValue) -> HeaderMap,
+) -> Response<ApiBody> {
+    let Some(etag) = etag else {
+        return super::json_body(StatusCode::OK, body);
+    };
+    if if_none_match.is_some_and(|condition| condition.matches(etag)) {
+        super::not_modified(etag)
+    } else {
+        super::with_headers(body, tagged_headers(etag))
+    }
+}
+
+/// The 429 for a client past its budget of failed authentications: `Retry-After` only, since
+/// the `X-RateLimit-*` headers describe a key's budget.
+pub(crate) fn throttled(decision: RateLimitDecision) -> Response<ApiBody> {
+    metrics::auth_failed(AuthFailureReason::Throttled);
+    let mut response = ApiError::TooManyRequests.into_response();
+    if let Some(retry_after) = decision.retry_after() {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, whole_seconds_at_least_one(retry_after));
+    }
+    response
+}
+
+/// The 401 for `failure`, counted by its reason.
+pub(crate) fn unauthenticated(config: &Config, failure: AuthFailure) -> Response<ApiBody> {
+    metrics::auth_failed(failure.reason());
+    super::unauthorized(config.challenges.for_failure(failure))
+}
+
+/// The answer to a store failure; its detail goes to the log only.
+pub(crate) fn store_failed(config: &Config, err: StoreError) -> Response<ApiBody> {
+    tracing::error!(
+        kind = ?err.kind(),
+        error = %ErrorChain(&err),
+        "partner API store failed"
+    );
+    match err.kind() {
+        StoreErrorKind::Unavailable => super::unavailable(config.retry_after),
+        StoreErrorKind::InvalidData
+        | StoreErrorKind::NotFound
+        | StoreErrorKind::Conflict
+        | StoreErrorKind::Unsupported
+        | StoreErrorKind::Other => ApiError::Internal.into_response(),
+    }
+}
