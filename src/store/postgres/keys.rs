@@ -2,7 +2,8 @@
 //! on lookups at once) and the digests of usable keys.
 
 use async_trait::async_trait;
-use sqlx::Row;
+use sqlx::postgres::PgConnection;
+use sqlx::{Connection, Row};
 
 use super::timestamp::PgTimestamp;
 use super::{breaker, column, store_error, PgStore};
@@ -78,10 +79,20 @@ impl PgStore {
             Ok(()) => Ok(()),
             Err(breaker::Refusal::Fail(err)) => Err(err),
             Err(breaker::Refusal::FailAndProbe(err)) => {
-                let pool = self.pool.clone();
+                let options = self.pool.connect_options();
                 let breaker = self.breaker.clone();
                 tokio::spawn(async move {
-                    let probe = sqlx::query("SELECT 1").execute(&pool);
+                    // One connection attempt of its own, not the pool's: the pool retries a
+                    // refused connection with a backoff that doubles up to a second, so a
+                    // probe through it could sleep through the database's return, and the
+                    // breaker stay open for a probe timeout and a cooldown more. With one
+                    // attempt per probe, a request finds the database within a cooldown (and
+                    // one connection) of its return.
+                    let probe = async {
+                        let mut connection = PgConnection::connect_with(&options).await?;
+                        sqlx::query("SELECT 1").execute(&mut connection).await?;
+                        connection.close().await
+                    };
                     let back = tokio::time::timeout(breaker::PROBE_TIMEOUT, probe)
                         .await
                         .is_ok_and(|done| done.is_ok());
