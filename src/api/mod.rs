@@ -20,6 +20,7 @@ pub(crate) mod keyed_answer;
 pub(crate) mod layer;
 pub(crate) mod me_cache;
 pub mod openapi;
+pub(crate) mod order_filters;
 pub(crate) mod pagination;
 pub(crate) mod request_facts;
 pub mod request_id;

@@ -1,11 +1,13 @@
-//! Pages of `GET /orders`: the query parameters `limit` and `page_token`, the opaque token,
-//! and the `Link: <...>; rel="next"` header (RFC 8288) of a page that more orders follow.
+//! Pages of `GET /orders`: the query parameters `limit` and `page_token` (and the filters,
+//! read by [`order_filters`](super::order_filters)), the opaque token, and the
+//! `Link: <...>; rel="next"` header (RFC 8288) of a page that more orders follow.
 //!
 //! A token is base64url (no padding) of: a version byte, 8 bytes that bind it to the
-//! organization (a SHA-256 prefix of its id), the `createdAt` of the page's last order in
-//! milliseconds (8 bytes, big-endian), that order's id, and 8 bytes of SHA-256 over all of the
-//! former, so a token that was cut or altered is refused instead of read as another
-//! position. The token names a position, not an offset: a page after it holds the orders
+//! organization (a SHA-256 prefix of its id), for a filtered page (version 2) 8 bytes that
+//! bind it to the filters, the `createdAt` of the page's last order in milliseconds (8 bytes,
+//! big-endian), that order's id, and 8 bytes of SHA-256 over all of the former, so a token
+//! that was cut or altered is refused instead of read as another position. An unfiltered
+//! page's token (version 1) is as it always was. The token names a position, not an offset: a page after it holds the orders
 //! that come after that position in the served order, whatever was created or deleted since.
 //!
 //! The checksum is no MAC: anyone can make a token, and that is by design (contract 4.2, the
@@ -20,11 +22,16 @@ use bytes::BytesMut;
 use http::HeaderValue;
 use sha2::{Digest, Sha256};
 
+use crate::api::order_filters::{
+    append_to_query, filter_tag, BadFilter, FilterParameter, FilterParameters,
+};
 use crate::model::{Timestamp, MAX_ORDERS};
-use crate::store::{OrderPosition, OrderQuery};
+use crate::store::{OrderFilter, OrderPosition, OrderQuery};
 
-/// The version of the token format.
+/// The version of the token format of an unfiltered page.
 const VERSION: u8 = 1;
+/// The version of a filtered page's token, which carries the filters' tag.
+const FILTERED_VERSION: u8 = 2;
 /// The longest token read: longer ones are refused before decoding.
 const MAX_TOKEN_CHARS: usize = 1024;
 /// Bytes of a token around the order id: version, organization, time, checksum.
@@ -37,12 +44,17 @@ pub(crate) struct PageRequest {
     limit: Option<usize>,
     /// The decoded `page_token`, if one was given.
     token: Option<PageToken>,
+    /// The filters given (none: every order), boxed so an unfiltered request allocates
+    /// nothing for them.
+    filter: Option<Box<OrderFilter>>,
 }
 
-/// A decoded `page_token`: its organization binding and position.
+/// A decoded `page_token`: its organization binding, its filters' (for a filtered page), and
+/// position.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct PageToken {
     organization: [u8; 8],
+    filter: Option<[u8; 8]>,
     position: OrderPosition,
 }
 
@@ -57,19 +69,37 @@ pub(crate) enum BadPageRequest {
     MalformedToken,
     /// `page_token` is another organization's.
     ForeignToken,
+    /// `page_token` was made for other filters than the ones given.
+    OtherFilters,
+    /// A filter parameter's value is not one this API takes.
+    Filter(FilterParameter),
+    /// `created_since` is not before `created_before`.
+    EmptyRange,
+}
+
+impl From<BadFilter> for BadPageRequest {
+    fn from(bad: BadFilter) -> Self {
+        match bad {
+            BadFilter::Invalid(parameter) => Self::Filter(parameter),
+            BadFilter::Repeated => Self::Repeated,
+            BadFilter::EmptyRange => Self::EmptyRange,
+        }
+    }
 }
 
 impl PageRequest {
-    /// The request of `query` (a URI's query string): only `limit` and `page_token` count;
-    /// other parameters are ignored.
+    /// The request of `query` (a URI's query string): `limit`, `page_token` and the filters
+    /// count; other parameters are ignored.
     pub(crate) fn parse(query: Option<&str>) -> Result<Self, BadPageRequest> {
         let mut request = Self {
             limit: None,
             token: None,
+            filter: None,
         };
         let Some(query) = query else {
             return Ok(request);
         };
+        let mut filters = FilterParameters::default();
         let mut seen_token = false;
         for (name, value) in form_urlencoded::parse(query.as_bytes()) {
             match &*name {
@@ -86,23 +116,39 @@ impl PageRequest {
                     seen_token = true;
                     request.token = Some(PageToken::decode(&value)?);
                 }
-                _ => {}
+                name => {
+                    filters.take(name, &value)?;
+                }
             }
         }
+        let filter = filters.finish()?;
+        request.filter = (!filter.is_empty()).then(|| Box::new(filter));
         Ok(request)
     }
 
     /// The store query for the organization `organization_id`, or the 400 of a token that
-    /// another organization's page links to.
+    /// another organization's page links to, or a page of other filters.
     pub(crate) fn query_for(&self, organization_id: &str) -> Result<OrderQuery, BadPageRequest> {
         let limit = self.limit.unwrap_or(MAX_ORDERS);
-        match &self.token {
-            None => Ok(OrderQuery::newest(limit)),
-            Some(token) if token.organization == organization_tag(organization_id) => {
-                Ok(OrderQuery::after(token.position.clone(), limit))
+        let query = match &self.token {
+            None => OrderQuery::newest(limit),
+            Some(token) if token.organization != organization_tag(organization_id) => {
+                return Err(BadPageRequest::ForeignToken);
             }
-            Some(_) => Err(BadPageRequest::ForeignToken),
+            Some(token) if token.filter != self.filter_tag() => {
+                return Err(BadPageRequest::OtherFilters);
+            }
+            Some(token) => OrderQuery::after(token.position.clone(), limit),
+        };
+        match &self.filter {
+            None => Ok(query),
+            Some(filter) => Ok(query.with_filter(OrderFilter::clone(filter))),
         }
+    }
+
+    /// The tag of the request's filters, `None` when it has none.
+    fn filter_tag(&self) -> Option<[u8; 8]> {
+        self.filter.as_deref().map(filter_tag)
     }
 
     /// The `Link` header of a page whose last order is at `last` and that more orders follow:
@@ -115,6 +161,7 @@ impl PageRequest {
     ) -> Option<HeaderValue> {
         let token = PageToken {
             organization: organization_tag(organization_id),
+            filter: self.filter_tag(),
             position: last.clone(),
         }
         .encode();
@@ -126,6 +173,11 @@ impl PageRequest {
         if let Some(limit) = self.limit {
             link.extend_from_slice(format!("&limit={limit}").as_bytes());
         }
+        if let Some(filter) = &self.filter {
+            let mut filters = String::new();
+            append_to_query(filter, &mut filters);
+            link.extend_from_slice(filters.as_bytes());
+        }
         link.extend_from_slice(b">; rel=\"next\"");
         // A path the request came in on is visible ASCII; the token is base64url.
         HeaderValue::from_maybe_shared(link.freeze()).ok()
@@ -135,9 +187,16 @@ impl PageRequest {
 impl PageToken {
     fn encode(&self) -> String {
         let id = self.position.id.as_bytes();
-        let mut bytes = Vec::with_capacity(FIXED_BYTES + id.len());
-        bytes.push(VERSION);
+        let mut bytes = Vec::with_capacity(FIXED_BYTES + 8 + id.len());
+        bytes.push(if self.filter.is_some() {
+            FILTERED_VERSION
+        } else {
+            VERSION
+        });
         bytes.extend_from_slice(&self.organization);
+        if let Some(filter) = &self.filter {
+            bytes.extend_from_slice(filter);
+        }
         let millis = self.position.created_at.as_datetime().timestamp_millis();
         bytes.extend_from_slice(&millis.to_be_bytes());
         bytes.extend_from_slice(id);
@@ -153,7 +212,13 @@ impl PageToken {
         let bytes = URL_SAFE_NO_PAD
             .decode(text)
             .map_err(|_| BadPageRequest::MalformedToken)?;
-        if bytes.len() < FIXED_BYTES || bytes[0] != VERSION {
+        let filtered = match bytes.first() {
+            Some(&VERSION) => false,
+            Some(&FILTERED_VERSION) => true,
+            _ => return Err(BadPageRequest::MalformedToken),
+        };
+        let fixed = FIXED_BYTES + if filtered { 8 } else { 0 };
+        if bytes.len() < fixed {
             return Err(BadPageRequest::MalformedToken);
         }
         let (signed, sum) = bytes.split_at(bytes.len() - 8);
@@ -161,17 +226,23 @@ impl PageToken {
             return Err(BadPageRequest::MalformedToken);
         }
         let organization = array(&signed[1..9]);
-        let millis = i64::from_be_bytes(array(&signed[9..17]));
+        let (filter, rest) = if filtered {
+            (Some(array(&signed[9..17])), &signed[17..])
+        } else {
+            (None, &signed[9..])
+        };
+        let millis = i64::from_be_bytes(array(&rest[..8]));
         let created_at =
             Timestamp::from_unix_millis(millis).ok_or(BadPageRequest::MalformedToken)?;
         // No order id holds a NUL (a database's text cannot): refused here, not by the query.
-        let id = std::str::from_utf8(&signed[17..])
+        let id = std::str::from_utf8(&rest[8..])
             .ok()
             .filter(|id| !id.contains('\0'))
             .ok_or(BadPageRequest::MalformedToken)?
             .to_owned();
         Ok(Self {
             organization,
+            filter,
             position: OrderPosition { created_at, id },
         })
     }

@@ -16,6 +16,7 @@ use http::{Response, StatusCode};
 use crate::api::body::ApiBody;
 use crate::api::conditional;
 use crate::api::config::DEFAULT_RETRY_AFTER;
+use crate::api::order_filters::FilterParameter;
 use crate::api::pagination::BadPageRequest;
 use crate::api::request_id::REQUEST_ID_HEADER;
 use crate::model::OrderPage;
@@ -59,14 +60,32 @@ fn bad_page_request(bad: BadPageRequest) -> &'static str {
         BadPageRequest::Limit => {
             error_json!("invalid query parameter limit: it must be a whole number from 1 to 100")
         }
-        BadPageRequest::Repeated => {
-            error_json!("invalid query: limit and page_token may each be given once")
-        }
+        BadPageRequest::Repeated => error_json!(
+            "invalid query: limit, page_token, status, provider, created_since and created_before may each be given once"
+        ),
         BadPageRequest::MalformedToken => error_json!(
             "invalid query parameter page_token: it is not a page token of this API (cut or altered); use the link of the previous page as it was given"
         ),
         BadPageRequest::ForeignToken => error_json!(
             "invalid query parameter page_token: it belongs to another organization's pages"
+        ),
+        BadPageRequest::OtherFilters => error_json!(
+            "invalid query parameter page_token: it was made for other filters; use the link of the previous page as it was given, or start again without page_token"
+        ),
+        BadPageRequest::Filter(FilterParameter::Status) => error_json!(
+            "invalid query parameter status: it must be one or more comma-separated statuses, at most 20, each of 1 to 200 bytes"
+        ),
+        BadPageRequest::Filter(FilterParameter::Provider) => error_json!(
+            "invalid query parameter provider: it must be one or more comma-separated provider ids, at most 20, each of 1 to 200 bytes"
+        ),
+        BadPageRequest::Filter(FilterParameter::CreatedSince) => error_json!(
+            "invalid query parameter created_since: it must be an RFC 3339 date-time such as 2026-11-26T10:15:02.113Z, in the years 0000 to 9999"
+        ),
+        BadPageRequest::Filter(FilterParameter::CreatedBefore) => error_json!(
+            "invalid query parameter created_before: it must be an RFC 3339 date-time such as 2026-11-26T10:15:02.113Z, in the years 0000 to 9999"
+        ),
+        BadPageRequest::EmptyRange => error_json!(
+            "invalid query: created_since must be before created_before"
         ),
     }
 }

@@ -32,7 +32,7 @@ pub use key_manager::{
 };
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use memory::MemoryStore;
-pub use query::{OrderPosition, OrderQuery};
+pub use query::{OrderFilter, OrderPosition, OrderQuery};
 pub(crate) use read::{KeyDigests, KeyLookup, KeyStore, OrderStore, Principal};
 pub use usage::{
     KeyUsageTotal, UsageBucket, UsageCount, UsageGranularity, UsageOutcome, UsagePeriod,

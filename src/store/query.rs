@@ -1,4 +1,5 @@
-//! [`OrderQuery`] and [`OrderPosition`]: which page of an organization's orders a store reads.
+//! [`OrderQuery`], [`OrderPosition`] and [`OrderFilter`]: which page of an organization's
+//! orders a store reads, and which of its orders the page holds.
 
 use crate::model::{Order, Timestamp, MAX_ORDERS};
 
@@ -32,25 +33,135 @@ impl OrderPosition {
     }
 }
 
-/// Which page of an organization's orders to read: at most [`limit`](Self::limit) orders,
-/// from the newest, or from the first after a position.
+/// Which of an organization's orders a page holds: `GET /orders`' filters, combined with AND.
+/// An empty filter (the default) holds every order.
+///
+/// ```
+/// use partner_api::store::OrderFilter;
+/// use partner_api::Timestamp;
+///
+/// let since: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+/// let filter = OrderFilter::default()
+///     .with_statuses(["running", "paused"])
+///     .with_created_since(since);
+/// assert!(!filter.is_empty());
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct OrderFilter {
+    statuses: Vec<String>,
+    providers: Vec<String>,
+    created_since: Option<Timestamp>,
+    created_before: Option<Timestamp>,
+}
+
+impl OrderFilter {
+    /// Holds only orders whose status is one of `statuses` (none: any status).
+    #[must_use]
+    pub fn with_statuses<S: Into<String>>(mut self, statuses: impl IntoIterator<Item = S>) -> Self {
+        self.statuses = statuses.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Holds only orders whose providers include one of `providers` (none: any providers).
+    #[must_use]
+    pub fn with_providers<S: Into<String>>(
+        mut self,
+        providers: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.providers = providers.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Holds only orders created at or after `since`.
+    #[must_use]
+    pub fn with_created_since(mut self, since: Timestamp) -> Self {
+        self.created_since = Some(since);
+        self
+    }
+
+    /// Holds only orders created before `before`.
+    #[must_use]
+    pub fn with_created_before(mut self, before: Timestamp) -> Self {
+        self.created_before = Some(before);
+        self
+    }
+
+    /// The statuses an order may have (empty: any).
+    pub fn statuses(&self) -> &[String] {
+        &self.statuses
+    }
+
+    /// The providers of which an order must have one (empty: any).
+    pub fn providers(&self) -> &[String] {
+        &self.providers
+    }
+
+    /// The earliest `createdAt` held, inclusive.
+    pub fn created_since(&self) -> Option<Timestamp> {
+        self.created_since
+    }
+
+    /// The `createdAt` from which no order is held (exclusive).
+    pub fn created_before(&self) -> Option<Timestamp> {
+        self.created_before
+    }
+
+    /// Whether the filter holds every order.
+    pub fn is_empty(&self) -> bool {
+        self.statuses.is_empty()
+            && self.providers.is_empty()
+            && self.created_since.is_none()
+            && self.created_before.is_none()
+    }
+
+    /// Whether the filter holds `order`: what a store that filters in memory asks of each.
+    pub fn holds(&self, order: &Order) -> bool {
+        (self.statuses.is_empty() || self.statuses.contains(&order.status))
+            && (self.providers.is_empty()
+                || order.providers.iter().any(|p| self.providers.contains(p)))
+            && self
+                .created_since
+                .is_none_or(|since| order.created_at >= since)
+            && self
+                .created_before
+                .is_none_or(|before| order.created_at < before)
+    }
+}
+
+/// Which page of an organization's orders to read: at most [`limit`](Self::limit) orders that
+/// the [`filter`](Self::filter) holds, from the newest, or from the first after a position.
 ///
 /// ```
 /// use partner_api::store::OrderQuery;
 ///
 /// let first = OrderQuery::newest(100);
 /// assert_eq!((first.limit(), first.position()), (100, None));
+/// assert!(first.filter().is_empty());
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct OrderQuery {
     after: Option<OrderPosition>,
     limit: usize,
+    /// Boxed, and only when there is one: an unfiltered query allocates nothing for it.
+    filter: Option<Box<OrderFilter>>,
 }
+
+/// The filter of an unfiltered query.
+static NO_FILTER: OrderFilter = OrderFilter {
+    statuses: Vec::new(),
+    providers: Vec::new(),
+    created_since: None,
+    created_before: None,
+};
 
 impl OrderQuery {
     /// The newest `limit` orders: the first page.
     pub fn newest(limit: usize) -> Self {
-        Self { after: None, limit }
+        Self {
+            after: None,
+            limit,
+            filter: None,
+        }
     }
 
     /// The first `limit` orders after `position`.
@@ -58,7 +169,20 @@ impl OrderQuery {
         Self {
             after: Some(position),
             limit,
+            filter: None,
         }
+    }
+
+    /// The same page, of the orders `filter` holds only.
+    #[must_use]
+    pub fn with_filter(mut self, filter: OrderFilter) -> Self {
+        self.filter = (!filter.is_empty()).then(|| Box::new(filter));
+        self
+    }
+
+    /// Which orders the page holds.
+    pub fn filter(&self) -> &OrderFilter {
+        self.filter.as_deref().unwrap_or(&NO_FILTER)
     }
 
     /// The position the page starts after, or `None` for the first page.
@@ -74,7 +198,7 @@ impl OrderQuery {
     /// Whether this is the first page of the API's default size: what `GET /orders` without
     /// parameters reads, and what caches keep ready.
     pub fn is_default_first_page(&self) -> bool {
-        self.after.is_none() && self.limit == MAX_ORDERS
+        self.after.is_none() && self.limit == MAX_ORDERS && self.filter.is_none()
     }
 }
 

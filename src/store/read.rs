@@ -163,10 +163,13 @@ pub trait KeyDigests: Send + Sync {
 pub trait OrderStore: Send + Sync {
     /// The page of the organization `organization_id`'s orders that `query` asks for: in the
     /// order the API serves them (newest by `createdAt` first, ties by `id` descending in
-    /// byte order), the first [`query.limit()`](OrderQuery::limit) of those that come after
+    /// byte order), the first [`query.limit()`](OrderQuery::limit) of those that the
+    /// [`query.filter()`](OrderQuery::filter) holds and that come after
     /// [`query.position()`](OrderQuery::position) (from the newest when it is `None`), and whether
-    /// any order follows them ([`OrderPage::has_more`]). An unknown organization has no
-    /// orders.
+    /// any such order follows them ([`OrderPage::has_more`]). An unknown organization has no
+    /// orders. The filter binds it (rule `filters-hold`): a page holds only orders the filter holds, and every one
+    /// of them in its range ([`OrderFilter::holds`](crate::store::OrderFilter::holds));
+    /// `testing::run` checks it.
     ///
     /// The position is a keyset, not an offset: an order created or deleted before it never
     /// shifts what comes after it. A store reads `limit + 1` orders and builds the page with

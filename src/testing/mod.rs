@@ -44,6 +44,7 @@ use crate::store::{KeyStore, OrderStore};
 
 mod audit;
 mod calls;
+mod filters;
 mod fixtures;
 mod key_abilities;
 mod key_lifecycle;

@@ -13,22 +13,24 @@ use crate::model::{Order, Timestamp};
 use crate::store::KeyLookup;
 #[cfg(doc)]
 use crate::store::OrderStore;
-use crate::store::{OrderPosition, OrderQuery};
+use crate::store::{OrderFilter, OrderPosition, OrderQuery};
 
 /// What happens between two pages of a walk: orders added and ids removed after the page of
 /// that number was read.
 type Between<'a> = &'a mut (dyn FnMut(usize) -> (Vec<Order>, Vec<String>) + Send);
 
-/// Reads every page of `limit` orders of `organization_id`, from the first, and returns the
-/// orders in the order read; every page but the last is full and says more follow.
-async fn walk<F: StoreFixtures>(
+/// Reads every page of `limit` orders of `organization_id` that `filter` holds, from the
+/// first, and returns the orders in the order read; every page but the last is full and says
+/// more follow.
+pub(super) async fn walk<F: StoreFixtures>(
     fixtures: &F,
     organization_id: &str,
     limit: usize,
+    filter: &OrderFilter,
     between: Between<'_>,
 ) -> Result<Vec<Order>, String> {
     let mut read = Vec::new();
-    let mut query = OrderQuery::newest(limit);
+    let mut query = OrderQuery::newest(limit).with_filter(filter.clone());
     // A store that never ends a walk (one that ignores positions) is caught here.
     for number in 0_usize..1_000 {
         let page = read_page(fixtures, organization_id, &query).await?;
@@ -56,7 +58,7 @@ async fn walk<F: StoreFixtures>(
             page.len()
         );
         let last = last.ok_or_else(|| format!("page {number} is empty but says more follow"))?;
-        query = OrderQuery::after(last, limit);
+        query = OrderQuery::after(last, limit).with_filter(filter.clone());
     }
     Err("the walk did not end within 1,000 pages".into())
 }
@@ -77,7 +79,14 @@ pub(super) async fn pages_cover_every_order_once<F: StoreFixtures>(fixtures: &F)
             })
             .collect();
         add_orders(fixtures, &org.id, &written).await?;
-        let read = walk(fixtures, &org.id, limit, &mut |_| (vec![], vec![])).await?;
+        let read = walk(
+            fixtures,
+            &org.id,
+            limit,
+            &OrderFilter::default(),
+            &mut |_| (vec![], vec![]),
+        )
+        .await?;
         let want = expected(&written, usize::MAX);
         ensure!(
             ids(&read) == ids(&want),
@@ -103,13 +112,19 @@ pub(super) async fn pages_hold_across_changes<F: StoreFixtures>(fixtures: &F) ->
     // page 1) and of the first order of page 2.
     let (position_id, later_id) = (want[3].id.clone(), want[8].id.clone());
     let newer = order(format!("{ns}-newer"), 1_000_000);
-    let read = walk(fixtures, &org.id, 4, &mut |number| match number {
-        0 => (
-            vec![newer.clone()],
-            vec![position_id.clone(), later_id.clone()],
-        ),
-        _ => (vec![], vec![]),
-    })
+    let read = walk(
+        fixtures,
+        &org.id,
+        4,
+        &OrderFilter::default(),
+        &mut |number| match number {
+            0 => (
+                vec![newer.clone()],
+                vec![position_id.clone(), later_id.clone()],
+            ),
+            _ => (vec![], vec![]),
+        },
+    )
     .await?;
     let expected: Vec<&str> = ids(&want)
         .into_iter()
@@ -131,7 +146,10 @@ pub(super) async fn ten_thousand_orders<F: StoreFixtures>(fixtures: &F) -> Check
         .map(|n| order(format!("{ns}-{n:05}"), (n / 3) * 10))
         .collect();
     add_orders(fixtures, &org.id, &written).await?;
-    let read = walk(fixtures, &org.id, 100, &mut |_| (vec![], vec![])).await?;
+    let read = walk(fixtures, &org.id, 100, &OrderFilter::default(), &mut |_| {
+        (vec![], vec![])
+    })
+    .await?;
     let want = expected(&written, usize::MAX);
     ensure!(
         read.len() == want.len() && ids(&read) == ids(&want),

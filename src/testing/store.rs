@@ -6,7 +6,7 @@ use super::calls::{
     add_orders, expected, ids, key, lookup, lookup_outcome, order, organization, read,
 };
 use super::report::{ensure, failed, Check, Report};
-use super::{namespace, pages, StoreFixtures};
+use super::{filters, namespace, pages, StoreFixtures};
 use crate::model::{Order, MAX_BUDGET_DKK};
 use crate::store::KeyLookup;
 
@@ -58,6 +58,10 @@ pub async fn run<F: StoreFixtures>(fixtures: &F) -> Report {
     record(
         "10,000 orders in pages of 100",
         pages::ten_thousand_orders(fixtures).await,
+    );
+    record(
+        "rule filters-hold: filtered pages hold exactly the orders the filter holds",
+        filters::filters_hold(fixtures).await,
     );
     record(
         "a key's expiry is reported and enforced",

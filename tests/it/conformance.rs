@@ -20,7 +20,7 @@ async fn the_memory_store_conforms_and_can_run_twice() {
     let store = MemoryStore::new();
     let report = run(&store).await;
     report.assert_passed();
-    assert_eq!(report.len(), 13);
+    assert_eq!(report.len(), 14);
     run(&store).await.assert_passed();
 }
 
@@ -33,6 +33,8 @@ enum Fault {
     ForgetsKeysAtOnce,
     /// Every page starts from the newest order, whatever its position.
     IgnoresPositions,
+    /// Pages hold every order, whatever the filter.
+    IgnoresFilters,
     /// Valid keys resolve without their expiry.
     DropsExpiry,
     /// Rolls drop the lifetime asked for, and key policies are never kept.
@@ -69,8 +71,16 @@ impl KeyStore for Faulty {
 impl OrderStore for Faulty {
     async fn orders(&self, org: &str, query: &OrderQuery) -> Result<OrderPage, StoreError> {
         let query = match self.1 {
-            Fault::ForgetsRevocationsAndLimits => OrderQuery::newest(usize::MAX),
-            Fault::IgnoresPositions => OrderQuery::newest(query.limit()),
+            Fault::ForgetsRevocationsAndLimits => {
+                OrderQuery::newest(usize::MAX).with_filter(query.filter().clone())
+            }
+            Fault::IgnoresPositions => {
+                OrderQuery::newest(query.limit()).with_filter(query.filter().clone())
+            }
+            Fault::IgnoresFilters => match query.position() {
+                Some(position) => OrderQuery::after(position.clone(), query.limit()),
+                None => OrderQuery::newest(query.limit()),
+            },
             _ => query.clone(),
         };
         self.0.orders(org, &query).await
@@ -298,6 +308,7 @@ async fn a_broken_store_fails_the_checks_it_breaks() {
             "pages hold every order once, newest first, across ties",
             "new and deleted orders never shift later pages",
             "10,000 orders in pages of 100",
+            "rule filters-hold: filtered pages hold exactly the orders the filter holds",
         ]
     );
     assert_eq!(
@@ -306,7 +317,12 @@ async fn a_broken_store_fails_the_checks_it_breaks() {
             "pages hold every order once, newest first, across ties",
             "new and deleted orders never shift later pages",
             "10,000 orders in pages of 100",
+            "rule filters-hold: filtered pages hold exactly the orders the filter holds",
         ]
+    );
+    assert_eq!(
+        failures(Fault::IgnoresFilters).await,
+        ["rule filters-hold: filtered pages hold exactly the orders the filter holds"]
     );
     assert_eq!(
         failures(Fault::DropsExpiry).await,

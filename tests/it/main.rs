@@ -23,6 +23,7 @@ mod management;
 mod metrics;
 mod openapi;
 mod operators;
+mod order_filters;
 mod pages;
 mod postgres;
 mod rate_limit;

@@ -88,10 +88,32 @@ impl OrganizationOrders {
             self.newest_first
                 .partition_point(|held| !position.precedes(held.order()))
         });
-        let end = self
-            .newest_first
-            .len()
-            .min(start.saturating_add(query.limit()).saturating_add(1));
-        OrderPage::first(self.newest_first[start..end].to_vec(), query.limit())
+        let filter = query.filter();
+        if filter.is_empty() {
+            let end = self
+                .newest_first
+                .len()
+                .min(start.saturating_add(query.limit()).saturating_add(1));
+            return OrderPage::first(self.newest_first[start..end].to_vec(), query.limit());
+        }
+        // In memory, a filtered page is a scan from the position: it stops at the first order
+        // past the page, or past `created_since` (older orders cannot be held).
+        let held = self.newest_first[start..]
+            .iter()
+            .filter(|held| {
+                filter
+                    .created_before()
+                    .is_none_or(|before| held.order().created_at < before)
+            })
+            .take_while(|held| {
+                filter
+                    .created_since()
+                    .is_none_or(|since| held.order().created_at >= since)
+            })
+            .filter(|held| filter.holds(held.order()))
+            .take(query.limit().saturating_add(1))
+            .cloned()
+            .collect();
+        OrderPage::first(held, query.limit())
     }
 }

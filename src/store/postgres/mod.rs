@@ -3,14 +3,13 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, Row};
 
-use super::{OrderQuery, OrderStore, StoreError};
+use super::StoreError;
 use crate::key::is_valid_key;
 use crate::key::KeyDigest;
-use crate::model::{EncodedOrder, Order, OrderPage, Organization, Timestamp};
+use crate::model::{EncodedOrder, Order, Organization, Timestamp};
 use crate::store::describe_plaintext;
 
 mod audit;
@@ -20,6 +19,7 @@ mod key_rows;
 mod keys;
 mod manage;
 mod migrate;
+mod orders;
 #[cfg(feature = "webhooks")]
 mod outbox;
 mod policy;
@@ -31,26 +31,8 @@ mod webhooks;
 
 pub(crate) use error::store_error;
 use keys::allowed_ips;
-use timestamp::{PgDate, PgTimestamp};
 
-/// The one query of the first page of `GET /orders`: an index range scan of
-/// `partner_orders_newest`, one row more than the page holds (to know whether more follow).
-const FIRST_PAGE: &str = "\
-    SELECT id, providers, advertiser_name, campaign_name, budget_dkk, start_date, end_date, \
-           status, external_reference, created_at \
-    FROM partner_orders WHERE organization_id = $1 \
-    ORDER BY created_at DESC, id DESC LIMIT $2";
-
-/// The one query of a later page: the same range scan, started after the position
-/// (`created_at`, `id`) of the previous page's last order. A keyset, not an offset: page 50
-/// costs what page 1 does, and orders created meanwhile never shift it.
-const PAGE_AFTER: &str = "\
-    SELECT id, providers, advertiser_name, campaign_name, budget_dkk, start_date, end_date, \
-           status, external_reference, created_at \
-    FROM partner_orders WHERE organization_id = $1 AND (created_at, id) < ($3, $4) \
-    ORDER BY created_at DESC, id DESC LIMIT $2";
-
-/// [`KeyStore`](crate::KeyStore) and [`OrderStore`] over PostgreSQL, in the reference schema of [`PgStore::migrator`].
+/// [`KeyStore`](crate::KeyStore) and [`OrderStore`](crate::OrderStore) over PostgreSQL, in the reference schema of [`PgStore::migrator`].
 ///
 /// The store keeps no state of its own: every lookup reads the database, so any number of
 /// replicas serve the same keys, and a revocation (`UPDATE partner_api_keys SET revoked_at =
@@ -392,94 +374,6 @@ where
     row.try_get::<Option<T>, _>(name)
         .map_err(store_error)?
         .ok_or_else(|| StoreError::invalid_data(format!("column {name} is null")))
-}
-
-/// The date column `name` of the order `id`: an error that names the order for a date no
-/// reader can serve.
-fn date(row: &PgRow, name: &str, id: &str) -> Result<chrono::NaiveDate, StoreError> {
-    column::<PgDate>(row, name)
-        .map(|date| date.0)
-        .map_err(|err| {
-            StoreError::invalid_data(format!("order {id:?}: {}", crate::log::ErrorChain(&err)))
-        })
-}
-
-/// An order from a row of [`FIRST_PAGE`] or [`PAGE_AFTER`], checked against the wire contract.
-fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
-    let id: String = column(row, "id")?;
-    let budget: i64 = column(row, "budget_dkk")?;
-    let budget_dkk = u64::try_from(budget)
-        .map_err(|_| StoreError::invalid_data(format!("order {id:?}: negative budget_dkk")))?;
-    // A host's order tables may hold any timestamp PostgreSQL accepts ('infinity' too): such
-    // a row fails this page with the order named, never the reader.
-    let created_at = column::<PgTimestamp>(row, "created_at")
-        .map_err(|err| {
-            StoreError::invalid_data(format!("order {id:?}: {}", crate::log::ErrorChain(&err)))
-        })?
-        .0;
-    Ok(EncodedOrder::new(Order {
-        providers: column(row, "providers")?,
-        advertiser_name: column(row, "advertiser_name")?,
-        campaign_name: column(row, "campaign_name")?,
-        budget_dkk,
-        start_date: date(row, "start_date", &id)?,
-        end_date: date(row, "end_date", &id)?,
-        status: column(row, "status")?,
-        external_reference: column(row, "external_reference")?,
-        created_at,
-        id,
-    })?)
-}
-
-#[async_trait]
-impl OrderStore for PgStore {
-    async fn orders(
-        &self,
-        organization_id: &str,
-        query: &OrderQuery,
-    ) -> Result<OrderPage, StoreError> {
-        self.admit()?;
-        let page = self.read_orders(organization_id, query).await;
-        self.breaker.record(&page, self.pool.size() > 0);
-        page
-    }
-}
-
-impl PgStore {
-    async fn read_orders(
-        &self,
-        organization_id: &str,
-        query: &OrderQuery,
-    ) -> Result<OrderPage, StoreError> {
-        let rows = page_query(organization_id, query)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(store_error)?;
-        let orders = rows
-            .iter()
-            .map(order_from_row)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(OrderPage::first(orders, query.limit()))
-    }
-}
-
-/// The statement that reads the page `query` asks for, with its parameters bound.
-fn page_query<'q>(
-    organization_id: &'q str,
-    query: &'q OrderQuery,
-) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
-    // One row more than the page holds says whether more follow.
-    let rows = i64::try_from(query.limit())
-        .unwrap_or(i64::MAX)
-        .saturating_add(1);
-    match query.position() {
-        None => sqlx::query(FIRST_PAGE).bind(organization_id).bind(rows),
-        Some(position) => sqlx::query(PAGE_AFTER)
-            .bind(organization_id)
-            .bind(rows)
-            .bind(position.created_at.as_datetime())
-            .bind(position.id.as_str()),
-    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,10 @@
 //! `PgStore`'s own tests: its page queries' plans.
 
+use super::orders::{
+    AFTER, BEFORE, FILTERED_PAGES, FIRST_PAGE, PAGE_AFTER, PROVIDERS, SINCE, STATUSES,
+};
 use super::*;
-use crate::store::OrderPosition;
+use crate::store::{OrderPosition, OrderQuery};
 use sqlx::Connection;
 
 /// Both page queries are one range scan of the index, with no sort, whatever the page:
@@ -77,6 +80,56 @@ async fn every_page_is_one_index_range_scan() {
                 "{plan}"
             );
         }
+    }
+    // Filtered pages: statuses on their own index, one range scan a status (a bounded sort
+    // merges at most `limit + 1` rows of each); the rest on the newest-first index.
+    for (holds, index) in [
+        (STATUSES, "partner_orders_status"),
+        (
+            STATUSES | AFTER | SINCE | BEFORE | PROVIDERS,
+            "partner_orders_status",
+        ),
+        (AFTER | SINCE | BEFORE | PROVIDERS, "partner_orders_newest"),
+    ] {
+        let mut types = vec!["text", "bigint"];
+        let mut parameters = vec!["'org_1'", "101"];
+        for (bit, kind, value) in [
+            (AFTER, "timestamptz, text", "now(), 'o_50'"),
+            (SINCE, "timestamptz", "now() - interval '1 day'"),
+            (BEFORE, "timestamptz", "now()"),
+            (PROVIDERS, "text[]", "ARRAY['p1']"),
+            (STATUSES, "text[]", "ARRAY['running', 'paused']"),
+        ] {
+            if holds & bit != 0 {
+                types.push(kind);
+                parameters.push(value);
+            }
+        }
+        let sql = &FILTERED_PAGES[holds];
+        sqlx::query(&format!(
+            "PREPARE page_plan ({}) AS {sql}",
+            types.join(", ")
+        ))
+        .execute(&mut *connection)
+        .await
+        .unwrap();
+        let plan: Vec<String> = sqlx::query_scalar(&format!(
+            "EXPLAIN EXECUTE page_plan ({})",
+            parameters.join(", ")
+        ))
+        .fetch_all(&mut *connection)
+        .await
+        .unwrap();
+        sqlx::query("DEALLOCATE page_plan")
+            .execute(&mut *connection)
+            .await
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(
+            plan.contains(&format!("Index Scan using {index} on partner_orders")),
+            "{holds:b}: {plan}"
+        );
+        assert!(!plan.contains("Seq Scan"), "{holds:b}: {plan}");
     }
     drop(connection);
     store.pool().close().await;

@@ -1,0 +1,5 @@
+-- GET /orders?status= (#45): one index range scan per status asked for, newest first, merged
+-- by the query; a filtered page deep in an organization's orders costs what the first does.
+-- The creation range and the position use partner_orders_newest, as the unfiltered pages do.
+CREATE INDEX partner_orders_status
+    ON partner_orders (organization_id, status, created_at DESC, id DESC);

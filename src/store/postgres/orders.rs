@@ -1,0 +1,215 @@
+//! `PgStore`'s [`OrderStore`]: a page of an organization's orders, filtered or not, in one
+//! indexed statement.
+
+use async_trait::async_trait;
+use sqlx::postgres::PgRow;
+use sqlx::Postgres;
+
+use super::timestamp::{PgDate, PgTimestamp};
+use super::{column, store_error, PgStore};
+use crate::model::{EncodedOrder, Order, OrderPage};
+use crate::store::{OrderQuery, OrderStore, StoreError};
+
+/// The one query of the first page of `GET /orders`: an index range scan of
+/// `partner_orders_newest`, one row more than the page holds (to know whether more follow).
+pub(super) const FIRST_PAGE: &str = "\
+    SELECT id, providers, advertiser_name, campaign_name, budget_dkk, start_date, end_date, \
+           status, external_reference, created_at \
+    FROM partner_orders WHERE organization_id = $1 \
+    ORDER BY created_at DESC, id DESC LIMIT $2";
+
+/// The one query of a later page: the same range scan, started after the position
+/// (`created_at`, `id`) of the previous page's last order. A keyset, not an offset: page 50
+/// costs what page 1 does, and orders created meanwhile never shift it.
+pub(super) const PAGE_AFTER: &str = "\
+    SELECT id, providers, advertiser_name, campaign_name, budget_dkk, start_date, end_date, \
+           status, external_reference, created_at \
+    FROM partner_orders WHERE organization_id = $1 AND (created_at, id) < ($3, $4) \
+    ORDER BY created_at DESC, id DESC LIMIT $2";
+
+/// The date column `name` of the order `id`: an error that names the order for a date no
+/// reader can serve.
+fn date(row: &PgRow, name: &str, id: &str) -> Result<chrono::NaiveDate, StoreError> {
+    column::<PgDate>(row, name)
+        .map(|date| date.0)
+        .map_err(|err| {
+            StoreError::invalid_data(format!("order {id:?}: {}", crate::log::ErrorChain(&err)))
+        })
+}
+
+/// An order from a row of [`FIRST_PAGE`] or [`PAGE_AFTER`], checked against the wire contract.
+fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
+    let id: String = column(row, "id")?;
+    let budget: i64 = column(row, "budget_dkk")?;
+    let budget_dkk = u64::try_from(budget)
+        .map_err(|_| StoreError::invalid_data(format!("order {id:?}: negative budget_dkk")))?;
+    // A host's order tables may hold any timestamp PostgreSQL accepts ('infinity' too): such
+    // a row fails this page with the order named, never the reader.
+    let created_at = column::<PgTimestamp>(row, "created_at")
+        .map_err(|err| {
+            StoreError::invalid_data(format!("order {id:?}: {}", crate::log::ErrorChain(&err)))
+        })?
+        .0;
+    Ok(EncodedOrder::new(Order {
+        providers: column(row, "providers")?,
+        advertiser_name: column(row, "advertiser_name")?,
+        campaign_name: column(row, "campaign_name")?,
+        budget_dkk,
+        start_date: date(row, "start_date", &id)?,
+        end_date: date(row, "end_date", &id)?,
+        status: column(row, "status")?,
+        external_reference: column(row, "external_reference")?,
+        created_at,
+        id,
+    })?)
+}
+
+#[async_trait]
+impl OrderStore for PgStore {
+    async fn orders(
+        &self,
+        organization_id: &str,
+        query: &OrderQuery,
+    ) -> Result<OrderPage, StoreError> {
+        self.admit()?;
+        let page = self.read_orders(organization_id, query).await;
+        self.breaker.record(&page, self.pool.size() > 0);
+        page
+    }
+}
+
+impl PgStore {
+    async fn read_orders(
+        &self,
+        organization_id: &str,
+        query: &OrderQuery,
+    ) -> Result<OrderPage, StoreError> {
+        let rows = page_query(organization_id, query)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(store_error)?;
+        let orders = rows
+            .iter()
+            .map(order_from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(OrderPage::first(orders, query.limit()))
+    }
+}
+
+/// The statement that reads the page `query` asks for, with its parameters bound.
+fn page_query<'q>(
+    organization_id: &'q str,
+    query: &'q OrderQuery,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    // One row more than the page holds says whether more follow.
+    let rows = i64::try_from(query.limit())
+        .unwrap_or(i64::MAX)
+        .saturating_add(1);
+    if !query.filter().is_empty() {
+        return filtered_page_query(organization_id, query, rows);
+    }
+    match query.position() {
+        None => sqlx::query(FIRST_PAGE).bind(organization_id).bind(rows),
+        Some(position) => sqlx::query(PAGE_AFTER)
+            .bind(organization_id)
+            .bind(rows)
+            .bind(position.created_at.as_datetime())
+            .bind(position.id.as_str()),
+    }
+}
+
+/// What a filtered page's statement holds besides the organization and the row count: one
+/// bit each, which picks its text among [`FILTERED_PAGES`].
+pub(super) const AFTER: usize = 1;
+pub(super) const SINCE: usize = 2;
+pub(super) const BEFORE: usize = 4;
+pub(super) const PROVIDERS: usize = 8;
+pub(super) const STATUSES: usize = 16;
+
+/// The statements of filtered pages, by what they hold. Only the conditions a filter has are
+/// in its text, so each is planned on its own indexes: the position and the creation range
+/// narrow the range scan of `partner_orders_newest`; with statuses, one scan of
+/// `partner_orders_status` per status, merged newest first, so a page deep in the orders
+/// costs what the first does. Providers are a condition on the rows the scan reads.
+pub(super) static FILTERED_PAGES: std::sync::LazyLock<Vec<String>> =
+    std::sync::LazyLock::new(|| (0..32).map(filtered_page_text).collect());
+
+/// The text of the filtered page that holds what `holds` says (bits above).
+fn filtered_page_text(holds: usize) -> String {
+    let mut conditions = String::new();
+    let mut next = 3;
+    let mut parameter = || {
+        let at = next;
+        next += 1;
+        at
+    };
+    if holds & AFTER != 0 {
+        let (at, id) = (parameter(), parameter());
+        conditions.push_str(&format!(" AND (created_at, id) < (${at}, ${id})"));
+    }
+    if holds & SINCE != 0 {
+        conditions.push_str(&format!(" AND created_at >= ${}", parameter()));
+    }
+    if holds & BEFORE != 0 {
+        conditions.push_str(&format!(" AND created_at < ${}", parameter()));
+    }
+    if holds & PROVIDERS != 0 {
+        conditions.push_str(&format!(" AND providers && ${}::text[]", parameter()));
+    }
+    let columns = "id, providers, advertiser_name, campaign_name, budget_dkk, start_date, \
+                   end_date, status, external_reference, created_at";
+    if holds & STATUSES == 0 {
+        return format!(
+            "SELECT {columns} FROM partner_orders WHERE organization_id = $1{conditions} \
+             ORDER BY created_at DESC, id DESC LIMIT $2"
+        );
+    }
+    let statuses = parameter();
+    format!(
+        "SELECT o.* FROM unnest(${statuses}::text[]) AS s(status) CROSS JOIN LATERAL (\
+         SELECT {columns} FROM partner_orders \
+         WHERE organization_id = $1 AND status = s.status{conditions} \
+         ORDER BY created_at DESC, id DESC LIMIT $2) AS o \
+         ORDER BY o.created_at DESC, o.id DESC LIMIT $2"
+    )
+}
+
+/// The statement of a filtered page, with its parameters bound in the order of its text.
+fn filtered_page_query<'q>(
+    organization_id: &'q str,
+    query: &'q OrderQuery,
+    rows: i64,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    let filter = query.filter();
+    let holds = [
+        (query.position().is_some(), AFTER),
+        (filter.created_since().is_some(), SINCE),
+        (filter.created_before().is_some(), BEFORE),
+        (!filter.providers().is_empty(), PROVIDERS),
+        (!filter.statuses().is_empty(), STATUSES),
+    ]
+    .into_iter()
+    .filter(|(has, _)| *has)
+    .fold(0, |holds, (_, bit)| holds | bit);
+    let mut statement = sqlx::query(FILTERED_PAGES[holds].as_str())
+        .bind(organization_id)
+        .bind(rows);
+    if let Some(position) = query.position() {
+        statement = statement
+            .bind(position.created_at.as_datetime())
+            .bind(position.id.as_str());
+    }
+    if let Some(since) = filter.created_since() {
+        statement = statement.bind(since.as_datetime());
+    }
+    if let Some(before) = filter.created_before() {
+        statement = statement.bind(before.as_datetime());
+    }
+    if !filter.providers().is_empty() {
+        statement = statement.bind(filter.providers());
+    }
+    if !filter.statuses().is_empty() {
+        statement = statement.bind(filter.statuses());
+    }
+    statement
+}
