@@ -130,7 +130,8 @@ pub(super) const STATUSES: usize = 16;
 /// in its text, so each is planned on its own indexes: the position and the creation range
 /// narrow the range scan of `partner_orders_newest`; with statuses, one scan of
 /// `partner_orders_status` per status, merged newest first, so a page deep in the orders
-/// costs what the first does. Providers are a condition on the rows the scan reads.
+/// costs what the first does. Providers are read through `partner_orders_providers` (the
+/// array's own index) when rare, and as a condition on the rows of the range scan when common.
 pub(super) static FILTERED_PAGES: std::sync::LazyLock<Vec<String>> =
     std::sync::LazyLock::new(|| (0..32).map(filtered_page_text).collect());
 
@@ -191,7 +192,12 @@ fn filtered_page_query<'q>(
     .into_iter()
     .filter(|(has, _)| *has)
     .fold(0, |holds, (_, bit)| holds | bit);
+    // With providers, the plan depends on the providers asked for: a rare one is read through
+    // `partner_orders_providers`, a common one fills the page from `partner_orders_newest`.
+    // A prepared statement would settle on one generic plan for both; an unnamed one is
+    // planned with its values each time.
     let mut statement = sqlx::query(FILTERED_PAGES[holds].as_str())
+        .persistent(holds & PROVIDERS == 0)
         .bind(organization_id)
         .bind(rows);
     if let Some(position) = query.position() {

@@ -1,0 +1,171 @@
+//! What a filtered page of `GET /orders` costs on PostgreSQL against an unfiltered one, deep
+//! in an organization of ORDERS orders (default 100,000): `PgStore::orders` timed as the API
+//! calls it, for a page of 100 after the middle of the organization's orders, unfiltered and
+//! with each filter (a status of a quarter of the orders, a rare status, two statuses, a
+//! creation range, a common and a rare provider, all of them at once). Prints the median and
+//! p90 of ROUNDS calls each (default 200) and each one's ratio to the unfiltered page.
+//!
+//! `PARTNER_API_TEST_DATABASE_URL=postgres://... cargo bench --features postgres --bench
+//! filtered_pages`
+
+use std::time::{Duration, Instant};
+
+use chrono::NaiveDate;
+use partner_api::store::{OrderFilter, OrderPosition, OrderQuery};
+use partner_api::{Order, OrderStore, Organization, PgStore, Timestamp};
+use sqlx::{Connection, Executor, PgConnection};
+
+const BASE_MILLIS: i64 = 1_767_225_600_000;
+
+fn order(n: usize) -> Order {
+    let start = NaiveDate::from_ymd_opt(2026, 3, 1).expect("a date");
+    // Statuses: a quarter each of four, and `cancelled` for one order in a hundred instead.
+    let status = if n % 100 == 7 {
+        "cancelled"
+    } else {
+        ["booked", "running", "paused", "done"][n % 4]
+    };
+    // Providers: `p0`..`p19` two each; `rare` on one order in a thousand.
+    let mut providers = vec![format!("p{}", n % 20), format!("p{}", (n / 20) % 20)];
+    if n % 1000 == 3 {
+        providers.push("rare".into());
+    }
+    Order {
+        id: format!("o{n:06}"),
+        providers,
+        advertiser_name: "Advertiser".into(),
+        campaign_name: format!("Campaign {n}"),
+        budget_dkk: 1_000,
+        start_date: start,
+        end_date: start,
+        status: status.into(),
+        external_reference: format!("PO-{n}"),
+        created_at: Timestamp::from_unix_millis(
+            BASE_MILLIS + i64::try_from(n).expect("few orders") * 1_000,
+        )
+        .expect("a time"),
+    }
+}
+
+fn at(n: usize) -> Timestamp {
+    order(n).created_at
+}
+
+#[tokio::main]
+async fn main() {
+    let Ok(admin) = std::env::var("PARTNER_API_TEST_DATABASE_URL") else {
+        eprintln!("filtered_pages: set PARTNER_API_TEST_DATABASE_URL");
+        return;
+    };
+    let count: usize = std::env::var("ORDERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100_000);
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    let name = format!("partner_api_filters_{}", std::process::id());
+    let mut connection = PgConnection::connect(&admin).await.expect("connect");
+    connection
+        .execute(format!("CREATE DATABASE {name}").as_str())
+        .await
+        .expect("create database");
+    let url = format!(
+        "{}/{name}",
+        admin.rsplit_once('/').expect("a database URL").0
+    );
+    let store = PgStore::connect_lazy(&url).expect("url");
+    store.migrate().await.expect("migrate");
+    store
+        .add_organization(&Organization {
+            id: "org_big".into(),
+            name: "Big".into(),
+        })
+        .await
+        .expect("organization");
+    let orders: Vec<Order> = (0..count).map(order).collect();
+    for chunk in orders.chunks(5_000) {
+        store.add_orders("org_big", chunk).await.expect("orders");
+    }
+    // As autovacuum leaves a table: statistics, and the providers' index with no pending list.
+    sqlx::query("VACUUM ANALYZE partner_orders")
+        .execute(store.pool())
+        .await
+        .expect("analyze");
+
+    // Deep: the page after the middle order.
+    let middle = OrderPosition::of(&orders[count / 2]);
+    let deep = |filter: OrderFilter| OrderQuery::after(middle.clone(), 100).with_filter(filter);
+    let cases = [
+        ("unfiltered", deep(OrderFilter::default())),
+        (
+            "status (a quarter)",
+            deep(OrderFilter::default().with_statuses(["running"])),
+        ),
+        (
+            "status (1 in 100)",
+            deep(OrderFilter::default().with_statuses(["cancelled"])),
+        ),
+        (
+            "two statuses",
+            deep(OrderFilter::default().with_statuses(["running", "paused"])),
+        ),
+        (
+            "created range",
+            deep(
+                OrderFilter::default()
+                    .with_created_since(at(count / 10))
+                    .with_created_before(at(count * 9 / 10)),
+            ),
+        ),
+        (
+            "provider (1 in 10)",
+            deep(OrderFilter::default().with_providers(["p3"])),
+        ),
+        (
+            "provider (1 in 1,000)",
+            deep(OrderFilter::default().with_providers(["rare"])),
+        ),
+        (
+            "all four",
+            deep(
+                OrderFilter::default()
+                    .with_statuses(["running", "paused"])
+                    .with_providers(["p3", "p5"])
+                    .with_created_since(at(count / 10))
+                    .with_created_before(at(count * 9 / 10)),
+            ),
+        ),
+    ];
+    println!("{count} orders in one organization, a page of 100 after the middle one, {rounds} calls each");
+    println!("| page | orders | median | p90 | of unfiltered (median) |");
+    println!("|---|---|---|---|---|");
+    let mut unfiltered = None;
+    for (what, query) in &cases {
+        // Warm: the statement prepared, the pages in the buffer cache.
+        let page = store.orders("org_big", query).await.expect("page");
+        let mut times: Vec<Duration> = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            let started = Instant::now();
+            store.orders("org_big", query).await.expect("page");
+            times.push(started.elapsed());
+        }
+        times.sort();
+        let median = times[rounds / 2];
+        let p90 = times[rounds * 9 / 10];
+        let base = *unfiltered.get_or_insert(median);
+        println!(
+            "| {what} | {} | {:.2} ms | {:.2} ms | {:.2} |",
+            page.len(),
+            median.as_secs_f64() * 1e3,
+            p90.as_secs_f64() * 1e3,
+            median.as_secs_f64() / base.as_secs_f64()
+        );
+    }
+    store.pool().close().await;
+    connection
+        .execute(format!("DROP DATABASE {name}").as_str())
+        .await
+        .expect("drop database");
+}
