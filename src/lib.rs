@@ -54,8 +54,8 @@
 //! the read traits and the shipped stores with their error ([`KeyStore`], [`OrderStore`],
 //! [`MemoryStore`], `PgStore`, [`StoreError`]), the data model ([`Order`], [`Organization`],
 //! [`Timestamp`], ...) and the rate limiter a host hands the service ([`LocalRateLimiter`]).
-//! Each module holds the rest of its subject: [`store`] (the write side: key management,
-//! usage, the audit log), [`management`] (the key-management HTTP service and its OpenAPI
+//! Each module holds the rest of its subject: [`store`] (what a store is asked besides the
+//! two reads: which page of orders, key management, usage, the audit log), [`management`] (the key-management HTTP service and its OpenAPI
 //! document), [`cache`] (caches in front of any store, following change notifications),
 //! [`rate_limit`], [`last_used`], [`usage`], [`metrics`], [`key`], [`seed`] (demo data),
 //! [`service`] and [`layer`] (the futures and defaults of the two above), `webhooks`,

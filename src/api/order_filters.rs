@@ -6,7 +6,8 @@
 //!
 //! Bounds: at most [`MAX_VALUES`] values a parameter, each from 1 to [`MAX_VALUE_BYTES`]
 //! bytes without control characters. A date-time finer than a millisecond is rounded up to
-//! the next one, which keeps both bounds exact: an order's `createdAt` has milliseconds.
+//! the next one, which keeps both bounds exact: an order's `createdAt` has milliseconds. So a
+//! range that holds no millisecond (both bounds within the same one) is refused as empty.
 
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
@@ -43,7 +44,7 @@ pub(crate) enum BadFilter {
     /// The parameter's value is not one this API takes.
     Invalid(FilterParameter),
     /// The parameter is given twice.
-    Repeated,
+    Repeated(FilterParameter),
     /// `created_since` is not before `created_before`.
     EmptyRange,
 }
@@ -53,19 +54,22 @@ impl FilterParameters {
     /// parameter.
     pub(crate) fn take(&mut self, name: &str, value: &str) -> Result<bool, BadFilter> {
         match name {
-            "status" => set(&mut self.statuses, values(value, FilterParameter::Status)?),
-            "provider" => set(
-                &mut self.providers,
-                values(value, FilterParameter::Provider)?,
-            ),
-            "created_since" => set(
-                &mut self.since,
-                date_time(value, FilterParameter::CreatedSince)?,
-            ),
-            "created_before" => set(
-                &mut self.before,
-                date_time(value, FilterParameter::CreatedBefore)?,
-            ),
+            "status" => {
+                let parameter = FilterParameter::Status;
+                set(&mut self.statuses, values(value, parameter)?, parameter)
+            }
+            "provider" => {
+                let parameter = FilterParameter::Provider;
+                set(&mut self.providers, values(value, parameter)?, parameter)
+            }
+            "created_since" => {
+                let parameter = FilterParameter::CreatedSince;
+                set(&mut self.since, date_time(value, parameter)?, parameter)
+            }
+            "created_before" => {
+                let parameter = FilterParameter::CreatedBefore;
+                set(&mut self.before, date_time(value, parameter)?, parameter)
+            }
             _ => return Ok(false),
         }?;
         Ok(true)
@@ -92,9 +96,9 @@ impl FilterParameters {
 }
 
 /// Sets `slot` to `value`, unless the parameter was given already.
-fn set<T>(slot: &mut Option<T>, value: T) -> Result<(), BadFilter> {
+fn set<T>(slot: &mut Option<T>, value: T, parameter: FilterParameter) -> Result<(), BadFilter> {
     if slot.is_some() {
-        return Err(BadFilter::Repeated);
+        return Err(BadFilter::Repeated(parameter));
     }
     *slot = Some(value);
     Ok(())
@@ -110,12 +114,14 @@ fn values(text: &str, parameter: FilterParameter) -> Result<Vec<String>, BadFilt
         if !fits {
             return Err(BadFilter::Invalid(parameter));
         }
-        if !values.iter().any(|held| held == value) {
-            values.push(value.to_owned());
+        if values.iter().any(|held| held == value) {
+            continue;
         }
-    }
-    if values.len() > MAX_VALUES {
-        return Err(BadFilter::Invalid(parameter));
+        // Refused at the first value past the bound: the work stays linear in the text.
+        if values.len() == MAX_VALUES {
+            return Err(BadFilter::Invalid(parameter));
+        }
+        values.push(value.to_owned());
     }
     Ok(values)
 }
@@ -218,7 +224,7 @@ mod tests {
         );
         assert_eq!(
             parse(&[("status", "a"), ("status", "b")]),
-            Err(BadFilter::Repeated)
+            Err(BadFilter::Repeated(FilterParameter::Status))
         );
     }
 

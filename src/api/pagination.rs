@@ -73,6 +73,8 @@ pub(crate) enum BadPageRequest {
     OtherFilters,
     /// A filter parameter's value is not one this API takes.
     Filter(FilterParameter),
+    /// A filter parameter is given twice.
+    RepeatedFilter(FilterParameter),
     /// `created_since` is not before `created_before`.
     EmptyRange,
 }
@@ -81,7 +83,7 @@ impl From<BadFilter> for BadPageRequest {
     fn from(bad: BadFilter) -> Self {
         match bad {
             BadFilter::Invalid(parameter) => Self::Filter(parameter),
-            BadFilter::Repeated => Self::Repeated,
+            BadFilter::Repeated(parameter) => Self::RepeatedFilter(parameter),
             BadFilter::EmptyRange => Self::EmptyRange,
         }
     }

@@ -60,9 +60,21 @@ fn bad_page_request(bad: BadPageRequest) -> &'static str {
         BadPageRequest::Limit => {
             error_json!("invalid query parameter limit: it must be a whole number from 1 to 100")
         }
-        BadPageRequest::Repeated => error_json!(
-            "invalid query: limit, page_token, status, provider, created_since and created_before may each be given once"
-        ),
+        BadPageRequest::Repeated => {
+            error_json!("invalid query: limit and page_token may each be given once")
+        }
+        BadPageRequest::RepeatedFilter(FilterParameter::Status) => {
+            error_json!("invalid query parameter status: it may be given once")
+        }
+        BadPageRequest::RepeatedFilter(FilterParameter::Provider) => {
+            error_json!("invalid query parameter provider: it may be given once")
+        }
+        BadPageRequest::RepeatedFilter(FilterParameter::CreatedSince) => {
+            error_json!("invalid query parameter created_since: it may be given once")
+        }
+        BadPageRequest::RepeatedFilter(FilterParameter::CreatedBefore) => {
+            error_json!("invalid query parameter created_before: it may be given once")
+        }
         BadPageRequest::MalformedToken => error_json!(
             "invalid query parameter page_token: it is not a page token of this API (cut or altered); use the link of the previous page as it was given"
         ),
@@ -85,7 +97,7 @@ fn bad_page_request(bad: BadPageRequest) -> &'static str {
             "invalid query parameter created_before: it must be an RFC 3339 date-time such as 2026-11-26T10:15:02.113Z, in the years 0000 to 9999"
         ),
         BadPageRequest::EmptyRange => error_json!(
-            "invalid query: created_since must be before created_before"
+            "invalid query: created_since must be before created_before (by at least a millisecond)"
         ),
     }
 }

@@ -16,8 +16,8 @@ use crate::store::{OrderStore, StoreError};
 
 /// An [`OrderStore`] in front of another: pages of orders it has read before are answered at
 /// once ([`OrderStore::orders_now`]) as the pages it read, encoded once, so `GET /orders`
-/// serves ready bytes. The first page of [`MAX_ORDERS`] also answers every shorter first page
-/// (`limit` below it). Per organization it keeps the first page and up to
+/// serves ready bytes. The first page of [`MAX_ORDERS`] also answers every shorter unfiltered
+/// first page (`limit` below it); a filtered page is kept as a page of its own. Per organization it keeps the first page and up to
 /// [`MAX_LATER_PAGES_PER_ORGANIZATION`] later ones; at most `capacity` organizations are kept. A change to an
 /// organization's orders drops all of its pages at once.
 ///
@@ -60,9 +60,10 @@ impl OrganizationPages {
         if let Some(page) = self.later().get(query) {
             return Some(page.clone());
         }
-        // A shorter first page is the start of the default one: cut once, then kept.
+        // A shorter unfiltered first page is the start of the default one: cut once, then
+        // kept. A filtered page is only ever its own.
         let first = self.first.get()?;
-        if query.position().is_some() || query.limit() > MAX_ORDERS {
+        if query.position().is_some() || query.limit() > MAX_ORDERS || !query.filter().is_empty() {
             return None;
         }
         let page = first.truncated(query.limit());
@@ -286,5 +287,32 @@ mod tests {
         assert!(cache.orders_now("org", &second).is_none());
         let page = cache.orders("org", &second).await.unwrap();
         assert_eq!(ids(&page), ["o6", "o4", "o3"]);
+    }
+
+    #[tokio::test]
+    async fn a_filtered_first_page_is_its_own_never_cut_from_the_unfiltered_one() {
+        let store = store_of_one_organization();
+        store
+            .add_orders(
+                "org",
+                (0..10).map(|n| {
+                    let mut order = order(&format!("o{n}"), n);
+                    order.status = if n % 2 == 0 { "running" } else { "booked" }.into();
+                    order
+                }),
+            )
+            .unwrap();
+        let cache = CachingOrderStore::new(store.clone());
+        cache.orders("org", &OrderQuery::default()).await.unwrap();
+        let running = OrderQuery::newest(3)
+            .with_filter(crate::store::OrderFilter::default().with_statuses(["running"]));
+        assert!(
+            cache.orders_now("org", &running).is_none(),
+            "not cut from the unfiltered first page"
+        );
+        let page = cache.orders("org", &running).await.unwrap();
+        assert_eq!(ids(&page), ["o8", "o6", "o4"]);
+        let kept = cache.orders_now("org", &running).unwrap().unwrap();
+        assert_eq!(ids(&kept), ["o8", "o6", "o4"]);
     }
 }

@@ -55,20 +55,22 @@ pub struct OrderFilter {
 }
 
 impl OrderFilter {
-    /// Holds only orders whose status is one of `statuses` (none: any status).
+    /// Holds only orders whose status is one of `statuses` (none: any status); a status
+    /// given twice counts once.
     #[must_use]
     pub fn with_statuses<S: Into<String>>(mut self, statuses: impl IntoIterator<Item = S>) -> Self {
-        self.statuses = statuses.into_iter().map(Into::into).collect();
+        self.statuses = distinct(statuses);
         self
     }
 
-    /// Holds only orders whose providers include one of `providers` (none: any providers).
+    /// Holds only orders whose providers include one of `providers` (none: any providers); a
+    /// provider given twice counts once.
     #[must_use]
     pub fn with_providers<S: Into<String>>(
         mut self,
         providers: impl IntoIterator<Item = S>,
     ) -> Self {
-        self.providers = providers.into_iter().map(Into::into).collect();
+        self.providers = distinct(providers);
         self
     }
 
@@ -126,6 +128,19 @@ impl OrderFilter {
                 .created_before
                 .is_none_or(|before| order.created_at < before)
     }
+}
+
+/// `values`, each once, in the order first given: a store may ask for each in turn (one scan
+/// per status) without reading an order twice.
+fn distinct<S: Into<String>>(values: impl IntoIterator<Item = S>) -> Vec<String> {
+    let mut kept: Vec<String> = Vec::new();
+    for value in values {
+        let value = value.into();
+        if !kept.contains(&value) {
+            kept.push(value);
+        }
+    }
+    kept
 }
 
 /// Which page of an organization's orders to read: at most [`limit`](Self::limit) orders that
