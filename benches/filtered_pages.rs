@@ -8,12 +8,14 @@
 //! `PARTNER_API_TEST_DATABASE_URL=postgres://... cargo bench --features postgres --bench
 //! filtered_pages`
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use chrono::NaiveDate;
 use partner_api::store::{OrderFilter, OrderPosition, OrderQuery};
 use partner_api::{Order, OrderStore, Organization, PgStore, Timestamp};
-use sqlx::{Connection, Executor, PgConnection};
+use sqlx::Executor;
 
 const BASE_MILLIS: i64 = 1_767_225_600_000;
 
@@ -66,15 +68,7 @@ async fn main() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(200);
     let name = format!("partner_api_filters_{}", std::process::id());
-    let mut connection = PgConnection::connect(&admin).await.expect("connect");
-    connection
-        .execute(format!("CREATE DATABASE {name}").as_str())
-        .await
-        .expect("create database");
-    let url = format!(
-        "{}/{name}",
-        admin.rsplit_once('/').expect("a database URL").0
-    );
+    let (mut connection, url) = common::scratch_database(&admin, &name).await;
     let store = PgStore::connect_lazy(&url).expect("url");
     store.migrate().await.expect("migrate");
     store

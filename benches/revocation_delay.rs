@@ -10,6 +10,8 @@
 //! `PARTNER_API_TEST_DATABASE_URL=postgres://... cargo bench --features postgres --bench
 //! revocation_delay` (benches/load.sh runs it beside its own server); TRIALS sets the number.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use http::{Request, StatusCode};
@@ -45,15 +47,7 @@ async fn main() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(200);
     let name = format!("partner_api_revocation_{}", std::process::id());
-    let mut connection = PgConnection::connect(&admin).await.expect("connect");
-    connection
-        .execute(format!("CREATE DATABASE {name}").as_str())
-        .await
-        .expect("create database");
-    let url = format!(
-        "{}/{name}",
-        admin.rsplit_once('/').expect("a database URL").0
-    );
+    let (mut connection, url) = common::scratch_database(&admin, &name).await;
     let writer = PgStore::connect_lazy(&url).expect("url");
     writer.migrate().await.expect("migrate");
     writer

@@ -9,6 +9,8 @@
 //! `PARTNER_API_TEST_DATABASE_URL=postgres://... cargo bench --features postgres,webhooks
 //! --bench webhook_delivery`. It exits non-zero when a goal is missed.
 
+mod common;
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -23,7 +25,7 @@ use partner_api::webhooks::{
 };
 use partner_api::Organization;
 use partner_api::PgStore;
-use sqlx::{Connection, Executor, PgConnection};
+use sqlx::Executor;
 
 /// Every delivery: its webhook-id, the order's id, and when it arrived.
 type Arrivals = Arc<Mutex<Vec<(String, String, Instant)>>>;
@@ -101,15 +103,7 @@ async fn main() {
     let trials = number("TRIALS", 200);
     let events = number("EVENTS", 10_000);
     let name = format!("partner_api_webhooks_{}", std::process::id());
-    let mut connection = PgConnection::connect(&admin).await.expect("connect");
-    connection
-        .execute(format!("CREATE DATABASE {name}").as_str())
-        .await
-        .expect("create database");
-    let url = format!(
-        "{}/{name}",
-        admin.rsplit_once('/').expect("a database URL").0
-    );
+    let (mut connection, url) = common::scratch_database(&admin, &name).await;
     let writer = PgStore::connect_lazy(&url).expect("url");
     writer.migrate().await.expect("migrate");
     writer

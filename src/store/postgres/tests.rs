@@ -55,20 +55,7 @@ async fn every_page_is_one_index_range_scan() {
         };
         let types = ["text", "bigint", "timestamptz", "text"][..arguments].join(", ");
         let parameters = ["'org_1'", "101", "now()", "'o_50'"][..arguments].join(", ");
-        sqlx::query(&format!("PREPARE page_plan ({types}) AS {sql}"))
-            .execute(&mut *connection)
-            .await
-            .unwrap();
-        let plan: Vec<String> =
-            sqlx::query_scalar(&format!("EXPLAIN EXECUTE page_plan ({parameters})"))
-                .fetch_all(&mut *connection)
-                .await
-                .unwrap();
-        sqlx::query("DEALLOCATE page_plan")
-            .execute(&mut *connection)
-            .await
-            .unwrap();
-        let plan = plan.join("\n");
+        let plan = plan_of(&mut connection, sql, &types, &parameters).await;
         assert!(
             plan.contains("Index Scan using partner_orders_newest on partner_orders"),
             "{plan}"
@@ -105,26 +92,8 @@ async fn every_page_is_one_index_range_scan() {
                 parameters.push(value);
             }
         }
-        let sql = &FILTERED_PAGES[holds];
-        sqlx::query(&format!(
-            "PREPARE page_plan ({}) AS {sql}",
-            types.join(", ")
-        ))
-        .execute(&mut *connection)
-        .await
-        .unwrap();
-        let plan: Vec<String> = sqlx::query_scalar(&format!(
-            "EXPLAIN EXECUTE page_plan ({})",
-            parameters.join(", ")
-        ))
-        .fetch_all(&mut *connection)
-        .await
-        .unwrap();
-        sqlx::query("DEALLOCATE page_plan")
-            .execute(&mut *connection)
-            .await
-            .unwrap();
-        let plan = plan.join("\n");
+        let (types, parameters) = (types.join(", "), parameters.join(", "));
+        let plan = plan_of(&mut connection, &FILTERED_PAGES[holds], &types, &parameters).await;
         assert!(
             plan.contains(&format!("Index Scan using {index} on partner_orders")),
             "{holds:b}: {plan}"
@@ -137,4 +106,28 @@ async fn every_page_is_one_index_range_scan() {
         .execute(&mut admin)
         .await
         .unwrap();
+}
+
+/// The plan of `sql` prepared with the parameter `types` and executed with `parameters`
+/// (SQL literals, comma-separated).
+async fn plan_of(
+    connection: &mut sqlx::pool::PoolConnection<Postgres>,
+    sql: &str,
+    types: &str,
+    parameters: &str,
+) -> String {
+    sqlx::query(&format!("PREPARE page_plan ({types}) AS {sql}"))
+        .execute(&mut **connection)
+        .await
+        .unwrap();
+    let plan: Vec<String> =
+        sqlx::query_scalar(&format!("EXPLAIN EXECUTE page_plan ({parameters})"))
+            .fetch_all(&mut **connection)
+            .await
+            .unwrap();
+    sqlx::query("DEALLOCATE page_plan")
+        .execute(&mut **connection)
+        .await
+        .unwrap();
+    plan.join("\n")
 }
