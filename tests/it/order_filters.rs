@@ -122,25 +122,9 @@ async fn a_token_is_bound_to_its_filters_and_every_bad_value_is_a_400_naming_it(
         get("/v1/orders?status=running,booked&limit=5", Some(KEY_F)),
     )
     .await;
-    let filtered_next = next(&filtered).unwrap();
-    let token = filtered_next
-        .split_once("page_token=")
-        .unwrap()
-        .1
-        .split('&')
-        .next()
-        .unwrap()
-        .to_owned();
+    let token = page_token(&next(&filtered).unwrap());
     let plain = call(&api, get("/v1/orders?limit=5", Some(KEY_F))).await;
-    let plain_token = next(&plain)
-        .unwrap()
-        .split_once("page_token=")
-        .unwrap()
-        .1
-        .split('&')
-        .next()
-        .unwrap()
-        .to_owned();
+    let plain_token = page_token(&next(&plain).unwrap());
     // The same filters in another order are the same filters.
     let reordered = call(
         &api,

@@ -179,14 +179,7 @@ async fn bad_queries_are_400s_that_say_which_and_come_after_authentication() {
     let api = PartnerApi::from_store(store_with_many(150));
     let first = call(&api, get("/v1/orders?limit=5", Some(KEY_MANY))).await;
     let link = next_link(&first).unwrap();
-    let token = link
-        .split_once("page_token=")
-        .unwrap()
-        .1
-        .split('&')
-        .next()
-        .unwrap()
-        .to_owned();
+    let token = page_token(&link);
     let mut altered = token.clone().into_bytes();
     let at = altered.len() / 2;
     altered[at] = if altered[at] == b'A' { b'B' } else { b'A' };

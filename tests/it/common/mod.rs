@@ -501,3 +501,14 @@ where
         assert_eq!(report.len(), 2);
     }
 }
+
+/// The `page_token` of a next-page link (`/v1/orders?page_token=...&...`).
+pub fn page_token(link: &str) -> String {
+    link.split_once("page_token=")
+        .expect("a link with a page_token")
+        .1
+        .split('&')
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
