@@ -70,7 +70,7 @@ pub const DEFAULT_CAPACITY: usize = 100_000;
 /// The most counts a batch the store refused keeps for the next flush.
 pub const MAX_KEPT_COUNTS: usize = 200_000;
 
-const ROUTES: usize = 2;
+const ROUTES: usize = 3;
 const OUTCOMES: usize = 7;
 const SLOTS: usize = ROUTES * OUTCOMES;
 
@@ -78,6 +78,7 @@ fn slot(route: UsageRoute, outcome: UsageOutcome) -> usize {
     let route = match route {
         UsageRoute::Me => 0,
         UsageRoute::Orders => 1,
+        UsageRoute::Events => 2,
     };
     let outcome = match outcome {
         UsageOutcome::Ok => 0,

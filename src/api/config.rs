@@ -13,7 +13,8 @@ use crate::api::responses_metric::ResponseCounters;
 use crate::last_used::LastUsedRecorder;
 use crate::metrics::{UsageCounters, DEFAULT_MAX_ORGANIZATIONS};
 use crate::rate_limit::{LocalRateLimiter, RateLimiter};
-use crate::store::{KeyStore, OrderStore};
+use crate::api::events_retention::EventsRetention;
+use crate::store::{EventFeed, KeyStore, OrderStore};
 use crate::usage::UsageRecorder;
 
 /// The default mount prefix: the version segment of contract section 9.
@@ -45,6 +46,8 @@ pub(crate) fn auth_failure_limiter(per_second: std::num::NonZeroU32) -> LocalRat
 pub(crate) struct Config {
     pub(crate) keys: Arc<dyn KeyStore>,
     pub(crate) orders: Arc<dyn OrderStore>,
+    /// The events feed `GET /events` reads, when the host has one, and its retention.
+    pub(crate) events: Option<(Arc<dyn EventFeed>, Arc<EventsRetention>)>,
     pub(crate) challenges: Challenges,
     pub(crate) store_timeout: Option<Duration>,
     pub(crate) retry_after: Duration,
@@ -79,6 +82,7 @@ impl Config {
         Self {
             keys,
             orders,
+            events: None,
             challenges: Challenges::new(DEFAULT_REALM),
             store_timeout: Some(DEFAULT_STORE_TIMEOUT),
             retry_after: DEFAULT_RETRY_AFTER,

@@ -1,6 +1,6 @@
 //! The steps of answering a request that carries a well-formed key, top to bottom: look the
 //! key up (through the failed-authentication throttle when it is on: [`throttle`]), check the
-//! client's address, ask the rate limiter, read the orders; the answer itself is built in
+//! client's address, ask the rate limiter, read the orders (or the events feed); the answer itself is built in
 //! [`response::keyed`].
 //!
 //! The flow never waits itself. Each step is an [`Ask`]: a question to one store that takes
@@ -15,6 +15,7 @@ use http::{Response, StatusCode};
 
 use crate::api::body::ApiBody;
 use crate::api::conditional::IfNoneMatch;
+use crate::api::events_request::EventsRequest;
 use crate::api::config::Config;
 use crate::api::me_cache::with_me_representation;
 use crate::api::pagination::PageRequest;
@@ -29,7 +30,9 @@ use crate::log::record_in_request_span;
 use crate::metrics::{self, AuthFailureReason, StoreCall};
 use crate::model::OrderPage;
 use crate::rate_limit::{or_unlimited, RateLimitDecision};
-use crate::store::{KeyLookup, OrderQuery, Principal, StoreError, UsageOutcome, UsageRoute};
+use crate::store::{
+    EventQuery, EventsPage, KeyLookup, OrderQuery, Principal, StoreError, UsageOutcome, UsageRoute,
+};
 
 /// What serving a request needs once its key is known to be usable.
 pub(crate) struct Serving {
@@ -57,6 +60,8 @@ pub(crate) enum Ask {
     Limit(LimitAsk),
     /// The order store's page of the organization's orders.
     Orders(OrdersAsk),
+    /// The events feed's part of the organization's feed.
+    Events(EventsAsk),
 }
 
 impl Ask {
@@ -76,6 +81,7 @@ impl Ask {
             Self::Failures(_) => StoreCall::AuthFailureCheck,
             Self::Limit(_) => StoreCall::RateLimitCheck,
             Self::Orders(_) => StoreCall::NewestOrders,
+            Self::Events(_) => StoreCall::OrderEvents,
         }
     }
 
@@ -88,6 +94,7 @@ impl Ask {
                 ask.serving.route.usage_route(),
             )),
             Self::Orders(ask) => Some((ask.principal.key_id.clone(), UsageRoute::Orders)),
+            Self::Events(ask) => Some((ask.principal.key_id.clone(), UsageRoute::Events)),
             Self::Key(_) | Self::KeyAtHand(_) | Self::Failures(_) => None,
         }
     }
@@ -250,6 +257,21 @@ fn limited(
             return done(Ok(ApiError::BadPageRequest(bad).into_response()))
         }
         KeyedRoute::Orders(Ok(request), path) => (request, path),
+        KeyedRoute::Events(Err(bad), _) => {
+            return done(Ok(ApiError::BadEventsRequest(bad).into_response()))
+        }
+        KeyedRoute::Events(Ok(request), path) => {
+            return match request.query_for(&principal.organization.id) {
+                Ok(query) => AfterReply::Next(Ask::Events(EventsAsk {
+                    principal,
+                    decision,
+                    query,
+                    request,
+                    path,
+                })),
+                Err(bad) => done(Ok(ApiError::BadEventsRequest(bad).into_response())),
+            };
+        }
     };
     match request.query_for(&principal.organization.id) {
         Ok(query) => AfterReply::Next(Ask::Orders(OrdersAsk {
@@ -300,6 +322,52 @@ impl OrdersAsk {
         AfterReply::Done(finish(
             config,
             UsageRoute::Orders,
+            &self.principal,
+            self.decision,
+            response,
+        ))
+    }
+}
+
+/// The events feed's part of the organization's feed.
+pub(crate) struct EventsAsk {
+    principal: Principal,
+    decision: Option<RateLimitDecision>,
+    query: EventQuery,
+    /// The request the answer is for, and the path it came in on (for the resuming link).
+    request: EventsRequest,
+    path: PathAndQuery,
+}
+
+impl EventsAsk {
+    /// The organization whose feed is read.
+    pub(crate) fn organization_id(&self) -> &str {
+        &self.principal.organization.id
+    }
+
+    /// Which part of the feed.
+    pub(crate) fn query(&self) -> &EventQuery {
+        &self.query
+    }
+
+    /// Takes the feed's answer.
+    pub(crate) fn answer(
+        self,
+        config: &Config,
+        page: Result<EventsPage, StoreError>,
+    ) -> AfterReply {
+        let response = page.map(|page| {
+            keyed::events(
+                &self.request,
+                self.path.path(),
+                &self.principal.organization.id,
+                &self.query,
+                page,
+            )
+        });
+        AfterReply::Done(finish(
+            config,
+            UsageRoute::Events,
             &self.principal,
             self.decision,
             response,

@@ -4,7 +4,8 @@
 //! (`auth`), and hands a request with a well-formed key (what it needs of the request:
 //! `request_facts`) to `keyed_answer`, the flow read top to bottom: the key looked up
 //! (through `throttle`, the failed-authentication throttle, when it is on), the client's
-//! address checked, the rate limiter asked, the orders read. `store_drivers` asks the stores
+//! address checked, the rate limiter asked, the orders (or the events feed: `events_request`)
+//! read. `store_drivers` asks the stores
 //! each step's question, within the store timeout (`deadline`); `response` writes the
 //! documents and, in `response::keyed`, the answers (`conditional`, `body`), all as `config`
 //! says. The client's address, for the throttle and a key's allowed addresses, is read by
@@ -16,6 +17,8 @@ pub(crate) mod client_address;
 pub(crate) mod conditional;
 pub(crate) mod config;
 pub(crate) mod deadline;
+pub(crate) mod events_request;
+pub(crate) mod events_retention;
 pub(crate) mod keyed_answer;
 pub(crate) mod layer;
 pub(crate) mod me_cache;

@@ -8,6 +8,7 @@ use http::uri::PathAndQuery;
 use crate::api::client_address::ClientAddr;
 use crate::api::conditional::IfNoneMatch;
 use crate::api::config::Config;
+use crate::api::events_request::{BadEventsRequest, EventsRequest};
 use crate::api::pagination::{BadPageRequest, PageRequest};
 use crate::store::{KeyLookup, Principal, UsageOutcome, UsageRoute};
 
@@ -18,6 +19,9 @@ pub(crate) enum KeyedRoute {
     /// `GET /orders`: the page its query string asks for (or why it is refused), and the
     /// path it came in on, which the next page's link names.
     Orders(Result<PageRequest, BadPageRequest>, PathAndQuery),
+    /// `GET /events`: the part of the feed its query string asks for (or why it is
+    /// refused), and the path it came in on, which the resuming link names.
+    Events(Result<EventsRequest, BadEventsRequest>, PathAndQuery),
 }
 
 impl KeyedRoute {
@@ -26,6 +30,7 @@ impl KeyedRoute {
         match self {
             Self::Me => UsageRoute::Me,
             Self::Orders(..) => UsageRoute::Orders,
+            Self::Events(..) => UsageRoute::Events,
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::api::body::ApiBody;
 use crate::api::conditional;
 use crate::api::config::DEFAULT_RETRY_AFTER;
 use crate::api::order_filters::FilterParameter;
+use crate::api::events_request::{BadEventsRequest, EventsParameter};
 use crate::api::pagination::BadPageRequest;
 use crate::api::request_id::REQUEST_ID_HEADER;
 use crate::model::OrderPage;
@@ -101,6 +102,42 @@ fn bad_page_request(bad: BadPageRequest) -> &'static str {
         ),
     }
 }
+
+/// The error document of a 400 of `GET /events` for `bad`.
+fn bad_events_request(bad: BadEventsRequest) -> &'static str {
+    match bad {
+        BadEventsRequest::Limit => {
+            error_json!("invalid query parameter limit: it must be a whole number from 1 to 100")
+        }
+        BadEventsRequest::Types => error_json!(
+            "invalid query parameter types: it must be one or more comma-separated event types of order.created, order.updated and order.deleted"
+        ),
+        BadEventsRequest::MalformedAfter => error_json!(
+            "invalid query parameter after: it is not an event id of this API (cut or altered); use an id as an event or the link of the previous answer gave it"
+        ),
+        BadEventsRequest::ForeignAfter => error_json!(
+            "invalid query parameter after: it is another organization's event id"
+        ),
+        BadEventsRequest::UnknownAfter => error_json!(
+            "invalid query parameter after: it names no event of this organization's feed"
+        ),
+        BadEventsRequest::Repeated(EventsParameter::After) => {
+            error_json!("invalid query parameter after: it may be given once")
+        }
+        BadEventsRequest::Repeated(EventsParameter::Types) => {
+            error_json!("invalid query parameter types: it may be given once")
+        }
+        BadEventsRequest::Repeated(EventsParameter::Limit) => {
+            error_json!("invalid query parameter limit: it may be given once")
+        }
+    }
+}
+
+/// What precedes the events' JSON array in the body of `GET /events`.
+pub(crate) const EVENTS_OPEN: &[u8] =
+    concat!(r#"{"meta":"#, meta_json!(), r#","data":{"events":["#).as_bytes();
+/// What closes the body of `GET /events`.
+pub(crate) const EVENTS_CLOSE: &[u8] = b"]}}";
 
 /// A JSON response with the headers every API response carries.
 pub(crate) fn json(status: StatusCode, body: Bytes) -> Response<ApiBody> {
@@ -214,6 +251,10 @@ pub(crate) enum ApiError {
     Forbidden,
     /// The query string of `GET /orders` asks for no page there is.
     BadPageRequest(BadPageRequest),
+    /// The query string of `GET /events` asks for no part of the feed there is.
+    BadEventsRequest(BadEventsRequest),
+    /// `GET /events`' `after` names an event retention deleted.
+    EventsExpired,
 }
 
 impl ApiError {
@@ -241,6 +282,11 @@ impl ApiError {
                 error_json!("this API key may not be used from this address"),
             ),
             Self::BadPageRequest(bad) => (StatusCode::BAD_REQUEST, bad_page_request(bad)),
+            Self::BadEventsRequest(bad) => (StatusCode::BAD_REQUEST, bad_events_request(bad)),
+            Self::EventsExpired => (
+                StatusCode::GONE,
+                error_json!("invalid query parameter after: the events feed no longer reaches back to this event (events are kept for a limited time); read /v1/orders again for the current state, then follow the feed from its oldest event (without after)"),
+            ),
         };
         let mut response = json(status, Bytes::from_static(body.as_bytes()));
         if self == Self::MethodNotAllowed {

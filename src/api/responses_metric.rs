@@ -33,9 +33,10 @@ const STATUSES: [StatusCode; 8] = [
     StatusCode::SERVICE_UNAVAILABLE,
 ];
 /// Routes, and no route.
-const ROUTES: [Option<Route>; 4] = [
+const ROUTES: [Option<Route>; 5] = [
     Some(Route::Me),
     Some(Route::Orders),
+    Some(Route::Events),
     Some(Route::OpenApi),
     None,
 ];
@@ -85,6 +86,7 @@ impl ResponseCounters {
             let path = match route {
                 Route::Me => "/me",
                 Route::Orders => "/orders",
+                Route::Events => "/events",
                 Route::OpenApi => "/openapi.json",
             };
             labels.push(Label::new("http_route", format!("{}{path}", self.prefix)));

@@ -10,6 +10,8 @@ pub(crate) enum Route {
     Me,
     /// `GET /orders` (contract 4.2).
     Orders,
+    /// `GET /events`: the events feed (contract 4.3), on a host that has one.
+    Events,
     /// `GET /openapi.json`: the OpenAPI description, served without a key.
     OpenApi,
 }
@@ -21,6 +23,7 @@ impl Route {
         match path {
             "/me" => Some(Self::Me),
             "/orders" => Some(Self::Orders),
+            "/events" => Some(Self::Events),
             "/openapi.json" => Some(Self::OpenApi),
             _ => None,
         }
@@ -40,6 +43,7 @@ mod tests {
     fn matching_is_exact() {
         assert_eq!(Route::at("/me"), Some(Route::Me));
         assert_eq!(Route::at("/orders"), Some(Route::Orders));
+        assert_eq!(Route::at("/events"), Some(Route::Events));
         assert_eq!(Route::at("/openapi.json"), Some(Route::OpenApi));
         for path in ["", "/", "/me/", "/ME", "/./me", "/%6de", "/orders/1"] {
             assert_eq!(Route::at(path), None, "{path}");

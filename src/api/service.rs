@@ -28,6 +28,8 @@ pub use crate::api::config::{
     DEFAULT_AUTH_FAILURE_DELAY, DEFAULT_AUTH_FAILURE_LIMIT, DEFAULT_PREFIX, DEFAULT_REALM,
     DEFAULT_RETRY_AFTER, DEFAULT_STORE_TIMEOUT,
 };
+use crate::api::events_request::EventsRequest;
+use crate::api::events_retention::EventsRetention;
 use crate::api::keyed_answer::Ask;
 use crate::api::openapi;
 use crate::api::pagination::PageRequest;
@@ -45,14 +47,14 @@ use crate::metrics::UsageCounters;
 #[cfg(doc)]
 use crate::metrics::DEFAULT_MAX_ORGANIZATIONS;
 use crate::rate_limit::RateLimiter;
-use crate::store::{KeyStore, OrderStore};
+use crate::store::{EventFeed, KeyStore, OrderStore, DEFAULT_EVENTS_RETENTION};
 use crate::usage::UsageRecorder;
 
 /// The partner API (contract section 4) as a tower [`Service`] for any request body.
 ///
-/// It answers `GET`/`HEAD` `{prefix}/me`, `{prefix}/orders` and `{prefix}/openapi.json` (the
-/// OpenAPI description, without a key) and a JSON error for anything
-/// else; it never fails (`Error = Infallible`) and never reads the request body. Clones are
+/// It answers `GET`/`HEAD` `{prefix}/me`, `{prefix}/orders`, `{prefix}/events` (with
+/// [`with_events`](Self::with_events)) and `{prefix}/openapi.json` (the OpenAPI description,
+/// without a key) and a JSON error for anything else; it never fails (`Error = Infallible`) and never reads the request body. Clones are
 /// cheap and share the stores.
 ///
 /// ```
@@ -82,6 +84,42 @@ impl PartnerApi {
     pub fn from_store<S: KeyStore + OrderStore + 'static>(store: S) -> Self {
         let store = Arc::new(store);
         Self::new(store.clone(), store)
+    }
+
+    /// Serves `GET {prefix}/events`, the organization's order events oldest first, from
+    /// `feed` (without one, that path answers 404 as any unknown one). Events are kept
+    /// [`DEFAULT_EVENTS_RETENTION`] unless [`with_events_retention`](Self::with_events_retention)
+    /// says otherwise; the API itself deletes older ones, in small batches, at most once a
+    /// minute, in the background of a request (it needs a tokio runtime).
+    ///
+    /// ```
+    /// use partner_api::{MemoryStore, PartnerApi};
+    ///
+    /// let store = MemoryStore::new();
+    /// let api = PartnerApi::from_store(store.clone()).with_events(store);
+    /// ```
+    #[must_use]
+    pub fn with_events(mut self, feed: impl EventFeed + 'static) -> Self {
+        let keep = self
+            .config
+            .events
+            .as_ref()
+            .map_or(DEFAULT_EVENTS_RETENTION, |(_, retention)| retention.keep);
+        Arc::make_mut(&mut self.config).events =
+            Some((Arc::new(feed), Arc::new(EventsRetention::new(keep))));
+        self
+    }
+
+    /// Keeps the events of [`with_events`](Self::with_events)' feed for `keep` (default
+    /// [`DEFAULT_EVENTS_RETENTION`], 30 days): an `after` older than that answers 410 Gone.
+    /// Call it after `with_events`; before, there is no feed to keep events of.
+    #[must_use]
+    pub fn with_events_retention(mut self, keep: Duration) -> Self {
+        let config = Arc::make_mut(&mut self.config);
+        if let Some((_, retention)) = &mut config.events {
+            *retention = Arc::new(EventsRetention::new(keep));
+        }
+        self
     }
 
     /// Serves the API under `prefix` instead of [`DEFAULT_PREFIX`]: `"/partner/v1"` answers
@@ -364,11 +402,15 @@ impl PartnerApi {
         if !route.allows(method) {
             return ready(ApiError::MethodNotAllowed.into_response());
         }
-        let orders = match route {
+        match route {
             Route::OpenApi => return ready(response::openapi(config.openapi.clone())),
-            Route::Me => false,
-            Route::Orders => true,
-        };
+            Route::Events => match &config.events {
+                // A host without a feed: as any unknown path.
+                None => return ready(ApiError::NotFound.into_response()),
+                Some((feed, retention)) => retention.run_if_due(feed),
+            },
+            Route::Me | Route::Orders => {}
+        }
         let token = match bearer_token(headers) {
             Ok(token) => token,
             Err(failure) => return ready(unauthenticated(config, failure)),
@@ -378,14 +420,15 @@ impl PartnerApi {
             .map_or(self.peer, |PeerAddr(peer)| Some(*peer));
         let client = config.trusted_proxies.client_addr(peer, headers);
         // Only the digest goes on: the plaintext never enters a future or a store.
-        let keyed_route = if orders {
-            let path = uri
-                .path_and_query()
+        let path = || {
+            uri.path_and_query()
                 .cloned()
-                .unwrap_or_else(|| PathAndQuery::from_static("/"));
-            KeyedRoute::Orders(PageRequest::parse(uri.query()), path)
-        } else {
-            KeyedRoute::Me
+                .unwrap_or_else(|| PathAndQuery::from_static("/"))
+        };
+        let keyed_route = match route {
+            Route::Orders => KeyedRoute::Orders(PageRequest::parse(uri.query()), path()),
+            Route::Events => KeyedRoute::Events(EventsRequest::parse(uri.query()), path()),
+            Route::Me | Route::OpenApi => KeyedRoute::Me,
         };
         let facts = RequestFacts {
             route: keyed_route,

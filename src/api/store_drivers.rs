@@ -130,6 +130,8 @@ fn reply_now(config: &Config, ask: Ask) -> Replied {
                 None => Replied::Wait(Ask::Orders(orders)),
             }
         }
+        // No feed answers at once: each read asks the store.
+        Ask::Events(events) => Replied::Wait(Ask::Events(events)),
     }
 }
 
@@ -243,6 +245,14 @@ async fn awaited_reply(config: &Config, ask: Ask, started: Instant) -> AfterRepl
                 .await;
             timed(page.as_ref().err());
             orders.answer(config, page)
+        }
+        Ask::Events(events) => {
+            let page = match &config.events {
+                Some((feed, _)) => feed.events(events.organization_id(), events.query()).await,
+                None => Err(StoreError::other("no events feed")),
+            };
+            timed(page.as_ref().err());
+            events.answer(config, page)
         }
     }
 }

@@ -15,32 +15,18 @@ const AUDIT_RETENTION_BATCHES: u32 = 10;
 const AUDIT_RETENTION_BATCH: u32 = 500;
 
 /// The audit log's retention, run by the service itself: how long entries are kept, and
-/// when it last ran (seconds on the process's clock, 0 for never).
+/// its rounds.
 pub(super) struct AuditRetention {
     pub(super) keep: std::time::Duration,
-    started: std::time::Instant,
-    last_run: std::sync::atomic::AtomicU64,
+    rounds: crate::supervise::DueRounds,
 }
 
 impl AuditRetention {
     pub(super) fn new(keep: std::time::Duration) -> Self {
         Self {
             keep,
-            started: std::time::Instant::now(),
-            last_run: std::sync::atomic::AtomicU64::new(0),
+            rounds: crate::supervise::DueRounds::new(AUDIT_RETENTION_INTERVAL),
         }
-    }
-
-    /// Whether a round is due now; if so, it is this caller's to run (one at a time).
-    fn take_turn(&self) -> bool {
-        use std::sync::atomic::Ordering;
-        let now = self.started.elapsed().as_secs() + 1;
-        let last = self.last_run.load(Ordering::Acquire);
-        (last == 0 || now.saturating_sub(last) >= AUDIT_RETENTION_INTERVAL.as_secs())
-            && self
-                .last_run
-                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
     }
 }
 
@@ -51,7 +37,7 @@ impl AuditRetention {
     /// organization, and retention writes into every organization's log. A failure is
     /// logged; the next round is an hour later.
     pub(super) fn run_if_due(&self, log: &Arc<dyn AuditLog>) {
-        if !self.take_turn() {
+        if !self.rounds.take_turn() {
             return;
         }
         let (log, keep) = (log.clone(), self.keep);

@@ -32,7 +32,7 @@
 //! | [`BACKGROUND_TASK_PANICS`] | counter | `task`: `webhook_dispatcher`, `webhook_delivery`, `webhook_retention`, `cache_listener`, `known_keys`, `usage_recorder`, `last_used_recorder` |
 //! | [`SECRET_SCANNING_REPORTS`] | counter | `label`: `true_positive`, `false_positive`; `source`: where GitHub found the match (`content`, `commit`, `issue_comment`, ... its documented values; anything else as `other`) |
 //!
-//! `store` and `operation` are `keys`/`lookup`, `orders`/`newest_orders`,
+//! `store` and `operation` are `keys`/`lookup`, `orders`/`newest_orders`, `events`/`events`,
 //! `rate_limiter`/`check` and `keys`/`record_last_used`; `error_type` is `unavailable`,
 //! `timeout`, `conflict`, `not_found`, `invalid_data` or `other`. Store calls are timed
 //! when the API waits for them: an answer a store or cache has at hand
@@ -344,6 +344,7 @@ pub(crate) fn auth_failed(reason: AuthFailureReason) {
 pub(crate) enum StoreCall {
     KeyLookup,
     NewestOrders,
+    OrderEvents,
     RateLimitCheck,
     AuthFailureCheck,
     RecordLastUsed,
@@ -359,6 +360,9 @@ impl StoreCall {
             Self::NewestOrders => static_key!(
                 STORE_CALL_DURATION, "store" => "orders", "operation" => "newest_orders"
             ),
+            Self::OrderEvents => {
+                static_key!(STORE_CALL_DURATION, "store" => "events", "operation" => "events")
+            }
             Self::RateLimitCheck => {
                 static_key!(STORE_CALL_DURATION, "store" => "rate_limiter", "operation" => "check")
             }

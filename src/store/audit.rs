@@ -343,9 +343,19 @@ pub async fn prune_audit_batches(
     batch: u32,
     batches: u32,
 ) -> Result<u64, StoreError> {
+    in_batches(batch, batches, || log.prune_audit(older_than, batch)).await
+}
+
+/// Runs `round` (which deletes at most `batch` rows) at most `batches` times, until one
+/// deletes fewer than `batch`; the total deleted.
+pub(crate) async fn in_batches<F, R>(batch: u32, batches: u32, mut round: R) -> Result<u64, StoreError>
+where
+    R: FnMut() -> F,
+    F: std::future::Future<Output = Result<u64, StoreError>>,
+{
     let mut deleted = 0;
     for _ in 0..batches {
-        let pruned = log.prune_audit(older_than, batch).await?;
+        let pruned = round().await?;
         deleted += pruned;
         if pruned < u64::from(batch) {
             break;

@@ -16,7 +16,8 @@ use super::key_manager::{
 };
 use super::read::{KeyDigests, KeyLookup, KeyStore, OrderStore};
 use super::{
-    AuditLog, AuditPage, AuditQuery, AuditRecord, KeyUsageTotal, OrderQuery, StoreError,
+    AuditLog, AuditPage, AuditQuery, AuditRecord, EventFeed, EventQuery, EventsPage,
+    KeyUsageTotal, OrderQuery, StoreError,
     UsageBucket, UsageCount, UsageGranularity, UsagePeriod, UsageStore,
 };
 use crate::key::{AllowedIps, KeyDigest};
@@ -166,6 +167,20 @@ forward!(UsageStore {
 
     async fn prune_usage(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
         (**self).prune_usage(older_than, batch).await
+    }
+});
+
+forward!(EventFeed {
+    async fn events(
+        &self,
+        organization_id: &str,
+        query: &EventQuery,
+    ) -> Result<EventsPage, StoreError> {
+        (**self).events(organization_id, query).await
+    }
+
+    async fn prune_events(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
+        (**self).prune_events(older_than, batch).await
     }
 });
 

@@ -6,6 +6,7 @@
 
 pub(crate) mod audit;
 pub(crate) mod error;
+pub(crate) mod events;
 mod forward;
 pub(crate) mod key_manager;
 pub(crate) mod memory;
@@ -24,6 +25,10 @@ pub use audit::{
     SECRET_SCANNING_ACTOR, UNATTRIBUTED,
 };
 pub(crate) use error::{StoreError, StoreErrorKind};
+pub use events::{
+    prune_event_batches, BadEventId, EventFeed, EventId, EventQuery, EventsPage, FeedEvent,
+    OrderChange, OrderChanges, DEFAULT_EVENTS_RETENTION,
+};
 pub(crate) use key_manager::{check_label, describe_plaintext, lifetime_until, KeyRefusal};
 pub use key_manager::{
     IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyUse, Leak, LeakReport, LeakedKey,

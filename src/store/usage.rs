@@ -26,6 +26,8 @@ pub enum UsageRoute {
     Me,
     /// `GET /v1/orders`.
     Orders,
+    /// `GET /v1/events`.
+    Events,
 }
 
 /// How a request with a key was answered.
@@ -92,7 +94,8 @@ names!(
     UsageRoute,
     "unknown usage route",
     Me = "/me",
-    Orders = "/orders"
+    Orders = "/orders",
+    Events = "/events"
 );
 names!(
     UsageOutcome,

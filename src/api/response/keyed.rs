@@ -1,5 +1,5 @@
 //! The answers to a request with a key: `GET /me` and a page of `GET /orders` (200, or 304
-//! when the request's `If-None-Match` holds the tag; the next page's `Link`), and the
+//! when the request's `If-None-Match` holds the tag; the next page's `Link`), `GET /events`, and the
 //! refusals of authentication (401, the throttle's 429) and of a failed store.
 
 use bytes::Bytes;
@@ -10,13 +10,16 @@ use super::ApiError;
 use crate::api::auth::AuthFailure;
 use crate::api::body::ApiBody;
 use crate::api::conditional::IfNoneMatch;
+use crate::api::events_request::{BadEventsRequest, EventsRequest};
 use crate::api::config::Config;
 use crate::api::pagination::PageRequest;
 use crate::log::ErrorChain;
 use crate::metrics::{self, AuthFailureReason};
 use crate::model::OrderPage;
 use crate::rate_limit::{whole_seconds_at_least_one, RateLimitDecision};
-use crate::store::{OrderPosition, OrderQuery, StoreError, StoreErrorKind};
+use crate::store::{
+    EventId, EventQuery, EventsPage, OrderPosition, OrderQuery, StoreError, StoreErrorKind,
+};
 
 /// The 200 (or 304) of `GET /me`: `body`, tagged `etag` when tags are on (with
 /// `tagged_headers`, the headers of every `/me` of the organization, its tag in place).
@@ -79,6 +82,61 @@ pub(crate) fn orders(
         if let Some(link) = link {
             response.headers_mut().insert(LINK, link);
         }
+    }
+    response
+}
+
+/// The answer of `GET /events` to `page`, the feed's answer to the request `request` that
+/// came in on `path`: the 200 with the events and the resuming `Link`, the 410 of an `after`
+/// retention deleted, or the 400 of one the feed never held.
+pub(crate) fn events(
+    request: &EventsRequest,
+    path: &str,
+    organization_id: &str,
+    query: &EventQuery,
+    page: EventsPage,
+) -> Response<ApiBody> {
+    let mut events = match page {
+        EventsPage::Events(events) => events,
+        EventsPage::Expired => return ApiError::EventsExpired.into_response(),
+        EventsPage::Unknown => {
+            return ApiError::BadEventsRequest(BadEventsRequest::UnknownAfter).into_response()
+        }
+    };
+    if events.len() > query.limit() {
+        tracing::warn!(
+            len = events.len(),
+            "the events feed returned more events than asked for"
+        );
+        events.truncate(query.limit());
+    }
+    let mut body = Vec::with_capacity(
+        super::EVENTS_OPEN.len()
+            + events.iter().map(|event| event.data.len() + 128).sum::<usize>()
+            + super::EVENTS_CLOSE.len(),
+    );
+    body.extend_from_slice(super::EVENTS_OPEN);
+    for (index, event) in events.iter().enumerate() {
+        if index > 0 {
+            body.push(b',');
+        }
+        // The id is `evt_` and base64url, the type a fixed name, the time digits: nothing to
+        // escape; `data` is JSON the store encoded.
+        body.extend_from_slice(br#"{"id":""#);
+        body.extend_from_slice(EventId::new(organization_id, event.id).to_string().as_bytes());
+        body.extend_from_slice(br#"","type":""#);
+        body.extend_from_slice(event.change.as_str().as_bytes());
+        body.extend_from_slice(br#"","createdAt":""#);
+        body.extend_from_slice(event.created_at.to_string().as_bytes());
+        body.extend_from_slice(br#"","data":"#);
+        body.extend_from_slice(&event.data);
+        body.push(b'}');
+    }
+    body.extend_from_slice(super::EVENTS_CLOSE);
+    let mut response = super::json(StatusCode::OK, Bytes::from(body));
+    let last = events.last().map(|event| event.id);
+    if let Some(link) = request.next_link(path, organization_id, last) {
+        response.headers_mut().insert(LINK, link);
     }
     response
 }

@@ -4,8 +4,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use async_trait::async_trait;
-#[cfg(feature = "webhooks")]
-use bytes::Bytes;
 
 use super::{KeyLookup, KeyStore, OrderQuery, OrderStore, Principal, StoreError};
 use crate::hashing::BuildPrehashed;
@@ -18,6 +16,7 @@ use crate::store::{
 };
 
 mod audit;
+mod events;
 mod manage;
 mod order_writes;
 mod orders;
@@ -66,6 +65,9 @@ pub struct MemoryStore {
     usage: Arc<Mutex<usage::Usage>>,
     /// The audit log; appended to under the lock of each change, and always locked last.
     audit: Arc<Mutex<audit::Audit>>,
+    /// Each organization's events feed; appended to by order writers while they hold
+    /// `order_writer`, before they raise the webhooks of the same changes.
+    events: Arc<Mutex<events::Feeds>>,
 }
 
 #[derive(Default)]

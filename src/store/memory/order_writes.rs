@@ -1,7 +1,9 @@
 //! The memory store's order writes: add, update and remove, one organization's list
-//! replaced whole (readers never wait), each raising its webhook events.
+//! replaced whole (readers never wait), each recorded in the events feed and raising its
+//! webhook events.
 
 use super::*;
+use crate::store::OrderChange;
 
 impl MemoryStore {
     /// Adds one order to the organization `organization_id`.
@@ -28,16 +30,10 @@ impl MemoryStore {
         self.write()
             .orders
             .insert(organization_id.to_owned(), Arc::new(next));
-        #[cfg(feature = "webhooks")]
-        self.outbox().raise(
+        let data = serde_json::to_vec(&serde_json::json!({ "id": order_id })).unwrap_or_default();
+        self.record_changes(
             organization_id,
-            &[webhooks::OrderEvent {
-                kind: crate::store::webhooks::EventType::OrderDeleted,
-                order_id: order_id.to_owned(),
-                data: serde_json::to_vec(&serde_json::json!({ "id": order_id }))
-                    .unwrap_or_default()
-                    .into(),
-            }],
+            [(OrderChange::Deleted, order_id.to_owned(), data.into())],
         );
         true
     }
@@ -76,12 +72,7 @@ impl MemoryStore {
         self.write()
             .orders
             .insert(organization_id.to_owned(), Arc::new(next));
-        #[cfg(feature = "webhooks")]
-        self.raise_written(
-            organization_id,
-            crate::store::webhooks::EventType::OrderCreated,
-            &encoded,
-        );
+        self.record_written(organization_id, OrderChange::Created, &encoded);
         Ok(())
     }
 
@@ -123,31 +114,25 @@ impl MemoryStore {
         self.write()
             .orders
             .insert(organization_id.to_owned(), Arc::new(next));
-        #[cfg(feature = "webhooks")]
-        self.raise_written(
+        self.record_written(
             organization_id,
-            crate::store::webhooks::EventType::OrderUpdated,
-            &[encoded],
+            OrderChange::Updated,
+            std::slice::from_ref(&encoded),
         );
         Ok(())
     }
 
-    /// Raises one event per written order (while the caller holds `order_writer`).
-    #[cfg(feature = "webhooks")]
-    fn raise_written(
-        &self,
-        organization_id: &str,
-        kind: crate::store::webhooks::EventType,
-        orders: &[EncodedOrder],
-    ) {
-        let events: Vec<webhooks::OrderEvent> = orders
-            .iter()
-            .map(|order| webhooks::OrderEvent {
-                kind,
-                order_id: order.order().id.clone(),
-                data: Bytes::copy_from_slice(order.json()),
-            })
-            .collect();
-        self.outbox().raise(organization_id, &events);
+    /// Records one change per written order (while the caller holds `order_writer`).
+    fn record_written(&self, organization_id: &str, change: OrderChange, orders: &[EncodedOrder]) {
+        self.record_changes(
+            organization_id,
+            orders.iter().map(|order| {
+                (
+                    change,
+                    order.order().id.clone(),
+                    bytes::Bytes::copy_from_slice(order.json()),
+                )
+            }),
+        );
     }
 }

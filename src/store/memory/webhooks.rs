@@ -18,15 +18,8 @@ use crate::store::webhooks::{
     WebhookManager, WebhookSecret, MAX_RECOVERED,
 };
 use crate::store::StoreError;
-use crate::store::{AuditAction, AuditRecord};
-
-/// One change of an order, as the memory store's writers raise it.
-pub(super) struct OrderEvent {
-    pub(super) kind: EventType,
-    pub(super) order_id: String,
-    /// `data`: the order's JSON, or `{"id":...}` for a deletion.
-    pub(super) data: Bytes,
-}
+use super::events::Change;
+use crate::store::{AuditAction, AuditRecord, EventId};
 
 #[derive(Default)]
 pub(super) struct Outbox {
@@ -114,31 +107,28 @@ impl Outbox {
         message_id
     }
 
-    /// Queues `events` of `organization_id` for its enabled endpoints subscribed to them.
-    pub(super) fn raise(&mut self, organization_id: &str, events: &[OrderEvent]) {
-        for event in events {
-            let timestamp = Timestamp::now();
+    /// Queues `changes` of `organization_id` for its enabled endpoints subscribed to them,
+    /// each body naming its event's id and time.
+    pub(super) fn raise(&mut self, organization_id: &str, changes: &[Change]) {
+        for Change { order_id, event } in changes {
+            let kind = EventType::from(event.change);
             let subscribed: Vec<u64> = self
                 .endpoints
                 .iter()
                 .filter(|(_, entry)| {
                     entry.record.enabled
                         && entry.record.organization_id == organization_id
-                        && entry.record.subscribes_to(event.kind)
+                        && entry.record.subscribes_to(kind)
                 })
                 .map(|(id, _)| *id)
                 .collect();
             if subscribed.is_empty() {
                 continue;
             }
-            let body = payload(event.kind, timestamp, &event.data);
+            let id = EventId::new(organization_id, event.id).to_string();
+            let body = payload(Some(&id), kind, event.created_at, &event.data);
             for endpoint in subscribed {
-                self.queue(
-                    endpoint,
-                    event.kind,
-                    Some(event.order_id.clone()),
-                    body.clone(),
-                );
+                self.queue(endpoint, kind, Some(order_id.clone()), body.clone());
             }
         }
     }
@@ -322,7 +312,7 @@ impl WebhookManager for MemoryStore {
         }
         let data = serde_json::to_vec(&serde_json::json!({ "endpointId": entry.record.id }))
             .map_err(StoreError::other)?;
-        let body = payload(EventType::WebhookTest, Timestamp::now(), &data);
+        let body = payload(None, EventType::WebhookTest, Timestamp::now(), &data);
         let message_id = outbox.queue(id, EventType::WebhookTest, None, body);
         self.audit(
             AuditRecord::new(

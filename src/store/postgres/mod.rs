@@ -15,6 +15,7 @@ use crate::store::describe_plaintext;
 mod audit;
 mod breaker;
 mod error;
+mod events;
 mod key_rows;
 mod keys;
 mod manage;

@@ -82,6 +82,7 @@ const CLAIM: &str = "\
     WHERE d.id = picked.id AND m.id = d.message_id AND e.id = d.endpoint_id \
     RETURNING d.id AS delivery_id, d.webhook_id, d.attempts, d.round_start, \
               m.event_type, m.order_id AS message_order_id, m.order_row, m.data, m.raised_at, \
+              m.event_id, \
               e.id, e.organization_id, e.url, e.events, e.description, e.enabled, e.created_at, \
               e.secret, \
               CASE WHEN e.previous_secret_until > now() THEN e.previous_secret END AS previous_secret, \

@@ -11,14 +11,14 @@ use sqlx::Row;
 use super::audit::audited;
 use super::timestamp::PgTimestamp;
 use super::{column, store_error, PgStore};
-use crate::model::{EncodedOrder, Order, Timestamp};
+use crate::model::Timestamp;
 use crate::store::audit::url_origin;
 use crate::store::webhooks::{
     payload, Attempt, AttemptOutcome, CreatedEndpoint, Endpoint, EventType, NewEndpoint,
     WebhookAbility, WebhookManager, WebhookSecret, MAX_RECOVERED,
 };
 use crate::store::StoreError;
-use crate::store::{AuditAction, AuditRecord};
+use crate::store::{AuditAction, AuditRecord, EventId};
 
 /// The columns of an [`Endpoint`], in `endpoint_from_row`'s names.
 const ENDPOINT: &str = "id, organization_id, url, events, description, enabled, created_at";
@@ -61,55 +61,31 @@ pub(super) fn timestamp(row: &PgRow, name: &str) -> Result<Option<Timestamp>, St
     Ok(at.map(|at| at.0))
 }
 
-/// An order as the trigger's snapshot (`to_jsonb` of the row) holds it.
-#[derive(serde::Deserialize)]
-struct OrderRow {
-    id: String,
-    providers: Vec<String>,
-    advertiser_name: String,
-    campaign_name: String,
-    budget_dkk: u64,
-    start_date: chrono::NaiveDate,
-    end_date: chrono::NaiveDate,
-    status: String,
-    external_reference: String,
-    created_at: Timestamp,
-}
-
 /// The body of a claimed delivery, the same bytes every time: from the order's snapshot
-/// through the encoder `GET /v1/orders` uses.
+/// through the encoder `GET /v1/orders` uses, with its event's id when it has one (messages
+/// raised before the feed have none).
 pub(super) fn body_from_row(row: &PgRow, kind: EventType) -> Result<Bytes, StoreError> {
     let raised_at = column::<PgTimestamp>(row, "raised_at")?.0;
     let data = match kind {
         EventType::OrderCreated | EventType::OrderUpdated => {
-            let snapshot: serde_json::Value = column(row, "order_row")?;
-            let order: OrderRow =
-                serde_json::from_value(snapshot).map_err(StoreError::invalid_data)?;
-            let encoded = EncodedOrder::new(Order {
-                id: order.id,
-                providers: order.providers,
-                advertiser_name: order.advertiser_name,
-                campaign_name: order.campaign_name,
-                budget_dkk: order.budget_dkk,
-                start_date: order.start_date,
-                end_date: order.end_date,
-                status: order.status,
-                external_reference: order.external_reference,
-                created_at: order.created_at,
-            })?;
-            encoded.json().to_vec()
+            super::events::order_json(column(row, "order_row")?)?
         }
         EventType::OrderDeleted => {
-            let id: String = column(row, "message_order_id")?;
-            serde_json::to_vec(&serde_json::json!({ "id": id })).map_err(StoreError::other)?
+            super::events::deleted_json(&column::<String>(row, "message_order_id")?)?
         }
         _ => {
             let data: Option<serde_json::Value> = row.try_get("data").map_err(store_error)?;
             serde_json::to_vec(&data.unwrap_or_else(|| serde_json::json!({})))
                 .map_err(StoreError::other)?
+                .into()
         }
     };
-    Ok(payload(kind, raised_at, &data))
+    let event_id: Option<i64> = row.try_get("event_id").map_err(store_error)?;
+    let organization_id: String = column(row, "organization_id")?;
+    let event_id = event_id
+        .and_then(|id| u64::try_from(id).ok())
+        .map(|id| EventId::new(&organization_id, id).to_string());
+    Ok(payload(event_id.as_deref(), kind, raised_at, &data))
 }
 
 #[async_trait]

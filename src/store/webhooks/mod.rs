@@ -37,6 +37,16 @@ pub enum EventType {
     WebhookTest,
 }
 
+impl From<crate::store::OrderChange> for EventType {
+    fn from(change: crate::store::OrderChange) -> Self {
+        match change {
+            crate::store::OrderChange::Created => Self::OrderCreated,
+            crate::store::OrderChange::Updated => Self::OrderUpdated,
+            crate::store::OrderChange::Deleted => Self::OrderDeleted,
+        }
+    }
+}
+
 impl EventType {
     /// Every event type.
     pub const ALL: [Self; 4] = [

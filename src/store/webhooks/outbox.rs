@@ -10,24 +10,33 @@ use super::{AttemptOutcome, Endpoint, EventType, WebhookSecret};
 use crate::model::Timestamp;
 use crate::store::StoreError;
 
-/// The body of an event: `{"type":...,"timestamp":...,"data":...}`, with `data` the given
-/// JSON bytes as they are (for an order, [`EncodedOrder::json`](crate::EncodedOrder::json),
-/// the bytes `GET /v1/orders` serves) and `timestamp` in milliseconds with `Z`.
+/// The body of an event: `{"id":...,"type":...,"timestamp":...,"data":...}`, with `id` the
+/// event's id in the events feed ([`EventId`](crate::store::EventId); left out when there is
+/// none, as for `webhook.test`), `data` the given JSON bytes as they are (for an order,
+/// [`EncodedOrder::json`](crate::EncodedOrder::json), the bytes `GET /v1/orders` serves) and
+/// `timestamp` (the event's `createdAt` in the feed) in milliseconds with `Z`.
 ///
 /// ```
 /// use partner_api::webhooks::{payload, EventType};
 ///
 /// let timestamp = "2026-11-23T10:00:00Z".parse()?;
-/// let body = payload(EventType::OrderDeleted, timestamp, br#"{"id":"ord_1"}"#);
+/// let body = payload(Some("evt_1"), EventType::OrderDeleted, timestamp, br#"{"id":"ord_1"}"#);
 /// assert_eq!(
 ///     body,
-///     r#"{"type":"order.deleted","timestamp":"2026-11-23T10:00:00.000Z","data":{"id":"ord_1"}}"#
+///     r#"{"id":"evt_1","type":"order.deleted","timestamp":"2026-11-23T10:00:00.000Z","data":{"id":"ord_1"}}"#
 /// );
 /// # Ok::<(), partner_api::TimestampParseError>(())
 /// ```
-pub fn payload(kind: EventType, timestamp: Timestamp, data: &[u8]) -> Bytes {
-    let mut body = Vec::with_capacity(data.len() + 80);
-    body.extend_from_slice(br#"{"type":""#);
+pub fn payload(id: Option<&str>, kind: EventType, timestamp: Timestamp, data: &[u8]) -> Bytes {
+    let mut body = Vec::with_capacity(data.len() + 112);
+    body.push(b'{');
+    if let Some(id) = id {
+        // An event id is `evt_` and base64url: nothing to escape.
+        body.extend_from_slice(br#""id":""#);
+        body.extend_from_slice(id.as_bytes());
+        body.extend_from_slice(br#"","#);
+    }
+    body.extend_from_slice(br#""type":""#);
     body.extend_from_slice(kind.as_str().as_bytes());
     body.extend_from_slice(br#"","timestamp":""#);
     body.extend_from_slice(timestamp.to_string().as_bytes());

@@ -1,0 +1,388 @@
+//! [`EventFeed`]: an organization's order events, oldest first, resumable from any event it
+//! still holds; the ids partners see ([`EventId`]); and what a read asks ([`EventQuery`]).
+//!
+//! # The feed's invariant
+//!
+//! **Rule `feed-exactly-once`**: a reader that starts anywhere and then always resumes after
+//! the last event it was given sees every committed change of the organization's orders
+//! exactly once, never one of a rolled-back write, and each order's changes in the order they
+//! were committed, however the writers' transactions interleave.
+//!
+//! An event's id (its number in the store, what its webhook names) is taken when the change is
+//! written, and writers commit out of order: ids are no place to resume from, since an event
+//! with a smaller id may become visible after a reader went past a larger one. So a store
+//! gives each event a **position** in its organization's feed only once its write is visible,
+//! and serves the feed in position order:
+//! - positions are handed out by one stamper at a time per organization, each round after the
+//!   last round's positions are visible, to the events visible then that have none, in id
+//!   order, above every position handed out before: an event becomes part of the feed behind
+//!   everything a reader may have seen already, so resuming after a position misses nothing;
+//! - one order's later change is written after its earlier change committed (the row is
+//!   locked by the earlier writer until then), so its id is larger, and whenever it is visible
+//!   the earlier one is too: a round that stamps the later one stamps the earlier one first, if
+//!   an earlier round did not;
+//! - a rolled-back write's event is never visible, so it never gets a position.
+//!
+//! A reader asks by event id; the store finds the event's position (stamping first when the
+//! event has none yet) and returns the events after it. Retention deletes events in position
+//! order only, so what a feed keeps is always a suffix of it: an `after` older than that
+//! suffix is [`EventsPage::Expired`], never a feed with a hole.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+
+use crate::model::{Timestamp, MAX_ORDERS};
+use crate::store::StoreError;
+
+/// How long events are kept by default: 30 days.
+pub const DEFAULT_EVENTS_RETENTION: std::time::Duration =
+    std::time::Duration::from_secs(30 * 24 * 3600);
+
+/// What happened to an order: the `type` of its event (and of its webhook).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OrderChange {
+    /// `order.created`: an order was written for the first time (or moved into the
+    /// organization).
+    Created,
+    /// `order.updated`: any field of an order changed.
+    Updated,
+    /// `order.deleted`: an order was removed (or moved out of the organization).
+    Deleted,
+}
+
+impl OrderChange {
+    /// Every change, in the order of [`OrderChanges`]' bits.
+    pub const ALL: [Self; 3] = [Self::Created, Self::Updated, Self::Deleted];
+
+    /// The event type's name: `order.created`, `order.updated` or `order.deleted`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "order.created",
+            Self::Updated => "order.updated",
+            Self::Deleted => "order.deleted",
+        }
+    }
+
+    /// The change named `name` ([`as_str`](Self::as_str)), if it is one.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|change| change.as_str() == name)
+    }
+
+    const fn bit(self) -> u8 {
+        match self {
+            Self::Created => 1,
+            Self::Updated => 2,
+            Self::Deleted => 4,
+        }
+    }
+}
+
+/// A set of [`OrderChange`]s: the event types a read asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OrderChanges(u8);
+
+impl OrderChanges {
+    /// Every type.
+    pub const ALL: Self = Self(7);
+    /// No type.
+    pub const NONE: Self = Self(0);
+
+    /// This set with `change` in it.
+    #[must_use]
+    pub const fn with(self, change: OrderChange) -> Self {
+        Self(self.0 | change.bit())
+    }
+
+    /// Whether `change` is in the set.
+    pub const fn contains(self, change: OrderChange) -> bool {
+        self.0 & change.bit() != 0
+    }
+
+    /// Whether the set holds every type.
+    pub const fn is_all(self) -> bool {
+        self.0 == Self::ALL.0
+    }
+
+    /// The names of the types in the set, in [`OrderChange::ALL`]'s order.
+    pub fn names(self) -> impl Iterator<Item = &'static str> {
+        OrderChange::ALL
+            .into_iter()
+            .filter(move |change| self.contains(*change))
+            .map(OrderChange::as_str)
+    }
+}
+
+impl Default for OrderChanges {
+    fn default() -> Self {
+        Self::ALL
+    }
+}
+
+/// One event of an organization's feed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FeedEvent {
+    /// The event's number in the store: unique in the store, taken when the change was
+    /// written (what its webhook's `id` names, through [`EventId`]), never reused.
+    pub id: u64,
+    /// What happened.
+    pub change: OrderChange,
+    /// When the change was written, to the millisecond.
+    pub created_at: Timestamp,
+    /// The event's `data`, JSON: the order as `GET /v1/orders` serves it after the change
+    /// ([`EncodedOrder::json`](crate::EncodedOrder::json)), or `{"id":...}` for a deletion.
+    pub data: Bytes,
+}
+
+/// Which events of an organization's feed a read asks for: those after an event (or from
+/// the oldest kept), of some types, at most a number of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventQuery {
+    after: Option<u64>,
+    limit: usize,
+    types: OrderChanges,
+}
+
+impl EventQuery {
+    /// The oldest `limit` events the feed keeps (clamped to 1..=100), of every type.
+    pub fn oldest(limit: usize) -> Self {
+        Self {
+            after: None,
+            limit: limit.clamp(1, MAX_ORDERS),
+            types: OrderChanges::ALL,
+        }
+    }
+
+    /// The `limit` events (clamped to 1..=100) after the event numbered `id`, of every type.
+    pub fn after(id: u64, limit: usize) -> Self {
+        Self {
+            after: Some(id),
+            ..Self::oldest(limit)
+        }
+    }
+
+    /// Only events of `types`.
+    #[must_use]
+    pub fn with_types(mut self, types: OrderChanges) -> Self {
+        self.types = types;
+        self
+    }
+
+    /// The event after which the read starts; `None`: from the oldest kept.
+    pub fn after_id(&self) -> Option<u64> {
+        self.after
+    }
+
+    /// At most this many events.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// The types asked for.
+    pub fn types(&self) -> OrderChanges {
+        self.types
+    }
+}
+
+/// A store's answer to an [`EventQuery`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventsPage {
+    /// The events after the position asked, in feed order (oldest first), at most the limit,
+    /// only of the types asked; empty when none is new.
+    Events(Vec<FeedEvent>),
+    /// The event asked to resume after was deleted by retention: the feed no longer reaches
+    /// back that far.
+    Expired,
+    /// The event asked to resume after is not one of this organization's feed.
+    Unknown,
+}
+
+/// An organization's order events, oldest first, resumable by event id: what
+/// `GET /v1/events` serves.
+///
+/// Rule `feed-exactly-once` (see [the module](self)): reading with
+/// [`EventQuery::after`] the last event of the previous read, a reader sees every committed
+/// change exactly once, in each order's commit order. A write that changes nothing makes no
+/// event; an order moved between organizations is a deletion in one feed and a creation in
+/// the other. `partner_api::testing::check_event_feed` checks a store against it.
+#[async_trait]
+pub trait EventFeed: Send + Sync {
+    /// The events of `organization_id`'s feed that `query` asks for.
+    async fn events(
+        &self,
+        organization_id: &str,
+        query: &EventQuery,
+    ) -> Result<EventsPage, StoreError>;
+
+    /// Deletes at most `batch` events written more than `older_than` ago (by the store's
+    /// clock), in feed order, never one after an event it keeps; returns how many it
+    /// deleted.
+    async fn prune_events(
+        &self,
+        older_than: std::time::Duration,
+        batch: u32,
+    ) -> Result<u64, StoreError>;
+}
+
+/// The id partners see for an event: `evt_` and 22 characters of base64url that carry the
+/// event's number, bound to its organization and checksummed, so a cut, altered or
+/// another organization's id is refused instead of read as a position. Not a secret, and
+/// no MAC: it grants nothing, as a page token does not.
+///
+/// ```
+/// use partner_api::store::EventId;
+///
+/// let id = EventId::new("org_demo", 42).to_string();
+/// assert!(id.starts_with("evt_"));
+/// assert_eq!(EventId::parse(&id, "org_demo"), Ok(42));
+/// assert!(EventId::parse(&id, "org_other").is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventId<'a> {
+    organization_id: &'a str,
+    number: u64,
+}
+
+/// Why an event id was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BadEventId {
+    /// Not an event id of this API (cut, altered or made up).
+    Malformed,
+    /// Another organization's event id.
+    Foreign,
+}
+
+const EVENT_ID_PREFIX: &str = "evt_";
+/// Number (8), organization tag (4), checksum (4).
+const EVENT_ID_BYTES: usize = 16;
+
+impl<'a> EventId<'a> {
+    /// The id of the event numbered `number` in `organization_id`'s feed.
+    pub fn new(organization_id: &'a str, number: u64) -> Self {
+        Self {
+            organization_id,
+            number,
+        }
+    }
+
+    /// The number of the event `text` names in `organization_id`'s feed.
+    ///
+    /// # Errors
+    ///
+    /// [`BadEventId::Malformed`] for anything not made by [`EventId`]'s `Display`;
+    /// [`BadEventId::Foreign`] for another organization's id.
+    pub fn parse(text: &str, organization_id: &str) -> Result<u64, BadEventId> {
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        use base64::Engine as _;
+        let encoded = text
+            .strip_prefix(EVENT_ID_PREFIX)
+            .filter(|rest| rest.len() == 22)
+            .ok_or(BadEventId::Malformed)?;
+        let bytes = URL_SAFE_NO_PAD
+            .decode(encoded)
+            .map_err(|_| BadEventId::Malformed)?;
+        if bytes.len() != EVENT_ID_BYTES || checksum(&bytes[..12]) != bytes[12..] {
+            return Err(BadEventId::Malformed);
+        }
+        if bytes[8..12] != organization_tag(organization_id) {
+            return Err(BadEventId::Foreign);
+        }
+        let mut number = [0; 8];
+        number.copy_from_slice(&bytes[..8]);
+        Ok(u64::from_be_bytes(number))
+    }
+}
+
+impl std::fmt::Display for EventId<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        use base64::Engine as _;
+        let mut bytes = [0; EVENT_ID_BYTES];
+        bytes[..8].copy_from_slice(&self.number.to_be_bytes());
+        bytes[8..12].copy_from_slice(&organization_tag(self.organization_id));
+        let sum = checksum(&bytes[..12]);
+        bytes[12..].copy_from_slice(&sum);
+        write!(f, "{EVENT_ID_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes))
+    }
+}
+
+fn organization_tag(organization_id: &str) -> [u8; 4] {
+    let mut hasher = Sha256::new();
+    hasher.update(b"partner-api event id\0");
+    hasher.update(organization_id.as_bytes());
+    let digest = hasher.finalize();
+    [digest[0], digest[1], digest[2], digest[3]]
+}
+
+fn checksum(bytes: &[u8]) -> [u8; 4] {
+    let digest = Sha256::digest(bytes);
+    [digest[0], digest[1], digest[2], digest[3]]
+}
+
+/// Deletes `feed`'s events written more than `older_than` ago, `batch` at a time, at most
+/// `batches` batches; returns how many it deleted.
+///
+/// # Errors
+///
+/// The store's, from the batch that failed (the batches before it stay deleted).
+pub async fn prune_event_batches(
+    feed: &(impl EventFeed + ?Sized),
+    older_than: std::time::Duration,
+    batch: u32,
+    batches: u32,
+) -> Result<u64, StoreError> {
+    crate::store::audit::in_batches(batch, batches, || feed.prune_events(older_than, batch)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_round_trips_for_its_organization_only() {
+        for number in [0, 1, 42, u64::MAX] {
+            let id = EventId::new("org_a", number).to_string();
+            assert_eq!(id.len(), 26, "{id}");
+            assert_eq!(EventId::parse(&id, "org_a"), Ok(number));
+            assert_eq!(EventId::parse(&id, "org_b"), Err(BadEventId::Foreign));
+        }
+    }
+
+    #[test]
+    fn every_altered_or_cut_id_is_malformed() {
+        let id = EventId::new("org_a", 7).to_string();
+        for cut in 0..id.len() {
+            assert_eq!(
+                EventId::parse(&id[..cut], "org_a"),
+                Err(BadEventId::Malformed)
+            );
+        }
+        for at in 4..id.len() {
+            let mut altered = id.clone().into_bytes();
+            altered[at] = if altered[at] == b'A' { b'B' } else { b'A' };
+            let altered = String::from_utf8(altered).unwrap();
+            assert!(EventId::parse(&altered, "org_a").is_err(), "{altered}");
+        }
+        assert_eq!(
+            EventId::parse("evt_", "org_a"),
+            Err(BadEventId::Malformed)
+        );
+        assert_eq!(
+            EventId::parse(&format!("ord_{}", &id[4..]), "org_a"),
+            Err(BadEventId::Malformed)
+        );
+    }
+
+    #[test]
+    fn change_names_round_trip() {
+        for change in OrderChange::ALL {
+            assert_eq!(OrderChange::from_name(change.as_str()), Some(change));
+        }
+        assert_eq!(OrderChange::from_name("webhook.test"), None);
+        let set = OrderChanges::NONE.with(OrderChange::Deleted);
+        assert_eq!(set.names().collect::<Vec<_>>(), ["order.deleted"]);
+        assert!(OrderChanges::ALL.is_all() && !set.is_all());
+    }
+}

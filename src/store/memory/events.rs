@@ -1,0 +1,145 @@
+//! The memory store's events feed: each organization's events in a list, appended by the
+//! order writers while they hold `order_writer`, so ids, positions and commit order are one
+//! and the same order (a memory write is visible the moment it returns).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::{MemoryStore, PoisonError};
+use crate::model::Timestamp;
+use crate::store::{EventFeed, EventQuery, EventsPage, FeedEvent, OrderChange, StoreError};
+
+/// One change of an order, as the writers record it: its event and the order it is about.
+pub(super) struct Change {
+    pub(super) order_id: String,
+    pub(super) event: FeedEvent,
+}
+
+/// Every organization's feed, and the number of the next event.
+#[derive(Default)]
+pub(super) struct Feeds {
+    last_id: u64,
+    by_organization: HashMap<String, Feed>,
+}
+
+#[derive(Default)]
+struct Feed {
+    /// Oldest first; ids increase along it.
+    events: VecDeque<FeedEvent>,
+    /// The largest id retention deleted: an id at or below it that the feed no longer holds
+    /// was deleted, one above it never was one of this feed's.
+    pruned_through: u64,
+}
+
+impl Feeds {
+    /// Appends one event per `(change, order id, data)` to `organization_id`'s feed, all
+    /// written at `at`; returns them with their orders.
+    fn append(
+        &mut self,
+        organization_id: &str,
+        at: Timestamp,
+        changes: impl IntoIterator<Item = (OrderChange, String, Bytes)>,
+    ) -> Vec<Change> {
+        let feed = self
+            .by_organization
+            .entry(organization_id.to_owned())
+            .or_default();
+        changes
+            .into_iter()
+            .map(|(change, order_id, data)| {
+                self.last_id += 1;
+                let event = FeedEvent {
+                    id: self.last_id,
+                    change,
+                    created_at: at,
+                    data,
+                };
+                feed.events.push_back(event.clone());
+                Change { order_id, event }
+            })
+            .collect()
+    }
+}
+
+impl MemoryStore {
+    /// Records `changes` of `organization_id`'s orders in its feed and raises their webhooks
+    /// (the caller holds `order_writer`).
+    pub(super) fn record_changes(
+        &self,
+        organization_id: &str,
+        changes: impl IntoIterator<Item = (OrderChange, String, Bytes)>,
+    ) {
+        let recorded = self
+            .events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .append(organization_id, Timestamp::now(), changes);
+        #[cfg(feature = "webhooks")]
+        self.outbox().raise(organization_id, &recorded);
+        #[cfg(not(feature = "webhooks"))]
+        drop(recorded);
+    }
+}
+
+#[async_trait]
+impl EventFeed for MemoryStore {
+    async fn events(
+        &self,
+        organization_id: &str,
+        query: &EventQuery,
+    ) -> Result<EventsPage, StoreError> {
+        let feeds = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(feed) = feeds.by_organization.get(organization_id) else {
+            return Ok(match query.after_id() {
+                None => EventsPage::Events(Vec::new()),
+                Some(_) => EventsPage::Unknown,
+            });
+        };
+        let start = match query.after_id() {
+            None => 0,
+            Some(after) => match feed.events.binary_search_by_key(&after, |event| event.id) {
+                Ok(index) => index + 1,
+                Err(_) if after <= feed.pruned_through => return Ok(EventsPage::Expired),
+                Err(_) => return Ok(EventsPage::Unknown),
+            },
+        };
+        let events = feed
+            .events
+            .iter()
+            .skip(start)
+            .filter(|event| query.types().contains(event.change))
+            .take(query.limit())
+            .cloned()
+            .collect();
+        Ok(EventsPage::Events(events))
+    }
+
+    async fn prune_events(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
+        let cutoff = chrono::Duration::from_std(older_than)
+            .ok()
+            .and_then(|keep| Timestamp::now().as_datetime().checked_sub_signed(keep));
+        // Longer ago than the clock reaches: nothing is that old.
+        let Some(cutoff) = cutoff else {
+            return Ok(0);
+        };
+        let mut feeds = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut deleted = 0;
+        for feed in feeds.by_organization.values_mut() {
+            // From the front only: what a feed keeps stays a suffix of it.
+            while deleted < u64::from(batch) {
+                match feed.events.front() {
+                    Some(oldest) if oldest.created_at.as_datetime() < cutoff => {
+                        feed.pruned_through = feed.pruned_through.max(oldest.id);
+                        feed.events.pop_front();
+                        deleted += 1;
+                    }
+                    _ => break,
+                }
+            }
+        }
+        Ok(deleted)
+    }
+}
