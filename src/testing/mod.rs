@@ -17,7 +17,8 @@
 //!
 //! A store with per-key usage ([`UsageStore`](crate::store::UsageStore)) is checked by
 //! [`run_usage`]; one with an audit log ([`AuditLog`](crate::store::AuditLog)) by
-//! [`run_audit_log`]. With the `webhooks` feature, a store's webhooks are checked by
+//! [`run_audit_log`]; one with an events feed ([`EventFeed`](crate::store::EventFeed)) by
+//! [`run_event_feed`]. With the `webhooks` feature, a store's webhooks are checked by
 //! `run_webhooks`, and its webhooks beside its audit log by `run_webhook_audit_log`.
 //!
 //! A host's own [`RateLimiter`] (one over Redis, say) has a suite too,
@@ -44,6 +45,7 @@ use crate::store::{KeyStore, OrderStore};
 
 mod audit;
 mod calls;
+mod events;
 mod filters;
 mod fixtures;
 mod key_abilities;
@@ -60,6 +62,7 @@ mod usage;
 mod webhooks;
 
 pub use audit::run_audit_log;
+pub use events::run_event_feed;
 pub use fixtures::StoreFixtures;
 pub use key_abilities::{run_key_policy, run_last_use, run_leak_reports};
 pub use keys::run_key_manager;

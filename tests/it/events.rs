@@ -1,0 +1,361 @@
+//! The events feed: `GET /v1/events` through the API (ids, the resuming link, types, every
+//! 400, the 410 past retention, 404 without a feed), the conformance suite against the memory
+//! store and stores that skip or reorder (which must fail it), and the webhook of a change
+//! naming its event.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use http::StatusCode;
+use partner_api::store::{EventFeed, EventId, EventQuery, EventsPage, OrderQuery};
+use partner_api::testing::StoreFixtures;
+use partner_api::{
+    KeyDigest, KeyLookup, KeyStore, MemoryStore, Order, OrderPage, OrderStore, Organization,
+    PartnerApi, StoreError, Timestamp,
+};
+
+use crate::common::*;
+
+/// The API over the common store (`org_a` with 157 orders, `org_b` with 3) with its feed.
+fn api_with_events(store: &MemoryStore) -> PartnerApi {
+    PartnerApi::from_store(store.clone()).with_events(store.clone())
+}
+
+fn event_ids(response: &Collected) -> Vec<String> {
+    response.json()["data"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| event["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn next(response: &Collected) -> String {
+    let link = response.header("link").expect("every answer links onward");
+    let (target, rel) = link.strip_prefix('<').unwrap().split_once('>').unwrap();
+    assert_eq!(rel, "; rel=\"next\"");
+    target.to_owned()
+}
+
+#[tokio::test]
+async fn the_feed_serves_every_change_oldest_first_and_links_to_where_to_resume() {
+    let store = store();
+    let api = api_with_events(&store);
+    let all = call(&api, get("/v1/events", Some(KEY_B))).await;
+    assert_eq!(all.status, StatusCode::OK);
+    assert_eq!(all.header("cache-control"), Some("no-store"));
+    let body = all.json();
+    assert_eq!(body["meta"], serde_json::json!({"version": "v1", "status": "beta"}));
+    let events = body["data"]["events"].as_array().unwrap();
+    // org_b's three orders, in the order they were written.
+    let ids: Vec<&str> = events
+        .iter()
+        .map(|event| event["data"]["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["b1", "b3", "b2"]);
+    for event in events {
+        assert_eq!(event["type"], "order.created");
+        let id = event["id"].as_str().unwrap();
+        assert!(id.starts_with("evt_") && id.len() == 26, "{id}");
+        assert!(
+            event["createdAt"].as_str().unwrap().parse::<Timestamp>().is_ok(),
+            "{event}"
+        );
+        assert_eq!(event.as_object().unwrap().len(), 4, "{event}");
+    }
+    // The order exactly as /orders serves it.
+    let orders = call(&api, get("/v1/orders", Some(KEY_B))).await.json();
+    let b2 = orders["data"]["orders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|order| order["id"] == "b2")
+        .unwrap()
+        .clone();
+    assert_eq!(events[2]["data"], b2);
+    let last = event_ids(&all).pop().unwrap();
+    assert_eq!(next(&all), format!("/v1/events?after={last}"));
+
+    // Nothing new: empty, and the link keeps the `after` given.
+    let tail = call(&api, get(&next(&all), Some(KEY_B))).await;
+    assert_eq!(tail.status, StatusCode::OK);
+    assert!(event_ids(&tail).is_empty());
+    assert_eq!(next(&tail), format!("/v1/events?after={last}"));
+
+    // Changes after it: exactly those, in order.
+    let mut changed = order("b2", BASE_MILLIS + 5);
+    changed.status = "running".into();
+    store.update_order("org_b", changed.clone()).unwrap();
+    store.update_order("org_b", changed).unwrap();
+    assert!(store.remove_order("org_b", "b1"));
+    let news = call(&api, get(&next(&tail), Some(KEY_B))).await;
+    let kinds: Vec<(String, String)> = news.json()["data"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| {
+            (
+                event["type"].as_str().unwrap().to_owned(),
+                event["data"]["id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("order.updated".to_owned(), "b2".to_owned()),
+            ("order.deleted".to_owned(), "b1".to_owned())
+        ]
+    );
+    assert_eq!(
+        news.json()["data"]["events"][1]["data"],
+        serde_json::json!({"id": "b1"})
+    );
+}
+
+#[tokio::test]
+async fn pages_of_the_feed_walk_every_event_once_with_limit_and_types_kept() {
+    let store = store();
+    let api = api_with_events(&store);
+    let all = event_ids(&call(&api, get("/v1/events", Some(KEY_A))).await);
+    assert_eq!(all.len(), 100, "at most 100 by default");
+    let mut walked = Vec::new();
+    let mut path = "/v1/events?limit=7".to_owned();
+    loop {
+        let page = call(&api, get(&path, Some(KEY_A))).await;
+        assert_eq!(page.status, StatusCode::OK);
+        let ids = event_ids(&page);
+        assert!(ids.len() <= 7);
+        let following = next(&page);
+        assert!(following.contains("limit=7"), "{following}");
+        if ids.is_empty() {
+            break;
+        }
+        walked.extend(ids);
+        path = following;
+    }
+    assert_eq!(walked.len(), 157);
+    assert_eq!(walked[..100], all[..]);
+
+    assert!(store.remove_order("org_a", "a000"));
+    let deleted = call(&api, get("/v1/events?types=order.deleted", Some(KEY_A))).await;
+    let ids = event_ids(&deleted);
+    assert_eq!(ids.len(), 1);
+    assert_eq!(
+        next(&deleted),
+        format!("/v1/events?after={}&types=order.deleted", ids[0])
+    );
+    let created_only = call(
+        &api,
+        get("/v1/events?types=order.created,order.created&limit=100", Some(KEY_A)),
+    )
+    .await;
+    assert_eq!(event_ids(&created_only), all);
+}
+
+#[tokio::test]
+async fn every_bad_parameter_is_a_400_naming_it_and_a_foreign_id_too() {
+    let store = store();
+    let api = api_with_events(&store);
+    let a_event = event_ids(&call(&api, get("/v1/events?limit=1", Some(KEY_A))).await)
+        .pop()
+        .unwrap();
+    let never = EventId::new("org_b", 1 << 40).to_string();
+    for (query, parameter) in [
+        ("limit=0", "limit"),
+        ("limit=101", "limit"),
+        ("limit=x", "limit"),
+        ("limit=1&limit=1", "limit"),
+        ("types=", "types"),
+        ("types=order.paid", "types"),
+        ("types=order.created&types=order.created", "types"),
+        ("after=", "after"),
+        ("after=evt_nope", "after"),
+        (&format!("after={}x", &a_event[..25]) as &str, "after"),
+        (&format!("after={a_event}") as &str, "after"),
+        (&format!("after={never}") as &str, "after"),
+        (&format!("after={never}&after={never}") as &str, "after"),
+    ] {
+        let response = call(&api, get(&format!("/v1/events?{query}"), Some(KEY_B))).await;
+        assert_eq!(response.status, StatusCode::BAD_REQUEST, "{query}");
+        let message = response.error_message();
+        assert!(
+            message.starts_with(&format!("invalid query parameter {parameter}")),
+            "{query}: {message}"
+        );
+        assert!(!message.contains(&a_event), "{message}");
+    }
+    // Authentication first: a bad query without a key is a 401.
+    let unkeyed = call(&api, get("/v1/events?limit=0", None)).await;
+    assert_eq!(unkeyed.status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn a_position_past_retention_is_gone_and_a_host_without_a_feed_has_no_events() {
+    let store = store();
+    let api = api_with_events(&store).with_events_retention(Duration::from_secs(3600));
+    let first = call(&api, get("/v1/events?limit=1", Some(KEY_B))).await;
+    let first_id = event_ids(&first).pop().unwrap();
+    // Everything is older than zero seconds: retention deletes the feed's events in order.
+    let deleted = partner_api::store::prune_event_batches(&store, Duration::ZERO, 2, 10)
+        .await
+        .unwrap();
+    assert!(deleted >= 160, "{deleted}");
+    let gone = call(&api, get(&format!("/v1/events?after={first_id}"), Some(KEY_B))).await;
+    assert_eq!(gone.status, StatusCode::GONE);
+    assert_eq!(gone.header("content-type"), Some("application/json"));
+    let message = gone.error_message();
+    assert!(message.contains("no longer reaches back") && message.contains("/v1/orders"), "{message}");
+    // From the oldest kept: nothing, and a new change is there.
+    assert!(event_ids(&call(&api, get("/v1/events", Some(KEY_B))).await).is_empty());
+    store.add_order("org_b", order("b4", BASE_MILLIS)).unwrap();
+    let fresh = call(&api, get("/v1/events", Some(KEY_B))).await;
+    assert_eq!(fresh.json()["data"]["events"][0]["data"]["id"], "b4");
+
+    let without = PartnerApi::from_store(store.clone());
+    let response = call(&without, get("/v1/events", Some(KEY_B))).await;
+    assert_eq!(response.status, StatusCode::NOT_FOUND);
+    assert_eq!(response.error_message(), "not found");
+}
+
+#[tokio::test]
+async fn the_feed_answers_head_and_refuses_other_methods() {
+    let store = store();
+    let api = api_with_events(&store);
+    let head = call(
+        &api,
+        http::Request::head("/v1/events")
+            .header("authorization", format!("Bearer {KEY_B}"))
+            .body(())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(head.status, StatusCode::OK);
+    assert!(head.body.is_empty());
+    let post = call(
+        &api,
+        http::Request::post("/v1/events")
+            .header("authorization", format!("Bearer {KEY_B}"))
+            .body(())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(post.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(post.header("allow"), Some("GET, HEAD"));
+}
+
+/// How a faulty feed breaks rule `feed-exactly-once`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum FeedFault {
+    /// Drops the second event of every answer.
+    Skips,
+    /// Answers each page newest first.
+    Reorders,
+}
+
+/// The memory store with a faulty feed.
+struct FaultyFeed(MemoryStore, FeedFault);
+
+#[async_trait]
+impl EventFeed for FaultyFeed {
+    async fn events(
+        &self,
+        organization_id: &str,
+        query: &EventQuery,
+    ) -> Result<EventsPage, StoreError> {
+        let page = self.0.events(organization_id, query).await?;
+        let EventsPage::Events(mut events) = page else {
+            return Ok(page);
+        };
+        match self.1 {
+            FeedFault::Skips if events.len() > 1 => {
+                events.remove(1);
+            }
+            FeedFault::Skips => {}
+            FeedFault::Reorders => events.reverse(),
+        }
+        Ok(EventsPage::Events(events))
+    }
+
+    async fn prune_events(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
+        self.0.prune_events(older_than, batch).await
+    }
+}
+
+#[async_trait]
+impl KeyStore for FaultyFeed {
+    async fn lookup(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
+        self.0.lookup(digest).await
+    }
+}
+
+#[async_trait]
+impl OrderStore for FaultyFeed {
+    async fn orders(
+        &self,
+        organization_id: &str,
+        query: &OrderQuery,
+    ) -> Result<OrderPage, StoreError> {
+        self.0.orders(organization_id, query).await
+    }
+}
+
+#[async_trait]
+impl StoreFixtures for FaultyFeed {
+    type Store = Self;
+    fn store(&self) -> &Self {
+        self
+    }
+    async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
+        self.0.add_organization(organization.clone())
+    }
+    async fn add_key(
+        &self,
+        key: &str,
+        organization_id: &str,
+        expires_at: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        StoreFixtures::add_key(&self.0, key, organization_id, expires_at).await
+    }
+    async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
+        self.0.revoke_key(key);
+        Ok(())
+    }
+    async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError> {
+        self.0.add_orders(organization_id, orders.iter().cloned())
+    }
+    async fn remove_order(&self, organization_id: &str, order_id: &str) -> Result<(), StoreError> {
+        self.0.remove_order(organization_id, order_id);
+        Ok(())
+    }
+    async fn update_order(&self, organization_id: &str, order: &Order) -> Result<(), StoreError> {
+        self.0.update_order(organization_id, order.clone())
+    }
+}
+
+#[tokio::test]
+async fn the_memory_feed_passes_the_suite_and_feeds_that_skip_or_reorder_fail_it() {
+    let store = MemoryStore::new();
+    for _ in 0..2 {
+        let report = partner_api::testing::run_event_feed(&store).await;
+        report.assert_passed();
+        assert_eq!(report.len(), 4);
+    }
+    for fault in [FeedFault::Skips, FeedFault::Reorders] {
+        let report =
+            partner_api::testing::run_event_feed(&FaultyFeed(MemoryStore::new(), fault)).await;
+        let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
+        assert!(
+            failed
+                .iter()
+                .any(|name| name.starts_with("rule feed-exactly-once: every change")),
+            "{fault:?}: {report}"
+        );
+        assert!(
+            failed
+                .iter()
+                .any(|name| name.starts_with("rule feed-exactly-once: resuming")),
+            "{fault:?}: {report}"
+        );
+    }
+}

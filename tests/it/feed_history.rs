@@ -1,0 +1,511 @@
+//! The events feed on PostgreSQL under concurrent writers: the conformance suite, and the
+//! history checker. Writers run transactions of random length on the orders (updates that
+//! count each order's versions in `budget_dkk`, moves between organizations, inserts; a fifth
+//! rolled back) while pollers on two replicas resume with `after`; the checker then proves
+//! every committed change was seen exactly once and each order's in commit order. A feed read
+//! by insert id alone (no positions) misses an event in the interleaving that the checker was
+//! built for, and the checker says so. `PARTNER_API_FEED_HISTORY_SECONDS` lengthens the run
+//! (the long mode, `benches/feed_history.sh`).
+#![cfg(feature = "postgres")]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use partner_api::store::{EventFeed, EventQuery, EventsPage, FeedEvent, OrderChange};
+use partner_api::{Order, Organization, PgStore, Timestamp};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{PgPool, Row};
+
+use crate::common::pg::fresh_database;
+use crate::common::{order, BASE_MILLIS};
+
+const ORGANIZATIONS: [&str; 2] = ["org_h1", "org_h2"];
+
+async fn migrated() -> (PgStore, String) {
+    let url = fresh_database().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    store.migrate().await.unwrap();
+    for id in ORGANIZATIONS {
+        store
+            .add_organization(&Organization {
+                id: id.into(),
+                name: id.into(),
+            })
+            .await
+            .unwrap();
+    }
+    (store, url)
+}
+
+#[tokio::test]
+async fn the_pg_feed_passes_the_conformance_suite() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = migrated().await;
+    for _ in 0..2 {
+        let report = partner_api::testing::run_event_feed(&store).await;
+        report.assert_passed();
+        assert_eq!(report.len(), 4);
+    }
+}
+
+/// One order's event as the checker reads it: the order, its organization's feed, the type,
+/// and the version (`budget_dkk`) it carries, none for a deletion.
+#[derive(Clone, Debug)]
+struct Seen {
+    order_id: String,
+    change: OrderChange,
+    version: Option<u64>,
+}
+
+fn seen(events: &[FeedEvent]) -> Vec<Seen> {
+    events
+        .iter()
+        .map(|event| {
+            let data: serde_json::Value = serde_json::from_slice(&event.data).unwrap();
+            Seen {
+                order_id: data["id"].as_str().unwrap().to_owned(),
+                change: event.change,
+                version: data["budgetDkk"].as_u64(),
+            }
+        })
+        .collect()
+}
+
+/// Checks what pollers read of each organization's feed (`feeds`, in the order read) against
+/// what the database holds at the end (`finals`: each order's organization and version).
+/// Every committed version of each order was written by exactly one committed change, so
+/// across both feeds each order's created and updated events carry exactly the versions
+/// 0..=final once each; within one feed, one order's versions only grow, and its events
+/// follow its life there (created, updated..., deleted, created again after a move back).
+fn check_history(
+    feeds: &BTreeMap<String, Vec<Seen>>,
+    finals: &HashMap<String, (String, u64)>,
+) -> Result<(), String> {
+    let mut versions: HashMap<&str, Vec<u64>> = HashMap::new();
+    for (organization, events) in feeds {
+        let mut present: HashMap<&str, bool> = HashMap::new();
+        let mut last_version: HashMap<&str, u64> = HashMap::new();
+        for event in events {
+            let order = event.order_id.as_str();
+            let here = present.entry(order).or_insert(false);
+            match event.change {
+                OrderChange::Created if *here => {
+                    return Err(format!("{organization}: {order} created twice without a deletion"))
+                }
+                OrderChange::Updated | OrderChange::Deleted if !*here => {
+                    return Err(format!(
+                        "{organization}: {order} {:?} while not in the feed's organization",
+                        event.change
+                    ))
+                }
+                OrderChange::Deleted => *here = false,
+                _ => *here = true,
+            }
+            if let Some(version) = event.version {
+                if let Some(last) = last_version.insert(order, version) {
+                    if version <= last {
+                        return Err(format!(
+                            "{organization}: {order} version {version} after version {last}: out of commit order"
+                        ));
+                    }
+                }
+                versions.entry(order).or_default().push(version);
+            }
+        }
+        for (order, here) in present {
+            let there = finals.get(order).is_some_and(|(org, _)| org == organization);
+            if here != there {
+                return Err(format!(
+                    "{organization}: the feed ends with {order} {}, the database {}",
+                    if here { "present" } else { "absent" },
+                    if there { "holds it" } else { "does not" }
+                ));
+            }
+        }
+    }
+    for (order, (_, last)) in finals {
+        let mut got = versions.remove(order.as_str()).unwrap_or_default();
+        got.sort_unstable();
+        let want: Vec<u64> = (0..=*last).collect();
+        if got != want {
+            let missing: Vec<u64> = want.iter().filter(|v| !got.contains(v)).copied().collect();
+            return Err(format!(
+                "{order}: versions seen {got:?} (missing {missing:?}), not each of 0..={last} once"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What the database holds at the end: each order's organization and version.
+async fn finals(pool: &PgPool) -> HashMap<String, (String, u64)> {
+    sqlx::query("SELECT id, organization_id, budget_dkk FROM partner_orders")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| {
+            let version: i64 = row.get("budget_dkk");
+            (
+                row.get::<String, _>("id"),
+                (row.get("organization_id"), u64::try_from(version).unwrap()),
+            )
+        })
+        .collect()
+}
+
+/// xorshift64*: random enough for a schedule, repeatable from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A number from `low` to `high`, both included.
+    fn between(&mut self, low: usize, high: usize) -> usize {
+        let span = u64::try_from(high - low + 1).unwrap();
+        low + usize::try_from(self.next() % span).unwrap()
+    }
+}
+
+fn new_order(id: &str) -> Order {
+    let mut order = order(id, BASE_MILLIS);
+    order.budget_dkk = 0;
+    order
+}
+
+async fn insert(transaction: &mut sqlx::PgConnection, organization: &str, id: &str) {
+    sqlx::query(
+        "INSERT INTO partner_orders (organization_id, id, providers, advertiser_name, \
+         campaign_name, budget_dkk, start_date, end_date, status, external_reference, created_at) \
+         VALUES ($1, $2, '{meta}', 'A', 'C', 0, '2026-03-01', '2026-04-30', 'booked', 'PO', $3)",
+    )
+    .bind(organization)
+    .bind(id)
+    .bind(Timestamp::from_unix_millis(BASE_MILLIS).unwrap().as_datetime())
+    .execute(transaction)
+    .await
+    .unwrap();
+}
+
+/// One writer: transactions of one to three changes with pauses between them, a fifth
+/// rolled back, until `stop`.
+async fn writer(pool: PgPool, number: u64, stop: Arc<AtomicBool>, orders: Vec<String>) {
+    let mut rng = Rng(number.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut inserted = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let mut transaction = pool.begin().await.unwrap();
+        for _ in 0..rng.between(1, 3) {
+            let id = &orders[rng.between(0, orders.len() - 1)];
+            let roll = rng.between(0, 9);
+            let result = if roll < 7 {
+                sqlx::query(
+                    "UPDATE partner_orders SET budget_dkk = budget_dkk + 1, status = $2 WHERE id = $1",
+                )
+                .bind(id)
+                .bind(format!("s{number}"))
+                .execute(&mut *transaction)
+                .await
+            } else if roll < 9 {
+                // A move to the other organization: a deletion there, a creation here.
+                sqlx::query(
+                    "UPDATE partner_orders SET budget_dkk = budget_dkk + 1, \
+                     organization_id = CASE organization_id WHEN $2 THEN $3 ELSE $2 END WHERE id = $1",
+                )
+                .bind(id)
+                .bind(ORGANIZATIONS[0])
+                .bind(ORGANIZATIONS[1])
+                .execute(&mut *transaction)
+                .await
+            } else {
+                inserted += 1;
+                insert(
+                    &mut transaction,
+                    ORGANIZATIONS[rng.between(0, 1)],
+                    &format!("w{number}-{inserted}"),
+                )
+                .await;
+                Ok(Default::default())
+            };
+            // Two writers that lock the same orders in opposite orders: one is the deadlock's
+            // victim, and its whole transaction is rolled back (nothing of it was committed).
+            if result.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(rng.between(0, 14) as u64)).await;
+        }
+        if rng.between(0, 4) == 0 {
+            transaction.rollback().await.unwrap();
+        } else {
+            let _ = transaction.commit().await;
+        }
+    }
+}
+
+/// One poller: resumes after the last event it was given, with pages of random size, until
+/// `stop` and then once more after the writers are done; what it read of each feed.
+async fn poller(store: PgStore, seed: u64, stop: Arc<AtomicBool>) -> BTreeMap<String, Vec<FeedEvent>> {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut read: BTreeMap<String, Vec<FeedEvent>> = BTreeMap::new();
+    let mut last: HashMap<&str, u64> = HashMap::new();
+    loop {
+        let stopping = stop.load(Ordering::Acquire);
+        for organization in ORGANIZATIONS {
+            loop {
+                let limit = rng.between(1, 100);
+                let query = match last.get(organization) {
+                    Some(after) => EventQuery::after(*after, limit),
+                    None => EventQuery::oldest(limit),
+                };
+                let EventsPage::Events(events) = store.events(organization, &query).await.unwrap()
+                else {
+                    panic!("a feed position the poller was given is not in the feed")
+                };
+                if let Some(event) = events.last() {
+                    last.insert(organization, event.id);
+                }
+                let full = events.len() == limit;
+                read.entry(organization.to_owned()).or_default().extend(events);
+                if !full {
+                    break;
+                }
+            }
+        }
+        if stopping {
+            return read;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.between(0, 19) as u64)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_and_two_replicas_pollers_see_every_committed_change_once_in_order() {
+    crate::common::needs::needs!(Postgres);
+    let seconds: u64 = std::env::var("PARTNER_API_FEED_HISTORY_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4);
+    let (store, url) = migrated().await;
+    let orders: Vec<String> = (0..12).map(|n| format!("h{n:02}")).collect();
+    for (n, id) in orders.iter().enumerate() {
+        store
+            .add_orders(ORGANIZATIONS[n % 2], &[new_order(id)])
+            .await
+            .unwrap();
+    }
+    let pool = PgPoolOptions::new().max_connections(8).connect(&url).await.unwrap();
+    // Two replicas: stores with pools of their own.
+    let replicas = [
+        PgStore::connect_lazy(&url).unwrap(),
+        PgStore::connect_lazy(&url).unwrap(),
+    ];
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..4)
+        .map(|n| tokio::spawn(writer(pool.clone(), n, stop.clone(), orders.clone())))
+        .collect();
+    let pollers: Vec<_> = replicas
+        .iter()
+        .enumerate()
+        .map(|(n, replica)| tokio::spawn(poller(replica.clone(), 100 + n as u64, stop.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    stop.store(true, Ordering::Release);
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    // The pollers' last round starts after every writer is done (they saw `stop` after it
+    // was set, and read once more).
+    let finals = finals(&pool).await;
+    let mut reads = Vec::new();
+    for poller in pollers {
+        reads.push(poller.await.unwrap());
+    }
+    // One more read after the writers, from each replica, resumed where it stopped: the
+    // pollers' last round may have started before the last commit.
+    let mut events_total = 0;
+    for (read, replica) in reads.iter_mut().zip(&replicas) {
+        for organization in ORGANIZATIONS {
+            let events = read.entry(organization.to_owned()).or_default();
+            loop {
+                let query = match events.last() {
+                    Some(event) => EventQuery::after(event.id, 100),
+                    None => EventQuery::oldest(100),
+                };
+                let EventsPage::Events(more) = replica.events(organization, &query).await.unwrap()
+                else {
+                    panic!("resuming failed")
+                };
+                if more.is_empty() {
+                    break;
+                }
+                events.extend(more);
+            }
+            events_total += events.len();
+        }
+        let feeds: BTreeMap<String, Vec<Seen>> = read
+            .iter()
+            .map(|(organization, events)| (organization.clone(), seen(events)))
+            .collect();
+        check_history(&feeds, &finals).unwrap();
+    }
+    // Both replicas read the same feed, event for event.
+    assert_eq!(reads[0], reads[1]);
+    let changes: u64 = finals.values().map(|(_, version)| version + 1).sum();
+    assert!(changes > 40, "the writers committed only {changes} versions");
+    eprintln!(
+        "feed history: {seconds} s, {} orders, {changes} committed versions, {} events read by two replicas",
+        finals.len(),
+        events_total
+    );
+}
+
+/// The interleaving the positions exist for: a transaction writes first and commits last.
+/// Read by insert id alone, a reader that went past the later event never sees the earlier
+/// one, and the checker says so; the feed itself serves both.
+#[tokio::test]
+async fn a_feed_read_by_insert_id_alone_misses_a_late_commit_and_the_checker_finds_it() {
+    crate::common::needs::needs!(Postgres);
+    let (store, url) = migrated().await;
+    let organization = ORGANIZATIONS[0];
+    store.add_orders(organization, &[new_order("x1")]).await.unwrap();
+    let pool = PgPoolOptions::new().max_connections(4).connect(&url).await.unwrap();
+    let naive = |after: i64| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query(
+                "SELECT id, change, order_id, order_row FROM partner_api_order_events \
+                 WHERE organization_id = $1 AND id > $2 ORDER BY id",
+            )
+            .bind(organization)
+            .bind(after)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|row| {
+                let change: String = row.get("change");
+                let order_row: Option<serde_json::Value> = row.get("order_row");
+                let order_id: String = row.get("order_id");
+                (
+                    row.get::<i64, _>("id"),
+                    Seen {
+                        order_id,
+                        change: OrderChange::from_name(&change).unwrap(),
+                        version: order_row.and_then(|row| row["budget_dkk"].as_u64()),
+                    },
+                )
+            })
+            .collect::<Vec<_>>()
+        }
+    };
+    let mut naive_read = naive(0).await;
+    let mut feed_read = match store.events(organization, &EventQuery::oldest(100)).await.unwrap() {
+        EventsPage::Events(events) => events,
+        other => panic!("{other:?}"),
+    };
+
+    // The early writer takes its event id first and commits last.
+    let mut early = pool.begin().await.unwrap();
+    sqlx::query("UPDATE partner_orders SET budget_dkk = budget_dkk + 1 WHERE id = 'x1'")
+        .execute(&mut *early)
+        .await
+        .unwrap();
+    let mut late = pool.begin().await.unwrap();
+    insert(&mut late, organization, "x2").await;
+    late.commit().await.unwrap();
+
+    // Both readers read now: each sees x2 only.
+    let naive_after = naive_read.last().unwrap().0;
+    naive_read.extend(naive(naive_after).await);
+    let query = EventQuery::after(feed_read.last().unwrap().id, 100);
+    match store.events(organization, &query).await.unwrap() {
+        EventsPage::Events(events) => feed_read.extend(events),
+        other => panic!("{other:?}"),
+    }
+    early.commit().await.unwrap();
+    let naive_after = naive_read.last().unwrap().0;
+    naive_read.extend(naive(naive_after).await);
+    let query = EventQuery::after(feed_read.last().unwrap().id, 100);
+    match store.events(organization, &query).await.unwrap() {
+        EventsPage::Events(events) => feed_read.extend(events),
+        other => panic!("{other:?}"),
+    }
+
+    let finals = finals(&pool).await;
+    let naive_feeds = BTreeMap::from([(
+        organization.to_owned(),
+        naive_read.into_iter().map(|(_, seen)| seen).collect(),
+    )]);
+    let verdict = check_history(&naive_feeds, &finals);
+    assert!(
+        verdict.as_ref().is_err_and(|why| why.contains("x1") && why.contains("missing [1]")),
+        "{verdict:?}"
+    );
+    let feeds = BTreeMap::from([(organization.to_owned(), seen(&feed_read))]);
+    check_history(&feeds, &finals).unwrap();
+}
+
+#[tokio::test]
+async fn pg_retention_deletes_in_feed_order_and_an_after_it_deleted_is_expired() {
+    crate::common::needs::needs!(Postgres);
+    let (store, url) = migrated().await;
+    let organization = ORGANIZATIONS[1];
+    let orders: Vec<Order> = (0..5).map(|n| new_order(&format!("r{n}"))).collect();
+    store.add_orders(organization, &orders).await.unwrap();
+    let EventsPage::Events(events) = store
+        .events(organization, &EventQuery::oldest(100))
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(events.len(), 5);
+    // Backdate all but the last; then the middle one is young: retention stops before it.
+    let pool = PgPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
+    sqlx::query(
+        "UPDATE partner_api_order_events SET created_at = created_at - interval '40 days' \
+         WHERE id <> $1",
+    )
+    .bind(i64::try_from(events[4].id).unwrap())
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE partner_api_order_events SET created_at = now() WHERE id = $1")
+        .bind(i64::try_from(events[2].id).unwrap())
+        .execute(&pool)
+        .await
+        .unwrap();
+    let keep = partner_api::store::DEFAULT_EVENTS_RETENTION;
+    let deleted = partner_api::store::prune_event_batches(&store, keep, 1, 10)
+        .await
+        .unwrap();
+    assert_eq!(deleted, 2, "only the two before the young one");
+    let ids = |page: EventsPage| match page {
+        EventsPage::Events(events) => Ok(events.iter().map(|event| event.id).collect::<Vec<_>>()),
+        other => Err(other),
+    };
+    let all: Vec<u64> = events.iter().map(|event| event.id).collect();
+    for (after, expected) in [
+        (all[0], Err(EventsPage::Expired)),
+        (all[1], Err(EventsPage::Expired)),
+        (all[2], Ok(all[3..].to_vec())),
+        (all[4], Ok(Vec::new())),
+    ] {
+        let page = store
+            .events(organization, &EventQuery::after(after, 100))
+            .await
+            .unwrap();
+        assert_eq!(ids(page), expected, "after {after}");
+    }
+    let oldest = store
+        .events(organization, &EventQuery::oldest(100))
+        .await
+        .unwrap();
+    assert_eq!(ids(oldest), Ok(all[2..].to_vec()));
+}
