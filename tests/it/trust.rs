@@ -30,15 +30,29 @@ const TRIGGER_FUNCTIONS: [&str; 14] = [
 
 /// Those of them that run as the owner (SECURITY DEFINER), in name order: PUBLIC may not
 /// execute them, so no other role can attach them to a table at all.
-const DEFINERS: [&str; 4] = [
+const DEFINERS: [&str; 7] = [
     "partner_api_audit_disabled_by_delivery",
     "partner_api_audit_key_leaked",
     "partner_api_prune_audit",
+    "partner_api_prune_order_events",
     "partner_api_raise_order_events",
+    "partner_api_read_order_events",
+    "partner_api_stamp_order_events",
 ];
 
 /// The tables our functions read or write, each shadowed by a temporary view in the attack.
-const SHADOWED: [(&str, &str); 7] = [
+const SHADOWED: [(&str, &str); 9] = [
+    (
+        "partner_api_order_events",
+        "SELECT 1::bigint AS id, 'org_demo'::text AS organization_id, \
+         'order.created'::text AS change, 'ord_demo'::text AS order_id, NULL::jsonb AS order_row, \
+         now() AS created_at, NULL::bigint AS position",
+    ),
+    (
+        "partner_api_event_feeds",
+        "SELECT 'org_demo'::text AS organization_id, 0::bigint AS last_position, \
+         0::bigint AS pruned_through_id",
+    ),
     (
         "partner_api_audit_log",
         "SELECT 1::bigint AS id, 'org_demo'::text AS organization_id, ''::text AS action",
@@ -246,6 +260,35 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
                 .expect_err(&format!("{role} could run {call}"));
             assert_eq!(sqlstate(&err), "42501", "{role}: {call}: {err}");
         }
+        // The feed's functions: the serving role's (and delivering's, a member of it) only,
+        // and with the views in place they work on our tables. No role writes a position or
+        // deletes an event but through them.
+        let serves = role.ends_with("_serving") || role.ends_with("_delivering");
+        for call in [
+            "SELECT partner_api_stamp_order_events('org_demo')",
+            "SELECT count(*) FROM partner_api_read_order_events('org_demo', NULL, 100, \
+             ARRAY['order.created'], false)",
+            "SELECT partner_api_prune_order_events(3153600000, 10)",
+        ] {
+            let result = attacker.execute(call).await;
+            if serves {
+                result.unwrap_or_else(|err| panic!("{role} could not run {call}: {err}"));
+            } else {
+                let err = result.expect_err(&format!("{role} could run {call}"));
+                assert_eq!(sqlstate(&err), "42501", "{role}: {call}: {err}");
+            }
+        }
+        for write in [
+            "UPDATE public.partner_api_order_events SET position = 0",
+            "DELETE FROM public.partner_api_order_events",
+            "UPDATE public.partner_api_event_feeds SET pruned_through_id = 0",
+        ] {
+            let err = attacker
+                .execute(write)
+                .await
+                .expect_err(&format!("{role} could run {write}"));
+            assert_eq!(sqlstate(&err), "42501", "{role}: {write}: {err}");
+        }
         // What the role may do for real, with the views in place: our triggers fire and must
         // read our tables, not the views.
         let legitimate = match role.rsplit('_').next().unwrap() {
@@ -316,6 +359,18 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
     .await
     .unwrap();
     assert_eq!(forged, 0);
+    // The writer's order is in the feed once, stamped by delivering's round after it; nothing
+    // forged is.
+    let (events, stamped, forged_events): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE order_id = 'ord_by_writer'), \
+                count(position) FILTER (WHERE order_id = 'ord_by_writer'), \
+                count(*) FILTER (WHERE order_id = 'ord_forged') \
+         FROM partner_api_order_events",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!((events, stamped, forged_events), (1, 1, 0));
     // Delivery's disabling has its one entry, in the real log.
     let disabled: Vec<(String, String, Option<String>)> = sqlx::query_as(
         "SELECT action, actor, detail FROM partner_api_audit_log \
