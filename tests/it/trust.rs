@@ -251,7 +251,7 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
         }
         // The functions only our triggers call: not callable at all.
         for call in [
-            "SELECT partner_api_raise_order_event('org_demo', 'order.created', 'ord_forged', '{}')",
+            "SELECT partner_api_raise_webhook('org_demo', 'order.created', 'ord_forged', '{}', 1, now())",
             "SELECT partner_api_serve_orders_table('pg_temp.bait_0')",
         ] {
             let err = attacker
