@@ -359,3 +359,74 @@ async fn the_memory_feed_passes_the_suite_and_feeds_that_skip_or_reorder_fail_it
         );
     }
 }
+
+/// Webhooks and the feed agree: each webhook of a change names its event's id, and carries
+/// its type, time and data; the changes from before the organization had an endpoint are in
+/// the feed all the same.
+#[cfg(feature = "webhooks")]
+pub(crate) async fn every_webhook_names_its_event_in_the_feed<S>(store: &S)
+where
+    S: StoreFixtures<Store = S>
+        + EventFeed
+        + partner_api::webhooks::WebhookManager
+        + partner_api::webhooks::WebhookOutbox,
+{
+    use partner_api::webhooks::{ClaimRequest, NewEndpoint};
+    let organization = Organization {
+        id: "org_hooked".into(),
+        name: "Hooked".into(),
+    };
+    store.add_organization(&organization).await.unwrap();
+    let org = organization.id.as_str();
+    // Before the endpoint: in the feed, no webhook.
+    store
+        .add_orders(org, &[order("gone", BASE_MILLIS), order("kept", BASE_MILLIS + 1)])
+        .await
+        .unwrap();
+    store
+        .add_endpoint(org, NewEndpoint::new("https://partner.example/hooks"))
+        .await
+        .unwrap();
+    store.add_orders(org, &[order("new", BASE_MILLIS + 2)]).await.unwrap();
+    let mut kept = order("kept", BASE_MILLIS + 1);
+    kept.status = "running".into();
+    store.update_order(org, &kept).await.unwrap();
+    store.remove_order(org, "gone").await.unwrap();
+
+    let EventsPage::Events(events) = store.events(org, &EventQuery::oldest(100)).await.unwrap()
+    else {
+        panic!("the feed answered no events")
+    };
+    assert_eq!(events.len(), 5);
+    let deliveries = store
+        .claim(&ClaimRequest::new(100, 100, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(deliveries.len(), 3, "one webhook per change since the endpoint");
+    let mut bodies: Vec<serde_json::Value> = deliveries
+        .iter()
+        .map(|delivery| serde_json::from_slice(&delivery.body).unwrap())
+        .collect();
+    for event in &events[2..] {
+        let id = EventId::new(org, event.id).to_string();
+        let at = bodies
+            .iter()
+            .position(|body| body["id"] == id.as_str())
+            .unwrap_or_else(|| panic!("no webhook names the event {id}: {bodies:?}"));
+        let body = bodies.remove(at);
+        assert_eq!(body["type"], event.change.as_str());
+        assert_eq!(body["timestamp"], event.created_at.to_string());
+        let data: serde_json::Value = serde_json::from_slice(&event.data).unwrap();
+        assert_eq!(body["data"], data);
+        assert_eq!(
+            body.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["data", "id", "timestamp", "type"]
+        );
+    }
+}
+
+#[cfg(feature = "webhooks")]
+#[tokio::test]
+async fn every_webhook_of_the_memory_store_names_its_event_in_the_feed() {
+    every_webhook_names_its_event_in_the_feed(&MemoryStore::new()).await;
+}

@@ -509,3 +509,11 @@ async fn pg_retention_deletes_in_feed_order_and_an_after_it_deleted_is_expired()
         .unwrap();
     assert_eq!(ids(oldest), Ok(all[2..].to_vec()));
 }
+
+#[cfg(feature = "webhooks")]
+#[tokio::test]
+async fn every_webhook_of_the_pg_store_names_its_event_in_the_feed() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = migrated().await;
+    crate::events::every_webhook_names_its_event_in_the_feed(&store).await;
+}
