@@ -476,6 +476,7 @@ impl fmt::Debug for PartnerApi {
             )
             .field("known_keys", &self.config.known_keys)
             .field("last_used", &self.config.last_used.is_some())
+            .field("events", &self.config.events.is_some())
             .field("conditional_requests", &self.config.conditional_requests)
             .field("request_ids", &self.config.request_ids)
             .field("peer_addr", &self.peer)
