@@ -13,8 +13,8 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 
 /// The counter of rounds that panicked, by task: re-exported as
 /// [`metrics::BACKGROUND_TASK_PANICS`](crate::metrics::BACKGROUND_TASK_PANICS).
@@ -59,27 +59,6 @@ pub(crate) async fn caught<F: Future>(task: &'static str, round: F) -> Option<F:
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_panicking_round_is_none_and_the_next_round_runs() {
-        let mut rounds = Vec::new();
-        for n in 0..3 {
-            rounds.push(
-                caught("test", async move {
-                    tokio::task::yield_now().await;
-                    assert!(n != 1, "round {n} fails");
-                    n
-                })
-                .await,
-            );
-        }
-        assert_eq!(rounds, [Some(0), None, Some(2)]);
-    }
-}
-
 /// Rounds of a job run at most once per interval, started by whichever caller finds one due
 /// first (a request, say): the clock is the process's, from when this was made.
 pub(crate) struct DueRounds {
@@ -108,5 +87,26 @@ impl DueRounds {
                 .last_run
                 .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_round_is_none_and_the_next_round_runs() {
+        let mut rounds = Vec::new();
+        for n in 0..3 {
+            rounds.push(
+                caught("test", async move {
+                    tokio::task::yield_now().await;
+                    assert!(n != 1, "round {n} fails");
+                    n
+                })
+                .await,
+            );
+        }
+        assert_eq!(rounds, [Some(0), None, Some(2)]);
     }
 }

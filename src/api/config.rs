@@ -8,12 +8,12 @@ use bytes::Bytes;
 
 use crate::api::auth::Challenges;
 use crate::api::client_address::TrustedProxies;
+use crate::api::events_retention::EventsRetention;
 use crate::api::openapi;
 use crate::api::responses_metric::ResponseCounters;
 use crate::last_used::LastUsedRecorder;
 use crate::metrics::{UsageCounters, DEFAULT_MAX_ORGANIZATIONS};
 use crate::rate_limit::{LocalRateLimiter, RateLimiter};
-use crate::api::events_retention::EventsRetention;
 use crate::store::{EventFeed, KeyStore, OrderStore};
 use crate::usage::UsageRecorder;
 

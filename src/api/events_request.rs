@@ -105,7 +105,12 @@ impl EventsRequest {
 
     /// The `Link` of an answer: the request's `path` with `after` the event `last` (the last
     /// returned, else the `after` given, else none), and the `limit` and `types` it was given.
-    pub(crate) fn next_link(&self, path: &str, organization_id: &str, last: Option<u64>) -> Option<HeaderValue> {
+    pub(crate) fn next_link(
+        &self,
+        path: &str,
+        organization_id: &str,
+        last: Option<u64>,
+    ) -> Option<HeaderValue> {
         let after = match last {
             Some(number) => Some(EventId::new(organization_id, number).to_string()),
             None => self.after.as_deref().map(str::to_owned),
@@ -126,7 +131,11 @@ impl EventsRequest {
             parameter(&mut link, "limit", &limit.to_string());
         }
         if let Some(types) = self.types {
-            parameter(&mut link, "types", &types.names().collect::<Vec<_>>().join(","));
+            parameter(
+                &mut link,
+                "types",
+                &types.names().collect::<Vec<_>>().join(","),
+            );
         }
         link.extend_from_slice(b">; rel=\"next\"");
         HeaderValue::from_maybe_shared(link.freeze()).ok()
@@ -147,11 +156,13 @@ fn parse_limit(value: &str) -> Result<usize, BadEventsRequest> {
 /// A `types` value: one or more event type names, comma-separated; one given twice counts
 /// once.
 fn parse_types(value: &str) -> Result<OrderChanges, BadEventsRequest> {
-    value.split(',').try_fold(OrderChanges::NONE, |types, name| {
-        OrderChange::from_name(name)
-            .map(|change| types.with(change))
-            .ok_or(BadEventsRequest::Types)
-    })
+    value
+        .split(',')
+        .try_fold(OrderChanges::NONE, |types, name| {
+            OrderChange::from_name(name)
+                .map(|change| types.with(change))
+                .ok_or(BadEventsRequest::Types)
+        })
 }
 
 #[cfg(test)]
@@ -208,13 +219,25 @@ mod tests {
             ("types=webhook.test", BadEventsRequest::Types),
             ("types=ORDER.CREATED", BadEventsRequest::Types),
             ("after=", BadEventsRequest::MalformedAfter),
-            ("limit=1&limit=2", BadEventsRequest::Repeated(EventsParameter::Limit)),
-            ("types=order.created&types=order.created", BadEventsRequest::Repeated(EventsParameter::Types)),
-            ("after=evt_x&after=evt_x", BadEventsRequest::Repeated(EventsParameter::After)),
+            (
+                "limit=1&limit=2",
+                BadEventsRequest::Repeated(EventsParameter::Limit),
+            ),
+            (
+                "types=order.created&types=order.created",
+                BadEventsRequest::Repeated(EventsParameter::Types),
+            ),
+            (
+                "after=evt_x&after=evt_x",
+                BadEventsRequest::Repeated(EventsParameter::After),
+            ),
         ] {
             assert_eq!(EventsRequest::parse(Some(query)), Err(bad), "{query}");
         }
         let made_up = EventsRequest::parse(Some("after=evt_AAAAAAAAAAAAAAAAAAAAAA")).unwrap();
-        assert_eq!(made_up.query_for("org"), Err(BadEventsRequest::MalformedAfter));
+        assert_eq!(
+            made_up.query_for("org"),
+            Err(BadEventsRequest::MalformedAfter)
+        );
     }
 }

@@ -15,8 +15,8 @@ use http::{Response, StatusCode};
 
 use crate::api::body::ApiBody;
 use crate::api::conditional::IfNoneMatch;
-use crate::api::events_request::EventsRequest;
 use crate::api::config::Config;
+use crate::api::events_request::EventsRequest;
 use crate::api::me_cache::with_me_representation;
 use crate::api::pagination::PageRequest;
 use crate::api::request_facts::{count_usage, KeyedRoute, RequestFacts};

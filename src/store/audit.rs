@@ -348,7 +348,11 @@ pub async fn prune_audit_batches(
 
 /// Runs `round` (which deletes at most `batch` rows) at most `batches` times, until one
 /// deletes fewer than `batch`; the total deleted.
-pub(crate) async fn in_batches<F, R>(batch: u32, batches: u32, mut round: R) -> Result<u64, StoreError>
+pub(crate) async fn in_batches<F, R>(
+    batch: u32,
+    batches: u32,
+    mut round: R,
+) -> Result<u64, StoreError>
 where
     R: FnMut() -> F,
     F: std::future::Future<Output = Result<u64, StoreError>>,

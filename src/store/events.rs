@@ -365,10 +365,7 @@ mod tests {
             let altered = String::from_utf8(altered).unwrap();
             assert!(EventId::parse(&altered, "org_a").is_err(), "{altered}");
         }
-        assert_eq!(
-            EventId::parse("evt_", "org_a"),
-            Err(BadEventId::Malformed)
-        );
+        assert_eq!(EventId::parse("evt_", "org_a"), Err(BadEventId::Malformed));
         assert_eq!(
             EventId::parse(&format!("ord_{}", &id[4..]), "org_a"),
             Err(BadEventId::Malformed)

@@ -16,9 +16,8 @@ use super::key_manager::{
 };
 use super::read::{KeyDigests, KeyLookup, KeyStore, OrderStore};
 use super::{
-    AuditLog, AuditPage, AuditQuery, AuditRecord, EventFeed, EventQuery, EventsPage,
-    KeyUsageTotal, OrderQuery, StoreError,
-    UsageBucket, UsageCount, UsageGranularity, UsagePeriod, UsageStore,
+    AuditLog, AuditPage, AuditQuery, AuditRecord, EventFeed, EventQuery, EventsPage, KeyUsageTotal,
+    OrderQuery, StoreError, UsageBucket, UsageCount, UsageGranularity, UsagePeriod, UsageStore,
 };
 use crate::key::{AllowedIps, KeyDigest};
 use crate::model::OrderPage;

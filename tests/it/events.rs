@@ -45,7 +45,10 @@ async fn the_feed_serves_every_change_oldest_first_and_links_to_where_to_resume(
     assert_eq!(all.status, StatusCode::OK);
     assert_eq!(all.header("cache-control"), Some("no-store"));
     let body = all.json();
-    assert_eq!(body["meta"], serde_json::json!({"version": "v1", "status": "beta"}));
+    assert_eq!(
+        body["meta"],
+        serde_json::json!({"version": "v1", "status": "beta"})
+    );
     let events = body["data"]["events"].as_array().unwrap();
     // org_b's three orders, in the order they were written.
     let ids: Vec<&str> = events
@@ -58,7 +61,11 @@ async fn the_feed_serves_every_change_oldest_first_and_links_to_where_to_resume(
         let id = event["id"].as_str().unwrap();
         assert!(id.starts_with("evt_") && id.len() == 26, "{id}");
         assert!(
-            event["createdAt"].as_str().unwrap().parse::<Timestamp>().is_ok(),
+            event["createdAt"]
+                .as_str()
+                .unwrap()
+                .parse::<Timestamp>()
+                .is_ok(),
             "{event}"
         );
         assert_eq!(event.as_object().unwrap().len(), 4, "{event}");
@@ -147,7 +154,10 @@ async fn pages_of_the_feed_walk_every_event_once_with_limit_and_types_kept() {
     );
     let created_only = call(
         &api,
-        get("/v1/events?types=order.created,order.created&limit=100", Some(KEY_A)),
+        get(
+            "/v1/events?types=order.created,order.created&limit=100",
+            Some(KEY_A),
+        ),
     )
     .await;
     assert_eq!(event_ids(&created_only), all);
@@ -201,11 +211,18 @@ async fn a_position_past_retention_is_gone_and_a_host_without_a_feed_has_no_even
         .await
         .unwrap();
     assert!(deleted >= 160, "{deleted}");
-    let gone = call(&api, get(&format!("/v1/events?after={first_id}"), Some(KEY_B))).await;
+    let gone = call(
+        &api,
+        get(&format!("/v1/events?after={first_id}"), Some(KEY_B)),
+    )
+    .await;
     assert_eq!(gone.status, StatusCode::GONE);
     assert_eq!(gone.header("content-type"), Some("application/json"));
     let message = gone.error_message();
-    assert!(message.contains("no longer reaches back") && message.contains("/v1/orders"), "{message}");
+    assert!(
+        message.contains("no longer reaches back") && message.contains("/v1/orders"),
+        "{message}"
+    );
     // From the oldest kept: nothing, and a new change is there.
     assert!(event_ids(&call(&api, get("/v1/events", Some(KEY_B))).await).is_empty());
     store.add_order("org_b", order("b4", BASE_MILLIS)).unwrap();
@@ -380,14 +397,20 @@ where
     let org = organization.id.as_str();
     // Before the endpoint: in the feed, no webhook.
     store
-        .add_orders(org, &[order("gone", BASE_MILLIS), order("kept", BASE_MILLIS + 1)])
+        .add_orders(
+            org,
+            &[order("gone", BASE_MILLIS), order("kept", BASE_MILLIS + 1)],
+        )
         .await
         .unwrap();
     store
         .add_endpoint(org, NewEndpoint::new("https://partner.example/hooks"))
         .await
         .unwrap();
-    store.add_orders(org, &[order("new", BASE_MILLIS + 2)]).await.unwrap();
+    store
+        .add_orders(org, &[order("new", BASE_MILLIS + 2)])
+        .await
+        .unwrap();
     let mut kept = order("kept", BASE_MILLIS + 1);
     kept.status = "running".into();
     store.update_order(org, &kept).await.unwrap();
@@ -402,7 +425,11 @@ where
         .claim(&ClaimRequest::new(100, 100, Duration::from_secs(60)))
         .await
         .unwrap();
-    assert_eq!(deliveries.len(), 3, "one webhook per change since the endpoint");
+    assert_eq!(
+        deliveries.len(),
+        3,
+        "one webhook per change since the endpoint"
+    );
     let mut bodies: Vec<serde_json::Value> = deliveries
         .iter()
         .map(|delivery| serde_json::from_slice(&delivery.body).unwrap())

@@ -92,7 +92,9 @@ fn check_history(
             let here = present.entry(order).or_insert(false);
             match event.change {
                 OrderChange::Created if *here => {
-                    return Err(format!("{organization}: {order} created twice without a deletion"))
+                    return Err(format!(
+                        "{organization}: {order} created twice without a deletion"
+                    ))
                 }
                 OrderChange::Updated | OrderChange::Deleted if !*here => {
                     return Err(format!(
@@ -115,7 +117,9 @@ fn check_history(
             }
         }
         for (order, here) in present {
-            let there = finals.get(order).is_some_and(|(org, _)| org == organization);
+            let there = finals
+                .get(order)
+                .is_some_and(|(org, _)| org == organization);
             if here != there {
                 return Err(format!(
                     "{organization}: the feed ends with {order} {}, the database {}",
@@ -188,7 +192,11 @@ async fn insert(transaction: &mut sqlx::PgConnection, organization: &str, id: &s
     )
     .bind(organization)
     .bind(id)
-    .bind(Timestamp::from_unix_millis(BASE_MILLIS).unwrap().as_datetime())
+    .bind(
+        Timestamp::from_unix_millis(BASE_MILLIS)
+            .unwrap()
+            .as_datetime(),
+    )
     .execute(transaction)
     .await
     .unwrap();
@@ -250,7 +258,11 @@ async fn writer(pool: PgPool, number: u64, stop: Arc<AtomicBool>, orders: Vec<St
 
 /// One poller: resumes after the last event it was given, with pages of random size, until
 /// `stop` and then once more after the writers are done; what it read of each feed.
-async fn poller(store: PgStore, seed: u64, stop: Arc<AtomicBool>) -> BTreeMap<String, Vec<FeedEvent>> {
+async fn poller(
+    store: PgStore,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+) -> BTreeMap<String, Vec<FeedEvent>> {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut read: BTreeMap<String, Vec<FeedEvent>> = BTreeMap::new();
     let mut last: HashMap<&str, u64> = HashMap::new();
@@ -271,7 +283,9 @@ async fn poller(store: PgStore, seed: u64, stop: Arc<AtomicBool>) -> BTreeMap<St
                     last.insert(organization, event.id);
                 }
                 let full = events.len() == limit;
-                read.entry(organization.to_owned()).or_default().extend(events);
+                read.entry(organization.to_owned())
+                    .or_default()
+                    .extend(events);
                 if !full {
                     break;
                 }
@@ -299,7 +313,11 @@ async fn concurrent_writers_and_two_replicas_pollers_see_every_committed_change_
             .await
             .unwrap();
     }
-    let pool = PgPoolOptions::new().max_connections(8).connect(&url).await.unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(8)
+        .connect(&url)
+        .await
+        .unwrap();
     // Two replicas: stores with pools of their own.
     let replicas = [
         PgStore::connect_lazy(&url).unwrap(),
@@ -357,7 +375,10 @@ async fn concurrent_writers_and_two_replicas_pollers_see_every_committed_change_
     // Both replicas read the same feed, event for event.
     assert_eq!(reads[0], reads[1]);
     let changes: u64 = finals.values().map(|(_, version)| version + 1).sum();
-    assert!(changes > 40, "the writers committed only {changes} versions");
+    assert!(
+        changes > 40,
+        "the writers committed only {changes} versions"
+    );
     eprintln!(
         "feed history: {seconds} s, {} orders, {changes} committed versions, {} events read by two replicas",
         finals.len(),
@@ -373,8 +394,15 @@ async fn a_feed_read_by_insert_id_alone_misses_a_late_commit_and_the_checker_fin
     crate::common::needs::needs!(Postgres);
     let (store, url) = migrated().await;
     let organization = ORGANIZATIONS[0];
-    store.add_orders(organization, &[new_order("x1")]).await.unwrap();
-    let pool = PgPoolOptions::new().max_connections(4).connect(&url).await.unwrap();
+    store
+        .add_orders(organization, &[new_order("x1")])
+        .await
+        .unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&url)
+        .await
+        .unwrap();
     let naive = |after: i64| {
         let pool = pool.clone();
         async move {
@@ -405,7 +433,11 @@ async fn a_feed_read_by_insert_id_alone_misses_a_late_commit_and_the_checker_fin
         }
     };
     let mut naive_read = naive(0).await;
-    let mut feed_read = match store.events(organization, &EventQuery::oldest(100)).await.unwrap() {
+    let mut feed_read = match store
+        .events(organization, &EventQuery::oldest(100))
+        .await
+        .unwrap()
+    {
         EventsPage::Events(events) => events,
         other => panic!("{other:?}"),
     };
@@ -444,7 +476,9 @@ async fn a_feed_read_by_insert_id_alone_misses_a_late_commit_and_the_checker_fin
     )]);
     let verdict = check_history(&naive_feeds, &finals);
     assert!(
-        verdict.as_ref().is_err_and(|why| why.contains("x1") && why.contains("missing [1]")),
+        verdict
+            .as_ref()
+            .is_err_and(|why| why.contains("x1") && why.contains("missing [1]")),
         "{verdict:?}"
     );
     let feeds = BTreeMap::from([(organization.to_owned(), seen(&feed_read))]);
@@ -467,7 +501,11 @@ async fn pg_retention_deletes_in_feed_order_and_an_after_it_deleted_is_expired()
     };
     assert_eq!(events.len(), 5);
     // Backdate all but the last; then the middle one is young: retention stops before it.
-    let pool = PgPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
     sqlx::query(
         "UPDATE partner_api_order_events SET created_at = created_at - interval '40 days' \
          WHERE id <> $1",

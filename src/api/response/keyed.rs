@@ -10,8 +10,8 @@ use super::ApiError;
 use crate::api::auth::AuthFailure;
 use crate::api::body::ApiBody;
 use crate::api::conditional::IfNoneMatch;
-use crate::api::events_request::{BadEventsRequest, EventsRequest};
 use crate::api::config::Config;
+use crate::api::events_request::{BadEventsRequest, EventsRequest};
 use crate::api::pagination::PageRequest;
 use crate::log::ErrorChain;
 use crate::metrics::{self, AuthFailureReason};
@@ -112,7 +112,10 @@ pub(crate) fn events(
     }
     let mut body = Vec::with_capacity(
         super::EVENTS_OPEN.len()
-            + events.iter().map(|event| event.data.len() + 128).sum::<usize>()
+            + events
+                .iter()
+                .map(|event| event.data.len() + 128)
+                .sum::<usize>()
             + super::EVENTS_CLOSE.len(),
     );
     body.extend_from_slice(super::EVENTS_OPEN);
@@ -123,7 +126,11 @@ pub(crate) fn events(
         // The id is `evt_` and base64url, the type a fixed name, the time digits: nothing to
         // escape; `data` is JSON the store encoded.
         body.extend_from_slice(br#"{"id":""#);
-        body.extend_from_slice(EventId::new(organization_id, event.id).to_string().as_bytes());
+        body.extend_from_slice(
+            EventId::new(organization_id, event.id)
+                .to_string()
+                .as_bytes(),
+        );
         body.extend_from_slice(br#"","type":""#);
         body.extend_from_slice(event.change.as_str().as_bytes());
         body.extend_from_slice(br#"","createdAt":""#);

@@ -10,6 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use super::events::Change;
 use super::{unknown_organization, MemoryStore};
 use crate::model::Timestamp;
 use crate::store::audit::url_origin;
@@ -18,7 +19,6 @@ use crate::store::webhooks::{
     WebhookManager, WebhookSecret, MAX_RECOVERED,
 };
 use crate::store::StoreError;
-use super::events::Change;
 use crate::store::{AuditAction, AuditRecord, EventId};
 
 #[derive(Default)]
