@@ -1,32 +1,7 @@
 //! [`EventFeed`]: an organization's order events, oldest first, resumable from any event it
 //! still holds; the ids partners see ([`EventId`]); and what a read asks ([`EventQuery`]).
 //!
-//! # The feed's invariant
-//!
-//! **Rule `feed-exactly-once`**: a reader that starts anywhere and then always resumes after
-//! the last event it was given sees every committed change of the organization's orders
-//! exactly once, never one of a rolled-back write, and each order's changes in the order they
-//! were committed, however the writers' transactions interleave.
-//!
-//! An event's id (its number in the store, what its webhook names) is taken when the change is
-//! written, and writers commit out of order: ids are no place to resume from, since an event
-//! with a smaller id may become visible after a reader went past a larger one. So a store
-//! gives each event a **position** in its organization's feed only once its write is visible,
-//! and serves the feed in position order:
-//! - positions are handed out by one stamper at a time per organization, each round after the
-//!   last round's positions are visible, to the events visible then that have none, in id
-//!   order, above every position handed out before: an event becomes part of the feed behind
-//!   everything a reader may have seen already, so resuming after a position misses nothing;
-//! - one order's later change is written after its earlier change committed (the row is
-//!   locked by the earlier writer until then), so its id is larger, and whenever it is visible
-//!   the earlier one is too: a round that stamps the later one stamps the earlier one first, if
-//!   an earlier round did not;
-//! - a rolled-back write's event is never visible, so it never gets a position.
-//!
-//! A reader asks by event id; the store finds the event's position (stamping first when the
-//! event has none yet) and returns the events after it. Retention deletes events in position
-//! order only, so what a feed keeps is always a suffix of it: an `after` older than that
-//! suffix is [`EventsPage::Expired`], never a feed with a hole.
+//! The feed's invariant and its argument are on [`EventFeed`].
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -201,11 +176,37 @@ pub enum EventsPage {
 /// An organization's order events, oldest first, resumable by event id: what
 /// `GET /v1/events` serves.
 ///
-/// Rule `feed-exactly-once` (see [the module](self)): reading with
-/// [`EventQuery::after`] the last event of the previous read, a reader sees every committed
-/// change exactly once, in each order's commit order. A write that changes nothing makes no
-/// event; an order moved between organizations is a deletion in one feed and a creation in
-/// the other. `partner_api::testing::check_event_feed` checks a store against it.
+/// A write that changes nothing makes no event; an order moved between organizations is a
+/// deletion in one feed and a creation in the other. `partner_api::testing::run_event_feed`
+/// checks a store against the rule below as one writer sees it; `tests/it/feed_history.rs`
+/// under concurrent writers.
+///
+/// # Rule `feed-exactly-once`, and its argument
+///
+/// **Rule `feed-exactly-once`**: a reader that starts anywhere and then always resumes after
+/// the last event it was given sees every committed change of the organization's orders
+/// exactly once, never one of a rolled-back write, and each order's changes in the order they
+/// were committed, however the writers' transactions interleave.
+///
+/// An event's id (its number in the store, what its webhook names) is taken when the change is
+/// written, and writers commit out of order: ids are no place to resume from, since an event
+/// with a smaller id may become visible after a reader went past a larger one. So a store
+/// gives each event a **position** in its organization's feed only once its write is visible,
+/// and serves the feed in position order:
+/// - positions are handed out by one stamper at a time per organization, each round after the
+///   last round's positions are visible, to the events visible then that have none, in id
+///   order, above every position handed out before: an event becomes part of the feed behind
+///   everything a reader may have seen already, so resuming after a position misses nothing;
+/// - one order's later change is written after its earlier change committed (the row is
+///   locked by the earlier writer until then), so its id is larger, and whenever it is visible
+///   the earlier one is too: a round that stamps the later one stamps the earlier one first, if
+///   an earlier round did not;
+/// - a rolled-back write's event is never visible, so it never gets a position.
+///
+/// A reader asks by event id; the store finds the event's position (stamping first when the
+/// event has none yet) and returns the events after it. Retention deletes events in position
+/// order only, so what a feed keeps is always a suffix of it: an `after` older than that
+/// suffix is [`EventsPage::Expired`], never a feed with a hole.
 #[async_trait]
 pub trait EventFeed: Send + Sync {
     /// The events of `organization_id`'s feed that `query` asks for.
