@@ -4,8 +4,8 @@
 #   bash benches/load.sh                 # RUNS=5 DURATION=5 CONNECTIONS=32 by default
 #   METRICS=0 POSTGRES=0 bash benches/load.sh   # skip the metrics or PostgreSQL sections
 #
-# Builds both servers in release mode, captures the host's responses for /v1/me and /v1/orders
-# (100 orders of the demo data) with curl, and serves those bytes from `examples/baseline.rs`.
+# Builds both servers in release mode, captures the host's responses for /v1/me, /v1/orders
+# (100 orders of the demo data) and /v1/events (its oldest 100 events) with curl, and serves those bytes from `examples/baseline.rs`.
 # Three servers are measured: `baseline` (those bytes, no partner-api code), `api` (the same
 # hyper loop serving `PartnerApi` itself: the library's request path) and `host` (the
 # standalone host, with its layers: request ids, access log span, CatchPanic, request
@@ -97,7 +97,7 @@ stop_all() {
 
 start "$bin/standalone"
 key=$(grep -o 'Bearer [A-Za-z0-9_]*' "$work/out" | head -n 1 | cut -d' ' -f2)
-for route in me orders; do
+for route in me orders events; do
   curl -s --include -H "Authorization: Bearer $key" "$base/v1/$route" >"$work/$route.http"
 done
 stop
@@ -131,7 +131,7 @@ echo "load: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 |
 echo "wrk -t1 -c$CONNECTIONS, $RUNS runs of ${DURATION} one-second slices per server, interleaved; /v1/orders body $(( $(wc -c <"$work/orders.http") )) bytes with headers"
 printf '%-8s %-9s %10s %8s %8s %12s %12s\n' route server "req/s" "p50 us" "p99 us" "RSS warm KiB" "RSS peak KiB"
 servers=(baseline api host)
-for route in me orders; do
+for route in me orders events; do
   for server in "${servers[@]}"; do : >"$work/$route.$server"; done
   : >"$work/$route.api.ratios"
   : >"$work/$route.host.ratios"
@@ -241,7 +241,7 @@ key=pk_test_load_org_00_abcdefghijklmnop
 start "$bin/standalone" --seed "$work/seed.json" --database-url "$database"
 stop
 printf '%-10s %-11s %10s %8s %8s\n' route server "req/s" "p50 us" "p99 us"
-for route in me orders; do
+for route in me orders events; do
   for server in memory pg pg-nocache; do : >"$work/$route.$server"; done
   for _ in $(seq 1 "$RUNS"); do
     for server in memory pg pg-nocache; do

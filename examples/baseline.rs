@@ -133,12 +133,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     stdout.flush()?;
     drop(stdout);
     let builder = auto::Builder::new(TokioExecutor::new());
-    // The library as a host mounts it: counting each key's usage (written every 10 s).
+    // The library as a host mounts it: counting each key's usage (written every 10 s), with
+    // the events feed.
     let api = match args.partner_api {
         true => {
             let store = Seed::demo().to_memory_store()?;
             let usage = partner_api::usage::UsageRecorder::spawn(store.clone());
-            Some(PartnerApi::from_store(store).with_usage(usage))
+            Some(
+                PartnerApi::from_store(store.clone())
+                    .with_usage(usage)
+                    .with_events(store),
+            )
         }
         false => None,
     };
