@@ -3,8 +3,9 @@
 # pgbench, CLIENTS clients (default 8), one order per transaction into one of 50
 # organizations, DURATION seconds (default 10) per run, alternated ROUNDS times (default 2)
 # between the crate's orders triggers with no webhook endpoint (`outbox`: a row in
-# partner_api_order_changes and one indexed look-up of endpoints), the same with one enabled
-# endpoint on every organization (`outbox+endpoints`: a message and a delivery per order too),
+# partner_api_order_changes, the order's event in the events feed, and one indexed look-up of
+# endpoints), the same with one enabled endpoint on every organization (`outbox+endpoints`: a
+# message and a delivery per order too),
 # the change log's trigger alone as before webhooks (`log`), the NOTIFY trigger the log replaced,
 # and no trigger, on a throwaway PostgreSQL with durable commits (fsync and synchronous_commit
 # on, as in production: the cost of NOTIFY is its lock held across the commit's flush).
