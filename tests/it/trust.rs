@@ -478,4 +478,22 @@ async fn a_host_table_of_orders_served_through_the_owner_function_raises_its_eve
     .await
     .unwrap();
     assert_eq!((messages, changes > 0), (1, true));
+    // And its event is the newest of the organization's feed (after the seed's).
+    use partner_api::store::{EventFeed, EventQuery, EventsPage};
+    let store = PgStore::connect_lazy(&url).unwrap();
+    let mut query = EventQuery::oldest(100);
+    let mut newest = None;
+    loop {
+        let page = store.events("org_demo", &query).await.unwrap();
+        let EventsPage::Events(events) = page else {
+            panic!("{page:?}")
+        };
+        let Some(last) = events.last() else { break };
+        query = EventQuery::after(last.id, 100);
+        newest = Some(last.clone());
+    }
+    let event = newest.expect("the organization's feed is empty");
+    let data: serde_json::Value = serde_json::from_slice(&event.data).unwrap();
+    assert_eq!(data["id"], "ord_in_host_table");
+    assert_eq!(event.change, partner_api::store::OrderChange::Created);
 }
