@@ -48,6 +48,8 @@ pub(crate) struct Config {
     pub(crate) orders: Arc<dyn OrderStore>,
     /// The events feed `GET /events` reads, when the host has one, and its retention.
     pub(crate) events: Option<(Arc<dyn EventFeed>, Arc<EventsRetention>)>,
+    /// How long the feed keeps events.
+    pub(crate) events_retention: Duration,
     pub(crate) challenges: Challenges,
     pub(crate) store_timeout: Option<Duration>,
     pub(crate) retry_after: Duration,
@@ -83,6 +85,7 @@ impl Config {
             keys,
             orders,
             events: None,
+            events_retention: crate::store::DEFAULT_EVENTS_RETENTION,
             challenges: Challenges::new(DEFAULT_REALM),
             store_timeout: Some(DEFAULT_STORE_TIMEOUT),
             retry_after: DEFAULT_RETRY_AFTER,

@@ -29,7 +29,8 @@ impl EventsRetention {
     }
 
     /// Starts a round of `feed`'s retention in the background when one is due and there is a
-    /// tokio runtime to run it on. A failure is logged; the next round is a minute later.
+    /// tokio runtime to run it on. A failure is logged, a panic caught and counted (task
+    /// `events_retention`); the next round is a minute later.
     pub(crate) fn run_if_due(&self, feed: &Arc<dyn EventFeed>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
@@ -38,7 +39,7 @@ impl EventsRetention {
             return;
         }
         let (feed, keep) = (feed.clone(), self.keep);
-        runtime.spawn(async move {
+        runtime.spawn(crate::supervise::caught("events_retention", async move {
             let pruned = prune_event_batches(
                 &*feed,
                 keep,
@@ -48,6 +49,6 @@ impl EventsRetention {
             if let Err(err) = pruned.await {
                 tracing::warn!(error = %crate::log::ErrorChain(&err), "the events feed's retention failed");
             }
-        });
+        }));
     }
 }

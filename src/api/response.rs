@@ -285,7 +285,7 @@ impl ApiError {
             Self::BadEventsRequest(bad) => (StatusCode::BAD_REQUEST, bad_events_request(bad)),
             Self::EventsExpired => (
                 StatusCode::GONE,
-                error_json!("invalid query parameter after: the events feed no longer reaches back to this event (events are kept for a limited time); read /v1/orders again for the current state, then follow the feed from its oldest event (without after)"),
+                error_json!("invalid query parameter after: the events feed no longer reaches back to this event (events are kept for a limited time); read the orders again (GET /orders) and follow the feed from its oldest event kept (without after)"),
             ),
         };
         let mut response = json(status, Bytes::from_static(body.as_bytes()));

@@ -100,22 +100,19 @@ impl PartnerApi {
     /// ```
     #[must_use]
     pub fn with_events(mut self, feed: impl EventFeed + 'static) -> Self {
-        let keep = self
-            .config
-            .events
-            .as_ref()
-            .map_or(DEFAULT_EVENTS_RETENTION, |(_, retention)| retention.keep);
-        Arc::make_mut(&mut self.config).events =
-            Some((Arc::new(feed), Arc::new(EventsRetention::new(keep))));
+        let config = Arc::make_mut(&mut self.config);
+        let keep = config.events_retention;
+        config.events = Some((Arc::new(feed), Arc::new(EventsRetention::new(keep))));
         self
     }
 
     /// Keeps the events of [`with_events`](Self::with_events)' feed for `keep` (default
-    /// [`DEFAULT_EVENTS_RETENTION`], 30 days): an `after` older than that answers 410 Gone.
-    /// Call it after `with_events`; before, there is no feed to keep events of.
+    /// [`DEFAULT_EVENTS_RETENTION`], 30 days), before or after `with_events`: an `after`
+    /// older than that answers 410 Gone.
     #[must_use]
     pub fn with_events_retention(mut self, keep: Duration) -> Self {
         let config = Arc::make_mut(&mut self.config);
+        config.events_retention = keep;
         if let Some((_, retention)) = &mut config.events {
             *retention = Arc::new(EventsRetention::new(keep));
         }
@@ -398,18 +395,25 @@ impl PartnerApi {
                 ResponseFuture::ready(ApiError::NotFound.into_response(), head),
             );
         };
+        // A host without a feed has no `/events`: as any unknown path, whatever the method.
+        if route == Route::Events && config.events.is_none() {
+            return (
+                None,
+                ResponseFuture::ready(ApiError::NotFound.into_response(), head),
+            );
+        }
         let ready = |response| (Some(route), ResponseFuture::ready(response, head));
         if !route.allows(method) {
             return ready(ApiError::MethodNotAllowed.into_response());
         }
         match route {
             Route::OpenApi => return ready(response::openapi(config.openapi.clone())),
-            Route::Events => match &config.events {
-                // A host without a feed: as any unknown path.
-                None => return ready(ApiError::NotFound.into_response()),
-                Some((feed, retention)) => retention.run_if_due(feed),
-            },
-            Route::Me | Route::Orders => {}
+            Route::Me | Route::Orders | Route::Events => {}
+        }
+        // Retention is due-checked by every request for a key (one atomic read), so a feed
+        // nobody polls is pruned all the same.
+        if let Some((feed, retention)) = &config.events {
+            retention.run_if_due(feed);
         }
         let token = match bearer_token(headers) {
             Ok(token) => token,

@@ -163,9 +163,17 @@ impl EventQuery {
 /// A store's answer to an [`EventQuery`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EventsPage {
-    /// The events after the position asked, in feed order (oldest first), at most the limit,
-    /// only of the types asked; empty when none is new.
-    Events(Vec<FeedEvent>),
+    /// What the feed holds after the position asked.
+    Events {
+        /// The events after the position asked, in feed order (oldest first), at most the
+        /// limit, only of the types asked; empty when none is new.
+        events: Vec<FeedEvent>,
+        /// The last event of the feed the read went past, of any type: where the next read
+        /// resumes. The last of `events` when they are as many as the limit; else the newest
+        /// event of the feed (which may be of a type not asked for, so a reader of rare types
+        /// moves on past the others); `None` when the feed holds nothing after the position.
+        through: Option<u64>,
+    },
     /// The event asked to resume after was deleted by retention: the feed no longer reaches
     /// back that far.
     Expired,

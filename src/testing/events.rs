@@ -83,7 +83,7 @@ where
     F::Store: EventFeed,
 {
     match read(fixtures, organization_id, query).await? {
-        EventsPage::Events(events) => Ok(events),
+        EventsPage::Events { events, .. } => Ok(events),
         other => Err(format!("{query:?} answered {other:?}, not events")),
     }
 }
@@ -235,6 +235,31 @@ where
         );
     }
     ensure!(expected.len() == all.len(), "the feed lost events");
+    // A read of a type the feed's newest events are not: it goes through them all the same.
+    let newest = all.last().map(|event| event.id);
+    let deletions = OrderChanges::NONE.with(OrderChange::Deleted);
+    let page = read(
+        fixtures,
+        &org,
+        &EventQuery::oldest(100).with_types(deletions),
+    )
+    .await?;
+    let EventsPage::Events { through, .. } = page else {
+        return Err(format!("a read of deletions answered {page:?}"));
+    };
+    ensure!(
+        through == newest,
+        "a read of deletions went through {through:?}, not the newest event {newest:?}"
+    );
+    // A full page goes through its last event only.
+    let page = read(fixtures, &org, &EventQuery::oldest(2)).await?;
+    let EventsPage::Events { events, through } = page else {
+        return Err(format!("a page of 2 answered {page:?}"));
+    };
+    ensure!(
+        through == events.get(1).map(|event| event.id),
+        "a full page of 2 went through {through:?}, past its last event"
+    );
     Ok(())
 }
 

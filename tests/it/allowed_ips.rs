@@ -40,10 +40,12 @@ async fn pinned(store: &partner_api::MemoryStore, ranges: &[&str]) -> String {
 async fn a_pinned_key_is_served_inside_its_ranges_and_refused_outside_them() {
     let store = store();
     let limiter = LocalRateLimiter::new(Duration::from_secs(3600), NonZeroU32::new(5).unwrap());
-    let api = PartnerApi::from_store(store.clone()).with_rate_limiter(limiter);
+    let api = PartnerApi::from_store(store.clone())
+        .with_events(store.clone())
+        .with_rate_limiter(limiter);
     let key = pinned(&store, &["192.0.2.0/24", "2001:db8::/48"]).await;
 
-    for path in ["/v1/me", "/v1/orders"] {
+    for path in ["/v1/me", "/v1/orders", "/v1/events"] {
         let refused = call(&api, from("198.51.100.7", path, &key, &[])).await;
         assert_eq!(refused.status, StatusCode::FORBIDDEN, "{path}");
         assert_eq!(

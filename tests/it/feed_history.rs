@@ -275,7 +275,8 @@ async fn poller(
                     Some(after) => EventQuery::after(*after, limit),
                     None => EventQuery::oldest(limit),
                 };
-                let EventsPage::Events(events) = store.events(organization, &query).await.unwrap()
+                let EventsPage::Events { events, .. } =
+                    store.events(organization, &query).await.unwrap()
                 else {
                     panic!("a feed position the poller was given is not in the feed")
                 };
@@ -355,7 +356,8 @@ async fn concurrent_writers_and_two_replicas_pollers_see_every_committed_change_
                     Some(event) => EventQuery::after(event.id, 100),
                     None => EventQuery::oldest(100),
                 };
-                let EventsPage::Events(more) = replica.events(organization, &query).await.unwrap()
+                let EventsPage::Events { events: more, .. } =
+                    replica.events(organization, &query).await.unwrap()
                 else {
                     panic!("resuming failed")
                 };
@@ -438,7 +440,7 @@ async fn a_feed_read_by_insert_id_alone_misses_a_late_commit_and_the_checker_fin
         .await
         .unwrap()
     {
-        EventsPage::Events(events) => events,
+        EventsPage::Events { events, .. } => events,
         other => panic!("{other:?}"),
     };
 
@@ -457,7 +459,7 @@ async fn a_feed_read_by_insert_id_alone_misses_a_late_commit_and_the_checker_fin
     naive_read.extend(naive(naive_after).await);
     let query = EventQuery::after(feed_read.last().unwrap().id, 100);
     match store.events(organization, &query).await.unwrap() {
-        EventsPage::Events(events) => feed_read.extend(events),
+        EventsPage::Events { events, .. } => feed_read.extend(events),
         other => panic!("{other:?}"),
     }
     early.commit().await.unwrap();
@@ -465,7 +467,7 @@ async fn a_feed_read_by_insert_id_alone_misses_a_late_commit_and_the_checker_fin
     naive_read.extend(naive(naive_after).await);
     let query = EventQuery::after(feed_read.last().unwrap().id, 100);
     match store.events(organization, &query).await.unwrap() {
-        EventsPage::Events(events) => feed_read.extend(events),
+        EventsPage::Events { events, .. } => feed_read.extend(events),
         other => panic!("{other:?}"),
     }
 
@@ -492,7 +494,7 @@ async fn pg_retention_deletes_in_feed_order_and_an_after_it_deleted_is_expired()
     let organization = ORGANIZATIONS[1];
     let orders: Vec<Order> = (0..5).map(|n| new_order(&format!("r{n}"))).collect();
     store.add_orders(organization, &orders).await.unwrap();
-    let EventsPage::Events(events) = store
+    let EventsPage::Events { events, .. } = store
         .events(organization, &EventQuery::oldest(100))
         .await
         .unwrap()
@@ -525,7 +527,9 @@ async fn pg_retention_deletes_in_feed_order_and_an_after_it_deleted_is_expired()
         .unwrap();
     assert_eq!(deleted, 2, "only the two before the young one");
     let ids = |page: EventsPage| match page {
-        EventsPage::Events(events) => Ok(events.iter().map(|event| event.id).collect::<Vec<_>>()),
+        EventsPage::Events { events, .. } => {
+            Ok(events.iter().map(|event| event.id).collect::<Vec<_>>())
+        }
         other => Err(other),
     };
     let all: Vec<u64> = events.iter().map(|event| event.id).collect();

@@ -125,6 +125,7 @@ async fn every_documented_response_is_produced() {
     }
     call(&api(), get("/v1/openapi.json", None)).await;
     call(&api(), get("/v1/orders?limit=0", Some(KEY_A))).await;
+    events_responses().await;
 
     let document = document();
     let mut declared = BTreeSet::new();
@@ -138,6 +139,87 @@ async fn every_documented_response_is_produced() {
     assert!(
         missing.is_empty(),
         "documented but never produced: {missing:?}"
+    );
+}
+
+/// A feed that fails as `FailingStore` does.
+struct FailingFeed(fn() -> StoreError);
+
+#[async_trait::async_trait]
+impl partner_api::store::EventFeed for FailingFeed {
+    async fn events(
+        &self,
+        _: &str,
+        _: &partner_api::store::EventQuery,
+    ) -> Result<partner_api::store::EventsPage, StoreError> {
+        Err((self.0)())
+    }
+    async fn prune_events(&self, _: std::time::Duration, _: u32) -> Result<u64, StoreError> {
+        Err((self.0)())
+    }
+}
+
+/// Every documented answer of `GET /events` but the 403 (`allowed_ips.rs`).
+async fn events_responses() {
+    let store = store();
+    let api = PartnerApi::from_store(store.clone()).with_events(store.clone());
+    let first = call(&api, get("/v1/events?limit=1", Some(KEY_A))).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(
+        call(&api, get("/v1/events", None)).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        call(&api, get("/v1/events?types=x", Some(KEY_A)))
+            .await
+            .status,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        call(&crate::common::api(), get("/v1/events", Some(KEY_A)))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    for (error, status) in [
+        (
+            (|| StoreError::other("down")) as fn() -> StoreError,
+            StatusCode::INTERNAL_SERVER_ERROR,
+        ),
+        (
+            || StoreError::unavailable("down"),
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+    ] {
+        let failing = PartnerApi::from_store(store.clone()).with_events(FailingFeed(error));
+        assert_eq!(
+            call(&failing, get("/v1/events", Some(KEY_A))).await.status,
+            status
+        );
+    }
+    let limited = PartnerApi::from_store(store.clone())
+        .with_events(store.clone())
+        .with_rate_limiter(partner_api::LocalRateLimiter::new(
+            std::time::Duration::from_secs(60),
+            std::num::NonZeroU32::MIN,
+        ));
+    call(&limited, get("/v1/events", Some(KEY_A))).await;
+    assert_eq!(
+        call(&limited, get("/v1/events", Some(KEY_A))).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let after = first.json()["data"]["events"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    partner_api::store::prune_event_batches(&store, std::time::Duration::ZERO, 500, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        call(&api, get(&format!("/v1/events?after={after}"), Some(KEY_A)))
+            .await
+            .status,
+        StatusCode::GONE
     );
 }
 

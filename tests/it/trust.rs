@@ -485,7 +485,7 @@ async fn a_host_table_of_orders_served_through_the_owner_function_raises_its_eve
     let mut newest = None;
     loop {
         let page = store.events("org_demo", &query).await.unwrap();
-        let EventsPage::Events(events) = page else {
+        let EventsPage::Events { events, .. } = page else {
             panic!("{page:?}")
         };
         let Some(last) = events.last() else { break };

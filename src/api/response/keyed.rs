@@ -87,7 +87,8 @@ pub(crate) fn orders(
 }
 
 /// The answer of `GET /events` to `page`, the feed's answer to the request `request` that
-/// came in on `path`: the 200 with the events and the resuming `Link`, the 410 of an `after`
+/// came in on `path`: the 200 with the events and the resuming `Link` (after the last event
+/// the read went through), the 410 of an `after`
 /// retention deleted, or the 400 of one the feed never held.
 pub(crate) fn events(
     request: &EventsRequest,
@@ -96,8 +97,8 @@ pub(crate) fn events(
     query: &EventQuery,
     page: EventsPage,
 ) -> Response<ApiBody> {
-    let mut events = match page {
-        EventsPage::Events(events) => events,
+    let (mut events, mut through) = match page {
+        EventsPage::Events { events, through } => (events, through),
         EventsPage::Expired => return ApiError::EventsExpired.into_response(),
         EventsPage::Unknown => {
             return ApiError::BadEventsRequest(BadEventsRequest::UnknownAfter).into_response()
@@ -109,6 +110,7 @@ pub(crate) fn events(
             "the events feed returned more events than asked for"
         );
         events.truncate(query.limit());
+        through = events.last().map(|event| event.id);
     }
     let mut body = Vec::with_capacity(
         super::EVENTS_OPEN.len()
@@ -141,7 +143,9 @@ pub(crate) fn events(
     }
     body.extend_from_slice(super::EVENTS_CLOSE);
     let mut response = super::json(StatusCode::OK, Bytes::from(body));
-    let last = events.last().map(|event| event.id);
+    // Where the next read resumes: past what this read went through (events of types not
+    // asked for too), else after the last event returned.
+    let last = through.or_else(|| events.last().map(|event| event.id));
     if let Some(link) = request.next_link(path, organization_id, last) {
         response.headers_mut().insert(LINK, link);
     }

@@ -94,7 +94,10 @@ impl EventFeed for MemoryStore {
         let feeds = self.events.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(feed) = feeds.by_organization.get(organization_id) else {
             return Ok(match query.after_id() {
-                None => EventsPage::Events(Vec::new()),
+                None => EventsPage::Events {
+                    events: Vec::new(),
+                    through: None,
+                },
                 Some(_) => EventsPage::Unknown,
             });
         };
@@ -106,7 +109,7 @@ impl EventFeed for MemoryStore {
                 Err(_) => return Ok(EventsPage::Unknown),
             },
         };
-        let events = feed
+        let events: Vec<FeedEvent> = feed
             .events
             .iter()
             .skip(start)
@@ -114,7 +117,11 @@ impl EventFeed for MemoryStore {
             .take(query.limit())
             .cloned()
             .collect();
-        Ok(EventsPage::Events(events))
+        let through = match events.last() {
+            Some(last) if events.len() == query.limit() => Some(last.id),
+            _ => feed.events.iter().skip(start).last().map(|event| event.id),
+        };
+        Ok(EventsPage::Events { events, through })
     }
 
     async fn prune_events(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {

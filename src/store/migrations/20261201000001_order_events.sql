@@ -171,7 +171,8 @@ BEGIN
     -- kept) of the types `kinds`, at most `max_events`, in feed order, each as outcome
     -- 'event'; or one row only: 'expired' (the event was pruned), 'unknown' (it is none of
     -- this feed's), or, when `check_unstamped` and the feed has events without a position,
-    -- 'unstamped' (stamp, then read again without the check). Reads only: a position is
+    -- 'unstamped' (stamp, then read again without the check); then one row 'through', the newest
+    -- event after the position, of any type, if there is one. Reads only: a position is
     -- handed out by the stamper's own committed transaction, never by a read whose commit
     -- could fail after its rows were sent.
     EXECUTE format($sql$
@@ -218,6 +219,15 @@ BEGIN
                   AND e.change = ANY (kinds)
                 ORDER BY e.position
                 LIMIT GREATEST(LEAST(max_events, 100), 1);
+            -- The newest event after the position, of any type: where a reader whose page
+            -- is not full resumes, past the events of types it did not ask for.
+            RETURN QUERY
+                SELECT 'through'::text, e.id, NULL::text, NULL::text, NULL::jsonb,
+                       NULL::timestamptz
+                FROM %1$I.partner_api_order_events e
+                WHERE e.organization_id = org AND e.position > after_position
+                ORDER BY e.position DESC
+                LIMIT 1;
         END
         $body$
     $sql$, schema_name);

@@ -82,10 +82,15 @@ impl PgStore {
             .await
             .map_err(store_error)?;
         let mut events = Vec::with_capacity(rows.len());
+        let mut newest = None;
         for row in &rows {
             let outcome: String = column(row, "outcome")?;
             match outcome.as_str() {
                 "event" => events.push(event_from_row(row)?),
+                "through" => {
+                    let id: i64 = column(row, "id")?;
+                    newest = Some(u64::try_from(id).map_err(StoreError::invalid_data)?);
+                }
                 "unstamped" => return Ok(None),
                 "expired" => return Ok(Some(EventsPage::Expired)),
                 "unknown" => return Ok(Some(EventsPage::Unknown)),
@@ -96,7 +101,11 @@ impl PgStore {
                 }
             }
         }
-        Ok(Some(EventsPage::Events(events)))
+        let through = match events.last() {
+            Some(last) if events.len() == query.limit() => Some(last.id),
+            _ => newest,
+        };
+        Ok(Some(EventsPage::Events { events, through }))
     }
 }
 
