@@ -189,9 +189,9 @@ pub enum EventsPage {
 /// checks a store against the rule below as one writer sees it; `tests/it/feed_history.rs`
 /// under concurrent writers.
 ///
-/// # Rule `feed-exactly-once`, and its argument
+/// # The rule, and its argument
 ///
-/// **Rule `feed-exactly-once`**: a reader that starts anywhere and then always resumes after
+/// **The feed's rule, rule `feed-exactly-once`**: a reader that starts anywhere and then always resumes after
 /// the last event it was given sees every committed change of the organization's orders
 /// exactly once, never one of a rolled-back write, and each order's changes in the order they
 /// were committed, however the writers' transactions interleave.

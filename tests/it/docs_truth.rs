@@ -149,6 +149,7 @@ fn every_rule_stated_on_a_store_trait_is_checked_by_name() {
         include_str!("../../src/store/webhooks/endpoint.rs"),
         include_str!("../../src/store/webhooks/outbox.rs"),
         include_str!("../../src/store/read.rs"),
+        include_str!("../../src/store/events.rs"),
     ];
     let stated: BTreeSet<String> = traits
         .iter()
@@ -159,6 +160,7 @@ fn every_rule_stated_on_a_store_trait_is_checked_by_name() {
         include_str!("../../src/testing/webhooks.rs"),
         include_str!("../../src/testing/webhooks/audit_log.rs"),
         include_str!("../../src/testing/store.rs"),
+        include_str!("../../src/testing/events.rs"),
     ];
     let checked: BTreeSet<String> = suites
         .iter()
@@ -167,6 +169,7 @@ fn every_rule_stated_on_a_store_trait_is_checked_by_name() {
     let expected: BTreeSet<String> = [
         "audit-in-the-change",
         "audit-only-changes",
+        "feed-exactly-once",
         "filters-hold",
         "outbox-with-the-order",
     ]
