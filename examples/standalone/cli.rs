@@ -189,6 +189,11 @@ pub(crate) struct Args {
     /// audit.pruned entry. A role other than the owner's keeps at least 400 days.
     #[arg(long, value_name = "DAYS", default_value_t = 400)]
     pub(crate) audit_retention_days: u64,
+    /// Days the events feed (GET /v1/events) keeps events (0: for ever); older ones are
+    /// deleted in small batches, at most once a minute. An `after` older than that answers
+    /// 410 Gone.
+    #[arg(long, value_name = "DAYS", default_value_t = 30)]
+    pub(crate) events_retention_days: u64,
 }
 
 fn parse_cidr(text: &str) -> Result<ipnet::IpNet, String> {
@@ -244,6 +249,8 @@ pub(crate) struct Options {
     pub(crate) usage_flush_interval: Duration,
     /// How long usage is kept (`None`: for ever).
     pub(crate) usage_retention: Option<Duration>,
+    /// How long the events feed keeps events (`None`: for ever).
+    pub(crate) events_retention: Option<Duration>,
 }
 
 impl Default for Options {
@@ -260,6 +267,7 @@ impl Default for Options {
             metrics_key_ids: 0,
             usage_flush_interval: partner_api::usage::DEFAULT_FLUSH_INTERVAL,
             usage_retention: Some(partner_api::store::DEFAULT_USAGE_RETENTION),
+            events_retention: Some(partner_api::store::DEFAULT_EVENTS_RETENTION),
         }
     }
 }
@@ -287,6 +295,8 @@ impl Options {
             usage_flush_interval: Duration::from_secs(args.usage_flush_interval),
             usage_retention: (args.usage_retention_days > 0)
                 .then(|| Duration::from_secs(args.usage_retention_days.saturating_mul(24 * 3600))),
+            events_retention: (args.events_retention_days > 0)
+                .then(|| Duration::from_secs(args.events_retention_days.saturating_mul(24 * 3600))),
         }
     }
 }

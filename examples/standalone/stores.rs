@@ -4,8 +4,8 @@
 use partner_api::cache::{CachingKeyStore, CachingOrderStore};
 use partner_api::last_used::LastUsedRecorder;
 use partner_api::seed::Seed;
-use partner_api::store::KeyManager;
 use partner_api::store::UsageStore;
+use partner_api::store::{EventFeed, KeyManager};
 use partner_api::usage::UsageRecorder;
 use partner_api::{KeyStore, LocalRateLimiter, MemoryStore, OrderStore, PartnerApi, RateLimiter};
 
@@ -74,11 +74,19 @@ pub(crate) fn check_redis_url(options: &Options) -> Result<(), String> {
     Ok(())
 }
 
+/// `api` serving the events feed of `feed`, kept as `options` say (for ever: a century).
+fn with_feed(api: PartnerApi, feed: impl EventFeed + 'static, options: &Options) -> PartnerApi {
+    const CENTURY: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+    api.with_events_retention(options.events_retention.unwrap_or(CENTURY))
+        .with_events(feed)
+}
+
 /// The partner API over `store`, configured by `options`, recording the last use of keys in
-/// `store` (the recorder is returned, to write the batch in hand at shutdown).
+/// `store` (the recorder is returned, to write the batch in hand at shutdown), with its
+/// events feed.
 fn recorded_api<S>(store: S, options: &Options) -> Served
 where
-    S: KeyStore + OrderStore + KeyManager + UsageStore + Clone + 'static,
+    S: KeyStore + OrderStore + KeyManager + UsageStore + EventFeed + Clone + 'static,
 {
     let recorder = LastUsedRecorder::spawn(store.clone());
     let usage = UsageRecorder::spawn(store.clone())
@@ -87,6 +95,7 @@ where
     let api = api(store.clone(), options)
         .with_last_used(recorder.clone())
         .with_usage(usage.clone());
+    let api = with_feed(api, store.clone(), options);
     Served {
         api,
         last_used: recorder,
@@ -152,6 +161,8 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, St
         let api = configured(PartnerApi::new(keys, orders), options)
             .with_last_used(recorder.clone())
             .with_usage(usage.clone());
+        // The feed is read from the database each time: no cache may hide a committed event.
+        let api = with_feed(api, store.clone(), options);
         let api = known_keys(api, &store, &notifications, options);
         return Ok(Served {
             api,

@@ -47,7 +47,7 @@ use crate::metrics::UsageCounters;
 #[cfg(doc)]
 use crate::metrics::DEFAULT_MAX_ORGANIZATIONS;
 use crate::rate_limit::RateLimiter;
-use crate::store::{EventFeed, KeyStore, OrderStore, DEFAULT_EVENTS_RETENTION};
+use crate::store::{EventFeed, KeyStore, OrderStore};
 use crate::usage::UsageRecorder;
 
 /// The partner API (contract section 4) as a tower [`Service`] for any request body.
@@ -88,7 +88,7 @@ impl PartnerApi {
 
     /// Serves `GET {prefix}/events`, the organization's order events oldest first, from
     /// `feed` (without one, that path answers 404 as any unknown one). Events are kept
-    /// [`DEFAULT_EVENTS_RETENTION`] unless [`with_events_retention`](Self::with_events_retention)
+    /// [`DEFAULT_EVENTS_RETENTION`](crate::store::DEFAULT_EVENTS_RETENTION) unless [`with_events_retention`](Self::with_events_retention)
     /// says otherwise; the API itself deletes older ones, in small batches, at most once a
     /// minute, in the background of a request (it needs a tokio runtime).
     ///
@@ -107,7 +107,7 @@ impl PartnerApi {
     }
 
     /// Keeps the events of [`with_events`](Self::with_events)' feed for `keep` (default
-    /// [`DEFAULT_EVENTS_RETENTION`], 30 days), before or after `with_events`: an `after`
+    /// [`DEFAULT_EVENTS_RETENTION`](crate::store::DEFAULT_EVENTS_RETENTION), 30 days), before or after `with_events`: an `after`
     /// older than that answers 410 Gone.
     #[must_use]
     pub fn with_events_retention(mut self, keep: Duration) -> Self {
