@@ -559,3 +559,61 @@ async fn every_webhook_of_the_pg_store_names_its_event_in_the_feed() {
     let (store, _) = migrated().await;
     crate::events::every_webhook_names_its_event_in_the_feed(&store).await;
 }
+
+/// The standalone host on PostgreSQL serves the feed, read from the database each time:
+/// a change committed after a read is in the next read, through the host's caches.
+#[tokio::test]
+async fn the_standalone_host_serves_the_feed_from_postgresql() {
+    crate::common::needs::needs!(Postgres, Examples);
+    use crate::common::net::{fetch, http1};
+    use crate::common::Process;
+    use http::{Method, StatusCode};
+    let (store, url) = migrated().await;
+    store
+        .load_seed(&partner_api::seed::Seed::demo())
+        .await
+        .unwrap();
+    let mut host = Process::spawn(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--database-url",
+        &url,
+        "--events-retention-days",
+        "0",
+    ]);
+    let base = host.base_url().await;
+    let client = http1();
+    let key = partner_api::seed::DEMO_KEY;
+    let mut path = "/v1/events".to_owned();
+    let mut seen = 0;
+    loop {
+        let page = fetch(&client, Method::GET, format!("{base}{path}"), Some(key)).await;
+        assert_eq!(page.status, StatusCode::OK);
+        let events = page.json()["data"]["events"].as_array().unwrap().len();
+        let link = page.header("link").unwrap().to_owned();
+        path = link[1..link.find('>').unwrap()].to_owned();
+        if events == 0 {
+            break;
+        }
+        seen += events;
+    }
+    let orders: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM partner_orders WHERE organization_id = 'org_demo'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        seen as i64, orders,
+        "one order.created per order of the seed"
+    );
+    store
+        .add_orders("org_demo", &[new_order("ord_after_the_read")])
+        .await
+        .unwrap();
+    let news = fetch(&client, Method::GET, format!("{base}{path}"), Some(key)).await;
+    let events = news.json()["data"]["events"].clone();
+    assert_eq!(events.as_array().unwrap().len(), 1, "{events}");
+    assert_eq!(events[0]["data"]["id"], "ord_after_the_read");
+    assert!(host.terminate().await.success());
+}

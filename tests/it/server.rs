@@ -35,8 +35,14 @@ const SEED: &str = r#"{
 async fn the_binary_serves_a_seed_file_and_stops_on_sigterm() {
     crate::common::needs::needs!(Examples);
     let seed = temp_file("seed.json", SEED);
-    let mut process =
-        Process::spawn(&["--listen", "127.0.0.1:0", "--seed", seed.to_str().unwrap()]);
+    let mut process = Process::spawn(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--seed",
+        seed.to_str().unwrap(),
+        "--events-retention-days",
+        "7",
+    ]);
     let base = process.base_url().await;
     let client = http1();
     let me = fetch(
@@ -80,6 +86,34 @@ async fn the_binary_serves_a_seed_file_and_stops_on_sigterm() {
     )
     .await;
     assert_eq!(other.json()["data"]["orders"][0]["id"], "ord_3");
+    // The feed: the seed's orders of the key's organization, each created once.
+    let events = fetch(
+        &client,
+        Method::GET,
+        format!("{base}/v1/events"),
+        Some("seed-key-1"),
+    )
+    .await;
+    assert_eq!(events.status, StatusCode::OK);
+    let mut created: Vec<(String, String)> = events.json()["data"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| {
+            (
+                event["type"].as_str().unwrap().to_owned(),
+                event["data"]["id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    created.sort();
+    assert_eq!(
+        created,
+        [
+            ("order.created".to_owned(), "ord_1".to_owned()),
+            ("order.created".to_owned(), "ord_2".to_owned())
+        ]
+    );
     assert!(process.terminate().await.success());
     let _ = std::fs::remove_file(seed);
 }
