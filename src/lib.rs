@@ -93,6 +93,7 @@
 
 mod api;
 pub mod cache;
+pub mod deprecation;
 pub mod docs;
 mod hashing;
 pub mod key;

@@ -194,6 +194,20 @@ pub(crate) struct Args {
     /// 410 Gone.
     #[arg(long, value_name = "DAYS", default_value_t = 30)]
     pub(crate) events_retention_days: u64,
+    /// Declares a route (/me, /orders, /events) or a query parameter of one (/orders?provider)
+    /// deprecated from DATE (YYYY-MM-DD, UTC midnight), optionally with a sunset date, a link
+    /// to what explains it, and `enforce` (410 Gone from the sunset on). Repeatable. Answers
+    /// it concerns carry Deprecation, Sunset and Link; the served OpenAPI document marks it.
+    #[arg(
+        long = "deprecate",
+        value_name = "ROUTE[?PARAM]=DATE[,sunset=DATE][,link=URL][,enforce]",
+        value_parser = parse_deprecation
+    )]
+    pub(crate) deprecations: Vec<partner_api::deprecation::Deprecation>,
+}
+
+fn parse_deprecation(text: &str) -> Result<partner_api::deprecation::Deprecation, String> {
+    text.parse().map_err(|err| format!("{err}"))
 }
 
 fn parse_cidr(text: &str) -> Result<ipnet::IpNet, String> {
@@ -251,6 +265,8 @@ pub(crate) struct Options {
     pub(crate) usage_retention: Option<Duration>,
     /// How long the events feed keeps events (`None`: for ever).
     pub(crate) events_retention: Option<Duration>,
+    /// What the host declared deprecated.
+    pub(crate) deprecations: Vec<partner_api::deprecation::Deprecation>,
 }
 
 impl Default for Options {
@@ -268,6 +284,7 @@ impl Default for Options {
             usage_flush_interval: partner_api::usage::DEFAULT_FLUSH_INTERVAL,
             usage_retention: Some(partner_api::store::DEFAULT_USAGE_RETENTION),
             events_retention: Some(partner_api::store::DEFAULT_EVENTS_RETENTION),
+            deprecations: Vec::new(),
         }
     }
 }
@@ -297,6 +314,7 @@ impl Options {
                 .then(|| Duration::from_secs(args.usage_retention_days.saturating_mul(24 * 3600))),
             events_retention: (args.events_retention_days > 0)
                 .then(|| Duration::from_secs(args.events_retention_days.saturating_mul(24 * 3600))),
+            deprecations: args.deprecations.clone(),
         }
     }
 }

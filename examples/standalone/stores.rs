@@ -19,8 +19,8 @@ pub(crate) fn api<S: KeyStore + OrderStore + 'static>(store: S, options: &Option
     configured(PartnerApi::from_store(store), options)
 }
 
-/// `api` with the metrics labels, rate limits and throttle of failed authentication `options`
-/// ask for: budgets in Redis when given its URL, else in this process. (A Redis URL that is
+/// `api` with the metrics labels, deprecations, rate limits and throttle of failed
+/// authentication `options` ask for: budgets in Redis when given its URL, else in this process. (A Redis URL that is
 /// not one is a start-up error, caught by `check_redis_url`.)
 fn configured(api: PartnerApi, options: &Options) -> PartnerApi {
     let mut api = api
@@ -28,6 +28,9 @@ fn configured(api: PartnerApi, options: &Options) -> PartnerApi {
         .with_key_id_labels(options.metrics_key_ids)
         .with_client_address_header(options.client_address_header)
         .with_trusted_proxies(options.trusted_proxies.iter().copied());
+    for deprecation in &options.deprecations {
+        api = api.with_deprecation(deprecation.clone());
+    }
     api = match options.auth_failure_limit {
         None => api.without_auth_failure_limiter(),
         Some(limit) => {

@@ -11,6 +11,7 @@ use crate::api::client_address::TrustedProxies;
 use crate::api::events_retention::EventsRetention;
 use crate::api::openapi;
 use crate::api::responses_metric::ResponseCounters;
+use crate::deprecation::Deprecation;
 use crate::last_used::LastUsedRecorder;
 use crate::metrics::{UsageCounters, DEFAULT_MAX_ORGANIZATIONS};
 use crate::rate_limit::{LocalRateLimiter, RateLimiter};
@@ -74,8 +75,10 @@ pub(crate) struct Config {
     pub(crate) responses: ResponseCounters,
     /// The per-organization series, bounded.
     pub(crate) usage: Arc<UsageCounters>,
-    /// The OpenAPI document as served under `prefix`.
+    /// The OpenAPI document as served under `prefix`, the deprecations marked.
     pub(crate) openapi: Bytes,
+    /// What the host declared deprecated.
+    pub(crate) deprecations: Arc<[Deprecation]>,
     pub(crate) prefix: String,
 }
 
@@ -103,7 +106,8 @@ impl Config {
             request_ids: true,
             responses: ResponseCounters::new(DEFAULT_PREFIX),
             usage: Arc::new(UsageCounters::new(DEFAULT_MAX_ORGANIZATIONS, 0)),
-            openapi: openapi::encoded(DEFAULT_PREFIX),
+            openapi: openapi::encoded(DEFAULT_PREFIX, &[]),
+            deprecations: Arc::from([]),
             prefix: DEFAULT_PREFIX.to_owned(),
         }
     }

@@ -7,6 +7,8 @@
 use bytes::Bytes;
 use serde_json::Value;
 
+use crate::deprecation::Deprecation;
+
 /// The OpenAPI document as checked in, with the server URL `/v1`.
 pub const DOCUMENT: &str = include_str!("openapi.json");
 
@@ -28,9 +30,85 @@ pub fn document(prefix: &str) -> Value {
     document
 }
 
-/// The served bytes for `prefix`, built once per configuration.
-pub(crate) fn encoded(prefix: &str) -> Bytes {
-    serde_json::to_vec(&document(prefix))
+/// The served bytes for `prefix`, with `deprecations` marked, built once per configuration.
+pub(crate) fn encoded(prefix: &str, deprecations: &[Deprecation]) -> Bytes {
+    let mut document = document(prefix);
+    for deprecation in deprecations {
+        mark(&mut document, deprecation);
+    }
+    serde_json::to_vec(&document)
         .expect("a JSON value always encodes")
         .into()
+}
+
+/// Marks `deprecation` in `document`: its operation, or its parameter in that operation (a
+/// copy of the shared component, so the other operations that use it stay unmarked),
+/// `deprecated: true` with the day (`x-deprecation`), the sunset (`x-sunset`) and the link
+/// (`x-deprecation-link`; an operation's also as `externalDocs`); an enforced one's
+/// operation also documents its 410.
+fn mark(document: &mut Value, deprecation: &Deprecation) {
+    let pointer = format!("/paths/~1{}/get", &deprecation.route().as_str()[1..]);
+    let mut notes = serde_json::Map::new();
+    notes.insert("deprecated".into(), Value::Bool(true));
+    notes.insert(
+        "x-deprecation".into(),
+        Value::from(deprecation.since().to_string()),
+    );
+    if let Some(sunset) = deprecation.sunset() {
+        notes.insert("x-sunset".into(), Value::from(sunset.to_string()));
+    }
+    if let Some(link) = deprecation.link() {
+        notes.insert("x-deprecation-link".into(), Value::from(link));
+    }
+    let components = document["components"]["parameters"].clone();
+    let Some(operation) = document.pointer_mut(&pointer) else {
+        return;
+    };
+    match deprecation.parameter() {
+        None => {
+            if let Some(link) = deprecation.link() {
+                operation["externalDocs"] = serde_json::json!({
+                    "description": "What the deprecation means and what to use instead",
+                    "url": link,
+                });
+            }
+            if let Some(object) = operation.as_object_mut() {
+                object.extend(notes);
+            }
+        }
+        Some(name) => {
+            let Some(parameters) = operation["parameters"].as_array_mut() else {
+                return;
+            };
+            for parameter in parameters.iter_mut() {
+                let resolved = match parameter["$ref"].as_str() {
+                    Some(reference) => {
+                        let key = reference.rsplit('/').next().unwrap_or_default();
+                        components[key].clone()
+                    }
+                    None => parameter.clone(),
+                };
+                if resolved["name"] == name && resolved["in"] == "query" {
+                    let mut marked = resolved;
+                    if let Some(object) = marked.as_object_mut() {
+                        object.extend(notes.clone());
+                    }
+                    *parameter = marked;
+                }
+            }
+        }
+    }
+    if deprecation.is_enforced() {
+        if let Some(responses) = document
+            .pointer_mut(&format!("{pointer}/responses"))
+            .and_then(Value::as_object_mut)
+        {
+            responses.entry("410").or_insert_with(|| {
+                serde_json::json!({
+                    "description": "Past the sunset of an enforced deprecation: no longer answered. The message names the sunset date and the link.",
+                    "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } }
+                })
+            });
+        }
+    }
 }

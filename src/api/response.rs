@@ -329,6 +329,28 @@ pub fn error_response(status: StatusCode) -> Response<ApiBody> {
     response
 }
 
+/// The `410 Gone` of a request that `deprecation`, enforced and past its sunset, concerns:
+/// the message names what is gone, the sunset date and the link.
+pub(crate) fn past_sunset(deprecation: &crate::deprecation::Deprecation) -> Response<ApiBody> {
+    let mut message = format!(
+        "{} is no longer served: its sunset was {}",
+        deprecation.target(),
+        deprecation
+            .sunset()
+            .map(|sunset| sunset.to_string())
+            .unwrap_or_default()
+    );
+    if let Some(link) = deprecation.link() {
+        message.push_str(&format!("; see {link}"));
+    }
+    let body = serde_json::json!({
+        "meta": serde_json::from_str::<serde_json::Value>(meta_json!())
+            .expect("the meta literal is JSON"),
+        "error": { "message": message },
+    });
+    json(StatusCode::GONE, Bytes::from(body.to_string()))
+}
+
 /// The `503` of a store that is unreachable or too slow, with `Retry-After`.
 pub(crate) fn unavailable(retry_after: Duration) -> Response<ApiBody> {
     let mut response = ApiError::Unavailable.into_response();

@@ -40,6 +40,7 @@ use crate::api::response::{self, ApiError};
 use crate::api::responses_metric::ResponseCounters;
 use crate::api::routes::Route;
 use crate::api::store_drivers::{self, ReadyOrWaiting};
+use crate::deprecation::{DeprecatedRoute, Deprecation};
 use crate::key::KeyDigest;
 use crate::last_used::LastUsedRecorder;
 use crate::log::record_in_request_span;
@@ -119,6 +120,28 @@ impl PartnerApi {
         self
     }
 
+    /// Declares `deprecation` (see [`deprecation`](crate::deprecation)): every answer to a
+    /// request it concerns carries `Deprecation`, and `Sunset` and `Link` when set (2xx, 304
+    /// and 4xx alike); the served OpenAPI document marks it; an enforced one answers 410 Gone
+    /// from its sunset on. With no deprecation declared, answers are as they always were.
+    ///
+    /// ```
+    /// use partner_api::{deprecation::Deprecation, MemoryStore, PartnerApi};
+    ///
+    /// let api = PartnerApi::from_store(MemoryStore::new())
+    ///     .with_deprecation("/orders?provider=2026-12-01,sunset=2027-06-01".parse()?);
+    /// # Ok::<(), partner_api::deprecation::DeprecationError>(())
+    /// ```
+    #[must_use]
+    pub fn with_deprecation(mut self, deprecation: Deprecation) -> Self {
+        let shared = Arc::make_mut(&mut self.config);
+        let mut deprecations = shared.deprecations.to_vec();
+        deprecations.push(deprecation);
+        shared.deprecations = deprecations.into();
+        shared.openapi = openapi::encoded(&shared.prefix, &shared.deprecations);
+        self
+    }
+
     /// Serves the API under `prefix` instead of [`DEFAULT_PREFIX`]: `"/partner/v1"` answers
     /// `/partner/v1/me`. A trailing `/` is dropped, and `""` or `"/"` serves at the root (for a
     /// host that strips the whole prefix itself).
@@ -140,7 +163,7 @@ impl PartnerApi {
         );
         let shared = Arc::make_mut(&mut self.config);
         shared.prefix = prefix.to_owned();
-        shared.openapi = openapi::encoded(prefix);
+        shared.openapi = openapi::encoded(prefix, &shared.deprecations);
         shared.responses = ResponseCounters::new(prefix);
         self
     }
@@ -369,6 +392,9 @@ impl PartnerApi {
             id
         });
         let (route, mut future) = self.answer(method, uri, headers, request.extensions());
+        if !self.config.deprecations.is_empty() {
+            future.notices = deprecation_notices(&self.config, route, uri.query());
+        }
         // An answer still waiting for a store is counted when it is done (`flow`).
         if let State::Ready(Some(response)) = &future.state {
             self.config
@@ -405,6 +431,9 @@ impl PartnerApi {
         let ready = |response| (Some(route), ResponseFuture::ready(response, head));
         if !route.allows(method) {
             return ready(ApiError::MethodNotAllowed.into_response());
+        }
+        if let Some(gone) = past_sunset(config, route, uri.query()) {
+            return ready(gone);
         }
         match route {
             Route::OpenApi => return ready(response::openapi(config.openapi.clone())),
@@ -460,11 +489,53 @@ impl PartnerApi {
                     },
                     head,
                     request_id: None,
+                    notices: Vec::new(),
                 },
             ),
             Err(_panic) => ready(handler_panicked()),
         }
     }
+}
+
+/// The route a deprecation may name, for an endpoint.
+fn deprecated_route(route: Route) -> Option<DeprecatedRoute> {
+    match route {
+        Route::Me => Some(DeprecatedRoute::Me),
+        Route::Orders => Some(DeprecatedRoute::Orders),
+        Route::Events => Some(DeprecatedRoute::Events),
+        Route::OpenApi => None,
+    }
+}
+
+/// The headers of the deprecations that concern a request of `route` with `query`.
+fn deprecation_notices(
+    config: &Config,
+    route: Option<Route>,
+    query: Option<&str>,
+) -> Vec<(http::HeaderName, HeaderValue)> {
+    let Some(route) = route.and_then(deprecated_route) else {
+        return Vec::new();
+    };
+    config
+        .deprecations
+        .iter()
+        .filter(|deprecation| deprecation.concerns(route, query))
+        .flat_map(Deprecation::headers)
+        .collect()
+}
+
+/// The 410 of a request that an enforced deprecation past its sunset concerns, if any.
+fn past_sunset(config: &Config, route: Route, query: Option<&str>) -> Option<Response<ApiBody>> {
+    if config.deprecations.is_empty() {
+        return None;
+    }
+    let route = deprecated_route(route)?;
+    let today = chrono::Utc::now().date_naive();
+    let gone = config
+        .deprecations
+        .iter()
+        .find(|deprecation| deprecation.concerns(route, query) && deprecation.is_gone(today))?;
+    Some(response::past_sunset(gone))
 }
 
 impl fmt::Debug for PartnerApi {

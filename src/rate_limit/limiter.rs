@@ -8,7 +8,9 @@ use http::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 
 #[cfg(doc)]
 use super::LocalRateLimiter;
-use super::{RATE_LIMIT_LIMIT, RATE_LIMIT_REMAINING, RATE_LIMIT_RESET};
+use super::{
+    RATE_LIMIT, RATE_LIMIT_LIMIT, RATE_LIMIT_POLICY, RATE_LIMIT_REMAINING, RATE_LIMIT_RESET,
+};
 use crate::store::StoreError;
 
 /// Counts requests against named budgets and decides whether one more may go on now.
@@ -67,6 +69,7 @@ pub struct RateLimitDecision {
     remaining: u32,
     reset_after: Duration,
     retry_after: Option<Duration>,
+    window: Option<Duration>,
 }
 
 impl RateLimitDecision {
@@ -78,6 +81,7 @@ impl RateLimitDecision {
             remaining: remaining.min(limit),
             reset_after,
             retry_after: None,
+            window: None,
         }
     }
 
@@ -89,7 +93,22 @@ impl RateLimitDecision {
             remaining: 0,
             reset_after: reset_after.max(retry_after),
             retry_after: Some(retry_after),
+            window: None,
         }
+    }
+
+    /// Sets the policy's window: how long an empty budget takes to fill again (for a
+    /// budget that refills one request every `period`, `period × limit`). Sent as `w` of
+    /// `RateLimit-Policy`; without it the field gives the quota alone.
+    #[must_use]
+    pub fn with_window(mut self, window: Duration) -> Self {
+        self.window = Some(window);
+        self
+    }
+
+    /// Returns the policy's window, if the limiter set it.
+    pub fn window(&self) -> Option<Duration> {
+        self.window
     }
 
     /// Returns whether the request may be served.
@@ -130,6 +149,25 @@ impl RateLimitDecision {
         );
         if let Some(retry_after) = self.retry_after {
             headers.insert(RETRY_AFTER, whole_seconds_at_least_one(retry_after));
+        }
+        // draft-ietf-httpapi-ratelimit-headers (-08 on): one policy, named "key" (each API
+        // key has its own budget), with its quota and window; and what is left of it now.
+        let policy = match self.window {
+            Some(window) => format!("\"key\";q={};w={}", self.limit, whole_seconds_up(window)),
+            None => format!("\"key\";q={}", self.limit),
+        };
+        let current = format!(
+            "\"key\";r={};t={}",
+            self.remaining,
+            whole_seconds_up(self.reset_after)
+        );
+        // Digits, quotes and letters: always valid values.
+        if let (Ok(policy), Ok(current)) = (
+            HeaderValue::from_str(&policy),
+            HeaderValue::from_str(&current),
+        ) {
+            headers.insert(RATE_LIMIT_POLICY, policy);
+            headers.insert(RATE_LIMIT, current);
         }
     }
 }

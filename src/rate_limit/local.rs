@@ -127,7 +127,8 @@ impl LocalRateLimiter {
                 limit,
                 Duration::from_nanos(allowed_from - now),
                 Duration::from_nanos(tat - now),
-            );
+            )
+            .with_window(window(period, limit));
         }
         let next = tat.saturating_add(period);
         match shard.get_mut(budget) {
@@ -148,6 +149,7 @@ impl LocalRateLimiter {
             u32::try_from(remaining).unwrap_or(limit),
             Duration::from_nanos(next - now),
         )
+        .with_window(window(period, limit))
     }
 
     fn give_back(&self, budget: &str) {
@@ -244,6 +246,11 @@ impl fmt::Debug for LocalRateLimiter {
             .field("tracked_keys", &self.tracked_keys())
             .finish()
     }
+}
+
+/// How long an empty budget of `limit` requests, one back every `period_nanos`, takes to fill.
+fn window(period_nanos: u64, limit: u32) -> Duration {
+    Duration::from_nanos(period_nanos.saturating_mul(u64::from(limit)))
 }
 
 #[cfg(test)]

@@ -147,7 +147,8 @@ impl RedisRateLimiter {
             RateLimitDecision::allowed(self.limit, remaining, micros(reset))
         } else {
             RateLimitDecision::refused(self.limit, micros(first), micros(reset))
-        })
+        }
+        .with_window(self.period.saturating_mul(self.limit)))
     }
 }
 

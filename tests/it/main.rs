@@ -11,6 +11,7 @@ mod audit;
 mod bad_rows;
 mod conditional_get;
 mod conformance;
+mod deprecations;
 mod docs_truth;
 mod events;
 mod fairness;

@@ -18,6 +18,8 @@ pub struct ResponseFuture {
     pub(super) state: State,
     pub(super) head: bool,
     pub(super) request_id: Option<HeaderValue>,
+    /// The headers of the deprecations the request concerns, added to whatever it answers.
+    pub(super) notices: Vec<(http::HeaderName, HeaderValue)>,
 }
 
 pub(super) enum State {
@@ -35,6 +37,7 @@ impl ResponseFuture {
             state: State::Ready(Some(response)),
             head,
             request_id: None,
+            notices: Vec::new(),
         }
     }
 }
@@ -64,6 +67,9 @@ impl Future for ResponseFuture {
         self.state = State::Ready(None);
         let mut response = response;
         response::set_request_id(&mut response, self.request_id.take());
+        for (name, value) in std::mem::take(&mut self.notices) {
+            response.headers_mut().append(name, value);
+        }
         if self.head {
             return Poll::Ready(Ok(response::without_body(response)));
         }

@@ -1,0 +1,227 @@
+//! Deprecations a host declares: the RFC 9745 / 8594 fields and links on every answer a
+//! deprecation concerns (2xx, 304 and 4xx, a 401 too), none on the others, the served OpenAPI
+//! document marking them, and 410 Gone past an enforced sunset.
+
+use http::{Request, StatusCode};
+use partner_api::deprecation::Deprecation;
+use partner_api::PartnerApi;
+use tower::ServiceExt;
+
+use crate::common::*;
+
+/// The answer to `request`, collected without the document check (a 410 past a sunset is
+/// in the served document only).
+async fn raw(api: &PartnerApi, request: Request<()>) -> Collected {
+    collect(api.clone().oneshot(request).await.unwrap()).await
+}
+
+fn values(response: &Collected, name: &str) -> Vec<String> {
+    response
+        .headers
+        .get_all(name)
+        .iter()
+        .map(|value| value.to_str().unwrap().to_owned())
+        .collect()
+}
+
+fn deprecated(spec: &str) -> PartnerApi {
+    api().with_deprecation(spec.parse::<Deprecation>().unwrap())
+}
+
+#[tokio::test]
+async fn a_deprecated_route_says_so_on_every_answer_and_the_others_do_not() {
+    let api = deprecated("/orders=2026-12-01,sunset=2099-06-01,link=https://example.com/orders-v2");
+    let ok = call(&api, get("/v1/orders?limit=1", Some(KEY_A))).await;
+    assert_eq!(ok.status, StatusCode::OK);
+    assert_eq!(values(&ok, "deprecation"), ["@1796083200"]);
+    assert_eq!(values(&ok, "sunset"), ["Mon, 01 Jun 2099 00:00:00 GMT"]);
+    let links = values(&ok, "link");
+    assert!(
+        links.iter().any(|link| link.ends_with("rel=\"next\"")),
+        "{links:?}"
+    );
+    assert!(links.contains(&"<https://example.com/orders-v2>; rel=\"deprecation\"".to_owned()));
+    assert!(links.contains(&"<https://example.com/orders-v2>; rel=\"sunset\"".to_owned()));
+
+    // A 304, a 400 and a 401 carry them too: a broken client still learns it.
+    let mut conditional = get("/v1/orders?limit=1", Some(KEY_A));
+    conditional
+        .headers_mut()
+        .insert("if-none-match", ok.headers["etag"].clone());
+    for response in [
+        call(&api, conditional).await,
+        call(&api, get("/v1/orders?limit=0", Some(KEY_A))).await,
+        call(&api, get("/v1/orders", None)).await,
+    ] {
+        assert!(
+            matches!(response.status.as_u16(), 304 | 400 | 401),
+            "{}",
+            response.status
+        );
+        assert_eq!(values(&response, "deprecation"), ["@1796083200"]);
+        assert_eq!(values(&response, "sunset").len(), 1);
+    }
+    // Another route: as it always was.
+    let me = call(&api, get("/v1/me", Some(KEY_A))).await;
+    let plain = call(&crate::common::api(), get("/v1/me", Some(KEY_A))).await;
+    assert_eq!(
+        without_request_id(me.headers.clone()),
+        without_request_id(plain.headers.clone())
+    );
+    assert_eq!(me.body, plain.body);
+}
+
+#[tokio::test]
+async fn a_deprecated_parameter_is_signalled_only_when_given() {
+    let api = deprecated("/orders?provider=2026-12-01");
+    let with = call(&api, get("/v1/orders?provider=meta", Some(KEY_A))).await;
+    assert_eq!(with.status, StatusCode::OK);
+    assert_eq!(values(&with, "deprecation"), ["@1796083200"]);
+    assert!(values(&with, "sunset").is_empty());
+    let without = call(&api, get("/v1/orders?status=booked", Some(KEY_A))).await;
+    assert!(values(&without, "deprecation").is_empty());
+    // Without a declaration, the bytes and headers are those of before.
+    let plain = call(
+        &crate::common::api(),
+        get("/v1/orders?status=booked", Some(KEY_A)),
+    )
+    .await;
+    assert_eq!(without.body, plain.body);
+    assert_eq!(
+        without_request_id(without.headers.clone()),
+        without_request_id(plain.headers.clone())
+    );
+}
+
+#[tokio::test]
+async fn the_served_document_marks_what_is_deprecated() {
+    let api =
+        deprecated("/orders?provider=2026-12-01,sunset=2027-06-01,link=https://example.com/p")
+            .with_deprecation(
+                "/me=2026-12-01,link=https://example.com/me"
+                    .parse()
+                    .unwrap(),
+            );
+    let served = call(&api, get("/v1/openapi.json", None)).await.json();
+    let me = &served["paths"]["/me"]["get"];
+    assert_eq!(me["deprecated"], true);
+    assert_eq!(me["x-deprecation"], "2026-12-01");
+    assert_eq!(me["externalDocs"]["url"], "https://example.com/me");
+    let orders = &served["paths"]["/orders"]["get"];
+    assert!(orders.get("deprecated").is_none());
+    let provider = orders["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|parameter| parameter["name"] == "provider")
+        .unwrap();
+    assert_eq!(provider["deprecated"], true);
+    assert_eq!(provider["x-sunset"], "2027-06-01");
+    assert_eq!(provider["x-deprecation-link"], "https://example.com/p");
+    // The shared component itself stays unmarked, and so does every other operation.
+    assert!(served["components"]["parameters"]["provider"]
+        .get("deprecated")
+        .is_none());
+    assert!(served["paths"]["/events"]["get"]
+        .get("deprecated")
+        .is_none());
+    let plain = call(&crate::common::api(), get("/v1/openapi.json", None))
+        .await
+        .json();
+    assert!(plain["paths"]["/me"]["get"].get("deprecated").is_none());
+}
+
+#[tokio::test]
+async fn an_enforced_sunset_answers_410_with_the_date_and_link_and_an_unenforced_one_does_not() {
+    let gone =
+        deprecated("/orders=2020-01-01,sunset=2021-01-01,link=https://example.com/v2,enforce");
+    for key in [Some(KEY_A), None] {
+        let response = raw(&gone, get("/v1/orders", key)).await;
+        assert_eq!(response.status, StatusCode::GONE);
+        assert_eq!(response.header("content-type"), Some("application/json"));
+        let message = response.error_message();
+        assert!(
+            message.contains("/orders")
+                && message.contains("2021-01-01")
+                && message.contains("https://example.com/v2"),
+            "{message}"
+        );
+        assert_eq!(values(&response, "deprecation").len(), 1);
+    }
+    // The other routes answer.
+    assert_eq!(
+        raw(&gone, get("/v1/me", Some(KEY_A))).await.status,
+        StatusCode::OK
+    );
+    let served = raw(&gone, get("/v1/openapi.json", None)).await.json();
+    assert!(served["paths"]["/orders"]["get"]["responses"]["410"].is_object());
+    // Past its sunset but not enforced: still served, with the fields.
+    let lenient = deprecated("/orders=2020-01-01,sunset=2021-01-01");
+    let served = raw(&lenient, get("/v1/orders", Some(KEY_A))).await;
+    assert_eq!(served.status, StatusCode::OK);
+    assert_eq!(values(&served, "sunset"), ["Fri, 01 Jan 2021 00:00:00 GMT"]);
+    // A parameter's enforcement: only requests that give it.
+    let parameter = deprecated("/orders?provider=2020-01-01,sunset=2021-01-01,enforce");
+    assert_eq!(
+        raw(&parameter, get("/v1/orders?provider=meta", Some(KEY_A)))
+            .await
+            .status,
+        StatusCode::GONE
+    );
+    assert_eq!(
+        raw(&parameter, get("/v1/orders", Some(KEY_A))).await.status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn the_standalone_host_declares_deprecations_from_its_flags() {
+    crate::common::needs::needs!(Examples);
+    use crate::common::net::{fetch, http1};
+    use http::Method;
+    let mut host = Process::spawn(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--deprecate",
+        "/orders?provider=2026-12-01,sunset=2099-06-01,link=https://example.com/providers",
+        "--deprecate",
+        "/events=2026-01-01,sunset=2026-02-01,enforce",
+        "--rate-limit",
+        "50",
+    ]);
+    let base = host.base_url().await;
+    let client = http1();
+    let key = partner_api::seed::DEMO_KEY;
+    let filtered = fetch(
+        &client,
+        Method::GET,
+        format!("{base}/v1/orders?provider=meta"),
+        Some(key),
+    )
+    .await;
+    assert_eq!(filtered.status, StatusCode::OK);
+    assert_eq!(values(&filtered, "deprecation"), ["@1796083200"]);
+    assert_eq!(
+        values(&filtered, "sunset"),
+        ["Mon, 01 Jun 2099 00:00:00 GMT"]
+    );
+    // The standard rate-limit fields beside the X- ones, with the same figures.
+    let policy = values(&filtered, "ratelimit-policy");
+    assert_eq!(policy, ["\"key\";q=50;w=1"]);
+    let limit = values(&filtered, "ratelimit");
+    let remaining = values(&filtered, "x-ratelimit-remaining");
+    assert_eq!(limit, [format!("\"key\";r={};t=1", remaining[0])]);
+    let plain = fetch(&client, Method::GET, format!("{base}/v1/orders"), Some(key)).await;
+    assert!(values(&plain, "deprecation").is_empty());
+    let gone = fetch(&client, Method::GET, format!("{base}/v1/events"), Some(key)).await;
+    assert_eq!(gone.status, StatusCode::GONE);
+    assert!(host.terminate().await.success());
+
+    let (ok, _, stderr) =
+        standalone_command(&["--deprecate", "/orders=2026-12-01,sunset=2026-11-01"]).await;
+    assert!(!ok);
+    assert!(
+        stderr.contains("--deprecate") && stderr.contains("before the deprecation"),
+        "{stderr}"
+    );
+}
