@@ -121,8 +121,13 @@ function drawChart(days) {
     }
     chart.append(day);
   });
-  for (const i of [0, Math.floor(days.length / 2), days.length - 1]) {
-    const label = svgElement("text", { x: left + i * slot + slot / 2, y: height - 10, class: "axis-label", "text-anchor": "middle" });
+  // The first and last labels are anchored at their outer bar's outer edge, so neither runs
+  // past the chart's edge (a centred last label was cut: "26 No").
+  const labelled = [[0, left + 1, "start"],
+    [Math.floor(days.length / 2), left + Math.floor(days.length / 2) * slot + slot / 2, "middle"],
+    [days.length - 1, left + days.length * slot - 1, "end"]];
+  for (const [i, x, anchor] of labelled) {
+    const label = svgElement("text", { x, y: height - 10, class: "axis-label", "text-anchor": anchor });
     label.textContent = dayName(days[i]);
     chart.append(label);
   }

@@ -1672,6 +1672,24 @@ async fn the_page_shows_each_keys_usage_and_fits_a_desktop_and_a_phone() {
         format!("{today_name}: 7 requests (OK 7)"),
         "the bars are labelled with days their counts were not read for"
     );
+    // Every label of the chart lies inside it: the last day's was cut at the right edge.
+    let cut = browser
+        .execute(
+            "const svg = document.querySelector('#usage-chart svg'); \
+             const box = svg.viewBox.baseVal; \
+             return [...svg.querySelectorAll('text.axis-label')].map(text => { \
+               const b = text.getBBox(); \
+               return Math.max(box.x - b.x, b.x + b.width - (box.x + box.width)); });",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let cut: Vec<f64> = serde_json::from_value(cut).unwrap();
+    assert_eq!(cut.len(), 5, "the chart's labels: {cut:?}");
+    assert!(
+        cut.iter().all(|overflow| *overflow <= 0.0),
+        "a label of the usage chart runs past its edge: {cut:?}"
+    );
     browser
         .execute("window.Date = window.RealDate;", vec![])
         .await
