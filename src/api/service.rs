@@ -530,7 +530,7 @@ fn past_sunset(config: &Config, route: Route, query: Option<&str>) -> Option<Res
         return None;
     }
     let route = deprecated_route(route)?;
-    let today = chrono::Utc::now().date_naive();
+    let today = crate::model::Timestamp::now().as_datetime().date_naive();
     let gone = config
         .deprecations
         .iter()
