@@ -4,8 +4,8 @@
 
 use async_trait::async_trait;
 use partner_api::store::{
-    AuditLog, AuditQuery, AuditRecord, KeyUsageTotal, OrderQuery, UsageBucket, UsageCount,
-    UsageGranularity, UsagePeriod, UsageStore,
+    AuditLog, AuditQuery, AuditRecord, EventFeed, EventQuery, EventsPage, KeyUsageTotal,
+    OrderQuery, UsageBucket, UsageCount, UsageGranularity, UsagePeriod, UsageStore,
 };
 use partner_api::store::{IssuedKey, KeyManager, KeyPolicy, KeyRecord, KeyUse, NewKey, RollKey};
 use partner_api::testing::{run, StoreFixtures};
@@ -46,6 +46,10 @@ enum Fault {
     LeaksUsage,
     /// Revocations run where the caller's audit context does not reach.
     ForgetsAuditContext,
+    /// The events feed drops the second event of every answer.
+    SkipsEvents,
+    /// The events feed answers each page newest first.
+    ReordersEvents,
 }
 
 /// A memory store with one deliberate fault.
@@ -84,6 +88,54 @@ impl OrderStore for Faulty {
             _ => query.clone(),
         };
         self.0.orders(org, &query).await
+    }
+}
+
+#[async_trait]
+impl EventFeed for Faulty {
+    async fn events(&self, org: &str, query: &EventQuery) -> Result<EventsPage, StoreError> {
+        let page = self.0.events(org, query).await?;
+        let EventsPage::Events {
+            mut events,
+            through,
+        } = page
+        else {
+            return Ok(page);
+        };
+        match self.1 {
+            Fault::SkipsEvents if events.len() > 1 => {
+                events.remove(1);
+            }
+            Fault::ReordersEvents => events.reverse(),
+            _ => {}
+        }
+        Ok(EventsPage::Events { events, through })
+    }
+    async fn prune_events(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
+        self.0.prune_events(older_than, batch).await
+    }
+}
+
+#[tokio::test]
+async fn the_memory_feed_passes_the_suite_and_feeds_that_skip_or_reorder_fail_it() {
+    let store = MemoryStore::new();
+    for _ in 0..2 {
+        let report = partner_api::testing::run_event_feed(&store).await;
+        report.assert_passed();
+        assert_eq!(report.len(), 4);
+    }
+    for fault in [Fault::SkipsEvents, Fault::ReordersEvents] {
+        let report = partner_api::testing::run_event_feed(&Faulty(MemoryStore::new(), fault)).await;
+        let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
+        for rule in [
+            "rule feed-exactly-once: every change",
+            "rule feed-exactly-once: resuming",
+        ] {
+            assert!(
+                failed.iter().any(|name| name.starts_with(rule)),
+                "{rule}: {report}"
+            );
+        }
     }
 }
 

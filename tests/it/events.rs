@@ -5,14 +5,10 @@
 
 use std::time::Duration;
 
-use async_trait::async_trait;
 use http::StatusCode;
-use partner_api::store::{EventFeed, EventId, EventQuery, EventsPage, OrderQuery};
+use partner_api::store::{EventFeed, EventId, EventQuery, EventsPage};
 use partner_api::testing::StoreFixtures;
-use partner_api::{
-    KeyDigest, KeyLookup, KeyStore, MemoryStore, Order, OrderPage, OrderStore, Organization,
-    PartnerApi, StoreError, Timestamp,
-};
+use partner_api::{MemoryStore, Organization, PartnerApi, Timestamp};
 
 use crate::common::*;
 
@@ -96,17 +92,7 @@ async fn the_feed_serves_every_change_oldest_first_and_links_to_where_to_resume(
     store.update_order("org_b", changed).unwrap();
     assert!(store.remove_order("org_b", "b1"));
     let news = call(&api, get(&next(&tail), Some(KEY_B))).await;
-    let kinds: Vec<(String, String)> = news.json()["data"]["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|event| {
-            (
-                event["type"].as_str().unwrap().to_owned(),
-                event["data"]["id"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let kinds = event_kinds(&news);
     assert_eq!(
         kinds,
         [
@@ -280,126 +266,6 @@ async fn the_feed_answers_head_and_refuses_other_methods() {
     .await;
     assert_eq!(post.status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(post.header("allow"), Some("GET, HEAD"));
-}
-
-/// How a faulty feed breaks rule `feed-exactly-once`.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum FeedFault {
-    /// Drops the second event of every answer.
-    Skips,
-    /// Answers each page newest first.
-    Reorders,
-}
-
-/// The memory store with a faulty feed.
-struct FaultyFeed(MemoryStore, FeedFault);
-
-#[async_trait]
-impl EventFeed for FaultyFeed {
-    async fn events(
-        &self,
-        organization_id: &str,
-        query: &EventQuery,
-    ) -> Result<EventsPage, StoreError> {
-        let page = self.0.events(organization_id, query).await?;
-        let EventsPage::Events {
-            mut events,
-            through,
-        } = page
-        else {
-            return Ok(page);
-        };
-        match self.1 {
-            FeedFault::Skips if events.len() > 1 => {
-                events.remove(1);
-            }
-            FeedFault::Skips => {}
-            FeedFault::Reorders => events.reverse(),
-        }
-        Ok(EventsPage::Events { events, through })
-    }
-
-    async fn prune_events(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
-        self.0.prune_events(older_than, batch).await
-    }
-}
-
-#[async_trait]
-impl KeyStore for FaultyFeed {
-    async fn lookup(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
-        self.0.lookup(digest).await
-    }
-}
-
-#[async_trait]
-impl OrderStore for FaultyFeed {
-    async fn orders(
-        &self,
-        organization_id: &str,
-        query: &OrderQuery,
-    ) -> Result<OrderPage, StoreError> {
-        self.0.orders(organization_id, query).await
-    }
-}
-
-#[async_trait]
-impl StoreFixtures for FaultyFeed {
-    type Store = Self;
-    fn store(&self) -> &Self {
-        self
-    }
-    async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
-        self.0.add_organization(organization.clone())
-    }
-    async fn add_key(
-        &self,
-        key: &str,
-        organization_id: &str,
-        expires_at: Option<Timestamp>,
-    ) -> Result<(), StoreError> {
-        StoreFixtures::add_key(&self.0, key, organization_id, expires_at).await
-    }
-    async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
-        self.0.revoke_key(key);
-        Ok(())
-    }
-    async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError> {
-        self.0.add_orders(organization_id, orders.iter().cloned())
-    }
-    async fn remove_order(&self, organization_id: &str, order_id: &str) -> Result<(), StoreError> {
-        self.0.remove_order(organization_id, order_id);
-        Ok(())
-    }
-    async fn update_order(&self, organization_id: &str, order: &Order) -> Result<(), StoreError> {
-        self.0.update_order(organization_id, order.clone())
-    }
-}
-
-#[tokio::test]
-async fn the_memory_feed_passes_the_suite_and_feeds_that_skip_or_reorder_fail_it() {
-    let store = MemoryStore::new();
-    for _ in 0..2 {
-        let report = partner_api::testing::run_event_feed(&store).await;
-        report.assert_passed();
-        assert_eq!(report.len(), 4);
-    }
-    for fault in [FeedFault::Skips, FeedFault::Reorders] {
-        let report =
-            partner_api::testing::run_event_feed(&FaultyFeed(MemoryStore::new(), fault)).await;
-        let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
-        assert!(
-            failed
-                .iter()
-                .any(|name| name.starts_with("rule feed-exactly-once: every change")),
-            "{fault:?}: {report}"
-        );
-        assert!(
-            failed
-                .iter()
-                .any(|name| name.starts_with("rule feed-exactly-once: resuming")),
-            "{fault:?}: {report}"
-        );
-    }
 }
 
 /// Webhooks and the feed agree: each webhook of a change names its event's id, and carries

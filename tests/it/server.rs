@@ -95,17 +95,7 @@ async fn the_binary_serves_a_seed_file_and_stops_on_sigterm() {
     )
     .await;
     assert_eq!(events.status, StatusCode::OK);
-    let mut created: Vec<(String, String)> = events.json()["data"]["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|event| {
-            (
-                event["type"].as_str().unwrap().to_owned(),
-                event["data"]["id"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let mut created = event_kinds(&events);
     created.sort();
     assert_eq!(
         created,

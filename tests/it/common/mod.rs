@@ -512,3 +512,18 @@ pub fn page_token(link: &str) -> String {
         .unwrap_or_default()
         .to_owned()
 }
+
+/// The type and order id of each event of a `GET /events` answer, in order.
+pub fn event_kinds(response: &Collected) -> Vec<(String, String)> {
+    response.json()["data"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| {
+            (
+                event["type"].as_str().unwrap().to_owned(),
+                event["data"]["id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
