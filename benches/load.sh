@@ -16,9 +16,12 @@
 # changes within seconds, and interleaving puts those changes on all three alike (runs of
 # five seconds each, one server after the other, varied from 0.74 to 1.15 on one evening).
 # It prints the medians over runs of requests/s (a run's mean over its slices), p50 and p99
-# latency (a run's median over its slices), and resident memory after the warm-up and at its
-# peak. The ratios api/baseline and host/baseline are medians of each run's ratios. It fails
-# when any request is not a 200.
+# latency (a run's median over its slices), resident memory after the warm-up and at its
+# peak, and the share of its one CPU each server used during its slices (its CPU time from
+# /proc over the seconds wrk reports it loaded the server). The ratios api/baseline and host/baseline are medians of each run's
+# ratios, counted only from runs where both servers used at least MIN_CPU_SHARE (default
+# 0.95) of their CPU: below it something else (wrk, the machine) set the pace, and the ratio
+# is refused. It fails when any request is not a 200.
 #
 # Then the metrics' cost (METRICS=0 skips it): the host with the Prometheus exporter installed
 # (--metrics-listen, scraped every second) against the same host without, alternated.
@@ -103,13 +106,14 @@ done
 stop
 
 # measure URL: a warm-up second, then one wrk run of DURATION seconds on CPU 1; prints
-# "rps p50 p99" (latencies in microseconds).
+# "rps p50 p99 seconds" (latencies in microseconds).
 measure() {
   taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d1s -H "Authorization: Bearer $key" "$1" >/dev/null
   wrk_once "$1" "$DURATION"
 }
 
-# wrk_once URL SECONDS: one wrk run on CPU 1; prints "rps p50 p99".
+# wrk_once URL SECONDS: one wrk run on CPU 1; prints "rps p50 p99 seconds" (the seconds wrk
+# loaded the server, as it reports them).
 wrk_once() {
   taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"${2}s" --latency \
     -H "Authorization: Bearer $key" "$1" >"$work/wrk"
@@ -123,13 +127,20 @@ wrk_once() {
     /Requests\/sec:/ { rps = $2 }
     $1 == "50%" { p50 = us($2) }
     $1 == "99%" { p99 = us($2) }
-    END { printf "%.0f %.0f %.0f\n", rps, p50, p99 }' "$work/wrk"
+    / requests in / { for (i = 1; i < NF; i++) if ($i == "in") { d = $(i + 1); sub(/s,?$/, "", d) } }
+    END { printf "%.0f %.0f %.0f %s\n", rps, p50, p99, d }' "$work/wrk"
 }
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# cpu_ticks PID: the CPU time PID (all its threads) has used, in clock ticks (user + system).
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# The least share of its CPU a server must use during its slices for a ratio to count: below
+# it, wrk (or anything else on the machine), not the server, set the pace.
+MIN_CPU_SHARE=${MIN_CPU_SHARE:-0.95}
+ticks_per_second=$(getconf CLK_TCK)
 
 echo "load: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(date -u +%Y-%m-%d)"
 echo "wrk -t1 -c$CONNECTIONS, $RUNS runs of ${DURATION} one-second slices per server, interleaved; /v1/orders body $(( $(wc -c <"$work/orders.http") )) bytes with headers"
-printf '%-8s %-9s %10s %8s %8s %12s %12s\n' route server "req/s" "p50 us" "p99 us" "RSS warm KiB" "RSS peak KiB"
+printf '%-8s %-9s %10s %8s %8s %12s %12s %9s\n' route server "req/s" "p50 us" "p99 us" "RSS warm KiB" "RSS peak KiB" "CPU used"
 servers=(baseline api host)
 for route in me orders events; do
   for server in "${servers[@]}"; do : >"$work/$route.$server"; done
@@ -148,36 +159,52 @@ for route in me orders events; do
       taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d1s -H "Authorization: Bearer $key" "${bases[$server]}/v1/$route" >/dev/null
       warm[$server]=$(rss_kib VmRSS "${pids[$server]}")
       : >"$work/slices.$server"
+      : >"$work/cpu.$server"
     done
     for slice in $(seq 0 $((DURATION - 1))); do
       # Each server goes first, second and third in turn.
       for turn in 0 1 2; do
         server=${servers[$(((slice + turn) % 3))]}
+        ticks=$(cpu_ticks "${pids[$server]}")
         wrk_once "${bases[$server]}/v1/$route" 1 >>"$work/slices.$server"
+        # The server's CPU time in the slice (it idles while wrk starts and stops).
+        echo "$(($(cpu_ticks "${pids[$server]}") - ticks))" >>"$work/cpu.$server"
       done
     done
     for server in "${servers[@]}"; do
       rps=$(awk '{ sum += $1 } END { printf "%.0f", sum / NR }' "$work/slices.$server")
       p50=$(cut -d' ' -f2 "$work/slices.$server" | median)
       p99=$(cut -d' ' -f3 "$work/slices.$server" | median)
-      echo "$rps $p50 $p99 ${warm[$server]} $(rss_kib VmHWM "${pids[$server]}")" >>"$work/$route.$server"
+      # CPU seconds over the seconds wrk loaded it.
+      cpu=$(paste -d' ' "$work/cpu.$server" "$work/slices.$server" |
+        awk -v hz="$ticks_per_second" '{ ticks += $1; seconds += $5 } END { printf "%.3f", ticks / hz / seconds }')
+      echo "$rps $p50 $p99 ${warm[$server]} $(rss_kib VmHWM "${pids[$server]}") $cpu" >>"$work/$route.$server"
     done
     stop_all
     for server in api host; do
+      # A ratio of this run only when both servers used their whole CPU: else "-".
       paste -d' ' "$work/$route.baseline" "$work/$route.$server" | tail -n 1 |
-        awk '{ printf "%.4f\n", $6 / $1 }' >>"$work/$route.$server.ratios"
+        awk -v min="$MIN_CPU_SHARE" '{ if ($6 >= min && $12 >= min) printf "%.4f\n", $7 / $1; else print "-" }' \
+        >>"$work/$route.$server.ratios"
     done
   done
   for server in baseline api host; do
     file="$work/$route.$server"
     rps=$(cut -d' ' -f1 "$file" | median)
-    printf '%-8s %-9s %10s %8s %8s %12s %12s\n' "/v1/$route" "$server" "$rps" \
+    printf '%-8s %-9s %10s %8s %8s %12s %12s %9s\n' "/v1/$route" "$server" "$rps" \
       "$(cut -d' ' -f2 "$file" | median)" "$(cut -d' ' -f3 "$file" | median)" \
-      "$(cut -d' ' -f4 "$file" | median)" "$(cut -d' ' -f5 "$file" | median)"
+      "$(cut -d' ' -f4 "$file" | median)" "$(cut -d' ' -f5 "$file" | median)" \
+      "$(cut -d' ' -f6 "$file" | median)"
   done
   for server in api host; do
-    printf '%-8s ratio %s/baseline: %s (runs: %s)\n' "/v1/$route" "$server" \
-      "$(median <"$work/$route.$server.ratios")" "$(tr '\n' ' ' <"$work/$route.$server.ratios" | xargs)"
+    counted=$(grep -v '^-$' "$work/$route.$server.ratios" || true)
+    if [ -z "$counted" ]; then
+      printf '%-8s ratio %s/baseline: refused: in no run did both servers use %s of their CPU (runs: %s)\n' \
+        "/v1/$route" "$server" "$MIN_CPU_SHARE" "$(tr '\n' ' ' <"$work/$route.$server.ratios" | xargs)"
+    else
+      printf '%-8s ratio %s/baseline: %s (runs: %s; "-": a server below %s of its CPU)\n' "/v1/$route" "$server" \
+        "$(median <<<"$counted")" "$(tr '\n' ' ' <"$work/$route.$server.ratios" | xargs)" "$MIN_CPU_SHARE"
+    fi
   done
 done
 
