@@ -232,32 +232,55 @@ impl Deprecation {
     pub(crate) fn is_gone(&self, today: NaiveDate) -> bool {
         self.enforced && self.sunset.is_some_and(|sunset| today >= sunset)
     }
+}
 
-    /// The headers of an answer it concerns.
-    pub(crate) fn headers(&self) -> Vec<(HeaderName, HeaderValue)> {
-        // Digits after `@`, and an HTTP date: always valid header values.
-        let mut headers = Vec::with_capacity(4);
-        if let Ok(value) = HeaderValue::from_str(&format!("@{}", unix_seconds(self.since))) {
-            headers.push((HeaderName::from_static("deprecation"), value));
-        }
-        if let Some(sunset) = self.sunset {
-            if let Ok(value) = HeaderValue::from_str(&imf_fixdate(sunset)) {
-                headers.push((HeaderName::from_static("sunset"), value));
-            }
-        }
-        if let Some(link) = &self.link {
-            let mut rels = vec!["deprecation"];
-            if self.sunset.is_some() {
-                rels.push("sunset");
-            }
-            for rel in rels {
-                if let Ok(value) = HeaderValue::from_str(&format!("<{link}>; rel=\"{rel}\"")) {
-                    headers.push((http::header::LINK, value));
-                }
-            }
-        }
-        headers
+/// The headers of an answer that `concerned` deprecations concern (at least one): one
+/// `Deprecation` (the earliest day: RFC 9745's field is one date), one `Sunset` (the earliest
+/// set: RFC 8594's is one date), and each link once, as `rel="deprecation"` and, for a
+/// deprecation with a sunset, `rel="sunset"`.
+pub(crate) fn notices<'a>(
+    concerned: impl IntoIterator<Item = &'a Deprecation>,
+) -> Vec<(HeaderName, HeaderValue)> {
+    let concerned: Vec<&Deprecation> = concerned.into_iter().collect();
+    let mut headers = Vec::with_capacity(4);
+    let Some(since) = concerned.iter().map(|deprecation| deprecation.since).min() else {
+        return headers;
+    };
+    // Digits after `@`, and an HTTP date: always valid header values.
+    if let Ok(value) = HeaderValue::from_str(&format!("@{}", unix_seconds(since))) {
+        headers.push((HeaderName::from_static("deprecation"), value));
     }
+    if let Some(sunset) = concerned
+        .iter()
+        .filter_map(|deprecation| deprecation.sunset)
+        .min()
+    {
+        if let Ok(value) = HeaderValue::from_str(&imf_fixdate(sunset)) {
+            headers.push((HeaderName::from_static("sunset"), value));
+        }
+    }
+    let mut links: Vec<String> = Vec::new();
+    for deprecation in &concerned {
+        let Some(link) = &deprecation.link else {
+            continue;
+        };
+        let mut rels = vec!["deprecation"];
+        if deprecation.sunset.is_some() {
+            rels.push("sunset");
+        }
+        for rel in rels {
+            let value = format!("<{link}>; rel=\"{rel}\"");
+            if !links.contains(&value) {
+                links.push(value);
+            }
+        }
+    }
+    for link in links {
+        if let Ok(value) = HeaderValue::from_str(&link) {
+            headers.push((http::header::LINK, value));
+        }
+    }
+    headers
 }
 
 /// `date` at 00:00 UTC, in seconds since the epoch.
@@ -388,8 +411,7 @@ mod tests {
             "/orders=2026-12-01,sunset=2027-06-01,link=https://example.com/x"
                 .parse()
                 .unwrap();
-        let headers: Vec<(String, String)> = deprecation
-            .headers()
+        let headers: Vec<(String, String)> = notices([&deprecation])
             .into_iter()
             .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_owned()))
             .collect();
@@ -408,6 +430,39 @@ mod tests {
                 (
                     "link".to_owned(),
                     "<https://example.com/x>; rel=\"sunset\"".to_owned()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn two_deprecations_of_one_request_make_one_date_of_each_and_every_link_once() {
+        let route: Deprecation = "/orders=2027-01-01,sunset=2027-09-01,link=https://example.com/a"
+            .parse()
+            .unwrap();
+        let parameter: Deprecation =
+            "/orders?provider=2026-12-01,sunset=2027-06-01,link=https://example.com/a"
+                .parse()
+                .unwrap();
+        let headers: Vec<(String, String)> = notices([&route, &parameter])
+            .into_iter()
+            .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_owned()))
+            .collect();
+        assert_eq!(
+            headers,
+            [
+                ("deprecation".to_owned(), "@1796083200".to_owned()),
+                (
+                    "sunset".to_owned(),
+                    "Tue, 01 Jun 2027 00:00:00 GMT".to_owned()
+                ),
+                (
+                    "link".to_owned(),
+                    "<https://example.com/a>; rel=\"deprecation\"".to_owned()
+                ),
+                (
+                    "link".to_owned(),
+                    "<https://example.com/a>; rel=\"sunset\"".to_owned()
                 ),
             ]
         );

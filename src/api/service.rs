@@ -41,6 +41,7 @@ use crate::api::responses_metric::ResponseCounters;
 use crate::api::routes::Route;
 use crate::api::store_drivers::{self, ReadyOrWaiting};
 use crate::deprecation::{DeprecatedRoute, Deprecation};
+
 use crate::key::KeyDigest;
 use crate::last_used::LastUsedRecorder;
 use crate::log::record_in_request_span;
@@ -516,12 +517,12 @@ fn deprecation_notices(
     let Some(route) = route.and_then(deprecated_route) else {
         return Vec::new();
     };
-    config
-        .deprecations
-        .iter()
-        .filter(|deprecation| deprecation.concerns(route, query))
-        .flat_map(Deprecation::headers)
-        .collect()
+    crate::deprecation::notices(
+        config
+            .deprecations
+            .iter()
+            .filter(|deprecation| deprecation.concerns(route, query)),
+    )
 }
 
 /// The 410 of a request that an enforced deprecation past its sunset concerns, if any.

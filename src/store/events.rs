@@ -225,8 +225,9 @@ pub trait EventFeed: Send + Sync {
     ) -> Result<EventsPage, StoreError>;
 
     /// Deletes at most `batch` events written more than `older_than` ago (by the store's
-    /// clock), in feed order, never one after an event it keeps; returns how many it
-    /// deleted.
+    /// clock), in feed order, never one after an event it keeps, and never a feed's newest
+    /// event (a reader that has it resumes there: it missed nothing, however quiet the feed);
+    /// returns how many it deleted.
     async fn prune_events(
         &self,
         older_than: std::time::Duration,

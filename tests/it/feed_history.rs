@@ -550,6 +550,26 @@ async fn pg_retention_deletes_in_feed_order_and_an_after_it_deleted_is_expired()
         .await
         .unwrap();
     assert_eq!(ids(oldest), Ok(all[2..].to_vec()));
+    // A quiet feed, every event old: all but the newest go, and a reader at the newest is
+    // caught up, not expired.
+    sqlx::query("UPDATE partner_api_order_events SET created_at = created_at - interval '40 days'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let deleted = partner_api::store::prune_event_batches(&store, keep, 100, 10)
+        .await
+        .unwrap();
+    assert_eq!(deleted, 2);
+    let caught_up = store
+        .events(organization, &EventQuery::after(all[4], 100))
+        .await
+        .unwrap();
+    assert_eq!(ids(caught_up), Ok(Vec::new()));
+    let expired = store
+        .events(organization, &EventQuery::after(all[3], 100))
+        .await
+        .unwrap();
+    assert_eq!(expired, EventsPage::Expired);
 }
 
 #[cfg(feature = "webhooks")]

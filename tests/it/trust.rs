@@ -265,7 +265,7 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
         // deletes an event but through them.
         let serves = role.ends_with("_serving") || role.ends_with("_delivering");
         for call in [
-            "SELECT partner_api_stamp_order_events('org_demo')",
+            "SELECT partner_api_stamp_order_events('org_demo', 100)",
             "SELECT count(*) FROM partner_api_read_order_events('org_demo', NULL, 100, \
              ARRAY['order.created'], false)",
             "SELECT partner_api_prune_order_events(3153600000, 10)",

@@ -137,8 +137,9 @@ impl EventFeed for MemoryStore {
         let mut feeds = self.events.lock().unwrap_or_else(PoisonError::into_inner);
         let mut deleted = 0;
         for feed in feeds.by_organization.values_mut() {
-            // From the front only: what a feed keeps stays a suffix of it.
-            while deleted < u64::from(batch) {
+            // From the front only: what a feed keeps stays a suffix of it; and never the
+            // newest, where a reader that has it resumes, however quiet the feed.
+            while deleted < u64::from(batch) && feed.events.len() > 1 {
                 match feed.events.front() {
                     Some(oldest) if oldest.created_at.as_datetime() < cutoff => {
                         feed.pruned_through = feed.pruned_through.max(oldest.id);

@@ -136,15 +136,19 @@ BEGIN
         $body$
     $sql$, schema_name);
 
-    -- One stamping round for `org`: the events visible now that have no position get the
-    -- next ones, in id order. The feed's row is locked first, so rounds of one organization
-    -- run one at a time, and each statement after the lock sees the last round's stamps.
-    -- Returns the last position handed out.
+    -- One stamping round for `org`: the events visible now that have no position, at most
+    -- `max_events` of the lowest ids, get the next positions, in id order. The feed's row is
+    -- locked first, so rounds of one organization run one at a time, and each statement after
+    -- the lock sees the last round's stamps (READ COMMITTED, the default: under a stricter
+    -- level a concurrent round fails with a serialization error instead). Stamping the lowest
+    -- ids first keeps one order's earlier change before its later one. Returns how many it
+    -- stamped.
     EXECUTE format($sql$
-        CREATE FUNCTION %1$I.partner_api_stamp_order_events(org text) RETURNS bigint
+        CREATE FUNCTION %1$I.partner_api_stamp_order_events(org text, max_events integer) RETURNS bigint
         LANGUAGE plpgsql SECURITY DEFINER SET search_path = %1$I, pg_temp AS $body$
         DECLARE
             last_stamped bigint;
+            stamped_now bigint;
         BEGIN
             INSERT INTO %1$I.partner_api_event_feeds (organization_id) VALUES (org)
                 ON CONFLICT (organization_id) DO NOTHING;
@@ -153,16 +157,19 @@ BEGIN
             WITH fresh AS (
                 SELECT e.id, last_stamped + pg_catalog.row_number() OVER (ORDER BY e.id) AS stamp
                 FROM %1$I.partner_api_order_events e
-                WHERE e.organization_id = org AND e.position IS NULL),
+                WHERE e.organization_id = org AND e.position IS NULL
+                ORDER BY e.id
+                LIMIT GREATEST(max_events, 1)),
             stamped AS (
                 UPDATE %1$I.partner_api_order_events e SET position = fresh.stamp
                 FROM fresh WHERE e.id = fresh.id
                 RETURNING e.position)
-            SELECT COALESCE(pg_catalog.max(s.position), last_stamped) INTO last_stamped
+            SELECT pg_catalog.count(*), COALESCE(pg_catalog.max(s.position), last_stamped)
+                INTO stamped_now, last_stamped
                 FROM stamped s;
             UPDATE %1$I.partner_api_event_feeds SET last_position = last_stamped
                 WHERE organization_id = org;
-            RETURN last_stamped;
+            RETURN stamped_now;
         END
         $body$
     $sql$, schema_name);
@@ -233,35 +240,55 @@ BEGIN
     $sql$, schema_name);
 
     -- Retention: deletes at most `max_events` events written more than `keep_seconds` ago,
-    -- in feed order only (an old event behind a young one waits for it), first giving the
-    -- old events no reader stamped yet their positions. One round at a time.
+    -- in feed order only (an old event behind a young one waits for it), and never a feed's
+    -- newest event (a reader that has it resumes there, however quiet the feed: it missed
+    -- nothing). Old events no reader stamped yet get their positions first. Each feed's row
+    -- is locked while its events are deleted, so no stamping round adds positions between
+    -- finding the first young event and deleting what comes before it. One round at a time:
+    -- a round that finds another under way deletes nothing. A role other than the owner's
+    -- keeps at least a day, whatever it asks (the serving role runs it).
     EXECUTE format($sql$
         CREATE FUNCTION %1$I.partner_api_prune_order_events(keep_seconds bigint, max_events integer)
         RETURNS bigint
         LANGUAGE plpgsql SECURITY DEFINER SET search_path = %1$I, pg_temp AS $body$
         DECLARE
-            cutoff timestamptz := pg_catalog.clock_timestamp() - pg_catalog.make_interval(
-                secs => LEAST(GREATEST(keep_seconds, 0), 3153600000)::double precision);
+            kept bigint := LEAST(GREATEST(keep_seconds, 0), 3153600000);
+            cutoff timestamptz;
             feed record;
             first_young bigint;
+            newest bigint;
             gone bigint;
             top bigint;
             deleted bigint := 0;
         BEGIN
-            PERFORM pg_catalog.pg_advisory_xact_lock(
-                pg_catalog.hashtextextended('partner_api_prune_order_events', 0));
+            IF NOT pg_catalog.pg_try_advisory_xact_lock(
+                pg_catalog.hashtextextended('partner_api_prune_order_events', 0)) THEN
+                RETURN 0;
+            END IF;
+            IF NOT pg_catalog.pg_has_role(SESSION_USER,
+                   (SELECT c.relowner FROM pg_catalog.pg_class c
+                    WHERE c.oid OPERATOR(pg_catalog.=) '%1$I.partner_api_order_events'::regclass::oid),
+                   'MEMBER')
+            THEN
+                kept := GREATEST(kept, 86400);
+            END IF;
+            cutoff := pg_catalog.clock_timestamp()
+                - pg_catalog.make_interval(secs => kept::double precision);
             FOR feed IN
                 SELECT DISTINCT e.organization_id FROM %1$I.partner_api_order_events e
                 WHERE e.position IS NULL AND e.created_at < cutoff
                 ORDER BY e.organization_id
             LOOP
-                PERFORM %1$I.partner_api_stamp_order_events(feed.organization_id);
+                EXIT WHEN deleted >= max_events;
+                PERFORM %1$I.partner_api_stamp_order_events(feed.organization_id, max_events);
             END LOOP;
             FOR feed IN
                 SELECT f.organization_id FROM %1$I.partner_api_event_feeds f
                 ORDER BY f.organization_id
             LOOP
                 EXIT WHEN deleted >= max_events;
+                SELECT f.last_position INTO newest FROM %1$I.partner_api_event_feeds f
+                    WHERE f.organization_id = feed.organization_id FOR UPDATE;
                 SELECT e.position INTO first_young FROM %1$I.partner_api_order_events e
                     WHERE e.organization_id = feed.organization_id AND e.position IS NOT NULL
                       AND e.created_at >= cutoff
@@ -269,7 +296,7 @@ BEGIN
                 WITH doomed AS (
                     SELECT e.id FROM %1$I.partner_api_order_events e
                     WHERE e.organization_id = feed.organization_id AND e.position IS NOT NULL
-                      AND (first_young IS NULL OR e.position < first_young)
+                      AND e.position < COALESCE(first_young, newest)
                     ORDER BY e.position LIMIT max_events - deleted),
                 gone_rows AS (
                     DELETE FROM %1$I.partner_api_order_events e USING doomed d
@@ -289,7 +316,7 @@ BEGIN
 
     EXECUTE format('REVOKE EXECUTE ON FUNCTION %1$I.partner_api_raise_webhook(text, text, text, jsonb, bigint, timestamptz) FROM PUBLIC',
                    schema_name);
-    EXECUTE format('REVOKE EXECUTE ON FUNCTION %1$I.partner_api_stamp_order_events(text) FROM PUBLIC',
+    EXECUTE format('REVOKE EXECUTE ON FUNCTION %1$I.partner_api_stamp_order_events(text, integer) FROM PUBLIC',
                    schema_name);
     EXECUTE format('REVOKE EXECUTE ON FUNCTION %1$I.partner_api_read_order_events(text, bigint, integer, text[], boolean) FROM PUBLIC',
                    schema_name);

@@ -55,6 +55,11 @@ pub(super) fn deleted_json(order_id: &str) -> Result<Bytes, StoreError> {
         .map_err(StoreError::other)
 }
 
+/// The most events one stamping round gives positions to.
+const STAMP_BATCH: i32 = 1_000;
+/// The most stamping rounds one read runs for an `after` that has no position yet.
+const MAX_STAMPING_ROUNDS: usize = 20;
+
 const READ: &str = "SELECT outcome, id, change, order_id, order_row, created_at \
                     FROM partner_api_read_order_events($1, $2, $3, $4, $5)";
 
@@ -146,21 +151,31 @@ impl EventFeed for PgStore {
         if let Some(page) = self.read_events(organization_id, query, true).await? {
             return Ok(page);
         }
-        // A round of its own, committed before the read: positions are never handed out by
-        // a transaction whose rows a reader may see before it commits.
-        sqlx::query("SELECT partner_api_stamp_order_events($1)")
-            .bind(organization_id)
-            .execute(&self.pool)
-            .await
-            .map_err(store_error)?;
-        // Without the check: events committed since wait for the next read, so a busy feed
-        // never keeps a reader stamping.
-        match self.read_events(organization_id, query, false).await? {
-            Some(page) => Ok(page),
-            None => Err(StoreError::other(
-                "the events feed's event had no position after a stamping round",
-            )),
+        // Rounds of their own, each committed before the read: positions are never handed
+        // out by a transaction whose rows a reader may see before it commits. A round stamps
+        // at most STAMP_BATCH events, so a backlog (a bulk import) never makes one statement
+        // that a timeout could roll back again and again; the read after a round serves what
+        // is stamped (the rest comes with the next reads), unless the `after` asked is not
+        // stamped yet, which takes rounds until it is.
+        for _ in 0..MAX_STAMPING_ROUNDS {
+            let stamped: i64 = sqlx::query_scalar("SELECT partner_api_stamp_order_events($1, $2)")
+                .bind(organization_id)
+                .bind(STAMP_BATCH)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(store_error)?;
+            // Without the check: events committed since wait for the next read, so a busy
+            // feed never keeps a reader stamping.
+            if let Some(page) = self.read_events(organization_id, query, false).await? {
+                return Ok(page);
+            }
+            if stamped == 0 {
+                break;
+            }
         }
+        Err(StoreError::unavailable(
+            "the event to resume after has no position yet: the feed is still stamping a backlog",
+        ))
     }
 
     async fn prune_events(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
