@@ -1,6 +1,7 @@
 //! `GET /events`' query parameters (`after`, `limit`, `types`) and the `Link: <...>;
 //! rel="next"` every answer carries: a feed has no last page, so the link is where the
-//! partner resumes, after the last event returned (or the `after` given, when none is new).
+//! partner resumes, after the last event the read went through (of a type asked for or not),
+//! or the `after` given when the feed holds nothing after it.
 
 use bytes::BytesMut;
 use http::HeaderValue;
