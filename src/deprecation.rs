@@ -351,6 +351,26 @@ fn date(text: &str) -> Result<NaiveDate, DeprecationError> {
 mod tests {
     use super::*;
 
+    /// Headers as text.
+    fn rendered(headers: Vec<(HeaderName, HeaderValue)>) -> Vec<(String, String)> {
+        headers
+            .into_iter()
+            .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_owned()))
+            .collect()
+    }
+
+    /// The headers of a deprecation from 2026-12-01 with a sunset on 2027-06-01 and `link`.
+    fn december_to_june(link: &str) -> Vec<(String, String)> {
+        [
+            ("deprecation", "@1796083200".to_owned()),
+            ("sunset", "Tue, 01 Jun 2027 00:00:00 GMT".to_owned()),
+            ("link", format!("<{link}>; rel=\"deprecation\"")),
+            ("link", format!("<{link}>; rel=\"sunset\"")),
+        ]
+        .map(|(name, value)| (name.to_owned(), value))
+        .into()
+    }
+
     fn day(text: &str) -> NaiveDate {
         date(text).unwrap()
     }
@@ -411,28 +431,8 @@ mod tests {
             "/orders=2026-12-01,sunset=2027-06-01,link=https://example.com/x"
                 .parse()
                 .unwrap();
-        let headers: Vec<(String, String)> = notices([&deprecation])
-            .into_iter()
-            .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_owned()))
-            .collect();
-        assert_eq!(
-            headers,
-            [
-                ("deprecation".to_owned(), "@1796083200".to_owned()),
-                (
-                    "sunset".to_owned(),
-                    "Tue, 01 Jun 2027 00:00:00 GMT".to_owned()
-                ),
-                (
-                    "link".to_owned(),
-                    "<https://example.com/x>; rel=\"deprecation\"".to_owned()
-                ),
-                (
-                    "link".to_owned(),
-                    "<https://example.com/x>; rel=\"sunset\"".to_owned()
-                ),
-            ]
-        );
+        let headers = rendered(notices([&deprecation]));
+        assert_eq!(headers, december_to_june("https://example.com/x"));
     }
 
     #[test]
@@ -444,28 +444,8 @@ mod tests {
             "/orders?provider=2026-12-01,sunset=2027-06-01,link=https://example.com/a"
                 .parse()
                 .unwrap();
-        let headers: Vec<(String, String)> = notices([&route, &parameter])
-            .into_iter()
-            .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_owned()))
-            .collect();
-        assert_eq!(
-            headers,
-            [
-                ("deprecation".to_owned(), "@1796083200".to_owned()),
-                (
-                    "sunset".to_owned(),
-                    "Tue, 01 Jun 2027 00:00:00 GMT".to_owned()
-                ),
-                (
-                    "link".to_owned(),
-                    "<https://example.com/a>; rel=\"deprecation\"".to_owned()
-                ),
-                (
-                    "link".to_owned(),
-                    "<https://example.com/a>; rel=\"sunset\"".to_owned()
-                ),
-            ]
-        );
+        let headers = rendered(notices([&route, &parameter]));
+        assert_eq!(headers, december_to_june("https://example.com/a"));
     }
 
     #[test]

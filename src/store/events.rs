@@ -307,14 +307,32 @@ impl<'a> EventId<'a> {
 
 impl std::fmt::Display for EventId<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&EventIds::of(self.organization_id).id(self.number))
+    }
+}
+
+/// The ids of one organization's events, its tag hashed once: for a page of them.
+pub(crate) struct EventIds {
+    tag: [u8; 4],
+}
+
+impl EventIds {
+    pub(crate) fn of(organization_id: &str) -> Self {
+        Self {
+            tag: organization_tag(organization_id),
+        }
+    }
+
+    /// The id of the event numbered `number`, as [`EventId`] writes it.
+    pub(crate) fn id(&self, number: u64) -> String {
         use base64::engine::general_purpose::URL_SAFE_NO_PAD;
         use base64::Engine as _;
         let mut bytes = [0; EVENT_ID_BYTES];
-        bytes[..8].copy_from_slice(&self.number.to_be_bytes());
-        bytes[8..12].copy_from_slice(&organization_tag(self.organization_id));
+        bytes[..8].copy_from_slice(&number.to_be_bytes());
+        bytes[8..12].copy_from_slice(&self.tag);
         let sum = checksum(&bytes[..12]);
         bytes[12..].copy_from_slice(&sum);
-        write!(f, "{EVENT_ID_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes))
+        format!("{EVENT_ID_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes))
     }
 }
 

@@ -160,6 +160,14 @@ async fn finals(pool: &PgPool) -> HashMap<String, (String, u64)> {
         .collect()
 }
 
+/// The events `query` reads of `organization`'s feed; any other answer fails the test.
+async fn events_of(store: &PgStore, organization: &str, query: &EventQuery) -> Vec<FeedEvent> {
+    match store.events(organization, query).await.unwrap() {
+        EventsPage::Events { events, .. } => events,
+        other => panic!("{other:?}"),
+    }
+}
+
 /// xorshift64*: random enough for a schedule, repeatable from its seed.
 struct Rng(u64);
 
@@ -466,14 +474,7 @@ async fn a_feed_read_by_insert_id_alone_misses_a_late_commit_and_the_checker_fin
         }
     };
     let mut naive_read = naive(0).await;
-    let mut feed_read = match store
-        .events(organization, &EventQuery::oldest(100))
-        .await
-        .unwrap()
-    {
-        EventsPage::Events { events, .. } => events,
-        other => panic!("{other:?}"),
-    };
+    let mut feed_read = events_of(&store, organization, &EventQuery::oldest(100)).await;
 
     // The early writer takes its event id first and commits last.
     let mut early = pool.begin().await.unwrap();
@@ -489,18 +490,12 @@ async fn a_feed_read_by_insert_id_alone_misses_a_late_commit_and_the_checker_fin
     let naive_after = naive_read.last().unwrap().0;
     naive_read.extend(naive(naive_after).await);
     let query = EventQuery::after(feed_read.last().unwrap().id, 100);
-    match store.events(organization, &query).await.unwrap() {
-        EventsPage::Events { events, .. } => feed_read.extend(events),
-        other => panic!("{other:?}"),
-    }
+    feed_read.extend(events_of(&store, organization, &query).await);
     early.commit().await.unwrap();
     let naive_after = naive_read.last().unwrap().0;
     naive_read.extend(naive(naive_after).await);
     let query = EventQuery::after(feed_read.last().unwrap().id, 100);
-    match store.events(organization, &query).await.unwrap() {
-        EventsPage::Events { events, .. } => feed_read.extend(events),
-        other => panic!("{other:?}"),
-    }
+    feed_read.extend(events_of(&store, organization, &query).await);
 
     let finals = finals(&pool).await;
     let naive_feeds = BTreeMap::from([(
@@ -525,13 +520,7 @@ async fn pg_retention_deletes_in_feed_order_and_an_after_it_deleted_is_expired()
     let organization = ORGANIZATIONS[1];
     let orders: Vec<Order> = (0..5).map(|n| new_order(&format!("r{n}"))).collect();
     store.add_orders(organization, &orders).await.unwrap();
-    let EventsPage::Events { events, .. } = store
-        .events(organization, &EventQuery::oldest(100))
-        .await
-        .unwrap()
-    else {
-        panic!()
-    };
+    let events = events_of(&store, organization, &EventQuery::oldest(100)).await;
     assert_eq!(events.len(), 5);
     // Backdate all but the last; then the middle one is young: retention stops before it.
     let pool = PgPoolOptions::new()

@@ -17,9 +17,8 @@ use crate::log::ErrorChain;
 use crate::metrics::{self, AuthFailureReason};
 use crate::model::OrderPage;
 use crate::rate_limit::{whole_seconds_at_least_one, RateLimitDecision};
-use crate::store::{
-    EventId, EventQuery, EventsPage, OrderPosition, OrderQuery, StoreError, StoreErrorKind,
-};
+use crate::store::events::EventIds;
+use crate::store::{EventQuery, EventsPage, OrderPosition, OrderQuery, StoreError, StoreErrorKind};
 
 /// The 200 (or 304) of `GET /me`: `body`, tagged `etag` when tags are on (with
 /// `tagged_headers`, the headers of every `/me` of the organization, its tag in place).
@@ -121,6 +120,8 @@ pub(crate) fn events(
             + super::EVENTS_CLOSE.len(),
     );
     body.extend_from_slice(super::EVENTS_OPEN);
+    // The organization's tag hashed once for the page, not once per event.
+    let ids = EventIds::of(organization_id);
     for (index, event) in events.iter().enumerate() {
         if index > 0 {
             body.push(b',');
@@ -128,11 +129,7 @@ pub(crate) fn events(
         // The id is `evt_` and base64url, the type a fixed name, the time digits: nothing to
         // escape; `data` is JSON the store encoded.
         body.extend_from_slice(br#"{"id":""#);
-        body.extend_from_slice(
-            EventId::new(organization_id, event.id)
-                .to_string()
-                .as_bytes(),
-        );
+        body.extend_from_slice(ids.id(event.id).as_bytes());
         body.extend_from_slice(br#"","type":""#);
         body.extend_from_slice(event.change.as_str().as_bytes());
         body.extend_from_slice(br#"","createdAt":""#);
