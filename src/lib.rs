@@ -57,14 +57,15 @@
 //! Each module holds the rest of its subject: [`store`] (what a store is asked besides the
 //! two reads: which page of orders, key management, usage, the audit log), [`management`] (the key-management HTTP service and its OpenAPI
 //! document), [`cache`] (caches in front of any store, following change notifications),
-//! [`rate_limit`], [`last_used`], [`usage`], [`metrics`], [`key`], [`seed`] (demo data),
+//! [`rate_limit`], [`last_used`], [`usage`], [`deprecated_calls`], [`deprecation`], [`metrics`], [`key`], [`seed`] (demo data),
 //! [`service`] and [`layer`] (the futures and defaults of the two above), `webhooks`,
 //! `secret_scanning` and `testing` (the conformance suites). Who uses whom (the source's
 //! modules; `tests/it/layering.rs` checks it):
 //!
 //! ```text
-//! api (layer ─> service) ─> store (KeyStore, OrderStore), rate_limit, last_used, usage, metrics
-//! cache ─> store, metrics          last_used, usage ─> store (KeyManager, UsageStore)
+//! api (layer ─> service) ─> store (KeyStore, OrderStore), rate_limit, last_used, usage,
+//!                            deprecated_calls, deprecation, metrics
+//! cache ─> store, metrics          last_used, usage, deprecated_calls ─> store
 //! store's MemoryStore and PgStore implement every store trait
 //! webhooks ─> store (StoreError), model (EncodedOrder), metrics; management ─> webhooks
 //! model, key: used by every module above, use none of them
@@ -93,6 +94,7 @@
 
 mod api;
 pub mod cache;
+pub mod deprecated_calls;
 pub mod deprecation;
 pub mod docs;
 mod hashing;

@@ -5,8 +5,8 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::sync::{Arc, PoisonError, Weak};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -97,6 +97,70 @@ impl Bounds {
 
     pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// How long a recorder's store keeps what it wrote, and when the recorder last deleted what is
+/// older: its background task deletes after its flushes, at most once a minute.
+pub(crate) struct Retention {
+    /// In milliseconds; 0 for ever.
+    keep_millis: AtomicU64,
+    pruned_at: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Retention {
+    pub(crate) fn new(keep: Option<Duration>) -> Self {
+        let retention = Self {
+            keep_millis: AtomicU64::new(0),
+            pruned_at: std::sync::Mutex::new(None),
+        };
+        retention.set(keep);
+        retention
+    }
+
+    /// Sets how long the store keeps (`None`: for ever).
+    pub(crate) fn set(&self, keep: Option<Duration>) {
+        self.keep_millis.store(
+            keep.map_or(0, |keep| millis(keep).max(1)),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Deletes, through `prune` (a store call deleting at most `batch` of what is older than
+    /// it is given), until a call deletes less than a batch or fails: at most once a minute,
+    /// never when kept for ever. A failure is logged as `what` and tried again in a minute.
+    pub(crate) async fn prune<F, Fut>(&self, batch: u32, what: &str, mut prune: F)
+    where
+        F: FnMut(Duration, u32) -> Fut,
+        Fut: Future<Output = Result<u64, crate::store::StoreError>>,
+    {
+        let keep = self.keep_millis.load(Ordering::Relaxed);
+        if keep == 0 {
+            return;
+        }
+        {
+            let mut pruned_at = self
+                .pruned_at
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if pruned_at.is_some_and(|at| at.elapsed() < Duration::from_secs(60)) {
+                return;
+            }
+            *pruned_at = Some(Instant::now());
+        }
+        loop {
+            match prune(Duration::from_millis(keep), batch).await {
+                Ok(deleted) if deleted == u64::from(batch) => continue,
+                Ok(_) => return,
+                Err(err) => {
+                    tracing::warn!(
+                        error = %crate::log::ErrorChain(&err),
+                        "partner API could not delete old {what}; trying again in a minute"
+                    );
+                    return;
+                }
+            }
+        }
     }
 }
 

@@ -44,7 +44,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -55,7 +55,7 @@ use xxhash_rust::xxh3::Xxh3DefaultBuilder;
 use crate::log::ErrorChain;
 use crate::metrics::{self, StoreCall};
 use crate::model::Timestamp;
-use crate::recording::{self, millis, Bounds, Recorder};
+use crate::recording::{self, Bounds, Recorder, Retention};
 use crate::store::usage::hour_of_millis;
 use crate::store::StoreError;
 use crate::store::{UsageCount, UsageOutcome, UsageRoute, UsageStore, DEFAULT_USAGE_RETENTION};
@@ -70,7 +70,7 @@ pub const DEFAULT_CAPACITY: usize = 100_000;
 /// The most counts a batch the store refused keeps for the next flush.
 pub const MAX_KEPT_COUNTS: usize = 200_000;
 
-const ROUTES: usize = 3;
+const ROUTES: usize = 4;
 const OUTCOMES: usize = 7;
 const SLOTS: usize = ROUTES * OUTCOMES;
 
@@ -79,6 +79,7 @@ fn slot(route: UsageRoute, outcome: UsageOutcome) -> usize {
         UsageRoute::Me => 0,
         UsageRoute::Orders => 1,
         UsageRoute::Events => 2,
+        UsageRoute::Deprecations => 3,
     };
     let outcome = match outcome {
         UsageOutcome::Ok => 0,
@@ -128,10 +129,8 @@ struct Shared {
     bounds: Bounds,
     /// The start of the current hour, in milliseconds; ticked every second.
     hour_millis: AtomicI64,
-    /// How long usage is kept, in milliseconds; 0 for ever.
-    retention_millis: AtomicU64,
-    /// When the background task last deleted usage past the retention.
-    pruned_at: std::sync::Mutex<Option<Instant>>,
+    /// How long usage is kept, and when the background task last deleted older hours.
+    retention: Retention,
     /// One flush at a time; holds the counts a refused batch must write again.
     kept: Mutex<Vec<UsageCount>>,
 }
@@ -158,8 +157,7 @@ impl UsageRecorder {
             counters: ThreadLocal::new(),
             bounds: Bounds::new(capacity, DEFAULT_FLUSH_INTERVAL, metrics::usage_dropped),
             hour_millis: AtomicI64::new(current_hour_millis()),
-            retention_millis: AtomicU64::new(millis(DEFAULT_USAGE_RETENTION)),
-            pruned_at: std::sync::Mutex::new(None),
+            retention: Retention::new(Some(DEFAULT_USAGE_RETENTION)),
             kept: Mutex::new(Vec::new()),
         });
         recording::spawn(&shared);
@@ -180,10 +178,7 @@ impl UsageRecorder {
     /// a minute, the background task deletes older hours, 500 counts a store call.
     #[must_use]
     pub fn with_retention(self, retention: Option<Duration>) -> Self {
-        self.shared.retention_millis.store(
-            retention.map_or(0, |retention| millis(retention).max(1)),
-            Ordering::Relaxed,
-        );
+        self.shared.retention.set(retention);
         self
     }
 
@@ -336,44 +331,12 @@ impl Recorder for Shared {
     async fn flush_in_background(self: Arc<Self>) {
         // Failures are logged in `flush` and retried with the next batch.
         let _ = Shared::flush(&self).await;
-        self.prune().await;
-    }
-}
-
-impl Shared {
-    /// Deletes usage past the retention, at most once a minute, in batches of 500.
-    async fn prune(&self) {
-        let retention = self.retention_millis.load(Ordering::Relaxed);
-        if retention == 0 {
-            return;
-        }
-        {
-            let mut pruned_at = self
-                .pruned_at
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if pruned_at.is_some_and(|at| at.elapsed() < Duration::from_secs(60)) {
-                return;
-            }
-            *pruned_at = Some(Instant::now());
-        }
-        loop {
-            match self
-                .store
-                .prune_usage(Duration::from_millis(retention), PRUNE_BATCH)
-                .await
-            {
-                Ok(deleted) if deleted == u64::from(PRUNE_BATCH) => continue,
-                Ok(_) => return,
-                Err(err) => {
-                    tracing::warn!(
-                        error = %ErrorChain(&err),
-                        "partner API could not delete old key usage; trying again in a minute"
-                    );
-                    return;
-                }
-            }
-        }
+        let store = &self.store;
+        self.retention
+            .prune(PRUNE_BATCH, "key usage", |keep, batch| {
+                store.prune_usage(keep, batch)
+            })
+            .await;
     }
 }
 

@@ -230,6 +230,14 @@ pub(crate) enum KeysAction {
         #[arg(long, default_value = "day", value_parser = ["hour", "day"])]
         granularity: String,
     },
+    /// The organization's keys that called deprecated routes or parameters in the last 30
+    /// days: one JSON record a line, {"keyId","target","calls","lastCallAt"}, by target then
+    /// key id.
+    DeprecatedCalls {
+        /// The organization's id.
+        #[arg(long)]
+        organization: String,
+    },
     /// Tell every replica's caches to drop what they hold (keys and pages of orders): after a
     /// change that bypassed the triggers, such as a restore with --disable-triggers or
     /// writes under session_replication_role = replica. Prints {"invalidated":"all"}.

@@ -148,6 +148,22 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
                 .map(|bucket| serde_json::to_string(bucket).map_err(|err| err.to_string()))
                 .collect()
         }
+        KeysAction::DeprecatedCalls { organization } => {
+            use partner_api::store::{DeprecatedCallStore, DEPRECATED_CALLS_PERIOD};
+            use partner_api::Timestamp;
+            let now = Timestamp::now().as_datetime().timestamp_millis();
+            let since = Timestamp::from_unix_millis(
+                now - i64::try_from(DEPRECATED_CALLS_PERIOD.as_millis()).unwrap_or(0),
+            )
+            .ok_or("the clock is too early")?;
+            store
+                .deprecated_calls(organization, None, since)
+                .await
+                .map_err(failed)?
+                .iter()
+                .map(|total| serde_json::to_string(total).map_err(|err| err.to_string()))
+                .collect()
+        }
         KeysAction::Invalidate => {
             partner_api::cache::postgres::invalidate_all(store.pool())
                 .await

@@ -137,6 +137,7 @@ async fn main() -> ExitCode {
         api,
         last_used,
         usage,
+        deprecated_calls,
         keys,
         #[cfg(feature = "postgres")]
         database,
@@ -211,6 +212,11 @@ async fn main() -> ExitCode {
     }
     // The usage counted and the last uses gathered since the last batches. Failing to write
     // them is the host's last word: logged (never with a key) and the exit code says so.
+    if let Some(recorder) = deprecated_calls {
+        if let Err(err) = recorder.flush().await {
+            tracing::error!(error = %stores::error_chain(&err), "the deprecated calls in hand could not be written at shutdown");
+        }
+    }
     let usage_written = match usage.flush().await {
         Ok(written) => {
             tracing::info!(counts = written, "key usage written at shutdown");

@@ -2,9 +2,10 @@
 
 #[cfg(feature = "postgres")]
 use partner_api::cache::{CachingKeyStore, CachingOrderStore};
+use partner_api::deprecated_calls::DeprecatedCallRecorder;
 use partner_api::last_used::LastUsedRecorder;
 use partner_api::seed::Seed;
-use partner_api::store::UsageStore;
+use partner_api::store::{DeprecatedCallStore, UsageStore};
 use partner_api::store::{EventFeed, KeyManager};
 use partner_api::usage::UsageRecorder;
 use partner_api::{KeyStore, LocalRateLimiter, MemoryStore, OrderStore, PartnerApi, RateLimiter};
@@ -84,12 +85,34 @@ fn with_feed(api: PartnerApi, feed: impl EventFeed + 'static, options: &Options)
         .with_events(feed)
 }
 
+/// `api` counting each key's deprecated calls in `store` when `options` declare deprecations
+/// (written as often as usage is), and the recorder, to write its batch at shutdown.
+fn with_deprecated_calls(
+    api: PartnerApi,
+    store: impl DeprecatedCallStore + 'static,
+    options: &Options,
+) -> (PartnerApi, Option<DeprecatedCallRecorder>) {
+    if options.deprecations.is_empty() {
+        return (api, None);
+    }
+    let recorder =
+        DeprecatedCallRecorder::spawn(store).with_flush_interval(options.usage_flush_interval);
+    (api.with_deprecated_calls(recorder.clone()), Some(recorder))
+}
+
 /// The partner API over `store`, configured by `options`, recording the last use of keys in
 /// `store` (the recorder is returned, to write the batch in hand at shutdown), with its
 /// events feed.
 fn recorded_api<S>(store: S, options: &Options) -> Served
 where
-    S: KeyStore + OrderStore + KeyManager + UsageStore + EventFeed + Clone + 'static,
+    S: KeyStore
+        + OrderStore
+        + KeyManager
+        + UsageStore
+        + DeprecatedCallStore
+        + EventFeed
+        + Clone
+        + 'static,
 {
     let recorder = LastUsedRecorder::spawn(store.clone());
     let usage = UsageRecorder::spawn(store.clone())
@@ -99,10 +122,12 @@ where
         .with_last_used(recorder.clone())
         .with_usage(usage.clone());
     let api = with_feed(api, store.clone(), options);
+    let (api, deprecated_calls) = with_deprecated_calls(api, store.clone(), options);
     Served {
         api,
         last_used: recorder,
         usage,
+        deprecated_calls,
         keys: Arc::new(store),
         #[cfg(feature = "postgres")]
         database: None,
@@ -116,6 +141,8 @@ pub(crate) struct Served {
     pub(crate) last_used: LastUsedRecorder,
     /// Counts each key's requests; written every --usage-flush-interval and at shutdown.
     pub(crate) usage: UsageRecorder,
+    /// Counts each key's deprecated calls, when deprecations are declared.
+    pub(crate) deprecated_calls: Option<DeprecatedCallRecorder>,
     pub(crate) keys: Arc<dyn KeyManager>,
     /// The database, when serving from one (its outbox is what this replica delivers).
     #[cfg(feature = "postgres")]
@@ -167,10 +194,12 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, St
         // The feed is read from the database each time: no cache may hide a committed event.
         let api = with_feed(api, store.clone(), options);
         let api = known_keys(api, &store, &notifications, options);
+        let (api, deprecated_calls) = with_deprecated_calls(api, store.clone(), options);
         return Ok(Served {
             api,
             last_used: recorder,
             usage,
+            deprecated_calls,
             keys: Arc::new(store.clone()),
             database: Some(store),
         });

@@ -8,10 +8,11 @@ use bytes::Bytes;
 
 use crate::api::auth::Challenges;
 use crate::api::client_address::TrustedProxies;
+use crate::api::deprecations::Deprecations;
 use crate::api::events_retention::EventsRetention;
 use crate::api::openapi;
 use crate::api::responses_metric::ResponseCounters;
-use crate::deprecation::Deprecation;
+use crate::deprecated_calls::DeprecatedCallRecorder;
 use crate::last_used::LastUsedRecorder;
 use crate::metrics::{UsageCounters, DEFAULT_MAX_ORGANIZATIONS};
 use crate::rate_limit::{LocalRateLimiter, RateLimiter};
@@ -67,6 +68,8 @@ pub(crate) struct Config {
     pub(crate) last_used: Option<LastUsedRecorder>,
     /// Where each answered request of a key is counted, per route and outcome.
     pub(crate) key_usage: Option<UsageRecorder>,
+    /// Where each key's calls of deprecated routes and parameters are counted.
+    pub(crate) deprecated_calls: Option<DeprecatedCallRecorder>,
     /// Whether keyed bodies carry an `ETag` and `If-None-Match` can answer `304`.
     pub(crate) conditional_requests: bool,
     /// Whether responses carry `x-request-id`.
@@ -78,7 +81,7 @@ pub(crate) struct Config {
     /// The OpenAPI document as served under `prefix`, the deprecations marked.
     pub(crate) openapi: Bytes,
     /// What the host declared deprecated.
-    pub(crate) deprecations: Arc<[Deprecation]>,
+    pub(crate) deprecations: Deprecations,
     pub(crate) prefix: String,
 }
 
@@ -102,12 +105,13 @@ impl Config {
             auth_failure_delay: DEFAULT_AUTH_FAILURE_DELAY,
             last_used: None,
             key_usage: None,
+            deprecated_calls: None,
             conditional_requests: true,
             request_ids: true,
             responses: ResponseCounters::new(DEFAULT_PREFIX),
             usage: Arc::new(UsageCounters::new(DEFAULT_MAX_ORGANIZATIONS, 0)),
-            openapi: openapi::encoded(DEFAULT_PREFIX, &[]),
-            deprecations: Arc::from([]),
+            openapi: openapi::encoded(DEFAULT_PREFIX, []),
+            deprecations: Deprecations::default(),
             prefix: DEFAULT_PREFIX.to_owned(),
         }
     }

@@ -21,7 +21,7 @@ use crate::api::me_cache::with_me_representation;
 use crate::api::pagination::PageRequest;
 use crate::api::request_facts::{count_usage, KeyedRoute, RequestFacts};
 use crate::api::response::keyed::{self, PageAnswer};
-use crate::api::response::ApiError;
+use crate::api::response::{self, ApiError};
 #[cfg(doc)]
 use crate::api::throttle;
 use crate::api::throttle::{refusal_reason, AtHandAsk, Charge, FailuresAsk, ThrottleStep};
@@ -31,7 +31,8 @@ use crate::metrics::{self, AuthFailureReason, StoreCall};
 use crate::model::OrderPage;
 use crate::rate_limit::{or_unlimited, RateLimitDecision};
 use crate::store::{
-    EventQuery, EventsPage, KeyLookup, OrderQuery, Principal, StoreError, UsageOutcome, UsageRoute,
+    DeprecatedCallTotal, EventQuery, EventsPage, KeyLookup, OrderQuery, Principal, StoreError,
+    UsageOutcome, UsageRoute,
 };
 
 /// What serving a request needs once its key is known to be usable.
@@ -62,6 +63,8 @@ pub(crate) enum Ask {
     Orders(OrdersAsk),
     /// The events feed's part of the organization's feed.
     Events(EventsAsk),
+    /// The key's calls of the deprecations, for `GET /deprecations`.
+    Deprecations(DeprecationsAsk),
 }
 
 impl Ask {
@@ -82,6 +85,7 @@ impl Ask {
             Self::Limit(_) => StoreCall::RateLimitCheck,
             Self::Orders(_) => StoreCall::NewestOrders,
             Self::Events(_) => StoreCall::OrderEvents,
+            Self::Deprecations(_) => StoreCall::DeprecatedCalls,
         }
     }
 
@@ -95,6 +99,9 @@ impl Ask {
             )),
             Self::Orders(ask) => Some((ask.principal.key_id.clone(), UsageRoute::Orders)),
             Self::Events(ask) => Some((ask.principal.key_id.clone(), UsageRoute::Events)),
+            Self::Deprecations(ask) => {
+                Some((ask.principal.key_id.clone(), UsageRoute::Deprecations))
+            }
             Self::Key(_) | Self::KeyAtHand(_) | Self::Failures(_) => None,
         }
     }
@@ -186,6 +193,11 @@ fn authenticated(config: &Config, facts: RequestFacts, principal: Principal) -> 
     if let Some(recorder) = &config.last_used {
         recorder.record(&principal.key_id);
     }
+    if let (Some(recorder), false) = (&config.deprecated_calls, facts.concerned.is_none()) {
+        config
+            .deprecations
+            .count(recorder, &principal.key_id, facts.concerned);
+    }
     config
         .usage
         .request(&principal.organization.id, &principal.key_id);
@@ -257,6 +269,15 @@ fn limited(
             return done(Ok(ApiError::BadPageRequest(bad).into_response()))
         }
         KeyedRoute::Orders(Ok(request), path) => (request, path),
+        KeyedRoute::Deprecations => {
+            if config.deprecated_calls.is_none() || config.deprecations.is_empty() {
+                return done(Ok(response::deprecations(&config.deprecations, None)));
+            }
+            return AfterReply::Next(Ask::Deprecations(DeprecationsAsk {
+                principal,
+                decision,
+            }));
+        }
         KeyedRoute::Events(Err(bad), _) => {
             return done(Ok(ApiError::BadEventsRequest(bad).into_response()))
         }
@@ -368,6 +389,41 @@ impl EventsAsk {
         AfterReply::Done(finish(
             config,
             UsageRoute::Events,
+            &self.principal,
+            self.decision,
+            response,
+        ))
+    }
+}
+
+/// The key's calls of the deprecations, for `GET /deprecations`.
+pub(crate) struct DeprecationsAsk {
+    principal: Principal,
+    decision: Option<RateLimitDecision>,
+}
+
+impl DeprecationsAsk {
+    /// The organization whose key asks.
+    pub(crate) fn organization_id(&self) -> &str {
+        &self.principal.organization.id
+    }
+
+    /// The key that asks.
+    pub(crate) fn key_id(&self) -> &str {
+        &self.principal.key_id
+    }
+
+    /// Takes the store's totals of the key's deprecated calls.
+    pub(crate) fn answer(
+        self,
+        config: &Config,
+        calls: Result<Vec<DeprecatedCallTotal>, StoreError>,
+    ) -> AfterReply {
+        let response =
+            calls.map(|calls| response::deprecations(&config.deprecations, Some(&calls)));
+        AfterReply::Done(finish(
+            config,
+            UsageRoute::Deprecations,
             &self.principal,
             self.decision,
             response,

@@ -16,7 +16,9 @@ pub(crate) mod body;
 pub(crate) mod client_address;
 pub(crate) mod conditional;
 pub(crate) mod config;
+
 pub(crate) mod deadline;
+pub(crate) mod deprecations;
 pub(crate) mod events_request;
 pub(crate) mod events_retention;
 pub(crate) mod keyed_answer;

@@ -31,7 +31,10 @@ pub fn document(prefix: &str) -> Value {
 }
 
 /// The served bytes for `prefix`, with `deprecations` marked, built once per configuration.
-pub(crate) fn encoded(prefix: &str, deprecations: &[Deprecation]) -> Bytes {
+pub(crate) fn encoded<'a>(
+    prefix: &str,
+    deprecations: impl IntoIterator<Item = &'a Deprecation>,
+) -> Bytes {
     let mut document = document(prefix);
     for deprecation in deprecations {
         mark(&mut document, deprecation);

@@ -8,6 +8,7 @@ use http::uri::PathAndQuery;
 use crate::api::client_address::ClientAddr;
 use crate::api::conditional::IfNoneMatch;
 use crate::api::config::Config;
+use crate::api::deprecations::Concerned;
 use crate::api::events_request::{BadEventsRequest, EventsRequest};
 use crate::api::pagination::{BadPageRequest, PageRequest};
 use crate::store::{KeyLookup, Principal, UsageOutcome, UsageRoute};
@@ -22,6 +23,8 @@ pub(crate) enum KeyedRoute {
     /// `GET /events`: the part of the feed its query string asks for (or why it is
     /// refused), and the path it came in on, which the resuming link names.
     Events(Result<EventsRequest, BadEventsRequest>, PathAndQuery),
+    /// `GET /deprecations`.
+    Deprecations,
 }
 
 impl KeyedRoute {
@@ -31,6 +34,7 @@ impl KeyedRoute {
             Self::Me => UsageRoute::Me,
             Self::Orders(..) => UsageRoute::Orders,
             Self::Events(..) => UsageRoute::Events,
+            Self::Deprecations => UsageRoute::Deprecations,
         }
     }
 }
@@ -46,6 +50,8 @@ pub(crate) struct RequestFacts {
     /// Whether the client's failed authentications are throttled (a failure limiter, and a
     /// client address).
     pub(crate) throttle_failures: bool,
+    /// The deprecations that concern the request: counted once its key is usable.
+    pub(crate) concerned: Concerned,
 }
 
 impl RequestFacts {

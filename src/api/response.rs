@@ -16,12 +16,14 @@ use http::{Response, StatusCode};
 use crate::api::body::ApiBody;
 use crate::api::conditional;
 use crate::api::config::DEFAULT_RETRY_AFTER;
+use crate::api::deprecations::Deprecations;
 use crate::api::events_request::{BadEventsRequest, EventsParameter};
 use crate::api::order_filters::FilterParameter;
 use crate::api::pagination::BadPageRequest;
 use crate::api::request_id::REQUEST_ID_HEADER;
 use crate::model::OrderPage;
 use crate::rate_limit::whole_seconds_at_least_one;
+use crate::store::DeprecatedCallTotal;
 
 /// The `meta` object of every response, as a literal so bodies can be built with `concat!`.
 macro_rules! meta_json {
@@ -349,6 +351,20 @@ pub(crate) fn past_sunset(deprecation: &crate::deprecation::Deprecation) -> Resp
         "error": { "message": message },
     });
     json(StatusCode::GONE, Bytes::from(body.to_string()))
+}
+
+/// The 200 of `GET /deprecations`: each deprecation declared, with the key's calls of it in
+/// the last 30 days (`calls`: `None` when the host does not record them).
+pub(crate) fn deprecations(
+    declared: &Deprecations,
+    calls: Option<&[DeprecatedCallTotal]>,
+) -> Response<ApiBody> {
+    let body = serde_json::json!({
+        "meta": serde_json::from_str::<serde_json::Value>(meta_json!())
+            .expect("the meta literal is JSON"),
+        "data": declared.listed(calls),
+    });
+    json(StatusCode::OK, Bytes::from(body.to_string()))
 }
 
 /// The `503` of a store that is unreachable or too slow, with `Retry-After`.

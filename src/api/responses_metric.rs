@@ -87,6 +87,7 @@ impl ResponseCounters {
                 Route::Me => "/me",
                 Route::Orders => "/orders",
                 Route::Events => "/events",
+                Route::Deprecations => "/deprecations",
                 Route::OpenApi => "/openapi.json",
             };
             labels.push(Label::new("http_route", format!("{}{path}", self.prefix)));

@@ -12,6 +12,8 @@ pub(crate) enum Route {
     Orders,
     /// `GET /events`: the events feed (contract 4.3), on a host that has one.
     Events,
+    /// `GET /deprecations`: the deprecations in force, and the key's last call of each.
+    Deprecations,
     /// `GET /openapi.json`: the OpenAPI description, served without a key.
     OpenApi,
 }
@@ -24,6 +26,7 @@ impl Route {
             "/me" => Some(Self::Me),
             "/orders" => Some(Self::Orders),
             "/events" => Some(Self::Events),
+            "/deprecations" => Some(Self::Deprecations),
             "/openapi.json" => Some(Self::OpenApi),
             _ => None,
         }
@@ -44,6 +47,7 @@ mod tests {
         assert_eq!(Route::at("/me"), Some(Route::Me));
         assert_eq!(Route::at("/orders"), Some(Route::Orders));
         assert_eq!(Route::at("/events"), Some(Route::Events));
+        assert_eq!(Route::at("/deprecations"), Some(Route::Deprecations));
         assert_eq!(Route::at("/openapi.json"), Some(Route::OpenApi));
         for path in ["", "/", "/me/", "/ME", "/./me", "/%6de", "/orders/1"] {
             assert_eq!(Route::at(path), None, "{path}");

@@ -28,6 +28,7 @@ pub use crate::api::config::{
     DEFAULT_AUTH_FAILURE_DELAY, DEFAULT_AUTH_FAILURE_LIMIT, DEFAULT_PREFIX, DEFAULT_REALM,
     DEFAULT_RETRY_AFTER, DEFAULT_STORE_TIMEOUT,
 };
+use crate::api::deprecations::Concerned;
 use crate::api::events_request::EventsRequest;
 use crate::api::events_retention::EventsRetention;
 use crate::api::keyed_answer::Ask;
@@ -40,7 +41,8 @@ use crate::api::response::{self, ApiError};
 use crate::api::responses_metric::ResponseCounters;
 use crate::api::routes::Route;
 use crate::api::store_drivers::{self, ReadyOrWaiting};
-use crate::deprecation::{DeprecatedRoute, Deprecation};
+use crate::deprecated_calls::DeprecatedCallRecorder;
+use crate::deprecation::Deprecation;
 
 use crate::key::KeyDigest;
 use crate::last_used::LastUsedRecorder;
@@ -136,10 +138,19 @@ impl PartnerApi {
     #[must_use]
     pub fn with_deprecation(mut self, deprecation: Deprecation) -> Self {
         let shared = Arc::make_mut(&mut self.config);
-        let mut deprecations = shared.deprecations.to_vec();
-        deprecations.push(deprecation);
-        shared.deprecations = deprecations.into();
-        shared.openapi = openapi::encoded(&shared.prefix, &shared.deprecations);
+        shared.deprecations = shared.deprecations.with(deprecation);
+        shared.openapi = openapi::encoded(&shared.prefix, shared.deprecations.iter());
+        self
+    }
+
+    /// Counts each key's calls of the deprecated routes and parameters in `recorder` (per
+    /// UTC day, in batches, as usage is), for the management service's
+    /// `GET /deprecated-calls` and the Settings page; `GET /deprecations` then tells a
+    /// partner when its key last called each. Only requests a declared deprecation concerns
+    /// are counted, once their key is known to be usable.
+    #[must_use]
+    pub fn with_deprecated_calls(mut self, recorder: DeprecatedCallRecorder) -> Self {
+        Arc::make_mut(&mut self.config).deprecated_calls = Some(recorder);
         self
     }
 
@@ -164,7 +175,7 @@ impl PartnerApi {
         );
         let shared = Arc::make_mut(&mut self.config);
         shared.prefix = prefix.to_owned();
-        shared.openapi = openapi::encoded(prefix, &shared.deprecations);
+        shared.openapi = openapi::encoded(prefix, shared.deprecations.iter());
         shared.responses = ResponseCounters::new(prefix);
         self
     }
@@ -392,9 +403,10 @@ impl PartnerApi {
             });
             id
         });
-        let (route, mut future) = self.answer(method, uri, headers, request.extensions());
-        if !self.config.deprecations.is_empty() {
-            future.notices = deprecation_notices(&self.config, route, uri.query());
+        let (route, concerned, mut future) =
+            self.answer(method, uri, headers, request.extensions());
+        if !concerned.is_none() {
+            future.notices = self.config.deprecations.notices(concerned);
         }
         // An answer still waiting for a store is counted when it is done (`flow`).
         if let State::Ready(Some(response)) = &future.state {
@@ -406,39 +418,57 @@ impl PartnerApi {
         future
     }
 
-    /// The route the request matched, if any, and its answer.
+    /// The route the request matched, if any, the deprecations that concern it, and its
+    /// answer.
     fn answer(
         &self,
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
         extensions: &http::Extensions,
-    ) -> (Option<Route>, ResponseFuture) {
+    ) -> (Option<Route>, Concerned, ResponseFuture) {
         let head = method == Method::HEAD;
         let config = &self.config;
-        let Some(route) = config.path_below_prefix(uri.path()).and_then(Route::at) else {
-            return (
+        let not_found = || {
+            let response = ApiError::NotFound.into_response();
+            (
                 None,
-                ResponseFuture::ready(ApiError::NotFound.into_response(), head),
-            );
+                Concerned::default(),
+                ResponseFuture::ready(response, head),
+            )
+        };
+        let Some(route) = config.path_below_prefix(uri.path()).and_then(Route::at) else {
+            return not_found();
         };
         // A host without a feed has no `/events`: as any unknown path, whatever the method.
         if route == Route::Events && config.events.is_none() {
-            return (
-                None,
-                ResponseFuture::ready(ApiError::NotFound.into_response(), head),
-            );
+            return not_found();
         }
-        let ready = |response| (Some(route), ResponseFuture::ready(response, head));
+        // Matched once: for the notices, an enforced sunset and the count of the call.
+        let concerned = if config.deprecations.is_empty() {
+            Concerned::default()
+        } else {
+            config.deprecations.concerning(route, uri.query())
+        };
+        let ready = |response| {
+            (
+                Some(route),
+                concerned,
+                ResponseFuture::ready(response, head),
+            )
+        };
         if !route.allows(method) {
             return ready(ApiError::MethodNotAllowed.into_response());
         }
-        if let Some(gone) = past_sunset(config, route, uri.query()) {
-            return ready(gone);
+        if !concerned.is_none() {
+            let today = crate::model::Timestamp::now().as_datetime().date_naive();
+            if let Some(gone) = config.deprecations.gone(concerned, today) {
+                return ready(response::past_sunset(gone));
+            }
         }
         match route {
             Route::OpenApi => return ready(response::openapi(config.openapi.clone())),
-            Route::Me | Route::Orders | Route::Events => {}
+            Route::Me | Route::Orders | Route::Events | Route::Deprecations => {}
         }
         // Retention is due-checked by every request for a key (one atomic read), so a feed
         // nobody polls is pruned all the same.
@@ -462,6 +492,7 @@ impl PartnerApi {
         let keyed_route = match route {
             Route::Orders => KeyedRoute::Orders(PageRequest::parse(uri.query()), path()),
             Route::Events => KeyedRoute::Events(EventsRequest::parse(uri.query()), path()),
+            Route::Deprecations => KeyedRoute::Deprecations,
             Route::Me | Route::OpenApi => KeyedRoute::Me,
         };
         let facts = RequestFacts {
@@ -472,6 +503,7 @@ impl PartnerApi {
                 .flatten(),
             client,
             throttle_failures: client.is_some() && config.auth_failure_limiter.is_some(),
+            concerned,
         };
         let first = Ask::first(facts, KeyDigest::of_bytes(token));
         // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in
@@ -483,6 +515,7 @@ impl PartnerApi {
             Ok(ReadyOrWaiting::Ready(response)) => ready(response),
             Ok(ReadyOrWaiting::Wait(future)) => (
                 Some(route),
+                concerned,
                 ResponseFuture {
                     state: State::Pending {
                         future,
@@ -496,47 +529,6 @@ impl PartnerApi {
             Err(_panic) => ready(handler_panicked()),
         }
     }
-}
-
-/// The route a deprecation may name, for an endpoint.
-fn deprecated_route(route: Route) -> Option<DeprecatedRoute> {
-    match route {
-        Route::Me => Some(DeprecatedRoute::Me),
-        Route::Orders => Some(DeprecatedRoute::Orders),
-        Route::Events => Some(DeprecatedRoute::Events),
-        Route::OpenApi => None,
-    }
-}
-
-/// The headers of the deprecations that concern a request of `route` with `query`.
-fn deprecation_notices(
-    config: &Config,
-    route: Option<Route>,
-    query: Option<&str>,
-) -> Vec<(http::HeaderName, HeaderValue)> {
-    let Some(route) = route.and_then(deprecated_route) else {
-        return Vec::new();
-    };
-    crate::deprecation::notices(
-        config
-            .deprecations
-            .iter()
-            .filter(|deprecation| deprecation.concerns(route, query)),
-    )
-}
-
-/// The 410 of a request that an enforced deprecation past its sunset concerns, if any.
-fn past_sunset(config: &Config, route: Route, query: Option<&str>) -> Option<Response<ApiBody>> {
-    if config.deprecations.is_empty() {
-        return None;
-    }
-    let route = deprecated_route(route)?;
-    let today = crate::model::Timestamp::now().as_datetime().date_naive();
-    let gone = config
-        .deprecations
-        .iter()
-        .find(|deprecation| deprecation.concerns(route, query) && deprecation.is_gone(today))?;
-    Some(response::past_sunset(gone))
 }
 
 impl fmt::Debug for PartnerApi {

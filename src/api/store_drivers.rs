@@ -15,6 +15,7 @@ use crate::api::config::Config;
 use crate::api::deadline::Deadline;
 use crate::api::keyed_answer::{after_throttle, AfterReply, Ask};
 use crate::api::response::keyed::store_failed;
+use crate::store::deprecated_calls::period_start;
 use crate::store::StoreError;
 use crate::store::UsageOutcome;
 
@@ -132,6 +133,8 @@ fn reply_now(config: &Config, ask: Ask) -> Replied {
         }
         // No feed answers at once: each read asks the store.
         Ask::Events(events) => Replied::Wait(Ask::Events(events)),
+        // Nor does a read of deprecated calls.
+        Ask::Deprecations(asked) => Replied::Wait(Ask::Deprecations(asked)),
     }
 }
 
@@ -253,6 +256,23 @@ async fn awaited_reply(config: &Config, ask: Ask, started: Instant) -> AfterRepl
             };
             timed(page.as_ref().err());
             events.answer(config, page)
+        }
+        Ask::Deprecations(asked) => {
+            let calls = match &config.deprecated_calls {
+                Some(recorder) => {
+                    recorder
+                        .store()
+                        .deprecated_calls(
+                            asked.organization_id(),
+                            Some(asked.key_id()),
+                            period_start(),
+                        )
+                        .await
+                }
+                None => Err(StoreError::other("no deprecated calls recorded")),
+            };
+            timed(calls.as_ref().err());
+            asked.answer(config, calls)
         }
     }
 }

@@ -22,11 +22,12 @@ pub(super) enum Ability {
     WebhookTestEvents,
     WebhookDeliveryHistory,
     Usage,
+    DeprecatedCalls,
     AuditLog,
 }
 
 impl Ability {
-    const ALL: [Self; 8] = [
+    const ALL: [Self; 9] = [
         Self::KeyPolicy,
         Self::LeakReports,
         Self::LastUse,
@@ -34,6 +35,7 @@ impl Ability {
         Self::WebhookTestEvents,
         Self::WebhookDeliveryHistory,
         Self::Usage,
+        Self::DeprecatedCalls,
         Self::AuditLog,
     ];
 
@@ -47,6 +49,7 @@ impl Ability {
             Self::WebhookTestEvents => "webhookTestEvents",
             Self::WebhookDeliveryHistory => "webhookDeliveryHistory",
             Self::Usage => "usage",
+            Self::DeprecatedCalls => "deprecatedCalls",
             Self::AuditLog => "auditLog",
         }
     }
@@ -61,6 +64,7 @@ impl Ability {
             Self::WebhookTestEvents => "webhook test events",
             Self::WebhookDeliveryHistory => "the webhook delivery history",
             Self::Usage => "usage",
+            Self::DeprecatedCalls => "deprecated-call counts",
             Self::AuditLog => "an audit log",
         }
     }
@@ -71,6 +75,7 @@ impl Ability {
             "/policy" => Some(Self::KeyPolicy),
             "/usage" | "/keys/{id}/usage" => Some(Self::Usage),
             "/audit" => Some(Self::AuditLog),
+            "/deprecated-calls" => Some(Self::DeprecatedCalls),
             "/webhooks/{id}/test" => Some(Self::WebhookTestEvents),
             "/webhooks/{id}/attempts" | "/webhooks/{id}/retry" | "/webhooks/{id}/recover" => {
                 Some(Self::WebhookDeliveryHistory)
@@ -85,6 +90,7 @@ impl Ability {
 pub(super) struct Offered<'a> {
     pub(super) keys: &'a dyn KeyManager,
     pub(super) usage: bool,
+    pub(super) deprecated_calls: bool,
     pub(super) audit_log: bool,
     #[cfg(feature = "webhooks")]
     pub(super) webhooks: Option<&'a dyn WebhookManager>,
@@ -101,6 +107,7 @@ impl Offered<'_> {
                 self.offers_webhooks(ability)
             }
             Ability::Usage => self.usage,
+            Ability::DeprecatedCalls => self.deprecated_calls,
             Ability::AuditLog => self.audit_log,
         }
     }
@@ -118,6 +125,7 @@ impl Offered<'_> {
             | Ability::LeakReports
             | Ability::LastUse
             | Ability::Usage
+            | Ability::DeprecatedCalls
             | Ability::AuditLog => true,
         }
     }

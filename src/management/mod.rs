@@ -11,6 +11,7 @@
 mod abilities;
 mod audit;
 pub(crate) mod bodies;
+mod deprecated_calls;
 mod limits;
 mod retention;
 mod service;
@@ -19,12 +20,9 @@ mod usage;
 mod webhooks;
 
 pub use audit::DEFAULT_AUDIT_PAGE;
-pub use limits::{MAX_BODY_BYTES, MAX_LIFETIME, MAX_OVERLAP};
-pub use retention::AUDIT_RETENTION_ACTOR;
 #[cfg(feature = "webhooks")]
-pub use service::DEFAULT_WEBHOOK_ACTIONS;
-pub use service::{
-    ActingOrganization, KeyManagementService, ResponseFuture, DEFAULT_MANAGEMENT_WRITES,
-    OPENAPI_DOCUMENT,
-};
+pub use limits::DEFAULT_WEBHOOK_ACTIONS;
+pub use limits::{DEFAULT_MANAGEMENT_WRITES, MAX_BODY_BYTES, MAX_LIFETIME, MAX_OVERLAP};
+pub use retention::AUDIT_RETENTION_ACTOR;
+pub use service::{ActingOrganization, KeyManagementService, ResponseFuture, OPENAPI_DOCUMENT};
 pub use usage::{DEFAULT_USAGE_PERIOD, MAX_USAGE_PERIOD};

@@ -15,9 +15,10 @@
 //! | `POST /keys/{id}/roll` `{"overlapSeconds", "expiresInSeconds"}` | rolls it (the new key lives `expiresInSeconds`, or as long as the old one was issued for) | 201 `{"data": {"key": "pk_...", "record": record}}` |
 //! | `POST /keys/{id}/restrict` `{"allowedIps": ["192.0.2.0/24", ...]}` | sets the address ranges it may be used from (`[]`: any) | 200 `{"data": {"record": record}}` |
 //! | `GET /policy` | the organization's key policy | 200 `{"data": {"policy": {"maxKeyLifetimeSeconds", "maxActiveKeys", "maxWebhookEndpoints"}}}` |
-//! | `GET /abilities` | what this host offers besides the keys themselves | 200 `{"data": {"abilities": {"keyPolicy", "leakReports", "lastUse", "webhooks", "webhookTestEvents", "webhookDeliveryHistory", "usage", "auditLog"}}}` (booleans) |
+//! | `GET /abilities` | what this host offers besides the keys themselves | 200 `{"data": {"abilities": {"keyPolicy", "leakReports", "lastUse", "webhooks", "webhookTestEvents", "webhookDeliveryHistory", "usage", "deprecatedCalls", "auditLog"}}}` (booleans) |
 //! | `GET /keys/{id}/usage?from=&to=&granularity=hour\|day` | one key's requests per bucket, route and outcome (with [`with_usage`](KeyManagementService::with_usage)) | 200 `{"data": {"keyId", "from", "to", "granularity", "total", "buckets": [{"start", "route", "outcome", "count"}]}}` |
 //! | `GET /usage?from=&to=` | every key's totals per outcome (with `with_usage`) | 200 `{"data": {"from", "to", "keys": [{"keyId", "total", "outcomes": {"ok": n, ...}}]}}` |
+//! | `GET /deprecated-calls` | for each deprecation, the keys that called it in the last 30 days (with [`with_deprecated_calls`](KeyManagementService::with_deprecated_calls)) | 200 `{"data": {"since", "deprecations": [{"target", "route", "parameter", "deprecatedOn", "sunsetOn", "link", "enforced", "declared", "keys": [{"keyId", "calls", "lastCallAt"}]}]}}` |
 //!
 //! Every optional ability (key policies, usage, the audit log, webhooks, and of them test
 //! events and the delivery history) is asked one way: `GET /abilities` says which are offered
@@ -70,6 +71,9 @@ use super::bodies::{
     caller_message, created, json, one, read_json, Failure, IssueRequest, RestrictRequest,
     RevokeRequest, RollRequest,
 };
+use super::limits::DEFAULT_MANAGEMENT_WRITES;
+#[cfg(feature = "webhooks")]
+use super::limits::DEFAULT_WEBHOOK_ACTIONS;
 use super::limits::{MAX_LIFETIME, MAX_OVERLAP};
 use crate::api::body::ApiBody;
 use crate::api::client_address::{ClientAddr, PeerAddr, TrustedProxies};
@@ -195,6 +199,9 @@ pub struct KeyManagementService {
     prefix: Arc<str>,
     csrf: Option<Arc<CsrfCheck>>,
     usage: Option<Arc<dyn crate::store::UsageStore>>,
+    deprecated_calls: Option<Arc<dyn crate::store::DeprecatedCallStore>>,
+    /// What the API declared deprecated, which `GET /deprecated-calls` names with its dates.
+    deprecations: Arc<[crate::deprecation::Deprecation]>,
     audit: Option<Arc<dyn crate::store::AuditLog>>,
     /// The audit log's retention, run from here (at most once an hour) when the log is served.
     audit_retention: Arc<AuditRetention>,
@@ -209,28 +216,6 @@ pub struct KeyManagementService {
     webhook_actions: Arc<crate::rate_limit::LocalRateLimiter>,
 }
 
-/// The default budget of changes (every `POST`: issuing, revoking, rolling, restricting keys,
-/// setting the policy, and every webhook change), per organization: bursts of 30, then one a
-/// second. Each change writes an audit entry, so this bounds how fast a tenant grows the log.
-pub const DEFAULT_MANAGEMENT_WRITES: (std::time::Duration, std::num::NonZeroU32) = (
-    std::time::Duration::from_secs(1),
-    match std::num::NonZeroU32::new(30) {
-        Some(burst) => burst,
-        None => unreachable!(),
-    },
-);
-
-/// The default budget of webhook actions that queue messages (`test`, `retry`, `recover`),
-/// per organization: bursts of 10, then one every 6 seconds.
-#[cfg(feature = "webhooks")]
-pub const DEFAULT_WEBHOOK_ACTIONS: (std::time::Duration, std::num::NonZeroU32) = (
-    std::time::Duration::from_secs(6),
-    match std::num::NonZeroU32::new(10) {
-        Some(burst) => burst,
-        None => unreachable!(),
-    },
-);
-
 impl KeyManagementService {
     /// Creates the service over `keys`, answering at the root of its mount (`/keys`).
     pub fn new(keys: impl KeyManager + 'static) -> Self {
@@ -239,6 +224,8 @@ impl KeyManagementService {
             prefix: Arc::from(""),
             csrf: None,
             usage: None,
+            deprecated_calls: None,
+            deprecations: Arc::from([]),
             audit: None,
             audit_retention: Arc::new(AuditRetention::new(crate::store::DEFAULT_AUDIT_RETENTION)),
             writes: Arc::new(crate::rate_limit::LocalRateLimiter::new(
@@ -293,6 +280,32 @@ impl KeyManagementService {
     #[must_use]
     pub fn with_usage(mut self, store: impl crate::store::UsageStore + 'static) -> Self {
         self.usage = Some(Arc::new(store));
+        self
+    }
+
+    /// Serves the keys' calls of deprecated routes and parameters too
+    /// (`GET /deprecated-calls`), from `store`, which the API's
+    /// [`DeprecatedCallRecorder`](crate::deprecated_calls::DeprecatedCallRecorder) writes.
+    /// Without it the path is 404, absent from the OpenAPI document the service serves, and
+    /// `GET /abilities` says `"deprecatedCalls": false`, so the Settings page hides its
+    /// section.
+    #[must_use]
+    pub fn with_deprecated_calls(
+        mut self,
+        store: impl crate::store::DeprecatedCallStore + 'static,
+    ) -> Self {
+        self.deprecated_calls = Some(Arc::new(store));
+        self
+    }
+
+    /// Names `deprecation` in `GET /deprecated-calls` (with its days and link) even before a
+    /// key calls it: give the service each deprecation given to the API's
+    /// [`with_deprecation`](crate::PartnerApi::with_deprecation).
+    #[must_use]
+    pub fn with_deprecation(mut self, deprecation: crate::deprecation::Deprecation) -> Self {
+        let mut deprecations = self.deprecations.to_vec();
+        deprecations.push(deprecation);
+        self.deprecations = deprecations.into();
         self
     }
 

@@ -24,16 +24,18 @@
 //! | [`LAST_USED_FLUSH_FAILURES`], [`LAST_USED_DROPPED`] | counter | none |
 //! | [`USAGE_BATCH_COUNTS`] | histogram (counts) | none |
 //! | [`USAGE_FLUSH_FAILURES`], [`USAGE_DROPPED`] | counter | none |
+//! | [`DEPRECATED_CALLS_DROPPED`] | counter | none |
 //! | [`WEBHOOK_DELIVERIES`] | counter | `outcome`: `succeeded`, `failed` |
 //! | [`WEBHOOK_ATTEMPT_DURATION`] | histogram (seconds) | `outcome` |
 //! | [`WEBHOOK_DUE`] | gauge (deliveries) | none |
 //! | [`WEBHOOK_OLDEST_DUE`] | gauge (seconds) | none |
 //! | [`WEBHOOK_ENDPOINTS_DISABLED`] | counter | `reason`: `gone`, `failing` |
-//! | [`BACKGROUND_TASK_PANICS`] | counter | `task`: `webhook_dispatcher`, `webhook_delivery`, `webhook_retention`, `events_retention`, `cache_listener`, `known_keys`, `usage_recorder`, `last_used_recorder` |
+//! | [`BACKGROUND_TASK_PANICS`] | counter | `task`: `webhook_dispatcher`, `webhook_delivery`, `webhook_retention`, `events_retention`, `cache_listener`, `known_keys`, `usage_recorder`, `last_used_recorder`, `deprecated_call_recorder` |
 //! | [`SECRET_SCANNING_REPORTS`] | counter | `label`: `true_positive`, `false_positive`; `source`: where GitHub found the match (`content`, `commit`, `issue_comment`, ... its documented values; anything else as `other`) |
 //!
 //! `store` and `operation` are `keys`/`lookup`, `orders`/`newest_orders`, `events`/`events`,
-//! `rate_limiter`/`check` and `keys`/`record_last_used`; `error_type` is `unavailable`,
+//! `rate_limiter`/`check`, `keys`/`record_last_used`, `usage`/`record_usage`,
+//! `deprecated_calls`/`record_deprecated_calls` and `deprecated_calls`/`deprecated_calls`; `error_type` is `unavailable`,
 //! `timeout`, `conflict`, `not_found`, `invalid_data` or `other`. Store calls are timed
 //! when the API waits for them: an answer a store or cache has at hand
 //! ([`KeyStore::lookup_now`](crate::KeyStore::lookup_now)) costs no store call and shows in
@@ -103,6 +105,9 @@ pub const USAGE_FLUSH_FAILURES: &str = "partner_api_usage_flush_failures_total";
 /// Requests the usage recorder could not count because it was full, or could not keep
 /// through a store outage.
 pub const USAGE_DROPPED: &str = "partner_api_usage_dropped_total";
+/// Deprecated calls the recorder could not count because it was full, or could not keep
+/// through a store outage.
+pub const DEPRECATED_CALLS_DROPPED: &str = "partner_api_deprecated_calls_dropped_total";
 
 /// Matches in verified secret scanning reports, by label and source.
 pub const SECRET_SCANNING_REPORTS: &str = "partner_api_secret_scanning_reports_total";
@@ -229,6 +234,10 @@ pub fn describe() {
         "Requests the usage recorder could not count: it was full, or its kept batch past its bound."
     );
     describe_counter!(
+        DEPRECATED_CALLS_DROPPED,
+        "Deprecated calls the recorder could not count: it was full, or its kept batch past its bound."
+    );
+    describe_counter!(
         BACKGROUND_TASK_PANICS,
         "Rounds of a background task that panicked (logged and dropped; the task went on), by task."
     );
@@ -349,6 +358,8 @@ pub(crate) enum StoreCall {
     AuthFailureCheck,
     RecordLastUsed,
     RecordUsage,
+    RecordDeprecatedCalls,
+    DeprecatedCalls,
 }
 
 impl StoreCall {
@@ -374,6 +385,13 @@ impl StoreCall {
             ),
             Self::RecordUsage => static_key!(
                 STORE_CALL_DURATION, "store" => "usage", "operation" => "record_usage"
+            ),
+            Self::RecordDeprecatedCalls => static_key!(
+                STORE_CALL_DURATION,
+                "store" => "deprecated_calls", "operation" => "record_deprecated_calls"
+            ),
+            Self::DeprecatedCalls => static_key!(
+                STORE_CALL_DURATION, "store" => "deprecated_calls", "operation" => "deprecated_calls"
             ),
         }
     }
@@ -453,6 +471,11 @@ pub(crate) fn usage_batch(counts: usize, written: bool) {
 /// Counts `requests` the usage recorder could not count or keep.
 pub(crate) fn usage_dropped(requests: u64) {
     counter(static_key!(USAGE_DROPPED)).increment(requests);
+}
+
+/// Counts `calls` the deprecated-call recorder could not count or keep.
+pub(crate) fn deprecated_calls_dropped(calls: u64) {
+    counter(static_key!(DEPRECATED_CALLS_DROPPED)).increment(calls);
 }
 
 mod caches;

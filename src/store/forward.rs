@@ -16,8 +16,9 @@ use super::key_manager::{
 };
 use super::read::{KeyDigests, KeyLookup, KeyStore, OrderStore};
 use super::{
-    AuditLog, AuditPage, AuditQuery, AuditRecord, EventFeed, EventQuery, EventsPage, KeyUsageTotal,
-    OrderQuery, StoreError, UsageBucket, UsageCount, UsageGranularity, UsagePeriod, UsageStore,
+    AuditLog, AuditPage, AuditQuery, AuditRecord, DeprecatedCallCount, DeprecatedCallStore,
+    DeprecatedCallTotal, EventFeed, EventQuery, EventsPage, KeyUsageTotal, OrderQuery, StoreError,
+    UsageBucket, UsageCount, UsageGranularity, UsagePeriod, UsageStore,
 };
 use crate::key::{AllowedIps, KeyDigest};
 use crate::model::OrderPage;
@@ -136,6 +137,32 @@ forward!(KeyManager {
 
     async fn record_last_used(&self, uses: &[KeyUse]) -> Result<(), StoreError> {
         (**self).record_last_used(uses).await
+    }
+});
+
+forward!(DeprecatedCallStore {
+    async fn record_deprecated_calls(
+        &self,
+        counts: &[DeprecatedCallCount],
+    ) -> Result<(), StoreError> {
+        (**self).record_deprecated_calls(counts).await
+    }
+
+    async fn deprecated_calls(
+        &self,
+        organization_id: &str,
+        key_id: Option<&str>,
+        since: crate::model::Timestamp,
+    ) -> Result<Vec<DeprecatedCallTotal>, StoreError> {
+        (**self).deprecated_calls(organization_id, key_id, since).await
+    }
+
+    async fn prune_deprecated_calls(
+        &self,
+        older_than: Duration,
+        batch: u32,
+    ) -> Result<u64, StoreError> {
+        (**self).prune_deprecated_calls(older_than, batch).await
     }
 });
 

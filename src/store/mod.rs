@@ -5,6 +5,7 @@
 //! `partner_api::testing` (feature `testing`).
 
 pub(crate) mod audit;
+pub(crate) mod deprecated_calls;
 pub(crate) mod error;
 pub(crate) mod events;
 mod forward;
@@ -23,6 +24,10 @@ pub use audit::{
     prune_audit_batches, AuditAction, AuditContext, AuditEntry, AuditLog, AuditPage, AuditPosition,
     AuditQuery, AuditRecord, DEFAULT_AUDIT_RETENTION, DELIVERY_ACTOR, MAX_AUDIT_PAGE,
     SECRET_SCANNING_ACTOR, UNATTRIBUTED,
+};
+pub use deprecated_calls::{
+    DeprecatedCallCount, DeprecatedCallStore, DeprecatedCallTotal,
+    DEFAULT_DEPRECATED_CALLS_RETENTION, DEPRECATED_CALLS_PERIOD,
 };
 pub(crate) use error::{StoreError, StoreErrorKind};
 pub use events::{

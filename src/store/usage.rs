@@ -28,6 +28,8 @@ pub enum UsageRoute {
     Orders,
     /// `GET /v1/events`.
     Events,
+    /// `GET /v1/deprecations`.
+    Deprecations,
 }
 
 /// How a request with a key was answered.
@@ -95,7 +97,8 @@ names!(
     "unknown usage route",
     Me = "/me",
     Orders = "/orders",
-    Events = "/events"
+    Events = "/events",
+    Deprecations = "/deprecations"
 );
 names!(
     UsageOutcome,

@@ -15,6 +15,7 @@ enum Route<'p> {
     Abilities,
     Usage,
     KeyUsage(&'p str),
+    DeprecatedCalls,
     Audit,
     OpenApi,
     #[cfg(feature = "webhooks")]
@@ -38,6 +39,7 @@ impl<'p> Route<'p> {
             ["abilities"] => Some(Self::Abilities),
             ["usage"] => Some(Self::Usage),
             ["audit"] => Some(Self::Audit),
+            ["deprecated-calls"] => Some(Self::DeprecatedCalls),
             ["keys", id, "usage"] if valid_id(id) => Some(Self::KeyUsage(id)),
             ["keys", id] if valid_id(id) => Some(Self::Key(id)),
             ["keys", id, "revoke"] if valid_id(id) => Some(Self::Revoke(id)),
@@ -59,6 +61,7 @@ impl<'p> Route<'p> {
             | Self::Abilities
             | Self::Usage
             | Self::KeyUsage(_)
+            | Self::DeprecatedCalls
             | Self::Audit
             | Self::OpenApi => "GET, HEAD",
             Self::Revoke(_) | Self::Roll(_) | Self::Restrict(_) => "POST",
@@ -75,6 +78,7 @@ impl Route<'_> {
             Self::Policy => vec![Ability::KeyPolicy],
             Self::Usage | Self::KeyUsage(_) => vec![Ability::Usage],
             Self::Audit => vec![Ability::AuditLog],
+            Self::DeprecatedCalls => vec![Ability::DeprecatedCalls],
             #[cfg(feature = "webhooks")]
             Self::Webhooks(route) => {
                 use crate::management::webhooks::WebhookRoute;
@@ -106,6 +110,7 @@ impl KeyManagementService {
         Offered {
             keys: &*self.keys,
             usage: self.usage.is_some(),
+            deprecated_calls: self.deprecated_calls.is_some(),
             audit_log: self.audit.is_some(),
             #[cfg(feature = "webhooks")]
             webhooks: self.webhooks.as_deref(),
@@ -333,6 +338,18 @@ impl KeyManagementService {
                     .ok_or_else(|| Failure::not_offered("usage"))?;
                 crate::management::usage::key_usage(store, organization, id, parts.uri.query())
                     .await
+            }
+            Route::DeprecatedCalls => {
+                let store = self
+                    .deprecated_calls
+                    .as_deref()
+                    .ok_or_else(|| Failure::not_offered("deprecated-call counts"))?;
+                crate::management::deprecated_calls::deprecated_calls(
+                    store,
+                    &self.deprecations,
+                    organization,
+                )
+                .await
             }
             Route::Audit => {
                 let log = self

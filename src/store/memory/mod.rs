@@ -16,6 +16,7 @@ use crate::store::{
 };
 
 mod audit;
+mod deprecated_calls;
 mod events;
 mod manage;
 mod order_writes;
@@ -63,6 +64,8 @@ pub struct MemoryStore {
     /// Each key's requests per hour, route and outcome; apart from `state`, so the recorder's
     /// writes never hold the lock requests read keys under.
     usage: Arc<Mutex<usage::Usage>>,
+    /// Each key's calls of deprecated targets per day; apart from `state`, as `usage`.
+    deprecated_calls: Arc<Mutex<deprecated_calls::Calls>>,
     /// The audit log; appended to under the lock of each change, and always locked last.
     audit: Arc<Mutex<audit::Audit>>,
     /// Each organization's events feed; appended to by order writers while they hold

@@ -20,7 +20,7 @@ pub(super) type Usage = BTreeMap<(String, i64, UsageRoute, UsageOutcome), u64>;
 
 impl State {
     /// The ids of the organization's keys, or `NotFound` for an unknown organization.
-    fn key_ids_of(&self, organization_id: &str) -> Result<Vec<String>, StoreError> {
+    pub(super) fn key_ids_of(&self, organization_id: &str) -> Result<Vec<String>, StoreError> {
         if !self.organizations.contains_key(organization_id) {
             return Err(unknown_organization(organization_id));
         }
@@ -32,7 +32,7 @@ impl State {
             .collect())
     }
 
-    fn owns_key(&self, organization_id: &str, key_id: &str) -> bool {
+    pub(super) fn owns_key(&self, organization_id: &str, key_id: &str) -> bool {
         self.key_ids
             .get(key_id)
             .and_then(|digest| self.keys.get(digest))
@@ -40,7 +40,7 @@ impl State {
     }
 }
 
-fn millis(at: Timestamp) -> i64 {
+pub(super) fn millis(at: Timestamp) -> i64 {
     at.as_datetime().timestamp_millis()
 }
 

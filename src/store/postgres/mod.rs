@@ -14,6 +14,7 @@ use crate::store::describe_plaintext;
 
 mod audit;
 mod breaker;
+mod deprecated_calls;
 mod error;
 mod events;
 mod key_rows;

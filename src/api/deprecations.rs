@@ -1,0 +1,196 @@
+//! The deprecations a host declared, as the request path uses them: which of them concern a
+//! request (matched once per request, kept as a bitmask), the notices they add to its answer,
+//! the 410 past an enforced sunset, the count of a key's deprecated calls, and what
+//! `GET /deprecations` lists.
+
+use std::sync::Arc;
+
+use chrono::NaiveDate;
+use http::{HeaderName, HeaderValue};
+
+use crate::api::routes::Route;
+use crate::deprecated_calls::DeprecatedCallRecorder;
+use crate::deprecation::{DeprecatedRoute, Deprecation};
+use crate::store::DeprecatedCallTotal;
+
+/// The most deprecations one API declares: one bit each in [`Concerned`].
+pub(crate) const MAX_DEPRECATIONS: usize = 64;
+
+/// The deprecations of an API, each with its target as one shared string (what a counted
+/// call names, so counting one allocates nothing).
+#[derive(Clone, Default)]
+pub(crate) struct Deprecations {
+    declared: Arc<[(Deprecation, Arc<str>)]>,
+}
+
+/// Which of an API's deprecations concern a request: bit `i` for the `i`-th declared.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Concerned(u64);
+
+impl Concerned {
+    pub(crate) fn is_none(self) -> bool {
+        self.0 == 0
+    }
+
+    fn has(self, index: usize) -> bool {
+        self.0 & (1 << index) != 0
+    }
+}
+
+impl Deprecations {
+    /// These and `deprecation`.
+    ///
+    /// # Panics
+    ///
+    /// Past [`MAX_DEPRECATIONS`].
+    pub(crate) fn with(&self, deprecation: Deprecation) -> Self {
+        assert!(
+            self.declared.len() < MAX_DEPRECATIONS,
+            "an API declares at most {MAX_DEPRECATIONS} deprecations"
+        );
+        let target: Arc<str> = deprecation.target().into();
+        let mut declared = self.declared.to_vec();
+        declared.push((deprecation, target));
+        Self {
+            declared: declared.into(),
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.declared.is_empty()
+    }
+
+    /// Every deprecation, in the order declared.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Deprecation> {
+        self.declared.iter().map(|(deprecation, _)| deprecation)
+    }
+
+    /// The deprecations that concern a request of `route` with `query`.
+    pub(crate) fn concerning(&self, route: Route, query: Option<&str>) -> Concerned {
+        let route = match route {
+            Route::Me => DeprecatedRoute::Me,
+            Route::Orders => DeprecatedRoute::Orders,
+            Route::Events => DeprecatedRoute::Events,
+            Route::Deprecations | Route::OpenApi => return Concerned::default(),
+        };
+        let mut concerned = 0;
+        for (index, (deprecation, _)) in self.declared.iter().enumerate() {
+            if deprecation.concerns(route, query) {
+                concerned |= 1 << index;
+            }
+        }
+        Concerned(concerned)
+    }
+
+    fn concerned(&self, concerned: Concerned) -> impl Iterator<Item = &(Deprecation, Arc<str>)> {
+        self.declared
+            .iter()
+            .enumerate()
+            .filter(move |(index, _)| concerned.has(*index))
+            .map(|(_, declared)| declared)
+    }
+
+    /// The headers the `concerned` deprecations add to an answer.
+    pub(crate) fn notices(&self, concerned: Concerned) -> Vec<(HeaderName, HeaderValue)> {
+        crate::deprecation::notices(
+            self.concerned(concerned)
+                .map(|(deprecation, _)| deprecation),
+        )
+    }
+
+    /// The first of the `concerned` deprecations that is enforced and past its sunset on
+    /// `today`.
+    pub(crate) fn gone(&self, concerned: Concerned, today: NaiveDate) -> Option<&Deprecation> {
+        self.concerned(concerned)
+            .map(|(deprecation, _)| deprecation)
+            .find(|deprecation| deprecation.is_gone(today))
+    }
+
+    /// Counts a call of the key `key_id` of each of the `concerned` deprecations.
+    pub(crate) fn count(
+        &self,
+        recorder: &DeprecatedCallRecorder,
+        key_id: &Arc<str>,
+        concerned: Concerned,
+    ) {
+        for (_, target) in self.concerned(concerned) {
+            recorder.record(key_id, target);
+        }
+    }
+
+    /// What `GET /deprecations` lists: each deprecation, with the key's calls of it in the
+    /// last 30 days (`calls`, its totals; `None` when calls are not recorded).
+    pub(crate) fn listed(&self, calls: Option<&[DeprecatedCallTotal]>) -> serde_json::Value {
+        let listed: Vec<serde_json::Value> = self
+            .declared
+            .iter()
+            .map(|(deprecation, target)| {
+                let total = calls.map(|calls| calls.iter().find(|t| *t.target == **target));
+                serde_json::json!({
+                    "target": &**target,
+                    "route": deprecation.route().as_str(),
+                    "parameter": deprecation.parameter(),
+                    "deprecatedOn": deprecation.since().to_string(),
+                    "sunsetOn": deprecation.sunset().map(|day| day.to_string()),
+                    "link": deprecation.link(),
+                    "enforced": deprecation.is_enforced(),
+                    "calls": total.map(|total| total.map_or(0, |total| total.calls)),
+                    "lastCallAt": total.flatten().map(|total| total.last_call_at),
+                })
+            })
+            .collect();
+        listed.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn declared() -> Deprecations {
+        let mut deprecations = Deprecations::default();
+        for text in [
+            "/orders?provider=2026-01-01,sunset=2026-02-01,enforce",
+            "/me=2026-01-01",
+            "/orders=2026-03-01",
+        ] {
+            deprecations = deprecations.with(text.parse().unwrap());
+        }
+        deprecations
+    }
+
+    #[test]
+    fn a_request_is_matched_once_into_the_deprecations_that_concern_it() {
+        let deprecations = declared();
+        let concerned = deprecations.concerning(Route::Orders, Some("provider=x"));
+        assert_eq!(concerned, Concerned(0b101));
+        assert_eq!(
+            deprecations.concerning(Route::Orders, None),
+            Concerned(0b100)
+        );
+        assert!(deprecations
+            .concerning(Route::Deprecations, Some("provider=x"))
+            .is_none());
+        let day = |text: &str| text.parse::<NaiveDate>().unwrap();
+        assert!(deprecations.gone(concerned, day("2026-01-31")).is_none());
+        assert_eq!(
+            deprecations
+                .gone(concerned, day("2026-02-01"))
+                .map(Deprecation::target),
+            Some("/orders?provider".to_owned())
+        );
+        // Only the concerned: /me's is not enforced and /orders' alone has no sunset.
+        assert!(deprecations
+            .gone(Concerned(0b100), day("2030-01-01"))
+            .is_none());
+    }
+
+    #[test]
+    #[should_panic(expected = "at most 64")]
+    fn more_than_a_mask_holds_is_refused() {
+        let mut deprecations = Deprecations::default();
+        for _ in 0..=MAX_DEPRECATIONS {
+            deprecations = deprecations.with("/me=2026-01-01".parse().unwrap());
+        }
+    }
+}

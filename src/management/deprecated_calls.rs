@@ -1,0 +1,90 @@
+//! `GET /deprecated-calls` of the management service: for each deprecation, the keys of the
+//! organization that called it in the last 30 days, how often and when last, over a
+//! [`DeprecatedCallStore`].
+
+use std::collections::BTreeMap;
+
+use http::{Response, StatusCode};
+
+use super::bodies::{json, Failure};
+use crate::api::body::ApiBody;
+use crate::deprecation::Deprecation;
+use crate::store::deprecated_calls::period_start;
+use crate::store::{DeprecatedCallStore, DeprecatedCallTotal};
+
+/// `GET /deprecated-calls`: the `declared` deprecations in their order (with no key when none
+/// called them), then any other target the store counted calls of (a deprecation since
+/// withdrawn, or declared on another replica only), by target.
+pub(super) async fn deprecated_calls(
+    store: &dyn DeprecatedCallStore,
+    declared: &[Deprecation],
+    organization_id: &str,
+) -> Result<Response<ApiBody>, Failure> {
+    let since = period_start();
+    let totals = store
+        .deprecated_calls(organization_id, None, since)
+        .await
+        .map_err(Failure::from_store)?;
+    let mut by_target: BTreeMap<String, Vec<DeprecatedCallTotal>> = BTreeMap::new();
+    for total in totals {
+        by_target
+            .entry(total.target.clone())
+            .or_default()
+            .push(total);
+    }
+    let keys = |calls: Vec<DeprecatedCallTotal>| -> Vec<serde_json::Value> {
+        calls
+            .into_iter()
+            .map(|total| {
+                serde_json::json!({
+                    "keyId": total.key_id,
+                    "calls": total.calls,
+                    "lastCallAt": total.last_call_at,
+                })
+            })
+            .collect()
+    };
+    let mut listed: Vec<serde_json::Value> = Vec::new();
+    for deprecation in declared {
+        let target = deprecation.target();
+        if listed
+            .iter()
+            .any(|entry| entry["target"] == target.as_str())
+        {
+            continue; // declared twice: listed once
+        }
+        let calls = by_target.remove(&target).unwrap_or_default();
+        listed.push(serde_json::json!({
+            "target": target,
+            "route": deprecation.route().as_str(),
+            "parameter": deprecation.parameter(),
+            "deprecatedOn": deprecation.since().to_string(),
+            "sunsetOn": deprecation.sunset().map(|day| day.to_string()),
+            "link": deprecation.link(),
+            "enforced": deprecation.is_enforced(),
+            "declared": true,
+            "keys": keys(calls),
+        }));
+    }
+    for (target, calls) in by_target {
+        let (route, parameter) = match target.split_once('?') {
+            Some((route, parameter)) => (route.to_owned(), Some(parameter.to_owned())),
+            None => (target.clone(), None),
+        };
+        listed.push(serde_json::json!({
+            "target": target,
+            "route": route,
+            "parameter": parameter,
+            "deprecatedOn": null,
+            "sunsetOn": null,
+            "link": null,
+            "enforced": false,
+            "declared": false,
+            "keys": keys(calls),
+        }));
+    }
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({ "data": { "since": since, "deprecations": listed } }),
+    ))
+}
