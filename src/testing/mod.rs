@@ -16,7 +16,9 @@
 //! that already holds data (a shared test database) and can run again on the same store.
 //!
 //! A store with per-key usage ([`UsageStore`](crate::store::UsageStore)) is checked by
-//! [`run_usage`]; one with an audit log ([`AuditLog`](crate::store::AuditLog)) by
+//! [`run_usage`]; one that counts deprecated calls
+//! ([`DeprecatedCallStore`](crate::store::DeprecatedCallStore)) by [`run_deprecated_calls`]; one
+//! with an audit log ([`AuditLog`](crate::store::AuditLog)) by
 //! [`run_audit_log`]; one with an events feed ([`EventFeed`](crate::store::EventFeed)) by
 //! [`run_event_feed`]. With the `webhooks` feature, a store's webhooks are checked by
 //! `run_webhooks`, and its webhooks beside its audit log by `run_webhook_audit_log`.
@@ -45,6 +47,7 @@ use crate::store::{KeyStore, OrderStore};
 
 mod audit;
 mod calls;
+mod deprecated_calls;
 mod events;
 mod filters;
 mod fixtures;
@@ -62,6 +65,7 @@ mod usage;
 mod webhooks;
 
 pub use audit::run_audit_log;
+pub use deprecated_calls::run_deprecated_calls;
 pub use events::run_event_feed;
 pub use fixtures::StoreFixtures;
 pub use key_abilities::{run_key_policy, run_last_use, run_leak_reports};

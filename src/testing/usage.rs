@@ -43,7 +43,9 @@ where
 }
 
 /// An organization with a key; the key's id, as the store's lookup tells it.
-async fn organization_with_key<F: StoreFixtures>(fixtures: &F) -> Result<(String, String), String> {
+pub(super) async fn organization_with_key<F: StoreFixtures>(
+    fixtures: &F,
+) -> Result<(String, String), String> {
     let ns = namespace();
     let org = organization(fixtures, &ns, "usage").await?;
     let plaintext = key(fixtures, &ns, "usage", &org.id).await?;

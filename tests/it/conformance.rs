@@ -7,6 +7,7 @@ use partner_api::store::{
     AuditLog, AuditQuery, AuditRecord, EventFeed, EventQuery, EventsPage, KeyUsageTotal,
     OrderQuery, UsageBucket, UsageCount, UsageGranularity, UsagePeriod, UsageStore,
 };
+use partner_api::store::{DeprecatedCallCount, DeprecatedCallStore, DeprecatedCallTotal};
 use partner_api::store::{IssuedKey, KeyManager, KeyPolicy, KeyRecord, KeyUse, NewKey, RollKey};
 use partner_api::testing::{run, StoreFixtures};
 use partner_api::{
@@ -50,6 +51,8 @@ enum Fault {
     SkipsEvents,
     /// The events feed answers each page newest first.
     ReordersEvents,
+    /// Reads of one key's deprecated calls answer every key's of its organization.
+    IgnoresDeprecatedCallsKey,
 }
 
 /// A memory store with one deliberate fault.
@@ -190,6 +193,32 @@ impl UsageStore for Faulty {
             _ => batch,
         };
         self.0.prune_usage(older_than, batch).await
+    }
+}
+
+#[async_trait]
+impl DeprecatedCallStore for Faulty {
+    async fn record_deprecated_calls(
+        &self,
+        counts: &[DeprecatedCallCount],
+    ) -> Result<(), StoreError> {
+        self.0.record_deprecated_calls(counts).await
+    }
+    async fn deprecated_calls(
+        &self,
+        org: &str,
+        key_id: Option<&str>,
+        since: Timestamp,
+    ) -> Result<Vec<DeprecatedCallTotal>, StoreError> {
+        let key_id = key_id.filter(|_| self.1 != Fault::IgnoresDeprecatedCallsKey);
+        self.0.deprecated_calls(org, key_id, since).await
+    }
+    async fn prune_deprecated_calls(
+        &self,
+        older_than: Duration,
+        batch: u32,
+    ) -> Result<u64, StoreError> {
+        self.0.prune_deprecated_calls(older_than, batch).await
     }
 }
 
@@ -408,6 +437,25 @@ async fn the_memory_store_keeps_usage_as_the_suite_requires_and_a_leaky_one_fail
             "reads are scoped to the organization; unknown keys' counts are dropped",
             "retention deletes the oldest counts first, at most a batch at a time",
         ],
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn the_memory_store_counts_deprecated_calls_as_the_suite_requires_and_a_leaky_one_fails() {
+    let store = MemoryStore::new();
+    for _ in 0..2 {
+        let report = partner_api::testing::run_deprecated_calls(&store).await;
+        report.assert_passed();
+        assert_eq!(report.len(), 3);
+    }
+    let faulty = Faulty(MemoryStore::new(), Fault::IgnoresDeprecatedCallsKey);
+    let report = partner_api::testing::run_deprecated_calls(&faulty).await;
+    let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
+    assert_eq!(
+        failed,
+        ["reads are scoped to the organization and to the key asked for, from the day of since; \
+          unknown keys' counts are dropped"],
         "{report}"
     );
 }

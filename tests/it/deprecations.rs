@@ -225,3 +225,183 @@ async fn the_standalone_host_declares_deprecations_from_its_flags() {
         "{stderr}"
     );
 }
+
+/// A memory store with a second key in `org_a`, and the ids of `KEY_A`, that key and `KEY_B`.
+async fn store_with_second_key() -> (partner_api::MemoryStore, [String; 3]) {
+    use partner_api::{KeyDigest, KeyLookup, KeyStore};
+    let store = crate::common::store();
+    store.add_key(SECOND_KEY, "org_a").unwrap();
+    let mut ids = Vec::new();
+    for key in [KEY_A, SECOND_KEY, KEY_B] {
+        match store.lookup(&KeyDigest::of(key)).await.unwrap() {
+            KeyLookup::Valid(principal) => ids.push(principal.key_id.to_string()),
+            other => panic!("{other:?}"),
+        }
+    }
+    (store, ids.try_into().unwrap())
+}
+
+const SECOND_KEY: &str = "pk_test_second_Qw12Er34Ty56Ui78Op90";
+
+async fn manage(
+    service: &partner_api::management::KeyManagementService,
+    organization: &str,
+    path: &str,
+) -> (StatusCode, serde_json::Value) {
+    use http_body_util::BodyExt;
+    let mut request = Request::get(path).body(String::new()).unwrap();
+    request
+        .extensions_mut()
+        .insert(partner_api::management::ActingOrganization::new(
+            organization,
+        ));
+    let response = service.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&body).unwrap())
+}
+
+#[tokio::test]
+async fn deprecated_calls_are_counted_per_key_and_read_by_the_admin_and_the_partner() {
+    use partner_api::deprecated_calls::DeprecatedCallRecorder;
+    use partner_api::management::KeyManagementService;
+    let (store, [a, second, b]) = store_with_second_key().await;
+    let provider: Deprecation =
+        "/orders?provider=2026-01-01,sunset=2099-01-01,link=https://example.com/providers"
+            .parse()
+            .unwrap();
+    let me: Deprecation = "/me=2026-02-01".parse().unwrap();
+    let recorder = DeprecatedCallRecorder::spawn(store.clone());
+    let api = PartnerApi::from_store(store.clone())
+        .with_deprecation(provider.clone())
+        .with_deprecation(me.clone())
+        .with_deprecated_calls(recorder.clone());
+    // Counted: the deprecated parameter given (twice, one a 400), /me by two keys. Not
+    // counted: /orders without the parameter, an unknown key, a revoked one.
+    let started = partner_api::Timestamp::now();
+    for (path, key, status) in [
+        ("/v1/orders?provider=meta", KEY_A, 200),
+        ("/v1/orders?provider=meta&limit=0", KEY_A, 400),
+        ("/v1/orders", KEY_A, 200),
+        ("/v1/me", KEY_A, 200),
+        ("/v1/me", SECOND_KEY, 200),
+        ("/v1/me", KEY_B, 200),
+        ("/v1/me", "pk_test_unknown", 401),
+        ("/v1/me", REVOKED_KEY, 401),
+    ] {
+        let answer = call(&api, get(path, Some(key))).await;
+        assert_eq!(answer.status.as_u16(), status, "{path} {key}");
+    }
+    recorder.flush().await.unwrap();
+
+    // The admin of org_a sees each deprecation with the keys that called it.
+    let service = KeyManagementService::new(store.clone())
+        .with_deprecated_calls(store.clone())
+        .with_deprecation(provider.clone())
+        .with_deprecation(me.clone());
+    let (status, body) = manage(&service, "org_a", "/deprecated-calls").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let listed = body["data"]["deprecations"].as_array().unwrap();
+    let targets: Vec<&str> = listed
+        .iter()
+        .map(|d| d["target"].as_str().unwrap())
+        .collect();
+    assert_eq!(targets, ["/orders?provider", "/me"]);
+    assert_eq!(listed[0]["sunsetOn"], "2099-01-01");
+    assert_eq!(listed[0]["link"], "https://example.com/providers");
+    assert_eq!(listed[0]["declared"], true);
+    let callers = |index: usize| -> Vec<(String, u64)> {
+        listed[index]["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| {
+                (
+                    k["keyId"].as_str().unwrap().to_owned(),
+                    k["calls"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(callers(0), [(a.clone(), 2)]);
+    let mut me_callers = callers(1);
+    me_callers.sort();
+    let mut expected = vec![(a.clone(), 1), (second.clone(), 1)];
+    expected.sort();
+    assert_eq!(me_callers, expected, "org_b's key is not org_a's to see");
+    let last: partner_api::Timestamp = listed[0]["keys"][0]["lastCallAt"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // To the second the recorder's clock was ticked.
+    assert!(
+        last.as_datetime().timestamp() + 2 >= started.as_datetime().timestamp(),
+        "{last:?} vs {started:?}"
+    );
+    let (_, theirs) = manage(&service, "org_b", "/deprecated-calls").await;
+    assert_eq!(
+        theirs["data"]["deprecations"][0]["keys"],
+        serde_json::json!([])
+    );
+    assert_eq!(
+        theirs["data"]["deprecations"][1]["keys"][0]["keyId"].as_str(),
+        Some(b.as_str())
+    );
+    let (status, abilities) = manage(&service, "org_a", "/abilities").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(abilities["data"]["abilities"]["deprecatedCalls"], true);
+    let plain = KeyManagementService::new(store.clone());
+    let (status, _) = manage(&plain, "org_a", "/deprecated-calls").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "not offered without a store");
+
+    // The partner sees its own key's calls only.
+    let mine = call(&api, get("/v1/deprecations", Some(KEY_A))).await;
+    assert_eq!(mine.status, StatusCode::OK);
+    let data = &mine.json()["data"];
+    assert_eq!(data[0]["target"], "/orders?provider");
+    assert_eq!(data[0]["parameter"], "provider");
+    assert_eq!(data[0]["deprecatedOn"], "2026-01-01");
+    assert_eq!(data[0]["enforced"], false);
+    assert_eq!(data[0]["calls"], 2);
+    assert!(data[0]["lastCallAt"].is_string());
+    assert_eq!(data[1]["route"], "/me");
+    assert_eq!(data[1]["parameter"], serde_json::Value::Null);
+    assert_eq!(data[1]["sunsetOn"], serde_json::Value::Null);
+    assert_eq!(data[1]["calls"], 1);
+    let second_view = call(&api, get("/v1/deprecations", Some(SECOND_KEY))).await;
+    let data = &second_view.json()["data"];
+    assert_eq!(data[0]["calls"], 0);
+    assert_eq!(data[0]["lastCallAt"], serde_json::Value::Null);
+    assert_eq!(data[1]["calls"], 1);
+    // Reading the list is no deprecated call, and is counted in nothing else.
+    recorder.flush().await.unwrap();
+    let again = call(&api, get("/v1/deprecations", Some(KEY_A))).await;
+    assert_eq!(again.json()["data"][0]["calls"], 2);
+}
+
+#[tokio::test]
+async fn the_list_of_deprecations_says_when_calls_are_not_recorded_and_is_empty_without_any() {
+    let api = deprecated("/events=2026-01-01,sunset=2026-06-01,enforce");
+    let listed = call(&api, get("/v1/deprecations", Some(KEY_A))).await;
+    assert_eq!(listed.status, StatusCode::OK);
+    let data = &listed.json()["data"];
+    assert_eq!(data[0]["enforced"], true);
+    assert_eq!(data[0]["sunsetOn"], "2026-06-01");
+    assert_eq!(data[0]["calls"], serde_json::Value::Null);
+    assert_eq!(data[0]["lastCallAt"], serde_json::Value::Null);
+    // The route answers even though the route it lists is gone; nothing concerns itself.
+    assert!(values(&listed, "deprecation").is_empty());
+    let none = call(&crate::common::api(), get("/v1/deprecations", Some(KEY_A))).await;
+    assert_eq!(none.json()["data"], serde_json::json!([]));
+    assert_eq!(none.json()["meta"]["version"], "v1");
+    let posted = call(
+        &api,
+        Request::post("/v1/deprecations")
+            .header("authorization", format!("Bearer {KEY_A}"))
+            .body(())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(posted.status, StatusCode::METHOD_NOT_ALLOWED);
+}

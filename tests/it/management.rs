@@ -31,6 +31,7 @@ fn template(path: &str) -> &'static str {
         ["", "keys", _, "restrict"] => "/keys/{id}/restrict",
         ["", "policy"] => "/policy",
         ["", "abilities"] => "/abilities",
+        ["", "deprecated-calls"] => "/deprecated-calls",
         ["", "webhooks"] => "/webhooks",
         ["", "webhooks", _] => "/webhooks/{id}",
         ["", "webhooks", _, "attempts"] => "/webhooks/{id}/attempts",
@@ -156,6 +157,48 @@ async fn key_count(service: &KeyManagementService) -> usize {
         .as_array()
         .unwrap()
         .len()
+}
+
+/// `GET /deprecated-calls` as its document says: declared deprecations first (with no key
+/// when none called them), then a target counted but no longer declared.
+#[tokio::test]
+async fn deprecated_calls_list_the_declared_deprecations_and_what_else_was_counted() {
+    use partner_api::store::{DeprecatedCallCount, DeprecatedCallStore};
+    let store = store();
+    let key_id = get(&KeyManagementService::new(store.clone()), "/keys")
+        .await
+        .body["data"]["keys"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let now = partner_api::Timestamp::now();
+    store
+        .record_deprecated_calls(&[DeprecatedCallCount {
+            key_id: key_id.clone(),
+            day: now,
+            target: "/events?types".to_owned(),
+            calls: 4,
+            last_call_at: now,
+        }])
+        .await
+        .unwrap();
+    let service = KeyManagementService::new(store.clone())
+        .with_deprecated_calls(store.clone())
+        .with_deprecation("/me=2026-01-01,sunset=2027-01-01".parse().unwrap());
+    let answer = get(&service, "/deprecated-calls").await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
+    let listed = &answer.body["data"]["deprecations"];
+    assert_eq!(listed[0]["target"], "/me");
+    assert_eq!(listed[0]["sunsetOn"], "2027-01-01");
+    assert_eq!(listed[0]["keys"], json!([]));
+    assert_eq!(listed[1]["target"], "/events?types");
+    assert_eq!(listed[1]["declared"], false);
+    assert_eq!(listed[1]["parameter"], "types");
+    assert_eq!(listed[1]["deprecatedOn"], Value::Null);
+    assert_eq!(
+        listed[1]["keys"],
+        json!([{"keyId": key_id, "calls": 4, "lastCallAt": now}])
+    );
 }
 
 #[tokio::test]
@@ -1310,7 +1353,7 @@ mod core_only {
             json!({"data": {"abilities": {
                 "keyPolicy": false, "leakReports": false, "lastUse": false, "webhooks": false,
                 "webhookTestEvents": false, "webhookDeliveryHistory": false,
-                "usage": false, "auditLog": false
+                "usage": false, "deprecatedCalls": false, "auditLog": false
             }}})
         );
         // Every ability not offered answers alike, and the served document leaves it out.
@@ -1318,6 +1361,7 @@ mod core_only {
             ("/policy", "key policies"),
             ("/usage", "usage"),
             ("/keys/key_1/usage", "usage"),
+            ("/deprecated-calls", "deprecated-call counts"),
             ("/audit", "an audit log"),
         ] {
             let answer = get(&service, path).await;
@@ -1356,7 +1400,7 @@ mod core_only {
             json!({
                 "keyPolicy": true, "leakReports": true, "lastUse": true, "webhooks": false,
                 "webhookTestEvents": false, "webhookDeliveryHistory": false,
-                "usage": false, "auditLog": false
+                "usage": false, "deprecatedCalls": false, "auditLog": false
             })
         );
     }

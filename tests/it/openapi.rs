@@ -126,6 +126,7 @@ async fn every_documented_response_is_produced() {
     call(&api(), get("/v1/openapi.json", None)).await;
     call(&api(), get("/v1/orders?limit=0", Some(KEY_A))).await;
     events_responses().await;
+    deprecations_responses().await;
 
     let document = document();
     let mut declared = BTreeSet::new();
@@ -220,6 +221,81 @@ async fn events_responses() {
             .await
             .status,
         StatusCode::GONE
+    );
+}
+
+/// A deprecated-call store whose reads fail as `FailingStore` does.
+struct FailingCalls(fn() -> StoreError);
+
+#[async_trait::async_trait]
+impl partner_api::store::DeprecatedCallStore for FailingCalls {
+    async fn record_deprecated_calls(
+        &self,
+        _: &[partner_api::store::DeprecatedCallCount],
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+    async fn deprecated_calls(
+        &self,
+        _: &str,
+        _: Option<&str>,
+        _: partner_api::Timestamp,
+    ) -> Result<Vec<partner_api::store::DeprecatedCallTotal>, StoreError> {
+        Err((self.0)())
+    }
+    async fn prune_deprecated_calls(
+        &self,
+        _: std::time::Duration,
+        _: u32,
+    ) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+}
+
+/// Every documented answer of `GET /deprecations` but the 403 (`allowed_ips.rs`).
+async fn deprecations_responses() {
+    use partner_api::deprecated_calls::DeprecatedCallRecorder;
+    let deprecated = |api: PartnerApi| api.with_deprecation("/me=2026-01-01".parse().unwrap());
+    let api = deprecated(crate::common::api());
+    assert_eq!(
+        call(&api, get("/v1/deprecations", Some(KEY_A)))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(&api, get("/v1/deprecations", None)).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    for (error, status) in [
+        (
+            (|| StoreError::other("down")) as fn() -> StoreError,
+            StatusCode::INTERNAL_SERVER_ERROR,
+        ),
+        (
+            || StoreError::unavailable("down"),
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+    ] {
+        let failing = deprecated(crate::common::api())
+            .with_deprecated_calls(DeprecatedCallRecorder::spawn(FailingCalls(error)));
+        assert_eq!(
+            call(&failing, get("/v1/deprecations", Some(KEY_A)))
+                .await
+                .status,
+            status
+        );
+    }
+    let limited = api.with_rate_limiter(partner_api::LocalRateLimiter::new(
+        std::time::Duration::from_secs(60),
+        std::num::NonZeroU32::MIN,
+    ));
+    call(&limited, get("/v1/deprecations", Some(KEY_A))).await;
+    assert_eq!(
+        call(&limited, get("/v1/deprecations", Some(KEY_A)))
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
     );
 }
 

@@ -112,6 +112,17 @@ async fn the_pg_store_keeps_usage_as_the_suite_requires() {
     }
 }
 
+#[tokio::test]
+async fn the_pg_store_counts_deprecated_calls_as_the_suite_requires() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = migrated_store().await;
+    for _ in 0..2 {
+        let report = partner_api::testing::run_deprecated_calls(&store).await;
+        report.assert_passed();
+        assert_eq!(report.len(), 3);
+    }
+}
+
 /// The reasons every key of `keys` is refused (or not), by `store`, in order.
 async fn outcomes(store: &impl KeyStore, keys: &[&str]) -> Vec<KeyLookup> {
     let mut outcomes = Vec::new();

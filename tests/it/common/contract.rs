@@ -64,9 +64,15 @@ impl Contract {
 /// if any.
 fn operation_path(path: &str) -> Option<&'static str> {
     let path = path.split('?').next().unwrap_or_default();
-    ["/me", "/orders", "/events", "/openapi.json"]
-        .into_iter()
-        .find(|operation| path.ends_with(operation))
+    [
+        "/me",
+        "/orders",
+        "/events",
+        "/deprecations",
+        "/openapi.json",
+    ]
+    .into_iter()
+    .find(|operation| path.ends_with(operation))
 }
 
 /// The responses the suite has produced, as `(operation path, status)`.
