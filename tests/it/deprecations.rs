@@ -405,3 +405,86 @@ async fn the_list_of_deprecations_says_when_calls_are_not_recorded_and_is_empty_
     .await;
     assert_eq!(posted.status, StatusCode::METHOD_NOT_ALLOWED);
 }
+
+/// The whole path on PostgreSQL with the documented roles: the standalone host, serving as
+/// `partner_api_serving`, counts a key's calls of what `--deprecate` declared and writes them
+/// at shutdown; `keys deprecated-calls` as `partner_api_key_admin` prints them, a JSON record
+/// a line; the key then reads its own last call from `GET /v1/deprecations` on a host started
+/// again.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn the_standalone_host_counts_deprecated_calls_in_postgres_and_the_cli_reads_them() {
+    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Examples);
+    use crate::common::net::{fetch, http1};
+    use crate::common::pg::{as_user, create_documented_roles, fresh_database};
+    use http::Method;
+    use partner_api::seed::{Seed, DEMO_KEY};
+    let url = fresh_database().await;
+    let (ok, _, stderr) = standalone_command(&["migrate", "--database-url", &url]).await;
+    assert!(ok, "{stderr}");
+    partner_api::PgStore::connect_lazy(&url)
+        .unwrap()
+        .load_seed(&Seed::demo())
+        .await
+        .unwrap();
+    let [serving, keys, _] = create_documented_roles(&url).await;
+    let serving_url = as_user(&url, &serving);
+    let host_args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--no-migrate",
+        "--no-webhooks",
+        "--database-url",
+        &serving_url,
+        "--deprecate",
+        "/orders?provider=2026-01-01,sunset=2099-01-01",
+        "--deprecate",
+        "/me=2026-02-01",
+    ];
+    let mut host = Process::spawn(&host_args);
+    let base = host.base_url().await;
+    let client = http1();
+    for path in ["/v1/orders?provider=meta", "/v1/orders?provider=google", "/v1/me"] {
+        let answer = fetch(&client, Method::GET, format!("{base}{path}"), Some(DEMO_KEY)).await;
+        assert_eq!(answer.status, StatusCode::OK, "{path}");
+    }
+    // Written at shutdown, as usage is.
+    assert!(host.terminate().await.success());
+
+    let (ok, stdout, stderr) = keys_command(
+        Some(&as_user(&url, &keys)),
+        &["deprecated-calls", "--organization", "org_demo", "--no-migrate"],
+    )
+    .await;
+    assert!(ok, "{stderr}");
+    let records: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let seen: Vec<(&str, u64)> = records
+        .iter()
+        .map(|r| (r["target"].as_str().unwrap(), r["calls"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(seen, [("/me", 1), ("/orders?provider", 2)], "{stdout}");
+    assert!(records
+        .iter()
+        .all(|r| r["keyId"].is_string() && r["lastCallAt"].is_string()));
+
+    let mut again = Process::spawn(&host_args);
+    let base = again.base_url().await;
+    let listed = fetch(
+        &client,
+        Method::GET,
+        format!("{base}/v1/deprecations"),
+        Some(DEMO_KEY),
+    )
+    .await;
+    assert_eq!(listed.status, StatusCode::OK);
+    let data = &listed.json()["data"];
+    assert_eq!(data[0]["target"], "/orders?provider");
+    assert_eq!(data[0]["calls"], 2);
+    assert_eq!(data[1]["calls"], 1);
+    assert!(data[1]["lastCallAt"].is_string());
+    assert!(again.terminate().await.success());
+}
