@@ -31,6 +31,7 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use clap::Parser;
+use partner_api::deprecated_calls::DeprecatedCallRecorder;
 use partner_api::last_used::LastUsedRecorder;
 use partner_api::management::KeyManagementService;
 use partner_api::seed::Seed;
@@ -64,6 +65,8 @@ const WEBHOOKS_JS: &str = include_str!("webhooks.js");
 const USAGE_JS: &str = include_str!("usage.js");
 /// The page's security log.
 const SECURITY_JS: &str = include_str!("security.js");
+/// The page's Deprecated calls section.
+const DEPRECATIONS_JS: &str = include_str!("deprecations.js");
 const PAGE_CSS: &str = include_str!("page.css");
 /// The demo sign-in page and its style.
 const SIGN_IN: &str = include_str!("sign_in.html");
@@ -126,6 +129,11 @@ struct Args {
     /// use or webhooks), as a host's own key table may be: the page hides what it lacks.
     #[arg(long)]
     core_store: bool,
+    /// Declare a route or a query parameter of the partner API deprecated:
+    /// ROUTE[?PARAM]=DATE[,sunset=DATE][,link=URL][,enforce], as the standalone host's flag
+    /// (repeatable). The page's Deprecated calls section lists the keys that still call it.
+    #[arg(long = "deprecate", value_name = "SPEC")]
+    deprecations: Vec<partner_api::deprecation::Deprecation>,
 }
 
 /// How the host runs.
@@ -144,6 +152,10 @@ pub struct Config {
     pub max_sessions: usize,
     /// Keys are managed through [`core_store::CoreStore`]: no optional ability, no webhooks.
     pub core_store: bool,
+    /// What the partner API declares deprecated.
+    pub deprecations: Vec<partner_api::deprecation::Deprecation>,
+    /// Counts each key's deprecated calls for the page (none for a core store).
+    pub deprecated_calls: Option<DeprecatedCallRecorder>,
 }
 
 impl Default for Config {
@@ -154,6 +166,8 @@ impl Default for Config {
             session_lifetime: Duration::from_secs(8 * 60 * 60),
             max_sessions: 10_000,
             core_store: false,
+            deprecations: Vec::new(),
+            deprecated_calls: None,
         }
     }
 }
@@ -188,6 +202,7 @@ pub fn app(
     } else {
         let management = KeyManagementService::new(store.clone())
             .with_usage(store.clone())
+            .with_deprecated_calls(store.clone())
             .with_audit_log(store.clone());
         #[cfg(feature = "webhooks")]
         let management = management.with_webhooks(store.clone());
@@ -209,11 +224,18 @@ pub fn app(
                 .is_some_and(|(token, session)| same_token(token, &session.csrf_token))
         })
     };
-    let api = PartnerApi::from_store(store).with_last_used(recorder);
-    let api = match usage {
-        Some(usage) => api.with_usage(usage),
-        None => api,
-    };
+    let mut api = PartnerApi::from_store(store).with_last_used(recorder);
+    let mut management = management;
+    for deprecation in &config.deprecations {
+        api = api.with_deprecation(deprecation.clone());
+        management = management.with_deprecation(deprecation.clone());
+    }
+    if let Some(usage) = usage {
+        api = api.with_usage(usage);
+    }
+    if let Some(calls) = config.deprecated_calls.clone() {
+        api = api.with_deprecated_calls(calls);
+    }
     Router::new()
         .route("/", get(|| async { Redirect::to("/settings/partner-api") }))
         .route("/sign-in", get(sign_in_page).post(sign_in))
@@ -234,6 +256,10 @@ pub fn app(
         .route(
             "/assets/security.js",
             get(|| async { asset("text/javascript; charset=utf-8", SECURITY_JS) }),
+        )
+        .route(
+            "/assets/deprecations.js",
+            get(|| async { asset("text/javascript; charset=utf-8", DEPRECATIONS_JS) }),
         )
         .route(
             "/assets/page.css",
@@ -383,6 +409,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         session_lifetime: Duration::from_secs(args.session_lifetime),
         max_sessions: args.max_sessions,
         core_store: args.core_store,
+        deprecations: args.deprecations,
+        // Within seconds too, for the page's Deprecated calls section.
+        deprecated_calls: (!args.core_store).then(|| {
+            DeprecatedCallRecorder::spawn(store.clone()).with_flush_interval(Duration::from_secs(2))
+        }),
     };
     // The demo delivers its organizations' webhooks in process, from the memory store.
     #[cfg(feature = "webhooks")]

@@ -132,7 +132,7 @@ function button(text, className, onClick, label) {
 // What the host's store offers besides the keys themselves (GET /abilities); until it is
 // known, everything is shown.
 let abilities = { keyPolicy: true, leakReports: true, lastUse: true, webhooks: true, webhookTestEvents: true,
-  webhookDeliveryHistory: true, usage: true, auditLog: true };
+  webhookDeliveryHistory: true, usage: true, deprecatedCalls: true, auditLog: true };
 
 function render(keys) {
   const body = document.getElementById("keys");
@@ -146,6 +146,7 @@ function render(keys) {
     row.append(Object.assign(cell("No keys yet: create one above.", "empty"), { colSpan: columns }));
     showUsage(keys);
     showSecurityLog(keys);
+    showDeprecatedCalls(keys);
     return;
   }
   for (const key of keys) {
@@ -183,6 +184,7 @@ function render(keys) {
   }
   showUsage(keys);
   showSecurityLog(keys);
+  showDeprecatedCalls(keys);
 }
 
 async function refresh() {

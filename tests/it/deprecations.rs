@@ -445,8 +445,18 @@ async fn the_standalone_host_counts_deprecated_calls_in_postgres_and_the_cli_rea
     let mut host = Process::spawn(&host_args);
     let base = host.base_url().await;
     let client = http1();
-    for path in ["/v1/orders?provider=meta", "/v1/orders?provider=google", "/v1/me"] {
-        let answer = fetch(&client, Method::GET, format!("{base}{path}"), Some(DEMO_KEY)).await;
+    for path in [
+        "/v1/orders?provider=meta",
+        "/v1/orders?provider=google",
+        "/v1/me",
+    ] {
+        let answer = fetch(
+            &client,
+            Method::GET,
+            format!("{base}{path}"),
+            Some(DEMO_KEY),
+        )
+        .await;
         assert_eq!(answer.status, StatusCode::OK, "{path}");
     }
     // Written at shutdown, as usage is.
@@ -454,7 +464,12 @@ async fn the_standalone_host_counts_deprecated_calls_in_postgres_and_the_cli_rea
 
     let (ok, stdout, stderr) = keys_command(
         Some(&as_user(&url, &keys)),
-        &["deprecated-calls", "--organization", "org_demo", "--no-migrate"],
+        &[
+            "deprecated-calls",
+            "--organization",
+            "org_demo",
+            "--no-migrate",
+        ],
     )
     .await;
     assert!(ok, "{stderr}");

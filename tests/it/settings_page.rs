@@ -1839,3 +1839,71 @@ async fn the_security_log_shows_who_revoked_a_key_and_when() {
     assert!(other.contains("7constructor"), "{other}");
     assert_eq!(csp_violations(&browser).await, Vec::<Value>::new());
 }
+
+/// The Deprecated calls section: a key that calls a deprecated route is listed under it, with
+/// its calls, last call and the sunset date; a deprecation no key called says so; the section
+/// fits a 1280 px window and a 390 px phone.
+#[tokio::test]
+async fn the_page_lists_the_keys_that_still_call_what_is_deprecated() {
+    crate::common::needs::needs!(Examples, Chromium);
+    use partner_api::seed::DEMO_KEY;
+    let example = Example::start(&[
+        "--sign-in-as",
+        "org_demo",
+        "--deprecate",
+        "/me=2026-01-01,sunset=2099-06-01,link=https://example.com/me-v2,enforce",
+        "--deprecate",
+        "/orders?provider=2026-02-01",
+    ])
+    .await;
+    for _ in 0..3 {
+        assert_eq!(me_status(&example, DEMO_KEY).await, 200);
+    }
+    let driver = Driver::start();
+    let browser = open_page(&driver, &example).await;
+    wait_for_row_text(&browser, "Demo integration", "pk_test_...klmn").await;
+    let me_row = "#deprecated-calls tr[data-target='/me'][data-key-id]";
+    reload_until_text(&browser, &format!("{me_row} td.calls"), "3").await;
+    let row = text(&browser, me_row).await;
+    assert!(row.contains("GET /v1/me"), "{row}");
+    assert!(row.contains("Demo integration"), "the key is named: {row}");
+    assert!(row.contains("1 Jun 2099"), "the sunset date: {row}");
+    assert!(row.contains("then 410 Gone"), "{row}");
+    let link = browser
+        .find(Locator::Css(&format!("{me_row} td.target a")))
+        .await
+        .unwrap()
+        .attr("href")
+        .await
+        .unwrap();
+    assert_eq!(link.as_deref(), Some("https://example.com/me-v2"));
+    let last_call = text(&browser, &format!("{me_row} td.date")).await;
+    assert_ne!(last_call, "—");
+    let uncalled = text(
+        &browser,
+        "#deprecated-calls tr[data-target='/orders?provider']",
+    )
+    .await;
+    assert!(
+        uncalled.contains("the provider parameter")
+            && uncalled.contains("No key called it in the last 30 days."),
+        "{uncalled}"
+    );
+    for (width, height) in [(1280, 1100), (390, 844)] {
+        browser.set_window_size(width, height).await.unwrap();
+        let wide = overflow(&browser).await;
+        assert!(wide["page"].as_i64().unwrap() <= 0, "{width} px: {wide}");
+        if width == 1280 {
+            assert!(
+                wide["tables"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|table| table.as_i64().unwrap() <= 0),
+                "a table is wider than its card at 1280 px: {wide}"
+            );
+        }
+    }
+    assert_eq!(csp_violations(&browser).await, Vec::<Value>::new());
+    browser.close().await.unwrap();
+}
