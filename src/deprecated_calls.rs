@@ -12,8 +12,8 @@
 //! # Invariants
 //!
 //! - **Nothing counted is lost while the store answers**: a flush swaps each thread's map for
-//!   an empty one under that thread's lock; a refused batch is kept (at most
-//!   [`MAX_KEPT_COUNTS`]) and written with the next one.
+//!   an empty one under that thread's lock; a refused batch is kept (at most 100,000 counts, the
+//!   oldest days dropped first) and written with the next one.
 //! - **Bounded memory**: at most `capacity` counters (a key counted on one thread) between
 //!   two flushes; a call of a key that finds no place is dropped, counted
 //!   (`partner_api_deprecated_calls_dropped_total`) and asks for a flush at once.
@@ -48,7 +48,7 @@ pub const MAX_FLUSH_INTERVAL: Duration = Duration::from_secs(30 * 60);
 /// How many keys are counted between two flushes, by default.
 pub const DEFAULT_CAPACITY: usize = 100_000;
 /// The most counts a batch the store refused keeps for the next flush.
-pub const MAX_KEPT_COUNTS: usize = 100_000;
+pub(crate) const MAX_KEPT_COUNTS: usize = 100_000;
 
 /// The most counts one retention call deletes.
 const PRUNE_BATCH: u32 = 500;
@@ -64,6 +64,9 @@ struct TargetCalls {
 /// One thread's counts: by key id, then by target. A key calls few deprecated targets, and
 /// the request passes the API's own `Arc` of each, so a target is found by its pointer.
 type ThreadCalls = HashMap<Arc<str>, Vec<(Arc<str>, TargetCalls)>, Xxh3DefaultBuilder>;
+
+/// A count of a flush: key id, target and day (milliseconds).
+type BatchKey = (Arc<str>, Arc<str>, i64);
 
 fn parity(day_millis: i64) -> usize {
     usize::from(day_millis.div_euclid(86_400_000).rem_euclid(2) == 1)
@@ -221,8 +224,8 @@ impl Shared {
     async fn flush(&self) -> Result<usize, StoreError> {
         let mut kept = self.kept.lock().await;
         let today = day_of_millis(self.now_millis.load(Ordering::Relaxed));
-        let mut batch: HashMap<(Arc<str>, Arc<str>, i64), (u64, i64)> = HashMap::new();
-        let mut add = |key: (Arc<str>, Arc<str>, i64), calls: u64, last: i64| {
+        let mut batch: HashMap<BatchKey, (u64, i64)> = HashMap::new();
+        let mut add = |key: BatchKey, calls: u64, last: i64| {
             let held = batch.entry(key).or_insert((0, i64::MIN));
             held.0 = held.0.saturating_add(calls);
             held.1 = held.1.max(last);

@@ -458,6 +458,3 @@ fn finish(
     }
     response
 }
-
-#[cfg(doc)]
-use crate::api::response;
