@@ -188,6 +188,8 @@ async fn the_standalone_host_declares_deprecations_from_its_flags() {
         "/events=2026-01-01,sunset=2026-02-01,enforce",
         "--rate-limit",
         "50",
+        "--usage-flush-interval",
+        "1",
     ]);
     let base = host.base_url().await;
     let client = http1();
@@ -213,6 +215,30 @@ async fn the_standalone_host_declares_deprecations_from_its_flags() {
     assert_eq!(limit, [format!("\"key\";r={};t=1", remaining[0])]);
     let plain = fetch(&client, Method::GET, format!("{base}/v1/orders"), Some(key)).await;
     assert!(values(&plain, "deprecation").is_empty());
+    // The call was counted in memory and is the key's to read, once written (every second).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let listed = fetch(
+            &client,
+            Method::GET,
+            format!("{base}/v1/deprecations"),
+            Some(key),
+        )
+        .await;
+        assert_eq!(listed.status, StatusCode::OK);
+        let provider = listed.json()["data"][0].clone();
+        assert_eq!(provider["target"], "/orders?provider");
+        if provider["calls"] == 1 {
+            assert!(provider["lastCallAt"].is_string(), "{provider}");
+            break;
+        }
+        assert_eq!(provider["calls"], 0, "{provider}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call was never written"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     let gone = fetch(&client, Method::GET, format!("{base}/v1/events"), Some(key)).await;
     assert_eq!(gone.status, StatusCode::GONE);
     assert!(host.terminate().await.success());
