@@ -65,6 +65,24 @@ pub struct Deprecation {
     enforced: bool,
 }
 
+/// As `GET /deprecations` and the management service's `GET /deprecated-calls` show it:
+/// `{"target", "route", "parameter", "deprecatedOn", "sunsetOn", "link", "enforced"}`, days
+/// as `YYYY-MM-DD`, `null` for what is not set.
+impl serde::Serialize for Deprecation {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut fields = serializer.serialize_struct("Deprecation", 7)?;
+        fields.serialize_field("target", &self.target())?;
+        fields.serialize_field("route", self.route.as_str())?;
+        fields.serialize_field("parameter", &self.parameter)?;
+        fields.serialize_field("deprecatedOn", &self.since.to_string())?;
+        fields.serialize_field("sunsetOn", &self.sunset.map(|day| day.to_string()))?;
+        fields.serialize_field("link", &self.link)?;
+        fields.serialize_field("enforced", &self.enforced)?;
+        fields.end()
+    }
+}
+
 /// Why a deprecation was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeprecationError(String);

@@ -126,17 +126,14 @@ impl Deprecations {
             .iter()
             .map(|(deprecation, target)| {
                 let total = calls.map(|calls| calls.iter().find(|t| *t.target == **target));
-                serde_json::json!({
-                    "target": &**target,
-                    "route": deprecation.route().as_str(),
-                    "parameter": deprecation.parameter(),
-                    "deprecatedOn": deprecation.since().to_string(),
-                    "sunsetOn": deprecation.sunset().map(|day| day.to_string()),
-                    "link": deprecation.link(),
-                    "enforced": deprecation.is_enforced(),
-                    "calls": total.map(|total| total.map_or(0, |total| total.calls)),
-                    "lastCallAt": total.flatten().map(|total| total.last_call_at),
-                })
+                let mut listed = serde_json::to_value(deprecation).unwrap_or_default();
+                listed["calls"] = total
+                    .map(|total| total.map_or(0, |total| total.calls))
+                    .into();
+                listed["lastCallAt"] =
+                    serde_json::to_value(total.flatten().map(|t| t.last_call_at))
+                        .unwrap_or_default();
+                listed
             })
             .collect();
         listed.into()

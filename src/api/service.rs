@@ -1,5 +1,6 @@
 //! [`PartnerApi`]: the API as a terminal tower [`Service`].
 
+mod dispatch;
 mod future;
 
 pub use future::ResponseFuture;
@@ -391,144 +392,6 @@ impl PartnerApi {
     pub fn is_under_prefix(&self, path: &str) -> bool {
         self.config.path_below_prefix(path).is_some()
     }
-
-    /// Answers a request from its method, path and headers.
-    fn dispatch<B>(&self, request: &Request<B>) -> ResponseFuture {
-        let (method, uri, headers) = (request.method(), request.uri(), request.headers());
-        let request_id = self.config.request_ids.then(|| {
-            let id = request_id::request_id(headers);
-            // Ids are plain ASCII: recorded bare, as `request_id=...`.
-            record_in_request_span("request_id", || {
-                tracing::field::display(id.to_str().unwrap_or_default())
-            });
-            id
-        });
-        let (route, concerned, mut future) =
-            self.answer(method, uri, headers, request.extensions());
-        if !concerned.is_none() {
-            future.notices = self.config.deprecations.notices(concerned);
-        }
-        // An answer still waiting for a store is counted when it is done (`flow`).
-        if let State::Ready(Some(response)) = &future.state {
-            self.config
-                .responses
-                .count(method, route, response.status());
-        }
-        future.request_id = request_id;
-        future
-    }
-
-    /// The route the request matched, if any, the deprecations that concern it, and its
-    /// answer.
-    fn answer(
-        &self,
-        method: &Method,
-        uri: &Uri,
-        headers: &HeaderMap,
-        extensions: &http::Extensions,
-    ) -> (Option<Route>, Concerned, ResponseFuture) {
-        let head = method == Method::HEAD;
-        let config = &self.config;
-        let not_found = || {
-            let response = ApiError::NotFound.into_response();
-            (
-                None,
-                Concerned::default(),
-                ResponseFuture::ready(response, head),
-            )
-        };
-        let Some(route) = config.path_below_prefix(uri.path()).and_then(Route::at) else {
-            return not_found();
-        };
-        // A host without a feed has no `/events`: as any unknown path, whatever the method.
-        if route == Route::Events && config.events.is_none() {
-            return not_found();
-        }
-        // Matched once: for the notices, an enforced sunset and the count of the call.
-        let concerned = if config.deprecations.is_empty() {
-            Concerned::default()
-        } else {
-            config.deprecations.concerning(route, uri.query())
-        };
-        let ready = |response| {
-            (
-                Some(route),
-                concerned,
-                ResponseFuture::ready(response, head),
-            )
-        };
-        if !route.allows(method) {
-            return ready(ApiError::MethodNotAllowed.into_response());
-        }
-        if !concerned.is_none() {
-            let today = crate::model::Timestamp::now().as_datetime().date_naive();
-            if let Some(gone) = config.deprecations.gone(concerned, today) {
-                return ready(response::past_sunset(gone));
-            }
-        }
-        match route {
-            Route::OpenApi => return ready(response::openapi(config.openapi.clone())),
-            Route::Me | Route::Orders | Route::Events | Route::Deprecations => {}
-        }
-        // Retention is due-checked by every request for a key (one atomic read), so a feed
-        // nobody polls is pruned all the same.
-        if let Some((feed, retention)) = &config.events {
-            retention.run_if_due(feed);
-        }
-        let token = match bearer_token(headers) {
-            Ok(token) => token,
-            Err(failure) => return ready(unauthenticated(config, failure)),
-        };
-        let peer = extensions
-            .get::<PeerAddr>()
-            .map_or(self.peer, |PeerAddr(peer)| Some(*peer));
-        let client = config.trusted_proxies.client_addr(peer, headers);
-        // Only the digest goes on: the plaintext never enters a future or a store.
-        let path = || {
-            uri.path_and_query()
-                .cloned()
-                .unwrap_or_else(|| PathAndQuery::from_static("/"))
-        };
-        let keyed_route = match route {
-            Route::Orders => KeyedRoute::Orders(PageRequest::parse(uri.query()), path()),
-            Route::Events => KeyedRoute::Events(EventsRequest::parse(uri.query()), path()),
-            Route::Deprecations => KeyedRoute::Deprecations,
-            Route::Me | Route::OpenApi => KeyedRoute::Me,
-        };
-        let facts = RequestFacts {
-            route: keyed_route,
-            if_none_match: config
-                .conditional_requests
-                .then(|| IfNoneMatch::from_headers(headers))
-                .flatten(),
-            client,
-            throttle_failures: client.is_some() && config.auth_failure_limiter.is_some(),
-            concerned,
-        };
-        let first = Ask::first(facts, KeyDigest::of_bytes(token));
-        // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in
-        // a future is.
-        let answer = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            store_drivers::answer_now(config, first)
-        }));
-        match answer {
-            Ok(ReadyOrWaiting::Ready(response)) => ready(response),
-            Ok(ReadyOrWaiting::Wait(future)) => (
-                Some(route),
-                concerned,
-                ResponseFuture {
-                    state: State::Pending {
-                        future,
-                        counted_as: Some((config.responses.clone(), method.clone(), route)),
-                    },
-                    head,
-                    request_id: None,
-                    notices: Vec::new(),
-                },
-            ),
-            Err(_panic) => ready(handler_panicked()),
-        }
-    }
 }
 
 impl fmt::Debug for PartnerApi {
@@ -549,31 +412,5 @@ impl fmt::Debug for PartnerApi {
             .field("request_ids", &self.config.request_ids)
             .field("peer_addr", &self.peer)
             .finish_non_exhaustive()
-    }
-}
-
-impl<B> Service<Request<B>> for PartnerApi {
-    type Response = Response<ApiBody>;
-    type Error = Infallible;
-    type Future = ResponseFuture;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        self.dispatch(&request)
-    }
-}
-
-/// hyper's own service trait, so a hyper server can serve the API without an adapter:
-/// `builder.serve_connection(io, api.clone())`. It answers exactly as the tower `Service`.
-impl<B> hyper::service::Service<Request<B>> for PartnerApi {
-    type Response = Response<ApiBody>;
-    type Error = Infallible;
-    type Future = ResponseFuture;
-
-    fn call(&self, request: Request<B>) -> Self::Future {
-        self.dispatch(&request)
     }
 }

@@ -54,17 +54,10 @@ pub(super) async fn deprecated_calls(
             continue; // declared twice: listed once
         }
         let calls = by_target.remove(&target).unwrap_or_default();
-        listed.push(serde_json::json!({
-            "target": target,
-            "route": deprecation.route().as_str(),
-            "parameter": deprecation.parameter(),
-            "deprecatedOn": deprecation.since().to_string(),
-            "sunsetOn": deprecation.sunset().map(|day| day.to_string()),
-            "link": deprecation.link(),
-            "enforced": deprecation.is_enforced(),
-            "declared": true,
-            "keys": keys(calls),
-        }));
+        let mut entry = serde_json::to_value(deprecation).unwrap_or_default();
+        entry["declared"] = true.into();
+        entry["keys"] = keys(calls).into();
+        listed.push(entry);
     }
     for (target, calls) in by_target {
         let (route, parameter) = match target.split_once('?') {

@@ -71,9 +71,9 @@ use super::bodies::{
     caller_message, created, json, one, read_json, Failure, IssueRequest, RestrictRequest,
     RevokeRequest, RollRequest,
 };
-use super::limits::DEFAULT_MANAGEMENT_WRITES;
 #[cfg(feature = "webhooks")]
 use super::limits::DEFAULT_WEBHOOK_ACTIONS;
+use super::limits::{within_budget, DEFAULT_MANAGEMENT_WRITES};
 use super::limits::{MAX_LIFETIME, MAX_OVERLAP};
 use crate::api::body::ApiBody;
 use crate::api::client_address::{ClientAddr, PeerAddr, TrustedProxies};
@@ -159,25 +159,6 @@ fn audit_context(parts: &Parts, trusted: &TrustedProxies) -> AuditContext {
         context = context.with_request_id(request_id);
     }
     context
-}
-
-/// The 429 (with `Retry-After` and `message`) of a request past the organization's budget in
-/// `limiter`, if it is.
-async fn within_budget(
-    limiter: &crate::rate_limit::LocalRateLimiter,
-    organization_id: &str,
-    message: &str,
-) -> Result<(), Failure> {
-    use crate::rate_limit::RateLimiter as _;
-    let decision = limiter.check(organization_id).await;
-    match decision.ok().and_then(|decision| decision.retry_after()) {
-        Some(wait) => {
-            let mut failure = Failure::new(StatusCode::TOO_MANY_REQUESTS, message);
-            failure.retry_after = Some(wait);
-            Err(failure)
-        }
-        None => Ok(()),
-    }
 }
 
 /// A host's own CSRF check of a state-changing request.
