@@ -160,6 +160,9 @@ fn measure(address: SocketAddr, path: &str, warm_up: usize, rounds: usize) -> (f
     )
 }
 
+/// Bare hyper's answer: `body` as shared bytes.
+type Bare = Result<Response<Full<Bytes>>, Infallible>;
+
 /// Bare hyper answering every request with `body` as shared bytes.
 fn bare(
     body: Bytes,
@@ -167,7 +170,7 @@ fn bare(
     Request<Incoming>,
     Response = Response<Full<Bytes>>,
     Error = Infallible,
-    Future = std::future::Ready<Result<Response<Full<Bytes>>, Infallible>>,
+    Future = std::future::Ready<Bare>,
 > + Send
        + 'static {
     hyper::service::service_fn(move |_| {
@@ -186,7 +189,9 @@ fn api() -> PartnerApi {
 
 #[test]
 fn a_page_of_orders_is_handed_to_hyper_without_a_copy() {
-    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     for auto in [false, true] {
         let (_, orders_bytes, page) = measure(serve(api(), auto), "/v1/orders", 100, 1000);
         assert!(
@@ -212,7 +217,9 @@ fn a_page_of_orders_is_handed_to_hyper_without_a_copy() {
 
 #[test]
 fn a_request_for_me_allocates_as_often_as_bare_hyper_sending_the_same_bytes() {
-    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let (me_allocations, _, me) = measure(
         serve(api().with_request_ids(false), false),
         "/v1/me",
