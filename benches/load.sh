@@ -3,6 +3,7 @@
 #
 #   bash benches/load.sh                 # RUNS=5 DURATION=5 CONNECTIONS=32 by default
 #   METRICS=0 POSTGRES=0 bash benches/load.sh   # skip the metrics or PostgreSQL sections
+#   CALLGRIND=0 bash benches/load.sh    # skip the instructions per request (benches/instructions.sh)
 #
 # Builds both servers in release mode, captures the host's responses for /v1/me, /v1/orders
 # (100 orders of the demo data) and /v1/events (its oldest 100 events) with curl, and serves those bytes from `examples/baseline.rs`.
@@ -207,6 +208,12 @@ for route in me orders events; do
     fi
   done
 done
+
+# Instructions per request, the figure that compares across machines (CALLGRIND=0 skips it).
+if [ "${CALLGRIND:-1}" = 1 ]; then
+  echo
+  bash benches/instructions.sh
+fi
 
 if [ "${METRICS:-1}" = 1 ]; then
   echo

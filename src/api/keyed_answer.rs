@@ -334,7 +334,7 @@ impl OrdersAsk {
         let response = page.map(|page| {
             let asked = PageAnswer {
                 request: &self.request,
-                path: self.path.path(),
+                path: &self.path,
                 organization_id: &self.principal.organization.id,
                 query: &self.query,
             };

@@ -271,3 +271,38 @@ async fn each_page_has_its_own_etag_and_a_304_keeps_the_link() {
     assert_eq!(head.header("link"), second.header("link"));
     assert_eq!(head.header("etag"), Some(second_tag));
 }
+
+/// A stored page's next link is made once and reused, but only for the same organization and
+/// request: the same page asked for with `limit=100`, or through another prefix, gets its own.
+#[tokio::test]
+async fn a_pages_next_link_is_reused_only_for_the_request_it_was_made_for() {
+    let store = crate::common::store();
+    let api = PartnerApi::from_store(store.clone());
+    let link = |response: &Collected| response.headers["link"].to_str().unwrap().to_owned();
+    let plain = link(&call(&api, get("/v1/orders", Some(KEY_A))).await);
+    assert!(
+        plain.starts_with("</v1/orders?page_token=") && !plain.contains("limit="),
+        "{plain}"
+    );
+    let limited = link(&call(&api, get("/v1/orders?limit=100", Some(KEY_A))).await);
+    assert!(limited.ends_with("&limit=100>; rel=\"next\""), "{limited}");
+    assert_eq!(
+        link(&call(&api, get("/v1/orders", Some(KEY_A))).await),
+        plain
+    );
+    // The same store, so the same stored page, under another prefix.
+    let nested = PartnerApi::from_store(store).with_prefix("/partner/v1");
+    let elsewhere = link(&call(&nested, get("/partner/v1/orders", Some(KEY_A))).await);
+    assert!(
+        elsewhere.starts_with("</partner/v1/orders?page_token="),
+        "{elsewhere}"
+    );
+    // Each link leads on: the next page is served.
+    let token = page_token(plain.trim_start_matches('<').split('>').next().unwrap());
+    let next = call(
+        &api,
+        get(&format!("/v1/orders?page_token={token}"), Some(KEY_A)),
+    )
+    .await;
+    assert_eq!(next.status, StatusCode::OK);
+}

@@ -39,7 +39,8 @@ pub(crate) fn me(
 /// the next page's link names), and the organization whose page it is.
 pub(crate) struct PageAnswer<'a> {
     pub(crate) request: &'a PageRequest,
-    pub(crate) path: &'a str,
+    /// The path and query string the request came in on.
+    pub(crate) path: &'a http::uri::PathAndQuery,
     pub(crate) organization_id: &'a str,
     pub(crate) query: &'a OrderQuery,
 }
@@ -74,10 +75,13 @@ pub(crate) fn orders(
         super::tagged_headers,
     );
     if let (true, Some(last)) = (page.has_more(), page.orders().last()) {
-        let last = OrderPosition::of(last.order());
-        let link = asked
-            .request
-            .next_link(asked.path, asked.organization_id, &last);
+        // Made once per stored page, for the way it is usually asked for.
+        let link = page.next_link(asked.organization_id, asked.path.as_str(), || {
+            let last = OrderPosition::of(last.order());
+            asked
+                .request
+                .next_link(asked.path.path(), asked.organization_id, &last)
+        });
         if let Some(link) = link {
             response.headers_mut().insert(LINK, link);
         }
