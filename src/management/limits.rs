@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use super::bodies::Failure;
-
 /// The largest request body the service reads.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 /// The longest overlap a roll may ask for: a year.
@@ -33,22 +31,3 @@ pub const DEFAULT_WEBHOOK_ACTIONS: (std::time::Duration, std::num::NonZeroU32) =
         None => unreachable!(),
     },
 );
-
-/// The 429 (with `Retry-After` and `message`) of a request past the organization's budget in
-/// `limiter`, if it is.
-pub(super) async fn within_budget(
-    limiter: &crate::rate_limit::LocalRateLimiter,
-    organization_id: &str,
-    message: &str,
-) -> Result<(), Failure> {
-    use crate::rate_limit::RateLimiter as _;
-    let decision = limiter.check(organization_id).await;
-    match decision.ok().and_then(|decision| decision.retry_after()) {
-        Some(wait) => {
-            let mut failure = Failure::new(http::StatusCode::TOO_MANY_REQUESTS, message);
-            failure.retry_after = Some(wait);
-            Err(failure)
-        }
-        None => Ok(()),
-    }
-}

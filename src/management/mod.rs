@@ -11,6 +11,7 @@
 mod abilities;
 mod audit;
 pub(crate) mod bodies;
+mod budget;
 mod deprecated_calls;
 mod limits;
 mod retention;

@@ -71,9 +71,10 @@ use super::bodies::{
     caller_message, created, json, one, read_json, Failure, IssueRequest, RestrictRequest,
     RevokeRequest, RollRequest,
 };
+use super::budget::within_budget;
+use super::limits::DEFAULT_MANAGEMENT_WRITES;
 #[cfg(feature = "webhooks")]
 use super::limits::DEFAULT_WEBHOOK_ACTIONS;
-use super::limits::{within_budget, DEFAULT_MANAGEMENT_WRITES};
 use super::limits::{MAX_LIFETIME, MAX_OVERLAP};
 use crate::api::body::ApiBody;
 use crate::api::client_address::{ClientAddr, PeerAddr, TrustedProxies};
