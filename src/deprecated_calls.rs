@@ -17,9 +17,11 @@
 //! - **Bounded memory**: at most `capacity` counters (a key counted on one thread) between
 //!   two flushes; a call of a key that finds no place is dropped, counted
 //!   (`partner_api_deprecated_calls_dropped_total`) and asks for a flush at once.
-//! - **The right day**: each counter keeps even and odd days apart, and flushes are less than
-//!   a day apart ([`MAX_FLUSH_INTERVAL`]), so a count is written with the UTC day it was
-//!   counted in. A last call is known to the second the clock was last ticked.
+//! - **The right day**: each counter keeps even and odd days apart and the time of its last
+//!   call; a flush writes a slot's count under the day of that last call. Every call in a slot
+//!   is of that day while flushes are less than a day apart ([`MAX_FLUSH_INTERVAL`]; a store
+//!   that hangs for a day can mix two days of one parity). A last call is known to the second
+//!   the clock was last ticked.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -135,7 +137,7 @@ impl DeprecatedCallRecorder {
                 DEFAULT_FLUSH_INTERVAL,
                 metrics::deprecated_calls_dropped,
             ),
-            now_millis: AtomicI64::new(now_millis()),
+            now_millis: AtomicI64::new(now_millis() / 1000 * 1000),
             retention: Retention::new(Some(DEFAULT_DEPRECATED_CALLS_RETENTION)),
             kept: Mutex::new(Vec::new()),
         });
@@ -223,7 +225,6 @@ impl DeprecatedCallRecorder {
 impl Shared {
     async fn flush(&self) -> Result<usize, StoreError> {
         let mut kept = self.kept.lock().await;
-        let today = day_of_millis(self.now_millis.load(Ordering::Relaxed));
         let mut batch: HashMap<BatchKey, (u64, i64)> = HashMap::new();
         let mut add = |key: BatchKey, calls: u64, last: i64| {
             let held = batch.entry(key).or_insert((0, i64::MIN));
@@ -239,12 +240,9 @@ impl Shared {
                         if calls.calls[index] == 0 {
                             continue;
                         }
-                        // Today's parity holds today's counts; the other, yesterday's.
-                        let day = if index == parity(today) {
-                            today
-                        } else {
-                            today - 86_400_000
-                        };
+                        // The day of the slot's last call: every call in a slot is of one day
+                        // (a slot is of even or of odd days, and taken at least once a day).
+                        let day = day_of_millis(calls.last[index]);
                         add(
                             (key_id.clone(), target.clone(), day),
                             calls.calls[index],
@@ -312,7 +310,10 @@ impl Recorder for Shared {
     const TASK: &'static str = "deprecated_call_recorder";
 
     fn tick(&self) {
-        self.now_millis.store(now_millis(), Ordering::Relaxed);
+        // To the second: what a last call is known to.
+        let now = now_millis();
+        self.now_millis
+            .store(now - now.rem_euclid(1000), Ordering::Relaxed);
     }
 
     fn bounds(&self) -> &Bounds {
@@ -379,5 +380,45 @@ mod tests {
             .collect();
         assert_eq!(seen, [("/me", 2), ("/orders?provider", 3)]);
         assert!(totals.iter().all(|total| total.key_id == key_id));
+    }
+
+    #[tokio::test]
+    async fn calls_either_side_of_midnight_are_written_under_their_own_days() {
+        let store = MemoryStore::new();
+        store
+            .add_organization(crate::model::Organization {
+                id: "org".into(),
+                name: "Org".into(),
+            })
+            .unwrap();
+        let key_id = store.add_key("pk_test_midnight", "org").unwrap();
+        let recorder = DeprecatedCallRecorder::spawn(store.clone());
+        let (key, me): (Arc<str>, Arc<str>) = (Arc::from(key_id.as_str()), "/me".into());
+        // 2026-01-01T23:59:59Z, then a second later: the next day.
+        let midnight = 1_767_312_000_000_i64;
+        for (at, calls) in [(midnight - 1000, 2), (midnight, 3)] {
+            recorder.shared.now_millis.store(at, Ordering::Relaxed);
+            for _ in 0..calls {
+                recorder.record(&key, &me);
+            }
+        }
+        // The flush reads a clock that says neither day.
+        recorder
+            .shared
+            .now_millis
+            .store(midnight + 5 * 3_600_000, Ordering::Relaxed);
+        assert_eq!(recorder.flush().await.unwrap(), 2);
+        let day = |millis: i64| Timestamp::from_unix_millis(millis).unwrap();
+        let first = store
+            .deprecated_calls("org", None, day(midnight - 86_400_000))
+            .await
+            .unwrap();
+        assert_eq!(first[0].calls, 5, "both days from the first");
+        assert_eq!(first[0].last_call_at, day(midnight));
+        let second = store
+            .deprecated_calls("org", None, day(midnight))
+            .await
+            .unwrap();
+        assert_eq!(second[0].calls, 3, "the second day's own");
     }
 }

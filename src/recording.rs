@@ -1,5 +1,6 @@
 //! What the in-process recorders ([`LastUsedRecorder`](crate::last_used::LastUsedRecorder),
-//! [`UsageRecorder`](crate::usage::UsageRecorder)) share: places bounded by a capacity, the
+//! [`UsageRecorder`](crate::usage::UsageRecorder),
+//! [`DeprecatedCallRecorder`](crate::deprecated_calls::DeprecatedCallRecorder)) share: places bounded by a capacity, the
 //! flush interval, the count of what was dropped ([`Bounds`]), and the background task that
 //! ticks their clock every second and flushes them every interval.
 

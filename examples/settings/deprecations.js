@@ -13,9 +13,13 @@ function apiDay(day) {
 function deprecationCell(deprecation) {
   const td = cell("", "target");
   const what = element("code", "", "GET /v1" + deprecation.target);
-  if (deprecation.link) {
+  // A link only to a web page: the service's JSON is trusted no further than that.
+  let url = null;
+  try { url = deprecation.link ? new URL(deprecation.link) : null; } catch (error) { url = null; }
+  if (url && (url.protocol === "https:" || url.protocol === "http:")) {
     const link = element("a");
-    link.href = deprecation.link;
+    link.href = url.href;
+    link.target = "_blank";
     link.rel = "noopener noreferrer";
     link.append(what);
     td.append(link);

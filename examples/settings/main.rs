@@ -387,6 +387,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    let targets: std::collections::HashSet<String> =
+        args.deprecations.iter().map(|d| d.target()).collect();
+    if targets.len() > 64 {
+        return Err("--deprecate names at most 64 routes and parameters".into());
+    }
     let store = Seed::demo().to_memory_store()?;
     // A short interval, so the page shows a key's last use within seconds. A core store
     // records no last use, and its recorder keeps nothing.

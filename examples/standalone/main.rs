@@ -101,6 +101,12 @@ async fn main() -> ExitCode {
     }
 
     let options = cli::Options::from_args(&args);
+    let targets: std::collections::HashSet<String> =
+        args.deprecations.iter().map(|d| d.target()).collect();
+    if targets.len() > 64 {
+        eprintln!("error: --deprecate names at most 64 routes and parameters");
+        return ExitCode::FAILURE;
+    }
     if let Err(err) = stores::check_redis_url(&options) {
         eprintln!("error: {err}");
         return ExitCode::FAILURE;
@@ -210,17 +216,23 @@ async fn main() -> ExitCode {
     if let Some(worker) = worker {
         worker.stop().await;
     }
-    // The usage counted and the last uses gathered since the last batches. Failing to write
-    // them is the host's last word: logged (never with a key) and the exit code says so.
-    if let Some(recorder) = deprecated_calls {
-        if let Err(err) = recorder.flush().await {
-            tracing::error!(error = %stores::error_chain(&err), "the deprecated calls in hand could not be written at shutdown");
-        }
-    }
+    // The usage and deprecated calls counted and the last uses gathered since the last
+    // batches. Failing to write them is the host's last word: logged (never with a key) and
+    // the exit code says so.
+    let deprecated_written = match deprecated_calls {
+        Some(recorder) => match recorder.flush().await {
+            Ok(_) => true,
+            Err(err) => {
+                tracing::error!(error = %stores::error_chain(&err), "the deprecated calls in hand could not be written at shutdown");
+                false
+            }
+        },
+        None => true,
+    };
     let usage_written = match usage.flush().await {
         Ok(written) => {
             tracing::info!(counts = written, "key usage written at shutdown");
-            true
+            deprecated_written
         }
         Err(err) => {
             tracing::error!(error = %stores::error_chain(&err), "the key usage in hand could not be written at shutdown");

@@ -16,11 +16,15 @@ use crate::store::DeprecatedCallTotal;
 /// The most deprecations one API declares: one bit each in [`Concerned`].
 pub(crate) const MAX_DEPRECATIONS: usize = 64;
 
+/// The headers deprecations add to an answer, shared: an answer clones two reference counts.
+pub(crate) type Notices = Arc<[(HeaderName, HeaderValue)]>;
+
 /// The deprecations of an API, each with its target as one shared string (what a counted
-/// call names, so counting one allocates nothing).
+/// call names, so counting one allocates nothing) and the headers it adds alone (what most
+/// requests a deprecation concerns carry, made once).
 #[derive(Clone, Default)]
 pub(crate) struct Deprecations {
-    declared: Arc<[(Deprecation, Arc<str>)]>,
+    declared: Arc<[(Deprecation, Arc<str>, Notices)]>,
 }
 
 /// Which of an API's deprecations concern a request: bit `i` for the `i`-th declared.
@@ -38,19 +42,22 @@ impl Concerned {
 }
 
 impl Deprecations {
-    /// These and `deprecation`.
+    /// These and `deprecation`, which replaces one of the same target (a route, or a route's
+    /// parameter, is deprecated once).
     ///
     /// # Panics
     ///
-    /// Past [`MAX_DEPRECATIONS`].
+    /// Past [`MAX_DEPRECATIONS`] targets.
     pub(crate) fn with(&self, deprecation: Deprecation) -> Self {
-        assert!(
-            self.declared.len() < MAX_DEPRECATIONS,
-            "an API declares at most {MAX_DEPRECATIONS} deprecations"
-        );
         let target: Arc<str> = deprecation.target().into();
         let mut declared = self.declared.to_vec();
-        declared.push((deprecation, target));
+        declared.retain(|(_, held, _)| *held != target);
+        assert!(
+            declared.len() < MAX_DEPRECATIONS,
+            "an API declares at most {MAX_DEPRECATIONS} deprecations"
+        );
+        let alone = crate::deprecation::notices([&deprecation]).into();
+        declared.push((deprecation, target, alone));
         Self {
             declared: declared.into(),
         }
@@ -62,7 +69,7 @@ impl Deprecations {
 
     /// Every deprecation, in the order declared.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Deprecation> {
-        self.declared.iter().map(|(deprecation, _)| deprecation)
+        self.declared.iter().map(|(deprecation, ..)| deprecation)
     }
 
     /// The deprecations that concern a request of `route` with `query`.
@@ -74,7 +81,7 @@ impl Deprecations {
             Route::Deprecations | Route::OpenApi => return Concerned::default(),
         };
         let mut concerned = 0;
-        for (index, (deprecation, _)) in self.declared.iter().enumerate() {
+        for (index, (deprecation, ..)) in self.declared.iter().enumerate() {
             if deprecation.concerns(route, query) {
                 concerned |= 1 << index;
             }
@@ -82,7 +89,10 @@ impl Deprecations {
         Concerned(concerned)
     }
 
-    fn concerned(&self, concerned: Concerned) -> impl Iterator<Item = &(Deprecation, Arc<str>)> {
+    fn concerned(
+        &self,
+        concerned: Concerned,
+    ) -> impl Iterator<Item = &(Deprecation, Arc<str>, Notices)> {
         self.declared
             .iter()
             .enumerate()
@@ -90,20 +100,35 @@ impl Deprecations {
             .map(|(_, declared)| declared)
     }
 
-    /// The headers the `concerned` deprecations add to an answer.
-    pub(crate) fn notices(&self, concerned: Concerned) -> Vec<(HeaderName, HeaderValue)> {
-        crate::deprecation::notices(
-            self.concerned(concerned)
-                .map(|(deprecation, _)| deprecation),
-        )
+    /// The headers the `concerned` deprecations add to an answer: one deprecation's made
+    /// once, several merged.
+    pub(crate) fn notices(&self, concerned: Concerned) -> Notices {
+        let mut each = self.concerned(concerned);
+        match (each.next(), each.next()) {
+            (Some((_, _, alone)), None) => alone.clone(),
+            _ => crate::deprecation::notices(
+                self.concerned(concerned)
+                    .map(|(deprecation, ..)| deprecation),
+            )
+            .into(),
+        }
     }
 
     /// The first of the `concerned` deprecations that is enforced and past its sunset on
-    /// `today`.
-    pub(crate) fn gone(&self, concerned: Concerned, today: NaiveDate) -> Option<&Deprecation> {
-        self.concerned(concerned)
-            .map(|(deprecation, _)| deprecation)
-            .find(|deprecation| deprecation.is_gone(today))
+    /// `today`, by its place among the declared.
+    pub(crate) fn gone(&self, concerned: Concerned, today: NaiveDate) -> Option<usize> {
+        self.declared
+            .iter()
+            .enumerate()
+            .find(|(index, (deprecation, ..))| concerned.has(*index) && deprecation.is_gone(today))
+            .map(|(index, _)| index)
+    }
+
+    /// The deprecation declared at `index`.
+    pub(crate) fn get(&self, index: usize) -> Option<&Deprecation> {
+        self.declared
+            .get(index)
+            .map(|(deprecation, ..)| deprecation)
     }
 
     /// Counts a call of the key `key_id` of each of the `concerned` deprecations.
@@ -113,7 +138,7 @@ impl Deprecations {
         key_id: &Arc<str>,
         concerned: Concerned,
     ) {
-        for (_, target) in self.concerned(concerned) {
+        for (_, target, _) in self.concerned(concerned) {
             recorder.record(key_id, target);
         }
     }
@@ -124,7 +149,7 @@ impl Deprecations {
         let listed: Vec<serde_json::Value> = self
             .declared
             .iter()
-            .map(|(deprecation, target)| {
+            .map(|(deprecation, target, _)| {
                 let total = calls.map(|calls| calls.iter().find(|t| *t.target == **target));
                 let mut listed = serde_json::to_value(deprecation).unwrap_or_default();
                 listed["calls"] = total
@@ -173,6 +198,7 @@ mod tests {
         assert_eq!(
             deprecations
                 .gone(concerned, day("2026-02-01"))
+                .and_then(|index| deprecations.get(index))
                 .map(Deprecation::target),
             Some("/orders?provider".to_owned())
         );
@@ -183,11 +209,29 @@ mod tests {
     }
 
     #[test]
+    fn a_target_declared_again_replaces_its_deprecation() {
+        let deprecations = Deprecations::default()
+            .with("/me=2026-01-01".parse().unwrap())
+            .with("/orders=2026-01-01".parse().unwrap())
+            .with("/me=2026-03-01,sunset=2026-04-01".parse().unwrap());
+        let listed: Vec<String> = deprecations
+            .iter()
+            .map(|deprecation| format!("{} {}", deprecation.target(), deprecation.since()))
+            .collect();
+        assert_eq!(listed, ["/orders 2026-01-01", "/me 2026-03-01"]);
+        assert_eq!(
+            deprecations.concerning(Route::Me, None),
+            Concerned(0b10),
+            "one bit, so one count"
+        );
+    }
+
+    #[test]
     #[should_panic(expected = "at most 64")]
     fn more_than_a_mask_holds_is_refused() {
         let mut deprecations = Deprecations::default();
-        for _ in 0..=MAX_DEPRECATIONS {
-            deprecations = deprecations.with("/me=2026-01-01".parse().unwrap());
+        for index in 0..=MAX_DEPRECATIONS {
+            deprecations = deprecations.with(format!("/me?p{index}=2026-01-01").parse().unwrap());
         }
     }
 }

@@ -198,6 +198,17 @@ fn authenticated(config: &Config, facts: RequestFacts, principal: Principal) -> 
             .deprecations
             .count(recorder, &principal.key_id, facts.concerned);
     }
+    // Past an enforced sunset: gone, without spending the key's rate limit.
+    if let Some(deprecation) = facts.gone.and_then(|index| config.deprecations.get(index)) {
+        let response = response::past_sunset(deprecation);
+        return AfterReply::Done(finish(
+            config,
+            facts.route.usage_route(),
+            &principal,
+            None,
+            Ok(response),
+        ));
+    }
     config
         .usage
         .request(&principal.organization.id, &principal.key_id);

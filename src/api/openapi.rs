@@ -108,7 +108,7 @@ fn mark(document: &mut Value, deprecation: &Deprecation) {
         {
             responses.entry("410").or_insert_with(|| {
                 serde_json::json!({
-                    "description": "Past the sunset of an enforced deprecation: no longer answered. The message names the sunset date and the link.",
+                    "description": "Past the sunset of an enforced deprecation: no longer answered. The message names the sunset date and the link. A request with a key gets it once the key is known to be usable (else its 401 or 403).",
                     "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } }
                 })
             });

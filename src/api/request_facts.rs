@@ -52,6 +52,9 @@ pub(crate) struct RequestFacts {
     pub(crate) throttle_failures: bool,
     /// The deprecations that concern the request: counted once its key is usable.
     pub(crate) concerned: Concerned,
+    /// The enforced deprecation past its sunset that the request is answered 410 for, once
+    /// its key is known to be usable (by its place among the declared).
+    pub(crate) gone: Option<usize>,
 }
 
 impl RequestFacts {

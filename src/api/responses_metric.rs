@@ -33,10 +33,11 @@ const STATUSES: [StatusCode; 8] = [
     StatusCode::SERVICE_UNAVAILABLE,
 ];
 /// Routes, and no route.
-const ROUTES: [Option<Route>; 5] = [
+const ROUTES: [Option<Route>; 6] = [
     Some(Route::Me),
     Some(Route::Orders),
     Some(Route::Events),
+    Some(Route::Deprecations),
     Some(Route::OpenApi),
     None,
 ];

@@ -29,7 +29,7 @@ pub use crate::api::config::{
     DEFAULT_AUTH_FAILURE_DELAY, DEFAULT_AUTH_FAILURE_LIMIT, DEFAULT_PREFIX, DEFAULT_REALM,
     DEFAULT_RETRY_AFTER, DEFAULT_STORE_TIMEOUT,
 };
-use crate::api::deprecations::Concerned;
+use crate::api::deprecations::{Concerned, Notices};
 use crate::api::events_request::EventsRequest;
 use crate::api::events_retention::EventsRetention;
 use crate::api::keyed_answer::Ask;
@@ -127,7 +127,12 @@ impl PartnerApi {
     /// Declares `deprecation` (see [`deprecation`](crate::deprecation)): every answer to a
     /// request it concerns carries `Deprecation`, and `Sunset` and `Link` when set (2xx, 304
     /// and 4xx alike); the served OpenAPI document marks it; an enforced one answers 410 Gone
-    /// from its sunset on. With no deprecation declared, answers are as they always were.
+    /// from its sunset on. With no deprecation declared, answers are as they always were. A
+    /// deprecation of a target already declared (a route, or a route's parameter) replaces it.
+    ///
+    /// # Panics
+    ///
+    /// At a 65th target: an API declares at most 64.
     ///
     /// ```
     /// use partner_api::{deprecation::Deprecation, MemoryStore, PartnerApi};

@@ -47,12 +47,6 @@ pub(super) async fn deprecated_calls(
     let mut listed: Vec<serde_json::Value> = Vec::new();
     for deprecation in declared {
         let target = deprecation.target();
-        if listed
-            .iter()
-            .any(|entry| entry["target"] == target.as_str())
-        {
-            continue; // declared twice: listed once
-        }
         let calls = by_target.remove(&target).unwrap_or_default();
         let mut entry = serde_json::to_value(deprecation).unwrap_or_default();
         entry["declared"] = true.into();

@@ -286,6 +286,8 @@ impl KeyManagementService {
     #[must_use]
     pub fn with_deprecation(mut self, deprecation: crate::deprecation::Deprecation) -> Self {
         let mut deprecations = self.deprecations.to_vec();
+        // A target declared again replaces its deprecation, as the API's does.
+        deprecations.retain(|held| held.target() != deprecation.target());
         deprecations.push(deprecation);
         self.deprecations = deprecations.into();
         self

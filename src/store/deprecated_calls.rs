@@ -82,7 +82,8 @@ pub trait DeprecatedCallStore: Send + Sync {
     ///
     /// # Errors
     ///
-    /// `NotFound` for an unknown organization; the store's.
+    /// `NotFound` for an unknown organization when no key is given (with a key, a key of no
+    /// such organization simply has no calls); the store's.
     async fn deprecated_calls(
         &self,
         organization_id: &str,

@@ -82,6 +82,8 @@ where
             count(&first, provider, 2, at(90)),
             count(&first, provider, 4, at(DAY + 7)),
             count(&second, provider, 1, at(2 * DAY)),
+            // The same key, day and target twice in one batch (a batch merged from replicas).
+            count(&second, provider, 2, at(2 * DAY + 5)),
         ],
     ] {
         store
@@ -100,7 +102,7 @@ where
     let mut expected = vec![
         ("/me".to_owned(), first.clone(), 1, at(50)),
         (provider.to_owned(), first.clone(), 9, at(DAY + 7)),
-        (provider.to_owned(), second.clone(), 1, at(2 * DAY)),
+        (provider.to_owned(), second.clone(), 3, at(2 * DAY + 5)),
     ];
     expected.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
     ensure!(seen == expected, "totals: {seen:?}, expected {expected:?}");

@@ -400,10 +400,48 @@ async fn deprecated_calls_are_counted_per_key_and_read_by_the_admin_and_the_part
     assert_eq!(data[0]["calls"], 0);
     assert_eq!(data[0]["lastCallAt"], serde_json::Value::Null);
     assert_eq!(data[1]["calls"], 1);
-    // Reading the list is no deprecated call, and is counted in nothing else.
+}
+
+/// Past an enforced sunset, a key's call is answered 410 once the key is known to be usable,
+/// and counted, so the admin sees who still calls what is gone; an unusable key gets its 401,
+/// no key the 410 at once.
+#[tokio::test]
+async fn calls_past_an_enforced_sunset_are_410_and_still_counted() {
+    use partner_api::deprecated_calls::DeprecatedCallRecorder;
+    use partner_api::store::DeprecatedCallStore;
+    let (store, [a, ..]) = store_with_second_key().await;
+    let recorder = DeprecatedCallRecorder::spawn(store.clone());
+    let api = PartnerApi::from_store(store.clone())
+        .with_deprecation("/me=2020-01-01,sunset=2021-01-01,enforce".parse().unwrap())
+        .with_deprecated_calls(recorder.clone())
+        .with_rate_limiter(partner_api::LocalRateLimiter::new(
+            std::time::Duration::from_secs(3600),
+            std::num::NonZeroU32::new(1).unwrap(),
+        ));
+    for _ in 0..3 {
+        let gone = raw(&api, get("/v1/me", Some(KEY_A))).await;
+        assert_eq!(gone.status, StatusCode::GONE, "the rate limit is not spent");
+        assert_eq!(values(&gone, "deprecation").len(), 1);
+    }
+    assert_eq!(
+        raw(&api, get("/v1/me", None)).await.status,
+        StatusCode::GONE
+    );
+    let unknown = raw(&api, get("/v1/me", Some("pk_test_unknown"))).await;
+    assert_eq!(unknown.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        values(&unknown, "deprecation").len(),
+        1,
+        "a broken client learns it too"
+    );
     recorder.flush().await.unwrap();
-    let again = call(&api, get("/v1/deprecations", Some(KEY_A))).await;
-    assert_eq!(again.json()["data"][0]["calls"], 2);
+    let since = partner_api::Timestamp::from_unix_millis(0).unwrap();
+    let calls = store.deprecated_calls("org_a", None, since).await.unwrap();
+    let seen: Vec<(&str, &str, u64)> = calls
+        .iter()
+        .map(|t| (t.key_id.as_str(), t.target.as_str(), t.calls))
+        .collect();
+    assert_eq!(seen, [(a.as_str(), "/me", 3)]);
 }
 
 #[tokio::test]

@@ -18,7 +18,7 @@ impl PartnerApi {
         let (route, concerned, mut future) =
             self.answer(method, uri, headers, request.extensions());
         if !concerned.is_none() {
-            future.notices = self.config.deprecations.notices(concerned);
+            future.notices = Some(self.config.deprecations.notices(concerned));
         }
         // An answer still waiting for a store is counted when it is done (`flow`).
         if let State::Ready(Some(response)) = &future.state {
@@ -72,10 +72,17 @@ impl PartnerApi {
         if !route.allows(method) {
             return ready(ApiError::MethodNotAllowed.into_response());
         }
+        let mut gone = None;
         if !concerned.is_none() {
             let today = crate::model::Timestamp::now().as_datetime().date_naive();
-            if let Some(gone) = config.deprecations.gone(concerned, today) {
-                return ready(response::past_sunset(gone));
+            gone = config.deprecations.gone(concerned, today);
+            // With a key, its 410 comes once the key is known to be usable, so the call is
+            // counted among the key's deprecated calls (after the sunset is when the admin
+            // most needs to see who still calls); without one, at once.
+            if let (Some(index), Err(_)) = (gone, bearer_token(headers)) {
+                if let Some(deprecation) = config.deprecations.get(index) {
+                    return ready(response::past_sunset(deprecation));
+                }
             }
         }
         match route {
@@ -116,6 +123,7 @@ impl PartnerApi {
             client,
             throttle_failures: client.is_some() && config.auth_failure_limiter.is_some(),
             concerned,
+            gone,
         };
         let first = Ask::first(facts, KeyDigest::of_bytes(token));
         // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in
@@ -135,7 +143,7 @@ impl PartnerApi {
                     },
                     head,
                     request_id: None,
-                    notices: Vec::new(),
+                    notices: None,
                 },
             ),
             Err(_panic) => ready(handler_panicked()),

@@ -19,7 +19,7 @@ pub struct ResponseFuture {
     pub(super) head: bool,
     pub(super) request_id: Option<HeaderValue>,
     /// The headers of the deprecations the request concerns, added to whatever it answers.
-    pub(super) notices: Vec<(http::HeaderName, HeaderValue)>,
+    pub(super) notices: Option<Notices>,
 }
 
 pub(super) enum State {
@@ -37,7 +37,7 @@ impl ResponseFuture {
             state: State::Ready(Some(response)),
             head,
             request_id: None,
-            notices: Vec::new(),
+            notices: None,
         }
     }
 }
@@ -67,8 +67,10 @@ impl Future for ResponseFuture {
         self.state = State::Ready(None);
         let mut response = response;
         response::set_request_id(&mut response, self.request_id.take());
-        for (name, value) in std::mem::take(&mut self.notices) {
-            response.headers_mut().append(name, value);
+        if let Some(notices) = self.notices.take() {
+            for (name, value) in notices.iter() {
+                response.headers_mut().append(name.clone(), value.clone());
+            }
         }
         if self.head {
             return Poll::Ready(Ok(response::without_body(response)));

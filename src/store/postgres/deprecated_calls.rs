@@ -69,28 +69,46 @@ impl DeprecatedCallStore for PgStore {
         key_id: Option<&str>,
         since: Timestamp,
     ) -> Result<Vec<DeprecatedCallTotal>, StoreError> {
-        self.check_organization(organization_id).await?;
-        let only = match key_id {
-            Some(text) => match text.parse::<i64>() {
-                Ok(id) => Some(id),
-                Err(_) => return Ok(Vec::new()), // no key of this store
-            },
-            None => None,
-        };
         let from = day_of_millis(since.as_datetime().timestamp_millis());
         let from = DateTime::<Utc>::from_timestamp_millis(from).unwrap_or(since.as_datetime());
-        let rows = sqlx::query(
-            "SELECT d.key_id, d.target, sum(d.calls)::bigint AS calls, \
-                    max(d.last_call_at) AS last_call_at \
-             FROM partner_api_deprecated_calls d JOIN partner_api_keys k ON k.id = d.key_id \
-             WHERE k.organization_id = $1 AND d.day >= $2 AND ($3::bigint IS NULL OR d.key_id = $3) \
-             GROUP BY d.key_id, d.target",
-        )
-        .bind(organization_id)
-        .bind(from)
-        .bind(only)
-        .fetch_all(&self.pool)
-        .await
+        // Two statements, each with a plan of its own: one key's rows by the primary key (a
+        // partner's poll; its key proves the organization), or the organization's.
+        let rows = match key_id {
+            Some(text) => {
+                let Ok(id) = text.parse::<i64>() else {
+                    return Ok(Vec::new()); // no key of this store
+                };
+                sqlx::query(
+                    "SELECT d.key_id, d.target, sum(d.calls)::bigint AS calls, \
+                            max(d.last_call_at) AS last_call_at \
+                     FROM partner_api_deprecated_calls d \
+                     WHERE d.key_id = $2 AND d.day >= $3 \
+                       AND EXISTS (SELECT 1 FROM partner_api_keys k \
+                                   WHERE k.id = $2 AND k.organization_id = $1) \
+                     GROUP BY d.key_id, d.target",
+                )
+                .bind(organization_id)
+                .bind(id)
+                .bind(from)
+                .fetch_all(&self.pool)
+                .await
+            }
+            None => {
+                self.check_organization(organization_id).await?;
+                sqlx::query(
+                    "SELECT d.key_id, d.target, sum(d.calls)::bigint AS calls, \
+                            max(d.last_call_at) AS last_call_at \
+                     FROM partner_api_deprecated_calls d \
+                     JOIN partner_api_keys k ON k.id = d.key_id \
+                     WHERE k.organization_id = $1 AND d.day >= $2 \
+                     GROUP BY d.key_id, d.target",
+                )
+                .bind(organization_id)
+                .bind(from)
+                .fetch_all(&self.pool)
+                .await
+            }
+        }
         .map_err(store_error)?;
         let mut totals = rows
             .iter()
