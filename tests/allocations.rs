@@ -110,10 +110,30 @@ where
     address
 }
 
+/// What a measured batch cost the server.
+struct Measured {
+    /// Allocations per request.
+    allocations: f64,
+    /// Bytes allocated per request.
+    bytes: f64,
+    /// The last response's body.
+    body: Vec<u8>,
+    /// Allocations per request that hyper's `Date` header may account for: hyper renders it
+    /// again when the second changes (one allocation of the 29-byte value), so a batch that
+    /// spans a change of second has one allocation more, whatever the service.
+    date_allowance: f64,
+}
+
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
 /// Sends `rounds` requests for `path` on one keep-alive connection to `address` (the first
-/// `warm_up` of them unmeasured) and returns the server's allocations and bytes per measured
-/// request, and the last response's body.
-fn measure(address: SocketAddr, path: &str, warm_up: usize, rounds: usize) -> (f64, f64, Vec<u8>) {
+/// `warm_up` of them unmeasured) and returns what the measured ones cost the server.
+fn measure(address: SocketAddr, path: &str, warm_up: usize, rounds: usize) -> Measured {
     let stream = TcpStream::connect(address).unwrap();
     stream.set_nodelay(true).unwrap();
     let mut writer = stream.try_clone().unwrap();
@@ -147,17 +167,20 @@ fn measure(address: SocketAddr, path: &str, warm_up: usize, rounds: usize) -> (f
         ALLOCATIONS.load(Ordering::Relaxed),
         BYTES.load(Ordering::Relaxed),
     );
+    let started = unix_seconds();
     MEASURING.store(true, Ordering::Relaxed);
     for _ in 0..rounds {
         exchange(&mut body);
     }
     MEASURING.store(false, Ordering::Relaxed);
+    let seconds_changed = unix_seconds() - started;
     let per = |now: usize, before: usize| (now - before) as f64 / rounds as f64;
-    (
-        per(ALLOCATIONS.load(Ordering::Relaxed), allocations),
-        per(BYTES.load(Ordering::Relaxed), bytes),
+    Measured {
+        allocations: per(ALLOCATIONS.load(Ordering::Relaxed), allocations),
+        bytes: per(BYTES.load(Ordering::Relaxed), bytes),
         body,
-    )
+        date_allowance: seconds_changed as f64 / rounds as f64,
+    }
 }
 
 /// Bare hyper's answer: `body` as shared bytes.
@@ -193,27 +216,32 @@ fn a_page_of_orders_is_handed_to_hyper_without_a_copy() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     for auto in [false, true] {
-        let (_, orders_bytes, page) = measure(serve(api(), auto), "/v1/orders", 100, 1000);
+        let library = measure(serve(api(), auto), "/v1/orders", 100, 1000);
+        let page = library.body;
         assert!(
             page.len() > 20_000,
             "a page of 100 orders: {} bytes",
             page.len()
         );
         let bare_server = serve(bare(Bytes::from(page.clone())), auto);
-        let (_, bare_bytes, _) = measure(bare_server, "/v1/orders", 100, 1000);
+        let bare = measure(bare_server, "/v1/orders", 100, 1000);
         println!(
-            "bytes allocated per GET /v1/orders (a {} byte body{}): library {orders_bytes:.0}, \
-             bare hyper {bare_bytes:.0}",
+            "bytes allocated per GET /v1/orders (a {} byte body{}): library {:.0}, bare hyper \
+             {:.0}",
             page.len(),
             if auto { ", auto builder" } else { "" },
+            library.bytes,
+            bare.bytes,
         );
         assert!(
-            bare_bytes < page.len() as f64,
-            "the measure: {bare_bytes:.0}"
+            bare.bytes < page.len() as f64,
+            "the measure: {:.0}",
+            bare.bytes
         );
         assert!(
-            orders_bytes < page.len() as f64,
-            "{orders_bytes:.0} bytes allocated per request for a page of {}: the page is copied",
+            library.bytes < page.len() as f64,
+            "{:.0} bytes allocated per request for a page of {}: the page is copied",
+            library.bytes,
             page.len()
         );
     }
@@ -224,32 +252,29 @@ fn a_request_for_me_allocates_as_often_as_bare_hyper_sending_the_same_bytes() {
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (me_allocations, _, me) = measure(
+    let library = measure(
         serve(api().with_request_ids(false), false),
         "/v1/me",
         100,
         1000,
     );
-    let bare_server = serve(bare(Bytes::from(me)), false);
-    let (bare_allocations, _, _) = measure(bare_server, "/v1/me", 100, 1000);
+    let bare = measure(
+        serve(bare(Bytes::from(library.body.clone())), false),
+        "/v1/me",
+        100,
+        1000,
+    );
+    // Whether the library allocates per request no more often than bare hyper, past the
+    // `Date` header hyper renders again when the second changes.
+    let no_more = |measured: &Measured, allowance: f64| {
+        measured.allocations <= bare.allocations + measured.date_allowance + allowance
+    };
     // Fresh request ids (on by default) are written 64 to a buffer: two allocations a batch,
     // and 1000 requests meet at most 17 batches.
-    let (with_ids, _, _) = measure(serve(api(), false), "/v1/me", 100, 1000);
-    println!(
-        "allocations per GET /v1/me: library {me_allocations:.3} ({with_ids:.3} with request \
-         ids), bare hyper {bare_allocations:.3}"
-    );
-    assert!(
-        me_allocations <= bare_allocations,
-        "the library allocates {me_allocations:.3} times per /v1/me, bare hyper {bare_allocations:.3}"
-    );
-    assert!(
-        with_ids <= bare_allocations + 2.0 * (1000_f64 / 64.0 + 1.0).ceil() / 1000.0,
-        "with request ids, {with_ids:.3} allocations per /v1/me"
-    );
+    let with_ids = measure(serve(api(), false), "/v1/me", 100, 1000);
     // A deprecated route's call counted: in the thread's map, no allocation once the key is
-    // in it (the recorder writes every 10 s, past this measure).
-    // The recorder's task runs on a runtime of its own, off the server's thread.
+    // in it (the recorder writes every 10 s, past this measure; its task runs on a runtime of
+    // its own, off the server's thread).
     let background = tokio::runtime::Runtime::new().unwrap();
     let _entered = background.enter();
     let counting = api()
@@ -260,10 +285,25 @@ fn a_request_for_me_allocates_as_often_as_bare_hyper_sending_the_same_bytes() {
                 Seed::demo().to_memory_store().unwrap(),
             ),
         );
-    let (deprecated, _, _) = measure(serve(counting, false), "/v1/me", 100, 1000);
-    println!("allocations per deprecated GET /v1/me, counted: {deprecated:.3}");
+    let deprecated = measure(serve(counting, false), "/v1/me", 100, 1000);
+    println!(
+        "allocations per GET /v1/me: library {:.3} ({:.3} with request ids, {:.3} deprecated \
+         and counted), bare hyper {:.3}",
+        library.allocations, with_ids.allocations, deprecated.allocations, bare.allocations
+    );
     assert!(
-        deprecated <= bare_allocations,
-        "a counted deprecated call allocates {deprecated:.3} times"
+        no_more(&library, 0.0),
+        "the library allocates {:.3} times per /v1/me",
+        library.allocations
+    );
+    assert!(
+        no_more(&with_ids, 2.0 * (1000_f64 / 64.0 + 1.0).ceil() / 1000.0),
+        "with request ids, {:.3} allocations per /v1/me",
+        with_ids.allocations
+    );
+    assert!(
+        no_more(&deprecated, 0.0),
+        "a counted deprecated call allocates {:.3} times",
+        deprecated.allocations
     );
 }
