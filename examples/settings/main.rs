@@ -228,6 +228,9 @@ pub fn app(
     let mut management = management;
     for deprecation in &config.deprecations {
         api = api.with_deprecation(deprecation.clone());
+    }
+    // The management service names what the API declares: one list.
+    for deprecation in api.deprecations() {
         management = management.with_deprecation(deprecation.clone());
     }
     if let Some(usage) = usage {

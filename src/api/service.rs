@@ -387,6 +387,27 @@ impl PartnerApi {
         self
     }
 
+    /// Returns the deprecations the API declares, in the order declared: what a host hands
+    /// the management service too, so the two never disagree.
+    ///
+    /// ```
+    /// use partner_api::management::KeyManagementService;
+    /// use partner_api::{MemoryStore, PartnerApi};
+    ///
+    /// let store = MemoryStore::new();
+    /// let api = PartnerApi::from_store(store.clone())
+    ///     .with_deprecation("/orders?provider=2026-12-01".parse()?);
+    /// let management = api
+    ///     .deprecations()
+    ///     .fold(KeyManagementService::new(store.clone()), |service, deprecation| {
+    ///         service.with_deprecation(deprecation.clone())
+    ///     });
+    /// # Ok::<(), partner_api::deprecation::DeprecationError>(())
+    /// ```
+    pub fn deprecations(&self) -> impl Iterator<Item = &Deprecation> {
+        self.config.deprecations.iter()
+    }
+
     /// Returns the prefix the API answers under, without a trailing `/`.
     pub fn prefix(&self) -> &str {
         &self.config.prefix

@@ -281,8 +281,8 @@ impl KeyManagementService {
     }
 
     /// Names `deprecation` in `GET /deprecated-calls` (with its days and link) even before a
-    /// key calls it: give the service each deprecation given to the API's
-    /// [`with_deprecation`](crate::PartnerApi::with_deprecation).
+    /// key calls it: give the service each of the API's
+    /// [`deprecations`](crate::PartnerApi::deprecations).
     #[must_use]
     pub fn with_deprecation(mut self, deprecation: crate::deprecation::Deprecation) -> Self {
         let mut deprecations = self.deprecations.to_vec();
