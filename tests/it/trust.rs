@@ -497,3 +497,99 @@ async fn a_host_table_of_orders_served_through_the_owner_function_raises_its_eve
     assert_eq!(data["id"], "ord_in_host_table");
     assert_eq!(event.change, partner_api::store::OrderChange::Created);
 }
+
+/// The deprecated calls' table, as each documented role: the key admin and the order writer
+/// read (or not) and write nothing; the serving role (and delivering, a member of it) counts,
+/// but no value a reader cannot hold gets in, and no count of a key that does not exist.
+#[tokio::test]
+async fn the_deprecated_calls_table_takes_from_each_role_only_what_it_is_granted() {
+    crate::common::needs::needs!(Postgres);
+    let (url, roles) = attacked_database().await;
+    let [serving, keys, writer, delivering] = &roles;
+    let insert = |day: &str, target: &str, last: &str, key: &str| {
+        format!(
+            "INSERT INTO public.partner_api_deprecated_calls (key_id, day, target, calls, \
+             last_call_at) VALUES ({key}, '{day}', '{target}', 1, '{last}')"
+        )
+    };
+    let valid = insert(
+        "2026-11-26 00:00:00+00",
+        "/orders?provider",
+        "2026-11-26 10:00:00+00",
+        "(SELECT min(id) FROM public.partner_api_keys)",
+    );
+    for role in [keys, writer] {
+        let mut attacker = PgConnection::connect(&as_user(&url, role)).await.unwrap();
+        for write in [
+            valid.as_str(),
+            "UPDATE public.partner_api_deprecated_calls SET calls = 1000000",
+            "DELETE FROM public.partner_api_deprecated_calls",
+        ] {
+            let err = attacker
+                .execute(write)
+                .await
+                .expect_err(&format!("{role} could run {write}"));
+            assert_eq!(sqlstate(&err), "42501", "{role}: {write}: {err}");
+        }
+        let read = attacker
+            .execute("SELECT * FROM public.partner_api_deprecated_calls")
+            .await;
+        assert_eq!(read.is_ok(), role == keys, "{role} reading: {read:?}");
+    }
+    for role in [serving, delivering] {
+        let mut counter = PgConnection::connect(&as_user(&url, role)).await.unwrap();
+        // The recorder's upsert that adds.
+        let counted = format!(
+            "{valid} ON CONFLICT (key_id, target, day) \
+             DO UPDATE SET calls = partner_api_deprecated_calls.calls + 1"
+        );
+        counter
+            .execute(counted.as_str())
+            .await
+            .unwrap_or_else(|err| panic!("{role}: {err}"));
+        let key = "(SELECT min(id) FROM public.partner_api_keys)";
+        for (bad, state) in [
+            (
+                insert("infinity", "/me", "2026-11-26 10:00:00+00", key),
+                "23514",
+            ),
+            (
+                insert(
+                    "2026-11-26 05:00:00+00",
+                    "/me",
+                    "2026-11-26 10:00:00+00",
+                    key,
+                ),
+                "23514",
+            ),
+            (
+                insert("2026-11-26 00:00:00+00", "/me", "infinity", key),
+                "23514",
+            ),
+            (
+                insert(
+                    "2026-11-26 00:00:00+00",
+                    "/admin",
+                    "2026-11-26 10:00:00+00",
+                    key,
+                ),
+                "23514",
+            ),
+            (
+                insert(
+                    "2026-11-26 00:00:00+00",
+                    "/me",
+                    "2026-11-26 10:00:00+00",
+                    "-1",
+                ),
+                "23503",
+            ),
+        ] {
+            let err = counter
+                .execute(bad.as_str())
+                .await
+                .expect_err(&format!("{role} wrote {bad}"));
+            assert_eq!(sqlstate(&err), state, "{role}: {bad}: {err}");
+        }
+    }
+}
