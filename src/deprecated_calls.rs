@@ -292,13 +292,12 @@ impl Shared {
                     error = %ErrorChain(&err),
                     "partner API could not record deprecated calls; retrying with the next batch"
                 );
-                if counts.len() > MAX_KEPT_COUNTS {
-                    // The newest days are kept: an outage drops its oldest counts first.
-                    counts.sort_by_key(|count| std::cmp::Reverse(count.day));
-                    let over: u64 = counts[MAX_KEPT_COUNTS..].iter().map(|c| c.calls).sum();
-                    counts.truncate(MAX_KEPT_COUNTS);
-                    self.bounds.count_dropped(over);
-                }
+                self.bounds.keep_newest(
+                    &mut counts,
+                    MAX_KEPT_COUNTS,
+                    |count| count.day,
+                    |count| count.calls,
+                );
                 *kept = counts;
                 Err(err)
             }
@@ -351,8 +350,8 @@ mod tests {
     use crate::store::DeprecatedCallStore;
     use crate::MemoryStore;
 
-    #[tokio::test]
-    async fn counts_each_key_and_target_and_writes_them_once() {
+    /// A memory store with the organization `org` and the key `key`, and the key's id.
+    fn store_with_key(key: &str) -> (MemoryStore, String) {
         let store = MemoryStore::new();
         store
             .add_organization(crate::model::Organization {
@@ -360,7 +359,13 @@ mod tests {
                 name: "Org".into(),
             })
             .unwrap();
-        let key_id = store.add_key("pk_test_one", "org").unwrap();
+        let key_id = store.add_key(key, "org").unwrap();
+        (store, key_id)
+    }
+
+    #[tokio::test]
+    async fn counts_each_key_and_target_and_writes_them_once() {
+        let (store, key_id) = store_with_key("pk_test_one");
         let recorder = DeprecatedCallRecorder::spawn(store.clone());
         let key: Arc<str> = Arc::from(key_id.as_str());
         let (provider, me): (Arc<str>, Arc<str>) = ("/orders?provider".into(), "/me".into());
@@ -384,14 +389,7 @@ mod tests {
 
     #[tokio::test]
     async fn calls_either_side_of_midnight_are_written_under_their_own_days() {
-        let store = MemoryStore::new();
-        store
-            .add_organization(crate::model::Organization {
-                id: "org".into(),
-                name: "Org".into(),
-            })
-            .unwrap();
-        let key_id = store.add_key("pk_test_midnight", "org").unwrap();
+        let (store, key_id) = store_with_key("pk_test_midnight");
         let recorder = DeprecatedCallRecorder::spawn(store.clone());
         let (key, me): (Arc<str>, Arc<str>) = (Arc::from(key_id.as_str()), "/me".into());
         // 2026-01-01T23:59:59Z, then a second later: the next day.

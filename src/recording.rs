@@ -99,6 +99,24 @@ impl Bounds {
     pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
+
+    /// Cuts `counts`, a batch the store refused, to the newest `max` (by `at`) to keep for
+    /// the next flush: an outage drops its oldest counts first, each counted as dropped by
+    /// `calls`.
+    pub(crate) fn keep_newest<T, K: Ord>(
+        &self,
+        counts: &mut Vec<T>,
+        max: usize,
+        at: impl Fn(&T) -> K,
+        calls: impl Fn(&T) -> u64,
+    ) {
+        if counts.len() > max {
+            counts.sort_by_key(|count| std::cmp::Reverse(at(count)));
+            let over: u64 = counts[max..].iter().map(calls).sum();
+            counts.truncate(max);
+            self.count_dropped(over);
+        }
+    }
 }
 
 /// How long a recorder's store keeps what it wrote, and when the recorder last deleted what is

@@ -302,13 +302,12 @@ impl Shared {
                     error = %ErrorChain(&err),
                     "partner API could not record key usage; retrying with the next batch"
                 );
-                if counts.len() > MAX_KEPT_COUNTS {
-                    // The newest hours are kept: an outage drops its oldest counts first.
-                    counts.sort_by_key(|count| std::cmp::Reverse(count.hour));
-                    let over: u64 = counts[MAX_KEPT_COUNTS..].iter().map(|c| c.count).sum();
-                    counts.truncate(MAX_KEPT_COUNTS);
-                    self.bounds.count_dropped(over);
-                }
+                self.bounds.keep_newest(
+                    &mut counts,
+                    MAX_KEPT_COUNTS,
+                    |count| count.hour,
+                    |count| count.count,
+                );
                 *kept = counts;
                 Err(err)
             }
