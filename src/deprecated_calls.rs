@@ -387,6 +387,80 @@ mod tests {
         assert!(totals.iter().all(|total| total.key_id == key_id));
     }
 
+    /// A store that refuses writes while `failing`.
+    struct Flaky {
+        store: MemoryStore,
+        failing: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait::async_trait]
+    impl DeprecatedCallStore for Flaky {
+        async fn record_deprecated_calls(
+            &self,
+            counts: &[DeprecatedCallCount],
+        ) -> Result<(), StoreError> {
+            if self.failing.load(Ordering::SeqCst) {
+                return Err(StoreError::unavailable("the database is down"));
+            }
+            self.store.record_deprecated_calls(counts).await
+        }
+        async fn deprecated_calls(
+            &self,
+            organization_id: &str,
+            key_id: Option<&str>,
+            since: Timestamp,
+        ) -> Result<Vec<crate::store::DeprecatedCallTotal>, StoreError> {
+            self.store
+                .deprecated_calls(organization_id, key_id, since)
+                .await
+        }
+        async fn prune_deprecated_calls(
+            &self,
+            older_than: Duration,
+            batch: u32,
+        ) -> Result<u64, StoreError> {
+            self.store.prune_deprecated_calls(older_than, batch).await
+        }
+    }
+
+    /// Through an outage of several flushes, with calls counted on four threads all along:
+    /// the first flush the store accepts writes every call once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn calls_survive_refused_flushes_and_are_written_once_after() {
+        let (store, key_id) = store_with_key("pk_test_outage");
+        let flaky = Arc::new(Flaky {
+            store: store.clone(),
+            failing: std::sync::atomic::AtomicBool::new(true),
+        });
+        let recorder =
+            DeprecatedCallRecorder::spawn(flaky.clone()).with_flush_interval(MAX_FLUSH_INTERVAL);
+        let (key, me): (Arc<str>, Arc<str>) = (Arc::from(key_id.as_str()), "/me".into());
+        for round in 0..3 {
+            let callers: Vec<_> = (0..4)
+                .map(|_| {
+                    let (recorder, key, me) = (recorder.clone(), key.clone(), me.clone());
+                    std::thread::spawn(move || {
+                        for _ in 0..250 {
+                            recorder.record(&key, &me);
+                        }
+                    })
+                })
+                .collect();
+            for caller in callers {
+                caller.join().unwrap();
+            }
+            assert!(recorder.flush().await.is_err(), "round {round}");
+        }
+        flaky.failing.store(false, Ordering::SeqCst);
+        recorder.record(&key, &me);
+        assert!(recorder.flush().await.unwrap() >= 1);
+        assert_eq!(recorder.flush().await.unwrap(), 0, "written once");
+        let since = Timestamp::from_unix_millis(now_millis() - 2 * 86_400_000).unwrap();
+        let totals = store.deprecated_calls("org", None, since).await.unwrap();
+        assert_eq!(totals.iter().map(|t| t.calls).sum::<u64>(), 3 * 1000 + 1);
+        assert_eq!(recorder.dropped(), 0);
+    }
+
     #[tokio::test]
     async fn calls_either_side_of_midnight_are_written_under_their_own_days() {
         let (store, key_id) = store_with_key("pk_test_midnight");
