@@ -137,10 +137,8 @@ for route in me orders; do
     { per = ($1 - before[$2]) / (many - few); if (per >= 100) printf "%10.0f  %s\n", per, $2 }' \
     "$work/functions.$FEW" "$work/functions.$MANY" | sort -rn >"$work/per_function.$route"
   head -n 25 "$work/per_function.$route"
-  # The key's SHA-256: valgrind runs sha2's portable code, since it cannot run the SHA
-  # extensions (SHA-NI) that the crate uses natively where the CPU has them, as this project's
-  # machines do; there the digest costs a fraction of this.
-  digest=$(awk '/KeyDigest::of_bytes/ { print $1; exit }' "$work/per_function.$route")
-  echo "of which the key's SHA-256 digest (portable code under valgrind): ${digest:-0};" \
-    "the library's added instructions without it: $((added[$route] - ${digest:-0}))"
+  # The key's digest: a SipHash tag and the thread's memo, or on a miss the SHA-256 in
+  # sha2's portable code (valgrind cannot run the SHA extensions that sha2 uses natively).
+  digest=$(awk '/key::digest::DigestMemo::digest/ { print $1; exit }' "$work/per_function.$route")
+  echo "of which the key's digest (memoised per thread): ${digest:-0}"
 done

@@ -125,7 +125,7 @@ impl PartnerApi {
             concerned,
             gone,
         };
-        let first = Ask::first(facts, KeyDigest::of_bytes(token));
+        let first = Ask::first(facts, KeyDigest::of_presented(token));
         // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in
         // a future is.
         let answer = std::panic::catch_unwind(AssertUnwindSafe(|| {
