@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
+use super::lease::{self, Leases, Terms, LEASE_MAX_PERIOD};
 use super::{RateLimitDecision, RateLimiter};
 use crate::store::StoreError;
 
@@ -25,6 +26,10 @@ const SHARDS: usize = 16;
 /// An in-process token bucket per budget (GCRA: one "theoretical arrival time" per budget).
 ///
 /// Each budget starts full with `burst` requests; one request comes back every `period`. A
+/// budget that refills at least one request a millisecond lends its tokens a few at a time to
+/// the worker threads that keep deciding for it, so a hot key's requests do not all write one
+/// cache line; it never allows more than deciding each request under the lock would, and at
+/// most five requests fewer (the invariants and their argument are on the `lease` module). A
 /// background thread forgets, every [`DEFAULT_PURGE_INTERVAL`], the budgets that are full
 /// again, so memory follows the budgets active within the last `burst × period` plus that
 /// interval, not every key or address ever seen; it ends when the limiter is dropped. A request
@@ -44,9 +49,10 @@ pub struct LocalRateLimiter {
 
 /// The budgets of a [`LocalRateLimiter`], shared with its purge thread.
 struct Budgets {
-    /// Each budget's theoretical arrival time, in nanoseconds since `epoch`; a budget at or
-    /// before now is full, and absent.
-    shards: [Mutex<HashMap<Box<str>, u64>>; SHARDS],
+    /// Tells this limiter's leases from another's in a thread's memory.
+    id: u64,
+    /// Each budget's accounts; a full budget without leases is absent.
+    shards: [Mutex<HashMap<Box<str>, Budget>>; SHARDS],
     hasher: RandomState,
     epoch: Instant,
     limit: u32,
@@ -60,7 +66,22 @@ struct Budgets {
     /// Whether the purge thread was started: by the first budget tracked, so that a limiter
     /// that is never asked (an API built in a test, say) costs no thread.
     purge_started: AtomicBool,
+    /// Whether budgets refill fast enough to lend tokens to threads (`LEASE_MAX_PERIOD`).
+    leases: bool,
 }
+
+/// One budget's accounts, under its shard's lock.
+#[derive(Debug, Default)]
+struct Budget {
+    /// The theoretical arrival time of the requests debited so far, in nanoseconds since the
+    /// limiter's epoch: at or before now, the budget is full.
+    tat: u64,
+    /// Tokens lent to threads; empty unless the key is hot.
+    leases: Leases,
+}
+
+/// Numbers the limiters of the process, for [`Budgets::id`].
+static NEXT_LIMITER: AtomicU64 = AtomicU64::new(0);
 
 impl LocalRateLimiter {
     /// Creates a limiter of `requests` per second per budget, with a burst of `requests`.
@@ -77,6 +98,7 @@ impl LocalRateLimiter {
             .unwrap_or(u64::MAX)
             .clamp(1, longest);
         let budgets = Arc::new(Budgets {
+            id: NEXT_LIMITER.fetch_add(1, Ordering::Relaxed),
             shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
             hasher: RandomState::new(),
             epoch: Instant::now(),
@@ -86,6 +108,7 @@ impl LocalRateLimiter {
             tolerance_nanos: period_nanos * u64::from(burst.get() - 1),
             purge_interval_millis: AtomicU64::new(millis(DEFAULT_PURGE_INTERVAL)),
             purge_started: AtomicBool::new(false),
+            leases: Duration::from_nanos(period_nanos) <= LEASE_MAX_PERIOD,
         });
         Self { budgets }
     }
@@ -119,46 +142,78 @@ impl LocalRateLimiter {
         let budgets = &*self.budgets;
         let (limit, period) = (budgets.limit, budgets.period_nanos);
         let now = budgets.now();
-        let mut shard = budgets.shard(budget);
-        let tat = shard.get(budget).copied().unwrap_or(now).max(now);
-        let allowed_from = tat.saturating_sub(budgets.tolerance_nanos);
-        if now < allowed_from {
+        let terms = Terms {
+            limiter: budgets.id,
+            limit,
+            period,
+            window: window(period, limit),
+        };
+        if budgets.leases {
+            if let Some(decision) = lease::take(terms, budget, now) {
+                return decision;
+            }
+        }
+        let hash = budgets.hasher.hash_one(budget);
+        let hot = budgets.leases && lease::is_hot(budgets.id, hash, now);
+        let mut shard = budgets.shard(hash);
+        let tracked = shard.contains_key(budget);
+        let entry = match shard.get_mut(budget) {
+            Some(entry) => entry,
+            None => shard.entry(budget.into()).or_default(),
+        };
+        let tat = entry.leases.fold(entry.tat, now, period).max(now);
+        entry.tat = tat;
+        // Held tokens are spent as far as anyone else is concerned.
+        let held = entry.leases.held().saturating_mul(period);
+        let allowed_from = tat.saturating_add(held).saturating_sub(budgets.tolerance_nanos);
+        if now < allowed_from && !entry.leases.steal() {
+            let full_at = tat.saturating_add(held);
+            if !tracked {
+                shard.remove(budget);
+            }
             return RateLimitDecision::refused(
                 limit,
                 Duration::from_nanos(allowed_from - now),
-                Duration::from_nanos(tat - now),
+                Duration::from_nanos(full_at - now),
             )
-            .with_window(window(period, limit));
+            .with_window(terms.window);
         }
+        // Allowed from the free tokens, or from one taken back from a lease: debited now.
         let next = tat.saturating_add(period);
-        match shard.get_mut(budget) {
-            Some(stored) => *stored = next,
-            None => {
-                shard.insert(budget.into(), next);
-                drop(shard);
-                if !budgets.purge_started.swap(true, Ordering::Relaxed) {
-                    spawn_purge(Arc::downgrade(&self.budgets));
-                }
-            }
-        }
-        // Whole requests between the next arrival time and a full budget's.
+        entry.tat = next;
+        // Whole requests between the next arrival time and a full budget's (held ones are
+        // the key's to spend, so they count as remaining).
         let full = u128::from(now) + u128::from(period) * u128::from(limit);
         let remaining = full.saturating_sub(u128::from(next)) / u128::from(period);
-        RateLimitDecision::allowed(
+        let decision = RateLimitDecision::allowed(
             limit,
             u32::try_from(remaining).unwrap_or(limit),
             Duration::from_nanos(next - now),
         )
-        .with_window(window(period, limit))
+        .with_window(terms.window);
+        if hot {
+            let held = entry.leases.held();
+            let free = u64::try_from(remaining).unwrap_or(u64::MAX).saturating_sub(held);
+            let tokens = lease::lease_size(free, entry.leases.len());
+            if tokens > 0 {
+                lease::grant(&mut entry.leases, terms, budget, tokens, now, &decision);
+            }
+        }
+        drop(shard);
+        if !tracked && !budgets.purge_started.swap(true, Ordering::Relaxed) {
+            spawn_purge(Arc::downgrade(&self.budgets));
+        }
+        decision
     }
 
     fn give_back(&self, budget: &str) {
         let budgets = &*self.budgets;
         let now = budgets.now();
-        let mut shard = budgets.shard(budget);
-        if let Some(tat) = shard.get_mut(budget) {
-            *tat = tat.saturating_sub(budgets.period_nanos);
-            if *tat <= now {
+        let mut shard = budgets.shard(budgets.hasher.hash_one(budget));
+        if let Some(entry) = shard.get_mut(budget) {
+            let tat = entry.leases.fold(entry.tat, now, budgets.period_nanos);
+            entry.tat = tat.saturating_sub(budgets.period_nanos);
+            if entry.tat <= now && entry.leases.is_empty() {
                 shard.remove(budget);
             }
         }
@@ -170,10 +225,11 @@ impl Budgets {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    fn shard(&self, budget: &str) -> MutexGuard<'_, HashMap<Box<str>, u64>> {
+    /// The shard of the budget whose name hashes to `hash`, locked.
+    fn shard(&self, hash: u64) -> MutexGuard<'_, HashMap<Box<str>, Budget>> {
         // The remainder is below SHARDS, so the cast cannot truncate.
         #[allow(clippy::cast_possible_truncation)]
-        let index = (self.hasher.hash_one(budget) % SHARDS as u64) as usize;
+        let index = (hash % SHARDS as u64) as usize;
         lock(&self.shards[index])
     }
 
@@ -181,7 +237,10 @@ impl Budgets {
         let now = self.now();
         for shard in &self.shards {
             let mut shard = lock(shard);
-            shard.retain(|_, tat| *tat > now);
+            shard.retain(|_, budget| {
+                budget.tat = budget.leases.fold(budget.tat, now, self.period_nanos);
+                budget.tat > now || !budget.leases.is_empty()
+            });
             shard.shrink_to_fit();
         }
     }
@@ -254,119 +313,4 @@ fn window(period_nanos: u64, limit: u32) -> Duration {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use http::header::HeaderMap;
-
-    fn principal(key_id: &str) -> &str {
-        key_id
-    }
-
-    #[test]
-    fn a_burst_is_served_then_refused_with_the_time_to_wait() {
-        let limiter = LocalRateLimiter::new(Duration::from_secs(60), NonZeroU32::new(3).unwrap());
-        let key = principal("key_1");
-        let remaining: Vec<u32> = (0..3).map(|_| limiter.decide(key).remaining()).collect();
-        assert_eq!(remaining, [2, 1, 0]);
-        let refused = limiter.decide(key);
-        assert!(!refused.is_allowed());
-        let wait = refused.retry_after().unwrap();
-        assert!(
-            wait > Duration::from_secs(58) && wait <= Duration::from_secs(60),
-            "{wait:?}"
-        );
-        // Another key has its own budget.
-        assert_eq!(limiter.decide(principal("key_2")).remaining(), 2);
-    }
-
-    #[test]
-    fn a_refund_gives_one_request_back() {
-        let limiter = LocalRateLimiter::new(Duration::from_secs(60), NonZeroU32::new(2).unwrap());
-        assert_eq!(limiter.decide("a").remaining(), 1);
-        assert_eq!(limiter.decide("a").remaining(), 0);
-        limiter.give_back("a");
-        assert_eq!(limiter.decide("a").remaining(), 0, "one came back");
-        assert!(!limiter.decide("a").is_allowed());
-        limiter.give_back("a");
-        limiter.give_back("a");
-        limiter.give_back("a");
-        assert_eq!(limiter.tracked_keys(), 0, "a full budget is forgotten");
-        assert_eq!(
-            limiter.decide("a").remaining(),
-            1,
-            "never more than a full budget"
-        );
-        limiter.give_back("unknown");
-    }
-
-    #[test]
-    fn idle_keys_are_purged_in_the_background_so_memory_stays_bounded() {
-        // Budgets refill within a microsecond: every key is idle almost at once.
-        let limiter = LocalRateLimiter::new(Duration::from_micros(1), NonZeroU32::new(1).unwrap())
-            .with_purge_interval(Duration::from_millis(20));
-        for index in 0..10_000 {
-            limiter.decide(principal(&format!("key_{index}")));
-        }
-        // No request purged: the background thread does, within a few intervals.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while limiter.tracked_keys() > 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{} keys still tracked",
-                limiter.tracked_keys()
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        limiter.decide(principal("key_again"));
-        limiter.purge();
-        std::thread::sleep(Duration::from_millis(1));
-        limiter.purge();
-        assert_eq!(limiter.tracked_keys(), 0);
-    }
-
-    #[test]
-    fn the_purge_thread_ends_with_its_limiter() {
-        let limiter = LocalRateLimiter::new(Duration::from_secs(1), NonZeroU32::new(1).unwrap())
-            .with_purge_interval(Duration::from_millis(1));
-        limiter.decide("started");
-        let weak = Arc::downgrade(&limiter.budgets);
-        drop(limiter);
-        // The thread holds the budgets only while it purges them, and then stops.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while weak.strong_count() > 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the budgets outlive their limiter"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
-
-        /// No period, burst or decision, however extreme, panics on the request path.
-        #[test]
-        fn extreme_durations_saturate_instead_of_panicking(
-            period_nanos in proptest::prelude::any::<u64>(),
-            period_secs in proptest::prop_oneof![proptest::prelude::Just(0_u64), proptest::prelude::any::<u64>()],
-            burst in 1_u32..,
-            remaining in proptest::prelude::any::<u32>(),
-            reset_secs in proptest::prelude::any::<u64>(),
-            retry_secs in proptest::prelude::any::<u64>(),
-        ) {
-            let period = Duration::new(period_secs, 0).saturating_add(Duration::from_nanos(period_nanos.max(1)));
-            let limiter = LocalRateLimiter::new(period, NonZeroU32::new(burst).unwrap());
-            let key = principal("key");
-            for _ in 0..3 {
-                let decision = limiter.decide(key);
-                decision.write_headers(&mut HeaderMap::new());
-            }
-            let reset = Duration::new(reset_secs, 999_999_999);
-            let retry = Duration::new(retry_secs, 1);
-            RateLimitDecision::allowed(burst, remaining, reset).write_headers(&mut HeaderMap::new());
-            RateLimitDecision::refused(burst, retry, reset).write_headers(&mut HeaderMap::new());
-            RateLimitDecision::refused(burst, Duration::MAX, Duration::MAX).write_headers(&mut HeaderMap::new());
-        }
-    }
-}
+mod tests;

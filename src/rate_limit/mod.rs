@@ -14,6 +14,7 @@
 
 use http::header::HeaderName;
 
+mod lease;
 pub(crate) mod limiter;
 pub(crate) mod local;
 #[cfg(feature = "redis")]

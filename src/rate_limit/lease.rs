@@ -1,0 +1,315 @@
+//! Leases: a hot key's tokens taken a few at a time by each worker thread, so that its requests
+//! do not all write one cache line.
+//!
+//! A [`LocalRateLimiter`](super::LocalRateLimiter) decides most requests under its shard's
+//! lock, writing the budget's arrival time: two threads deciding for one key take turns on
+//! that line. A budget that refills at least one request every [`LEASE_MAX_PERIOD`] is *fast*;
+//! when a thread decides the same fast budget twice within [`LEASE_LIFETIME`], it also takes a
+//! **lease**: up to [`LEASE_MAX_TOKENS`] of the budget's free tokens, held for it and valid for
+//! [`LEASE_LIFETIME`]. Its next requests for that key take a token from its lease (one
+//! compare-and-swap on a line only it writes) until the lease is empty or expired, and only
+//! then take the lock again.
+//!
+//! # Invariants, and why they hold
+//!
+//! Write `B` for the burst, `T` for the period, and *today's limiter* for the exact one: every
+//! request decided under the lock, as budgets slower than `LEASE_MAX_PERIOD` still are.
+//!
+//! 1. **Never more than today's limiter allows.** A leased token is *held*, not spent: the
+//!    budget's arrival time does not move, but every decision under the lock counts the held
+//!    tokens as spent, so nobody else gets them. A request allowed from a lease was therefore
+//!    one of the free tokens when the lease was granted, and time since has only added to the
+//!    budget. The tokens a lease spent are debited to the arrival time (*folded*) by the next
+//!    decision under the lock, at the time of the lease's last use: never earlier than any of
+//!    them happened. Since GCRA's arrival time only grows when debits move later, the budget
+//!    stays at or below what today's limiter would have after the same requests.
+//! 2. **At most `LEASE_LIFETIME / T` requests fewer.** Debiting late is stricter only while
+//!    the budget is full (a debit cannot refill it past full); a debit is at most a lease's
+//!    lifetime late, so the arrival time is at most `LEASE_LIFETIME` later than today's: at
+//!    most 5 ms of refill (5 requests at the slowest budget that leases), and nothing when the
+//!    budget was never full while leases were out. Held tokens are never lost: a request that
+//!    finds no free token takes one from another thread's lease before it is refused, and an
+//!    expired lease's tokens go back to the budget.
+//! 3. **Bounded memory.** A budget keeps one entry per thread holding a lease on it; entries
+//!    of expired leases are dropped by the next decision under the lock or by the purge. Each
+//!    thread remembers at most [`HELD_PER_THREAD`] leases (the least recently granted goes
+//!    first; its tokens expire with it).
+//! 4. **Headers.** A request allowed from a lease reports what the lease's grant reported,
+//!    less the thread's own requests since: exact for one thread, and at most the other
+//!    threads' leases (`LEASE_MAX_TOKENS` each) too high while several threads serve the key.
+//!    Decisions under the lock report exactly, as before.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::RateLimitDecision;
+
+/// The slowest refill that leases: a budget giving back fewer than one request a millisecond
+/// is never hot enough for its lock to matter, and its partners read `X-RateLimit-Remaining`
+/// to the request.
+pub(super) const LEASE_MAX_PERIOD: Duration = Duration::from_millis(1);
+
+/// How long a lease's tokens may be used, and how close together two decisions of a thread
+/// for one key must be for it to take a lease.
+pub(super) const LEASE_LIFETIME: Duration = Duration::from_millis(5);
+
+/// The most tokens a lease holds; a lease also holds at most a share of the free tokens (see
+/// [`lease_size`]).
+pub(super) const LEASE_MAX_TOKENS: u32 = 32;
+
+/// Leases a thread remembers at once.
+const HELD_PER_THREAD: usize = 4;
+
+/// A lease's tokens, on a cache line of their own (two: adjacent lines are prefetched
+/// together), written by its thread on every request it allows and by others only to take a
+/// token back.
+#[repr(align(128))]
+#[derive(Debug, Default)]
+pub(super) struct Lease {
+    /// Tokens left.
+    tokens: AtomicU32,
+    /// When the thread last took a token (nanoseconds since the limiter's epoch), written
+    /// before it takes one: a fold debits the spent tokens at this time, never earlier.
+    last_use: AtomicU64,
+}
+
+/// A lease as its budget knows it, under the shard's lock.
+#[derive(Debug)]
+pub(super) struct Granted {
+    lease: Arc<Lease>,
+    /// Tokens given to the lease since the last fold: those not left were spent.
+    granted: u32,
+    valid_until: u64,
+}
+
+/// The leases out on one budget, and the folds and thefts that keep its accounts.
+#[derive(Debug, Default)]
+pub(super) struct Leases(Vec<Granted>);
+
+impl Leases {
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Leases out.
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Debits to `tat` every token spent from a lease since the last fold, each at its
+    /// lease's last use (or its end), and drops the leases expired at `now`, their tokens
+    /// back in the budget. Returns the new arrival time.
+    pub(super) fn fold(&mut self, mut tat: u64, now: u64, period: u64) -> u64 {
+        self.0.retain_mut(|granted| {
+            let expired = now >= granted.valid_until;
+            let left = if expired {
+                granted.lease.tokens.swap(0, Ordering::AcqRel)
+            } else {
+                granted.lease.tokens.load(Ordering::Acquire)
+            };
+            let spent = granted.granted.saturating_sub(left);
+            if spent > 0 {
+                let used_at = granted
+                    .lease
+                    .last_use
+                    .load(Ordering::Relaxed)
+                    .min(granted.valid_until);
+                tat = tat
+                    .max(used_at)
+                    .saturating_add(period.saturating_mul(u64::from(spent)));
+            }
+            granted.granted = left;
+            !expired
+        });
+        tat
+    }
+
+    /// Tokens held by leases now (after a fold).
+    pub(super) fn held(&self) -> u64 {
+        self.0.iter().map(|granted| u64::from(granted.granted)).sum()
+    }
+
+    /// Takes one held token from any lease for a request that found no free one; `true` when
+    /// one was taken (and counted as spent, to be debited by the caller now).
+    pub(super) fn steal(&mut self) -> bool {
+        for granted in &mut self.0 {
+            let taken = granted
+                .lease
+                .tokens
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tokens| {
+                    tokens.checked_sub(1)
+                })
+                .is_ok();
+            if taken {
+                granted.granted -= 1;
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Gives `lease` `tokens` more, valid until `valid_until`.
+    fn grant(&mut self, lease: &Arc<Lease>, tokens: u32, valid_until: u64) {
+        let granted = match self.0.iter_mut().find(|g| Arc::ptr_eq(&g.lease, lease)) {
+            Some(granted) => granted,
+            None => {
+                self.0.push(Granted {
+                    lease: lease.clone(),
+                    granted: lease.tokens.load(Ordering::Acquire),
+                    valid_until,
+                });
+                self.0.last_mut().expect("just pushed")
+            }
+        };
+        lease.tokens.fetch_add(tokens, Ordering::AcqRel);
+        granted.granted += tokens;
+        granted.valid_until = valid_until;
+    }
+}
+
+/// How many tokens a thread's lease takes when `free` tokens are neither spent nor held and
+/// `leases` other leases are out: at most [`LEASE_MAX_TOKENS`], and at most half of what is
+/// free shared among the leases, so a budget near empty is decided under the lock, exactly.
+pub(super) fn lease_size(free: u64, leases: usize) -> u32 {
+    let share = free / 2 / (leases as u64 + 1);
+    u32::try_from(share.min(u64::from(LEASE_MAX_TOKENS))).unwrap_or(0)
+}
+
+/// A lease a thread holds: where it takes tokens from, and what the grant reported.
+struct Held {
+    limiter: u64,
+    budget: Box<str>,
+    lease: Arc<Lease>,
+    valid_until: u64,
+    /// The grant's decision: its remaining requests and when the budget would be full.
+    remaining: u32,
+    full_at: u64,
+    /// Tokens the thread took from this lease since the grant.
+    taken: u32,
+}
+
+/// A thread's leases, and the last budget it decided under a lock (to tell a hot one).
+#[derive(Default)]
+struct Thread {
+    held: Vec<Held>,
+    last_locked: Option<(u64, u64, u64)>,
+}
+
+thread_local! {
+    static THREAD: RefCell<Thread> = RefCell::new(Thread::default());
+}
+
+/// The figures of a limiter a lease's decision reports with.
+#[derive(Clone, Copy)]
+pub(super) struct Terms {
+    pub(super) limiter: u64,
+    pub(super) limit: u32,
+    pub(super) period: u64,
+    pub(super) window: Duration,
+}
+
+/// The decision for a request of `budget` from this thread's lease on it, if it holds one with
+/// a token left at `now`.
+pub(super) fn take(terms: Terms, budget: &str, now: u64) -> Option<RateLimitDecision> {
+    THREAD
+        .try_with(|thread| {
+            let mut thread = thread.try_borrow_mut().ok()?;
+            let held = thread
+                .held
+                .iter_mut()
+                .find(|held| held.limiter == terms.limiter && *held.budget == *budget)?;
+            if now >= held.valid_until {
+                return None;
+            }
+            held.lease.last_use.store(now, Ordering::Release);
+            held.lease
+                .tokens
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tokens| {
+                    tokens.checked_sub(1)
+                })
+                .ok()?;
+            held.taken += 1;
+            let full_at = held
+                .full_at
+                .saturating_add(terms.period.saturating_mul(u64::from(held.taken)));
+            Some(
+                RateLimitDecision::allowed(
+                    terms.limit,
+                    held.remaining.saturating_sub(held.taken),
+                    Duration::from_nanos(full_at.saturating_sub(now)),
+                )
+                .with_window(terms.window),
+            )
+        })
+        .ok()
+        .flatten()
+}
+
+/// Whether this thread decided `budget_hash` of the limiter under a lock within
+/// [`LEASE_LIFETIME`] before `now`; remembers this decision for the next.
+pub(super) fn is_hot(limiter: u64, budget_hash: u64, now: u64) -> bool {
+    THREAD
+        .try_with(|thread| {
+            let Ok(mut thread) = thread.try_borrow_mut() else {
+                return false;
+            };
+            let hot = thread.last_locked.is_some_and(|(id, hash, at)| {
+                id == limiter && hash == budget_hash && now.saturating_sub(at) < lifetime_nanos()
+            });
+            thread.last_locked = Some((limiter, budget_hash, now));
+            hot
+        })
+        .unwrap_or(false)
+}
+
+/// Grants this thread's lease on `budget` `tokens` more, under the budget's lock (`leases`
+/// are its leases), and remembers what the granting decision reported.
+pub(super) fn grant(
+    leases: &mut Leases,
+    terms: Terms,
+    budget: &str,
+    tokens: u32,
+    now: u64,
+    granted: &RateLimitDecision,
+) {
+    let _ = THREAD.try_with(|thread| {
+        let Ok(mut thread) = thread.try_borrow_mut() else {
+            return;
+        };
+        let valid_until = now.saturating_add(lifetime_nanos());
+        let position = thread
+            .held
+            .iter()
+            .position(|held| held.limiter == terms.limiter && *held.budget == *budget);
+        let mut held = match position {
+            Some(position) => thread.held.remove(position),
+            None => Held {
+                limiter: terms.limiter,
+                budget: budget.into(),
+                lease: Arc::new(Lease::default()),
+                valid_until,
+                remaining: 0,
+                full_at: 0,
+                taken: 0,
+            },
+        };
+        leases.grant(&held.lease, tokens, valid_until);
+        held.valid_until = valid_until;
+        held.remaining = granted.remaining();
+        held.full_at = now.saturating_add(nanos(granted.reset_after()));
+        held.taken = 0;
+        // Most recently granted first; the oldest goes when the thread holds too many.
+        thread.held.insert(0, held);
+        thread.held.truncate(HELD_PER_THREAD);
+    });
+}
+
+fn lifetime_nanos() -> u64 {
+    nanos(LEASE_LIFETIME)
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,286 @@
+//! The local rate limiter's tests: budgets decided under the lock, and leases of hot keys.
+
+use super::*;
+use http::header::HeaderMap;
+
+fn principal(key_id: &str) -> &str {
+    key_id
+}
+
+#[test]
+fn a_burst_is_served_then_refused_with_the_time_to_wait() {
+    let limiter = LocalRateLimiter::new(Duration::from_secs(60), NonZeroU32::new(3).unwrap());
+    let key = principal("key_1");
+    let remaining: Vec<u32> = (0..3).map(|_| limiter.decide(key).remaining()).collect();
+    assert_eq!(remaining, [2, 1, 0]);
+    let refused = limiter.decide(key);
+    assert!(!refused.is_allowed());
+    let wait = refused.retry_after().unwrap();
+    assert!(
+        wait > Duration::from_secs(58) && wait <= Duration::from_secs(60),
+        "{wait:?}"
+    );
+    // Another key has its own budget.
+    assert_eq!(limiter.decide(principal("key_2")).remaining(), 2);
+}
+
+#[test]
+fn a_refund_gives_one_request_back() {
+    let limiter = LocalRateLimiter::new(Duration::from_secs(60), NonZeroU32::new(2).unwrap());
+    assert_eq!(limiter.decide("a").remaining(), 1);
+    assert_eq!(limiter.decide("a").remaining(), 0);
+    limiter.give_back("a");
+    assert_eq!(limiter.decide("a").remaining(), 0, "one came back");
+    assert!(!limiter.decide("a").is_allowed());
+    limiter.give_back("a");
+    limiter.give_back("a");
+    limiter.give_back("a");
+    assert_eq!(limiter.tracked_keys(), 0, "a full budget is forgotten");
+    assert_eq!(
+        limiter.decide("a").remaining(),
+        1,
+        "never more than a full budget"
+    );
+    limiter.give_back("unknown");
+}
+
+#[test]
+fn idle_keys_are_purged_in_the_background_so_memory_stays_bounded() {
+    // Budgets refill within a microsecond: every key is idle almost at once.
+    let limiter = LocalRateLimiter::new(Duration::from_micros(1), NonZeroU32::new(1).unwrap())
+        .with_purge_interval(Duration::from_millis(20));
+    for index in 0..10_000 {
+        limiter.decide(principal(&format!("key_{index}")));
+    }
+    // No request purged: the background thread does, within a few intervals.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while limiter.tracked_keys() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} keys still tracked",
+            limiter.tracked_keys()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    limiter.decide(principal("key_again"));
+    limiter.purge();
+    std::thread::sleep(Duration::from_millis(1));
+    limiter.purge();
+    assert_eq!(limiter.tracked_keys(), 0);
+}
+
+#[test]
+fn the_purge_thread_ends_with_its_limiter() {
+    let limiter = LocalRateLimiter::new(Duration::from_secs(1), NonZeroU32::new(1).unwrap())
+        .with_purge_interval(Duration::from_millis(1));
+    limiter.decide("started");
+    let weak = Arc::downgrade(&limiter.budgets);
+    drop(limiter);
+    // The thread holds the budgets only while it purges them, and then stops.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while weak.strong_count() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the budgets outlive their limiter"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// No period, burst or decision, however extreme, panics on the request path.
+    #[test]
+    fn extreme_durations_saturate_instead_of_panicking(
+        period_nanos in proptest::prelude::any::<u64>(),
+        period_secs in proptest::prop_oneof![proptest::prelude::Just(0_u64), proptest::prelude::any::<u64>()],
+        burst in 1_u32..,
+        remaining in proptest::prelude::any::<u32>(),
+        reset_secs in proptest::prelude::any::<u64>(),
+        retry_secs in proptest::prelude::any::<u64>(),
+    ) {
+        let period = Duration::new(period_secs, 0).saturating_add(Duration::from_nanos(period_nanos.max(1)));
+        let limiter = LocalRateLimiter::new(period, NonZeroU32::new(burst).unwrap());
+        let key = principal("key");
+        for _ in 0..3 {
+            let decision = limiter.decide(key);
+            decision.write_headers(&mut HeaderMap::new());
+        }
+        let reset = Duration::new(reset_secs, 999_999_999);
+        let retry = Duration::new(retry_secs, 1);
+        RateLimitDecision::allowed(burst, remaining, reset).write_headers(&mut HeaderMap::new());
+        RateLimitDecision::refused(burst, retry, reset).write_headers(&mut HeaderMap::new());
+        RateLimitDecision::refused(burst, Duration::MAX, Duration::MAX).write_headers(&mut HeaderMap::new());
+    }
+}
+
+// Leases. The budgets below refill once a millisecond or faster, so they lease; a test's
+// figures allow for the refill over its own measured time.
+
+/// Nanoseconds between two instants, as a count of `period`s, rounded up.
+fn periods(elapsed: Duration, period: Duration) -> u64 {
+    u64::try_from(elapsed.as_nanos().div_ceil(period.as_nanos())).unwrap_or(u64::MAX)
+}
+
+/// The accounts of `budget`: its arrival time and the tokens its leases hold.
+fn accounts(limiter: &LocalRateLimiter, budget: &str) -> Option<(u64, u64)> {
+    let budgets = &limiter.budgets;
+    let shard = budgets.shard(budgets.hasher.hash_one(budget));
+    shard
+        .get(budget)
+        .map(|entry| (entry.tat, entry.leases.held()))
+}
+
+#[test]
+fn a_thread_deciding_a_fast_budget_again_takes_a_lease_and_spends_it_without_the_lock() {
+    let limiter = LocalRateLimiter::new(Duration::from_millis(1), NonZeroU32::new(1000).unwrap());
+    let first = limiter.decide("hot");
+    assert_eq!(accounts(&limiter, "hot").map(|(_, held)| held), Some(0));
+    let second = limiter.decide("hot");
+    let (tat, held) = accounts(&limiter, "hot").expect("tracked");
+    assert!(first.remaining() >= second.remaining());
+    assert_eq!(held, u64::from(lease::LEASE_MAX_TOKENS), "a lease is taken");
+    // Each request from the lease reports one fewer, and leaves the arrival time alone: it
+    // took no lock and wrote nothing of the budget's.
+    let mut remaining = second.remaining();
+    for _ in 0..lease::LEASE_MAX_TOKENS {
+        let decision = limiter.decide("hot");
+        assert!(decision.is_allowed());
+        assert_eq!(decision.remaining(), remaining - 1);
+        remaining = decision.remaining();
+    }
+    assert_eq!(accounts(&limiter, "hot"), Some((tat, held)));
+    // The lease is empty: the next request folds it (its tokens debited) and leases again.
+    limiter.decide("hot");
+    let (folded, _) = accounts(&limiter, "hot").expect("tracked");
+    assert!(
+        folded >= tat + 33 * 1_000_000,
+        "the lease's 32 requests and this one debited"
+    );
+}
+
+#[test]
+fn a_slow_budget_never_leases() {
+    let limiter = LocalRateLimiter::new(Duration::from_millis(2), NonZeroU32::new(1000).unwrap());
+    for _ in 0..10 {
+        limiter.decide("steady");
+    }
+    assert_eq!(accounts(&limiter, "steady").map(|(_, held)| held), Some(0));
+}
+
+#[test]
+fn a_lease_is_the_limiters_own_and_the_keys_own() {
+    let fast = LocalRateLimiter::new(Duration::from_nanos(1), NonZeroU32::new(1000).unwrap());
+    fast.decide("key");
+    fast.decide("key");
+    assert!(accounts(&fast, "key").is_some_and(|(_, held)| held > 0));
+    // Another limiter's budget of the same name, on the same thread, has its own tokens: its
+    // request is decided under its own lock, not from the first limiter's lease.
+    let other = LocalRateLimiter::new(Duration::from_millis(1), NonZeroU32::new(100).unwrap());
+    let decision = other.decide("key");
+    assert_eq!(decision.remaining(), 99);
+    assert_eq!(accounts(&other, "key").map(|(_, held)| held), Some(0));
+    // And another key of the first limiter too.
+    assert_eq!(fast.decide("other_key").remaining(), 999);
+    assert!(accounts(&fast, "other_key").is_some());
+}
+
+#[test]
+fn a_request_takes_a_token_back_from_another_threads_lease_before_it_is_refused() {
+    let period = Duration::from_millis(1);
+    let burst = 1000;
+    let limiter = Arc::new(LocalRateLimiter::new(
+        period,
+        NonZeroU32::new(burst).unwrap(),
+    ));
+    let began = std::time::Instant::now();
+    // Another thread takes a lease and keeps it, unspent.
+    let holder = limiter.clone();
+    std::thread::spawn(move || {
+        holder.decide("shared");
+        holder.decide("shared");
+    })
+    .join()
+    .expect("the holder");
+    assert!(accounts(&limiter, "shared").is_some_and(|(_, held)| held > 0));
+    // This thread spends the budget until it is refused: every held token was taken back
+    // first (or came back with its lease's end), so it was served the whole budget less the
+    // holder's two.
+    let mut served = 0_u64;
+    while limiter.decide("shared").is_allowed() {
+        served += 1;
+    }
+    let refill = periods(began.elapsed(), period);
+    assert_eq!(accounts(&limiter, "shared").map(|(_, held)| held), Some(0));
+    assert!(
+        served + 2 >= u64::from(burst) && served + 2 <= u64::from(burst) + refill + 1,
+        "served {served} + 2 of {burst} with {refill} refilled"
+    );
+}
+
+/// Threads hammer one fast key; then one more decision under the lock reports what is left.
+/// Served plus left must be the burst plus the refill over the run, give or take the bounds
+/// of the `lease` module: never more, and never fewer than a lease's lifetime of refill.
+#[test]
+fn threads_on_one_hot_key_are_served_exactly_the_budget_and_its_refill() {
+    let period = Duration::from_micros(20);
+    let burst = 2000_u32;
+    let limiter = Arc::new(LocalRateLimiter::new(
+        period,
+        NonZeroU32::new(burst).unwrap(),
+    ));
+    let before = std::time::Instant::now();
+    assert!(limiter.decide("hammered").is_allowed());
+    let first = std::time::Instant::now();
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let limiter = limiter.clone();
+            std::thread::spawn(move || {
+                let until = std::time::Instant::now() + Duration::from_millis(150);
+                let mut served = 0_u64;
+                while std::time::Instant::now() < until {
+                    if limiter.decide("hammered").is_allowed() {
+                        served += 1;
+                    }
+                }
+                served
+            })
+        })
+        .collect();
+    let served: u64 = 1 + threads
+        .into_iter()
+        .map(|thread| thread.join().expect("a thread"))
+        .sum::<u64>();
+    let last = std::time::Instant::now();
+    let left = limiter.decide("hammered");
+    let after = std::time::Instant::now();
+    // `left` counts the request it allowed too.
+    let total = served + u64::from(left.remaining()) + u64::from(left.is_allowed());
+    let most = u64::from(burst) + periods(after - before, period) + 1;
+    let lifetime = periods(lease::LEASE_LIFETIME, period);
+    let least = (u64::from(burst) + periods(last - first, period)).saturating_sub(lifetime + 2);
+    assert!(
+        (least..=most).contains(&total),
+        "served {served} and {} left: {total}, not within {least}..={most}",
+        left.remaining()
+    );
+}
+
+#[test]
+fn a_hot_budget_is_forgotten_once_its_leases_ended_and_it_is_full() {
+    let limiter = LocalRateLimiter::new(Duration::from_nanos(100), NonZeroU32::new(1000).unwrap());
+    for _ in 0..10 {
+        limiter.decide("hot_then_idle");
+    }
+    assert!(accounts(&limiter, "hot_then_idle").is_some_and(|(_, held)| held > 0));
+    limiter.purge();
+    assert_eq!(limiter.tracked_keys(), 1, "its lease is still out");
+    std::thread::sleep(lease::LEASE_LIFETIME + Duration::from_millis(1));
+    limiter.purge();
+    assert_eq!(limiter.tracked_keys(), 0);
+    // The thread's expired lease gives nothing: the budget starts again, full.
+    let decision = limiter.decide("hot_then_idle");
+    assert!(decision.is_allowed());
+    assert_eq!(decision.remaining(), 999);
+}
