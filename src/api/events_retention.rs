@@ -32,12 +32,14 @@ impl EventsRetention {
     /// tokio runtime to run it on. A failure is logged, a panic caught and counted (task
     /// `events_retention`); the next round is a minute later.
     pub(crate) fn run_if_due(&self, feed: &Arc<dyn EventFeed>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
+        // The turn first: getting the runtime's handle clones an `Arc` every worker shares.
         if !self.rounds.take_turn() {
             return;
         }
+        // Outside a runtime the round is skipped; the next is due an interval later.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let (feed, keep) = (feed.clone(), self.keep);
         runtime.spawn(crate::supervise::caught("events_retention", async move {
             let pruned = prune_event_batches(

@@ -390,6 +390,7 @@ impl EventsAsk {
     ) -> AfterReply {
         let response = page.map(|page| {
             keyed::events(
+                config.events.as_ref().map(|(feed, _)| feed),
                 &self.request,
                 self.path.path(),
                 &self.principal.organization.id,

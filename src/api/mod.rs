@@ -19,6 +19,7 @@ pub(crate) mod config;
 
 pub(crate) mod deadline;
 pub(crate) mod deprecations;
+pub(crate) mod events_cache;
 pub(crate) mod events_request;
 pub(crate) mod events_retention;
 pub(crate) mod keyed_answer;

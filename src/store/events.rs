@@ -96,6 +96,9 @@ impl Default for OrderChanges {
 }
 
 /// One event of an organization's feed.
+///
+/// An event never changes once written, and its number is never reused: the API keeps the
+/// body it encoded of a page and serves it again when the feed returns the same events.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FeedEvent {
     /// The event's number in the store: unique in the store, taken when the change was
@@ -267,6 +270,8 @@ pub enum BadEventId {
 const EVENT_ID_PREFIX: &str = "evt_";
 /// Number (8), organization tag (4), checksum (4).
 const EVENT_ID_BYTES: usize = 16;
+/// Those bytes in base64url without padding.
+const EVENT_ID_TEXT_LEN: usize = 22;
 
 impl<'a> EventId<'a> {
     /// The id of the event numbered `number` in `organization_id`'s feed.
@@ -288,7 +293,7 @@ impl<'a> EventId<'a> {
         use base64::Engine as _;
         let encoded = text
             .strip_prefix(EVENT_ID_PREFIX)
-            .filter(|rest| rest.len() == 22)
+            .filter(|rest| rest.len() == EVENT_ID_TEXT_LEN)
             .ok_or(BadEventId::Malformed)?;
         let bytes = URL_SAFE_NO_PAD
             .decode(encoded)
@@ -325,6 +330,13 @@ impl EventIds {
 
     /// The id of the event numbered `number`, as [`EventId`] writes it.
     pub(crate) fn id(&self, number: u64) -> String {
+        let mut id = Vec::with_capacity(EVENT_ID_PREFIX.len() + EVENT_ID_TEXT_LEN);
+        self.write_id(number, &mut id);
+        String::from_utf8(id).expect("a prefix and base64url are ASCII")
+    }
+
+    /// Appends the id of the event numbered `number` to `out`, as [`id`](Self::id) makes it.
+    pub(crate) fn write_id(&self, number: u64, out: &mut Vec<u8>) {
         use base64::engine::general_purpose::URL_SAFE_NO_PAD;
         use base64::Engine as _;
         let mut bytes = [0; EVENT_ID_BYTES];
@@ -332,7 +344,12 @@ impl EventIds {
         bytes[8..12].copy_from_slice(&self.tag);
         let sum = checksum(&bytes[..12]);
         bytes[12..].copy_from_slice(&sum);
-        format!("{EVENT_ID_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes))
+        let mut text = [0; EVENT_ID_TEXT_LEN];
+        let written = URL_SAFE_NO_PAD
+            .encode_slice(bytes, &mut text)
+            .expect("16 bytes are 22 characters of base64url");
+        out.extend_from_slice(EVENT_ID_PREFIX.as_bytes());
+        out.extend_from_slice(&text[..written]);
     }
 }
 

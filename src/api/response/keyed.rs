@@ -2,6 +2,8 @@
 //! when the request's `If-None-Match` holds the tag; the next page's `Link`), `GET /events`, and the
 //! refusals of authentication (401, the throttle's 429) and of a failed store.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::header::{LINK, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
@@ -11,6 +13,7 @@ use crate::api::auth::AuthFailure;
 use crate::api::body::ApiBody;
 use crate::api::conditional::IfNoneMatch;
 use crate::api::config::Config;
+use crate::api::events_cache;
 use crate::api::events_request::{BadEventsRequest, EventsRequest};
 use crate::api::pagination::PageRequest;
 use crate::log::ErrorChain;
@@ -18,7 +21,10 @@ use crate::metrics::{self, AuthFailureReason};
 use crate::model::OrderPage;
 use crate::rate_limit::{whole_seconds_at_least_one, RateLimitDecision};
 use crate::store::events::EventIds;
-use crate::store::{EventQuery, EventsPage, OrderPosition, OrderQuery, StoreError, StoreErrorKind};
+use crate::store::{
+    EventFeed, EventQuery, EventsPage, FeedEvent, OrderPosition, OrderQuery, StoreError,
+    StoreErrorKind,
+};
 
 /// The 200 (or 304) of `GET /me`: `body`, tagged `etag` when tags are on (with
 /// `tagged_headers`, the headers of every `/me` of the organization, its tag in place).
@@ -94,6 +100,7 @@ pub(crate) fn orders(
 /// the read went through), the 410 of an `after`
 /// retention deleted, or the 400 of one the feed never held.
 pub(crate) fn events(
+    feed: Option<&Arc<dyn EventFeed>>,
     request: &EventsRequest,
     path: &str,
     organization_id: &str,
@@ -115,6 +122,23 @@ pub(crate) fn events(
         events.truncate(query.limit());
         through = events.last().map(|event| event.id);
     }
+    let encode = || encode_events(organization_id, &events);
+    let body = match feed {
+        Some(feed) => events_cache::events_body(feed, organization_id, &events, encode),
+        None => encode(),
+    };
+    let mut response = super::json(StatusCode::OK, body);
+    // Where the next read resumes: past what this read went through (events of types not
+    // asked for too), else after the last event returned.
+    let last = through.or_else(|| events.last().map(|event| event.id));
+    if let Some(link) = request.next_link(path, organization_id, last) {
+        response.headers_mut().insert(LINK, link);
+    }
+    response
+}
+
+/// The body of a page of `events` of `organization_id`'s feed.
+fn encode_events(organization_id: &str, events: &[FeedEvent]) -> Bytes {
     let mut body = Vec::with_capacity(
         super::EVENTS_OPEN.len()
             + events
@@ -133,24 +157,17 @@ pub(crate) fn events(
         // The id is `evt_` and base64url, the type a fixed name, the time digits: nothing to
         // escape; `data` is JSON the store encoded.
         body.extend_from_slice(br#"{"id":""#);
-        body.extend_from_slice(ids.id(event.id).as_bytes());
+        ids.write_id(event.id, &mut body);
         body.extend_from_slice(br#"","type":""#);
         body.extend_from_slice(event.change.as_str().as_bytes());
         body.extend_from_slice(br#"","createdAt":""#);
-        body.extend_from_slice(event.created_at.to_string().as_bytes());
+        event.created_at.write_rfc3339(&mut body);
         body.extend_from_slice(br#"","data":"#);
         body.extend_from_slice(&event.data);
         body.push(b'}');
     }
     body.extend_from_slice(super::EVENTS_CLOSE);
-    let mut response = super::json(StatusCode::OK, Bytes::from(body));
-    // Where the next read resumes: past what this read went through (events of types not
-    // asked for too), else after the last event returned.
-    let last = through.or_else(|| events.last().map(|event| event.id));
-    if let Some(link) = request.next_link(path, organization_id, last) {
-        response.headers_mut().insert(LINK, link);
-    }
-    response
+    Bytes::from(body)
 }
 
 /// The `200` of `body`, tagged `etag` when there is one (with the headers

@@ -1,0 +1,154 @@
+//! The bodies of `GET /events` pages, kept per worker thread for the pages it served last:
+//! partners poll the same pages, and a page's body is the same whenever its feed returns the
+//! same events (an event never changes once written, see
+//! [`FeedEvent`](crate::store::FeedEvent)), so a hit is answered without encoding a hundred
+//! events again (their ids' checksums and times were four fifths of the route's own work).
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::store::{EventFeed, FeedEvent};
+
+/// Pages each worker thread keeps: a power of two, indexed by the low bits of a hash.
+const RECENT_PAGES: usize = 4;
+const _: () = assert!(RECENT_PAGES.is_power_of_two());
+
+/// Bodies longer than this are not kept (a page of large orders), so a thread keeps at most
+/// `RECENT_PAGES` times this.
+const MAX_KEPT_BODY: usize = 256 * 1024;
+
+/// A page as it was served: whose feed, which organization, which events, and its body.
+struct Kept {
+    /// Held, so that its address names it while the page is kept.
+    feed: Arc<dyn EventFeed>,
+    organization_id: Box<str>,
+    numbers: Box<[u64]>,
+    body: Bytes,
+}
+
+impl Kept {
+    fn is(&self, feed: &Arc<dyn EventFeed>, organization_id: &str, events: &[FeedEvent]) -> bool {
+        same_feed(&self.feed, feed)
+            && *self.organization_id == *organization_id
+            && self.numbers.len() == events.len()
+            && self
+                .numbers
+                .iter()
+                .zip(events)
+                .all(|(number, event)| *number == event.id)
+    }
+}
+
+/// The body of the page of `events` that `feed` returned for `organization_id`: the one this
+/// thread encoded last time it served exactly these events of that feed and organization, or
+/// `encode`'s, kept for the next time.
+pub(crate) fn events_body(
+    feed: &Arc<dyn EventFeed>,
+    organization_id: &str,
+    events: &[FeedEvent],
+    encode: impl FnOnce() -> Bytes,
+) -> Bytes {
+    thread_local! {
+        static RECENT: RefCell<[Option<Kept>; RECENT_PAGES]> =
+            const { RefCell::new([const { None }; RECENT_PAGES]) };
+    }
+    let mut hasher = Xxh3::new();
+    hasher.update(organization_id.as_bytes());
+    for event in events {
+        hasher.update(&event.id.to_le_bytes());
+    }
+    // The mask keeps the index below RECENT_PAGES, so the cast cannot truncate.
+    #[allow(clippy::cast_possible_truncation)]
+    let index = hasher.digest() as usize & (RECENT_PAGES - 1);
+    let kept = RECENT.with_borrow(|recent| {
+        recent[index]
+            .as_ref()
+            .filter(|kept| kept.is(feed, organization_id, events))
+            .map(|kept| kept.body.clone())
+    });
+    if let Some(body) = kept {
+        return body;
+    }
+    let body = encode();
+    if body.len() <= MAX_KEPT_BODY {
+        let kept = Kept {
+            feed: feed.clone(),
+            organization_id: organization_id.into(),
+            numbers: events.iter().map(|event| event.id).collect(),
+            body: body.clone(),
+        };
+        RECENT.with_borrow_mut(|recent| recent[index] = Some(kept));
+    }
+    body
+}
+
+/// Whether `a` and `b` are the same feed object (their data addresses; the vtables of one
+/// type may differ between codegen units).
+fn same_feed(a: &Arc<dyn EventFeed>, b: &Arc<dyn EventFeed>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::model::Timestamp;
+    use crate::store::OrderChange;
+    use crate::MemoryStore;
+
+    fn event(id: u64) -> FeedEvent {
+        FeedEvent {
+            id,
+            change: OrderChange::Created,
+            created_at: Timestamp::from_unix_millis(0).expect("in range"),
+            data: Bytes::from_static(b"{}"),
+        }
+    }
+
+    /// The body `events_body` answers with, and whether it had to encode it.
+    fn served(
+        feed: &Arc<dyn EventFeed>,
+        organization_id: &str,
+        numbers: &[u64],
+        body: &'static str,
+    ) -> (Bytes, bool) {
+        let events: Vec<FeedEvent> = numbers.iter().copied().map(event).collect();
+        let encoded = Cell::new(false);
+        let answered = events_body(feed, organization_id, &events, || {
+            encoded.set(true);
+            Bytes::from_static(body.as_bytes())
+        });
+        (answered, encoded.get())
+    }
+
+    #[test]
+    fn the_same_events_of_the_same_feed_and_organization_are_served_as_encoded_before() {
+        let feed: Arc<dyn EventFeed> = Arc::new(MemoryStore::new());
+        let other_feed: Arc<dyn EventFeed> = Arc::new(MemoryStore::new());
+        assert_eq!(served(&feed, "org_a", &[1, 2, 3], "first"), ("first".into(), true));
+        assert_eq!(served(&feed, "org_a", &[1, 2, 3], "again"), ("first".into(), false));
+        // Anything else is encoded afresh: other events, another organization, another feed.
+        for (feed, organization, numbers) in [
+            (&feed, "org_a", &[1, 2][..]),
+            (&feed, "org_a", &[1, 2, 4]),
+            (&feed, "org_a", &[1, 2, 3, 4]),
+            (&feed, "org_b", &[1, 2, 3]),
+            (&other_feed, "org_a", &[1, 2, 3]),
+        ] {
+            let (body, encoded) = served(feed, organization, numbers, "fresh");
+            assert!(encoded && body == "fresh", "{organization} {numbers:?}");
+        }
+    }
+
+    #[test]
+    fn a_body_past_the_bound_is_not_kept() {
+        let feed: Arc<dyn EventFeed> = Arc::new(MemoryStore::new());
+        let large: &'static str = Box::leak("x".repeat(MAX_KEPT_BODY + 1).into_boxed_str());
+        assert!(served(&feed, "org_large", &[7], large).1);
+        assert!(served(&feed, "org_large", &[7], large).1, "encoded again");
+    }
+}
