@@ -129,8 +129,14 @@ mod tests {
     fn the_same_events_of_the_same_feed_and_organization_are_served_as_encoded_before() {
         let feed: Arc<dyn EventFeed> = Arc::new(MemoryStore::new());
         let other_feed: Arc<dyn EventFeed> = Arc::new(MemoryStore::new());
-        assert_eq!(served(&feed, "org_a", &[1, 2, 3], "first"), ("first".into(), true));
-        assert_eq!(served(&feed, "org_a", &[1, 2, 3], "again"), ("first".into(), false));
+        assert_eq!(
+            served(&feed, "org_a", &[1, 2, 3], "first"),
+            ("first".into(), true)
+        );
+        assert_eq!(
+            served(&feed, "org_a", &[1, 2, 3], "again"),
+            ("first".into(), false)
+        );
         // Anything else is encoded afresh: other events, another organization, another feed.
         for (feed, organization, numbers) in [
             (&feed, "org_a", &[1, 2][..]),

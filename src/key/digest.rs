@@ -158,8 +158,15 @@ mod tests {
             }
         }
         let long = "k".repeat(MEMO_MAX_KEY_LEN + 1);
-        assert_eq!(KeyDigest::of_presented(long.as_bytes()), KeyDigest::of(&long));
-        assert_eq!(memoised(long.as_bytes()), None, "a long token is not memoised");
+        assert_eq!(
+            KeyDigest::of_presented(long.as_bytes()),
+            KeyDigest::of(&long)
+        );
+        assert_eq!(
+            memoised(long.as_bytes()),
+            None,
+            "a long token is not memoised"
+        );
     }
 
     #[test]
@@ -167,7 +174,11 @@ mod tests {
         let key = b"pk_test_memoised_key_0000000000000000";
         assert_eq!(memoised(key), None);
         let digest = KeyDigest::of_presented(key);
-        assert_eq!(memoised(key), Some(*digest.as_bytes()), "memoised on first use");
+        assert_eq!(
+            memoised(key),
+            Some(*digest.as_bytes()),
+            "memoised on first use"
+        );
         // Only the memo can answer this: its entry is overwritten with another digest.
         let planted = *KeyDigest::of("pk_test_other").as_bytes();
         MEMO.with(|memo| {
@@ -185,10 +196,7 @@ mod tests {
         // A token differing by one byte has its own tag, so its own digest.
         let mut other = *key;
         other[other.len() - 1] = b'1';
-        assert_eq!(
-            KeyDigest::of_presented(&other),
-            KeyDigest::of_bytes(&other)
-        );
+        assert_eq!(KeyDigest::of_presented(&other), KeyDigest::of_bytes(&other));
     }
 
     #[test]
@@ -203,7 +211,9 @@ mod tests {
             })
         };
         let here = key(());
-        let there = std::thread::spawn(move || key(())).join().expect("a thread");
+        let there = std::thread::spawn(move || key(()))
+            .join()
+            .expect("a thread");
         assert!(here.is_some() && there.is_some());
         assert_ne!(here, there);
     }

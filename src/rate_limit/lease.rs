@@ -128,7 +128,10 @@ impl Leases {
 
     /// Tokens held by leases now (after a fold).
     pub(super) fn held(&self) -> u64 {
-        self.0.iter().map(|granted| u64::from(granted.granted)).sum()
+        self.0
+            .iter()
+            .map(|granted| u64::from(granted.granted))
+            .sum()
     }
 
     /// Takes one held token from any lease for a request that found no free one; `true` when

@@ -165,7 +165,9 @@ impl LocalRateLimiter {
         entry.tat = tat;
         // Held tokens are spent as far as anyone else is concerned.
         let held = entry.leases.held().saturating_mul(period);
-        let allowed_from = tat.saturating_add(held).saturating_sub(budgets.tolerance_nanos);
+        let allowed_from = tat
+            .saturating_add(held)
+            .saturating_sub(budgets.tolerance_nanos);
         if now < allowed_from && !entry.leases.steal() {
             let full_at = tat.saturating_add(held);
             if !tracked {
@@ -193,7 +195,9 @@ impl LocalRateLimiter {
         .with_window(terms.window);
         if hot {
             let held = entry.leases.held();
-            let free = u64::try_from(remaining).unwrap_or(u64::MAX).saturating_sub(held);
+            let free = u64::try_from(remaining)
+                .unwrap_or(u64::MAX)
+                .saturating_sub(held);
             let tokens = lease::lease_size(free, entry.leases.len());
             if tokens > 0 {
                 lease::grant(&mut entry.leases, terms, budget, tokens, now, &decision);
