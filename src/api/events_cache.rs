@@ -5,7 +5,7 @@
 //! events again (their ids' checksums and times were four fifths of the route's own work).
 
 use std::cell::RefCell;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use xxhash_rust::xxh3::Xxh3;
@@ -22,8 +22,10 @@ const MAX_KEPT_BODY: usize = 256 * 1024;
 
 /// A page as it was served: whose feed, which organization, which events, and its body.
 struct Kept {
-    /// Held, so that its address names it while the page is kept.
-    feed: Arc<dyn EventFeed>,
+    /// Weakly held: the address names the feed while the page is kept (a weak reference keeps
+    /// the allocation, so the address is not reused), without keeping a dropped feed's store
+    /// (a pool of connections, say) alive.
+    feed: Weak<dyn EventFeed>,
     organization_id: Box<str>,
     numbers: Box<[u64]>,
     body: Bytes,
@@ -31,7 +33,7 @@ struct Kept {
 
 impl Kept {
     fn is(&self, feed: &Arc<dyn EventFeed>, organization_id: &str, events: &[FeedEvent]) -> bool {
-        same_feed(&self.feed, feed)
+        std::ptr::addr_eq(self.feed.as_ptr(), Arc::as_ptr(feed))
             && *self.organization_id == *organization_id
             && self.numbers.len() == events.len()
             && self
@@ -63,32 +65,32 @@ pub(crate) fn events_body(
     // The mask keeps the index below RECENT_PAGES, so the cast cannot truncate.
     #[allow(clippy::cast_possible_truncation)]
     let index = hasher.digest() as usize & (RECENT_PAGES - 1);
-    let kept = RECENT.with_borrow(|recent| {
-        recent[index]
-            .as_ref()
-            .filter(|kept| kept.is(feed, organization_id, events))
-            .map(|kept| kept.body.clone())
-    });
+    // A thread being torn down encodes every page.
+    let kept = RECENT
+        .try_with(|recent| {
+            recent.borrow()[index]
+                .as_ref()
+                .filter(|kept| kept.is(feed, organization_id, events))
+                .map(|kept| kept.body.clone())
+        })
+        .ok()
+        .flatten();
     if let Some(body) = kept {
         return body;
     }
     let body = encode();
     if body.len() <= MAX_KEPT_BODY {
         let kept = Kept {
-            feed: feed.clone(),
+            feed: Arc::downgrade(feed),
             organization_id: organization_id.into(),
             numbers: events.iter().map(|event| event.id).collect(),
             body: body.clone(),
         };
-        RECENT.with_borrow_mut(|recent| recent[index] = Some(kept));
+        // The entry it replaces is dropped once the borrow ends.
+        let replaced = RECENT.try_with(|recent| recent.borrow_mut()[index].replace(kept));
+        drop(replaced);
     }
     body
-}
-
-/// Whether `a` and `b` are the same feed object (their data addresses; the vtables of one
-/// type may differ between codegen units).
-fn same_feed(a: &Arc<dyn EventFeed>, b: &Arc<dyn EventFeed>) -> bool {
-    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
 }
 
 #[cfg(test)]

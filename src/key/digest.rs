@@ -13,7 +13,7 @@
 //! entry: another token with the same tag would be taken for the memoised key. The tag is
 //! SipHash-2-4 with a 128-bit output under a random key drawn per thread, a pseudorandom
 //! function: without that key nobody can compute tags offline, and online a forgery succeeds
-//! with probability 2^-128 per attempt. The memo stores no plaintext, only tags and digests,
+//! with probability 2^-127 per attempt (one of the 128 bits is set to mark used entries). The memo stores no plaintext, only tags and digests,
 //! which say no more than the stores' digests do. It is bounded (1,024 entries, 48 KiB per
 //! thread, allocated on the thread's first key); tokens flooding it only evict entries, which
 //! then cost a SHA-256 again, as without the memo. Tokens longer than a generated key's
@@ -49,8 +49,8 @@ impl KeyDigest {
         if key.len() > MEMO_MAX_KEY_LEN {
             return Self::of_bytes(key);
         }
-        MEMO.with(|memo| {
-            // A re-entrant call (none exists) or a thread being torn down computes directly.
+        // A thread being torn down, or a re-entrant call (none exists), computes directly.
+        MEMO.try_with(|memo| {
             let Ok(mut memo) = memo.try_borrow_mut() else {
                 return Self::of_bytes(key);
             };
@@ -59,6 +59,7 @@ impl KeyDigest {
                 None => Self::of_bytes(key),
             }
         })
+        .unwrap_or_else(|_| Self::of_bytes(key))
     }
 
     /// Creates a digest from its 32 bytes, as a store read it back.

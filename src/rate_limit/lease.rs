@@ -23,21 +23,28 @@
 //!    decision under the lock, at the time of the lease's last use: never earlier than any of
 //!    them happened. Since GCRA's arrival time only grows when debits move later, the budget
 //!    stays at or below what today's limiter would have after the same requests.
-//! 2. **At most `LEASE_LIFETIME / T` requests fewer.** Debiting late is stricter only while
-//!    the budget is full (a debit cannot refill it past full); a debit is at most a lease's
-//!    lifetime late, so the arrival time is at most `LEASE_LIFETIME` later than today's: at
-//!    most 5 ms of refill (5 requests at the slowest budget that leases), and nothing when the
-//!    budget was never full while leases were out. Held tokens are never lost: a request that
-//!    finds no free token takes one from another thread's lease before it is refused, and an
-//!    expired lease's tokens go back to the budget.
-//! 3. **Bounded memory.** A budget keeps one entry per thread holding a lease on it; entries
-//!    of expired leases are dropped by the next decision under the lock or by the purge. Each
-//!    thread remembers at most [`HELD_PER_THREAD`] leases (the least recently granted goes
-//!    first; its tokens expire with it).
-//! 4. **Headers.** A request allowed from a lease reports what the lease's grant reported,
-//!    less the thread's own requests since: exact for one thread, and at most the other
-//!    threads' leases (`LEASE_MAX_TOKENS` each) too high while several threads serve the key.
-//!    Decisions under the lock report exactly, as before.
+//! 2. **At most `LEASE_LIFETIME / T` requests fewer, each time the budget runs dry.**
+//!    Debiting late is stricter only while the budget is full (a debit cannot refill it past
+//!    full); a debit is at most a lease's lifetime late, so the arrival time is at most
+//!    `LEASE_LIFETIME` later than today's: at most 5 ms of refill (5 requests at the slowest
+//!    budget that leases, more at faster ones), and nothing when the budget was never full
+//!    while leases were out. Held tokens are never lost: a request that finds no free token
+//!    takes one from another thread's lease before it is refused, and an expired lease's
+//!    tokens go back to the budget.
+//! 3. **Bounded memory.** A budget keeps an entry per lease out, at most one per thread and
+//!    key plus those a thread forgot (it remembers at most [`HELD_PER_THREAD`] leases, the
+//!    least recently granted going first) until they expire; entries of expired leases are
+//!    dropped by the next decision under the lock or by the purge.
+//! 4. **Headers.** Every decision under the lock publishes the budget's arrival time; a
+//!    request allowed from a lease reports from that and the clock, less its own lease's
+//!    spending since the last fold. So it counts the refill and the thread's own requests, and
+//!    reads at most the other threads' unfolded spending too high: at most one lease each
+//!    (`LEASE_MAX_TOKENS`), since a thread folds its lease before it takes another. Decisions
+//!    under the lock report exactly, as before.
+//!
+//! A budget that stays empty is decided under the lock for every request: its free tokens are
+//! too few to lend (see [`lease_size`]), so a hot key over its limit still takes turns on the
+//! lock; leases serve a hot key within it.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -73,6 +80,24 @@ pub(super) struct Lease {
     /// When the thread last took a token (nanoseconds since the limiter's epoch), written
     /// before it takes one: a fold debits the spent tokens at this time, never earlier.
     last_use: AtomicU64,
+    /// The tokens given since the last fold, as the budget's [`Granted`] says (written under
+    /// the lock): what is not left of them is the lease's spending not yet debited.
+    granted: AtomicU32,
+}
+
+/// The arrival time a budget's last decision under the lock left, which the requests from its
+/// leases report from: on a line of its own, read by them and written once per lock.
+#[repr(align(128))]
+#[derive(Debug, Default)]
+pub(super) struct Published(AtomicU64);
+
+impl Published {
+    /// Publishes `tat` (in `published`, made on the budget's first lease).
+    pub(super) fn store(published: Option<&Arc<Self>>, tat: u64) {
+        if let Some(published) = published {
+            published.0.store(tat, Ordering::Release);
+        }
+    }
 }
 
 /// A lease as its budget knows it, under the shard's lock.
@@ -93,9 +118,9 @@ impl Leases {
         self.0.is_empty()
     }
 
-    /// Leases out.
-    pub(super) fn len(&self) -> usize {
-        self.0.len()
+    /// Leases out holding tokens (a thread's own lease, folded empty, is not one).
+    pub(super) fn holding(&self) -> usize {
+        self.0.iter().filter(|granted| granted.granted > 0).count()
     }
 
     /// Debits to `tat` every token spent from a lease since the last fold, each at its
@@ -121,6 +146,7 @@ impl Leases {
                     .saturating_add(period.saturating_mul(u64::from(spent)));
             }
             granted.granted = left;
+            granted.lease.granted.store(left, Ordering::Release);
             !expired
         });
         tat
@@ -147,6 +173,10 @@ impl Leases {
                 .is_ok();
             if taken {
                 granted.granted -= 1;
+                granted
+                    .lease
+                    .granted
+                    .store(granted.granted, Ordering::Release);
                 return true;
             }
         }
@@ -168,6 +198,7 @@ impl Leases {
         };
         lease.tokens.fetch_add(tokens, Ordering::AcqRel);
         granted.granted += tokens;
+        lease.granted.store(granted.granted, Ordering::Release);
         granted.valid_until = valid_until;
     }
 }
@@ -186,11 +217,8 @@ struct Held {
     budget: Box<str>,
     lease: Arc<Lease>,
     valid_until: u64,
-    /// The grant's decision: its remaining requests and when the budget would be full.
-    remaining: u32,
-    full_at: u64,
-    /// Tokens the thread took from this lease since the grant.
-    taken: u32,
+    /// The budget's arrival time as its last decision under the lock left it.
+    published: Arc<Published>,
 }
 
 /// A thread's leases, and the last budget it decided under a lock (to tell a hot one).
@@ -218,30 +246,42 @@ pub(super) struct Terms {
 pub(super) fn take(terms: Terms, budget: &str, now: u64) -> Option<RateLimitDecision> {
     THREAD
         .try_with(|thread| {
-            let mut thread = thread.try_borrow_mut().ok()?;
+            let thread = thread.try_borrow().ok()?;
             let held = thread
                 .held
-                .iter_mut()
+                .iter()
                 .find(|held| held.limiter == terms.limiter && *held.budget == *budget)?;
-            if now >= held.valid_until {
+            let lease = &*held.lease;
+            // An empty lease is not used, so its last use stays that of its last token.
+            if now >= held.valid_until || lease.tokens.load(Ordering::Relaxed) == 0 {
                 return None;
             }
-            held.lease.last_use.store(now, Ordering::Release);
-            held.lease
+            lease.last_use.store(now, Ordering::Release);
+            let before = lease
                 .tokens
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tokens| {
                     tokens.checked_sub(1)
                 })
                 .ok()?;
-            held.taken += 1;
-            let full_at = held
-                .full_at
-                .saturating_add(terms.period.saturating_mul(u64::from(held.taken)));
+            // What the budget would say now: its published arrival time, refilled to now,
+            // with this lease's spending not yet debited (this request's included) debited now.
+            let unfolded = lease
+                .granted
+                .load(Ordering::Acquire)
+                .saturating_sub(before - 1);
+            let tat = held
+                .published
+                .0
+                .load(Ordering::Acquire)
+                .max(now)
+                .saturating_add(terms.period.saturating_mul(u64::from(unfolded)));
+            let full = u128::from(now) + u128::from(terms.period) * u128::from(terms.limit);
+            let remaining = full.saturating_sub(u128::from(tat)) / u128::from(terms.period);
             Some(
                 RateLimitDecision::allowed(
                     terms.limit,
-                    held.remaining.saturating_sub(held.taken),
-                    Duration::from_nanos(full_at.saturating_sub(now)),
+                    u32::try_from(remaining).unwrap_or(terms.limit),
+                    Duration::from_nanos(tat.saturating_sub(now)),
                 )
                 .with_window(terms.window),
             )
@@ -268,14 +308,14 @@ pub(super) fn is_hot(limiter: u64, budget_hash: u64, now: u64) -> bool {
 }
 
 /// Grants this thread's lease on `budget` `tokens` more, under the budget's lock (`leases`
-/// are its leases), and remembers what the granting decision reported.
+/// are its leases, `published` its published arrival time).
 pub(super) fn grant(
     leases: &mut Leases,
+    published: &Arc<Published>,
     terms: Terms,
     budget: &str,
     tokens: u32,
     now: u64,
-    granted: &RateLimitDecision,
 ) {
     let _ = THREAD.try_with(|thread| {
         let Ok(mut thread) = thread.try_borrow_mut() else {
@@ -293,16 +333,13 @@ pub(super) fn grant(
                 budget: budget.into(),
                 lease: Arc::new(Lease::default()),
                 valid_until,
-                remaining: 0,
-                full_at: 0,
-                taken: 0,
+                published: published.clone(),
             },
         };
         leases.grant(&held.lease, tokens, valid_until);
         held.valid_until = valid_until;
-        held.remaining = granted.remaining();
-        held.full_at = now.saturating_add(nanos(granted.reset_after()));
-        held.taken = 0;
+        // The budget may have been forgotten and made again since: follow the new one.
+        held.published = published.clone();
         // Most recently granted first; the oldest goes when the thread holds too many.
         thread.held.insert(0, held);
         thread.held.truncate(HELD_PER_THREAD);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::lease::{self, Leases, Terms, LEASE_MAX_PERIOD};
+use super::lease::{self, Leases, Published, Terms, LEASE_MAX_PERIOD};
 use super::{RateLimitDecision, RateLimiter};
 use crate::store::StoreError;
 
@@ -29,7 +29,8 @@ const SHARDS: usize = 16;
 /// budget that refills at least one request a millisecond lends its tokens a few at a time to
 /// the worker threads that keep deciding for it, so a hot key's requests do not all write one
 /// cache line; it never allows more than deciding each request under the lock would, and at
-/// most five requests fewer (the invariants and their argument are on the `lease` module). A
+/// most 5 ms of refill fewer each time the budget runs dry (the invariants and their argument
+/// are on the `lease` module). A
 /// background thread forgets, every [`DEFAULT_PURGE_INTERVAL`], the budgets that are full
 /// again, so memory follows the budgets active within the last `burst × period` plus that
 /// interval, not every key or address ever seen; it ends when the limiter is dropped. A request
@@ -78,6 +79,9 @@ struct Budget {
     tat: u64,
     /// Tokens lent to threads; empty unless the key is hot.
     leases: Leases,
+    /// `tat` as the last decision under the lock left it, for the leases' headers; made with
+    /// the budget's first lease, so a budget never hot costs no allocation more.
+    published: Option<Arc<Published>>,
 }
 
 /// Numbers the limiters of the process, for [`Budgets::id`].
@@ -139,9 +143,13 @@ impl LocalRateLimiter {
     }
 
     fn decide(&self, budget: &str) -> RateLimitDecision {
+        self.decide_at(budget, self.budgets.now())
+    }
+
+    /// The decision for a request of `budget` at `now` (nanoseconds since the epoch).
+    fn decide_at(&self, budget: &str, now: u64) -> RateLimitDecision {
         let budgets = &*self.budgets;
         let (limit, period) = (budgets.limit, budgets.period_nanos);
-        let now = budgets.now();
         let terms = Terms {
             limiter: budgets.id,
             limit,
@@ -170,7 +178,9 @@ impl LocalRateLimiter {
             .saturating_sub(budgets.tolerance_nanos);
         if now < allowed_from && !entry.leases.steal() {
             let full_at = tat.saturating_add(held);
-            if !tracked {
+            if tracked {
+                Published::store(entry.published.as_ref(), tat);
+            } else {
                 shard.remove(budget);
             }
             return RateLimitDecision::refused(
@@ -183,6 +193,7 @@ impl LocalRateLimiter {
         // Allowed from the free tokens, or from one taken back from a lease: debited now.
         let next = tat.saturating_add(period);
         entry.tat = next;
+        Published::store(entry.published.as_ref(), next);
         // Whole requests between the next arrival time and a full budget's (held ones are
         // the key's to spend, so they count as remaining).
         let full = u128::from(now) + u128::from(period) * u128::from(limit);
@@ -198,9 +209,14 @@ impl LocalRateLimiter {
             let free = u64::try_from(remaining)
                 .unwrap_or(u64::MAX)
                 .saturating_sub(held);
-            let tokens = lease::lease_size(free, entry.leases.len());
+            let tokens = lease::lease_size(free, entry.leases.holding());
             if tokens > 0 {
-                lease::grant(&mut entry.leases, terms, budget, tokens, now, &decision);
+                let published = entry.published.get_or_insert_with(|| {
+                    let published = Arc::new(Published::default());
+                    Published::store(Some(&published), next);
+                    published
+                });
+                lease::grant(&mut entry.leases, published, terms, budget, tokens, now);
             }
         }
         drop(shard);
@@ -217,6 +233,7 @@ impl LocalRateLimiter {
         if let Some(entry) = shard.get_mut(budget) {
             let tat = entry.leases.fold(entry.tat, now, budgets.period_nanos);
             entry.tat = tat.saturating_sub(budgets.period_nanos);
+            Published::store(entry.published.as_ref(), entry.tat);
             if entry.tat <= now && entry.leases.is_empty() {
                 shard.remove(budget);
             }
@@ -238,11 +255,16 @@ impl Budgets {
     }
 
     fn purge(&self) {
-        let now = self.now();
+        self.purge_at(self.now());
+    }
+
+    /// Folds every budget's leases at `now` and forgets the budgets full without leases.
+    fn purge_at(&self, now: u64) {
         for shard in &self.shards {
             let mut shard = lock(shard);
             shard.retain(|_, budget| {
                 budget.tat = budget.leases.fold(budget.tat, now, self.period_nanos);
+                Published::store(budget.published.as_ref(), budget.tat);
                 budget.tat > now || !budget.leases.is_empty()
             });
             shard.shrink_to_fit();

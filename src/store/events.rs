@@ -218,6 +218,11 @@ pub enum EventsPage {
 /// event has none yet) and returns the events after it. Retention deletes events in position
 /// order only, so what a feed keeps is always a suffix of it: an `after` older than that
 /// suffix is [`EventsPage::Expired`], never a feed with a hole.
+///
+/// An event never changes once written: a feed returns the same `change`, `created_at` and
+/// `data` for an event number every time (it stores them; it does not render them when read).
+/// The API relies on it: a worker thread serves the body it encoded of a page again when the
+/// feed returns the same events.
 #[async_trait]
 pub trait EventFeed: Send + Sync {
     /// The events of `organization_id`'s feed that `query` asks for.

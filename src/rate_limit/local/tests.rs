@@ -132,91 +132,152 @@ fn accounts(limiter: &LocalRateLimiter, budget: &str) -> Option<(u64, u64)> {
         .map(|entry| (entry.tat, entry.leases.held()))
 }
 
+/// A millisecond, in the limiter's nanoseconds.
+const MS: u64 = 1_000_000;
+
+/// A limiter of 1,000 requests refilling one a millisecond (so it leases), and an instant
+/// well past its epoch to decide at: the tests below give every decision its time.
+fn leasing() -> (LocalRateLimiter, u64) {
+    let limiter = LocalRateLimiter::new(Duration::from_millis(1), NonZeroU32::new(1000).unwrap());
+    (limiter, 1_000 * MS)
+}
+
 #[test]
 fn a_thread_deciding_a_fast_budget_again_takes_a_lease_and_spends_it_without_the_lock() {
-    let limiter = LocalRateLimiter::new(Duration::from_millis(1), NonZeroU32::new(1000).unwrap());
-    let first = limiter.decide("hot");
-    assert_eq!(accounts(&limiter, "hot").map(|(_, held)| held), Some(0));
-    let second = limiter.decide("hot");
-    let (tat, held) = accounts(&limiter, "hot").expect("tracked");
-    assert!(first.remaining() >= second.remaining());
-    assert_eq!(held, u64::from(lease::LEASE_MAX_TOKENS), "a lease is taken");
-    // Each request from the lease reports one fewer, and leaves the arrival time alone: it
-    // took no lock and wrote nothing of the budget's.
-    let mut remaining = second.remaining();
-    for _ in 0..lease::LEASE_MAX_TOKENS {
-        let decision = limiter.decide("hot");
-        assert!(decision.is_allowed());
-        assert_eq!(decision.remaining(), remaining - 1);
-        remaining = decision.remaining();
-    }
-    assert_eq!(accounts(&limiter, "hot"), Some((tat, held)));
-    // The lease is empty: the next request folds it (its tokens debited) and leases again.
-    limiter.decide("hot");
-    let (folded, _) = accounts(&limiter, "hot").expect("tracked");
-    assert!(
-        folded >= tat + 33 * 1_000_000,
-        "the lease's 32 requests and this one debited"
+    let (limiter, t) = leasing();
+    assert_eq!(limiter.decide_at("hot", t).remaining(), 999);
+    assert_eq!(accounts(&limiter, "hot"), Some((t + MS, 0)));
+    assert_eq!(limiter.decide_at("hot", t).remaining(), 998);
+    assert_eq!(
+        accounts(&limiter, "hot"),
+        Some((t + 2 * MS, u64::from(lease::LEASE_MAX_TOKENS))),
+        "a lease is taken, held and not debited"
     );
+    // Each request from the lease reports as a decision under the lock would, and leaves
+    // the budget's accounts alone: it took no lock and wrote nothing of the budget's.
+    for spent in 1..=lease::LEASE_MAX_TOKENS {
+        let decision = limiter.decide_at("hot", t);
+        assert!(decision.is_allowed());
+        assert_eq!(decision.remaining(), 998 - spent);
+        assert_eq!(
+            decision.reset_after(),
+            Duration::from_millis(u64::from(2 + spent))
+        );
+    }
+    assert_eq!(
+        accounts(&limiter, "hot"),
+        Some((t + 2 * MS, u64::from(lease::LEASE_MAX_TOKENS)))
+    );
+    // The lease is empty: the next request folds it (its 32 debited) and is debited itself.
+    assert_eq!(limiter.decide_at("hot", t).remaining(), 965);
+    let (tat, _) = accounts(&limiter, "hot").expect("tracked");
+    assert_eq!(tat, t + 35 * MS);
+}
+
+#[test]
+fn a_lease_is_debited_when_it_was_spent_never_when_it_was_granted() {
+    let (limiter, t) = leasing();
+    limiter.decide_at("hot", t);
+    limiter.decide_at("hot", t);
+    // One token spent 4 ms after the grant; the fold then debits it at 4 ms.
+    assert!(limiter.decide_at("hot", t + 4 * MS).is_allowed());
+    limiter.budgets.purge_at(t + 4 * MS + MS / 2);
+    assert_eq!(
+        accounts(&limiter, "hot"),
+        Some((t + 5 * MS, u64::from(lease::LEASE_MAX_TOKENS) - 1)),
+        "debited at its use (4 ms, the budget refilled to then), not at the grant (which says 3 ms)"
+    );
+    // Past its lifetime (5 ms) the lease ends: its tokens go back, and the budget, full by
+    // then, is forgotten.
+    limiter.budgets.purge_at(t + 5 * MS + MS / 2);
+    assert_eq!(limiter.tracked_keys(), 0);
+    // The thread's ended lease gives nothing: the budget starts again, full.
+    let decision = limiter.decide_at("hot", t + 20 * MS);
+    assert_eq!(decision.remaining(), 999);
 }
 
 #[test]
 fn a_slow_budget_never_leases() {
     let limiter = LocalRateLimiter::new(Duration::from_millis(2), NonZeroU32::new(1000).unwrap());
     for _ in 0..10 {
-        limiter.decide("steady");
+        limiter.decide_at("steady", 0);
     }
     assert_eq!(accounts(&limiter, "steady").map(|(_, held)| held), Some(0));
 }
 
 #[test]
 fn a_lease_is_the_limiters_own_and_the_keys_own() {
-    let fast = LocalRateLimiter::new(Duration::from_nanos(1), NonZeroU32::new(1000).unwrap());
-    fast.decide("key");
-    fast.decide("key");
+    let (fast, t) = leasing();
+    fast.decide_at("key", t);
+    fast.decide_at("key", t);
     assert!(accounts(&fast, "key").is_some_and(|(_, held)| held > 0));
     // Another limiter's budget of the same name, on the same thread, has its own tokens: its
     // request is decided under its own lock, not from the first limiter's lease.
-    let other = LocalRateLimiter::new(Duration::from_millis(1), NonZeroU32::new(100).unwrap());
-    let decision = other.decide("key");
-    assert_eq!(decision.remaining(), 99);
+    let (other, _) = leasing();
+    assert_eq!(other.decide_at("key", t).remaining(), 999);
     assert_eq!(accounts(&other, "key").map(|(_, held)| held), Some(0));
     // And another key of the first limiter too.
-    assert_eq!(fast.decide("other_key").remaining(), 999);
+    assert_eq!(fast.decide_at("other_key", t).remaining(), 999);
     assert!(accounts(&fast, "other_key").is_some());
 }
 
 #[test]
 fn a_request_takes_a_token_back_from_another_threads_lease_before_it_is_refused() {
-    let period = Duration::from_millis(1);
-    let burst = 1000;
-    let limiter = Arc::new(LocalRateLimiter::new(
-        period,
-        NonZeroU32::new(burst).unwrap(),
-    ));
-    let began = std::time::Instant::now();
+    let (limiter, t) = leasing();
+    let limiter = Arc::new(limiter);
     // Another thread takes a lease and keeps it, unspent.
     let holder = limiter.clone();
     std::thread::spawn(move || {
-        holder.decide("shared");
-        holder.decide("shared");
+        holder.decide_at("shared", t);
+        holder.decide_at("shared", t);
     })
     .join()
     .expect("the holder");
     assert!(accounts(&limiter, "shared").is_some_and(|(_, held)| held > 0));
-    // This thread spends the budget until it is refused: every held token was taken back
-    // first (or came back with its lease's end), so it was served the whole budget less the
-    // holder's two.
-    let mut served = 0_u64;
-    while limiter.decide("shared").is_allowed() {
+    // At the same instant (no refill, no lease ends), this thread is served the whole budget
+    // less the holder's two: the holder's held tokens were taken back.
+    let mut served = 0;
+    while limiter.decide_at("shared", t).is_allowed() {
         served += 1;
     }
-    let refill = periods(began.elapsed(), period);
+    assert_eq!(served, 998);
     assert_eq!(accounts(&limiter, "shared").map(|(_, held)| held), Some(0));
+}
+
+#[test]
+fn a_lease_reports_what_other_threads_spent_up_to_their_last_lock() {
+    let (limiter, t) = leasing();
+    let limiter = Arc::new(limiter);
+    // This thread leases; another then spends 100 through leases of its own.
+    limiter.decide_at("shared", t);
+    limiter.decide_at("shared", t);
+    let spender = limiter.clone();
+    std::thread::spawn(move || {
+        for _ in 0..100 {
+            assert!(spender.decide_at("shared", t).is_allowed());
+        }
+    })
+    .join()
+    .expect("the spender");
+    // 103 requests so far: 897 remain. This thread's lease reports at most the other
+    // thread's last lease (not yet folded) too many, never fewer.
+    let remaining = limiter.decide_at("shared", t).remaining();
     assert!(
-        served + 2 >= u64::from(burst) && served + 2 <= u64::from(burst) + refill + 1,
-        "served {served} + 2 of {burst} with {refill} refilled"
+        (897..=897 + lease::LEASE_MAX_TOKENS).contains(&remaining),
+        "{remaining}"
     );
+}
+
+#[test]
+fn a_refund_with_a_lease_out_gives_one_request_back() {
+    let (limiter, t) = leasing();
+    for _ in 0..7 {
+        limiter.decide_at("refunded", t);
+    }
+    // Two decided under the lock, five from the lease: the refund folds the five and gives
+    // one back, so the next request leaves 993 (not 992).
+    limiter.give_back("refunded");
+    assert_eq!(limiter.decide_at("refunded", t).remaining(), 993);
 }
 
 /// Threads hammer one fast key; then one more decision under the lock reports what is left.
@@ -265,22 +326,4 @@ fn threads_on_one_hot_key_are_served_exactly_the_budget_and_its_refill() {
         "served {served} and {} left: {total}, not within {least}..={most}",
         left.remaining()
     );
-}
-
-#[test]
-fn a_hot_budget_is_forgotten_once_its_leases_ended_and_it_is_full() {
-    let limiter = LocalRateLimiter::new(Duration::from_nanos(100), NonZeroU32::new(1000).unwrap());
-    for _ in 0..10 {
-        limiter.decide("hot_then_idle");
-    }
-    assert!(accounts(&limiter, "hot_then_idle").is_some_and(|(_, held)| held > 0));
-    limiter.purge();
-    assert_eq!(limiter.tracked_keys(), 1, "its lease is still out");
-    std::thread::sleep(lease::LEASE_LIFETIME + Duration::from_millis(1));
-    limiter.purge();
-    assert_eq!(limiter.tracked_keys(), 0);
-    // The thread's expired lease gives nothing: the budget starts again, full.
-    let decision = limiter.decide("hot_then_idle");
-    assert!(decision.is_allowed());
-    assert_eq!(decision.remaining(), 999);
 }
