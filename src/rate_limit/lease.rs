@@ -80,9 +80,20 @@ pub(super) struct Lease {
     /// When the thread last took a token (nanoseconds since the limiter's epoch), written
     /// before it takes one: a fold debits the spent tokens at this time, never earlier.
     last_use: AtomicU64,
-    /// The tokens given since the last fold, as the budget's [`Granted`] says (written under
-    /// the lock): what is not left of them is the lease's spending not yet debited.
+    /// The tokens given since the last fold, written only under the budget's lock: what is
+    /// not left of them is the lease's spending not yet debited.
     granted: AtomicU32,
+}
+
+impl Lease {
+    fn granted(&self) -> u32 {
+        self.granted.load(Ordering::Acquire)
+    }
+
+    /// Under the budget's lock.
+    fn set_granted(&self, granted: u32) {
+        self.granted.store(granted, Ordering::Release);
+    }
 }
 
 /// The arrival time a budget's last decision under the lock left, which the requests from its
@@ -92,11 +103,13 @@ pub(super) struct Lease {
 pub(super) struct Published(AtomicU64);
 
 impl Published {
-    /// Publishes `tat` (in `published`, made on the budget's first lease).
-    pub(super) fn store(published: Option<&Arc<Self>>, tat: u64) {
-        if let Some(published) = published {
-            published.0.store(tat, Ordering::Release);
-        }
+    /// Publishes `tat`, under the budget's lock.
+    pub(super) fn set(&self, tat: u64) {
+        self.0.store(tat, Ordering::Release);
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
     }
 }
 
@@ -104,8 +117,6 @@ impl Published {
 #[derive(Debug)]
 pub(super) struct Granted {
     lease: Arc<Lease>,
-    /// Tokens given to the lease since the last fold: those not left were spent.
-    granted: u32,
     valid_until: u64,
 }
 
@@ -120,7 +131,10 @@ impl Leases {
 
     /// Leases out holding tokens (a thread's own lease, folded empty, is not one).
     pub(super) fn holding(&self) -> usize {
-        self.0.iter().filter(|granted| granted.granted > 0).count()
+        self.0
+            .iter()
+            .filter(|granted| granted.lease.granted() > 0)
+            .count()
     }
 
     /// Debits to `tat` every token spent from a lease since the last fold, each at its
@@ -134,7 +148,7 @@ impl Leases {
             } else {
                 granted.lease.tokens.load(Ordering::Acquire)
             };
-            let spent = granted.granted.saturating_sub(left);
+            let spent = granted.lease.granted().saturating_sub(left);
             if spent > 0 {
                 let used_at = granted
                     .lease
@@ -145,8 +159,7 @@ impl Leases {
                     .max(used_at)
                     .saturating_add(period.saturating_mul(u64::from(spent)));
             }
-            granted.granted = left;
-            granted.lease.granted.store(left, Ordering::Release);
+            granted.lease.set_granted(left);
             !expired
         });
         tat
@@ -156,7 +169,7 @@ impl Leases {
     pub(super) fn held(&self) -> u64 {
         self.0
             .iter()
-            .map(|granted| u64::from(granted.granted))
+            .map(|granted| u64::from(granted.lease.granted()))
             .sum()
     }
 
@@ -172,11 +185,7 @@ impl Leases {
                 })
                 .is_ok();
             if taken {
-                granted.granted -= 1;
-                granted
-                    .lease
-                    .granted
-                    .store(granted.granted, Ordering::Release);
+                granted.lease.set_granted(granted.lease.granted() - 1);
                 return true;
             }
         }
@@ -185,21 +194,20 @@ impl Leases {
 
     /// Gives `lease` `tokens` more, valid until `valid_until`.
     fn grant(&mut self, lease: &Arc<Lease>, tokens: u32, valid_until: u64) {
-        let granted = match self.0.iter_mut().find(|g| Arc::ptr_eq(&g.lease, lease)) {
-            Some(granted) => granted,
+        match self.0.iter_mut().find(|g| Arc::ptr_eq(&g.lease, lease)) {
+            Some(granted) => granted.valid_until = valid_until,
             None => {
+                // Tokens it still has (none, unless its budget was forgotten with it out)
+                // stay held.
+                lease.set_granted(lease.tokens.load(Ordering::Acquire));
                 self.0.push(Granted {
                     lease: lease.clone(),
-                    granted: lease.tokens.load(Ordering::Acquire),
                     valid_until,
                 });
-                self.0.last_mut().expect("just pushed")
             }
-        };
+        }
         lease.tokens.fetch_add(tokens, Ordering::AcqRel);
-        granted.granted += tokens;
-        lease.granted.store(granted.granted, Ordering::Release);
-        granted.valid_until = valid_until;
+        lease.set_granted(lease.granted() + tokens);
     }
 }
 
@@ -211,7 +219,8 @@ pub(super) fn lease_size(free: u64, leases: usize) -> u32 {
     u32::try_from(share.min(u64::from(LEASE_MAX_TOKENS))).unwrap_or(0)
 }
 
-/// A lease a thread holds: where it takes tokens from, and what the grant reported.
+/// A lease a thread holds: where it takes tokens from, until when, and where its budget
+/// publishes its arrival time.
 struct Held {
     limiter: u64,
     budget: Box<str>,
@@ -232,13 +241,30 @@ thread_local! {
     static THREAD: RefCell<Thread> = RefCell::new(Thread::default());
 }
 
-/// The figures of a limiter a lease's decision reports with.
+/// The figures of a limiter its decisions report with.
 #[derive(Clone, Copy)]
 pub(super) struct Terms {
     pub(super) limiter: u64,
     pub(super) limit: u32,
     pub(super) period: u64,
     pub(super) window: Duration,
+}
+
+impl Terms {
+    /// The decision that a request at `now` is allowed, the budget's arrival time then being
+    /// `tat` (this request debited), and the requests it leaves: the whole ones between `tat`
+    /// and a full budget's.
+    pub(super) fn allowed(self, now: u64, tat: u64) -> (RateLimitDecision, u64) {
+        let full = u128::from(now) + u128::from(self.period) * u128::from(self.limit);
+        let remaining = full.saturating_sub(u128::from(tat)) / u128::from(self.period);
+        let decision = RateLimitDecision::allowed(
+            self.limit,
+            u32::try_from(remaining).unwrap_or(self.limit),
+            Duration::from_nanos(tat.saturating_sub(now)),
+        )
+        .with_window(self.window);
+        (decision, u64::try_from(remaining).unwrap_or(u64::MAX))
+    }
 }
 
 /// The decision for a request of `budget` from this thread's lease on it, if it holds one with
@@ -265,26 +291,13 @@ pub(super) fn take(terms: Terms, budget: &str, now: u64) -> Option<RateLimitDeci
                 .ok()?;
             // What the budget would say now: its published arrival time, refilled to now,
             // with this lease's spending not yet debited (this request's included) debited now.
-            let unfolded = lease
-                .granted
-                .load(Ordering::Acquire)
-                .saturating_sub(before - 1);
+            let unfolded = lease.granted().saturating_sub(before - 1);
             let tat = held
                 .published
-                .0
-                .load(Ordering::Acquire)
+                .get()
                 .max(now)
                 .saturating_add(terms.period.saturating_mul(u64::from(unfolded)));
-            let full = u128::from(now) + u128::from(terms.period) * u128::from(terms.limit);
-            let remaining = full.saturating_sub(u128::from(tat)) / u128::from(terms.period);
-            Some(
-                RateLimitDecision::allowed(
-                    terms.limit,
-                    u32::try_from(remaining).unwrap_or(terms.limit),
-                    Duration::from_nanos(tat.saturating_sub(now)),
-                )
-                .with_window(terms.window),
-            )
+            Some(terms.allowed(now, tat).0)
         })
         .ok()
         .flatten()

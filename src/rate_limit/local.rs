@@ -84,6 +84,15 @@ struct Budget {
     published: Option<Arc<Published>>,
 }
 
+impl Budget {
+    /// Publishes the arrival time to the budget's leases, if it ever had one.
+    fn publish(&self) {
+        if let Some(published) = &self.published {
+            published.set(self.tat);
+        }
+    }
+}
+
 /// Numbers the limiters of the process, for [`Budgets::id`].
 static NEXT_LIMITER: AtomicU64 = AtomicU64::new(0);
 
@@ -164,10 +173,9 @@ impl LocalRateLimiter {
         let hash = budgets.hasher.hash_one(budget);
         let hot = budgets.leases && lease::is_hot(budgets.id, hash, now);
         let mut shard = budgets.shard(hash);
-        let tracked = shard.contains_key(budget);
-        let entry = match shard.get_mut(budget) {
-            Some(entry) => entry,
-            None => shard.entry(budget.into()).or_default(),
+        let (entry, new) = match shard.get_mut(budget) {
+            Some(entry) => (entry, false),
+            None => (shard.entry(budget.into()).or_default(), true),
         };
         let tat = entry.leases.fold(entry.tat, now, period).max(now);
         entry.tat = tat;
@@ -176,13 +184,10 @@ impl LocalRateLimiter {
         let allowed_from = tat
             .saturating_add(held)
             .saturating_sub(budgets.tolerance_nanos);
+        // (A new budget is full, so never refused: nothing to forget here.)
         if now < allowed_from && !entry.leases.steal() {
             let full_at = tat.saturating_add(held);
-            if tracked {
-                Published::store(entry.published.as_ref(), tat);
-            } else {
-                shard.remove(budget);
-            }
+            entry.publish();
             return RateLimitDecision::refused(
                 limit,
                 Duration::from_nanos(allowed_from - now),
@@ -191,36 +196,21 @@ impl LocalRateLimiter {
             .with_window(terms.window);
         }
         // Allowed from the free tokens, or from one taken back from a lease: debited now.
-        let next = tat.saturating_add(period);
-        entry.tat = next;
-        Published::store(entry.published.as_ref(), next);
-        // Whole requests between the next arrival time and a full budget's (held ones are
-        // the key's to spend, so they count as remaining).
-        let full = u128::from(now) + u128::from(period) * u128::from(limit);
-        let remaining = full.saturating_sub(u128::from(next)) / u128::from(period);
-        let decision = RateLimitDecision::allowed(
-            limit,
-            u32::try_from(remaining).unwrap_or(limit),
-            Duration::from_nanos(next - now),
-        )
-        .with_window(terms.window);
+        entry.tat = tat.saturating_add(period);
+        entry.publish();
+        // Held tokens are the key's to spend, so they count as remaining.
+        let (decision, remaining) = terms.allowed(now, entry.tat);
         if hot {
-            let held = entry.leases.held();
-            let free = u64::try_from(remaining)
-                .unwrap_or(u64::MAX)
-                .saturating_sub(held);
+            let free = remaining.saturating_sub(entry.leases.held());
             let tokens = lease::lease_size(free, entry.leases.holding());
             if tokens > 0 {
-                let published = entry.published.get_or_insert_with(|| {
-                    let published = Arc::new(Published::default());
-                    Published::store(Some(&published), next);
-                    published
-                });
+                let published = entry.published.get_or_insert_with(Arc::default);
+                published.set(entry.tat);
                 lease::grant(&mut entry.leases, published, terms, budget, tokens, now);
             }
         }
         drop(shard);
-        if !tracked && !budgets.purge_started.swap(true, Ordering::Relaxed) {
+        if new && !budgets.purge_started.swap(true, Ordering::Relaxed) {
             spawn_purge(Arc::downgrade(&self.budgets));
         }
         decision
@@ -233,7 +223,7 @@ impl LocalRateLimiter {
         if let Some(entry) = shard.get_mut(budget) {
             let tat = entry.leases.fold(entry.tat, now, budgets.period_nanos);
             entry.tat = tat.saturating_sub(budgets.period_nanos);
-            Published::store(entry.published.as_ref(), entry.tat);
+            entry.publish();
             if entry.tat <= now && entry.leases.is_empty() {
                 shard.remove(budget);
             }
@@ -264,7 +254,7 @@ impl Budgets {
             let mut shard = lock(shard);
             shard.retain(|_, budget| {
                 budget.tat = budget.leases.fold(budget.tat, now, self.period_nanos);
-                Published::store(budget.published.as_ref(), budget.tat);
+                budget.publish();
                 budget.tat > now || !budget.leases.is_empty()
             });
             shard.shrink_to_fit();
