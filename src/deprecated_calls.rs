@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 
 use thread_local::ThreadLocal;
 use tokio::sync::Mutex;
-use xxhash_rust::xxh3::Xxh3DefaultBuilder;
 
+use crate::hashing::BuildOneShotXxh3;
 use crate::log::ErrorChain;
 use crate::metrics::{self, StoreCall};
 use crate::model::Timestamp;
@@ -65,7 +65,7 @@ struct TargetCalls {
 
 /// One thread's counts: by key id, then by target. A key calls few deprecated targets, and
 /// the request passes the API's own `Arc` of each, so a target is found by its pointer.
-type ThreadCalls = HashMap<Arc<str>, Vec<(Arc<str>, TargetCalls)>, Xxh3DefaultBuilder>;
+type ThreadCalls = HashMap<Arc<str>, Vec<(Arc<str>, TargetCalls)>, BuildOneShotXxh3>;
 
 /// A count of a flush: key id, target and day (milliseconds).
 type BatchKey = (Arc<str>, Arc<str>, i64);

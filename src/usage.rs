@@ -50,8 +50,8 @@ use std::time::{Duration, Instant};
 
 use thread_local::ThreadLocal;
 use tokio::sync::Mutex;
-use xxhash_rust::xxh3::Xxh3DefaultBuilder;
 
+use crate::hashing::BuildOneShotXxh3;
 use crate::log::ErrorChain;
 use crate::metrics::{self, StoreCall};
 use crate::model::Timestamp;
@@ -103,10 +103,10 @@ fn unslot(index: usize) -> (UsageRoute, UsageOutcome) {
 /// One key's counts on one thread: for even and for odd hours, one per route and outcome.
 type KeyCounts = [[u64; SLOTS]; 2];
 
-/// One thread's counts, by key id. Hashed with XXH3, not SipHash: ids come from the store,
+/// One thread's counts, by key id. Hashed with XXH3 in one call, not SipHash: ids come from the store,
 /// never from a client, so nobody can choose them to collide, and this hash is on every
 /// request.
-type ThreadCounts = HashMap<Arc<str>, KeyCounts, Xxh3DefaultBuilder>;
+type ThreadCounts = HashMap<Arc<str>, KeyCounts, BuildOneShotXxh3>;
 
 fn parity(hour_millis: i64) -> usize {
     usize::from(hour_millis.div_euclid(3_600_000).rem_euclid(2) == 1)

@@ -15,19 +15,28 @@ impl PartnerApi {
             });
             id
         });
-        let (route, concerned, mut future) =
-            self.answer(method, uri, headers, request.extensions());
-        if !concerned.is_none() {
-            future.notices = Some(self.config.deprecations.notices(concerned));
+        let (route, concerned, answer) = self.answer(method, uri, headers, request.extensions());
+        let notices = (!concerned.is_none()).then(|| self.config.deprecations.notices(concerned));
+        // Built once, here: the future is as large as a response, and every move copies it.
+        let state = match answer {
+            ReadyOrWaiting::Ready(response) => {
+                self.config
+                    .responses
+                    .count(method, route, response.status());
+                State::Ready(Some(response))
+            }
+            // Counted when it is done.
+            ReadyOrWaiting::Wait(future) => State::Pending {
+                future,
+                counted_as: Some((self.config.responses.clone(), method.clone(), route)),
+            },
+        };
+        ResponseFuture {
+            state,
+            head: method == Method::HEAD,
+            request_id,
+            notices,
         }
-        // An answer still waiting for a store is counted when it is done (`flow`).
-        if let State::Ready(Some(response)) = &future.state {
-            self.config
-                .responses
-                .count(method, route, response.status());
-        }
-        future.request_id = request_id;
-        future
     }
 
     /// The route the request matched, if any, the deprecations that concern it, and its
@@ -38,16 +47,11 @@ impl PartnerApi {
         uri: &Uri,
         headers: &HeaderMap,
         extensions: &http::Extensions,
-    ) -> (Option<Route>, Concerned, ResponseFuture) {
-        let head = method == Method::HEAD;
+    ) -> (Option<Route>, Concerned, ReadyOrWaiting) {
         let config = &self.config;
         let not_found = || {
             let response = ApiError::NotFound.into_response();
-            (
-                None,
-                Concerned::default(),
-                ResponseFuture::ready(response, head),
-            )
+            (None, Concerned::default(), ReadyOrWaiting::Ready(response))
         };
         let Some(route) = config.path_below_prefix(uri.path()).and_then(Route::at) else {
             return not_found();
@@ -62,13 +66,7 @@ impl PartnerApi {
         } else {
             config.deprecations.concerning(route, uri.query())
         };
-        let ready = |response| {
-            (
-                Some(route),
-                concerned,
-                ResponseFuture::ready(response, head),
-            )
-        };
+        let ready = |response| (Some(route), concerned, ReadyOrWaiting::Ready(response));
         if !route.allows(method) {
             return ready(ApiError::MethodNotAllowed.into_response());
         }
@@ -132,20 +130,7 @@ impl PartnerApi {
             store_drivers::answer_now(config, first)
         }));
         match answer {
-            Ok(ReadyOrWaiting::Ready(response)) => ready(response),
-            Ok(ReadyOrWaiting::Wait(future)) => (
-                Some(route),
-                concerned,
-                ResponseFuture {
-                    state: State::Pending {
-                        future,
-                        counted_as: Some((config.responses.clone(), method.clone(), route)),
-                    },
-                    head,
-                    request_id: None,
-                    notices: None,
-                },
-            ),
+            Ok(answer) => (Some(route), concerned, answer),
             Err(_panic) => ready(handler_panicked()),
         }
     }

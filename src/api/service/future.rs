@@ -27,19 +27,8 @@ pub(super) enum State {
     Pending {
         future: Pin<Box<dyn Future<Output = Response<ApiBody>> + Send>>,
         /// Where the response is counted when it is done (a ready one was counted already).
-        counted_as: Option<(ResponseCounters, Method, Route)>,
+        counted_as: Option<(ResponseCounters, Method, Option<Route>)>,
     },
-}
-
-impl ResponseFuture {
-    pub(super) fn ready(response: Response<ApiBody>, head: bool) -> Self {
-        Self {
-            state: State::Ready(Some(response)),
-            head,
-            request_id: None,
-            notices: None,
-        }
-    }
 }
 
 impl Future for ResponseFuture {
@@ -58,7 +47,7 @@ impl Future for ResponseFuture {
                         Err(_panic) => handler_panicked(),
                     };
                 if let Some((responses, method, route)) = counted_as.take() {
-                    responses.count(&method, Some(route), response.status());
+                    responses.count(&method, route, response.status());
                 }
                 response
             }
