@@ -20,7 +20,7 @@ use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri};
 use tower::Service;
 
-use crate::api::auth::{bearer_token, Challenges};
+use crate::api::auth::{bearer_token, presented_key, Challenges};
 use crate::api::body::ApiBody;
 use crate::api::client_address::{ClientAddressHeader, PeerAddr, TrustedProxies};
 use crate::api::conditional::IfNoneMatch;
@@ -45,7 +45,6 @@ use crate::api::store_drivers::{self, ReadyOrWaiting};
 use crate::deprecated_calls::DeprecatedCallRecorder;
 use crate::deprecation::Deprecation;
 
-use crate::key::KeyDigest;
 use crate::last_used::LastUsedRecorder;
 use crate::log::record_in_request_span;
 use crate::metrics::UsageCounters;

@@ -18,12 +18,18 @@
 //! thread, allocated on the thread's first key); tokens flooding it only evict entries, which
 //! then cost a SHA-256 again, as without the memo. Tokens longer than a generated key's
 //! ordinary length plus margin skip it.
+//!
+//! Only tokens that [`check_presented`] accepts go in, so a token found in the memo is not
+//! checked again: the check is a pure function of the token's bytes (a grammar and a
+//! checksum), and it accepted these bytes when they went in.
 
 use std::cell::RefCell;
 use std::fmt;
 
 use sha2::{Digest, Sha256};
 use siphasher::sip128::SipHasher24;
+
+use super::{check_presented, TokenFault};
 
 /// The SHA-256 digest of an API key: all a store ever sees of a key.
 ///
@@ -43,23 +49,26 @@ impl KeyDigest {
         Self(Sha256::digest(key).into())
     }
 
-    /// The digest of a key as the header carried it, from the thread's memo when the key was
-    /// presented on this thread recently (see the module's documentation).
-    pub(crate) fn of_presented(key: &[u8]) -> Self {
+    /// The digest of a token as the header carried it, if [`check_presented`] accepts it,
+    /// from the thread's memo when the token was presented on this thread recently (see the
+    /// module's documentation). A memoised token is not checked again: only accepted tokens
+    /// go in, and the check is a pure function of the bytes.
+    pub(crate) fn of_presented(key: &[u8]) -> Result<Self, TokenFault> {
+        let checked = || check_presented(key).map(|()| Self::of_bytes(key));
         if key.len() > MEMO_MAX_KEY_LEN {
-            return Self::of_bytes(key);
+            return checked();
         }
         // A thread being torn down, or a re-entrant call (none exists), computes directly.
         MEMO.try_with(|memo| {
             let Ok(mut memo) = memo.try_borrow_mut() else {
-                return Self::of_bytes(key);
+                return checked();
             };
             match memo.get_or_insert_with(DigestMemo::new) {
                 Some(memo) => memo.digest(key),
-                None => Self::of_bytes(key),
+                None => checked(),
             }
         })
-        .unwrap_or_else(|_| Self::of_bytes(key))
+        .unwrap_or_else(|_| checked())
     }
 
     /// Creates a digest from its 32 bytes, as a store read it back.
@@ -105,17 +114,20 @@ impl DigestMemo {
         })
     }
 
-    fn digest(&mut self, key: &[u8]) -> KeyDigest {
+    /// The digest of `key` if it is memoised, else if [`check_presented`] accepts it (then
+    /// memoised).
+    fn digest(&mut self, key: &[u8]) -> Result<KeyDigest, TokenFault> {
         let tag = self.tagger.hash(key).as_u128() | 1;
         // The mask keeps the index below MEMO_ENTRIES, so the cast cannot truncate.
         #[allow(clippy::cast_possible_truncation)]
         let entry = &mut self.entries[(tag >> 1) as usize & (MEMO_ENTRIES - 1)];
         if entry.0 == tag {
-            return KeyDigest(entry.1);
+            return Ok(KeyDigest(entry.1));
         }
+        check_presented(key)?;
         let digest = KeyDigest::of_bytes(key);
         *entry = (tag, digest.0);
-        digest
+        Ok(digest)
     }
 }
 
@@ -152,16 +164,19 @@ mod tests {
             for key in &keys {
                 assert_eq!(
                     KeyDigest::of_presented(key.as_bytes()),
-                    KeyDigest::of(key),
+                    Ok(KeyDigest::of(key)),
                     "{key}"
                 );
-                assert_eq!(KeyDigest::of_presented(key.as_bytes()), KeyDigest::of(key));
+                assert_eq!(
+                    KeyDigest::of_presented(key.as_bytes()),
+                    Ok(KeyDigest::of(key))
+                );
             }
         }
         let long = "k".repeat(MEMO_MAX_KEY_LEN + 1);
         assert_eq!(
             KeyDigest::of_presented(long.as_bytes()),
-            KeyDigest::of(&long)
+            Ok(KeyDigest::of(&long))
         );
         assert_eq!(
             memoised(long.as_bytes()),
@@ -174,7 +189,7 @@ mod tests {
     fn a_key_presented_again_is_answered_from_the_memo() {
         let key = b"pk_test_memoised_key_0000000000000000";
         assert_eq!(memoised(key), None);
-        let digest = KeyDigest::of_presented(key);
+        let digest = KeyDigest::of_presented(key).unwrap();
         assert_eq!(
             memoised(key),
             Some(*digest.as_bytes()),
@@ -193,17 +208,48 @@ mod tests {
                 .expect("the entry");
             entry.1 = planted;
         });
-        assert_eq!(KeyDigest::of_presented(key).as_bytes(), &planted);
+        assert_eq!(KeyDigest::of_presented(key).unwrap().as_bytes(), &planted);
         // A token differing by one byte has its own tag, so its own digest.
         let mut other = *key;
         other[other.len() - 1] = b'1';
-        assert_eq!(KeyDigest::of_presented(&other), KeyDigest::of_bytes(&other));
+        assert_eq!(
+            KeyDigest::of_presented(&other),
+            Ok(KeyDigest::of_bytes(&other))
+        );
+    }
+
+    #[test]
+    fn a_refused_token_is_refused_every_time_and_never_memoised() {
+        let key = crate::key::ApiKey::generate(crate::key::KeyEnvironment::Live).unwrap();
+        // Another last checksum character: a generated key's shape, a wrong checksum.
+        let mut forged = key.plaintext().as_bytes().to_vec();
+        let last = forged.len() - 1;
+        forged[last] = if forged[last] == b'0' { b'1' } else { b'0' };
+        let long = [&[b'k'; MEMO_MAX_KEY_LEN][..], b" k"].concat();
+        for (token, fault) in [
+            (&b"a b"[..], TokenFault::NotAToken),
+            (b"", TokenFault::NotAToken),
+            (b"a=b", TokenFault::NotAToken),
+            (&forged, TokenFault::Forged),
+            (&long, TokenFault::NotAToken),
+        ] {
+            for _ in 0..2 {
+                assert_eq!(KeyDigest::of_presented(token), Err(fault));
+                assert_eq!(memoised(token), None);
+            }
+        }
+        let genuine = key.plaintext().as_bytes();
+        assert_eq!(
+            KeyDigest::of_presented(genuine),
+            Ok(KeyDigest::of_bytes(genuine))
+        );
+        assert!(memoised(genuine).is_some());
     }
 
     #[test]
     fn each_thread_tags_with_its_own_random_key() {
         let key = |()| {
-            KeyDigest::of_presented(b"pk_test_any");
+            KeyDigest::of_presented(b"pk_test_any").unwrap();
             MEMO.with(|memo| {
                 memo.borrow()
                     .as_ref()

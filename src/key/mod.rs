@@ -212,6 +212,27 @@ fn checksum(head: &[u8]) -> [u8; CHECKSUM_LEN] {
     digits
 }
 
+/// Why a presented token can be no key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TokenFault {
+    /// Not a `b64token` of at most [`MAX_KEY_LEN`] bytes.
+    NotAToken,
+    /// In the shape of a generated key, without its checksum ([`is_forged`]).
+    Forged,
+}
+
+/// Whether a presented token can be a key: the grammar of [`is_valid_key`], as a fault.
+/// A pure function of the bytes, which the memo of presented keys' digests relies on.
+pub(crate) fn check_presented(token: &[u8]) -> Result<(), TokenFault> {
+    if !is_token(token) {
+        Err(TokenFault::NotAToken)
+    } else if is_forged(token) {
+        Err(TokenFault::Forged)
+    } else {
+        Ok(())
+    }
+}
+
 /// Whether `key` has the shape of a generated key but not its checksum: such a key was
 /// mistyped or made up, and no store needs to be asked about it.
 pub(crate) fn is_forged(key: &[u8]) -> bool {

@@ -92,15 +92,15 @@ impl PartnerApi {
         if let Some((feed, retention)) = &config.events {
             retention.run_if_due(feed);
         }
-        let token = match bearer_token(headers) {
-            Ok(token) => token,
+        // Only the digest goes on: the plaintext never enters a future or a store.
+        let digest = match presented_key(headers) {
+            Ok(digest) => digest,
             Err(failure) => return ready(unauthenticated(config, failure)),
         };
         let peer = extensions
             .get::<PeerAddr>()
             .map_or(self.peer, |PeerAddr(peer)| Some(*peer));
         let client = config.trusted_proxies.client_addr(peer, headers);
-        // Only the digest goes on: the plaintext never enters a future or a store.
         let path = || {
             uri.path_and_query()
                 .cloned()
@@ -123,7 +123,7 @@ impl PartnerApi {
             concerned,
             gone,
         };
-        let first = Ask::first(facts, KeyDigest::of_presented(token));
+        let first = Ask::first(facts, digest);
         // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in
         // a future is.
         let answer = std::panic::catch_unwind(AssertUnwindSafe(|| {
