@@ -148,7 +148,7 @@ pub(crate) fn json(status: StatusCode, body: Bytes) -> Response<ApiBody> {
 
 /// A JSON response of `body` with the headers every API response carries. `Content-Length`
 /// is left to the server, which takes it from the body's exact size; a `HEAD` response gets
-/// it explicitly ([`without_body`]).
+/// it explicitly ([`strip_body`]).
 pub(crate) fn json_body(status: StatusCode, body: ApiBody) -> Response<ApiBody> {
     let mut response = Response::new(body);
     *response.status_mut() = status;
@@ -223,17 +223,16 @@ pub(crate) fn not_modified(etag: &HeaderValue) -> Response<ApiBody> {
     response
 }
 
-/// The `HEAD` form of `response`: the same status and headers, `Content-Length` that of the
-/// body it leaves out, and no body.
-pub(crate) fn without_body(mut response: Response<ApiBody>) -> Response<ApiBody> {
+/// Makes `response` its `HEAD` form: the same status and headers, `Content-Length` that of
+/// the body it leaves out, and no body.
+pub(crate) fn strip_body(response: &mut Response<ApiBody>) {
     if response.status() == StatusCode::NOT_MODIFIED {
         // Bodiless already; a Content-Length here would have to be the 200's.
-        return response;
+        return;
     }
     let length = HeaderValue::from(response.body().len());
     response.headers_mut().insert(CONTENT_LENGTH, length);
     *response.body_mut() = ApiBody::empty();
-    response
 }
 
 /// Every error the API answers with, each with its status and fixed message.

@@ -34,37 +34,38 @@ pub(super) enum State {
 impl Future for ResponseFuture {
     type Output = Result<Response<ApiBody>, Infallible>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let response = match &mut self.state {
-            State::Ready(response) => response
-                .take()
-                .expect("ResponseFuture polled after completion"),
-            State::Pending { future, counted_as } => {
-                let response =
-                    match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
-                        Ok(Poll::Pending) => return Poll::Pending,
-                        Ok(Poll::Ready(response)) => response,
-                        Err(_panic) => handler_panicked(),
-                    };
-                if let Some((responses, method, route)) = counted_as.take() {
-                    responses.count(&method, route, response.status());
-                }
-                response
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let State::Pending { future, counted_as } = &mut this.state {
+            let response =
+                match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+                    Ok(Poll::Pending) => return Poll::Pending,
+                    Ok(Poll::Ready(response)) => response,
+                    Err(_panic) => handler_panicked(),
+                };
+            if let Some((responses, method, route)) = counted_as.take() {
+                responses.count(&method, route, response.status());
             }
+            // The future is done (or panicked): dropped, so it is never polled again.
+            this.state = State::Ready(Some(response));
+        }
+        let State::Ready(ready) = &mut this.state else {
+            unreachable!("a pending state became ready above")
         };
-        // The future is done (or panicked): drop it so it is never polled again.
-        self.state = State::Ready(None);
-        let mut response = response;
-        response::set_request_id(&mut response, self.request_id.take());
-        if let Some(notices) = self.notices.take() {
+        // Finished where it lies, then moved out once: a response is large.
+        let response = ready
+            .as_mut()
+            .expect("ResponseFuture polled after completion");
+        response::set_request_id(response, this.request_id.take());
+        if let Some(notices) = this.notices.take() {
             for (name, value) in notices.iter() {
                 response.headers_mut().append(name.clone(), value.clone());
             }
         }
-        if self.head {
-            return Poll::Ready(Ok(response::without_body(response)));
+        if this.head {
+            response::strip_body(response);
         }
-        Poll::Ready(Ok(response))
+        Poll::Ready(Ok(ready.take().expect("present above")))
     }
 }
 
