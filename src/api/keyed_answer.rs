@@ -201,13 +201,7 @@ fn authenticated(config: &Config, facts: RequestFacts, principal: Principal) -> 
     // Past an enforced sunset: gone, without spending the key's rate limit.
     if let Some(deprecation) = facts.gone.and_then(|index| config.deprecations.get(index)) {
         let response = response::past_sunset(deprecation);
-        return AfterReply::Done(finish(
-            config,
-            facts.route.usage_route(),
-            &principal,
-            None,
-            Ok(response),
-        ));
+        return finish(config, facts.route.usage_route(), &principal, None, response);
     }
     config
         .usage
@@ -257,32 +251,33 @@ fn limited(
         if_none_match,
     } = serving;
     let usage_route = route.usage_route();
-    let done =
-        |response| AfterReply::Done(finish(config, usage_route, &principal, decision, response));
+    let done = |response| finish(config, usage_route, &principal, decision, response);
     if decision.is_some_and(|decision| !decision.is_allowed()) {
         config.usage.rate_limited(&principal.organization.id);
-        return done(Ok(ApiError::TooManyRequests.into_response()));
+        return done(ApiError::TooManyRequests.into_response());
     }
     let (request, path) = match route {
         KeyedRoute::Me => {
+            // Only clones of the parts leave the thread's cache (small enough to move
+            // without a copy call); the response is made out here.
             let me = with_me_representation(&principal.organization, |me| {
-                keyed::me(
-                    config,
-                    if_none_match.as_ref(),
-                    &me.body,
-                    &me.etag,
-                    &me.tagged_headers,
-                )
+                let tagged = config.conditional_requests;
+                (me.body.clone(), tagged.then(|| me.tagged_headers.clone()))
             });
-            return done(me.map_err(StoreError::other));
+            return done(match me {
+                Ok((body, tagged_headers)) => {
+                    keyed::me(if_none_match.as_ref(), body, tagged_headers)
+                }
+                Err(err) => keyed::store_failed(config, StoreError::other(err)),
+            });
         }
         KeyedRoute::Orders(Err(bad), _) => {
-            return done(Ok(ApiError::BadPageRequest(bad).into_response()))
+            return done(ApiError::BadPageRequest(bad).into_response())
         }
         KeyedRoute::Orders(Ok(request), path) => (request, path),
         KeyedRoute::Deprecations => {
             if config.deprecated_calls.is_none() || config.deprecations.is_empty() {
-                return done(Ok(response::deprecations(&config.deprecations, None)));
+                return done(response::deprecations(&config.deprecations, None));
             }
             return AfterReply::Next(Ask::Deprecations(DeprecationsAsk {
                 principal,
@@ -290,7 +285,7 @@ fn limited(
             }));
         }
         KeyedRoute::Events(Err(bad), _) => {
-            return done(Ok(ApiError::BadEventsRequest(bad).into_response()))
+            return done(ApiError::BadEventsRequest(bad).into_response())
         }
         KeyedRoute::Events(Ok(request), path) => {
             return match request.query_for(&principal.organization.id) {
@@ -301,7 +296,7 @@ fn limited(
                     request,
                     path,
                 })),
-                Err(bad) => done(Ok(ApiError::BadEventsRequest(bad).into_response())),
+                Err(bad) => done(ApiError::BadEventsRequest(bad).into_response()),
             };
         }
     };
@@ -314,7 +309,7 @@ fn limited(
             request,
             path,
         })),
-        Err(bad) => done(Ok(ApiError::BadPageRequest(bad).into_response())),
+        Err(bad) => done(ApiError::BadPageRequest(bad).into_response()),
     }
 }
 
@@ -342,22 +337,25 @@ impl OrdersAsk {
 
     /// Takes the order store's page.
     pub(crate) fn answer(self, config: &Config, page: Result<OrderPage, StoreError>) -> AfterReply {
-        let response = page.map(|page| {
-            let asked = PageAnswer {
-                request: &self.request,
-                path: &self.path,
-                organization_id: &self.principal.organization.id,
-                query: &self.query,
-            };
-            keyed::orders(config, self.if_none_match.as_ref(), &asked, &page)
-        });
-        AfterReply::Done(finish(
+        let response = match page {
+            Ok(page) => {
+                let asked = PageAnswer {
+                    request: &self.request,
+                    path: &self.path,
+                    organization_id: &self.principal.organization.id,
+                    query: &self.query,
+                };
+                keyed::orders(config, self.if_none_match.as_ref(), &asked, &page)
+            }
+            Err(err) => keyed::store_failed(config, err),
+        };
+        finish(
             config,
             UsageRoute::Orders,
             &self.principal,
             self.decision,
             response,
-        ))
+        )
     }
 }
 
@@ -388,23 +386,24 @@ impl EventsAsk {
         config: &Config,
         page: Result<EventsPage, StoreError>,
     ) -> AfterReply {
-        let response = page.map(|page| {
-            keyed::events(
+        let response = match page {
+            Ok(page) => keyed::events(
                 config.events.as_ref().map(|(feed, _)| feed),
                 &self.request,
                 self.path.path(),
                 &self.principal.organization.id,
                 &self.query,
                 page,
-            )
-        });
-        AfterReply::Done(finish(
+            ),
+            Err(err) => keyed::store_failed(config, err),
+        };
+        finish(
             config,
             UsageRoute::Events,
             &self.principal,
             self.decision,
             response,
-        ))
+        )
     }
 }
 
@@ -431,31 +430,31 @@ impl DeprecationsAsk {
         config: &Config,
         calls: Result<Vec<DeprecatedCallTotal>, StoreError>,
     ) -> AfterReply {
-        let response =
-            calls.map(|calls| response::deprecations(&config.deprecations, Some(&calls)));
-        AfterReply::Done(finish(
+        let response = match calls {
+            Ok(calls) => response::deprecations(&config.deprecations, Some(&calls)),
+            Err(err) => keyed::store_failed(config, err),
+        };
+        finish(
             config,
             UsageRoute::Deprecations,
             &self.principal,
             self.decision,
             response,
-        ))
+        )
     }
 }
 
-/// The response to `principal`: `response` (or its failure's), counted in the key's usage on
-/// `usage_route`,
+/// The flow done with `response` to `principal`: counted in the key's usage on `usage_route`,
 /// with the rate-limit budget when a limiter decided; the organization recorded in the host's
-/// request span.
+/// request span. The response is finished where it lies and moved once: it is large.
 fn finish(
     config: &Config,
     usage_route: UsageRoute,
     principal: &Principal,
     decision: Option<RateLimitDecision>,
-    response: Result<Response<ApiBody>, StoreError>,
-) -> Response<ApiBody> {
+    mut response: Response<ApiBody>,
+) -> AfterReply {
     record_in_request_span("organization_id", || principal.organization.id.as_str());
-    let mut response = response.unwrap_or_else(|err| keyed::store_failed(config, err));
     if config.key_usage.is_some() {
         let outcome = match response.status() {
             StatusCode::OK => UsageOutcome::Ok,
@@ -468,5 +467,5 @@ fn finish(
     if let Some(decision) = decision {
         decision.write_headers(response.headers_mut());
     }
-    response
+    AfterReply::Done(response)
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{LINK, RETRY_AFTER};
+use http::header::{ETAG, LINK, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use super::ApiError;
@@ -26,19 +26,22 @@ use crate::store::{
     StoreErrorKind,
 };
 
-/// The 200 (or 304) of `GET /me`: `body`, tagged `etag` when tags are on (with
-/// `tagged_headers`, the headers of every `/me` of the organization, its tag in place).
+/// The 200 (or 304) of `GET /me`: `body`, with `tagged_headers` (the headers of every `/me`
+/// of the organization, its tag in place) when tags are on.
 pub(crate) fn me(
-    config: &Config,
     if_none_match: Option<&IfNoneMatch>,
-    body: &Bytes,
-    etag: &HeaderValue,
-    tagged_headers: &HeaderMap,
+    body: Bytes,
+    tagged_headers: Option<HeaderMap>,
 ) -> Response<ApiBody> {
-    let etag = config.conditional_requests.then_some(etag);
-    tagged_or_not(if_none_match, ApiBody::new(body.clone()), etag, |_| {
-        tagged_headers.clone()
-    })
+    let Some(headers) = tagged_headers else {
+        return super::json_body(StatusCode::OK, ApiBody::new(body));
+    };
+    if let (Some(condition), Some(etag)) = (if_none_match, headers.get(ETAG)) {
+        if condition.matches(etag) {
+            return super::not_modified(etag);
+        }
+    }
+    super::with_headers(ApiBody::new(body), headers)
 }
 
 /// What a page of `GET /orders` answers with: the request and the path it came in on (which
