@@ -5,6 +5,7 @@
 #   METRICS=0 POSTGRES=0 bash benches/load.sh   # skip the metrics or PostgreSQL sections
 #   CALLGRIND=0 bash benches/load.sh    # skip the instructions per request (benches/instructions.sh)
 #   SERVER_CPU=1 bash benches/load.sh    # each server on its whole CPU (default 0.7: a cgroup quota)
+#   ROUTES=me bash benches/load.sh       # the three servers compared on these routes only (default: me orders events)
 #
 # Builds both servers in release mode, captures the host's responses for /v1/me, /v1/orders
 # (100 orders of the demo data) and /v1/events (its oldest 100 events) with curl, and serves those bytes from `examples/baseline.rs`.
@@ -38,6 +39,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUNS=${RUNS:-5}
+ROUTES=${ROUTES:-me orders events}
 DURATION=${DURATION:-5}
 CONNECTIONS=${CONNECTIONS:-32}
 
@@ -189,7 +191,7 @@ echo "wrk -t1 -c$CONNECTIONS, $RUNS runs of ${DURATION} one-second slices per se
 echo "each server held to $SERVER_CPU of its CPU (SERVER_CPU); CPU used is the share of that"
 printf '%-8s %-9s %10s %8s %8s %12s %12s %9s\n' route server "req/s" "p50 us" "p99 us" "RSS warm KiB" "RSS peak KiB" "CPU used"
 servers=(baseline api host)
-for route in me orders events; do
+for route in $ROUTES; do
   for server in "${servers[@]}"; do : >"$work/$route.$server"; done
   : >"$work/$route.api.ratios"
   : >"$work/$route.host.ratios"
