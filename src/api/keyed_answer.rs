@@ -201,7 +201,13 @@ fn authenticated(config: &Config, facts: RequestFacts, principal: Principal) -> 
     // Past an enforced sunset: gone, without spending the key's rate limit.
     if let Some(deprecation) = facts.gone.and_then(|index| config.deprecations.get(index)) {
         let response = response::past_sunset(deprecation);
-        return finish(config, facts.route.usage_route(), &principal, None, response);
+        return finish(
+            config,
+            facts.route.usage_route(),
+            &principal,
+            None,
+            response,
+        );
     }
     config
         .usage

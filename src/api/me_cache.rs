@@ -119,7 +119,6 @@ mod tests {
     /// The body and tag [`with_me_representation`] answers with, checking its headers.
     fn me_representation(organization: &Arc<Organization>) -> (Bytes, HeaderValue) {
         with_me_representation(organization, |me| {
-
             assert_eq!(me.tagged_headers[CACHE_CONTROL], "private, no-cache");
             (me.body.clone(), me.tagged_headers[ETAG].clone())
         })

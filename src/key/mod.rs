@@ -407,9 +407,8 @@ mod tests {
         assert!(!is_valid_key(&"k".repeat(MAX_KEY_LEN + 1)));
         // Every byte, against RFC 6750's grammar as written.
         for byte in 0..=u8::MAX {
-            let in_grammar = byte.is_ascii_alphabetic()
-                || byte.is_ascii_digit()
-                || b"-._~+/".contains(&byte);
+            let in_grammar =
+                byte.is_ascii_alphabetic() || byte.is_ascii_digit() || b"-._~+/".contains(&byte);
             assert_eq!(is_token(&[byte]), in_grammar, "{byte:#04x}");
             assert_eq!(is_token(&[b'a', byte, b'a']), in_grammar, "{byte:#04x}");
         }
