@@ -139,6 +139,6 @@ for route in me orders; do
   head -n 25 "$work/per_function.$route"
   # The key's digest: a SipHash tag and the thread's memo, or on a miss the SHA-256 in
   # sha2's portable code (valgrind cannot run the SHA extensions that sha2 uses natively).
-  digest=$(awk '/key::digest::DigestMemo::digest/ { print $1; exit }' "$work/per_function.$route")
+  digest=$(awk '/key::digest::KeyDigest::of_presented/ { print $1; exit }' "$work/per_function.$route")
   echo "of which the key's digest (memoised per thread): ${digest:-0}"
 done

@@ -40,6 +40,12 @@ cd "$(dirname "$0")/.."
 
 RUNS=${RUNS:-5}
 ROUTES=${ROUTES:-me orders events}
+for route in $ROUTES; do
+  case $route in
+    me | orders | events) ;;
+    *) echo "ROUTES: '$route' is none of me, orders, events" >&2 && exit 2 ;;
+  esac
+done
 DURATION=${DURATION:-5}
 CONNECTIONS=${CONNECTIONS:-32}
 

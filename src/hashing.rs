@@ -43,6 +43,9 @@ impl Hasher for Prehashed {
 /// `Xxh3` as a `Hasher` streams into a buffer and finishes from it, several times the cost of
 /// one call for a short id; ids come from a store, never from a client, so nobody can choose
 /// them to collide.
+///
+/// For maps keyed by text only: `write_u8` is the terminator a `str` writes after its bytes
+/// and is not hashed, so a `u8`, `i8` or `bool` in a key would not be either.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct OneShotXxh3(u64);
 

@@ -274,7 +274,7 @@ fn limited(
                 Ok((body, tagged_headers)) => {
                     keyed::me(if_none_match.as_ref(), body, tagged_headers)
                 }
-                Err(err) => keyed::store_failed(config, StoreError::other(err)),
+                Err(err) => failed(config, &principal, StoreError::other(err)),
             });
         }
         KeyedRoute::Orders(Err(bad), _) => {
@@ -353,7 +353,7 @@ impl OrdersAsk {
                 };
                 keyed::orders(config, self.if_none_match.as_ref(), &asked, &page)
             }
-            Err(err) => keyed::store_failed(config, err),
+            Err(err) => failed(config, &self.principal, err),
         };
         finish(
             config,
@@ -401,7 +401,7 @@ impl EventsAsk {
                 &self.query,
                 page,
             ),
-            Err(err) => keyed::store_failed(config, err),
+            Err(err) => failed(config, &self.principal, err),
         };
         finish(
             config,
@@ -438,7 +438,7 @@ impl DeprecationsAsk {
     ) -> AfterReply {
         let response = match calls {
             Ok(calls) => response::deprecations(&config.deprecations, Some(&calls)),
-            Err(err) => keyed::store_failed(config, err),
+            Err(err) => failed(config, &self.principal, err),
         };
         finish(
             config,
@@ -448,6 +448,13 @@ impl DeprecationsAsk {
             response,
         )
     }
+}
+
+/// The response to `principal` when a store failed: the organization recorded in the host's
+/// request span first, so the failure's log line carries it.
+fn failed(config: &Config, principal: &Principal, err: StoreError) -> Response<ApiBody> {
+    record_in_request_span("organization_id", || principal.organization.id.as_str());
+    keyed::store_failed(config, err)
 }
 
 /// The flow done with `response` to `principal`: counted in the key's usage on `usage_route`,

@@ -18,8 +18,8 @@ pub(crate) struct MeRepresentation {
     pub(crate) tagged_headers: HeaderMap,
 }
 
-/// Calls `answer` with the representation of `organization` at `GET /me`: its body, entity
-/// tag and tagged headers.
+/// Calls `answer` with the representation of `organization` at `GET /me`: its body and the
+/// headers of its tagged `200` (the entity tag among them).
 ///
 /// They depend on the organization only, and a store that keeps principals in memory hands
 /// out the same `Arc<Organization>` for every request with a key: so each worker thread keeps

@@ -217,7 +217,12 @@ pub(crate) fn with_headers(body: ApiBody, headers: HeaderMap) -> Response<ApiBod
 /// The `304 Not Modified` for a representation tagged `etag`: the headers its `200` would
 /// carry (RFC 9110 section 15.4.5) but no body and no `Content-Length`.
 pub(crate) fn not_modified(etag: &HeaderValue) -> Response<ApiBody> {
-    let mut response = with_headers(ApiBody::empty(), tagged_headers(etag));
+    not_modified_with(tagged_headers(etag))
+}
+
+/// The `304 Not Modified` with `tagged_headers`, those of the tagged `200` it stands for.
+pub(crate) fn not_modified_with(tagged_headers: HeaderMap) -> Response<ApiBody> {
+    let mut response = with_headers(ApiBody::empty(), tagged_headers);
     *response.status_mut() = StatusCode::NOT_MODIFIED;
     response.headers_mut().remove(CONTENT_TYPE);
     response

@@ -282,6 +282,47 @@ async fn head_answers_like_get_without_a_body() {
 }
 
 #[tokio::test]
+async fn an_answer_that_waits_for_a_store_is_finished_as_a_ready_one_is() {
+    // Nothing is at hand in a slow store: each answer is a future, finished when it is done.
+    let deprecation: partner_api::deprecation::Deprecation =
+        "/me=2026-12-01,sunset=2099-06-01".parse().unwrap();
+    let at_hand = api().with_deprecation(deprecation.clone());
+    let waiting = PartnerApi::from_store(SlowStore {
+        inner: store(),
+        delay: Duration::from_millis(1),
+    })
+    .with_deprecation(deprecation);
+    let cases = [
+        ("/v1/me", Some(KEY_A)),
+        ("/v1/orders", Some(KEY_A)),
+        ("/v1/orders", Some("pk_test_unknown")),
+    ];
+    for (path, key) in cases {
+        for method in [Method::GET, Method::HEAD] {
+            let request = |id: &'static str| {
+                let mut request = get(path, key);
+                *request.method_mut() = method.clone();
+                request
+                    .headers_mut()
+                    .insert("x-request-id", HeaderValue::from_static(id));
+                request
+            };
+            let ready = call(&at_hand, request("ready-1")).await;
+            let waited = call(&waiting, request("waited-1")).await;
+            assert_eq!(waited.status, ready.status, "{method} {path}");
+            assert_eq!(waited.body, ready.body, "{method} {path}");
+            assert_eq!(waited.headers["x-request-id"], "waited-1");
+            // The deprecation's fields, HEAD's Content-Length, the rest alike.
+            assert_eq!(
+                without_request_id(waited.headers),
+                without_request_id(ready.headers),
+                "{method} {path}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
 async fn unknown_paths_under_the_prefix_are_json_404s() {
     for path in [
         "/v1",

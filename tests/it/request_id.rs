@@ -96,3 +96,29 @@ async fn the_id_is_recorded_in_the_hosts_request_span() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn a_store_failure_is_logged_with_the_organization() {
+    let logs = CapturedLogs::default();
+    let _guard = logs.install();
+    let api = partner_api::PartnerApi::new(
+        store(),
+        FailingStore(|| partner_api::StoreError::other("down")),
+    );
+    let response = api
+        .oneshot(get("/v1/orders", Some(KEY_A)))
+        .instrument(tracing::info_span!(
+            "request",
+            request_id = tracing::field::Empty,
+            organization_id = tracing::field::Empty
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let text = logs.text();
+    let failure = text
+        .lines()
+        .find(|line| line.contains("partner API store failed"))
+        .unwrap_or_else(|| panic!("no failure logged: {text}"));
+    assert!(failure.contains("organization_id=\"org_a\""), "{failure}");
+}

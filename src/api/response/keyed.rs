@@ -36,10 +36,13 @@ pub(crate) fn me(
     let Some(headers) = tagged_headers else {
         return super::json_body(StatusCode::OK, ApiBody::new(body));
     };
-    if let (Some(condition), Some(etag)) = (if_none_match, headers.get(ETAG)) {
-        if condition.matches(etag) {
-            return super::not_modified(etag);
-        }
+    let unchanged = if_none_match.is_some_and(|condition| {
+        headers
+            .get(ETAG)
+            .is_some_and(|etag| condition.matches(etag))
+    });
+    if unchanged {
+        return super::not_modified_with(headers);
     }
     super::with_headers(ApiBody::new(body), headers)
 }
