@@ -30,7 +30,13 @@ pub(crate) fn request_id(headers: &HeaderMap) -> HeaderValue {
 
 /// The request's own id, when it has exactly one and it is well-formed.
 fn given_id(headers: &HeaderMap) -> Option<&HeaderValue> {
-    let mut given = headers.get_all(&REQUEST_ID_HEADER).iter();
+    // A walk over the request's headers, not a lookup: the name is not a standard one, so a
+    // lookup hashes it byte by byte, which costs more than comparing a request's few names
+    // (most of them standard ones, told apart from it at once).
+    let mut given = headers
+        .iter()
+        .filter(|(name, _)| **name == REQUEST_ID_HEADER)
+        .map(|(_, value)| value);
     match (given.next(), given.next()) {
         (Some(value), None) if is_well_formed(value.as_bytes()) => Some(value),
         _ => None,

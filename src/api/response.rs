@@ -176,10 +176,22 @@ static JSON_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(|
 
 /// Puts the request's id in the slot every API response has for it, or removes the slot.
 pub(crate) fn set_request_id(response: &mut Response<ApiBody>, id: Option<HeaderValue>) {
-    match id {
-        Some(id) => response.headers_mut().insert(REQUEST_ID_HEADER, id),
-        None => response.headers_mut().remove(REQUEST_ID_HEADER),
+    let headers = response.headers_mut();
+    let Some(id) = id else {
+        headers.remove(REQUEST_ID_HEADER);
+        return;
     };
+    // The slot is found by walking a response's few headers: hashing the name (not a
+    // standard one, so hashed byte by byte) and probing cost several times more.
+    match headers
+        .iter_mut()
+        .find(|(name, _)| *name == REQUEST_ID_HEADER)
+    {
+        Some((_, slot)) => *slot = id,
+        None => {
+            headers.insert(REQUEST_ID_HEADER, id);
+        }
+    }
 }
 
 /// The headers of a `200` (or `304`) that carries an `ETag`: such a body may be kept by the
