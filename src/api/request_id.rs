@@ -222,10 +222,11 @@ where
         let this = self.project();
         let mut response = ready!(this.future.poll(cx))?;
         if let Some(id) = this.id.take() {
-            response
-                .headers_mut()
-                .entry(REQUEST_ID_HEADER)
-                .or_insert(id);
+            // Walked, not looked up, as in `given_id`: the API's responses carry the id.
+            let headers = response.headers_mut();
+            if !headers.iter().any(|(name, _)| *name == REQUEST_ID_HEADER) {
+                headers.insert(REQUEST_ID_HEADER, id);
+            }
         }
         Poll::Ready(Ok(response))
     }
