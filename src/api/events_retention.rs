@@ -1,56 +1,204 @@
-//! The events feed's retention, run by the API itself: at most one round a minute, started in
-//! the background by a request that finds it due, deleting in small batches (the store keeps
-//! what is left a suffix of the feed).
+//! The events feed's retention, run by the API itself: a task of its own, started by the first
+//! request for a key in a tokio runtime, runs a round at once and then one a minute, deleting
+//! in small batches (the store keeps what is left a suffix of the feed).
+//!
+//! The request path pays one atomic read for it. The task holds the feed and the retention
+//! weakly and ends once either is gone (the API dropped, or `with_events_retention` replaced
+//! the retention): it never keeps an API alive nor prunes with a retention no longer set. When
+//! its runtime shuts down the task is dropped, and the next request (in another runtime)
+//! starts another.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::store::{prune_event_batches, EventFeed};
-use crate::supervise::DueRounds;
 
-/// How often the API runs the feed's retention, at most.
+/// How often the API runs the feed's retention.
 const EVENTS_RETENTION_INTERVAL: Duration = Duration::from_secs(60);
 /// A round deletes at most this many batches of [`EVENTS_RETENTION_BATCH`] events.
 const EVENTS_RETENTION_BATCHES: u32 = 20;
 const EVENTS_RETENTION_BATCH: u32 = 500;
 
-/// How long the feed keeps events, and the rounds of its retention.
+/// How long the feed keeps events, and whether a task runs its retention's rounds.
 pub(crate) struct EventsRetention {
     pub(crate) keep: Duration,
-    rounds: DueRounds,
+    /// Set by the request that starts the task; cleared when the task ends.
+    running: AtomicBool,
 }
 
 impl EventsRetention {
     pub(crate) fn new(keep: Duration) -> Self {
         Self {
             keep,
-            rounds: DueRounds::new(EVENTS_RETENTION_INTERVAL),
+            running: AtomicBool::new(false),
         }
     }
 
-    /// Starts a round of `feed`'s retention in the background when one is due and there is a
-    /// tokio runtime to run it on. A failure is logged, a panic caught and counted (task
-    /// `events_retention`); the next round is a minute later.
-    pub(crate) fn run_if_due(&self, feed: &Arc<dyn EventFeed>) {
-        // The turn first: getting the runtime's handle clones an `Arc` every worker shares.
-        if !self.rounds.take_turn() {
+    /// Starts the task that runs `feed`'s retention, unless one runs or there is no tokio
+    /// runtime to run it on. Each round's failure is logged and a panic caught and counted
+    /// (task `events_retention`); the next round is a minute later either way.
+    pub(crate) fn run_if_due(self: &Arc<Self>, feed: &Arc<dyn EventFeed>) {
+        // The request path's one read; the runtime's handle only when a task must start
+        // (getting it clones an `Arc` every worker shares).
+        if self.running.load(Ordering::Acquire) {
             return;
         }
-        // Outside a runtime the round is skipped; the next is due an interval later.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (feed, keep) = (feed.clone(), self.keep);
-        runtime.spawn(crate::supervise::caught("events_retention", async move {
-            let pruned = prune_event_batches(
-                &*feed,
-                keep,
-                EVENTS_RETENTION_BATCH,
-                EVENTS_RETENTION_BATCHES,
-            );
-            if let Err(err) = pruned.await {
-                tracing::warn!(error = %crate::log::ErrorChain(&err), "the events feed's retention failed");
+        if self.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let ended = EndsRunning(Arc::downgrade(self));
+        let (retention, feed) = (Arc::downgrade(self), Arc::downgrade(feed));
+        runtime.spawn(async move {
+            let _ended = ended;
+            while round(&retention, &feed).await.is_some() {
+                tokio::time::sleep(EVENTS_RETENTION_INTERVAL).await;
             }
-        }));
+        });
+    }
+}
+
+/// One round of retention, if the retention and the feed are still there (`None` ends the
+/// task). Neither is held across the sleep between rounds.
+async fn round(retention: &Weak<EventsRetention>, feed: &Weak<dyn EventFeed>) -> Option<()> {
+    let keep = retention.upgrade()?.keep;
+    let feed = feed.upgrade()?;
+    crate::supervise::caught("events_retention", async {
+        let pruned = prune_event_batches(
+            &*feed,
+            keep,
+            EVENTS_RETENTION_BATCH,
+            EVENTS_RETENTION_BATCHES,
+        );
+        if let Err(err) = pruned.await {
+            tracing::warn!(error = %crate::log::ErrorChain(&err), "the events feed's retention failed");
+        }
+    })
+    .await;
+    Some(())
+}
+
+/// Clears the retention's `running` when the task ends, however it ends (its runtime shut
+/// down, say), so the next request starts another.
+struct EndsRunning(Weak<EventsRetention>);
+
+impl Drop for EndsRunning {
+    fn drop(&mut self) {
+        if let Some(retention) = self.0.upgrade() {
+            retention.running.store(false, Ordering::Release);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Order, Organization, Timestamp};
+    use crate::store::MemoryStore;
+
+    fn order(id: &str) -> Order {
+        Order {
+            id: id.to_owned(),
+            providers: vec![],
+            advertiser_name: "A".to_owned(),
+            campaign_name: "C".to_owned(),
+            budget_dkk: 1,
+            start_date: chrono::NaiveDate::from_ymd_opt(2026, 1, 1).unwrap(),
+            end_date: chrono::NaiveDate::from_ymd_opt(2026, 1, 2).unwrap(),
+            status: "booked".to_owned(),
+            external_reference: "X".to_owned(),
+            created_at: Timestamp::from_unix_millis(10).unwrap(),
+        }
+    }
+
+    /// A store whose feed has `orders` events of organization `a`, all older than now.
+    fn store_with_events(orders: &[&str]) -> MemoryStore {
+        let store = MemoryStore::new();
+        store
+            .add_organization(Organization {
+                id: "a".to_owned(),
+                name: "A".to_owned(),
+            })
+            .unwrap();
+        for id in orders {
+            store.add_order("a", order(id)).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        store
+    }
+
+    /// What a round keeping nothing would still delete now.
+    async fn left_to_prune(store: &MemoryStore) -> u64 {
+        prune_event_batches(store, Duration::ZERO, 50, 10)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_task_runs_a_round_at_once_then_one_a_minute_until_the_feed_is_gone() {
+        let store = store_with_events(&["o1", "o2", "o3"]);
+        let feed: Arc<dyn EventFeed> = Arc::new(store.clone());
+        let retention = Arc::new(EventsRetention::new(Duration::ZERO));
+        retention.run_if_due(&feed);
+        assert!(retention.running.load(Ordering::Acquire));
+        // Another request meanwhile starts nothing more.
+        retention.run_if_due(&feed);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        // The round ran: all but the feed's newest event are gone.
+        assert_eq!(left_to_prune(&store).await, 0);
+        store.add_order("a", order("o4")).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        tokio::time::sleep(EVENTS_RETENTION_INTERVAL / 2).await;
+        assert_eq!(left_to_prune(&store).await, 1, "not before a minute");
+        store.add_order("a", order("o5")).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        tokio::time::sleep(EVENTS_RETENTION_INTERVAL).await;
+        assert_eq!(
+            left_to_prune(&store).await,
+            0,
+            "the next round, a minute on"
+        );
+        // The API gone (its feed with it): the task ends, and says so.
+        drop(feed);
+        tokio::time::sleep(EVENTS_RETENTION_INTERVAL * 2).await;
+        assert!(!retention.running.load(Ordering::Acquire));
+    }
+
+    #[test]
+    fn outside_a_runtime_no_task_starts_and_a_runtime_shut_down_frees_the_next() {
+        let store = store_with_events(&["o1", "o2"]);
+        let feed: Arc<dyn EventFeed> = Arc::new(store.clone());
+        let retention = Arc::new(EventsRetention::new(Duration::ZERO));
+        retention.run_if_due(&feed);
+        assert!(!retention.running.load(Ordering::Acquire));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            retention.run_if_due(&feed);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        });
+        assert!(retention.running.load(Ordering::Acquire));
+        drop(runtime);
+        assert!(
+            !retention.running.load(Ordering::Acquire),
+            "dropped with its runtime"
+        );
+        // The next request, in another runtime, starts another.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            store.add_order("a", order("o3")).unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+            retention.run_if_due(&feed);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            assert_eq!(left_to_prune(&store).await, 0);
+        });
     }
 }

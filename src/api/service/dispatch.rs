@@ -87,8 +87,8 @@ impl PartnerApi {
             Route::OpenApi => return ready(response::openapi(config.openapi.clone())),
             Route::Me | Route::Orders | Route::Events | Route::Deprecations => {}
         }
-        // Retention is due-checked by every request for a key (one atomic read), so a feed
-        // nobody polls is pruned all the same.
+        // The first request for a key starts the task that runs retention (after that, one
+        // atomic read), so a feed nobody polls is pruned all the same.
         if let Some((feed, retention)) = &config.events {
             retention.run_if_due(feed);
         }
