@@ -96,22 +96,11 @@ impl Drop for EndsRunning {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Order, Organization, Timestamp};
+    use crate::model::{Order, Organization};
     use crate::store::MemoryStore;
 
     fn order(id: &str) -> Order {
-        Order {
-            id: id.to_owned(),
-            providers: vec![],
-            advertiser_name: "A".to_owned(),
-            campaign_name: "C".to_owned(),
-            budget_dkk: 1,
-            start_date: chrono::NaiveDate::from_ymd_opt(2026, 1, 1).unwrap(),
-            end_date: chrono::NaiveDate::from_ymd_opt(2026, 1, 2).unwrap(),
-            status: "booked".to_owned(),
-            external_reference: "X".to_owned(),
-            created_at: Timestamp::from_unix_millis(10).unwrap(),
-        }
+        crate::model::tests::order(id, "2026-01-01T00:00:00Z")
     }
 
     /// A store whose feed has `orders` events of organization `a`, all older than now.

@@ -341,9 +341,10 @@ impl fmt::Debug for OrderPage {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
+    /// An order for tests elsewhere in the crate too.
     pub(crate) fn order(id: &str, created_at: &str) -> Order {
         Order {
             id: id.to_owned(),
