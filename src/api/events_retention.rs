@@ -38,7 +38,7 @@ impl EventsRetention {
     /// Starts the task that runs `feed`'s retention, unless one runs or there is no tokio
     /// runtime to run it on. Each round's failure is logged and a panic caught and counted
     /// (task `events_retention`); the next round is a minute later either way.
-    pub(crate) fn run_if_due(self: &Arc<Self>, feed: &Arc<dyn EventFeed>) {
+    pub(crate) fn ensure_running(self: &Arc<Self>, feed: &Arc<dyn EventFeed>) {
         // The request path's one read; the runtime's handle only when a task must start
         // (getting it clones an `Arc` every worker shares).
         if self.running.load(Ordering::Acquire) {
@@ -131,10 +131,10 @@ mod tests {
         let store = store_with_events(&["o1", "o2", "o3"]);
         let feed: Arc<dyn EventFeed> = Arc::new(store.clone());
         let retention = Arc::new(EventsRetention::new(Duration::ZERO));
-        retention.run_if_due(&feed);
+        retention.ensure_running(&feed);
         assert!(retention.running.load(Ordering::Acquire));
         // Another request meanwhile starts nothing more.
-        retention.run_if_due(&feed);
+        retention.ensure_running(&feed);
         tokio::time::sleep(Duration::from_millis(1)).await;
         // The round ran: all but the feed's newest event are gone.
         assert_eq!(left_to_prune(&store).await, 0);
@@ -161,14 +161,14 @@ mod tests {
         let store = store_with_events(&["o1", "o2"]);
         let feed: Arc<dyn EventFeed> = Arc::new(store.clone());
         let retention = Arc::new(EventsRetention::new(Duration::ZERO));
-        retention.run_if_due(&feed);
+        retention.ensure_running(&feed);
         assert!(!retention.running.load(Ordering::Acquire));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
             .unwrap();
         runtime.block_on(async {
-            retention.run_if_due(&feed);
+            retention.ensure_running(&feed);
             tokio::time::sleep(Duration::from_millis(1)).await;
         });
         assert!(retention.running.load(Ordering::Acquire));
@@ -185,7 +185,7 @@ mod tests {
         runtime.block_on(async {
             store.add_order("a", order("o3")).unwrap();
             std::thread::sleep(Duration::from_millis(5));
-            retention.run_if_due(&feed);
+            retention.ensure_running(&feed);
             tokio::time::sleep(Duration::from_millis(1)).await;
             assert_eq!(left_to_prune(&store).await, 0);
         });

@@ -93,8 +93,8 @@ impl PartnerApi {
     /// Serves `GET {prefix}/events`, the organization's order events oldest first, from
     /// `feed` (without one, that path answers 404 as any unknown one). Events are kept
     /// [`DEFAULT_EVENTS_RETENTION`](crate::store::DEFAULT_EVENTS_RETENTION) unless [`with_events_retention`](Self::with_events_retention)
-    /// says otherwise; the API itself deletes older ones, in small batches, at most once a
-    /// minute, in the background of a request (it needs a tokio runtime).
+    /// says otherwise; the API itself deletes older ones, in small batches, once a minute, in
+    /// a task that the first request with a key starts in its tokio runtime.
     ///
     /// ```
     /// use partner_api::{MemoryStore, PartnerApi};

@@ -90,7 +90,7 @@ impl PartnerApi {
         // The first request for a key starts the task that runs retention (after that, one
         // atomic read), so a feed nobody polls is pruned all the same.
         if let Some((feed, retention)) = &config.events {
-            retention.run_if_due(feed);
+            retention.ensure_running(feed);
         }
         // Only the digest goes on: the plaintext never enters a future or a store.
         let digest = match presented_key(headers) {
