@@ -156,6 +156,62 @@ mod tests {
         assert!(!retention.running.load(Ordering::Acquire));
     }
 
+    /// A feed over a store that counts its prunes and fails the first two: a panic, then an
+    /// error.
+    struct Faulty {
+        store: MemoryStore,
+        prunes: std::sync::atomic::AtomicU32,
+    }
+
+    #[async_trait::async_trait]
+    impl EventFeed for Faulty {
+        async fn events(
+            &self,
+            organization_id: &str,
+            query: &crate::store::EventQuery,
+        ) -> Result<crate::store::EventsPage, crate::store::StoreError> {
+            self.store.events(organization_id, query).await
+        }
+
+        async fn prune_events(
+            &self,
+            older_than: Duration,
+            batch: u32,
+        ) -> Result<u64, crate::store::StoreError> {
+            match self.prunes.fetch_add(1, Ordering::SeqCst) {
+                0 => panic!("a faulty retention round"),
+                1 => Err(crate::store::StoreError::unavailable("down")),
+                _ => self.store.prune_events(older_than, batch).await,
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_round_that_panics_or_fails_is_followed_by_the_next_a_minute_later() {
+        let store = store_with_events(&["o1", "o2", "o3"]);
+        let faulty = Arc::new(Faulty {
+            store: store.clone(),
+            prunes: Default::default(),
+        });
+        let feed: Arc<dyn EventFeed> = faulty.clone();
+        let retention = Arc::new(EventsRetention::new(Duration::ZERO));
+        let prunes = || faulty.prunes.load(Ordering::SeqCst);
+        retention.ensure_running(&feed);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(prunes(), 1, "the first round, which panicked");
+        assert!(
+            retention.running.load(Ordering::Acquire),
+            "the task goes on"
+        );
+        tokio::time::sleep(EVENTS_RETENTION_INTERVAL / 2).await;
+        assert_eq!(prunes(), 1, "no round sooner after a panic");
+        tokio::time::sleep(EVENTS_RETENTION_INTERVAL / 2).await;
+        assert_eq!(prunes(), 2, "the second, which failed");
+        tokio::time::sleep(EVENTS_RETENTION_INTERVAL).await;
+        assert_eq!(prunes(), 3, "the third, which pruned");
+        assert_eq!(left_to_prune(&store).await, 0);
+    }
+
     #[test]
     fn outside_a_runtime_no_task_starts_and_a_runtime_shut_down_frees_the_next() {
         let store = store_with_events(&["o1", "o2"]);
