@@ -30,17 +30,22 @@ pub(crate) fn request_id(headers: &HeaderMap) -> HeaderValue {
 
 /// The request's own id, when it has exactly one and it is well-formed.
 fn given_id(headers: &HeaderMap) -> Option<&HeaderValue> {
-    // A walk over the request's headers, not a lookup: the name is not a standard one, so a
-    // lookup hashes it byte by byte, which costs more than comparing a request's few names
-    // (most of them standard ones, told apart from it at once).
     let mut given = headers
         .iter()
-        .filter(|(name, _)| **name == REQUEST_ID_HEADER)
+        .filter(|(name, _)| is_request_id(name))
         .map(|(_, value)| value);
     match (given.next(), given.next()) {
         (Some(value), None) if is_well_formed(value.as_bytes()) => Some(value),
         _ => None,
     }
+}
+
+/// Whether `name` is [`REQUEST_ID_HEADER`]. The id is found by walking a message's few
+/// headers with this, not by a lookup: the name is not a standard one, so a lookup hashes it
+/// byte by byte, which costs more than comparing a message's names (most of them standard
+/// ones, told apart from it at once).
+pub(crate) fn is_request_id(name: &HeaderName) -> bool {
+    *name == REQUEST_ID_HEADER
 }
 
 /// Returns whether `id` may be taken from a request as its id: 1 to [`MAX_REQUEST_ID_LEN`] bytes of
@@ -222,9 +227,8 @@ where
         let this = self.project();
         let mut response = ready!(this.future.poll(cx))?;
         if let Some(id) = this.id.take() {
-            // Walked, not looked up, as in `given_id`: the API's responses carry the id.
             let headers = response.headers_mut();
-            if !headers.iter().any(|(name, _)| *name == REQUEST_ID_HEADER) {
+            if !headers.iter().any(|(name, _)| is_request_id(name)) {
                 headers.insert(REQUEST_ID_HEADER, id);
             }
         }

@@ -20,7 +20,7 @@ use crate::api::deprecations::Deprecations;
 use crate::api::events_request::{BadEventsRequest, EventsParameter};
 use crate::api::order_filters::FilterParameter;
 use crate::api::pagination::BadPageRequest;
-use crate::api::request_id::REQUEST_ID_HEADER;
+use crate::api::request_id::{is_request_id, REQUEST_ID_HEADER};
 use crate::model::OrderPage;
 use crate::rate_limit::whole_seconds_at_least_one;
 use crate::store::DeprecatedCallTotal;
@@ -181,12 +181,7 @@ pub(crate) fn set_request_id(response: &mut Response<ApiBody>, id: Option<Header
         headers.remove(REQUEST_ID_HEADER);
         return;
     };
-    // The slot is found by walking a response's few headers: hashing the name (not a
-    // standard one, so hashed byte by byte) and probing cost several times more.
-    match headers
-        .iter_mut()
-        .find(|(name, _)| *name == REQUEST_ID_HEADER)
-    {
+    match headers.iter_mut().find(|(name, _)| is_request_id(name)) {
         Some((_, slot)) => *slot = id,
         None => {
             headers.insert(REQUEST_ID_HEADER, id);
