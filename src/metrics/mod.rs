@@ -14,7 +14,7 @@
 //! | [`ORGANIZATION_REQUESTS`] | counter | `organization_id`, and `key_id` when the host opts in |
 //! | [`RATE_LIMIT_REFUSALS`] | counter | `organization_id` |
 //! | [`STORE_CALL_DURATION`] | histogram (seconds) | `store`, `operation`; `error_type` when the call failed |
-//! | [`STORE_ERRORS`] | counter | `store`, `operation`, `error_type` |
+//! | [`STORE_ERRORS`] | counter | `store`, `operation`, `error_type` (an order an event or webhook could not show: `store` `events` or `webhooks`, `operation` `show_order`) |
 //! | [`CACHE_HITS`], [`CACHE_MISSES`] | counter | `cache`: `keys`, `orders` |
 //! | [`CACHE_INVALIDATIONS`] | counter | `cache`, `scope`: `key`, `organization`, `all` |
 //! | [`CACHE_NOTIFICATIONS_CONNECTED`] | gauge (one per process) | none |
@@ -354,6 +354,7 @@ pub(crate) enum StoreCall {
     KeyLookup,
     NewestOrders,
     OrderEvents,
+    PruneEvents,
     RateLimitCheck,
     AuthFailureCheck,
     RecordLastUsed,
@@ -374,6 +375,9 @@ impl StoreCall {
             Self::OrderEvents => {
                 static_key!(STORE_CALL_DURATION, "store" => "events", "operation" => "events")
             }
+            Self::PruneEvents => static_key!(
+                STORE_CALL_DURATION, "store" => "events", "operation" => "prune_events"
+            ),
             Self::RateLimitCheck => {
                 static_key!(STORE_CALL_DURATION, "store" => "rate_limiter", "operation" => "check")
             }
@@ -443,6 +447,22 @@ fn error_type(kind: StoreErrorKind) -> &'static str {
         StoreErrorKind::Unsupported => "unsupported",
         _ => "other",
     }
+}
+
+/// Counts an order served as its id with the `unshowable` mark, by an event (`store`
+/// `events`) or a webhook (`webhooks`): a [`STORE_ERRORS`] of operation `show_order` and
+/// error type `invalid_data`. The feed and the delivery go on; the row needs repair.
+#[cfg(feature = "postgres")]
+pub(crate) fn unshowable_order(store: &'static str) {
+    let key = Key::from_parts(
+        STORE_ERRORS,
+        vec![
+            Label::from_static_parts("store", store),
+            Label::from_static_parts("operation", "show_order"),
+            Label::from_static_parts("error_type", "invalid_data"),
+        ],
+    );
+    counter(&key).increment(1);
 }
 
 /// Records a batch of `keys` last uses: written, or refused by the store.

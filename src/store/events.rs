@@ -109,7 +109,11 @@ pub struct FeedEvent {
     /// When the change was written, to the millisecond.
     pub created_at: Timestamp,
     /// The event's `data`, JSON: the order as `GET /v1/orders` serves it after the change
-    /// ([`EncodedOrder::json`](crate::EncodedOrder::json)), or `{"id":...}` for a deletion.
+    /// ([`EncodedOrder::json`](crate::EncodedOrder::json)), or `{"id":...}` for a deletion,
+    /// or `{"id":...,"unshowable":true}` for an order that could not be shown in the
+    /// contract's form when the change was written (a budget above 2^53 - 1, a provider that
+    /// is NULL, a row of a host's table outside the contract): the partner reads the order
+    /// again; the store logs it and counts it in `partner_api_store_errors_total`.
     pub data: Bytes,
 }
 
@@ -177,10 +181,12 @@ pub enum EventsPage {
         /// moves on past the others); `None` when the feed holds nothing after the position.
         through: Option<u64>,
     },
-    /// The event asked to resume after was deleted by retention: the feed no longer reaches
-    /// back that far.
+    /// The event asked to resume after was deleted by retention, and events after it were
+    /// too: the reader missed events the feed no longer holds. (A reader at the last event
+    /// retention deleted missed nothing: it is served the events after it.)
     Expired,
-    /// The event asked to resume after is not one of this organization's feed.
+    /// The event asked to resume after is not one of this organization's feed: never was,
+    /// or was deleted longer ago than its tombstone is kept (the retention period again).
     Unknown,
 }
 
@@ -216,8 +222,16 @@ pub enum EventsPage {
 ///
 /// A reader asks by event id; the store finds the event's position (stamping first when the
 /// event has none yet) and returns the events after it. Retention deletes events in position
-/// order only, so what a feed keeps is always a suffix of it: an `after` older than that
-/// suffix is [`EventsPage::Expired`], never a feed with a hole.
+/// order only, so what a feed keeps is always a suffix of it, and remembers what it deleted
+/// (a tombstone per event, kept as long as events are, the newest for ever): an `after`
+/// that retention deleted is [`EventsPage::Expired`] when events after it were deleted too,
+/// never a feed with a hole, and resumes as any other when it is the last one deleted (the
+/// reader missed nothing, however quiet the feed was); an id that was never this feed's is
+/// [`EventsPage::Unknown`].
+///
+/// A stored event never fails a read: the `data` of an order that cannot be shown in the
+/// contract's form (a row written outside it) is the order's id and `"unshowable": true`
+/// (see [`FeedEvent::data`]).
 ///
 /// An event never changes once written: a feed returns the same `change`, `created_at` and
 /// `data` for an event number every time (it stores them; it does not render them when read).
@@ -234,8 +248,10 @@ pub trait EventFeed: Send + Sync {
 
     /// Deletes at most `batch` events written more than `older_than` ago (by the store's
     /// clock), in feed order, never one after an event it keeps, and never a feed's newest
-    /// event (a reader that has it resumes there: it missed nothing, however quiet the feed);
-    /// returns how many it deleted.
+    /// event; remembers each deleted event's id (its tombstone) until its tombstone is as old
+    /// as `older_than` (the newest of a feed for ever), and forgets older ones; returns how
+    /// many it deleted. Fewer than `batch` means nothing more was due (or the store stopped
+    /// to keep its call short; the next call goes on).
     async fn prune_events(
         &self,
         older_than: std::time::Duration,

@@ -16,6 +16,7 @@ mod docs_truth;
 mod events;
 mod fairness;
 mod feed_history;
+mod feed_never_stalls;
 mod history;
 mod hostile;
 mod hosts;

@@ -11,9 +11,10 @@ use sqlx::{Connection, Executor, PgConnection};
 use crate::common::pg::{as_user, create_documented_roles, fresh_database};
 
 /// The trigger functions the migrations create.
-const TRIGGER_FUNCTIONS: [&str; 14] = [
+const TRIGGER_FUNCTIONS: [&str; 15] = [
     "partner_api_log_order_change",
     "partner_api_raise_order_events",
+    "partner_api_refuse_truncate",
     "partner_api_audit_disabled_by_delivery",
     "partner_api_audit_key_leaked",
     "partner_api_audit_reserved_actors",
@@ -41,12 +42,21 @@ const DEFINERS: [&str; 7] = [
 ];
 
 /// The tables our functions read or write, each shadowed by a temporary view in the attack.
-const SHADOWED: [(&str, &str); 9] = [
+const SHADOWED: [(&str, &str); 11] = [
     (
         "partner_api_order_events",
         "SELECT 1::bigint AS id, 'org_demo'::text AS organization_id, \
          'order.created'::text AS change, 'ord_demo'::text AS order_id, NULL::jsonb AS order_row, \
          now() AS created_at, NULL::bigint AS position",
+    ),
+    (
+        "partner_api_pruned_events",
+        "SELECT 'org_demo'::text AS organization_id, 1::bigint AS first_position, \
+         ARRAY[1]::bigint[] AS ids, 1::bigint AS min_id, 1::bigint AS max_id, now() AS pruned_at",
+    ),
+    (
+        "partner_api_event_retention",
+        "SELECT true AS only_row, ''::text AS next_organization",
     ),
     (
         "partner_api_event_feeds",
@@ -268,7 +278,7 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
             "SELECT partner_api_stamp_order_events('org_demo', 100)",
             "SELECT count(*) FROM partner_api_read_order_events('org_demo', NULL, 100, \
              ARRAY['order.created'], false)",
-            "SELECT partner_api_prune_order_events(3153600000, 10)",
+            "SELECT * FROM partner_api_prune_order_events(3153600000, 10, 100)",
         ] {
             let result = attacker.execute(call).await;
             if serves {
@@ -278,10 +288,15 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
                 assert_eq!(sqlstate(&err), "42501", "{role}: {call}: {err}");
             }
         }
+        // No documented role locks retention (it runs only through its call, which holds the
+        // lock for one short transaction), nor deletes tombstones.
         for write in [
             "UPDATE public.partner_api_order_events SET position = 0",
             "DELETE FROM public.partner_api_order_events",
             "UPDATE public.partner_api_event_feeds SET pruned_through_id = 0",
+            "SELECT * FROM public.partner_api_event_retention FOR UPDATE",
+            "SELECT * FROM public.partner_api_event_retention FOR KEY SHARE",
+            "DELETE FROM public.partner_api_pruned_events",
         ] {
             let err = attacker
                 .execute(write)
@@ -439,11 +454,14 @@ async fn every_function_of_ours_pins_its_search_path_and_no_definer_runs_for_pub
             name.starts_with("partner_api_"),
             "a function not ours: {name}"
         );
-        assert_eq!(
-            config,
-            &vec![format!("search_path={schema}, pg_temp")],
-            "{name} does not pin its search path"
-        );
+        // Retention's call also bounds its wait for the retention lock.
+        let pinned = format!("search_path={schema}, pg_temp");
+        let expected = if name == "partner_api_prune_order_events" {
+            vec![pinned, "lock_timeout=2s".to_owned()]
+        } else {
+            vec![pinned]
+        };
+        assert_eq!(config, &expected, "{name} does not pin its search path");
         if *definer {
             assert!(!public, "PUBLIC may execute the SECURITY DEFINER {name}");
         }

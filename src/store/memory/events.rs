@@ -31,9 +31,10 @@ pub(super) struct Feeds {
 struct Feed {
     /// Oldest first; ids increase along it.
     events: VecDeque<FeedEvent>,
-    /// The largest id retention deleted: an id at or below it that the feed no longer holds
-    /// was deleted, one above it never was one of this feed's.
-    pruned_through: u64,
+    /// The tombstones of the events retention deleted, oldest first (ids increase along it):
+    /// each one's id and when it was deleted. Kept as long as events are, the newest for ever: a reader at it missed
+    /// nothing.
+    pruned: VecDeque<(u64, Timestamp)>,
 }
 
 impl Feeds {
@@ -107,7 +108,16 @@ impl EventFeed for MemoryStore {
             None => 0,
             Some(after) => match feed.events.binary_search_by_key(&after, |event| event.id) {
                 Ok(index) => index + 1,
-                Err(_) if after <= feed.pruned_through => return Ok(EventsPage::Expired),
+                // Deleted, and the last one deleted: every event after it is kept.
+                Err(_) if feed.pruned.back().is_some_and(|(id, _)| *id == after) => 0,
+                Err(_)
+                    if feed
+                        .pruned
+                        .binary_search_by_key(&after, |(id, _)| *id)
+                        .is_ok() =>
+                {
+                    return Ok(EventsPage::Expired)
+                }
                 Err(_) => return Ok(EventsPage::Unknown),
             },
         };
@@ -135,6 +145,7 @@ impl EventFeed for MemoryStore {
             return Ok(0);
         };
         let mut feeds = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Timestamp::now();
         let mut deleted = 0;
         for feed in feeds.by_organization.values_mut() {
             // From the front only: what a feed keeps stays a suffix of it; and never the
@@ -142,12 +153,21 @@ impl EventFeed for MemoryStore {
             while deleted < u64::from(batch) && feed.events.len() > 1 {
                 match feed.events.front() {
                     Some(oldest) if oldest.created_at.as_datetime() < cutoff => {
-                        feed.pruned_through = feed.pruned_through.max(oldest.id);
+                        feed.pruned.push_back((oldest.id, now));
                         feed.events.pop_front();
                         deleted += 1;
                     }
                     _ => break,
                 }
+            }
+            // Tombstones as old as the events they stand for go, but the newest.
+            while feed.pruned.len() > 1
+                && feed
+                    .pruned
+                    .front()
+                    .is_some_and(|(_, at)| at.as_datetime() < cutoff)
+            {
+                feed.pruned.pop_front();
             }
         }
         Ok(deleted)

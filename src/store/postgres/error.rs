@@ -55,6 +55,12 @@ pub(crate) fn store_error(err: sqlx::Error) -> StoreError {
     }
 }
 
+/// Whether `err` is a lock that was not had in time (`55P03`, `lock_not_available`: a
+/// `lock_timeout` ran out).
+pub(crate) fn is_lock_timeout(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03"))
+}
+
 /// Whether `err` says the database cannot be reached (a connection that fails or breaks, a
 /// pool that times out, the server shutting down), as opposed to one slow statement
 /// (`57014`, a statement timeout) that says nothing of the others.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use sqlx::postgres::PgRow;
+use sqlx::Row;
 
 use super::timestamp::PgTimestamp;
 use super::{column, store_error, PgStore};
@@ -31,7 +32,7 @@ struct OrderRow {
 
 /// The JSON of the order a trigger's snapshot holds, through the encoder `GET /v1/orders`
 /// uses: the same bytes every time.
-pub(super) fn order_json(snapshot: serde_json::Value) -> Result<Bytes, StoreError> {
+fn order_json(snapshot: serde_json::Value) -> Result<Bytes, StoreError> {
     let order: OrderRow = serde_json::from_value(snapshot).map_err(StoreError::invalid_data)?;
     let encoded = EncodedOrder::new(Order {
         id: order.id,
@@ -48,9 +49,42 @@ pub(super) fn order_json(snapshot: serde_json::Value) -> Result<Bytes, StoreErro
     Ok(Bytes::copy_from_slice(encoded.json()))
 }
 
+/// The `data` of a created or updated order's event or webhook (`what` names it in the log):
+/// the order from its snapshot, or, where the trigger found the order unshowable (no
+/// snapshot) or the snapshot does not decode (one written before the trigger checked them),
+/// the order's id with the mark [`unshowable_order_json`]: logged and counted as a store
+/// error of `store`, never a failed read. The same bytes every time for the same row.
+pub(super) fn snapshot_json(
+    store: &'static str,
+    what: std::fmt::Arguments<'_>,
+    order_id: &str,
+    snapshot: Option<serde_json::Value>,
+) -> Result<Bytes, StoreError> {
+    let problem = match snapshot.map(order_json) {
+        Some(Ok(json)) => return Ok(json),
+        Some(Err(err)) => crate::log::ErrorChain(&err).to_string(),
+        None => "the trigger found it outside the contract when it was written".to_owned(),
+    };
+    tracing::warn!(
+        store,
+        order_id,
+        problem = %problem,
+        "{what}: the order cannot be shown in the contract's form; served as its id with \"unshowable\": true"
+    );
+    crate::metrics::unshowable_order(store);
+    unshowable_order_json(order_id)
+}
+
 /// The `{"id":...}` of a deletion.
 pub(super) fn deleted_json(order_id: &str) -> Result<Bytes, StoreError> {
     serde_json::to_vec(&serde_json::json!({ "id": order_id }))
+        .map(Bytes::from)
+        .map_err(StoreError::other)
+}
+
+/// The `{"id":...,"unshowable":true}` of an order whose data could not be shown.
+fn unshowable_order_json(order_id: &str) -> Result<Bytes, StoreError> {
+    serde_json::to_vec(&serde_json::json!({ "id": order_id, "unshowable": true }))
         .map(Bytes::from)
         .map_err(StoreError::other)
 }
@@ -59,6 +93,12 @@ pub(super) fn deleted_json(order_id: &str) -> Result<Bytes, StoreError> {
 const STAMP_BATCH: i32 = 1_000;
 /// The most stamping rounds one read runs for an `after` that has no position yet.
 const MAX_STAMPING_ROUNDS: usize = 20;
+
+/// The most work (in milliseconds) one retention call does before it commits.
+const PRUNE_CALL_MILLIS: i32 = 100;
+/// The most retention calls one `prune_events` makes: with [`PRUNE_CALL_MILLIS`], a few
+/// seconds of work at most before the caller's next batch.
+const MAX_PRUNE_CALLS: usize = 50;
 
 const READ: &str = "SELECT outcome, id, change, order_id, order_row, created_at \
                     FROM partner_api_read_order_events($1, $2, $3, $4, $5)";
@@ -122,15 +162,12 @@ fn event_from_row(row: &PgRow) -> Result<FeedEvent, StoreError> {
     let order_id: String = column(row, "order_id")?;
     let data = match change {
         OrderChange::Deleted => deleted_json(&order_id)?,
-        OrderChange::Created | OrderChange::Updated => {
-            let snapshot: serde_json::Value = column(row, "order_row")?;
-            order_json(snapshot).map_err(|err| {
-                StoreError::invalid_data(format!(
-                    "event {id} of order {order_id:?}: {}",
-                    crate::log::ErrorChain(&err)
-                ))
-            })?
-        }
+        OrderChange::Created | OrderChange::Updated => snapshot_json(
+            "events",
+            format_args!("event {id}"),
+            &order_id,
+            row.try_get("order_row").map_err(store_error)?,
+        )?,
     };
     Ok(FeedEvent {
         id: u64::try_from(id).map_err(StoreError::invalid_data)?,
@@ -178,14 +215,39 @@ impl EventFeed for PgStore {
         ))
     }
 
+    /// Calls of `partner_api_prune_order_events`, each one short transaction (at most
+    /// [`PRUNE_CALL_MILLIS`] of work, so a reader's stamping waits for one organization's
+    /// batch at most), from where the last call stopped, until `batch` events are deleted or
+    /// every organization was visited.
     async fn prune_events(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
         let keep = i64::try_from(older_than.as_secs()).unwrap_or(i64::MAX);
-        let deleted: i64 = sqlx::query_scalar("SELECT partner_api_prune_order_events($1, $2)")
-            .bind(keep)
-            .bind(i32::try_from(batch).unwrap_or(i32::MAX))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(store_error)?;
-        Ok(u64::try_from(deleted).unwrap_or(0))
+        let mut deleted = 0_u64;
+        for _ in 0..MAX_PRUNE_CALLS {
+            let asked = u64::from(batch).saturating_sub(deleted).max(1);
+            let row =
+                sqlx::query("SELECT deleted, done FROM partner_api_prune_order_events($1, $2, $3)")
+                    .bind(keep)
+                    .bind(i32::try_from(asked).unwrap_or(i32::MAX))
+                    .bind(PRUNE_CALL_MILLIS)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|err| {
+                        if super::error::is_lock_timeout(&err) {
+                            StoreError::unavailable(
+                                "events retention: another call held the retention lock for two \
+                         seconds; this round did not run",
+                            )
+                        } else {
+                            store_error(err)
+                        }
+                    })?;
+            let now: i64 = column(&row, "deleted")?;
+            let done: bool = column(&row, "done")?;
+            deleted += u64::try_from(now).unwrap_or(0);
+            if done || deleted >= u64::from(batch) {
+                break;
+            }
+        }
+        Ok(deleted)
     }
 }

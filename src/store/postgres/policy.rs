@@ -17,10 +17,22 @@ const POLICY: &str = "SELECT o.id, p.max_lifetime_ms, p.max_active_keys, p.max_w
                       WHERE o.id = $1";
 
 /// Serializes the issues and rolls of the organization `$1` until the transaction ends, so
-/// two of them at the cap make one key, not two. An advisory lock, not `FOR UPDATE`: that
-/// would need the right to update organizations, which a key-managing role has no use for.
+/// two of them at the cap make one key, not two: its `keys` row of
+/// `partner_api_organization_locks`, locked by an upsert. A row lock, not an advisory one
+/// (which any login could take and hold), and not a lock of the organization's row (which
+/// would need the right to update organizations): only the roles granted UPDATE on that table
+/// can take it.
 pub(super) const ISSUE_LOCK: &str =
-    "SELECT pg_advisory_xact_lock(hashtextextended('partner_api_keys:' || $1, 0))";
+    "INSERT INTO partner_api_organization_locks (organization_id, purpose) \
+     VALUES ($1, 'keys') ON CONFLICT (organization_id, purpose) \
+     DO UPDATE SET purpose = EXCLUDED.purpose";
+
+/// The lock of endpoint creation of the organization `$1`, as [`ISSUE_LOCK`] is of issuance.
+#[cfg(feature = "webhooks")]
+pub(super) const WEBHOOKS_LOCK: &str =
+    "INSERT INTO partner_api_organization_locks (organization_id, purpose) \
+     VALUES ($1, 'webhooks') ON CONFLICT (organization_id, purpose) \
+     DO UPDATE SET purpose = EXCLUDED.purpose";
 
 /// The policy of `organization_id`, with the organization's issue lock held until the
 /// transaction ends.

@@ -68,7 +68,13 @@ pub(super) fn body_from_row(row: &PgRow, kind: EventType) -> Result<Bytes, Store
     let raised_at = column::<PgTimestamp>(row, "raised_at")?.0;
     let data = match kind {
         EventType::OrderCreated | EventType::OrderUpdated => {
-            super::events::order_json(column(row, "order_row")?)?
+            let delivery: i64 = column(row, "delivery_id")?;
+            super::events::snapshot_json(
+                "webhooks",
+                format_args!("webhook delivery {delivery}"),
+                &column::<String>(row, "message_order_id")?,
+                row.try_get("order_row").map_err(store_error)?,
+            )?
         }
         EventType::OrderDeleted => {
             super::events::deleted_json(&column::<String>(row, "message_order_id")?)?
@@ -100,13 +106,11 @@ impl WebhookManager for PgStore {
         let names: Vec<&str> = events.iter().map(|kind| kind.as_str()).collect();
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
         // One add at a time per organization, so two cannot both pass the cap.
-        sqlx::query(
-            "SELECT pg_advisory_xact_lock(hashtextextended('partner_api_webhooks:' || $1, 0))",
-        )
-        .bind(organization_id)
-        .execute(&mut *transaction)
-        .await
-        .map_err(store_error)?;
+        sqlx::query(super::policy::WEBHOOKS_LOCK)
+            .bind(organization_id)
+            .execute(&mut *transaction)
+            .await
+            .map_err(store_error)?;
         let policy = super::policy::read_policy(&mut transaction, organization_id).await?;
         let endpoints: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM partner_webhook_endpoints WHERE organization_id = $1",
