@@ -26,14 +26,16 @@ function deprecationCell(deprecation) {
   } else {
     td.append(what);
   }
-  if (deprecation.parameter) td.append(element("small", "", `the ${deprecation.parameter} parameter`));
+  // A space before each note: read as text (a screen reader, a copy), cell and note stay
+  // two phrases, not one run-together word.
+  if (deprecation.parameter) td.append(" ", element("small", "", `the ${deprecation.parameter} parameter`));
   return td;
 }
 
 function sunsetCell(deprecation) {
   const td = cell(apiDay(deprecation.sunsetOn), "sunset");
   if (deprecation.sunsetOn) {
-    td.append(element("small", "", deprecation.enforced ? "then 410 Gone" : "may stop answering"));
+    td.append(" ", element("small", "", deprecation.enforced ? "then 410 Gone" : "may stop answering"));
   }
   return td;
 }

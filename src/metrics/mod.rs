@@ -449,22 +449,6 @@ fn error_type(kind: StoreErrorKind) -> &'static str {
     }
 }
 
-/// Counts an order served as its id with the `unshowable` mark, by an event (`store`
-/// `events`) or a webhook (`webhooks`): a [`STORE_ERRORS`] of operation `show_order` and
-/// error type `invalid_data`. The feed and the delivery go on; the row needs repair.
-#[cfg(feature = "postgres")]
-pub(crate) fn unshowable_order(store: &'static str) {
-    let key = Key::from_parts(
-        STORE_ERRORS,
-        vec![
-            Label::from_static_parts("store", store),
-            Label::from_static_parts("operation", "show_order"),
-            Label::from_static_parts("error_type", "invalid_data"),
-        ],
-    );
-    counter(&key).increment(1);
-}
-
 /// Records a batch of `keys` last uses: written, or refused by the store.
 pub(crate) fn last_used_batch(keys: usize, written: bool) {
     if written {

@@ -223,7 +223,7 @@ pub enum EventsPage {
 /// A reader asks by event id; the store finds the event's position (stamping first when the
 /// event has none yet) and returns the events after it. Retention deletes events in position
 /// order only, so what a feed keeps is always a suffix of it, and remembers what it deleted
-/// (a tombstone per event, kept as long as events are, the newest for ever): an `after`
+/// (a tombstone per event, kept as long as events are and a day at least, the newest for ever): an `after`
 /// that retention deleted is [`EventsPage::Expired`] when events after it were deleted too,
 /// never a feed with a hole, and resumes as any other when it is the last one deleted (the
 /// reader missed nothing, however quiet the feed was); an id that was never this feed's is
@@ -249,7 +249,7 @@ pub trait EventFeed: Send + Sync {
     /// Deletes at most `batch` events written more than `older_than` ago (by the store's
     /// clock), in feed order, never one after an event it keeps, and never a feed's newest
     /// event; remembers each deleted event's id (its tombstone) until its tombstone is as old
-    /// as `older_than` (the newest of a feed for ever), and forgets older ones; returns how
+    /// as `older_than` and a day (the newest of a feed for ever), and forgets older ones; returns how
     /// many it deleted. Fewer than `batch` means nothing more was due (or the store stopped
     /// to keep its call short; the next call goes on).
     async fn prune_events(

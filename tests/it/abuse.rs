@@ -58,7 +58,7 @@ fn replica(url: &str) -> Process {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_healthy_organizations_event_arrives_within_5_s_through_two_organizations_abuse() {
-    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Postgres, Examples);
     let seconds: u64 = std::env::var("PARTNER_API_ABUSE_SECONDS")
         .ok()
         .and_then(|value| value.parse().ok())

@@ -65,7 +65,7 @@ fn sqlstate(err: &sqlx::Error) -> Option<String> {
 
 #[tokio::test]
 async fn an_order_out_of_range_fails_its_page_alone_through_the_standalone_host() {
-    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Postgres, Examples);
     let url = seeded_database().await;
     let mut owner = PgConnection::connect(&url).await.unwrap();
     let insert = "INSERT INTO partner_orders (id, organization_id, providers, advertiser_name, \
@@ -159,7 +159,7 @@ async fn an_order_out_of_range_fails_its_page_alone_through_the_standalone_host(
 
 #[tokio::test]
 async fn a_made_up_page_token_is_a_400_never_a_500_through_the_standalone_host() {
-    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Postgres, Examples);
     let url = seeded_database().await;
     let args = serving(&url);
     let mut process = Process::spawn(&args);
@@ -511,6 +511,7 @@ async fn pruning_the_audit_log_leaves_a_trace_and_keeps_400_days_for_other_roles
 #[cfg(feature = "webhooks")]
 #[tokio::test]
 async fn an_endpoint_row_out_of_range_stops_no_delivery_through_the_standalone_host() {
+    crate::common::needs::needs!(Examples);
     use crate::common::receiver::Receiver;
     use partner_api::webhooks::{NewEndpoint, WebhookManager};
 

@@ -478,7 +478,7 @@ async fn the_list_of_deprecations_says_when_calls_are_not_recorded_and_is_empty_
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn the_standalone_host_counts_deprecated_calls_in_postgres_and_the_cli_reads_them() {
-    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Postgres, Examples);
     crate::common::needs::needs!(Examples);
     use crate::common::net::{fetch, http1};
     use crate::common::pg::{as_user, create_documented_roles, fresh_database};

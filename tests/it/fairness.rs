@@ -61,6 +61,7 @@ async fn read_response(stream: &mut TcpStream) -> Option<u16> {
 
 #[tokio::test]
 async fn a_client_holding_its_sockets_busy_cannot_keep_another_address_out() {
+    crate::common::needs::needs!(Examples);
     let mut process = Process::spawn(&[
         "--listen",
         "127.0.0.1:0",
@@ -120,6 +121,7 @@ async fn a_client_holding_its_sockets_busy_cannot_keep_another_address_out() {
 
 #[tokio::test]
 async fn http2_pings_do_not_keep_an_idle_connection_open() {
+    crate::common::needs::needs!(Examples);
     let mut process = Process::spawn(&["--listen", "127.0.0.1:0", "--idle-timeout", "1"]);
     let address = process.address().await;
     let stream = TcpStream::connect(address).await.unwrap();
@@ -152,6 +154,7 @@ async fn http2_pings_do_not_keep_an_idle_connection_open() {
 
 #[tokio::test]
 async fn a_busy_connection_is_closed_gracefully_at_its_maximum_age() {
+    crate::common::needs::needs!(Examples);
     let mut process = Process::spawn(&["--listen", "127.0.0.1:0", "--max-connection-age", "1"]);
     let address = process.address().await;
     let mut stream = TcpStream::connect(address).await.unwrap();
@@ -200,7 +203,7 @@ fn random_token(seed: &mut u64) -> String {
 
 #[tokio::test]
 async fn a_flood_of_made_up_keys_is_throttled_before_the_database() {
-    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Postgres, Examples);
     let (mut process, address, _store) =
         host_on_a_fresh_database(&["--metrics-listen", "127.0.0.1:0"]).await;
     let metrics_url = process
@@ -318,7 +321,7 @@ async fn bad_tokens(local: &str, address: SocketAddr, count: usize, seed: &mut u
 
 #[tokio::test]
 async fn a_valid_key_is_served_behind_its_neighbours_failures() {
-    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Postgres, Examples);
     for cache in [&[][..], &["--no-cache"][..]] {
         let mut args = vec!["--auth-failure-limit", "1"];
         args.extend_from_slice(cache);

@@ -86,7 +86,7 @@ async fn help_shows_no_environment_value_and_errors_no_password() {
 
 #[tokio::test]
 async fn migrated_by_the_owner_served_and_managed_by_roles_without_ddl_rights() {
-    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Postgres, Examples);
     let url = fresh_database().await;
     let (ok, stdout, stderr) = run(&["migrate", "--database-url", &url]).await;
     assert!(ok, "{stderr}");
@@ -600,7 +600,7 @@ async fn the_keys_command_rolls_within_the_policy() {
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn deployments_sharing_a_redis_keep_their_budgets_apart_by_prefix() {
-    crate::common::needs::needs!(Redis);
+    crate::common::needs::needs!(Redis, Examples);
     let redis = std::env::var("PARTNER_API_TEST_REDIS_URL")
         .expect("the Redis tests need PARTNER_API_TEST_REDIS_URL (bash .ci/test sets it)");
     let unique = format!("{}_{}", std::process::id(), rand_suffix());

@@ -354,7 +354,7 @@ async fn a_statement_timeout_is_a_503() {
 
 #[tokio::test]
 async fn the_binary_serves_a_seed_from_postgres() {
-    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Postgres, Examples);
     let url = fresh_database().await;
     let seed =
         std::env::temp_dir().join(format!("partner-api-pg-seed-{}.json", std::process::id()));
@@ -719,7 +719,7 @@ async fn the_keys_command_issues_lists_rolls_and_revokes() {
 
 #[tokio::test]
 async fn the_binary_writes_the_last_uses_in_hand_when_it_stops() {
-    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Postgres, Examples);
     let (store, url) = migrated_store().await;
     store.load_seed(&Seed::demo()).await.unwrap();
     let mut process =
@@ -838,7 +838,7 @@ async fn usage_counted_by_two_replicas_sums_exactly_after_both_stop() {
 #[tokio::test]
 async fn the_binary_on_postgres_serves_from_its_caches_follows_a_revocation_and_says_so_in_its_metrics(
 ) {
-    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Postgres, Examples);
     let (store, url) = migrated_store().await;
     store.load_seed(&Seed::demo()).await.unwrap();
     let mut process = Process::spawn_with_env(

@@ -1889,6 +1889,28 @@ async fn the_page_lists_the_keys_that_still_call_what_is_deprecated() {
             && uncalled.contains("No key called it in the last 30 days."),
         "{uncalled}"
     );
+    let lead = text(&browser, "p.lead").await;
+    assert!(
+        ["GET /v1/me", "GET /v1/orders", "GET /v1/events"]
+            .iter()
+            .all(|route| lead.contains(route)),
+        "the intro names every route: {lead}"
+    );
+    // As text (what a screen reader or a copy reads), a cell and its note are two phrases.
+    let as_text = browser
+        .execute(
+            "return [...document.querySelectorAll('#deprecated-calls td')]\
+                 .map((cell) => cell.textContent).join('|')",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let as_text = as_text.as_str().unwrap();
+    assert!(
+        as_text.contains("GET /v1/orders?provider the provider parameter")
+            && as_text.contains("1 Jun 2099 then 410 Gone"),
+        "{as_text}"
+    );
     for (width, height) in [(1280, 1100), (390, 844)] {
         browser.set_window_size(width, height).await.unwrap();
         let wide = overflow(&browser).await;

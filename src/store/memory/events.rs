@@ -20,6 +20,9 @@ pub(super) struct Change {
     pub(super) event: FeedEvent,
 }
 
+/// How long a tombstone is kept at the least, whatever the retention: a day.
+const TOMBSTONES_AT_LEAST: Duration = Duration::from_secs(24 * 3600);
+
 /// Every organization's feed, and the number of the next event.
 #[derive(Default)]
 pub(super) struct Feeds {
@@ -32,8 +35,8 @@ struct Feed {
     /// Oldest first; ids increase along it.
     events: VecDeque<FeedEvent>,
     /// The tombstones of the events retention deleted, oldest first (ids increase along it):
-    /// each one's id and when it was deleted. Kept as long as events are, the newest for ever: a reader at it missed
-    /// nothing.
+    /// each one's id and when it was deleted. Kept as long as events are (a day at least),
+    /// the newest for ever: a reader at it missed nothing.
     pruned: VecDeque<(u64, Timestamp)>,
 }
 
@@ -144,6 +147,10 @@ impl EventFeed for MemoryStore {
         let Some(cutoff) = cutoff else {
             return Ok(0);
         };
+        // Tombstones are kept as long as events are, a day at least.
+        let tombstones_cutoff = chrono::Duration::from_std(older_than.max(TOMBSTONES_AT_LEAST))
+            .ok()
+            .and_then(|keep| Timestamp::now().as_datetime().checked_sub_signed(keep));
         let mut feeds = self.events.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Timestamp::now();
         let mut deleted = 0;
@@ -165,7 +172,7 @@ impl EventFeed for MemoryStore {
                 && feed
                     .pruned
                     .front()
-                    .is_some_and(|(_, at)| at.as_datetime() < cutoff)
+                    .is_some_and(|(_, at)| Some(at.as_datetime()) < tombstones_cutoff)
             {
                 feed.pruned.pop_front();
             }

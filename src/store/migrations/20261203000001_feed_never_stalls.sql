@@ -13,7 +13,7 @@
 -- 6. a read of some types costs what a read of every type does (an index per type).
 
 -- Per organization, each batch retention deleted: the ids in feed order, the first one's
--- position (the others follow it), and when. Kept as long as events are (the newest batch of
+-- position (the others follow it), and when. Kept as long as events are, a day at least (the newest batch of
 -- a feed for ever: it is where a caught-up reader resumes).
 CREATE TABLE partner_api_pruned_events (
     organization_id TEXT NOT NULL,
@@ -281,6 +281,7 @@ BEGIN
             budget bigint := GREATEST(max_events, 1);
             started timestamptz := pg_catalog.clock_timestamp();
             cutoff timestamptz;
+            tombstones_cutoff timestamptz;
             org text;
             oldest timestamptz;
             asked bigint;
@@ -302,6 +303,8 @@ BEGIN
             END IF;
             cutoff := pg_catalog.clock_timestamp()
                 - pg_catalog.make_interval(secs => kept::double precision);
+            tombstones_cutoff := pg_catalog.clock_timestamp()
+                - pg_catalog.make_interval(secs => GREATEST(kept, 86400)::double precision);
             -- The first organization at or after the cursor with a feed or unstamped events:
             -- two index probes.
             org := LEAST(
@@ -367,9 +370,10 @@ BEGIN
                         UPDATE %1$I.partner_api_event_feeds
                             SET pruned_through_position = gone_last
                             WHERE organization_id = org;
-                        -- Tombstones as old as the events they stand for go, but the newest.
+                        -- Tombstones kept as long as events are (a day at least) go, but
+                        -- the newest.
                         DELETE FROM %1$I.partner_api_pruned_events p
-                            WHERE p.organization_id = org AND p.pruned_at < cutoff
+                            WHERE p.organization_id = org AND p.pruned_at < tombstones_cutoff
                               AND p.first_position < gone_first;
                         deleted := deleted + gone;
                         budget := budget - gone;

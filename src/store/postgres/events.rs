@@ -71,7 +71,14 @@ pub(super) fn snapshot_json(
         problem = %problem,
         "{what}: the order cannot be shown in the contract's form; served as its id with \"unshowable\": true"
     );
-    crate::metrics::unshowable_order(store);
+    // `crate::metrics::STORE_ERRORS` by name: the store sits below the metrics module.
+    ::metrics::counter!(
+        "partner_api_store_errors_total",
+        "store" => store,
+        "operation" => "show_order",
+        "error_type" => "invalid_data"
+    )
+    .increment(1);
     unshowable_order_json(order_id)
 }
 

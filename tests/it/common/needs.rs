@@ -79,3 +79,41 @@ macro_rules! needs {
 }
 #[allow(unused_imports)]
 pub(crate) use needs;
+
+/// A plain `cargo test` on a machine without the example binaries skips, never panics: each
+/// test that starts an example program itself names `Examples` among its needs.
+#[test]
+fn every_test_that_starts_an_example_needs_the_examples() {
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it");
+    let mut forgetful = Vec::new();
+    for entry in std::fs::read_dir(&folder).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|extension| extension != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        // Each test's text: from its attribute to the next test's.
+        for test in text.split("#[tokio::test").skip(1) {
+            let test = test.split("\n#[").next().unwrap_or(test);
+            let starts = ["Process::spawn", "spawn_example(", "example_binary("]
+                .iter()
+                .any(|start| test.contains(start));
+            let needs = test
+                .split("needs!(")
+                .nth(1)
+                .and_then(|rest| rest.split(')').next())
+                .unwrap_or("");
+            if starts && !needs.contains("Examples") {
+                let name = test
+                    .split("fn ")
+                    .nth(1)
+                    .and_then(|rest| rest.split('(').next());
+                forgetful.push(format!("{}: {}", path.display(), name.unwrap_or("?")));
+            }
+        }
+    }
+    assert!(
+        forgetful.is_empty(),
+        "tests without needs!(Examples): {forgetful:#?}"
+    );
+}
