@@ -222,10 +222,10 @@ impl EventFeed for PgStore {
         ))
     }
 
-    /// Calls of `partner_api_prune_order_events`, each one short transaction (at most
-    /// [`PRUNE_CALL_MILLIS`] of work, so a reader's stamping waits for one organization's
-    /// batch at most), from where the last call stopped, until `batch` events are deleted or
-    /// every organization was visited.
+    /// Calls of `partner_api_prune_order_events`, each one short transaction (about 100 ms
+    /// of work at most, so a reader's stamping waits for one organization's batch at most),
+    /// from where the last call stopped, until `batch` events are deleted or every
+    /// organization was visited.
     async fn prune_events(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
         let keep = i64::try_from(older_than.as_secs()).unwrap_or(i64::MAX);
         let mut deleted = 0_u64;
