@@ -77,7 +77,7 @@ while true; do
   longest=$(awk -v a="$took" -v b="$longest" 'BEGIN { print (a > b) ? a : b }')
   calls=$((calls + 1))
   deleted_total=$((deleted_total + deleted))
-  if [ "$done" = t ] && [ "$deleted" = 0 ]; then
+  if [ "$done" = true ] && [ "$deleted" = 0 ]; then
     left=$(psql -qAt "$database" -c "SELECT count(*) FROM partner_api_order_events WHERE organization_id <> 'org_reader'")
     [ "$left" -le "$ORGANIZATIONS" ] && break
   fi
