@@ -14,29 +14,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use partner_api::store::{EventFeed, EventQuery, EventsPage, FeedEvent, OrderChange};
-use partner_api::{Order, Organization, PgStore, Timestamp};
+use partner_api::{Order, PgStore, Timestamp};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Row};
 
-use crate::common::pg::fresh_database;
 use crate::common::{order, BASE_MILLIS};
 
 const ORGANIZATIONS: [&str; 2] = ["org_h1", "org_h2"];
 
 async fn migrated() -> (PgStore, String) {
-    let url = fresh_database().await;
-    let store = PgStore::connect_lazy(&url).unwrap();
-    store.migrate().await.unwrap();
-    for id in ORGANIZATIONS {
-        store
-            .add_organization(&Organization {
-                id: id.into(),
-                name: id.into(),
-            })
-            .await
-            .unwrap();
-    }
-    (store, url)
+    crate::common::pg::migrated_with(&ORGANIZATIONS).await
 }
 
 #[tokio::test]
@@ -615,9 +602,9 @@ async fn every_webhook_of_the_pg_store_names_its_event_in_the_feed() {
 #[tokio::test]
 async fn the_standalone_host_serves_the_feed_from_postgresql() {
     crate::common::needs::needs!(Postgres, Examples);
-    use crate::common::net::{fetch, http1};
+    use crate::common::net::{fetch, http1, read_feed};
     use crate::common::Process;
-    use http::{Method, StatusCode};
+    use http::Method;
     let (store, url) = migrated().await;
     store
         .load_seed(&partner_api::seed::Seed::demo())
@@ -634,19 +621,8 @@ async fn the_standalone_host_serves_the_feed_from_postgresql() {
     let base = host.base_url().await;
     let client = http1();
     let key = partner_api::seed::DEMO_KEY;
-    let mut path = "/v1/events".to_owned();
-    let mut seen = 0;
-    loop {
-        let page = fetch(&client, Method::GET, format!("{base}{path}"), Some(key)).await;
-        assert_eq!(page.status, StatusCode::OK);
-        let events = page.json()["data"]["events"].as_array().unwrap().len();
-        let link = page.header("link").unwrap().to_owned();
-        path = link[1..link.find('>').unwrap()].to_owned();
-        if events == 0 {
-            break;
-        }
-        seen += events;
-    }
+    let (events, path) = read_feed(&client, &base, key, "/v1/events").await;
+    let seen = events.len();
     let orders: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM partner_orders WHERE organization_id = 'org_demo'",
     )

@@ -15,25 +15,12 @@ use partner_api::store::{KeyManager, NewKey};
 use partner_api::{MemoryStore, Organization, PgStore};
 use sqlx::{Connection, Executor, PgConnection};
 
-use crate::common::pg::fresh_database;
 use crate::common::{order, BASE_MILLIS};
 
 const RETENTION: Duration = partner_api::store::DEFAULT_EVENTS_RETENTION;
 
 async fn migrated(organizations: &[&str]) -> (PgStore, String) {
-    let url = fresh_database().await;
-    let store = PgStore::connect_lazy(&url).unwrap();
-    store.migrate().await.unwrap();
-    for id in organizations {
-        store
-            .add_organization(&Organization {
-                id: (*id).into(),
-                name: (*id).into(),
-            })
-            .await
-            .unwrap();
-    }
-    (store, url)
+    crate::common::pg::migrated_with(organizations).await
 }
 
 fn ids(page: &EventsPage) -> Result<Vec<u64>, EventsPage> {
@@ -80,7 +67,7 @@ fn data(event: &FeedEvent) -> serde_json::Value {
 #[tokio::test]
 async fn no_bad_order_write_makes_the_feed_answer_500_through_the_standalone_host() {
     crate::common::needs::needs!(Postgres, Examples);
-    use crate::common::net::{fetch, http1};
+    use crate::common::net::{fetch, http1, read_feed};
     use crate::common::Process;
     use http::{Method, StatusCode};
     let (store, url) = migrated(&[]).await;
@@ -177,19 +164,7 @@ async fn no_bad_order_write_makes_the_feed_answer_500_through_the_standalone_hos
     let served_1890 = served_1890.expect("the 1890 order is served");
     assert_eq!(served_1890["createdAt"], "1890-06-01T00:00:00.000Z");
 
-    let mut events = Vec::new();
-    let mut path = "/v1/events".to_owned();
-    loop {
-        let page = fetch(&client, Method::GET, format!("{base}{path}"), Some(key)).await;
-        assert_eq!(page.status, StatusCode::OK, "{path}: {:?}", page.body);
-        let got = page.json()["data"]["events"].as_array().unwrap().clone();
-        let link = page.header("link").unwrap().to_owned();
-        path = link[1..link.find('>').unwrap()].to_owned();
-        if got.is_empty() {
-            break;
-        }
-        events.extend(got);
-    }
+    let (events, _) = read_feed(&client, &base, key, "/v1/events").await;
     let of = |id: &str| -> Vec<serde_json::Value> {
         events
             .iter()

@@ -140,19 +140,19 @@ impl EventFeed for MemoryStore {
     }
 
     async fn prune_events(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
-        let cutoff = chrono::Duration::from_std(older_than)
-            .ok()
-            .and_then(|keep| Timestamp::now().as_datetime().checked_sub_signed(keep));
+        let now = Timestamp::now();
+        let ago = |keep: Duration| {
+            chrono::Duration::from_std(keep)
+                .ok()
+                .and_then(|keep| now.as_datetime().checked_sub_signed(keep))
+        };
         // Longer ago than the clock reaches: nothing is that old.
-        let Some(cutoff) = cutoff else {
+        let Some(cutoff) = ago(older_than) else {
             return Ok(0);
         };
         // Tombstones are kept as long as events are, a day at least.
-        let tombstones_cutoff = chrono::Duration::from_std(older_than.max(TOMBSTONES_AT_LEAST))
-            .ok()
-            .and_then(|keep| Timestamp::now().as_datetime().checked_sub_signed(keep));
+        let tombstones_cutoff = ago(older_than.max(TOMBSTONES_AT_LEAST));
         let mut feeds = self.events.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Timestamp::now();
         let mut deleted = 0;
         for feed in feeds.by_organization.values_mut() {
             // From the front only: what a feed keeps stays a suffix of it; and never the

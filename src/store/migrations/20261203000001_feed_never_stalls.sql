@@ -73,8 +73,8 @@ BEGIN
             orgs text[];
             kinds text[];
             order_keys text[];
-            snapshots jsonb[];
             shown jsonb;
+            snapshot jsonb;
             event bigint;
             event_at timestamptz;
             i integer;
@@ -84,6 +84,31 @@ BEGIN
                AND NOT %1$I.partner_api_serves_orders(TG_RELID) THEN
                 PERFORM %1$I.partner_api_refuse_table(TG_NAME, TG_RELID);
             END IF;
+            IF TG_OP = 'INSERT' THEN
+                orgs := ARRAY[NEW.organization_id];
+                kinds := ARRAY['order.created'];
+                order_keys := ARRAY[NEW.id::text];
+            ELSIF TG_OP = 'DELETE' THEN
+                orgs := ARRAY[OLD.organization_id];
+                kinds := ARRAY['order.deleted'];
+                order_keys := ARRAY[OLD.id::text];
+            ELSIF NEW.organization_id IS DISTINCT FROM OLD.organization_id
+                  OR NEW.id IS DISTINCT FROM OLD.id THEN
+                -- Moved: gone from where it was, new where it is.
+                orgs := ARRAY[OLD.organization_id, NEW.organization_id];
+                kinds := ARRAY['order.deleted', 'order.created'];
+                order_keys := ARRAY[OLD.id::text, NEW.id::text];
+            -- Rows compared as jsonb with pg_catalog's operator: a row type's `=` could be
+            -- anyone's.
+            ELSIF NOT (pg_catalog.to_jsonb(NEW) OPERATOR(pg_catalog.=) pg_catalog.to_jsonb(OLD)) THEN
+                orgs := ARRAY[NEW.organization_id];
+                kinds := ARRAY['order.updated'];
+                order_keys := ARRAY[NEW.id::text];
+            ELSE
+                RETURN NULL;
+            END IF;
+            -- Rendered once the change is known to need it (not for a deletion or a write
+            -- that changes nothing).
             IF TG_OP <> 'DELETE' THEN
                 BEGIN
                     shown := CASE WHEN
@@ -119,36 +144,10 @@ BEGIN
                     shown := NULL;
                 END;
             END IF;
-            IF TG_OP = 'INSERT' THEN
-                orgs := ARRAY[NEW.organization_id];
-                kinds := ARRAY['order.created'];
-                order_keys := ARRAY[NEW.id::text];
-                snapshots := ARRAY[shown];
-            ELSIF TG_OP = 'DELETE' THEN
-                orgs := ARRAY[OLD.organization_id];
-                kinds := ARRAY['order.deleted'];
-                order_keys := ARRAY[OLD.id::text];
-                snapshots := ARRAY[NULL::jsonb];
-            ELSIF NEW.organization_id IS DISTINCT FROM OLD.organization_id
-                  OR NEW.id IS DISTINCT FROM OLD.id THEN
-                -- Moved: gone from where it was, new where it is.
-                orgs := ARRAY[OLD.organization_id, NEW.organization_id];
-                kinds := ARRAY['order.deleted', 'order.created'];
-                order_keys := ARRAY[OLD.id::text, NEW.id::text];
-                snapshots := ARRAY[NULL::jsonb, shown];
-            -- Rows compared as jsonb with pg_catalog's operator: a row type's `=` could be
-            -- anyone's.
-            ELSIF NOT (pg_catalog.to_jsonb(NEW) OPERATOR(pg_catalog.=) pg_catalog.to_jsonb(OLD)) THEN
-                orgs := ARRAY[NEW.organization_id];
-                kinds := ARRAY['order.updated'];
-                order_keys := ARRAY[NEW.id::text];
-                snapshots := ARRAY[shown];
-            ELSE
-                RETURN NULL;
-            END IF;
             FOR i IN 1 .. pg_catalog.cardinality(kinds) LOOP
+                snapshot := CASE WHEN kinds[i] = 'order.deleted' THEN NULL ELSE shown END;
                 INSERT INTO %1$I.partner_api_order_events (organization_id, change, order_id, order_row)
-                    VALUES (orgs[i], kinds[i], order_keys[i], snapshots[i])
+                    VALUES (orgs[i], kinds[i], order_keys[i], snapshot)
                     RETURNING id, created_at INTO event, event_at;
                 IF EXISTS (
                     SELECT 1 FROM %1$I.partner_webhook_endpoints e
@@ -156,7 +155,7 @@ BEGIN
                       AND (pg_catalog.cardinality(e.events) = 0 OR kinds[i] = ANY (e.events))
                 ) THEN
                     PERFORM %1$I.partner_api_raise_webhook(
-                        orgs[i], kinds[i], order_keys[i], snapshots[i], event, event_at);
+                        orgs[i], kinds[i], order_keys[i], snapshot, event, event_at);
                 END IF;
             END LOOP;
             RETURN NULL;

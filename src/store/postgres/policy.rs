@@ -16,23 +16,15 @@ const POLICY: &str = "SELECT o.id, p.max_lifetime_ms, p.max_active_keys, p.max_w
                       LEFT JOIN partner_api_key_policies p ON p.organization_id = o.id \
                       WHERE o.id = $1";
 
-/// Serializes the issues and rolls of the organization `$1` until the transaction ends, so
-/// two of them at the cap make one key, not two: its `keys` row of
-/// `partner_api_organization_locks`, locked by an upsert. A row lock, not an advisory one
-/// (which any login could take and hold), and not a lock of the organization's row (which
-/// would need the right to update organizations): only the roles granted UPDATE on that table
-/// can take it.
-pub(super) const ISSUE_LOCK: &str =
-    "INSERT INTO partner_api_organization_locks (organization_id, purpose) \
-     VALUES ($1, 'keys') ON CONFLICT (organization_id, purpose) \
-     DO UPDATE SET purpose = EXCLUDED.purpose";
-
-/// The lock of endpoint creation of the organization `$1`, as [`ISSUE_LOCK`] is of issuance.
-#[cfg(feature = "webhooks")]
-pub(super) const WEBHOOKS_LOCK: &str =
-    "INSERT INTO partner_api_organization_locks (organization_id, purpose) \
-     VALUES ($1, 'webhooks') ON CONFLICT (organization_id, purpose) \
-     DO UPDATE SET purpose = EXCLUDED.purpose";
+/// Serializes, until the transaction ends, the issues and rolls (`$2` `keys`) or the
+/// endpoint additions (`$2` `webhooks`) of the organization `$1`, so two of them at the cap
+/// make one, not two: the organization's row of `partner_api_organization_locks` for that
+/// purpose, locked by an upsert. A row lock, not an advisory one (which any login could take
+/// and hold), and not a lock of the organization's row (which would need the right to update
+/// organizations): only the roles granted UPDATE on that table can take it.
+pub(super) const ORGANIZATION_LOCK: &str =
+    "INSERT INTO partner_api_organization_locks (organization_id, purpose) VALUES ($1, $2) \
+     ON CONFLICT (organization_id, purpose) DO UPDATE SET purpose = EXCLUDED.purpose";
 
 /// The policy of `organization_id`, with the organization's issue lock held until the
 /// transaction ends.
@@ -40,8 +32,9 @@ pub(super) async fn locked_policy(
     transaction: &mut sqlx::PgConnection,
     organization_id: &str,
 ) -> Result<KeyPolicy, StoreError> {
-    sqlx::query(ISSUE_LOCK)
+    sqlx::query(ORGANIZATION_LOCK)
         .bind(organization_id)
+        .bind("keys")
         .execute(&mut *transaction)
         .await
         .map_err(store_error)?;

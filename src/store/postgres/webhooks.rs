@@ -106,8 +106,9 @@ impl WebhookManager for PgStore {
         let names: Vec<&str> = events.iter().map(|kind| kind.as_str()).collect();
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
         // One add at a time per organization, so two cannot both pass the cap.
-        sqlx::query(super::policy::WEBHOOKS_LOCK)
+        sqlx::query(super::policy::ORGANIZATION_LOCK)
             .bind(organization_id)
+            .bind("webhooks")
             .execute(&mut *transaction)
             .await
             .map_err(store_error)?;

@@ -54,6 +54,32 @@ pub async fn fetch(
     collected
 }
 
+/// The events of the feed at `base` from `path` on, read with `key` page by page (each a 200)
+/// until a page has none, and the path its last `Link` names: where to ask for what comes
+/// next.
+pub async fn read_feed(
+    client: &HttpClient,
+    base: &str,
+    key: &str,
+    path: &str,
+) -> (Vec<serde_json::Value>, String) {
+    let mut events = Vec::new();
+    let mut path = path.to_owned();
+    loop {
+        let page = fetch(client, Method::GET, format!("{base}{path}"), Some(key)).await;
+        assert_eq!(page.status, http::StatusCode::OK, "{path}: {:?}", page.body);
+        let got = page.json()["data"]["events"].as_array().unwrap().clone();
+        let link = page
+            .header("link")
+            .expect("every answer of the feed links on");
+        path = link[1..link.find('>').unwrap()].to_owned();
+        if got.is_empty() {
+            return (events, path);
+        }
+        events.extend(got);
+    }
+}
+
 pub fn temp_file(name: &str, contents: &str) -> PathBuf {
     let path = std::env::temp_dir().join(format!("partner-api-{}-{name}", std::process::id()));
     std::fs::write(&path, contents).unwrap();

@@ -72,6 +72,24 @@ pub async fn create_documented_roles(url: &str) -> [String; 3] {
     roles
 }
 
+/// A [`fresh_database`] migrated, with `organizations` (each named as its id): its store and
+/// URL.
+pub async fn migrated_with(organizations: &[&str]) -> (partner_api::PgStore, String) {
+    let url = fresh_database().await;
+    let store = partner_api::PgStore::connect_lazy(&url).unwrap();
+    store.migrate().await.unwrap();
+    for id in organizations {
+        store
+            .add_organization(&partner_api::Organization {
+                id: (*id).into(),
+                name: (*id).into(),
+            })
+            .await
+            .unwrap();
+    }
+    (store, url)
+}
+
 /// `url` with `user` (whose password is `change me`, as in the documented roles) in place of
 /// its user.
 pub fn as_user(url: &str, user: &str) -> String {
