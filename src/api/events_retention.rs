@@ -189,8 +189,32 @@ mod tests {
         }
     }
 
+    /// The failed rounds of retention counted in `recorded` since its last snapshot.
+    fn failed_rounds(recorded: &metrics_util::debugging::Snapshotter) -> u64 {
+        recorded
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, _, _, _)| {
+                let key = key.key();
+                key.name() == crate::metrics::STORE_ERRORS
+                    && key
+                        .labels()
+                        .any(|label| label.key() == "operation" && label.value() == "prune_events")
+            })
+            .map(|(_, _, _, value)| match value {
+                metrics_util::debugging::DebugValue::Counter(count) => count,
+                other => panic!("{other:?}"),
+            })
+            .sum()
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_round_that_panics_or_fails_is_followed_by_the_next_a_minute_later() {
+        // The task runs on this thread (a current-thread runtime): its metrics land here.
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        let recorded = recorder.snapshotter();
+        let _recording = metrics::set_default_local_recorder(&recorder);
         let store = store_with_events(&["o1", "o2", "o3"]);
         let faulty = Arc::new(Faulty {
             store: store.clone(),
@@ -210,8 +234,11 @@ mod tests {
         assert_eq!(prunes(), 1, "no round sooner after a panic");
         tokio::time::sleep(EVENTS_RETENTION_INTERVAL / 2).await;
         assert_eq!(prunes(), 2, "the second, which failed");
+        assert_eq!(failed_rounds(&recorded), 1, "the failure is counted");
         tokio::time::sleep(EVENTS_RETENTION_INTERVAL).await;
         assert_eq!(prunes(), 3, "the third, which pruned");
+        // A snapshot takes what was counted since the last one.
+        assert_eq!(failed_rounds(&recorded), 0, "the third failed nothing");
         assert_eq!(left_to_prune(&store).await, 0);
     }
 

@@ -700,3 +700,66 @@ async fn fetched(connection: &mut PgConnection, types: &str) -> (i64, i64) {
     transaction.rollback().await.unwrap();
     (rows, after - before)
 }
+
+/// The retention lock under a fault and a burst: a call that cannot have it within two
+/// seconds fails and says why (never a silent skip); the rounds of eight replicas at once
+/// serialize, delete every due event once, and leave each feed's newest.
+#[tokio::test]
+async fn retention_says_when_it_cannot_run_and_replicas_rounds_at_once_delete_each_event_once() {
+    crate::common::needs::needs!(Postgres);
+    let organizations: Vec<String> = (0..10).map(|n| format!("org_b{n}")).collect();
+    let names: Vec<&str> = organizations.iter().map(String::as_str).collect();
+    let (store, url) = migrated(&names).await;
+    for organization in &organizations {
+        let orders: Vec<_> = (0..30)
+            .map(|n| order(&format!("{organization}_{n}"), BASE_MILLIS + n))
+            .collect();
+        store.add_orders(organization, &orders).await.unwrap();
+    }
+    let mut owner = PgConnection::connect(&url).await.unwrap();
+    owner
+        .execute("UPDATE partner_api_order_events SET created_at = created_at - interval '40 days'")
+        .await
+        .unwrap();
+
+    // The fault: the retention row held (as only the owner or a round can).
+    let mut holder = PgConnection::connect(&url).await.unwrap();
+    holder
+        .execute("BEGIN; SELECT * FROM partner_api_event_retention FOR UPDATE")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let refused = store.prune_events(RETENTION, 1000).await.unwrap_err();
+    assert!(
+        started.elapsed() >= Duration::from_millis(1900),
+        "it waited for the lock"
+    );
+    assert_eq!(refused.kind(), partner_api::StoreErrorKind::Unavailable);
+    let why = std::error::Error::source(&refused)
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(why.contains("retention lock"), "{why}");
+    holder.execute("ROLLBACK").await.unwrap();
+
+    // The burst: eight replicas' rounds at once, in batches of 50.
+    let mut rounds = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let replica = PgStore::connect_lazy(&url).unwrap();
+        rounds.spawn(async move {
+            partner_api::store::prune_event_batches(&replica, RETENTION, 50, 100)
+                .await
+                .unwrap()
+        });
+    }
+    let deleted: u64 = rounds.join_all().await.into_iter().sum();
+    assert_eq!(deleted, 10 * 29, "each due event deleted once");
+    let (kept, remembered, distinct): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM partner_api_order_events), \
+                (SELECT count(*) FROM partner_api_pruned_events p, unnest(p.ids)), \
+                (SELECT count(DISTINCT i) FROM partner_api_pruned_events p, unnest(p.ids) i)",
+    )
+    .fetch_one(&mut owner)
+    .await
+    .unwrap();
+    assert_eq!((kept, remembered, distinct), (10, 290, 290));
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# What a read of the events feed costs by the types it asks for, on a feed of EVENTS events
+# (default 300,000: created and updated, no deletion) of one organization, all stamped: the
+# median and slowest of READS reads (default 50) of `partner_api_read_order_events` for a first
+# page of every type, of `order.deleted` alone (none in the feed: the read finds nothing), of
+# `order.updated,order.deleted`, and of every type from the middle of the feed, on a throwaway
+# PostgreSQL.
+#
+#   bash benches/feed_types.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EVENTS=${EVENTS:-300000}
+READS=${READS:-50}
+
+source .ci/servers.sh
+[ -n "$(postgres_bin)" ] || install_packages "the feed types bench" postgresql
+bin=$(postgres_bin)
+work=$(mktemp -d /tmp/partner-api-feed-types.XXXXXX)
+run=()
+if [ "$(id -u)" = 0 ]; then
+  id postgres >/dev/null 2>&1 || useradd --system --no-create-home postgres
+  chown postgres "$work"
+  run=(runuser -u postgres --)
+fi
+port=$(free_port)
+"${run[@]}" "$bin/initdb" -D "$work/db" -U postgres -A trust >/dev/null
+"${run[@]}" "$bin/pg_ctl" -D "$work/db" -l "$work/log" -w \
+  -o "-c listen_addresses=127.0.0.1 -p $port -k $work" start >/dev/null
+cleanup() {
+  "${run[@]}" "$bin/pg_ctl" -D "$work/db" -m immediate stop >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+database="postgres://postgres@127.0.0.1:$port/postgres"
+for migration in src/store/migrations/*.sql; do psql -q "$database" -f "$migration" >/dev/null; done
+
+psql -q "$database" <<SQL
+INSERT INTO partner_api_order_events (organization_id, change, order_id, order_row)
+SELECT 'org_big', CASE WHEN e % 3 = 0 THEN 'order.updated' ELSE 'order.created' END,
+       format('ord_%s', e), '{"id": "x"}'::jsonb
+FROM generate_series(1, $EVENTS) e;
+ANALYZE partner_api_order_events;
+SQL
+# Stamped as readers stamp: rounds of the stamper.
+while [ "$(psql -qAt "$database" -c "SELECT partner_api_stamp_order_events('org_big', 10000)")" != 0 ]; do :; done
+psql -q "$database" -c "VACUUM ANALYZE partner_api_order_events"
+middle=$(psql -qAt "$database" -c "SELECT id FROM partner_api_order_events WHERE position = $EVENTS / 2")
+
+# timed KINDS AFTER: READS reads, each's milliseconds by the server's clock; prints the median
+# and the slowest.
+timed() {
+  local kinds=$1 after=$2
+  for _ in $(seq 1 "$READS"); do
+    psql -qAt "$database" -c "SELECT extract(epoch FROM clock_timestamp()) * 1000" \
+      -c "SELECT count(*) FROM partner_api_read_order_events('org_big', $after, 100, ARRAY[$kinds], false)" \
+      -c "SELECT extract(epoch FROM clock_timestamp()) * 1000" |
+      awk 'NR == 1 { start = $1 } END { printf "%.2f\n", $1 - start }'
+  done | sort -n | awk '{ v[NR] = $1 } END { printf "median %s ms, slowest %s ms", v[int((NR + 1) / 2)], v[NR] }'
+}
+
+echo "a feed of $EVENTS events (a third order.updated, the rest order.created), $READS reads each:"
+echo "  every type, first page:              $(timed "'order.created','order.updated','order.deleted'" NULL)"
+echo "  order.deleted (none in the feed):    $(timed "'order.deleted'" NULL)"
+echo "  order.updated,order.deleted:         $(timed "'order.updated','order.deleted'" NULL)"
+echo "  every type, from the feed's middle:  $(timed "'order.created','order.updated','order.deleted'" "$middle")"
+echo "  order.deleted, from the feed's middle: $(timed "'order.deleted'" "$middle")"
