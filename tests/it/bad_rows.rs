@@ -283,7 +283,7 @@ async fn with_documented_roles(url: &str) -> [String; 3] {
 /// entries), then the log read and the changes made through the standalone host's commands.
 #[tokio::test]
 async fn the_key_management_role_cannot_forge_backdate_or_poison_the_audit_log() {
-    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Postgres, Examples);
     let url = seeded_database().await;
     let [_, keys_url, delivering_url] = with_documented_roles(&url).await;
     let mut key_admin = PgConnection::connect(&keys_url).await.unwrap();
@@ -420,7 +420,7 @@ async fn the_key_management_role_cannot_forge_backdate_or_poison_the_audit_log()
 /// recent change: it keeps at least 400 days whatever it asks (#43's `--retention-days 0`).
 #[tokio::test]
 async fn pruning_the_audit_log_leaves_a_trace_and_keeps_400_days_for_other_roles() {
-    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Postgres, Examples);
     let url = seeded_database().await;
     let [serving_url, keys_url, _] = with_documented_roles(&url).await;
     let mut owner = PgConnection::connect(&url).await.unwrap();

@@ -31,6 +31,7 @@ const SECRET: &str = "s3cr3t-Pa55word";
 
 #[tokio::test]
 async fn help_shows_no_environment_value_and_errors_no_password() {
+    crate::common::needs::needs!(Examples);
     let output = tokio::process::Command::new(standalone_binary())
         .arg("--help")
         .env(
@@ -453,7 +454,7 @@ async fn migrated_by_the_owner_served_and_managed_by_roles_without_ddl_rights() 
 
 #[tokio::test]
 async fn the_keys_command_rolls_within_the_policy() {
-    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Postgres, Examples);
     let url = fresh_database().await;
     let store = PgStore::connect_lazy(&url).unwrap();
     store.migrate().await.unwrap();

@@ -560,7 +560,7 @@ fn record_members(line: &str) -> serde_json::Value {
 
 #[tokio::test]
 async fn the_keys_command_issues_lists_rolls_and_revokes() {
-    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Postgres, Examples);
     let (store, url) = migrated_store().await;
     store.load_seed(&Seed::demo()).await.unwrap();
     let api = PartnerApi::from_store(store.clone());

@@ -420,7 +420,7 @@ async fn a_seed_loaded_again_notifies_nothing_and_a_changed_key_notifies_its_old
 
 #[tokio::test]
 async fn keys_invalidate_empties_every_replicas_caches() {
-    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Postgres, Examples);
     let url = seeded().await;
     let store = PgStore::connect_lazy(&url).unwrap();
     let notifications = partner_api::cache::postgres::listen(store.pool().clone());

@@ -1061,7 +1061,7 @@ mod postgres {
     #[tokio::test]
     async fn one_organizations_hanging_endpoints_do_not_delay_another_through_the_standalone_host()
     {
-        crate::common::needs::needs!(Postgres);
+        crate::common::needs::needs!(Postgres, Examples);
         let url = fresh_database().await;
         let store = database_at(&url).await;
         let (hanging, _, healthy, fine) = super::hanging_beside_healthy(&store).await;

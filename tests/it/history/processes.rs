@@ -51,7 +51,7 @@ async fn status(client: &HttpClient, base: &str, key: &str) -> Option<StatusCode
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_history_across_processes_serves_a_revoked_key_past_the_bound() {
-    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Postgres, Examples);
     let seconds: u64 = setting("PARTNER_API_HISTORY_PROCESS_SECONDS").unwrap_or(15);
     let seed = seed();
     println!("history across processes: {seconds} s, PARTNER_API_HISTORY_SEED={seed}");
