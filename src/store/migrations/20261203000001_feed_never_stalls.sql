@@ -261,11 +261,12 @@ BEGIN
     -- stopped, in id order, each organization's old events that no reader stamped get their
     -- positions, then its events written more than `keep_seconds` ago are deleted in feed
     -- order only (an old event behind a young one waits for it), never a feed's newest, each
-    -- batch remembered as a tombstone (kept as long as events are, the newest for ever);
+    -- batch remembered as a tombstone (kept as long as events are and a day at least, the
+    -- newest for ever);
     -- until `max_events` events were stamped or deleted, or `max_millis` passed, or the last
-    -- organization was done (`done`: the next call starts from the first). A feed's row is
-    -- locked only while its own batch is deleted, so a reader's stamping waits for one batch
-    -- at most. One call at a time: the retention row is locked (a role that may not update
+    -- organization was done (`done`: the next call starts from the first). The feed rows a
+    -- call stamps or deletes in stay locked until it commits, so a reader's stamping waits for
+    -- one call at most (its work is bounded, and it is one transaction). One call at a time: the retention row is locked (a role that may not update
     -- it cannot hold it); a call that cannot have it within two seconds fails, and says so.
     -- A role other than the owner's keeps at least a day, whatever it asks.
     EXECUTE format('DROP FUNCTION %1$I.partner_api_prune_order_events(bigint, integer)', schema_name);

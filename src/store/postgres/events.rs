@@ -223,7 +223,7 @@ impl EventFeed for PgStore {
     }
 
     /// Calls of `partner_api_prune_order_events`, each one short transaction (about 100 ms
-    /// of work at most, so a reader's stamping waits for one organization's batch at most),
+    /// of work at most, so a reader's stamping waits for one call at most),
     /// from where the last call stopped, until `batch` events are deleted or every
     /// organization was visited.
     async fn prune_events(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
