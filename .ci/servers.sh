@@ -90,6 +90,21 @@ start_postgres() {
   echo "PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port"
 }
 
+# start_bench_postgres WHY: a throwaway PostgreSQL for a bench, always a new one (never the
+# server PARTNER_API_TEST_DATABASE_URL names), with durable commits (fsync and
+# synchronous_commit on, as in production), the crate's migrations applied as its owner; sets
+# bench_database to its URL. stop_servers removes it.
+start_bench_postgres() {
+  local PARTNER_API_TEST_DATABASE_URL=
+  PARTNER_API_POSTGRES_OPTIONS="-c fsync=on -c synchronous_commit=on ${PARTNER_API_POSTGRES_OPTIONS:-}" \
+    start_postgres >/dev/null || { echo "error: $1 needs PostgreSQL" >&2; return 1; }
+  bench_database=$PARTNER_API_TEST_DATABASE_URL
+  local migration
+  for migration in src/store/migrations/*.sql; do
+    psql -q "$bench_database" -f "$migration" >/dev/null
+  done
+}
+
 start_redis() {
   [ -n "${PARTNER_API_TEST_REDIS_URL:-}" ] && return 0
   command -v redis-server >/dev/null || install_packages "the Redis tests" redis-server || return 1

@@ -26,30 +26,18 @@ STEADY_SECONDS=${STEADY_SECONDS:-600}
 KEEP_SECONDS=${KEEP_SECONDS:-60}
 
 source .ci/servers.sh
-[ -n "$(postgres_bin)" ] || install_packages "the retention bench" postgresql
-bin=$(postgres_bin)
 work=$(mktemp -d /tmp/partner-api-retention.XXXXXX)
-run=()
-if [ "$(id -u)" = 0 ]; then
-  id postgres >/dev/null 2>&1 || useradd --system --no-create-home postgres
-  chown postgres "$work"
-  run=(runuser -u postgres --)
-fi
-port=$(free_port)
-"${run[@]}" "$bin/initdb" -D "$work/db" -U postgres -A trust >/dev/null
-"${run[@]}" "$bin/pg_ctl" -D "$work/db" -l "$work/log" -w \
-  -o "-c listen_addresses=127.0.0.1 -p $port -k $work -c max_connections=50" start >/dev/null
 reader_pid=
 writer_pid=
 cleanup() {
   [ -z "$reader_pid" ] || kill "$reader_pid" 2>/dev/null || true
   [ -z "$writer_pid" ] || kill "$writer_pid" 2>/dev/null || true
-  "${run[@]}" "$bin/pg_ctl" -D "$work/db" -m immediate stop >/dev/null 2>&1 || true
+  stop_servers
   rm -rf "$work"
 }
 trap cleanup EXIT
-database="postgres://postgres@127.0.0.1:$port/postgres"
-for migration in src/store/migrations/*.sql; do psql -q "$database" -f "$migration" >/dev/null; done
+start_bench_postgres "the retention bench"
+database=$bench_database
 
 echo "backlog: $ORGANIZATIONS organizations x $EVENTS events, written 40 days ago, never read"
 psql -q "$database" <<SQL

@@ -13,26 +13,9 @@ EVENTS=${EVENTS:-300000}
 READS=${READS:-50}
 
 source .ci/servers.sh
-[ -n "$(postgres_bin)" ] || install_packages "the feed types bench" postgresql
-bin=$(postgres_bin)
-work=$(mktemp -d /tmp/partner-api-feed-types.XXXXXX)
-run=()
-if [ "$(id -u)" = 0 ]; then
-  id postgres >/dev/null 2>&1 || useradd --system --no-create-home postgres
-  chown postgres "$work"
-  run=(runuser -u postgres --)
-fi
-port=$(free_port)
-"${run[@]}" "$bin/initdb" -D "$work/db" -U postgres -A trust >/dev/null
-"${run[@]}" "$bin/pg_ctl" -D "$work/db" -l "$work/log" -w \
-  -o "-c listen_addresses=127.0.0.1 -p $port -k $work" start >/dev/null
-cleanup() {
-  "${run[@]}" "$bin/pg_ctl" -D "$work/db" -m immediate stop >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-database="postgres://postgres@127.0.0.1:$port/postgres"
-for migration in src/store/migrations/*.sql; do psql -q "$database" -f "$migration" >/dev/null; done
+trap stop_servers EXIT
+start_bench_postgres "the feed types bench"
+database=$bench_database
 
 psql -q "$database" <<SQL
 INSERT INTO partner_api_order_events (organization_id, change, order_id, order_row)

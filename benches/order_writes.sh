@@ -18,23 +18,12 @@ DURATION=${DURATION:-10}
 ROUNDS=${ROUNDS:-2}
 
 source .ci/servers.sh
-[ -n "$(postgres_bin)" ] || install_packages "the order-writes bench" postgresql
-bin=$(postgres_bin)
 work=$(mktemp -d /tmp/partner-api-writes.XXXXXX)
-run=()
-if [ "$(id -u)" = 0 ]; then
-  id postgres >/dev/null 2>&1 || useradd --system --no-create-home postgres
-  chown postgres "$work"
-  run=(runuser -u postgres --)
-fi
-port=$(free_port)
-"${run[@]}" "$bin/initdb" -D "$work/db" -U postgres -A trust >/dev/null
-"${run[@]}" "$bin/pg_ctl" -D "$work/db" -l "$work/log" -w \
-  -o "-c listen_addresses=127.0.0.1 -p $port -k $work -c max_connections=50" start >/dev/null
-cleanup() { "${run[@]}" "$bin/pg_ctl" -D "$work/db" -m immediate stop >/dev/null 2>&1 || true; rm -rf "$work"; }
+cleanup() { stop_servers; rm -rf "$work"; }
 trap cleanup EXIT
-database="postgres://postgres@127.0.0.1:$port/postgres"
-for migration in src/store/migrations/*.sql; do psql -q "$database" -f "$migration"; done
+start_bench_postgres "the order-writes bench"
+database=$bench_database
+bin=$(postgres_bin)
 psql -q "$database" <<'SQL'
 INSERT INTO partner_organizations SELECT format('org_%s', o), 'x' FROM generate_series(0, 49) o;
 -- The row-level NOTIFY trigger of the earlier migrations, for comparison.
