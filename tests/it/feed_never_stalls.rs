@@ -285,7 +285,7 @@ async fn a_host_tables_unshowable_row_is_written_with_a_marked_event() {
 #[tokio::test]
 async fn retention_calls_are_bounded_and_resume_where_the_last_stopped() {
     crate::common::needs::needs!(Postgres);
-    let (store, url) = aged_feeds("org_r", 30, 20).await;
+    let (_, url) = aged_feeds("org_r", 30, 20).await;
     let mut owner = PgConnection::connect(&url).await.unwrap();
     let keep = i64::try_from(RETENTION.as_secs()).unwrap();
     let mut calls = 0;
