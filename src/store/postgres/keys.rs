@@ -12,15 +12,6 @@ use crate::key::KeyDigest;
 use crate::model::Organization;
 use crate::store::{KeyLookup, KeyStore, Principal, StoreError};
 
-/// The one query of a key lookup: the key, whether it is revoked or expired (by the
-/// database's clock), and its organization.
-const LOOKUP_KEY: &str = "\
-    SELECT k.id, k.expires_at, k.revoked_at IS NOT NULL AS revoked, \
-           COALESCE(k.expires_at <= now(), false) AS expired, k.allowed_ips::text[] AS allowed_ips, \
-           o.id AS organization_id, o.name \
-    FROM partner_api_keys k JOIN partner_organizations o ON o.id = k.organization_id \
-    WHERE k.key_sha256 = $1";
-
 #[async_trait]
 impl KeyStore for PgStore {
     async fn lookup(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
@@ -104,7 +95,7 @@ impl PgStore {
     }
 
     async fn look_up(&self, digest: &KeyDigest) -> Result<KeyLookup, StoreError> {
-        let row = sqlx::query(LOOKUP_KEY)
+        let row = sqlx::query(&self.statements.lookup_key)
             .bind(&digest.as_bytes()[..])
             .fetch_optional(&self.pool)
             .await

@@ -38,7 +38,7 @@ impl KeyManager for PgStore {
         new.check(now)?;
         let key = ApiKey::generate(new.environment()).map_err(StoreError::other)?;
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
-        let policy = locked_policy(&mut transaction, organization_id).await?;
+        let policy = locked_policy(&mut transaction, &self.statements.policy, organization_id).await?;
         let lifetime = new.lifetime_at(now);
         policy.check_lifetime(lifetime)?;
         policy.check_active_keys(active_keys(&mut transaction, organization_id).await?, 0)?;
@@ -69,7 +69,7 @@ impl KeyManager for PgStore {
     async fn list(&self, organization_id: &str) -> Result<Vec<KeyRecord>, StoreError> {
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
         let known: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM partner_organizations WHERE id = $1)")
+            sqlx::query_scalar(&self.statements.organization_exists)
                 .bind(organization_id)
                 .fetch_one(&mut *transaction)
                 .await
@@ -258,7 +258,7 @@ impl KeyManager for PgStore {
     ) -> Result<IssuedKey, StoreError> {
         let id = parse_id(key_id)?;
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
-        let policy = locked_policy(&mut transaction, organization_id).await?;
+        let policy = locked_policy(&mut transaction, &self.statements.policy, organization_id).await?;
         // Locks the old key, so two rolls of one key make one new key each, in turn.
         let old = sqlx::query(&format!(
             "SELECT {RECORD}, COALESCE(expires_at <= now(), false) AS expired \
@@ -329,7 +329,7 @@ impl KeyManager for PgStore {
 
     async fn key_policy(&self, organization_id: &str) -> Result<KeyPolicy, StoreError> {
         let mut connection = self.pool.acquire().await.map_err(store_error)?;
-        read_policy(&mut connection, organization_id).await
+        read_policy(&mut connection, &self.statements.policy, organization_id).await
     }
 
     async fn set_key_policy(
@@ -347,7 +347,7 @@ impl KeyManager for PgStore {
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
         // Under the organization's issue lock, so a concurrent setting cannot slip between
         // the read and the write and make a change look like none.
-        let before = locked_policy(&mut transaction, organization_id).await;
+        let before = locked_policy(&mut transaction, &self.statements.policy, organization_id).await;
         sqlx::query(
             "INSERT INTO partner_api_key_policies \
                (organization_id, max_lifetime_ms, max_active_keys, max_webhook_endpoints) \
@@ -363,7 +363,7 @@ impl KeyManager for PgStore {
         .execute(&mut *transaction)
         .await
         .map_err(|err| unknown_organization(store_error(err), organization_id))?;
-        let set = read_policy(&mut transaction, organization_id).await?;
+        let set = read_policy(&mut transaction, &self.statements.policy, organization_id).await?;
         // A change that changes nothing writes no entry.
         if before.ok() != Some(set) {
             let entry = AuditRecord::new(organization_id, AuditAction::PolicyChanged, None)

@@ -25,13 +25,16 @@ mod orders;
 #[cfg(feature = "webhooks")]
 mod outbox;
 mod policy;
+mod schema_map;
 mod seed;
+mod statements;
 mod timestamp;
 mod usage;
 #[cfg(feature = "webhooks")]
 mod webhooks;
 
 pub(crate) use error::store_error;
+pub use schema_map::{OrderField, OrdersMap, OrganizationsMap, SchemaIndex, SchemaMap};
 use keys::allowed_ips;
 
 /// [`KeyStore`](crate::KeyStore) and [`OrderStore`](crate::OrderStore) over PostgreSQL, in the reference schema of [`PgStore::migrator`].
@@ -53,11 +56,16 @@ use keys::allowed_ips;
 /// one); the rest queue for a turn. Behind a cache, look-ups are of keys the cache does not
 /// know, so a flood of made-up keys waits among itself while order reads of known keys still
 /// find a connection.
+///
+/// By default it reads orders from `partner_orders` and organizations from
+/// `partner_organizations`; [`with_schema_map`](Self::with_schema_map) reads the host's own
+/// tables instead ([`docs::host_data`](crate::docs::host_data)).
 #[derive(Clone)]
 pub struct PgStore {
     pool: PgPool,
     breaker: std::sync::Arc<breaker::Breaker>,
     lookups: std::sync::Arc<tokio::sync::Semaphore>,
+    statements: std::sync::Arc<statements::Statements>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -89,7 +97,38 @@ impl PgStore {
             pool,
             breaker: std::sync::Arc::new(breaker::Breaker::new()),
             lookups: std::sync::Arc::new(tokio::sync::Semaphore::new(half.max(1))),
+            statements: std::sync::Arc::new(statements::Statements::own()),
         }
+    }
+
+    /// The store reading the host's tables through `map` (what it leaves out stays in the
+    /// crate's tables), once each mapped expression is checked to have the type the contract
+    /// needs. Reads no row.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidData`, with a message naming the field, the expression and the type it has
+    /// and needs, for an expression PostgreSQL refuses or of another type, or a table this
+    /// role cannot see; or the database's error.
+    pub async fn with_schema_map(mut self, map: SchemaMap) -> Result<Self, StoreError> {
+        let resolved = schema_map::check(&self.pool, &map).await?;
+        self.statements = std::sync::Arc::new(statements::Statements::mapped(map, resolved));
+        Ok(self)
+    }
+
+    /// The map this store reads through, if any.
+    pub fn schema_map(&self) -> Option<&SchemaMap> {
+        self.statements.map()
+    }
+
+    /// `Unsupported` when the orders are the host's: the crate writes none there.
+    fn own_orders(&self) -> Result<(), StoreError> {
+        if self.statements.orders_mapped() {
+            return Err(StoreError::unsupported(
+                "writing orders: they are the host's, read through the schema map",
+            ));
+        }
+        Ok(())
     }
 
     /// Connects a pool of its own to `url` with production defaults: at most 10
@@ -134,8 +173,13 @@ impl PgStore {
     ///
     /// # Errors
     ///
-    /// When it exists, or the database fails.
+    /// When it exists, the organizations are mapped (`Unsupported`), or the database fails.
     pub async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
+        if self.statements.organizations_mapped() {
+            return Err(StoreError::unsupported(
+                "adding an organization: they are the host's, read through the schema map",
+            ));
+        }
         sqlx::query("INSERT INTO partner_organizations (id, name) VALUES ($1, $2)")
             .bind(&organization.id)
             .bind(&organization.name)
@@ -212,6 +256,7 @@ impl PgStore {
         organization_id: &str,
         order_id: &str,
     ) -> Result<bool, StoreError> {
+        self.own_orders()?;
         let removed =
             sqlx::query("DELETE FROM partner_orders WHERE organization_id = $1 AND id = $2")
                 .bind(organization_id)
@@ -230,6 +275,7 @@ impl PgStore {
         organization_id: &str,
         order: &Order,
     ) -> Result<bool, StoreError> {
+        self.own_orders()?;
         EncodedOrder::new(order.clone())?;
         let update = sqlx::query(
             "UPDATE partner_orders SET providers = $3, advertiser_name = $4, campaign_name = $5, \
@@ -255,6 +301,7 @@ impl PgStore {
         organization_id: &str,
         orders: &[Order],
     ) -> Result<(), StoreError> {
+        self.own_orders()?;
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
         for order in orders {
             insert_order(&mut transaction, organization_id, order, false).await?;
@@ -326,12 +373,12 @@ fn bind_order<'q>(
 impl PgStore {
     /// `NotFound` unless the organization exists.
     pub(super) async fn check_organization(&self, organization_id: &str) -> Result<(), StoreError> {
-        let found = sqlx::query("SELECT 1 FROM partner_organizations WHERE id = $1")
+        let found: bool = sqlx::query_scalar(&self.statements.organization_exists)
             .bind(organization_id)
-            .fetch_optional(&self.pool)
+            .fetch_one(&self.pool)
             .await
             .map_err(store_error)?;
-        found.map(drop).ok_or_else(|| {
+        found.then_some(()).ok_or_else(|| {
             StoreError::not_found(format!("unknown organization {organization_id:?}"))
         })
     }

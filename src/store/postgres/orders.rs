@@ -10,22 +10,46 @@ use super::{column, store_error, PgStore};
 use crate::model::{EncodedOrder, Order, OrderPage};
 use crate::store::{OrderQuery, OrderStore, StoreError};
 
-/// The one query of the first page of `GET /orders`: an index range scan of
-/// `partner_orders_newest`, one row more than the page holds (to know whether more follow).
-pub(super) const FIRST_PAGE: &str = "\
-    SELECT id, providers, advertiser_name, campaign_name, budget_dkk, start_date, end_date, \
-           status, external_reference, created_at \
-    FROM partner_orders WHERE organization_id = $1 \
-    ORDER BY created_at DESC, id DESC LIMIT $2";
+/// The columns of an order, as the crate's table names them (and a mapped table's select
+/// list renames them).
+const COLUMNS: &str = "id, providers, advertiser_name, campaign_name, budget_dkk, start_date, \
+                       end_date, status, external_reference, created_at";
 
-/// The one query of a later page: the same range scan, started after the position
-/// (`created_at`, `id`) of the previous page's last order. A keyset, not an offset: page 50
-/// costs what page 1 does, and orders created meanwhile never shift it.
-pub(super) const PAGE_AFTER: &str = "\
-    SELECT id, providers, advertiser_name, campaign_name, budget_dkk, start_date, end_date, \
-           status, external_reference, created_at \
-    FROM partner_orders WHERE organization_id = $1 AND (created_at, id) < ($3, $4) \
-    ORDER BY created_at DESC, id DESC LIMIT $2";
+/// The statements that read pages of orders from one source: `partner_orders`, or a
+/// host's table seen through its [`OrdersMap`](super::OrdersMap) as a subquery named
+/// `partner_orders` (which PostgreSQL flattens, so the map's expression indexes serve it).
+#[derive(Debug)]
+pub(super) struct OrderStatements {
+    /// The first page of `GET /orders`: an index range scan of `partner_orders_newest`, one
+    /// row more than the page holds (to know whether more follow).
+    pub(super) first_page: String,
+    /// A later page: the same range scan, started after the position (`created_at`, `id`)
+    /// of the previous page's last order. A keyset, not an offset: page 50 costs what page 1
+    /// does, and orders created meanwhile never shift it.
+    pub(super) page_after: String,
+    /// The filtered pages, by what they hold (the bits below).
+    pub(super) filtered: Vec<String>,
+}
+
+impl OrderStatements {
+    /// The statements over `source`, a table name or a subquery with its alias.
+    pub(super) fn new(source: &str) -> Self {
+        Self {
+            first_page: format!(
+                "SELECT {COLUMNS} FROM {source} WHERE organization_id = $1 \
+                 ORDER BY created_at DESC, id DESC LIMIT $2"
+            ),
+            page_after: format!(
+                "SELECT {COLUMNS} FROM {source} \
+                 WHERE organization_id = $1 AND (created_at, id) < ($3, $4) \
+                 ORDER BY created_at DESC, id DESC LIMIT $2"
+            ),
+            filtered: (0..32)
+                .map(|holds| filtered_page_text(source, holds))
+                .collect(),
+        }
+    }
+}
 
 /// The date column `name` of the order `id`: an error that names the order for a date no
 /// reader can serve.
@@ -37,7 +61,7 @@ fn date(row: &PgRow, name: &str, id: &str) -> Result<chrono::NaiveDate, StoreErr
         })
 }
 
-/// An order from a row of [`FIRST_PAGE`] or [`PAGE_AFTER`], checked against the wire contract.
+/// An order from a row of a page's statement, checked against the wire contract.
 fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
     let id: String = column(row, "id")?;
     let budget: i64 = column(row, "budget_dkk")?;
@@ -84,7 +108,7 @@ impl PgStore {
         organization_id: &str,
         query: &OrderQuery,
     ) -> Result<OrderPage, StoreError> {
-        let rows = page_query(organization_id, query)
+        let rows = page_query(&self.statements.orders, organization_id, query)
             .fetch_all(&self.pool)
             .await
             .map_err(store_error)?;
@@ -98,6 +122,7 @@ impl PgStore {
 
 /// The statement that reads the page `query` asks for, with its parameters bound.
 fn page_query<'q>(
+    statements: &'q OrderStatements,
     organization_id: &'q str,
     query: &'q OrderQuery,
 ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
@@ -106,11 +131,13 @@ fn page_query<'q>(
         .unwrap_or(i64::MAX)
         .saturating_add(1);
     if !query.filter().is_empty() {
-        return filtered_page_query(organization_id, query, rows);
+        return filtered_page_query(statements, organization_id, query, rows);
     }
     match query.position() {
-        None => sqlx::query(FIRST_PAGE).bind(organization_id).bind(rows),
-        Some(position) => sqlx::query(PAGE_AFTER)
+        None => sqlx::query(&statements.first_page)
+            .bind(organization_id)
+            .bind(rows),
+        Some(position) => sqlx::query(&statements.page_after)
             .bind(organization_id)
             .bind(rows)
             .bind(position.created_at.as_datetime())
@@ -119,24 +146,22 @@ fn page_query<'q>(
 }
 
 /// What a filtered page's statement holds besides the organization and the row count: one
-/// bit each, which picks its text among [`FILTERED_PAGES`].
+/// bit each, which picks its text among [`OrderStatements::filtered`].
 pub(super) const AFTER: usize = 1;
 pub(super) const SINCE: usize = 2;
 pub(super) const BEFORE: usize = 4;
 pub(super) const PROVIDERS: usize = 8;
 pub(super) const STATUSES: usize = 16;
 
-/// The statements of filtered pages, by what they hold. Only the conditions a filter has are
+// The statements of filtered pages, by what they hold. Only the conditions a filter has are
 /// in its text, so each is planned on its own indexes: the position and the creation range
-/// narrow the range scan of `partner_orders_newest`; with statuses, one scan of
-/// `partner_orders_status` per status, merged newest first, so a page deep in the orders
-/// costs what the first does. Providers are read through `partner_orders_providers` (the
-/// array's own index) when rare, and as a condition on the rows of the range scan when common.
-pub(super) static FILTERED_PAGES: std::sync::LazyLock<Vec<String>> =
-    std::sync::LazyLock::new(|| (0..32).map(filtered_page_text).collect());
+// narrow the range scan of `partner_orders_newest`; with statuses, one scan of
+// `partner_orders_status` per status, merged newest first, so a page deep in the orders
+// costs what the first does. Providers are read through `partner_orders_providers` (the
+// array's own index) when rare, and as a condition on the rows of the range scan when common.
 
-/// The text of the filtered page that holds what `holds` says (bits above).
-fn filtered_page_text(holds: usize) -> String {
+/// The text of the filtered page over `source` that holds what `holds` says (bits above).
+fn filtered_page_text(source: &str, holds: usize) -> String {
     let mut conditions = String::new();
     let mut next = 3;
     let mut parameter = || {
@@ -157,18 +182,16 @@ fn filtered_page_text(holds: usize) -> String {
     if holds & PROVIDERS != 0 {
         conditions.push_str(&format!(" AND providers && ${}::text[]", parameter()));
     }
-    let columns = "id, providers, advertiser_name, campaign_name, budget_dkk, start_date, \
-                   end_date, status, external_reference, created_at";
     if holds & STATUSES == 0 {
         return format!(
-            "SELECT {columns} FROM partner_orders WHERE organization_id = $1{conditions} \
+            "SELECT {COLUMNS} FROM {source} WHERE organization_id = $1{conditions} \
              ORDER BY created_at DESC, id DESC LIMIT $2"
         );
     }
     let statuses = parameter();
     format!(
         "SELECT o.* FROM unnest(${statuses}::text[]) AS s(status) CROSS JOIN LATERAL (\
-         SELECT {columns} FROM partner_orders \
+         SELECT {COLUMNS} FROM {source} \
          WHERE organization_id = $1 AND status = s.status{conditions} \
          ORDER BY created_at DESC, id DESC LIMIT $2) AS o \
          ORDER BY o.created_at DESC, o.id DESC LIMIT $2"
@@ -177,6 +200,7 @@ fn filtered_page_text(holds: usize) -> String {
 
 /// The statement of a filtered page, with its parameters bound in the order of its text.
 fn filtered_page_query<'q>(
+    statements: &'q OrderStatements,
     organization_id: &'q str,
     query: &'q OrderQuery,
     rows: i64,
@@ -196,7 +220,7 @@ fn filtered_page_query<'q>(
     // `partner_orders_providers`, a common one fills the page from `partner_orders_newest`.
     // A prepared statement would settle on one generic plan for both; an unnamed one is
     // planned with its values each time.
-    let mut statement = sqlx::query(FILTERED_PAGES[holds].as_str())
+    let mut statement = sqlx::query(statements.filtered[holds].as_str())
         .persistent(holds & PROVIDERS == 0)
         .bind(organization_id)
         .bind(rows);

@@ -10,12 +10,6 @@ use super::store_error;
 use crate::store::KeyPolicy;
 use crate::store::StoreError;
 
-/// The policy of the organization `$1` (the default one without a row).
-const POLICY: &str = "SELECT o.id, p.max_lifetime_ms, p.max_active_keys, p.max_webhook_endpoints \
-                      FROM partner_organizations o \
-                      LEFT JOIN partner_api_key_policies p ON p.organization_id = o.id \
-                      WHERE o.id = $1";
-
 /// Serializes, until the transaction ends, the issues and rolls (`$2` `keys`) or the
 /// endpoint additions (`$2` `webhooks`) of the organization `$1`, so two of them at the cap
 /// make one, not two: the organization's row of `partner_api_organization_locks` for that
@@ -27,9 +21,10 @@ pub(super) const ORGANIZATION_LOCK: &str =
      ON CONFLICT (organization_id, purpose) DO UPDATE SET purpose = EXCLUDED.purpose";
 
 /// The policy of `organization_id`, with the organization's issue lock held until the
-/// transaction ends.
+/// transaction ends (`statement` as for [`read_policy`]).
 pub(super) async fn locked_policy(
     transaction: &mut sqlx::PgConnection,
+    statement: &str,
     organization_id: &str,
 ) -> Result<KeyPolicy, StoreError> {
     sqlx::query(ORGANIZATION_LOCK)
@@ -38,15 +33,18 @@ pub(super) async fn locked_policy(
         .execute(&mut *transaction)
         .await
         .map_err(store_error)?;
-    read_policy(transaction, organization_id).await
+    read_policy(transaction, statement, organization_id).await
 }
 
-/// The policy of `organization_id`, or `NotFound` for an unknown organization.
+/// The policy of `organization_id` (`statement`: the store's
+/// [`policy`](super::statements::Statements::policy)), or `NotFound` for an unknown
+/// organization.
 pub(super) async fn read_policy(
     connection: &mut sqlx::PgConnection,
+    statement: &str,
     organization_id: &str,
 ) -> Result<KeyPolicy, StoreError> {
-    let row = sqlx::query(POLICY)
+    let row = sqlx::query(statement)
         .bind(organization_id)
         .fetch_optional(&mut *connection)
         .await

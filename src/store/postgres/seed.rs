@@ -16,11 +16,23 @@ impl PgStore {
     ///
     /// # Errors
     ///
-    /// When the seed breaks a rule (the message names the entry) or the database fails.
+    /// When the seed breaks a rule (the message names the entry), holds organizations or
+    /// orders where the [schema map](Self::with_schema_map) makes them the host's, or the
+    /// database fails.
     pub async fn load_seed(&self, seed: &Seed) -> Result<(), SeedError> {
         seed.to_memory_store()?;
         let database = |err: StoreError| SeedError::new("loading into PostgreSQL".to_owned(), err);
         let fail = |err: sqlx::Error| database(store_error(err));
+        // Mapped data is the host's: a seed's organizations or orders would be written
+        // beside it, never served.
+        if self.statements.organizations_mapped() && !seed.organizations.is_empty() {
+            return Err(database(StoreError::unsupported(
+                "seeding organizations: they are the host's, read through the schema map",
+            )));
+        }
+        if !seed.orders.is_empty() {
+            self.own_orders().map_err(database)?;
+        }
         let mut transaction = self.pool.begin().await.map_err(fail)?;
         for organization in &seed.organizations {
             sqlx::query(

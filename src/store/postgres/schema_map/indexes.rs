@@ -1,0 +1,122 @@
+//! The indexes a [`SchemaMap`](super::SchemaMap) needs so that every page and filter is an
+//! index range scan on the host's tables, as on the crate's own (expression indexes where a
+//! field is an expression), and which of them a database lacks.
+
+use super::{OrderField, Resolved, SchemaMap};
+
+/// An index a host's table needs for the crate's reads through a [`SchemaMap`]
+/// ([`PgStore::schema_indexes`](crate::PgStore::schema_indexes)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchemaIndex {
+    name: String,
+    table: String,
+    definition: String,
+    /// What it serves, for the warning that it is missing.
+    serves: &'static str,
+}
+
+impl SchemaIndex {
+    /// The statement that builds it without blocking the table's writes:
+    /// `CREATE INDEX CONCURRENTLY IF NOT EXISTS name ON table USING ...;`.
+    pub fn statement(&self) -> String {
+        format!(
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON {} {};",
+            self.name, self.table, self.definition
+        )
+    }
+
+    /// What it serves, in words.
+    pub fn serves(&self) -> &'static str {
+        self.serves
+    }
+}
+
+/// Every index `map` needs on its tables (none on a view, which has none of its own).
+pub(in crate::store::postgres) fn needed(map: &SchemaMap, resolved: &Resolved) -> Vec<SchemaIndex> {
+    let mut indexes = Vec::new();
+    if let (Some(orders), Some(table)) = (map.orders(), &resolved.orders) {
+        if !table.is_view {
+            let field = |field| format!("({})", orders.cast_expression(field));
+            let (organization, created, id) = (
+                field(OrderField::Organization),
+                field(OrderField::CreatedAt),
+                field(OrderField::Id),
+            );
+            let index = |what: &str, definition: String, serves| SchemaIndex {
+                name: super::register::name_for(what, table),
+                table: table.name.clone(),
+                definition,
+                serves,
+            };
+            indexes.push(index(
+                "newest",
+                format!("USING btree ({organization}, {created} DESC, {id} DESC)"),
+                "pages of /v1/orders, newest first, and the created_since and created_before filters",
+            ));
+            indexes.push(index(
+                "status",
+                format!(
+                    "USING btree ({organization}, {}, {created} DESC, {id} DESC)",
+                    field(OrderField::Status)
+                ),
+                "the status filter of /v1/orders",
+            ));
+            indexes.push(index(
+                "providers",
+                format!("USING gin ({})", field(OrderField::Providers)),
+                "the provider filter of /v1/orders",
+            ));
+        }
+    }
+    if let (Some(organizations), Some(table)) = (map.organizations(), &resolved.organizations) {
+        if !table.is_view {
+            indexes.push(SchemaIndex {
+                name: super::register::name_for("id", table),
+                table: table.name.clone(),
+                definition: format!("USING btree (({}))", organizations.cast_id()),
+                serves: "each key lookup's organization",
+            });
+        }
+    }
+    indexes
+}
+
+/// The indexes of `needed` that the database lacks. An index counts as there when one of
+/// its table's indexes has the same definition as PostgreSQL writes it (unique or not):
+/// each needed one is built on an empty temporary copy of the table's columns, in a
+/// transaction rolled back, and its definition compared.
+pub(in crate::store::postgres) async fn missing(
+    pool: &sqlx::PgPool,
+    needed: &[SchemaIndex],
+) -> Result<Vec<SchemaIndex>, sqlx::Error> {
+    let mut missing = Vec::new();
+    let mut transaction = pool.begin().await?;
+    let definitions = "SELECT pg_catalog.substring(pg_catalog.pg_get_indexdef(i.indexrelid), \
+                       ' USING .*$') FROM pg_catalog.pg_index i WHERE i.indrelid = $1::regclass \
+                       AND i.indpred IS NULL";
+    for (at, index) in needed.iter().enumerate() {
+        let probe = format!("partner_api_index_probe_{at}");
+        sqlx::query(&format!(
+            "CREATE TEMPORARY TABLE {probe} (LIKE {}) ON COMMIT DROP",
+            index.table
+        ))
+        .execute(&mut *transaction)
+        .await?;
+        sqlx::query(&format!("CREATE INDEX ON pg_temp.{probe} {}", index.definition))
+            .execute(&mut *transaction)
+            .await?;
+        let wanted: Vec<String> = sqlx::query_scalar(definitions)
+            .bind(format!("pg_temp.{probe}"))
+            .fetch_all(&mut *transaction)
+            .await?;
+        let present: Vec<String> = sqlx::query_scalar(definitions)
+            .bind(&index.table)
+            .fetch_all(&mut *transaction)
+            .await?;
+        if !wanted.iter().all(|definition| present.contains(definition)) {
+            missing.push(index.clone());
+        }
+    }
+    transaction.rollback().await?;
+    Ok(missing)
+}

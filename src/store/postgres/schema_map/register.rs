@@ -1,0 +1,278 @@
+//! The crate's triggers made for a [`SchemaMap`](super::SchemaMap): on the host's orders
+//! table, one that writes each change's row of the caches' change log, its event and its
+//! webhooks, from the order as the map shows it; on the host's organizations table, one that
+//! tells the caches when an organization is renamed or deleted. Made by the owner
+//! ([`PgStore::register_schema_map`](crate::PgStore::register_schema_map)).
+
+use super::{OrderField, OrdersMap, OrganizationsMap, Table};
+
+/// A name for what the crate makes for `table`: `partner_api_{what}_{table}`, in letters,
+/// digits and underscores, within PostgreSQL's 63 bytes.
+pub(in crate::store::postgres) fn name_for(what: &str, table: &Table) -> String {
+    let bare: String = table
+        .bare_name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    format!("partner_api_{what}_{bare}")
+}
+
+/// The contract's checks, as the trigger of the crate's own table makes them (#54), over the
+/// mapped order `t`: a snapshot only for an order every reader can show, its times in UTC
+/// whatever the writer's session says; NULL otherwise.
+const SHOWN: &str = "CASE WHEN t.id IS NOT NULL AND t.providers IS NOT NULL \
+        AND pg_catalog.array_position(t.providers, NULL) IS NULL \
+        AND t.advertiser_name IS NOT NULL AND t.campaign_name IS NOT NULL \
+        AND t.status IS NOT NULL AND t.external_reference IS NOT NULL \
+        AND t.budget_dkk OPERATOR(pg_catalog.>=) 0::bigint \
+        AND t.budget_dkk OPERATOR(pg_catalog.<=) 9007199254740991::bigint \
+        AND t.start_date OPERATOR(pg_catalog.>=) '0001-01-01'::date \
+        AND t.start_date OPERATOR(pg_catalog.<) '10000-01-01'::date \
+        AND t.end_date OPERATOR(pg_catalog.>=) '0001-01-01'::date \
+        AND t.end_date OPERATOR(pg_catalog.<) '10000-01-01'::date \
+        AND t.created_at OPERATOR(pg_catalog.>=) '0001-01-01 00:00:00+00'::timestamptz \
+        AND t.created_at OPERATOR(pg_catalog.<) '10000-01-01 00:00:00+00'::timestamptz \
+    THEN pg_catalog.jsonb_build_object( \
+        'id', t.id, 'providers', pg_catalog.to_jsonb(t.providers), \
+        'advertiser_name', t.advertiser_name, 'campaign_name', t.campaign_name, \
+        'budget_dkk', t.budget_dkk, \
+        'start_date', pg_catalog.to_char(t.start_date, 'YYYY-MM-DD'), \
+        'end_date', pg_catalog.to_char(t.end_date, 'YYYY-MM-DD'), \
+        'status', t.status, 'external_reference', t.external_reference, \
+        'created_at', pg_catalog.to_char(t.created_at AT TIME ZONE 'UTC', \
+                                         'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')) \
+    END";
+
+/// The statements that make the orders' trigger for `table` read through `orders`, in the
+/// crate's schema `schema` (quoted).
+pub(in crate::store::postgres) fn orders_trigger(
+    schema: &str,
+    table: &Table,
+    orders: &OrdersMap,
+) -> Vec<String> {
+    let function = format!("{schema}.{}", name_for("orders", table));
+    let relation = &table.name;
+    let list = orders.select_list();
+    let keys = format!(
+        "{}, {}",
+        orders.item(OrderField::Organization),
+        orders.item(OrderField::Id)
+    );
+    let body = format!(
+        r#"
+CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = {schema}, pg_temp AS $partner_api$
+#variable_conflict use_column
+DECLARE
+    old_org text;
+    old_id text;
+    old_row jsonb;
+    new_org text;
+    new_id text;
+    new_row jsonb;
+    shown jsonb;
+    orgs text[];
+    kinds text[];
+    order_keys text[];
+    snapshot jsonb;
+    event bigint;
+    event_at timestamptz;
+    i integer;
+BEGIN
+    IF TG_RELID OPERATOR(pg_catalog.<>) '{relation}'::regclass::oid THEN
+        PERFORM {schema}.partner_api_refuse_table(TG_NAME, TG_RELID);
+    END IF;
+    -- The order before and after, as the map shows it; a row the map cannot show whole
+    -- still has its organization and id when those convert (its event is then unshowable).
+    IF TG_OP <> 'INSERT' THEN
+        BEGIN
+            SELECT t.organization_id, t.id, pg_catalog.to_jsonb(t) INTO old_org, old_id, old_row
+                FROM (SELECT {list} FROM (SELECT OLD.*) AS r) AS t;
+        EXCEPTION WHEN OTHERS THEN
+            old_row := NULL;
+            BEGIN
+                SELECT {keys} INTO old_org, old_id FROM (SELECT OLD.*) AS r;
+            EXCEPTION WHEN OTHERS THEN
+                old_org := NULL;
+            END;
+        END;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        BEGIN
+            SELECT t.organization_id, t.id, pg_catalog.to_jsonb(t), {SHOWN}
+                INTO new_org, new_id, new_row, shown
+                FROM (SELECT {list} FROM (SELECT NEW.*) AS r) AS t;
+        EXCEPTION WHEN OTHERS THEN
+            new_row := NULL;
+            shown := NULL;
+            BEGIN
+                SELECT {keys} INTO new_org, new_id FROM (SELECT NEW.*) AS r;
+            EXCEPTION WHEN OTHERS THEN
+                new_org := NULL;
+            END;
+        END;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        orgs := ARRAY[new_org];
+        kinds := ARRAY['order.created'];
+        order_keys := ARRAY[new_id];
+    ELSIF TG_OP = 'DELETE' THEN
+        orgs := ARRAY[old_org];
+        kinds := ARRAY['order.deleted'];
+        order_keys := ARRAY[old_id];
+    ELSIF new_org IS DISTINCT FROM old_org OR new_id IS DISTINCT FROM old_id THEN
+        -- Moved: gone from where it was, new where it is.
+        orgs := ARRAY[old_org, new_org];
+        kinds := ARRAY['order.deleted', 'order.created'];
+        order_keys := ARRAY[old_id, new_id];
+    ELSIF old_row IS NOT NULL AND new_row IS NOT NULL
+          AND old_row OPERATOR(pg_catalog.=) new_row THEN
+        -- Nothing the contract shows changed (a column the map does not read, say).
+        RETURN NULL;
+    ELSE
+        orgs := ARRAY[new_org];
+        kinds := ARRAY['order.updated'];
+        order_keys := ARRAY[new_id];
+    END IF;
+    FOR i IN 1 .. pg_catalog.cardinality(kinds) LOOP
+        IF orgs[i] IS NULL OR order_keys[i] IS NULL THEN
+            RAISE WARNING 'partner_api: a row of % has no organization or id through the schema map; its change is in no feed', TG_RELID::regclass;
+            CONTINUE;
+        END IF;
+        INSERT INTO {schema}.partner_api_order_changes (organization_id) VALUES (orgs[i]);
+        snapshot := CASE WHEN kinds[i] = 'order.deleted' THEN NULL ELSE shown END;
+        INSERT INTO {schema}.partner_api_order_events (organization_id, change, order_id, order_row)
+            VALUES (orgs[i], kinds[i], order_keys[i], snapshot)
+            RETURNING id, created_at INTO event, event_at;
+        IF EXISTS (
+            SELECT 1 FROM {schema}.partner_webhook_endpoints e
+            WHERE e.organization_id = orgs[i] AND e.enabled
+              AND (pg_catalog.cardinality(e.events) = 0 OR kinds[i] = ANY (e.events))
+        ) THEN
+            PERFORM {schema}.partner_api_raise_webhook(
+                orgs[i], kinds[i], order_keys[i], snapshot, event, event_at);
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$partner_api$"#
+    );
+    vec![
+        format!(
+            "INSERT INTO {schema}.partner_api_order_tables (relid) \
+             VALUES ('{relation}'::regclass) ON CONFLICT (relid) DO NOTHING"
+        ),
+        drop_crate_triggers(schema, relation),
+        body,
+        format!("REVOKE EXECUTE ON FUNCTION {function}() FROM PUBLIC"),
+        format!(
+            "CREATE TRIGGER partner_api_orders AFTER INSERT OR UPDATE OR DELETE ON {relation} \
+             FOR EACH ROW EXECUTE FUNCTION {function}()"
+        ),
+        format!(
+            "CREATE TRIGGER partner_orders_refuse_truncate BEFORE TRUNCATE ON {relation} \
+             FOR EACH STATEMENT EXECUTE FUNCTION {schema}.partner_api_refuse_truncate()"
+        ),
+    ]
+}
+
+/// A statement that drops every trigger of the crate's on `relation` (under any name, from
+/// an earlier registration or `partner_api_serve_orders_table`), so nothing is logged or
+/// raised twice.
+fn drop_crate_triggers(schema: &str, relation: &str) -> String {
+    format!(
+        "DO $partner_api$ DECLARE old_trigger name; BEGIN \
+           FOR old_trigger IN \
+             SELECT t.tgname FROM pg_catalog.pg_trigger t \
+             JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid \
+             WHERE t.tgrelid = '{relation}'::regclass AND NOT t.tgisinternal \
+               AND p.pronamespace = pg_catalog.to_regnamespace('{schema}') \
+               AND p.proname::text LIKE 'partner\\_api\\_%' \
+           LOOP \
+             EXECUTE pg_catalog.format('DROP TRIGGER %I ON {relation}', old_trigger); \
+           END LOOP; \
+         END $partner_api$"
+    )
+}
+
+/// The statements that make the organizations' trigger for `table` read through
+/// `organizations`.
+pub(in crate::store::postgres) fn organizations_trigger(
+    schema: &str,
+    table: &Table,
+    organizations: &OrganizationsMap,
+) -> Vec<String> {
+    let function = format!("{schema}.{}", name_for("organizations", table));
+    let relation = &table.name;
+    let list = organizations.select_list();
+    let body = format!(
+        r#"
+CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
+LANGUAGE plpgsql SET search_path = {schema}, pg_temp AS $partner_api$
+#variable_conflict use_column
+BEGIN
+    IF TG_RELID OPERATOR(pg_catalog.<>) '{relation}'::regclass::oid THEN
+        PERFORM {schema}.partner_api_refuse_table(TG_NAME, TG_RELID);
+    END IF;
+    -- The keys' caches forget every key when an organization is renamed or gone (its keys
+    -- then look up as unknown): rare, and a key's answer names its organization.
+    IF TG_OP = 'UPDATE' THEN
+        BEGIN
+            IF NOT EXISTS (SELECT {list} FROM old_rows EXCEPT SELECT {list} FROM new_rows) THEN
+                RETURN NULL;
+            END IF;
+        EXCEPTION WHEN OTHERS THEN
+            NULL;
+        END;
+    ELSIF TG_OP = 'DELETE' THEN
+        IF NOT EXISTS (SELECT 1 FROM old_rows) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    PERFORM pg_catalog.pg_notify('partner_api_keys', '*');
+    RETURN NULL;
+END
+$partner_api$"#
+    );
+    vec![
+        drop_crate_triggers(schema, relation),
+        body,
+        format!("REVOKE EXECUTE ON FUNCTION {function}() FROM PUBLIC"),
+        format!(
+            "CREATE TRIGGER partner_api_organizations_update AFTER UPDATE ON {relation} \
+             REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows \
+             FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+        ),
+        format!(
+            "CREATE TRIGGER partner_api_organizations_delete AFTER DELETE ON {relation} \
+             REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+        ),
+        format!(
+            "CREATE TRIGGER partner_api_organizations_truncate AFTER TRUNCATE ON {relation} \
+             FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+        ),
+    ]
+}
+
+/// The statement that lets the crate's tables hold the host's organization ids: their
+/// references to `partner_organizations` dropped.
+pub(in crate::store::postgres) fn drop_organization_references(schema: &str) -> String {
+    format!(
+        "DO $partner_api$ DECLARE reference record; BEGIN \
+           FOR reference IN \
+             SELECT c.conrelid::regclass AS relation, c.conname FROM pg_catalog.pg_constraint c \
+             WHERE c.contype = 'f' AND c.confrelid = '{schema}.partner_organizations'::regclass \
+           LOOP \
+             EXECUTE pg_catalog.format('ALTER TABLE %s DROP CONSTRAINT %I', \
+                                       reference.relation, reference.conname); \
+           END LOOP; \
+         END $partner_api$"
+    )
+}
