@@ -96,11 +96,11 @@ pub(super) async fn read_page<F: StoreFixtures>(
     query: &OrderQuery,
 ) -> Result<OrderPage, String> {
     let page = fixtures
-        .store()
+        .order_store()
         .orders(organization_id, query)
         .await
         .map_err(failed("orders"))?;
-    if let Some(now) = fixtures.store().orders_now(organization_id, query) {
+    if let Some(now) = fixtures.order_store().orders_now(organization_id, query) {
         let now = now.map_err(failed("orders_now"))?;
         ensure!(
             now.json() == page.json() && now.has_more() == page.has_more(),

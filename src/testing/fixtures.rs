@@ -7,13 +7,24 @@ use crate::model::{Order, Organization, Timestamp};
 use crate::store::{KeyStore, MemoryStore, OrderStore, StoreError};
 
 /// How the suite puts test data into a store.
+///
+/// The keys and the orders may be two stores (a host whose orders are its own, read by an
+/// [`OrderStore`] of its own, beside the crate's keys): [`store`](Self::store) is the one the
+/// key checks (and the other suites) ask, [`order_store`](Self::order_store) the one the page checks
+/// ask; a store of both returns itself from each.
 #[async_trait]
 pub trait StoreFixtures: Send + Sync {
-    /// The store under test.
-    type Store: KeyStore + OrderStore;
+    /// The store under test: its keys, and what the other suites check.
+    type Store: KeyStore;
+
+    /// The store of orders under test.
+    type Orders: OrderStore;
 
     /// The store under test.
     fn store(&self) -> &Self::Store;
+
+    /// The store of orders under test.
+    fn order_store(&self) -> &Self::Orders;
 
     /// Adds an organization.
     async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError>;
@@ -44,8 +55,13 @@ pub trait StoreFixtures: Send + Sync {
 #[async_trait]
 impl StoreFixtures for MemoryStore {
     type Store = Self;
+    type Orders = Self;
 
     fn store(&self) -> &Self {
+        self
+    }
+
+    fn order_store(&self) -> &Self {
         self
     }
 
@@ -86,8 +102,13 @@ impl StoreFixtures for MemoryStore {
 #[async_trait]
 impl StoreFixtures for crate::store::postgres::PgStore {
     type Store = Self;
+    type Orders = Self;
 
     fn store(&self) -> &Self {
+        self
+    }
+
+    fn order_store(&self) -> &Self {
         self
     }
 

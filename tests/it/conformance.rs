@@ -225,7 +225,11 @@ impl DeprecatedCallStore for Faulty {
 #[async_trait]
 impl StoreFixtures for Faulty {
     type Store = Self;
+    type Orders = Self;
     fn store(&self) -> &Self {
+        self
+    }
+    fn order_store(&self) -> &Self {
         self
     }
     async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
@@ -630,7 +634,11 @@ mod webhooks {
     #[async_trait]
     impl StoreFixtures for FaultyOutbox {
         type Store = Self;
+        type Orders = Self;
         fn store(&self) -> &Self {
+            self
+        }
+        fn order_store(&self) -> &Self {
             self
         }
         async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {

@@ -18,6 +18,7 @@ mod fairness;
 mod feed_history;
 mod feed_never_stalls;
 mod history;
+mod host_data;
 mod hostile;
 mod hosts;
 mod keys;

@@ -1301,7 +1301,11 @@ mod core_only {
     #[async_trait]
     impl StoreFixtures for HostKeys {
         type Store = Self;
+        type Orders = Self;
         fn store(&self) -> &Self {
+            self
+        }
+        fn order_store(&self) -> &Self {
             self
         }
         async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {

@@ -240,7 +240,11 @@ impl OrderStore for Cached {
 #[async_trait]
 impl StoreFixtures for Cached {
     type Store = Self;
+    type Orders = Self;
     fn store(&self) -> &Self {
+        self
+    }
+    fn order_store(&self) -> &Self {
         self
     }
     async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {

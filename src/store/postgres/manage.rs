@@ -38,7 +38,8 @@ impl KeyManager for PgStore {
         new.check(now)?;
         let key = ApiKey::generate(new.environment()).map_err(StoreError::other)?;
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
-        let policy = locked_policy(&mut transaction, &self.statements.policy, organization_id).await?;
+        let policy =
+            locked_policy(&mut transaction, &self.statements.policy, organization_id).await?;
         let lifetime = new.lifetime_at(now);
         policy.check_lifetime(lifetime)?;
         policy.check_active_keys(active_keys(&mut transaction, organization_id).await?, 0)?;
@@ -68,12 +69,11 @@ impl KeyManager for PgStore {
 
     async fn list(&self, organization_id: &str) -> Result<Vec<KeyRecord>, StoreError> {
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
-        let known: bool =
-            sqlx::query_scalar(&self.statements.organization_exists)
-                .bind(organization_id)
-                .fetch_one(&mut *transaction)
-                .await
-                .map_err(store_error)?;
+        let known: bool = sqlx::query_scalar(&self.statements.organization_exists)
+            .bind(organization_id)
+            .fetch_one(&mut *transaction)
+            .await
+            .map_err(store_error)?;
         if !known {
             return Err(StoreError::not_found(format!(
                 "unknown organization {organization_id:?}"
@@ -258,7 +258,8 @@ impl KeyManager for PgStore {
     ) -> Result<IssuedKey, StoreError> {
         let id = parse_id(key_id)?;
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
-        let policy = locked_policy(&mut transaction, &self.statements.policy, organization_id).await?;
+        let policy =
+            locked_policy(&mut transaction, &self.statements.policy, organization_id).await?;
         // Locks the old key, so two rolls of one key make one new key each, in turn.
         let old = sqlx::query(&format!(
             "SELECT {RECORD}, COALESCE(expires_at <= now(), false) AS expired \
@@ -347,7 +348,8 @@ impl KeyManager for PgStore {
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
         // Under the organization's issue lock, so a concurrent setting cannot slip between
         // the read and the write and make a change look like none.
-        let before = locked_policy(&mut transaction, &self.statements.policy, organization_id).await;
+        let before =
+            locked_policy(&mut transaction, &self.statements.policy, organization_id).await;
         sqlx::query(
             "INSERT INTO partner_api_key_policies \
                (organization_id, max_lifetime_ms, max_active_keys, max_webhook_endpoints) \

@@ -34,8 +34,8 @@ mod usage;
 mod webhooks;
 
 pub(crate) use error::store_error;
-pub use schema_map::{OrderField, OrdersMap, OrganizationsMap, SchemaIndex, SchemaMap};
 use keys::allowed_ips;
+pub use schema_map::{OrderField, OrdersMap, OrganizationsMap, SchemaIndex, SchemaMap};
 
 /// [`KeyStore`](crate::KeyStore) and [`OrderStore`](crate::OrderStore) over PostgreSQL, in the reference schema of [`PgStore::migrator`].
 ///

@@ -69,7 +69,11 @@ impl super::PgStore {
         if let (Some(organizations), Some(table)) = (map.organizations(), &resolved.organizations) {
             statements.push(register::drop_organization_references(&schema));
             if !table.is_view {
-                statements.extend(register::organizations_trigger(&schema, table, organizations));
+                statements.extend(register::organizations_trigger(
+                    &schema,
+                    table,
+                    organizations,
+                ));
             }
         }
         let mut transaction = self.pool.begin().await.map_err(super::store_error)?;
@@ -160,7 +164,9 @@ impl Needs {
         let needs = match self {
             Self::Text => "text",
             Self::TextArray => "text[]",
-            Self::Number => "a number (smallint, integer, bigint, numeric, real or double precision)",
+            Self::Number => {
+                "a number (smallint, integer, bigint, numeric, real or double precision)"
+            }
             Self::Date => "date",
             Self::Instant => "timestamp with time zone",
         };
@@ -530,14 +536,25 @@ impl TryFrom<SchemaMapFile> for SchemaMap {
 /// A mapped field's expression whose type is not the one the contract needs, or that
 /// PostgreSQL refuses: what [`PgStore::with_schema_map`](super::PgStore::with_schema_map)
 /// answers, naming the field, the expression and the types.
-pub(super) fn type_error(section: &str, key: &str, expression: &str, has: &str, needs: &str) -> String {
-    format!("schema map: [{section}] {key} = {expression:?} has type {has}; the contract needs {needs}")
+pub(super) fn type_error(
+    section: &str,
+    key: &str,
+    expression: &str,
+    has: &str,
+    needs: &str,
+) -> String {
+    format!(
+        "schema map: [{section}] {key} = {expression:?} has type {has}; the contract needs {needs}"
+    )
 }
 
 /// Checks each mapped expression's type against what the contract needs, as PostgreSQL
 /// types it (`pg_typeof` of the expression over the table, no row read), and resolves the
 /// tables to their qualified, quoted names.
-pub(super) async fn check(pool: &sqlx::PgPool, map: &SchemaMap) -> Result<Resolved, super::StoreError> {
+pub(super) async fn check(
+    pool: &sqlx::PgPool,
+    map: &SchemaMap,
+) -> Result<Resolved, super::StoreError> {
     use super::StoreError;
     let mut resolved = Resolved::default();
     if let Some(orders) = &map.orders {
@@ -673,19 +690,34 @@ mod tests {
         .expect("a map");
         let orders = map.orders().expect("orders");
         assert_eq!(orders.expression(OrderField::Id), "buy_id::text");
-        assert_eq!(orders.expression(OrderField::Organization), "organization_id");
-        assert_eq!(orders.item(OrderField::BudgetDkk), "(round(budget_ore / 100))::bigint AS budget_dkk");
+        assert_eq!(
+            orders.expression(OrderField::Organization),
+            "organization_id"
+        );
+        assert_eq!(
+            orders.item(OrderField::BudgetDkk),
+            "(round(budget_ore / 100))::bigint AS budget_dkk"
+        );
         let organizations = map.organizations().expect("organizations");
-        assert_eq!((organizations.id(), organizations.name()), ("id", "display_name"));
+        assert_eq!(
+            (organizations.id(), organizations.name()),
+            ("id", "display_name")
+        );
 
         let misspelt = serde_json::from_value::<SchemaMap>(serde_json::json!({
             "orders": {"table": "t", "budget": "x"}
         }));
-        assert!(misspelt.expect_err("unknown key").to_string().contains("budget"));
+        assert!(misspelt
+            .expect_err("unknown key")
+            .to_string()
+            .contains("budget"));
         let empty = serde_json::from_value::<SchemaMap>(serde_json::json!({
             "orders": {"table": "t", "status": " "}
         }));
-        assert!(empty.expect_err("empty").to_string().contains("[orders] status is empty"));
+        assert!(empty
+            .expect_err("empty")
+            .to_string()
+            .contains("[orders] status is empty"));
     }
 
     #[test]
@@ -699,8 +731,15 @@ mod tests {
             "timestamp without time zone",
             &needs.describe("timestamp without time zone"),
         );
-        assert!(message.contains("[orders] created_at = \"created\" has type timestamp without time zone"), "{message}");
-        assert!(message.contains("needs timestamp with time zone"), "{message}");
+        assert!(
+            message
+                .contains("[orders] created_at = \"created\" has type timestamp without time zone"),
+            "{message}"
+        );
+        assert!(
+            message.contains("needs timestamp with time zone"),
+            "{message}"
+        );
         assert!(message.contains("AT TIME ZONE 'UTC'"), "{message}");
     }
 }

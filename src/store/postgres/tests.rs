@@ -93,7 +93,10 @@ async fn every_page_is_one_index_range_scan() {
     }
     assert_eq!(mapped.missing_schema_indexes().await.unwrap(), []);
     let statements = &mapped.statements.orders;
-    let (newest, status) = ("partner_api_newest_media_buys", "partner_api_status_media_buys");
+    let (newest, status) = (
+        "partner_api_newest_media_buys",
+        "partner_api_status_media_buys",
+    );
     assert_plans(&mut connection, statements, "media_buys", newest, status).await;
     drop(connection);
     store.pool().close().await;
@@ -164,10 +167,7 @@ async fn assert_plans(
     // merges at most `limit + 1` rows of each); the rest on the newest-first index.
     for (holds, index) in [
         (STATUSES, status),
-        (
-            STATUSES | AFTER | SINCE | BEFORE | PROVIDERS,
-            status,
-        ),
+        (STATUSES | AFTER | SINCE | BEFORE | PROVIDERS, status),
         (AFTER | SINCE | BEFORE | PROVIDERS, newest),
     ] {
         let mut types = vec!["text", "bigint"];

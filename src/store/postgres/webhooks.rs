@@ -112,7 +112,9 @@ impl WebhookManager for PgStore {
             .execute(&mut *transaction)
             .await
             .map_err(store_error)?;
-        let policy = super::policy::read_policy(&mut transaction, &self.statements.policy, organization_id).await?;
+        let policy =
+            super::policy::read_policy(&mut transaction, &self.statements.policy, organization_id)
+                .await?;
         let endpoints: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM partner_webhook_endpoints WHERE organization_id = $1",
         )

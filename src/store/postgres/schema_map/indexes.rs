@@ -102,9 +102,12 @@ pub(in crate::store::postgres) async fn missing(
         ))
         .execute(&mut *transaction)
         .await?;
-        sqlx::query(&format!("CREATE INDEX ON pg_temp.{probe} {}", index.definition))
-            .execute(&mut *transaction)
-            .await?;
+        sqlx::query(&format!(
+            "CREATE INDEX ON pg_temp.{probe} {}",
+            index.definition
+        ))
+        .execute(&mut *transaction)
+        .await?;
         let wanted: Vec<String> = sqlx::query_scalar(definitions)
             .bind(format!("pg_temp.{probe}"))
             .fetch_all(&mut *transaction)

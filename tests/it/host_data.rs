@@ -1,0 +1,512 @@
+//! The host's own data, mapped (#55): the conformance suite on a host's tables with other
+//! names and types than the crate's, and on an orders-only store beside the crate's keys;
+//! the checks of a map at start; the feed, webhooks' outbox and caches' change log written
+//! from the host's own writes; an organization the host deletes takes its keys with it.
+#![cfg(all(feature = "postgres", feature = "testing"))]
+
+use async_trait::async_trait;
+use partner_api::testing::{run, StoreFixtures};
+use partner_api::{
+    KeyStore, MemoryStore, Order, OrderField, OrderPage, OrderStore, OrdersMap, Organization,
+    OrganizationsMap, PgStore, SchemaMap, StoreError, Timestamp,
+};
+use serde_json::json;
+use sqlx::Executor;
+
+use crate::common::{call, get, pg};
+
+/// A host's schema for the conformance suite: text ids (the suite's are text), every other
+/// name and some types unlike the crate's (a budget in øre, an optional reference, a status
+/// column of another name).
+const HOST_SCHEMA: &str = "\
+    CREATE TABLE accounts (code text PRIMARY KEY, display_name text NOT NULL); \
+    CREATE TABLE media_buys (buy_ref text NOT NULL, account_code text NOT NULL, \
+        channels text[] NOT NULL, advertiser text NOT NULL, campaign text NOT NULL, \
+        budget_ore bigint NOT NULL, starts_on date NOT NULL, ends_on date NOT NULL, \
+        state text NOT NULL, po_number text, created timestamptz NOT NULL, \
+        internal_note text, PRIMARY KEY (account_code, buy_ref))";
+
+fn host_map() -> SchemaMap {
+    SchemaMap::new()
+        .with_orders(
+            OrdersMap::new("public.media_buys")
+                .with(OrderField::Id, "buy_ref")
+                .with(OrderField::Organization, "account_code")
+                .with(OrderField::Providers, "channels")
+                .with(OrderField::AdvertiserName, "advertiser")
+                .with(OrderField::CampaignName, "campaign")
+                .with(OrderField::BudgetDkk, "round(budget_ore / 100)")
+                .with(OrderField::StartDate, "starts_on")
+                .with(OrderField::EndDate, "ends_on")
+                .with(OrderField::Status, "state")
+                .with(OrderField::ExternalReference, "coalesce(po_number, '')")
+                .with(OrderField::CreatedAt, "created"),
+        )
+        .with_organizations(
+            OrganizationsMap::new("public.accounts")
+                .with_id("code")
+                .with_name("display_name"),
+        )
+}
+
+/// A migrated database with [`HOST_SCHEMA`], and a store reading it through [`host_map`],
+/// its triggers registered.
+async fn host_store() -> (PgStore, String) {
+    let url = pg::fresh_database().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    store.migrate().await.unwrap();
+    sqlx::raw_sql(HOST_SCHEMA)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let store = store.with_schema_map(host_map()).await.unwrap();
+    store.register_schema_map().await.unwrap();
+    (store, url)
+}
+
+/// Writes the host's way: into its own tables.
+async fn add_account(store: &PgStore, organization: &Organization) -> Result<(), StoreError> {
+    sqlx::query("INSERT INTO accounts (code, display_name) VALUES ($1, $2)")
+        .bind(&organization.id)
+        .bind(&organization.name)
+        .execute(store.pool())
+        .await
+        .map(drop)
+        .map_err(StoreError::other)
+}
+
+async fn write_buy(store: &PgStore, account: &str, order: &Order) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO media_buys (buy_ref, account_code, channels, advertiser, campaign, \
+         budget_ore, starts_on, ends_on, state, po_number, created) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULLIF($10, ''), $11) \
+         ON CONFLICT (account_code, buy_ref) DO UPDATE SET channels = EXCLUDED.channels, \
+         advertiser = EXCLUDED.advertiser, campaign = EXCLUDED.campaign, \
+         budget_ore = EXCLUDED.budget_ore, starts_on = EXCLUDED.starts_on, \
+         ends_on = EXCLUDED.ends_on, state = EXCLUDED.state, po_number = EXCLUDED.po_number, \
+         created = EXCLUDED.created",
+    )
+    .bind(&order.id)
+    .bind(account)
+    .bind(&order.providers)
+    .bind(&order.advertiser_name)
+    .bind(&order.campaign_name)
+    .bind(i64::try_from(order.budget_dkk).unwrap() * 100)
+    .bind(order.start_date)
+    .bind(order.end_date)
+    .bind(&order.status)
+    .bind(&order.external_reference)
+    .bind(order.created_at.as_datetime())
+    .execute(store.pool())
+    .await
+    .map(drop)
+    .map_err(StoreError::other)
+}
+
+async fn delete_buy(store: &PgStore, account: &str, id: &str) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM media_buys WHERE account_code = $1 AND buy_ref = $2")
+        .bind(account)
+        .bind(id)
+        .execute(store.pool())
+        .await
+        .map(drop)
+        .map_err(StoreError::other)
+}
+
+/// The crate's keys and the host's organizations and orders, all in PostgreSQL.
+struct HostTables(PgStore);
+
+#[async_trait]
+impl StoreFixtures for HostTables {
+    type Store = PgStore;
+    type Orders = PgStore;
+    fn store(&self) -> &PgStore {
+        &self.0
+    }
+    fn order_store(&self) -> &PgStore {
+        &self.0
+    }
+    async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
+        add_account(&self.0, organization).await
+    }
+    async fn add_key(
+        &self,
+        key: &str,
+        organization_id: &str,
+        expires_at: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        StoreFixtures::add_key(&self.0, key, organization_id, expires_at).await
+    }
+    async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
+        StoreFixtures::revoke_key(&self.0, key).await
+    }
+    async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError> {
+        for order in orders {
+            partner_api::EncodedOrder::new(order.clone()).map_err(StoreError::invalid_data)?;
+            write_buy(&self.0, organization_id, order).await?;
+        }
+        Ok(())
+    }
+    async fn remove_order(&self, organization_id: &str, order_id: &str) -> Result<(), StoreError> {
+        delete_buy(&self.0, organization_id, order_id).await
+    }
+    async fn update_order(&self, organization_id: &str, order: &Order) -> Result<(), StoreError> {
+        write_buy(&self.0, organization_id, order).await
+    }
+}
+
+#[tokio::test]
+async fn the_store_conforms_on_the_hosts_own_tables_through_a_map() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = host_store().await;
+    run(&HostTables(store.clone())).await.assert_passed();
+    // Nothing was copied into the crate's tables.
+    let copied: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM partner_organizations) + (SELECT count(*) FROM partner_orders)",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(copied, 0);
+}
+
+/// An [`OrderStore`] and nothing else: the host's orders beside keys kept elsewhere.
+struct OrdersOnly(PgStore);
+
+#[async_trait]
+impl OrderStore for OrdersOnly {
+    async fn orders(
+        &self,
+        organization_id: &str,
+        query: &partner_api::store::OrderQuery,
+    ) -> Result<OrderPage, StoreError> {
+        self.0.orders(organization_id, query).await
+    }
+}
+
+/// Keys in memory, orders in the host's table through an orders-only store.
+struct KeysBesideOrders {
+    keys: MemoryStore,
+    orders: OrdersOnly,
+}
+
+#[async_trait]
+impl StoreFixtures for KeysBesideOrders {
+    type Store = MemoryStore;
+    type Orders = OrdersOnly;
+    fn store(&self) -> &MemoryStore {
+        &self.keys
+    }
+    fn order_store(&self) -> &OrdersOnly {
+        &self.orders
+    }
+    async fn add_organization(&self, organization: &Organization) -> Result<(), StoreError> {
+        self.keys.add_organization(organization.clone())?;
+        add_account(&self.orders.0, organization).await
+    }
+    async fn add_key(
+        &self,
+        key: &str,
+        organization_id: &str,
+        expires_at: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        StoreFixtures::add_key(&self.keys, key, organization_id, expires_at).await
+    }
+    async fn revoke_key(&self, key: &str) -> Result<(), StoreError> {
+        StoreFixtures::revoke_key(&self.keys, key).await
+    }
+    async fn add_orders(&self, organization_id: &str, orders: &[Order]) -> Result<(), StoreError> {
+        HostTables(self.orders.0.clone())
+            .add_orders(organization_id, orders)
+            .await
+    }
+    async fn remove_order(&self, organization_id: &str, order_id: &str) -> Result<(), StoreError> {
+        delete_buy(&self.orders.0, organization_id, order_id).await
+    }
+    async fn update_order(&self, organization_id: &str, order: &Order) -> Result<(), StoreError> {
+        write_buy(&self.orders.0, organization_id, order).await
+    }
+}
+
+#[tokio::test]
+async fn the_suite_checks_an_orders_only_store_beside_keys_kept_elsewhere() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = host_store().await;
+    let fixtures = KeysBesideOrders {
+        keys: MemoryStore::new(),
+        orders: OrdersOnly(store),
+    };
+    run(&fixtures).await.assert_passed();
+}
+
+#[tokio::test]
+async fn a_map_of_the_wrong_type_is_refused_naming_the_field_expression_and_types() {
+    crate::common::needs::needs!(Postgres);
+    let url = pg::fresh_database().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    store.migrate().await.unwrap();
+    sqlx::raw_sql(HOST_SCHEMA)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let refused = |map: SchemaMap| {
+        let store = store.clone();
+        async move {
+            let refused = store.with_schema_map(map).await.expect_err("refused");
+            let mut message = refused.to_string();
+            let mut source = std::error::Error::source(&refused);
+            while let Some(cause) = source {
+                message.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            message
+        }
+    };
+    let orders = || match host_map().orders() {
+        Some(orders) => orders.clone(),
+        None => unreachable!(),
+    };
+    let message = refused(
+        SchemaMap::new().with_orders(orders().with(OrderField::CreatedAt, "created::timestamp")),
+    )
+    .await;
+    assert!(
+        message.contains(
+            "[orders] created_at = \"created::timestamp\" has type timestamp without time zone"
+        ) && message.contains("needs timestamp with time zone"),
+        "{message}"
+    );
+    let message =
+        refused(SchemaMap::new().with_orders(orders().with(OrderField::BudgetDkk, "advertiser")))
+            .await;
+    assert!(
+        message.contains("[orders] budget_dkk = \"advertiser\" has type text")
+            && message.contains("needs a number"),
+        "{message}"
+    );
+    let message = refused(
+        SchemaMap::new().with_orders(orders().with(OrderField::Providers, "no_such_column")),
+    )
+    .await;
+    assert!(
+        message.contains("[orders] providers = \"no_such_column\"")
+            && message.contains("does not exist"),
+        "{message}"
+    );
+    let message = refused(SchemaMap::new().with_orders(OrdersMap::new("public.nowhere"))).await;
+    assert!(
+        message.contains("[orders] table = \"public.nowhere\""),
+        "{message}"
+    );
+    let message = refused(
+        SchemaMap::new().with_organizations(
+            OrganizationsMap::new("accounts")
+                .with_id("code")
+                .with_name("42"),
+        ),
+    )
+    .await;
+    assert!(
+        message.contains("[organizations] name = \"42\" has type integer"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn the_hosts_writes_make_the_feed_the_outbox_and_the_change_log() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = host_store().await;
+    let account = Organization {
+        id: "acme".into(),
+        name: "Acme Media".into(),
+    };
+    add_account(&store, &account).await.unwrap();
+    let key = "pk_test_host_data_feed_key_0123456789";
+    StoreFixtures::add_key(&store, key, "acme", None)
+        .await
+        .unwrap();
+    let api = partner_api::PartnerApi::from_store(store.clone()).with_events(store.clone());
+
+    let me = call(&api, get("/v1/me", Some(key))).await;
+    assert_eq!(
+        me.json()["data"]["organization"]["name"],
+        json!("Acme Media")
+    );
+
+    let order = crate::common::order("buy-1", 1_700_000_000_000);
+    write_buy(&store, "acme", &order).await.unwrap();
+    // A column the map does not read changes nothing a partner sees: no event.
+    sqlx::query("UPDATE media_buys SET internal_note = 'called them' WHERE buy_ref = 'buy-1'")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    sqlx::query("UPDATE media_buys SET state = 'paused' WHERE buy_ref = 'buy-1'")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    // A write the contract cannot show (a negative budget) is in the feed, marked.
+    sqlx::query("UPDATE media_buys SET budget_ore = -100 WHERE buy_ref = 'buy-1'")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    delete_buy(&store, "acme", "buy-1").await.unwrap();
+
+    let feed = call(&api, get("/v1/events", Some(key))).await;
+    assert_eq!(feed.status, http::StatusCode::OK, "{:?}", feed.json());
+    let events = feed.json()["data"]["events"].as_array().unwrap().clone();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "order.created",
+            "order.updated",
+            "order.updated",
+            "order.deleted"
+        ]
+    );
+    let pages = call(&api, get("/v1/orders", Some(key))).await;
+    assert_eq!(pages.json()["data"]["orders"], json!([]));
+    let created = &events[0]["data"];
+    assert_eq!(created["id"], json!("buy-1"));
+    assert_eq!(created["budgetDkk"], json!(order.budget_dkk));
+    assert_eq!(events[1]["data"]["status"], json!("paused"));
+    assert_eq!(
+        events[2]["data"],
+        json!({"id": "buy-1", "unshowable": true})
+    );
+    assert_eq!(events[3]["data"], json!({"id": "buy-1"}));
+    // Each change logged once for the caches, under the mapped organization.
+    let logged: Vec<String> =
+        sqlx::query_scalar("SELECT organization_id FROM partner_api_order_changes")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(logged, ["acme"; 4]);
+    // TRUNCATE of the host's served table is refused, as of the crate's.
+    let truncated = store.pool().execute("TRUNCATE media_buys").await;
+    assert!(
+        truncated.unwrap_err().to_string().contains("TRUNCATE"),
+        "a served table is never truncated"
+    );
+}
+
+#[tokio::test]
+async fn an_organization_the_host_deletes_takes_its_keys_and_no_copy_is_needed() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = host_store().await;
+    let account = Organization {
+        id: "gone".into(),
+        name: "Gone Ltd".into(),
+    };
+    add_account(&store, &account).await.unwrap();
+    let key = "pk_test_host_data_gone_key_0123456789";
+    // The crate's own organizations table is never asked: keys issue to the host's.
+    StoreFixtures::add_key(&store, key, "gone", None)
+        .await
+        .unwrap();
+    let digest = partner_api::KeyDigest::of(key);
+    let found = store.lookup(&digest).await.unwrap();
+    assert_eq!(
+        found.into_principal().unwrap().organization.name,
+        "Gone Ltd"
+    );
+    // A rename or a deletion tells every replica's key caches (one notification, '*').
+    let mut listener = sqlx::postgres::PgListener::connect_with(store.pool())
+        .await
+        .unwrap();
+    listener.listen("partner_api_keys").await.unwrap();
+    sqlx::query("UPDATE accounts SET display_name = 'Gone Group' WHERE code = 'gone'")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(listener.recv().await.unwrap().payload(), "*");
+    sqlx::query("DELETE FROM accounts WHERE code = 'gone'")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(listener.recv().await.unwrap().payload(), "*");
+    assert_eq!(
+        store.lookup(&digest).await.unwrap(),
+        partner_api::KeyLookup::Unknown
+    );
+    // The crate writes no organization or order of the host's.
+    let refused = store
+        .add_organization(&Organization {
+            id: "x".into(),
+            name: "x".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), partner_api::StoreErrorKind::Unsupported);
+    let refused = store.add_orders("x", &[]).await.unwrap_err();
+    assert_eq!(refused.kind(), partner_api::StoreErrorKind::Unsupported);
+}
+
+#[tokio::test]
+async fn a_role_that_only_writes_orders_raises_events_and_cannot_borrow_the_trigger() {
+    crate::common::needs::needs!(Postgres);
+    let (store, url) = host_store().await;
+    let database = url.rsplit_once('/').unwrap().1.to_owned();
+    let writer = format!("{database}_writer");
+    sqlx::raw_sql(&format!(
+        "DROP ROLE IF EXISTS {writer}; \
+         CREATE ROLE {writer} LOGIN PASSWORD 'change me'; \
+         GRANT USAGE, CREATE ON SCHEMA public TO {writer}; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON media_buys TO {writer}; \
+         INSERT INTO accounts VALUES ('acme', 'Acme')"
+    ))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let as_writer = PgStore::connect_lazy(&pg::as_user(&url, &writer)).unwrap();
+    let order = crate::common::order("by-writer", 1_700_000_000_000);
+    write_buy(&as_writer, "acme", &order).await.unwrap();
+    let events: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM partner_api_order_events WHERE order_id = 'by-writer'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(events, 1, "the writer's insert raised its event");
+    // The writer cannot forge events: no right on the events table, nor to attach the
+    // crate's trigger function to a table of its own (and the function refuses any table
+    // but the one it serves: the owner's attempt below).
+    let forged = as_writer
+        .pool()
+        .execute("INSERT INTO partner_api_order_events (organization_id, change, order_id) VALUES ('acme', 'order.created', 'forged')")
+        .await;
+    assert!(forged.is_err());
+    let attached = sqlx::raw_sql(
+        "CREATE TABLE mine (LIKE media_buys); \
+         CREATE TRIGGER borrowed AFTER INSERT ON mine FOR EACH ROW \
+         EXECUTE FUNCTION partner_api_orders_media_buys()",
+    )
+    .execute(as_writer.pool())
+    .await;
+    assert!(
+        attached
+            .unwrap_err()
+            .to_string()
+            .contains("permission denied"),
+        "only the owner may attach the crate's trigger"
+    );
+    sqlx::raw_sql(
+        "CREATE TABLE mine (LIKE media_buys); \
+         CREATE TRIGGER borrowed AFTER INSERT ON mine FOR EACH ROW \
+         EXECUTE FUNCTION partner_api_orders_media_buys()",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let borrowed = store
+        .pool()
+        .execute("INSERT INTO mine (buy_ref, account_code, channels, advertiser, campaign, budget_ore, starts_on, ends_on, state, created) VALUES ('f', 'acme', '{}', 'a', 'c', 1, '2026-01-01', '2026-01-02', 's', now())")
+        .await;
+    assert!(
+        borrowed
+            .unwrap_err()
+            .to_string()
+            .contains("does not serve the table"),
+        "the trigger refuses a table it does not serve"
+    );
+}
