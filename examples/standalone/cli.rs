@@ -35,6 +35,14 @@ pub(crate) struct Args {
     #[cfg(feature = "postgres")]
     #[arg(long, global = true)]
     pub(crate) no_migrate: bool,
+    /// TOML file mapping the host's own orders and organizations tables ([orders],
+    /// [organizations]: a table and, per contract field, a column or SQL expression): the
+    /// server and every subcommand read the host's data through it, none copied. Checked at
+    /// start; `migrate` (and a server that migrates) adds the crate's triggers to those
+    /// tables; `indexes` prints the indexes it needs. See the hosting docs.
+    #[cfg(feature = "postgres")]
+    #[arg(long, value_name = "FILE", global = true, requires = "database_url")]
+    pub(crate) schema_map: Option<PathBuf>,
     /// PEM certificate chain: serve HTTPS (HTTP/1.1 and HTTP/2 by ALPN). Needs --tls-key.
     #[arg(long, requires = "tls_key")]
     pub(crate) tls_cert: Option<PathBuf>,

@@ -1,5 +1,5 @@
-//! The subcommands of the command line and their flags: `migrate`, `keys`, `audit` and
-//! `webhooks`.
+//! The subcommands of the command line and their flags: `migrate`, `indexes`, `keys`,
+//! `audit` and `webhooks`.
 
 use clap::Subcommand;
 use partner_api::key::KeyEnvironment;
@@ -8,8 +8,16 @@ use partner_api::key::KeyEnvironment;
 #[derive(Subcommand, Debug)]
 pub(crate) enum Command {
     /// Run the migrations on the database of --database-url (or DATABASE_URL) and exit: with
-    /// the owner's role, before replicas serve with --no-migrate.
+    /// the owner's role, before replicas serve with --no-migrate. With --schema-map, also
+    /// add the crate's triggers to the host's mapped tables.
     Migrate,
+    /// Print the CREATE INDEX CONCURRENTLY statements the --schema-map needs on the host's
+    /// tables, one a line (run them with psql; each is safe to run again).
+    Indexes {
+        /// Only those the database lacks.
+        #[arg(long)]
+        missing: bool,
+    },
     /// Manage API keys in the database of --database-url (or DATABASE_URL). `issue` and
     /// `roll` print the new key alone on the first line and its record as JSON on the second;
     /// `list` prints one JSON record a line, newest first.

@@ -31,7 +31,7 @@ pub(crate) fn print(outcome: Result<Vec<String>, String>) -> ExitCode {
 pub(crate) async fn migrate_only(args: &Args) -> ExitCode {
     #[cfg(feature = "postgres")]
     let migrated = match &args.database_url {
-        Some(url) => crate::stores::database(url, false).await.map(|_| ()),
+        Some(url) => crate::stores::database(args, url).await.map(|_| ()),
         None => Err("migrate needs a database: give --database-url or set DATABASE_URL".into()),
     };
     #[cfg(not(feature = "postgres"))]

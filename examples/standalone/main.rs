@@ -86,6 +86,14 @@ async fn main() -> ExitCode {
         }
         Some(cli::Command::Audit(audit)) => return operator.scope(audit::run(&args, audit)).await,
         Some(cli::Command::Migrate) => return keys::migrate_only(&args).await,
+        #[cfg(feature = "postgres")]
+        Some(cli::Command::Indexes { missing }) => {
+            return keys::print(stores::indexes(&args, *missing).await)
+        }
+        #[cfg(not(feature = "postgres"))]
+        Some(cli::Command::Indexes { .. }) => {
+            return keys::print(Err(stores::no_database_support("indexes")))
+        }
         #[cfg(all(feature = "postgres", feature = "webhooks"))]
         Some(cli::Command::Webhooks { action }) => {
             return operator.scope(webhooks::run(&args, action)).await

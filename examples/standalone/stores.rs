@@ -154,7 +154,8 @@ pub(crate) struct Served {
 pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, String> {
     #[cfg(feature = "postgres")]
     if let Some(url) = &args.database_url {
-        let store = database(url, args.no_migrate).await?;
+        let store = database(args, url).await?;
+        warn_of_missing_indexes(&store).await;
         if args.audit_retention_days > 0 {
             let keep =
                 std::time::Duration::from_secs(args.audit_retention_days.saturating_mul(24 * 3600));
@@ -250,7 +251,7 @@ pub(crate) async fn command_database<'a>(
             "the {command} command needs a database: give --database-url or set DATABASE_URL"
         ));
     };
-    let store = database(url, args.no_migrate).await?;
+    let store = database(args, url).await?;
     Ok((store, move |err: partner_api::StoreError| {
         without_password(&error_chain(&err), url)
     }))
@@ -265,19 +266,80 @@ pub(crate) fn no_database_support(command: &str) -> String {
     )
 }
 
-/// The database at `url`, migrated unless `no_migrate`. Errors never show the URL's
-/// password.
+/// The database at `url` (`args`' --database-url), migrated unless --no-migrate, read
+/// through --schema-map when given (its triggers made when migrating: the owner's work).
+/// Errors never show the URL's password.
 #[cfg(feature = "postgres")]
-pub(crate) async fn database(url: &str, no_migrate: bool) -> Result<partner_api::PgStore, String> {
-    let store = partner_api::PgStore::connect_lazy(url)
+pub(crate) async fn database(args: &Args, url: &str) -> Result<partner_api::PgStore, String> {
+    let fail = |what: &str, err: &partner_api::StoreError| {
+        without_password(&format!("{what}: {}", error_chain(err)), url)
+    };
+    let mut store = partner_api::PgStore::connect_lazy(url)
         .map_err(|err| without_password(&error_chain(&err), url))?;
-    if !no_migrate {
-        store.migrate().await.map_err(|err| {
-            let message = format!("cannot migrate the database: {}", error_chain(&err));
-            without_password(&message, url)
-        })?;
+    if !args.no_migrate {
+        store
+            .migrate()
+            .await
+            .map_err(|err| fail("cannot migrate the database", &err))?;
+    }
+    if let Some(path) = &args.schema_map {
+        let map = read_schema_map(path)?;
+        store = store
+            .with_schema_map(map)
+            .await
+            .map_err(|err| fail(&format!("--schema-map {}", path.display()), &err))?;
+        if !args.no_migrate {
+            store
+                .register_schema_map()
+                .await
+                .map_err(|err| fail("cannot add the triggers of --schema-map", &err))?;
+        }
     }
     Ok(store)
+}
+
+/// The schema map of the TOML file at `path`.
+#[cfg(feature = "postgres")]
+fn read_schema_map(path: &std::path::Path) -> Result<partner_api::SchemaMap, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| format!("--schema-map {}: {err}", path.display()))?;
+    toml::from_str(&text).map_err(|err| format!("--schema-map {}: {err}", path.display()))
+}
+
+/// One warning at start for each index the schema map needs and the database lacks.
+#[cfg(feature = "postgres")]
+async fn warn_of_missing_indexes(store: &partner_api::PgStore) {
+    match store.missing_schema_indexes().await {
+        Ok(missing) => {
+            for index in missing {
+                tracing::warn!(
+                    serves = index.serves(),
+                    create = %index.statement(),
+                    "an index the schema map needs is missing: reads it serves scan the table"
+                );
+            }
+        }
+        Err(err) => tracing::warn!(
+            error = %error_chain(&err),
+            "cannot check the indexes the schema map needs"
+        ),
+    }
+}
+
+/// `standalone indexes`: the statements of the indexes the schema map needs (with
+/// `missing`, those the database lacks), one a line.
+#[cfg(feature = "postgres")]
+pub(crate) async fn indexes(args: &Args, missing: bool) -> Result<Vec<String>, String> {
+    if args.schema_map.is_none() {
+        return Err("indexes needs --schema-map: the crate's own tables have theirs".into());
+    }
+    let (store, error) = command_database(args, "indexes").await?;
+    let indexes = if missing {
+        store.missing_schema_indexes().await.map_err(error)?
+    } else {
+        store.schema_indexes()
+    };
+    Ok(indexes.iter().map(|index| index.statement()).collect())
 }
 
 #[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]

@@ -14,6 +14,9 @@ pub mod hosting {
 pub mod stores {
     #![doc = include_str!("stores.md")]
 }
+pub mod host_data {
+    #![doc = include_str!("host_data.md")]
+}
 pub mod performance {
     #![doc = include_str!("performance.md")]
 }

@@ -510,3 +510,280 @@ async fn a_role_that_only_writes_orders_raises_events_and_cannot_borrow_the_trig
         "the trigger refuses a table it does not serve"
     );
 }
+
+/// The hosting page's example, as written: the host's `media_buys` and `accounts`.
+const MEDIA_BUYS: &str = "\
+    CREATE TABLE public.accounts (id bigserial PRIMARY KEY, display_name text NOT NULL); \
+    CREATE TABLE public.media_buys (buy_id uuid PRIMARY KEY DEFAULT gen_random_uuid(), \
+        account_id bigint NOT NULL REFERENCES public.accounts (id), channels text[] NOT NULL, \
+        advertiser text NOT NULL, campaign text NOT NULL, budget_ore bigint NOT NULL, \
+        starts_on date NOT NULL, ends_on date NOT NULL, state text NOT NULL, \
+        po_number text, created timestamptz NOT NULL DEFAULT now())";
+
+/// The schema map of the hosting page, read from its TOML block: what a host copies.
+fn documented_schema_map() -> String {
+    let docs = include_str!("../../src/docs/host_data.md");
+    let block = docs
+        .split("```toml")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the TOML block of the host data page");
+    block.trim().to_owned()
+}
+
+/// Polls `check` until it holds, for at most 5 s (the caches' 1 s bound, with room for a
+/// loaded machine); panics naming `what` otherwise.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_standalone_host_serves_media_buys_and_accounts_through_schema_map_on_two_replicas() {
+    use crate::common::net::{fetch, http1, read_feed, temp_file};
+    use crate::common::{standalone_command, Process};
+    use http::Method;
+    crate::common::needs::needs!(Postgres, Examples);
+    let url = pg::fresh_database().await;
+    let owner = PgStore::connect_lazy(&url).unwrap();
+    sqlx::raw_sql(MEDIA_BUYS)
+        .execute(owner.pool())
+        .await
+        .unwrap();
+    let map = temp_file("schema-map.toml", &documented_schema_map());
+    let map = map.to_str().unwrap();
+    let global = ["--database-url", &url, "--schema-map", map];
+    let command = |args: &[&str]| {
+        let full: Vec<String> = global
+            .iter()
+            .chain(args)
+            .map(|arg| arg.to_string())
+            .collect();
+        async move {
+            let full: Vec<&str> = full.iter().map(String::as_str).collect();
+            standalone_command(&full).await
+        }
+    };
+
+    // The owner migrates: the crate's tables, and its triggers on the host's.
+    let (ok, out, err) = command(&["migrate"]).await;
+    assert!(ok, "{out}{err}");
+    // The indexes the map needs, printed; built; then none missing.
+    let (ok, out, err) = command(&["indexes"]).await;
+    assert!(ok, "{err}");
+    let statements: Vec<&str> = out.lines().collect();
+    assert_eq!(statements.len(), 4, "{out}");
+    assert!(statements
+        .iter()
+        .all(|line| line.starts_with("CREATE INDEX CONCURRENTLY IF NOT EXISTS ")));
+    let (_, missing, _) = command(&["indexes", "--missing"]).await;
+    assert_eq!(missing.lines().count(), 4, "{missing}");
+    for statement in &statements {
+        owner.pool().execute(*statement).await.unwrap();
+    }
+    let (ok, missing, err) = command(&["indexes", "--missing"]).await;
+    assert!(ok && missing.is_empty(), "{missing}{err}");
+
+    // The host's data, written the host's way.
+    sqlx::raw_sql(
+        "INSERT INTO accounts (display_name) VALUES ('Acme Media'), ('Other Co'); \
+         INSERT INTO media_buys (account_id, channels, advertiser, campaign, budget_ore, \
+             starts_on, ends_on, state, po_number, created) \
+         SELECT 1, CASE WHEN n % 3 = 0 THEN ARRAY['meta'] ELSE ARRAY['google', 'tiktok'] END, \
+             'Advertiser ' || n, 'Campaign ' || n, n * 10050, DATE '2026-01-01', \
+             DATE '2026-02-01', CASE WHEN n % 2 = 0 THEN 'ACTIVE' ELSE 'PAUSED' END, \
+             CASE WHEN n % 5 = 0 THEN NULL ELSE 'PO-' || n END, \
+             TIMESTAMPTZ '2026-01-01 00:00:00Z' + n * interval '1 minute' \
+         FROM generate_series(1, 150) AS n; \
+         INSERT INTO media_buys (account_id, channels, advertiser, campaign, budget_ore, \
+             starts_on, ends_on, state) \
+         VALUES (2, ARRAY['meta'], 'Theirs', 'Theirs', 100, DATE '2026-01-01', \
+             DATE '2026-01-02', 'ACTIVE')",
+    )
+    .execute(owner.pool())
+    .await
+    .unwrap();
+    let (ok, out, err) = command(&["keys", "issue", "--organization", "1"]).await;
+    assert!(ok, "{err}");
+    let key = out.lines().next().unwrap().to_owned();
+    let (ok, _, err) = command(&["keys", "issue", "--organization", "404"]).await;
+    assert!(!ok && err.contains("404"), "{err}");
+
+    // Two replicas with their caches, serving the host's tables.
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let mut args = global.to_vec();
+        args.extend(["--listen", "127.0.0.1:0", "--no-migrate"]);
+        let mut replica = Process::spawn(&args);
+        let base = replica.base_url().await;
+        replicas.push((replica, base));
+    }
+    let client = http1();
+    for (_, base) in &replicas {
+        let me = fetch(&client, Method::GET, format!("{base}/v1/me"), Some(&key)).await;
+        assert_eq!(me.status, http::StatusCode::OK);
+        assert_eq!(
+            me.json()["data"]["organization"],
+            json!({"id": "1", "name": "Acme Media"})
+        );
+    }
+    let base = replicas[0].1.clone();
+    // Every page, newest first, through the Link of each; the mapped fields as mapped.
+    let mut ids = Vec::new();
+    let mut path = "/v1/orders?limit=40".to_owned();
+    loop {
+        let page = fetch(&client, Method::GET, format!("{base}{path}"), Some(&key)).await;
+        assert_eq!(page.status, http::StatusCode::OK, "{path}");
+        for order in page.json()["data"]["orders"].as_array().unwrap() {
+            ids.push(order["campaignName"].as_str().unwrap().to_owned());
+        }
+        match page.header("link") {
+            Some(link) if link.contains("rel=\"next\"") => {
+                path = link[1..link.find('>').unwrap()].to_owned();
+            }
+            _ => break,
+        }
+    }
+    let expected: Vec<String> = (1..=150).rev().map(|n| format!("Campaign {n}")).collect();
+    assert_eq!(
+        ids, expected,
+        "every order once, newest first, none of another account"
+    );
+    let newest = fetch(
+        &client,
+        Method::GET,
+        format!("{base}/v1/orders?limit=1"),
+        Some(&key),
+    )
+    .await;
+    let order = &newest.json()["data"]["orders"][0];
+    assert_eq!(order["budgetDkk"], json!(15075), "round(1507500 / 100)");
+    assert_eq!(order["status"], json!("active"));
+    assert_eq!(
+        order["externalReference"],
+        json!(""),
+        "coalesce(po_number, '')"
+    );
+    assert_eq!(order["createdAt"], json!("2026-01-01T02:30:00.000Z"));
+    // Every filter, through the map.
+    let count = |query: &'static str| {
+        let (client, base, key) = (client.clone(), base.clone(), key.clone());
+        async move {
+            let mut total = 0;
+            let mut path = format!("/v1/orders?{query}");
+            loop {
+                let page = fetch(&client, Method::GET, format!("{base}{path}"), Some(&key)).await;
+                assert_eq!(
+                    page.status,
+                    http::StatusCode::OK,
+                    "{path}: {:?}",
+                    page.json()
+                );
+                total += page.json()["data"]["orders"].as_array().unwrap().len();
+                match page.header("link") {
+                    Some(link) if link.contains("rel=\"next\"") => {
+                        path = link[1..link.find('>').unwrap()].to_owned();
+                    }
+                    _ => return total,
+                }
+            }
+        }
+    };
+    assert_eq!(count("status=active").await, 75);
+    assert_eq!(count("provider=meta").await, 50);
+    assert_eq!(count("provider=meta&status=paused").await, 25);
+    assert_eq!(
+        count("created_since=2026-01-01T01:00:00Z&created_before=2026-01-01T02:00:00Z").await,
+        60
+    );
+
+    // The feed: every buy's creation, from the host's own inserts.
+    let (events, _) = read_feed(&client, &base, &key, "/v1/events?limit=100").await;
+    assert_eq!(events.len(), 150);
+    assert!(events.iter().all(|event| event["type"] == "order.created"));
+
+    // A change the host makes reaches both replicas' caches; so does an account renamed.
+    sqlx::query("UPDATE media_buys SET state = 'DONE' WHERE campaign = 'Campaign 150'")
+        .execute(owner.pool())
+        .await
+        .unwrap();
+    sqlx::query("UPDATE accounts SET display_name = 'Acme Group' WHERE id = 1")
+        .execute(owner.pool())
+        .await
+        .unwrap();
+    for (_, base) in &replicas {
+        eventually("the change reaches the replica's caches", || {
+            let (client, base, key) = (client.clone(), base.clone(), key.clone());
+            async move {
+                let page = fetch(
+                    &client,
+                    Method::GET,
+                    format!("{base}/v1/orders?limit=1"),
+                    Some(&key),
+                )
+                .await;
+                let me = fetch(&client, Method::GET, format!("{base}/v1/me"), Some(&key)).await;
+                page.json()["data"]["orders"][0]["status"] == "done"
+                    && me.json()["data"]["organization"]["name"] == "Acme Group"
+            }
+        })
+        .await;
+    }
+    // Webhooks: an endpoint's messages are raised from the host's writes.
+    let (ok, _, err) = command(&[
+        "webhooks",
+        "add",
+        "--organization",
+        "1",
+        "--url",
+        "https://partner.example/hooks",
+    ])
+    .await;
+    assert!(ok, "{err}");
+    sqlx::query("UPDATE media_buys SET budget_ore = 999900 WHERE campaign = 'Campaign 1'")
+        .execute(owner.pool())
+        .await
+        .unwrap();
+    let raised: (String, String, serde_json::Value) = sqlx::query_as(
+        "SELECT organization_id, event_type, order_row FROM partner_webhook_messages",
+    )
+    .fetch_one(owner.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        (raised.0.as_str(), raised.1.as_str()),
+        ("1", "order.updated")
+    );
+    assert_eq!(raised.2["budget_dkk"], json!(9999));
+
+    // The account deleted: its keys are refused on every replica within the caches' bound.
+    sqlx::raw_sql("DELETE FROM media_buys WHERE account_id = 1; DELETE FROM accounts WHERE id = 1")
+        .execute(owner.pool())
+        .await
+        .unwrap();
+    for (_, base) in &replicas {
+        eventually("a deleted account's key is refused", || {
+            let (client, base, key) = (client.clone(), base.clone(), key.clone());
+            async move {
+                let me = fetch(&client, Method::GET, format!("{base}/v1/me"), Some(&key)).await;
+                me.status == http::StatusCode::UNAUTHORIZED
+            }
+        })
+        .await;
+    }
+    // Not a row copied.
+    let copied: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM partner_organizations) + (SELECT count(*) FROM partner_orders)",
+    )
+    .fetch_one(owner.pool())
+    .await
+    .unwrap();
+    assert_eq!(copied, 0);
+}
