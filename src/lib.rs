@@ -79,6 +79,7 @@
 //! | `postgres`| no      | `PgStore`: both store traits over PostgreSQL (sqlx), with migrations; `cache::postgres::listen` |
 //! | `redis`   | no      | `rate_limit::redis::RedisRateLimiter`: one budget per key shared by every replica |
 //! | `secret-scanning` | no | `secret_scanning::SecretScanningService`: GitHub's secret scanning reports revoke leaked keys (ECDSA P-256, RustCrypto's `p256`) |
+//! | `axum` | no | reads axum's `OriginalUri` (links under `nest_service` keep the mount's path) and `ConnectInfo<SocketAddr>` (the peer) from each request; only the extractors' types, never axum's router |
 //! | `webhooks` | no | `webhooks`: signed order events (Standard Webhooks) from a transactional outbox, delivered by every replica (`hmac`, hyper-util's client over rustls) |
 //!
 //! # Logging

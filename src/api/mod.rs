@@ -25,6 +25,7 @@ pub(crate) mod events_retention;
 pub(crate) mod keyed_answer;
 pub(crate) mod layer;
 pub(crate) mod me_cache;
+pub(crate) mod mount_facts;
 pub mod openapi;
 pub(crate) mod order_filters;
 pub(crate) mod pagination;

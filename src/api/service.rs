@@ -16,13 +16,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri};
 use tower::Service;
 
 use crate::api::auth::{bearer_token, presented_key, Challenges};
 use crate::api::body::ApiBody;
-use crate::api::client_address::{ClientAddressHeader, PeerAddr, TrustedProxies};
+use crate::api::client_address::{ClientAddressHeader, TrustedProxies};
 use crate::api::conditional::IfNoneMatch;
 use crate::api::config::Config;
 pub use crate::api::config::{
@@ -33,6 +32,7 @@ use crate::api::deprecations::{Concerned, Notices};
 use crate::api::events_request::EventsRequest;
 use crate::api::events_retention::EventsRetention;
 use crate::api::keyed_answer::Ask;
+use crate::api::mount_facts;
 use crate::api::openapi;
 use crate::api::pagination::PageRequest;
 use crate::api::request_facts::{KeyedRoute, RequestFacts};
@@ -361,7 +361,7 @@ impl PartnerApi {
 
     /// Tells this service that its requests come from `peer`: for a host that makes a service
     /// per connection (a clone of one `PartnerApi`, which shares the stores), in place of a
-    /// [`PeerAddr`] in every request's extensions, which allocates a map per request. A
+    /// [`PeerAddr`](crate::PeerAddr) in every request's extensions, which allocates a map per request. A
     /// request's own `PeerAddr`, when it has one, wins.
     ///
     /// # Correctness

@@ -178,3 +178,29 @@ fn every_rule_stated_on_a_store_trait_is_checked_by_name() {
     assert_eq!(stated, expected, "the rules stated on the traits");
     assert_eq!(checked, expected, "the rules the conformance checks name");
 }
+
+/// The `fn app` of `text`: from its line to the first line that closes it.
+fn app_function(text: &str) -> String {
+    let start = text.find("pub(crate) fn app(").expect("an app function");
+    let rest = &text[start..];
+    let end = rest.find("\n}\n").expect("its end");
+    rest[..end + 2].to_owned()
+}
+
+/// The README's axum snippet is the example the host tests run: its `app`, word for word.
+#[test]
+fn the_readmes_axum_snippet_is_the_tested_example() {
+    let readme = include_str!("../../README.md");
+    let snippet = readme
+        .split("### axum")
+        .nth(1)
+        .and_then(|section| section.split("```rust,no_run").nth(1))
+        .and_then(|block| block.split("```").next())
+        .expect("the README's axum snippet");
+    let example = include_str!("../../examples/axum.rs");
+    assert_eq!(app_function(snippet), app_function(example));
+    assert!(
+        snippet.contains("into_make_service_with_connect_info::<SocketAddr>()"),
+        "the snippet hands the API its peer"
+    );
+}

@@ -71,7 +71,44 @@ async fn axum_host_serves_the_api_nested_and_layered_beside_its_own_routes() {
     assert_eq!(status.json(), serde_json::json!({"host": "ok"}));
     let elsewhere = fetch(address, "/v2/me", Some(DEMO_KEY)).await;
     assert_eq!(elsewhere.status, StatusCode::NOT_FOUND);
-    assert!(elsewhere.body.is_empty(), "axum's own 404, not the API's");
+    assert_eq!(
+        elsewhere.body.as_ref(),
+        b"the host's own 404",
+        "the host's fallback, not the API's 404"
+    );
+}
+
+/// The `rel="next"` target of `response`'s `Link`.
+fn next_of(response: &Collected) -> String {
+    let link = response.header("link").expect("a Link");
+    assert!(link.ends_with("rel=\"next\""), "{link}");
+    link[1..link.find('>').unwrap()].to_owned()
+}
+
+#[tokio::test]
+async fn under_axums_nest_service_the_links_are_the_paths_the_partner_called() {
+    crate::common::needs::needs!(Examples);
+    let mut host = Process::spawn_example("axum", &["127.0.0.1:0"]);
+    let address = host.address().await;
+    for (prefix, route) in [
+        ("/partner/v1", "orders"),
+        ("/v1", "orders"),
+        ("/partner/v1", "events"),
+        ("/v1", "events"),
+    ] {
+        let path = format!("{prefix}/{route}?limit=5");
+        let first = fetch_api(address, &path, Some(DEMO_OTHER_KEY)).await;
+        assert_eq!(first.status, StatusCode::OK, "{path}");
+        let next = next_of(&first);
+        assert!(
+            next.starts_with(&format!("{prefix}/{route}?")),
+            "{path} links to {next}"
+        );
+        // Followed as a partner would: the same mount answers it.
+        let second = fetch_api(address, &next, Some(DEMO_OTHER_KEY)).await;
+        assert_eq!(second.status, StatusCode::OK, "{next}");
+        assert_ne!(first.json()["data"], second.json()["data"], "{next}");
+    }
 }
 
 #[tokio::test]

@@ -97,15 +97,9 @@ impl PartnerApi {
             Ok(digest) => digest,
             Err(failure) => return ready(unauthenticated(config, failure)),
         };
-        let peer = extensions
-            .get::<PeerAddr>()
-            .map_or(self.peer, |PeerAddr(peer)| Some(*peer));
+        let peer = mount_facts::peer(extensions, self.peer);
         let client = config.trusted_proxies.client_addr(peer, headers);
-        let path = || {
-            uri.path_and_query()
-                .cloned()
-                .unwrap_or_else(|| PathAndQuery::from_static("/"))
-        };
+        let path = || mount_facts::called_path(uri, extensions);
         let keyed_route = match route {
             Route::Orders => KeyedRoute::Orders(PageRequest::parse(uri.query()), path()),
             Route::Events => KeyedRoute::Events(EventsRequest::parse(uri.query()), path()),
