@@ -522,12 +522,12 @@ const MEDIA_BUYS: &str = "\
 
 /// The schema map of the hosting page, read from its TOML block: what a host copies.
 fn documented_schema_map() -> String {
-    let docs = include_str!("../../src/docs/host_data.md");
+    let docs = include_str!("../../src/docs/hosting.md");
     let block = docs
         .split("```toml")
         .nth(1)
         .and_then(|rest| rest.split("```").next())
-        .expect("the TOML block of the host data page");
+        .expect("the TOML block of the hosting page");
     block.trim().to_owned()
 }
 
