@@ -134,18 +134,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(stdout);
     let builder = auto::Builder::new(TokioExecutor::new());
     // The library as a host mounts it: counting each key's usage (written every 10 s), with
-    // the events feed.
-    let api = match args.partner_api {
+    // the events feed and its retention, in the host's maintenance (running while it serves).
+    let (api, _maintenance) = match args.partner_api {
         true => {
             let store = Seed::demo().to_memory_store()?;
-            let usage = partner_api::usage::UsageRecorder::spawn(store.clone());
-            Some(
-                PartnerApi::from_store(store.clone())
-                    .with_usage(usage)
-                    .with_events(store),
-            )
+            let usage = partner_api::usage::UsageRecorder::new(store.clone());
+            let maintenance = partner_api::maintenance::Maintenance::new()
+                .with_usage(usage.clone())
+                .with_events_retention(store.clone(), partner_api::store::DEFAULT_EVENTS_RETENTION)
+                .start()?;
+            let api = PartnerApi::from_store(store.clone())
+                .with_usage(usage)
+                .with_events(store);
+            (Some(api), Some(maintenance))
         }
-        false => None,
+        false => (None, None),
     };
     loop {
         let (stream, _) = tokio::select! {

@@ -87,12 +87,15 @@ fn parity(day_millis: i64) -> usize {
 /// use partner_api::{MemoryStore, PartnerApi};
 ///
 /// let store = MemoryStore::new();
-/// let recorder = DeprecatedCallRecorder::spawn(store.clone());
+/// let recorder = DeprecatedCallRecorder::new(store.clone());
 /// let api = PartnerApi::from_store(store)
 ///     .with_deprecation("/orders?provider=2026-12-01".parse::<Deprecation>()?)
 ///     .with_deprecated_calls(recorder.clone());
-/// // ... serve; on shutdown, write the counts in hand:
-/// recorder.flush().await?;
+/// let maintenance = partner_api::maintenance::Maintenance::new()
+///     .with_deprecated_calls(recorder)
+///     .start()?;
+/// // ... serve; on shutdown, stop and write the counts in hand:
+/// assert!(maintenance.shutdown().await.is_ok());
 /// # Ok(())
 /// # }
 /// ```
@@ -113,22 +116,30 @@ struct Shared {
 }
 
 impl DeprecatedCallRecorder {
-    /// Creates a recorder that writes to `store`, and starts its background task on the
-    /// current Tokio runtime. The task ends when the last clone is dropped.
-    ///
-    /// # Panics
-    ///
-    /// Outside a Tokio runtime.
+    /// Creates a recorder that writes to `store`; nothing drives it
+    /// until it is handed to a [`Maintenance`](crate::maintenance::Maintenance) (which ticks
+    /// its clock, writes every flush interval and at shutdown), or until
+    /// [`flush`](Self::flush) is called. Starts no task.
+    pub fn new(store: impl DeprecatedCallStore + 'static) -> Self {
+        Self::unspawned(store, DEFAULT_CAPACITY)
+    }
+
+    /// [`new`](Self::new), and its background task started on the current tokio runtime
+    /// (ending when the last clone is dropped): for tests and hosts without a
+    /// [`Maintenance`](crate::maintenance::Maintenance). Outside a runtime it starts none
+    /// and says so in the log, never a panic.
     pub fn spawn(store: impl DeprecatedCallStore + 'static) -> Self {
         Self::with_capacity(store, DEFAULT_CAPACITY)
     }
 
     /// As [`spawn`](Self::spawn), counting at most `capacity` keys between two flushes.
-    ///
-    /// # Panics
-    ///
-    /// Outside a Tokio runtime.
     pub fn with_capacity(store: impl DeprecatedCallStore + 'static, capacity: usize) -> Self {
+        let recorder = Self::unspawned(store, capacity);
+        recording::spawn(&recorder.shared);
+        recorder
+    }
+
+    fn unspawned(store: impl DeprecatedCallStore + 'static, capacity: usize) -> Self {
         let shared = Arc::new(Shared {
             store: Arc::new(store),
             counters: ThreadLocal::new(),
@@ -141,7 +152,6 @@ impl DeprecatedCallRecorder {
             retention: Retention::new(Some(DEFAULT_DEPRECATED_CALLS_RETENTION)),
             kept: Mutex::new(Vec::new()),
         });
-        recording::spawn(&shared);
         Self { shared }
     }
 
@@ -341,6 +351,21 @@ impl fmt::Debug for DeprecatedCallRecorder {
             .field("capacity", &self.shared.bounds.places.capacity())
             .field("dropped", &self.dropped())
             .finish_non_exhaustive()
+    }
+}
+
+impl crate::maintenance::Recorded for DeprecatedCallRecorder {
+    fn name(&self) -> &'static str {
+        <Shared as Recorder>::TASK
+    }
+
+    fn drive(&self, stop: tokio::sync::watch::Receiver<bool>) -> crate::maintenance::BoxFuture<()> {
+        Box::pin(recording::drive(Arc::downgrade(&self.shared), Some(stop)))
+    }
+
+    fn flush_now(&self) -> crate::maintenance::BoxFuture<Result<usize, StoreError>> {
+        let recorder = self.clone();
+        Box::pin(async move { recorder.flush().await })
     }
 }
 

@@ -15,15 +15,17 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), partner_api::StoreError> {
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use partner_api::last_used::LastUsedRecorder;
+//! use partner_api::maintenance::Maintenance;
 //! use partner_api::{MemoryStore, PartnerApi};
 //!
 //! let store = MemoryStore::new();
-//! let recorder = LastUsedRecorder::spawn(store.clone());
+//! let recorder = LastUsedRecorder::new(store.clone());
 //! let api = PartnerApi::from_store(store).with_last_used(recorder.clone());
-//! // ... serve; on shutdown, write the batch in hand:
-//! recorder.flush().await?;
+//! let maintenance = Maintenance::new().with_last_used(recorder).start()?;
+//! // ... serve; on shutdown, stop and write the batch in hand:
+//! assert!(maintenance.shutdown().await.is_ok());
 //! # Ok(())
 //! # }
 //! ```
@@ -78,24 +80,30 @@ struct Shared {
 }
 
 impl LastUsedRecorder {
-    /// Creates a recorder that writes to `store`, and starts its background task on the
-    /// current Tokio runtime. The task ends when the last clone of the recorder is dropped.
-    /// A store without [`KeyAbility::LastUse`](crate::store::KeyAbility::LastUse)
-    /// records nothing: the recorder then keeps nothing either.
-    ///
-    /// # Panics
-    ///
-    /// Outside a Tokio runtime.
+    /// Creates a recorder that writes to `store`; nothing drives it
+    /// until it is handed to a [`Maintenance`](crate::maintenance::Maintenance) (which ticks
+    /// its clock, writes every flush interval and at shutdown), or until
+    /// [`flush`](Self::flush) is called. Starts no task.
+    pub fn new(store: impl KeyManager + 'static) -> Self {
+        Self::unspawned(store, DEFAULT_CAPACITY)
+    }
+
+    /// [`new`](Self::new), and its background task started on the current tokio runtime
+    /// (ending when the last clone is dropped): for tests and hosts without a
+    /// [`Maintenance`](crate::maintenance::Maintenance). Outside a runtime it starts none
+    /// and says so in the log, never a panic.
     pub fn spawn(store: impl KeyManager + 'static) -> Self {
         Self::with_capacity(store, DEFAULT_CAPACITY)
     }
 
-    /// As [`spawn`](Self::spawn), tracking at most `capacity` keys between two flushes.
-    ///
-    /// # Panics
-    ///
-    /// Outside a Tokio runtime.
+    /// As [`spawn`](Self::spawn), counting at most `capacity` keys between two flushes.
     pub fn with_capacity(store: impl KeyManager + 'static, capacity: usize) -> Self {
+        let recorder = Self::unspawned(store, capacity);
+        recording::spawn(&recorder.shared);
+        recorder
+    }
+
+    fn unspawned(store: impl KeyManager + 'static, capacity: usize) -> Self {
         let enabled = store.supports(crate::store::KeyAbility::LastUse);
         let shared = Arc::new(Shared {
             enabled,
@@ -105,7 +113,6 @@ impl LastUsedRecorder {
             now_millis: AtomicI64::new(now_millis()),
             flushing: Mutex::new(Vec::new()),
         });
-        recording::spawn(&shared);
         Self { shared }
     }
 
@@ -279,6 +286,21 @@ impl fmt::Debug for LastUsedRecorder {
             .field("capacity", &self.shared.bounds.places.capacity())
             .field("dropped", &self.dropped())
             .finish_non_exhaustive()
+    }
+}
+
+impl crate::maintenance::Recorded for LastUsedRecorder {
+    fn name(&self) -> &'static str {
+        <Shared as Recorder>::TASK
+    }
+
+    fn drive(&self, stop: tokio::sync::watch::Receiver<bool>) -> crate::maintenance::BoxFuture<()> {
+        Box::pin(recording::drive(Arc::downgrade(&self.shared), Some(stop)))
+    }
+
+    fn flush_now(&self) -> crate::maintenance::BoxFuture<Result<usize, StoreError>> {
+        let recorder = self.clone();
+        Box::pin(async move { recorder.flush().await })
     }
 }
 

@@ -102,6 +102,7 @@ mod hashing;
 pub mod key;
 pub mod last_used;
 mod log;
+pub mod maintenance;
 pub mod management;
 pub mod metrics;
 mod model;

@@ -201,16 +201,48 @@ pub(crate) trait Recorder: Send + Sync + 'static {
     fn flush_in_background(self: Arc<Self>) -> impl Future<Output = ()> + Send;
 }
 
-/// Starts the background task of `recorder` on the current Tokio runtime: ticks its clock
-/// every second and flushes it every flush interval (or when its map is full), one flush at
-/// a time, each on a task of its own so the clock keeps ticking while a slow store is
-/// written to. The task ends when the recorder is dropped.
-///
-/// # Panics
-///
-/// Outside a Tokio runtime.
+/// Starts the background task of `recorder` on the current Tokio runtime, if there is one
+/// (the recorders' `spawn`): [`drive`] until the recorder is dropped. Outside a runtime
+/// nothing starts, and the log says so once: the recorder then writes only when flushed.
 pub(crate) fn spawn<R: Recorder>(recorder: &Arc<R>) {
-    tokio::spawn(run(Arc::downgrade(recorder)));
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn(drive(Arc::downgrade(recorder), None))),
+        Err(_) => {
+            static WARNED: AtomicBool = AtomicBool::new(false);
+            if !WARNED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    task = R::TASK,
+                    "a recorder was spawned outside a tokio runtime: nothing drives it; \
+                     hand it to partner_api::maintenance::Maintenance instead"
+                );
+            }
+        }
+    }
+}
+
+/// Ticks the clock of `recorder` every second and flushes it every flush interval (or when
+/// its map is full), one flush at a time, each on a task of its own so the clock keeps
+/// ticking while a slow store is written to; until the recorder is dropped or `stop` says to
+/// stop (a [`MaintenanceHandle`](crate::maintenance::MaintenanceHandle)'s shutdown, which then
+/// flushes it once more).
+pub(crate) async fn drive<R: Recorder>(
+    recorder: Weak<R>,
+    mut stop: Option<tokio::sync::watch::Receiver<bool>>,
+) {
+    tokio::select! {
+        () = run(recorder) => {}
+        () = stopped(&mut stop) => {}
+    }
+}
+
+/// When `stop` says to stop (or its sender is gone); never without one.
+async fn stopped(stop: &mut Option<tokio::sync::watch::Receiver<bool>>) {
+    match stop {
+        Some(stop) => {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        }
+        None => std::future::pending().await,
+    }
 }
 
 async fn run<R: Recorder>(recorder: Weak<R>) {

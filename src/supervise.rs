@@ -13,7 +13,6 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 /// The counter of rounds that panicked, by task: re-exported as
@@ -56,37 +55,6 @@ pub(crate) async fn caught<F: Future>(task: &'static str, round: F) -> Option<F:
             ::metrics::counter!(TASK_PANICS, "task" => task).increment(1);
             None
         }
-    }
-}
-
-/// Rounds of a job run at most once per interval, started by whichever caller finds one due
-/// first (a request, say): the clock is the process's, from when this was made.
-pub(crate) struct DueRounds {
-    interval: std::time::Duration,
-    started: std::time::Instant,
-    /// Seconds since `started` (plus one) when the last round began; 0 for never.
-    last_run: AtomicU64,
-}
-
-impl DueRounds {
-    /// Rounds at most once per `interval`, the first one due at once.
-    pub(crate) fn new(interval: std::time::Duration) -> Self {
-        Self {
-            interval,
-            started: std::time::Instant::now(),
-            last_run: AtomicU64::new(0),
-        }
-    }
-
-    /// Whether a round is due now; if so, it is this caller's to run (one caller at a time).
-    pub(crate) fn take_turn(&self) -> bool {
-        let now = self.started.elapsed().as_secs() + 1;
-        let last = self.last_run.load(Ordering::Acquire);
-        (last == 0 || now.saturating_sub(last) >= self.interval.as_secs())
-            && self
-                .last_run
-                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
     }
 }
 

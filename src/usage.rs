@@ -29,15 +29,17 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), partner_api::StoreError> {
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use partner_api::maintenance::Maintenance;
 //! use partner_api::usage::UsageRecorder;
 //! use partner_api::{MemoryStore, PartnerApi};
 //!
 //! let store = MemoryStore::new();
-//! let recorder = UsageRecorder::spawn(store.clone());
+//! let recorder = UsageRecorder::new(store.clone());
 //! let api = PartnerApi::from_store(store).with_usage(recorder.clone());
-//! // ... serve; on shutdown, write the counts in hand:
-//! recorder.flush().await?;
+//! let maintenance = Maintenance::new().with_usage(recorder).start()?;
+//! // ... serve; on shutdown, stop and write the counts in hand:
+//! assert!(maintenance.shutdown().await.is_ok());
 //! # Ok(())
 //! # }
 //! ```
@@ -136,22 +138,30 @@ struct Shared {
 }
 
 impl UsageRecorder {
-    /// Creates a recorder that writes to `store`, and starts its background task on the
-    /// current Tokio runtime. The task ends when the last clone is dropped.
-    ///
-    /// # Panics
-    ///
-    /// Outside a Tokio runtime.
+    /// Creates a recorder that writes to `store`; nothing drives it
+    /// until it is handed to a [`Maintenance`](crate::maintenance::Maintenance) (which ticks
+    /// its clock, writes every flush interval and at shutdown), or until
+    /// [`flush`](Self::flush) is called. Starts no task.
+    pub fn new(store: impl UsageStore + 'static) -> Self {
+        Self::unspawned(store, DEFAULT_CAPACITY)
+    }
+
+    /// [`new`](Self::new), and its background task started on the current tokio runtime
+    /// (ending when the last clone is dropped): for tests and hosts without a
+    /// [`Maintenance`](crate::maintenance::Maintenance). Outside a runtime it starts none
+    /// and says so in the log, never a panic.
     pub fn spawn(store: impl UsageStore + 'static) -> Self {
         Self::with_capacity(store, DEFAULT_CAPACITY)
     }
 
     /// As [`spawn`](Self::spawn), counting at most `capacity` keys between two flushes.
-    ///
-    /// # Panics
-    ///
-    /// Outside a Tokio runtime.
     pub fn with_capacity(store: impl UsageStore + 'static, capacity: usize) -> Self {
+        let recorder = Self::unspawned(store, capacity);
+        recording::spawn(&recorder.shared);
+        recorder
+    }
+
+    fn unspawned(store: impl UsageStore + 'static, capacity: usize) -> Self {
         let shared = Arc::new(Shared {
             store: Arc::new(store),
             counters: ThreadLocal::new(),
@@ -160,7 +170,6 @@ impl UsageRecorder {
             retention: Retention::new(Some(DEFAULT_USAGE_RETENTION)),
             kept: Mutex::new(Vec::new()),
         });
-        recording::spawn(&shared);
         Self { shared }
     }
 
@@ -353,6 +362,21 @@ impl fmt::Debug for UsageRecorder {
             .field("capacity", &self.shared.bounds.places.capacity())
             .field("dropped", &self.dropped())
             .finish_non_exhaustive()
+    }
+}
+
+impl crate::maintenance::Recorded for UsageRecorder {
+    fn name(&self) -> &'static str {
+        <Shared as Recorder>::TASK
+    }
+
+    fn drive(&self, stop: tokio::sync::watch::Receiver<bool>) -> crate::maintenance::BoxFuture<()> {
+        Box::pin(recording::drive(Arc::downgrade(&self.shared), Some(stop)))
+    }
+
+    fn flush_now(&self) -> crate::maintenance::BoxFuture<Result<usize, StoreError>> {
+        let recorder = self.clone();
+        Box::pin(async move { recorder.flush().await })
     }
 }
 

@@ -399,14 +399,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A short interval, so the page shows a key's last use within seconds. A core store
     // records no last use, and its recorder keeps nothing.
     let recorder = if args.core_store {
-        LastUsedRecorder::spawn(core_store::CoreStore(store.clone()))
+        LastUsedRecorder::new(core_store::CoreStore(store.clone()))
     } else {
-        LastUsedRecorder::spawn(store.clone())
+        LastUsedRecorder::new(store.clone())
     }
     .with_flush_interval(Duration::from_secs(2));
     // Counts per key, also written within seconds, for the page's charts.
     let usage = (!args.core_store)
-        .then(|| UsageRecorder::spawn(store.clone()).with_flush_interval(Duration::from_secs(2)));
+        .then(|| UsageRecorder::new(store.clone()).with_flush_interval(Duration::from_secs(2)));
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(tls_acceptor(cert, key)?),
         _ => None,
@@ -420,20 +420,43 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         deprecations: args.deprecations,
         // Within seconds too, for the page's Deprecated calls section.
         deprecated_calls: (!args.core_store).then(|| {
-            DeprecatedCallRecorder::spawn(store.clone()).with_flush_interval(Duration::from_secs(2))
+            DeprecatedCallRecorder::new(store.clone()).with_flush_interval(Duration::from_secs(2))
         }),
     };
-    // The demo delivers its organizations' webhooks in process, from the memory store.
+    // Everything in the background, in one handle: the recorders (flushed at shutdown) and
+    // the audit log's retention (and the webhook messages').
+    let mut maintenance = partner_api::maintenance::Maintenance::new()
+        .with_last_used(recorder.clone())
+        .with_audit_retention(store.clone(), partner_api::store::DEFAULT_AUDIT_RETENTION);
+    if let Some(usage) = &usage {
+        maintenance = maintenance.with_usage(usage.clone());
+    }
+    if let Some(deprecated_calls) = &config.deprecated_calls {
+        maintenance = maintenance.with_deprecated_calls(deprecated_calls.clone());
+    }
     #[cfg(feature = "webhooks")]
     {
+        maintenance = maintenance
+            .with_webhook_retention(store.clone(), partner_api::webhooks::DEFAULT_RETENTION);
+    }
+    let maintenance = maintenance.start()?;
+    // The demo delivers its organizations' webhooks in process, from the memory store.
+    #[cfg(feature = "webhooks")]
+    let dispatcher = {
         use partner_api::webhooks::{DeliveryConfig, DestinationPolicy, Dispatcher};
         let mut destinations = DestinationPolicy::new().with_allow_http(args.webhook_allow_http);
         for subnet in &args.webhook_allow_subnets {
             destinations = destinations.with_allowed_subnet(*subnet);
         }
         let config = DeliveryConfig::new().with_destinations(destinations);
-        tokio::spawn(Dispatcher::new(store.clone(), config).run(std::future::pending()));
-    }
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(Dispatcher::new(store.clone(), config).run(async {
+            let _ = stopped.await;
+        }));
+        (stop, task)
+    };
+    #[cfg(not(feature = "webhooks"))]
+    let dispatcher = ();
     let router = app(store.clone(), recorder.clone(), usage.clone(), config);
     let router = match &args.secret_scanning_keys {
         Some(path) => router.route_service(
@@ -463,9 +486,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .await?;
         }
     }
-    recorder.flush().await?;
-    if let Some(usage) = usage {
-        usage.flush().await?;
+    #[cfg(feature = "webhooks")]
+    {
+        let (stop, task) = dispatcher;
+        let _ = stop.send(());
+        let _ = task.await;
+    }
+    #[cfg(not(feature = "webhooks"))]
+    let () = dispatcher;
+    // Every recorder's counts in hand written, the deprecated calls' too.
+    for (recorder, written) in maintenance.shutdown().await.flushed() {
+        if let Err(err) = written {
+            return Err(format!("{recorder}: {err}").into());
+        }
     }
     Ok(())
 }

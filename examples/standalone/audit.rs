@@ -60,21 +60,3 @@ async fn execute(args: &Args, audit: &AuditArgs) -> Result<Vec<String>, String> 
     }
     Ok(lines)
 }
-
-/// Deletes the audit entries older than `keep` every hour, up to 5,000 a round in batches of
-/// 500, for as long as the process runs; each pruned organization gets an `audit.pruned`
-/// entry by `audit retention`. A failure is logged once a round.
-#[cfg(feature = "postgres")]
-pub(crate) fn spawn_retention(store: partner_api::PgStore, keep: std::time::Duration) {
-    use partner_api::store::{prune_audit_batches, AuditContext};
-
-    tokio::spawn(AuditContext::new(partner_api::management::AUDIT_RETENTION_ACTOR).scope(async move {
-        let mut hourly = tokio::time::interval(std::time::Duration::from_secs(3600));
-        loop {
-            hourly.tick().await;
-            if let Err(err) = prune_audit_batches(&store, keep, 500, 10).await {
-                tracing::warn!(error = %crate::stores::error_chain(&err), "the audit log's retention failed");
-            }
-        }
-    }));
-}

@@ -149,9 +149,7 @@ async fn main() -> ExitCode {
     };
     let stores::Served {
         api,
-        last_used,
-        usage,
-        deprecated_calls,
+        maintenance,
         keys,
         #[cfg(feature = "postgres")]
         database,
@@ -217,6 +215,13 @@ async fn main() -> ExitCode {
         .map(|store| webhooks::Worker::start(store, &args));
     #[cfg(all(feature = "postgres", not(feature = "webhooks")))]
     drop(database);
+    let maintenance = match maintenance.start() {
+        Ok(running) => running,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
     let routes = secret_scanning::Routes { api, endpoint };
     let app = move |peer| stack::app(routes.with_peer_addr(peer), &options);
     serve::serve(listener, app, tls, limits, shutdown).await;
@@ -224,39 +229,34 @@ async fn main() -> ExitCode {
     if let Some(worker) = worker {
         worker.stop().await;
     }
-    // The usage and deprecated calls counted and the last uses gathered since the last
-    // batches. Failing to write them is the host's last word: logged (never with a key) and
-    // the exit code says so.
-    let deprecated_written = match deprecated_calls {
-        Some(recorder) => match recorder.flush().await {
-            Ok(_) => true,
-            Err(err) => {
-                tracing::error!(error = %stores::error_chain(&err), "the deprecated calls in hand could not be written at shutdown");
-                false
-            }
-        },
-        None => true,
-    };
-    let usage_written = match usage.flush().await {
-        Ok(written) => {
-            tracing::info!(counts = written, "key usage written at shutdown");
-            deprecated_written
+    // The background work stopped, then the usage and deprecated calls counted and the last
+    // uses gathered since the last batches written. Failing to write them is the host's last
+    // word: logged (never with a key) and the exit code says so.
+    let report = maintenance.shutdown().await;
+    for (recorder, written) in report.flushed() {
+        match written {
+            Ok(count) => tracing::info!(count, "{} written at shutdown", shutdown_noun(recorder)),
+            Err(err) => tracing::error!(
+                error = %stores::error_chain(err),
+                "the {} in hand could not be written at shutdown",
+                shutdown_noun(recorder)
+            ),
         }
-        Err(err) => {
-            tracing::error!(error = %stores::error_chain(&err), "the key usage in hand could not be written at shutdown");
-            false
-        }
-    };
-    match last_used.flush().await {
-        Ok(_) if !usage_written => ExitCode::FAILURE,
-        Ok(written) => {
-            tracing::info!(keys = written, "last uses written at shutdown");
-            ExitCode::SUCCESS
-        }
-        Err(err) => {
-            tracing::error!(error = %stores::error_chain(&err), "the last uses in hand could not be written at shutdown");
-            ExitCode::FAILURE
-        }
+    }
+    if report.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// What a recorder of the shutdown report holds, in words.
+fn shutdown_noun(recorder: &str) -> &'static str {
+    match recorder {
+        "usage_recorder" => "key usage",
+        "last_used_recorder" => "last uses",
+        "deprecated_call_recorder" => "deprecated calls",
+        _ => "counts",
     }
 }
 

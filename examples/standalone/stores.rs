@@ -4,6 +4,7 @@
 use partner_api::cache::{CachingKeyStore, CachingOrderStore};
 use partner_api::deprecated_calls::DeprecatedCallRecorder;
 use partner_api::last_used::LastUsedRecorder;
+use partner_api::maintenance::Maintenance;
 use partner_api::seed::Seed;
 use partner_api::store::{DeprecatedCallStore, UsageStore};
 use partner_api::store::{EventFeed, KeyManager};
@@ -78,32 +79,54 @@ pub(crate) fn check_redis_url(options: &Options) -> Result<(), String> {
     Ok(())
 }
 
-/// `api` serving the events feed of `feed`, kept as `options` say (for ever: a century).
-fn with_feed(api: PartnerApi, feed: impl EventFeed + 'static, options: &Options) -> PartnerApi {
-    const CENTURY: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
-    api.with_events_retention(options.events_retention.unwrap_or(CENTURY))
-        .with_events(feed)
-}
-
-/// `api` counting each key's deprecated calls in `store` when `options` declare deprecations
-/// (written as often as usage is), and the recorder, to write its batch at shutdown.
-fn with_deprecated_calls(
+/// `api` serving the events feed of `feed`, and `maintenance` with its retention as
+/// `options` say (none: for ever).
+fn with_feed<F: EventFeed + Clone + 'static>(
     api: PartnerApi,
-    store: impl DeprecatedCallStore + 'static,
+    maintenance: Maintenance,
+    feed: F,
     options: &Options,
-) -> (PartnerApi, Option<DeprecatedCallRecorder>) {
-    if options.deprecations.is_empty() {
-        return (api, None);
-    }
-    let recorder =
-        DeprecatedCallRecorder::spawn(store).with_flush_interval(options.usage_flush_interval);
-    (api.with_deprecated_calls(recorder.clone()), Some(recorder))
+) -> (PartnerApi, Maintenance) {
+    let maintenance = match options.events_retention {
+        Some(keep) => maintenance.with_events_retention(feed.clone(), keep),
+        None => maintenance,
+    };
+    (api.with_events(feed), maintenance)
 }
 
-/// The partner API over `store`, configured by `options`, recording the last use of keys in
-/// `store` (the recorder is returned, to write the batch in hand at shutdown), with its
-/// events feed.
-fn recorded_api<S>(store: S, options: &Options) -> Served
+/// `api` recording the last use of keys, each key's usage and, when `options` declare
+/// deprecations, its deprecated calls in `store`; `maintenance` driving the recorders and
+/// writing what they hold at shutdown.
+fn with_recorders<S>(
+    api: PartnerApi,
+    maintenance: Maintenance,
+    store: &S,
+    options: &Options,
+) -> (PartnerApi, Maintenance)
+where
+    S: KeyManager + UsageStore + DeprecatedCallStore + Clone + 'static,
+{
+    let last_used = LastUsedRecorder::new(store.clone());
+    let usage = UsageRecorder::new(store.clone())
+        .with_flush_interval(options.usage_flush_interval)
+        .with_retention(options.usage_retention);
+    let mut api = api
+        .with_last_used(last_used.clone())
+        .with_usage(usage.clone());
+    // The deprecated calls are written first at shutdown, then usage, then last uses.
+    let mut maintenance = maintenance;
+    if !options.deprecations.is_empty() {
+        let deprecated_calls = DeprecatedCallRecorder::new(store.clone())
+            .with_flush_interval(options.usage_flush_interval);
+        api = api.with_deprecated_calls(deprecated_calls.clone());
+        maintenance = maintenance.with_deprecated_calls(deprecated_calls);
+    }
+    (api, maintenance.with_usage(usage).with_last_used(last_used))
+}
+
+/// The partner API over `store`, configured by `options`, with its recorders and events
+/// feed, and `maintenance` with what drives them.
+fn recorded_api<S>(store: S, options: &Options, maintenance: Maintenance) -> Served
 where
     S: KeyStore
         + OrderStore
@@ -114,20 +137,12 @@ where
         + Clone
         + 'static,
 {
-    let recorder = LastUsedRecorder::spawn(store.clone());
-    let usage = UsageRecorder::spawn(store.clone())
-        .with_flush_interval(options.usage_flush_interval)
-        .with_retention(options.usage_retention);
-    let api = api(store.clone(), options)
-        .with_last_used(recorder.clone())
-        .with_usage(usage.clone());
-    let api = with_feed(api, store.clone(), options);
-    let (api, deprecated_calls) = with_deprecated_calls(api, store.clone(), options);
+    let (api, maintenance) =
+        with_recorders(api(store.clone(), options), maintenance, &store, options);
+    let (api, maintenance) = with_feed(api, maintenance, store.clone(), options);
     Served {
         api,
-        last_used: recorder,
-        usage,
-        deprecated_calls,
+        maintenance,
         keys: Arc::new(store),
         #[cfg(feature = "postgres")]
         database: None,
@@ -138,11 +153,10 @@ where
 /// (for the secret scanning endpoint).
 pub(crate) struct Served {
     pub(crate) api: PartnerApi,
-    pub(crate) last_used: LastUsedRecorder,
-    /// Counts each key's requests; written every --usage-flush-interval and at shutdown.
-    pub(crate) usage: UsageRecorder,
-    /// Counts each key's deprecated calls, when deprecations are declared.
-    pub(crate) deprecated_calls: Option<DeprecatedCallRecorder>,
+    /// Everything in the background (the recorders, retention of events, audit and webhook
+    /// messages, the change log's trimming), started once the host serves and shut down,
+    /// recorders flushed, when it stops.
+    pub(crate) maintenance: Maintenance,
     pub(crate) keys: Arc<dyn KeyManager>,
     /// The database, when serving from one (its outbox is what this replica delivers).
     #[cfg(feature = "postgres")]
@@ -156,10 +170,15 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, St
     if let Some(url) = &args.database_url {
         let store = database(args, url).await?;
         warn_of_missing_indexes(&store).await;
+        let mut maintenance = Maintenance::new().with_order_change_log(store.clone());
         if args.audit_retention_days > 0 {
             let keep =
                 std::time::Duration::from_secs(args.audit_retention_days.saturating_mul(24 * 3600));
-            crate::audit::spawn_retention(store.clone(), keep);
+            maintenance = maintenance.with_audit_retention(store.clone(), keep);
+        }
+        #[cfg(feature = "webhooks")]
+        if let Some(keep) = crate::webhooks::retention(args) {
+            maintenance = maintenance.with_webhook_retention(store.clone(), keep);
         }
         if let Some(path) = &args.seed {
             let seed = Seed::from_path(path).map_err(|err| err.to_string())?;
@@ -172,7 +191,7 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, St
         // database's notifications.
         let notifications = partner_api::cache::postgres::listen(store.pool().clone());
         if args.no_cache {
-            let mut served = recorded_api(store.clone(), options);
+            let mut served = recorded_api(store.clone(), options, maintenance);
             served.api = known_keys(served.api, &store, &notifications, options);
             served.database = Some(store);
             return Ok(served);
@@ -185,22 +204,14 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, St
         let orders = CachingOrderStore::new(store.clone())
             .with_max_age(max_age)
             .with_notifications(&notifications);
-        let recorder = LastUsedRecorder::spawn(store.clone());
-        let usage = UsageRecorder::spawn(store.clone())
-            .with_flush_interval(options.usage_flush_interval)
-            .with_retention(options.usage_retention);
-        let api = configured(PartnerApi::new(keys, orders), options)
-            .with_last_used(recorder.clone())
-            .with_usage(usage.clone());
+        let api = configured(PartnerApi::new(keys, orders), options);
+        let (api, maintenance) = with_recorders(api, maintenance, &store, options);
         // The feed is read from the database each time: no cache may hide a committed event.
-        let api = with_feed(api, store.clone(), options);
+        let (api, maintenance) = with_feed(api, maintenance, store.clone(), options);
         let api = known_keys(api, &store, &notifications, options);
-        let (api, deprecated_calls) = with_deprecated_calls(api, store.clone(), options);
         return Ok(Served {
             api,
-            last_used: recorder,
-            usage,
-            deprecated_calls,
+            maintenance,
             keys: Arc::new(store.clone()),
             database: Some(store),
         });
@@ -212,7 +223,7 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, St
     let store: MemoryStore = seed
         .and_then(|seed| seed.to_memory_store())
         .map_err(|err| err.to_string())?;
-    Ok(recorded_api(store, options))
+    Ok(recorded_api(store, options, Maintenance::new()))
 }
 
 /// `api` with the keys of `store` known to its failure throttle (when it throttles), so a

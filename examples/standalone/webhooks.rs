@@ -35,12 +35,14 @@ pub(crate) fn config(args: &Args) -> DeliveryConfig {
         .with_timeout(Duration::from_secs(args.webhook_timeout))
         .with_failing_timeout(Duration::from_secs(args.webhook_failing_timeout))
         .with_disable_after(Duration::from_secs(args.webhook_disable_after))
-        .with_retention(
-            (args.webhook_retention_days > 0).then(|| {
-                Duration::from_secs(args.webhook_retention_days.saturating_mul(24 * 3600))
-            }),
-        )
         .with_destinations(destinations)
+}
+
+/// How long webhook messages are kept, when this replica delivers them (the role that
+/// delivers may delete them; the serving one may not): `None` for ever, or not delivering.
+pub(crate) fn retention(args: &Args) -> Option<Duration> {
+    (!args.no_webhooks && args.webhook_retention_days > 0)
+        .then(|| Duration::from_secs(args.webhook_retention_days.saturating_mul(24 * 3600)))
 }
 
 /// A running delivery worker, stopped by [`Worker::stop`].

@@ -9,7 +9,6 @@ use bytes::Bytes;
 use crate::api::auth::Challenges;
 use crate::api::client_address::TrustedProxies;
 use crate::api::deprecations::Deprecations;
-use crate::api::events_retention::EventsRetention;
 use crate::api::openapi;
 use crate::api::responses_metric::ResponseCounters;
 use crate::deprecated_calls::DeprecatedCallRecorder;
@@ -48,10 +47,8 @@ pub(crate) fn auth_failure_limiter(per_second: std::num::NonZeroU32) -> LocalRat
 pub(crate) struct Config {
     pub(crate) keys: Arc<dyn KeyStore>,
     pub(crate) orders: Arc<dyn OrderStore>,
-    /// The events feed `GET /events` reads, when the host has one, and its retention.
-    pub(crate) events: Option<(Arc<dyn EventFeed>, Arc<EventsRetention>)>,
-    /// How long the feed keeps events.
-    pub(crate) events_retention: Duration,
+    /// The events feed `GET /events` reads, when the host has one.
+    pub(crate) events: Option<Arc<dyn EventFeed>>,
     pub(crate) challenges: Challenges,
     pub(crate) store_timeout: Option<Duration>,
     pub(crate) retry_after: Duration,
@@ -91,7 +88,6 @@ impl Config {
             keys,
             orders,
             events: None,
-            events_retention: crate::store::DEFAULT_EVENTS_RETENTION,
             challenges: Challenges::new(DEFAULT_REALM),
             store_timeout: Some(DEFAULT_STORE_TIMEOUT),
             retry_after: DEFAULT_RETRY_AFTER,

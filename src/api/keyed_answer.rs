@@ -394,7 +394,7 @@ impl EventsAsk {
     ) -> AfterReply {
         let response = match page {
             Ok(page) => keyed::events(
-                config.events.as_ref().map(|(feed, _)| feed),
+                config.events.as_ref(),
                 &self.request,
                 self.path.path(),
                 &self.principal.organization.id,

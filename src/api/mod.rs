@@ -21,7 +21,6 @@ pub(crate) mod deadline;
 pub(crate) mod deprecations;
 pub(crate) mod events_cache;
 pub(crate) mod events_request;
-pub(crate) mod events_retention;
 pub(crate) mod keyed_answer;
 pub(crate) mod layer;
 pub(crate) mod me_cache;

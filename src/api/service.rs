@@ -30,7 +30,6 @@ pub use crate::api::config::{
 };
 use crate::api::deprecations::{Concerned, Notices};
 use crate::api::events_request::EventsRequest;
-use crate::api::events_retention::EventsRetention;
 use crate::api::keyed_answer::Ask;
 use crate::api::mount_facts;
 use crate::api::openapi;
@@ -91,10 +90,11 @@ impl PartnerApi {
     }
 
     /// Serves `GET {prefix}/events`, the organization's order events oldest first, from
-    /// `feed` (without one, that path answers 404 as any unknown one). Events are kept
-    /// [`DEFAULT_EVENTS_RETENTION`](crate::store::DEFAULT_EVENTS_RETENTION) unless [`with_events_retention`](Self::with_events_retention)
-    /// says otherwise; the API itself deletes older ones, in small batches, once a minute, in
-    /// a task that the first request with a key starts in its tokio runtime.
+    /// `feed` (without one, that path answers 404 as any unknown one). The API starts no
+    /// task: the host runs the feed's retention with its
+    /// [`Maintenance`](crate::maintenance::Maintenance::with_events_retention) (30 days,
+    /// [`DEFAULT_EVENTS_RETENTION`](crate::store::DEFAULT_EVENTS_RETENTION), is the standalone
+    /// host's default); an `after` older than what is kept answers 410 Gone.
     ///
     /// ```
     /// use partner_api::{MemoryStore, PartnerApi};
@@ -104,22 +104,7 @@ impl PartnerApi {
     /// ```
     #[must_use]
     pub fn with_events(mut self, feed: impl EventFeed + 'static) -> Self {
-        let config = Arc::make_mut(&mut self.config);
-        let keep = config.events_retention;
-        config.events = Some((Arc::new(feed), Arc::new(EventsRetention::new(keep))));
-        self
-    }
-
-    /// Keeps the events of [`with_events`](Self::with_events)' feed for `keep` (default
-    /// [`DEFAULT_EVENTS_RETENTION`](crate::store::DEFAULT_EVENTS_RETENTION), 30 days), before or after `with_events`: an `after`
-    /// older than that answers 410 Gone.
-    #[must_use]
-    pub fn with_events_retention(mut self, keep: Duration) -> Self {
-        let config = Arc::make_mut(&mut self.config);
-        config.events_retention = keep;
-        if let Some((_, retention)) = &mut config.events {
-            *retention = Arc::new(EventsRetention::new(keep));
-        }
+        Arc::make_mut(&mut self.config).events = Some(Arc::new(feed));
         self
     }
 

@@ -251,7 +251,7 @@ async fn awaited_reply(config: &Config, ask: Ask, started: Instant) -> AfterRepl
         }
         Ask::Events(events) => {
             let page = match &config.events {
-                Some((feed, _)) => feed.events(events.organization_id(), events.query()).await,
+                Some(feed) => feed.events(events.organization_id(), events.query()).await,
                 None => Err(StoreError::other("no events feed")),
             };
             timed(page.as_ref().err());

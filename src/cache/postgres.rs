@@ -246,11 +246,7 @@ struct OrderLog {
     /// [`millis`](super::notifications::millis) of the instant before which every order change
     /// was applied: evidence for the orders as heartbeats are for the keys.
     applied_before: u64,
-    reads: u64,
 }
-
-/// Rows of the log the cleanup deletes: those of ended transactions logged this long ago.
-const ORDER_LOG_RETENTION: &str = "10 minutes";
 
 impl OrderLog {
     async fn start(connection: &mut PgListener) -> Result<Self, String> {
@@ -263,13 +259,13 @@ impl OrderLog {
             cursor: parse_xid(&cursor)?,
             applied: HashSet::new(),
             applied_before: 0,
-            reads: 0,
         })
     }
 
     /// Reads the rows of transactions from the cursor on, in one snapshot, tells the caches of
     /// the organizations of rows not applied before, and moves the cursor to the snapshot's
-    /// `xmin`. Now and then deletes old rows.
+    /// `xmin`. (Old rows are deleted by the host's maintenance:
+    /// [`Maintenance::with_order_change_log`](crate::maintenance::Maintenance::with_order_change_log).)
     async fn read(
         &mut self,
         connection: &mut PgListener,
@@ -310,19 +306,6 @@ impl OrderLog {
             hub.orders_changed(organization_id);
         }
         self.cursor = xmin;
-        self.reads += 1;
-        if self.reads % 50 == 0 {
-            let deleted = sqlx::query(&format!(
-                "DELETE FROM partner_api_order_changes \
-                 WHERE xid < pg_snapshot_xmin(pg_current_snapshot()) \
-                   AND logged_at < now() - interval '{ORDER_LOG_RETENTION}'"
-            ))
-            .execute(&mut *connection)
-            .await;
-            if let Err(err) = deleted {
-                tracing::debug!(error = %ErrorChain(&err), "the orders' change log was not cleaned");
-            }
-        }
         Ok(())
     }
 }

@@ -14,16 +14,15 @@ pub(crate) mod bodies;
 mod budget;
 mod deprecated_calls;
 mod limits;
-mod retention;
 mod service;
 mod usage;
 #[cfg(feature = "webhooks")]
 mod webhooks;
 
+pub use crate::store::AUDIT_RETENTION_ACTOR;
 pub use audit::DEFAULT_AUDIT_PAGE;
 #[cfg(feature = "webhooks")]
 pub use limits::DEFAULT_WEBHOOK_ACTIONS;
 pub use limits::{DEFAULT_MANAGEMENT_WRITES, MAX_BODY_BYTES, MAX_LIFETIME, MAX_OVERLAP};
-pub use retention::AUDIT_RETENTION_ACTOR;
 pub use service::{ActingOrganization, KeyManagementService, ResponseFuture, OPENAPI_DOCUMENT};
 pub use usage::{DEFAULT_USAGE_PERIOD, MAX_USAGE_PERIOD};

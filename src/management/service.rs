@@ -51,8 +51,6 @@
 
 mod routes;
 
-use super::retention::AuditRetention;
-
 use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
@@ -185,8 +183,6 @@ pub struct KeyManagementService {
     /// What the API declared deprecated, which `GET /deprecated-calls` names with its dates.
     deprecations: Arc<[crate::deprecation::Deprecation]>,
     audit: Option<Arc<dyn crate::store::AuditLog>>,
-    /// The audit log's retention, run from here (at most once an hour) when the log is served.
-    audit_retention: Arc<AuditRetention>,
     /// The budget per organization of every change (each one writes an audit entry).
     writes: Arc<crate::rate_limit::LocalRateLimiter>,
     /// The proxies whose forwarding headers name the client of an audit entry.
@@ -209,7 +205,6 @@ impl KeyManagementService {
             deprecated_calls: None,
             deprecations: Arc::from([]),
             audit: None,
-            audit_retention: Arc::new(AuditRetention::new(crate::store::DEFAULT_AUDIT_RETENTION)),
             writes: Arc::new(crate::rate_limit::LocalRateLimiter::new(
                 DEFAULT_MANAGEMENT_WRITES.0,
                 DEFAULT_MANAGEMENT_WRITES.1,
@@ -298,21 +293,11 @@ impl KeyManagementService {
     /// `GET /abilities` says `"auditLog": false`. The entries themselves are written by the
     /// store, with each change.
     ///
-    /// The service also runs the log's retention ([`with_audit_retention`](Self::with_audit_retention)):
-    /// at most once an hour, on a request, up to 5,000 of the oldest entries in the
-    /// background, each pruned organization getting an `audit.pruned` entry.
+    /// The service starts no task: the host runs the log's retention with its
+    /// [`Maintenance`](crate::maintenance::Maintenance::with_audit_retention).
     #[must_use]
     pub fn with_audit_log(mut self, log: impl crate::store::AuditLog + 'static) -> Self {
         self.audit = Some(Arc::new(log));
-        self
-    }
-
-    /// Keeps audit entries for `keep` ([`DEFAULT_AUDIT_RETENTION`](crate::store::DEFAULT_AUDIT_RETENTION),
-    /// 400 days, by default). On PostgreSQL a role other than the owner's keeps at least 400
-    /// days whatever it asks (`partner_api_prune_audit`).
-    #[must_use]
-    pub fn with_audit_retention(mut self, keep: std::time::Duration) -> Self {
-        self.audit_retention = Arc::new(AuditRetention::new(keep));
         self
     }
 
@@ -448,9 +433,6 @@ impl KeyManagementService {
         let (parts, body) = request.into_parts();
         let head = parts.method == Method::HEAD;
         let context = audit_context(&parts, &self.trusted_proxies);
-        if let Some(log) = &self.audit {
-            self.audit_retention.run_if_due(log);
-        }
         let mut response = context.scope(self.route(parts, body)).await?;
         if head {
             *response.body_mut() = ApiBody::empty();

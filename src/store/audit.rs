@@ -31,6 +31,10 @@ pub use action::AuditAction;
 
 /// How long audit entries are kept, by default: 400 days.
 pub const DEFAULT_AUDIT_RETENTION: Duration = Duration::from_secs(400 * 24 * 3600);
+
+/// The actor of the `audit.pruned` entries that the audit log's retention writes
+/// ([`Maintenance::with_audit_retention`](crate::maintenance::Maintenance::with_audit_retention)).
+pub const AUDIT_RETENTION_ACTOR: &str = "audit retention";
 /// The actor of a change made without an [`AuditContext`].
 pub const UNATTRIBUTED: &str = "unattributed";
 /// The actor of an endpoint disabled by webhook delivery, whatever context the delivery runs

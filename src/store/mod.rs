@@ -22,8 +22,8 @@ pub(crate) mod webhooks;
 
 pub use audit::{
     prune_audit_batches, AuditAction, AuditContext, AuditEntry, AuditLog, AuditPage, AuditPosition,
-    AuditQuery, AuditRecord, DEFAULT_AUDIT_RETENTION, DELIVERY_ACTOR, MAX_AUDIT_PAGE,
-    SECRET_SCANNING_ACTOR, UNATTRIBUTED,
+    AuditQuery, AuditRecord, AUDIT_RETENTION_ACTOR, DEFAULT_AUDIT_RETENTION, DELIVERY_ACTOR,
+    MAX_AUDIT_PAGE, SECRET_SCANNING_ACTOR, UNATTRIBUTED,
 };
 pub use deprecated_calls::{
     DeprecatedCallCount, DeprecatedCallStore, DeprecatedCallTotal,

@@ -36,7 +36,6 @@ pub struct DeliveryConfig {
     pub(super) max_retry_after: Duration,
     pub(super) response_body_bytes: usize,
     pub(super) destinations: DestinationPolicy,
-    pub(super) retention: Option<Duration>,
 }
 
 impl Default for DeliveryConfig {
@@ -54,7 +53,6 @@ impl Default for DeliveryConfig {
             max_retry_after: Duration::from_secs(3600),
             response_body_bytes: 1024,
             destinations: DestinationPolicy::default(),
-            retention: Some(super::DEFAULT_RETENTION),
         }
     }
 }
@@ -169,17 +167,6 @@ impl DeliveryConfig {
     #[must_use]
     pub fn with_max_retry_after(mut self, bound: Duration) -> Self {
         self.max_retry_after = bound;
-        self
-    }
-
-    /// Sets how long messages are kept, with their deliveries and attempts (`None`: for
-    /// ever). Each worker deletes what aged out when it starts and every minute after, in
-    /// batches of 500 messages ([`WebhookOutbox::prune`](super::WebhookOutbox::prune)); a message older than this can no
-    /// longer be retried or recovered. A retention shorter than the retry schedule (27 hours
-    /// by default) deletes messages still being retried.
-    #[must_use]
-    pub fn with_retention(mut self, retention: Option<Duration>) -> Self {
-        self.retention = retention;
         self
     }
 

@@ -151,25 +151,11 @@ impl Dispatcher {
         let in_flight: Arc<Mutex<InFlightCounts>> = Arc::default();
         let mut tasks = JoinSet::new();
         let mut next_backlog = Instant::now();
-        let mut next_prune = Instant::now();
-        let mut pruning: Option<tokio::task::JoinHandle<Option<u64>>> = None;
         let mut claim_failures = 0_u32;
         loop {
             if Instant::now() >= next_backlog {
                 next_backlog = Instant::now() + Duration::from_secs(5);
                 caught(DISPATCHER, inner.report_backlog()).await;
-            }
-            // Beside the deliveries, one round at a time.
-            if let Some(retention) = config.retention {
-                if Instant::now() >= next_prune && pruning.as_ref().is_none_or(|p| p.is_finished())
-                {
-                    next_prune = Instant::now() + super::retention::EVERY;
-                    let outbox = Arc::clone(&inner.outbox);
-                    pruning = Some(tokio::spawn(caught(
-                        "webhook_retention",
-                        super::retention::prune(outbox, retention),
-                    )));
-                }
             }
             let room = config.concurrency.saturating_sub(tasks.len());
             if room > 0 {
@@ -231,10 +217,6 @@ impl Dispatcher {
         // cut short keeps its lease, and another replica takes the delivery over.
         let drain = async { while tasks.join_next().await.is_some() {} };
         let _ = tokio::time::timeout(config.timeout.min(SHUTDOWN_DRAIN), drain).await;
-        // A round cut short deletes the rest next time.
-        if let Some(pruning) = pruning {
-            pruning.abort();
-        }
     }
 }
 

@@ -32,7 +32,8 @@ mod signing;
 pub use config::{DeliveryConfig, DEFAULT_RETRY_SCHEDULE};
 pub use destination::{BlockedDestination, DestinationPolicy};
 pub use dispatcher::{DisabledEndpoint, Dispatcher};
-pub use retention::DEFAULT_RETENTION;
+pub(crate) use retention::prune_messages;
+pub use retention::{DEFAULT_RETENTION, RETENTION_INTERVAL};
 pub use signing::{sign, verify, VerifyError, TIMESTAMP_TOLERANCE};
 
 // The traits stores implement and their records live in the store layer, below the

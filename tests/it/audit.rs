@@ -208,10 +208,11 @@ async fn changes_past_the_organizations_budget_are_refused_and_log_nothing() {
     assert_eq!(status, StatusCode::CREATED, "{body}");
 }
 
-/// The service runs the log's retention by itself, and retention leaves a trace: each
-/// organization that lost entries gets an `audit.pruned` entry saying how many.
+/// The host's maintenance runs the log's retention (no request starts it), and retention
+/// leaves a trace: each organization that lost entries gets an `audit.pruned` entry saying
+/// how many.
 #[tokio::test]
-async fn the_service_runs_retention_and_each_pruned_organization_gets_an_entry() {
+async fn the_maintenance_runs_retention_and_each_pruned_organization_gets_an_entry() {
     use partner_api::store::KeyManager;
     let store = Seed::demo().to_memory_store().unwrap();
     for _ in 0..3 {
@@ -224,9 +225,11 @@ async fn the_service_runs_retention_and_each_pruned_organization_gets_an_entry()
             .unwrap();
     }
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    let service = KeyManagementService::new(store.clone())
-        .with_audit_log(store.clone())
-        .with_audit_retention(std::time::Duration::from_millis(1));
+    let service = KeyManagementService::new(store.clone()).with_audit_log(store.clone());
+    let maintenance = partner_api::maintenance::Maintenance::new()
+        .with_audit_retention(store.clone(), std::time::Duration::from_millis(1))
+        .start()
+        .unwrap();
     let started = std::time::Instant::now();
     let entries = loop {
         let (status, log) = send(&service, Method::GET, "/audit", "org_demo", Value::Null).await;
@@ -250,6 +253,7 @@ async fn the_service_runs_retention_and_each_pruned_organization_gets_an_entry()
     // every organization's log.
     assert_eq!(entries[0]["actor"], "audit retention");
     assert_eq!(entries[0]["sourceAddress"], Value::Null);
+    assert!(maintenance.shutdown().await.is_ok());
 }
 
 /// Behind the proxies the host trusts, an entry's source is the client they forwarded, as

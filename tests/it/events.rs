@@ -207,7 +207,7 @@ async fn every_bad_parameter_is_a_400_naming_it_and_a_foreign_id_too() {
 #[tokio::test]
 async fn a_position_past_retention_is_gone_and_a_host_without_a_feed_has_no_events() {
     let store = store();
-    let api = api_with_events(&store).with_events_retention(Duration::from_secs(3600));
+    let api = api_with_events(&store);
     let first = call(&api, get("/v1/events?limit=1", Some(KEY_B))).await;
     let first_id = event_ids(&first).pop().unwrap();
     // Everything is older than zero seconds: retention deletes the feed's events in order.

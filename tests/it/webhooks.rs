@@ -537,9 +537,9 @@ async fn hanging_endpoints_of_one_organization_do_not_delay_another(store: impl 
     );
 }
 
-/// A worker deletes what outlived its retention when it starts: the messages with their
-/// attempts; a worker that keeps everything deletes nothing.
-async fn a_worker_deletes_what_outlived_the_retention(store: impl Outbox) {
+/// The maintenance deletes what outlived the retention when it starts: the messages with
+/// their attempts; a worker delivers and deletes nothing.
+async fn the_maintenance_deletes_what_outlived_the_retention(store: impl Outbox) {
     let receiver = Receiver::ok().await;
     let endpoint = store
         .add_endpoint("org_a", NewEndpoint::new(receiver.url("/")))
@@ -548,28 +548,27 @@ async fn a_worker_deletes_what_outlived_the_retention(store: impl Outbox) {
     let id = &endpoint.record.id;
     store.send_test("org_a", id).await.unwrap();
     {
-        let (_stop, _task) = start(Dispatcher::new(
-            store.clone(),
-            config().with_retention(None),
-        ));
+        let (_stop, _task) = start(Dispatcher::new(store.clone(), config()));
         recorded(&store, "org_a", id, 1).await;
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    // Retention of 50 ms: the message is older than that when the worker starts.
-    let (_stop, _task) = start(Dispatcher::new(
-        store.clone(),
-        config().with_retention(Some(Duration::from_millis(50))),
-    ));
+    assert_eq!(store.attempts("org_a", id, 10).await.unwrap().len(), 1);
+    // Retention of 50 ms: the message is older than that when the maintenance starts.
+    let maintenance = partner_api::maintenance::Maintenance::new()
+        .with_webhook_retention(store.clone(), Duration::from_millis(50))
+        .start()
+        .unwrap();
     eventually(|| async {
         let attempts = store.attempts("org_a", id, 10).await.unwrap();
         attempts.is_empty().then_some(())
     })
     .await;
+    assert!(maintenance.shutdown().await.is_ok());
 }
 
 #[tokio::test]
-async fn a_worker_deletes_what_outlived_the_retention_in_memory() {
-    a_worker_deletes_what_outlived_the_retention(store()).await;
+async fn the_maintenance_deletes_what_outlived_the_retention_in_memory() {
+    the_maintenance_deletes_what_outlived_the_retention(store()).await;
 }
 
 #[tokio::test]
@@ -1152,9 +1151,9 @@ mod postgres {
     }
 
     #[tokio::test]
-    async fn a_worker_deletes_what_outlived_the_retention_on_postgres() {
+    async fn the_maintenance_deletes_what_outlived_the_retention_on_postgres() {
         crate::common::needs::needs!(Postgres);
-        super::a_worker_deletes_what_outlived_the_retention(database().await).await;
+        super::the_maintenance_deletes_what_outlived_the_retention(database().await).await;
     }
 
     #[tokio::test]

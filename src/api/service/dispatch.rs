@@ -87,11 +87,6 @@ impl PartnerApi {
             Route::OpenApi => return ready(response::openapi(config.openapi.clone())),
             Route::Me | Route::Orders | Route::Events | Route::Deprecations => {}
         }
-        // The first request for a key starts the task that runs retention (after that, one
-        // atomic read), so a feed nobody polls is pruned all the same.
-        if let Some((feed, retention)) = &config.events {
-            retention.ensure_running(feed);
-        }
         // Only the digest goes on: the plaintext never enters a future or a store.
         let digest = match presented_key(headers) {
             Ok(digest) => digest,

@@ -154,7 +154,7 @@ pub(super) const PROVIDERS: usize = 8;
 pub(super) const STATUSES: usize = 16;
 
 // The statements of filtered pages, by what they hold. Only the conditions a filter has are
-/// in its text, so each is planned on its own indexes: the position and the creation range
+// in its text, so each is planned on its own indexes: the position and the creation range
 // narrow the range scan of `partner_orders_newest`; with statuses, one scan of
 // `partner_orders_status` per status, merged newest first, so a page deep in the orders
 // costs what the first does. Providers are read through `partner_orders_providers` (the
