@@ -34,8 +34,6 @@
 //! # }
 //! ```
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,7 +45,7 @@ use crate::last_used::LastUsedRecorder;
 use crate::store::{AuditLog, EventFeed, StoreError};
 use crate::usage::UsageRecorder;
 
-pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+use crate::recording::{BoxFuture, Recorded};
 
 /// How often the events feed's retention runs a round.
 pub const EVENTS_RETENTION_INTERVAL: Duration = Duration::from_secs(60);
@@ -68,16 +66,6 @@ struct Job {
     name: &'static str,
     every: Duration,
     round: Arc<dyn Fn() -> BoxFuture<()> + Send + Sync>,
-}
-
-/// A recorder the maintenance drives and flushes at shutdown.
-pub(crate) trait Recorded: Send + Sync {
-    /// Its name in the shutdown report.
-    fn name(&self) -> &'static str;
-    /// Ticks its clock and writes its counts until `stop` says to stop.
-    fn drive(&self, stop: watch::Receiver<bool>) -> BoxFuture<()>;
-    /// Writes what it holds now.
-    fn flush_now(&self) -> BoxFuture<Result<usize, StoreError>>;
 }
 
 /// The background work a host runs, job by job; [`start`](Self::start) runs it.
@@ -195,7 +183,7 @@ impl Maintenance {
     /// whether or not it runs the caches.
     #[cfg(feature = "postgres")]
     #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-    pub fn with_order_change_log(mut self, store: crate::PgStore) -> Self {
+    pub fn with_order_change_log(mut self, store: crate::store::postgres::PgStore) -> Self {
         self.jobs.push(Job {
             name: "change_log_trim",
             every: CHANGE_LOG_INTERVAL,

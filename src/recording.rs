@@ -187,6 +187,20 @@ pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// A boxed future, as the maintenance holds its jobs'.
+pub(crate) type BoxFuture<T> = std::pin::Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// A recorder the host's [`Maintenance`](crate::maintenance::Maintenance) drives and flushes
+/// at shutdown (each recorder's public type implements it).
+pub(crate) trait Recorded: Send + Sync {
+    /// Its name in the shutdown report (its task's).
+    fn name(&self) -> &'static str;
+    /// Ticks its clock and writes its counts until `stop` says to stop.
+    fn drive(&self, stop: tokio::sync::watch::Receiver<bool>) -> BoxFuture<()>;
+    /// Writes what it holds now.
+    fn flush_now(&self) -> BoxFuture<Result<usize, crate::store::StoreError>>;
+}
+
 /// A recorder the background task drives.
 pub(crate) trait Recorder: Send + Sync + 'static {
     /// The task's name in the log and in `partner_api_background_task_panics_total`.

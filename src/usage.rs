@@ -365,16 +365,16 @@ impl fmt::Debug for UsageRecorder {
     }
 }
 
-impl crate::maintenance::Recorded for UsageRecorder {
+impl recording::Recorded for UsageRecorder {
     fn name(&self) -> &'static str {
         <Shared as Recorder>::TASK
     }
 
-    fn drive(&self, stop: tokio::sync::watch::Receiver<bool>) -> crate::maintenance::BoxFuture<()> {
+    fn drive(&self, stop: tokio::sync::watch::Receiver<bool>) -> recording::BoxFuture<()> {
         Box::pin(recording::drive(Arc::downgrade(&self.shared), Some(stop)))
     }
 
-    fn flush_now(&self) -> crate::maintenance::BoxFuture<Result<usize, StoreError>> {
+    fn flush_now(&self) -> recording::BoxFuture<Result<usize, StoreError>> {
         let recorder = self.clone();
         Box::pin(async move { recorder.flush().await })
     }

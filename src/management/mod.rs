@@ -19,7 +19,6 @@ mod usage;
 #[cfg(feature = "webhooks")]
 mod webhooks;
 
-pub use crate::store::AUDIT_RETENTION_ACTOR;
 pub use audit::DEFAULT_AUDIT_PAGE;
 #[cfg(feature = "webhooks")]
 pub use limits::DEFAULT_WEBHOOK_ACTIONS;

@@ -385,9 +385,9 @@ pub trait WebhookOutbox: Send + Sync {
     /// Deletes at most `batch` of the messages raised more than `older_than` ago by the
     /// store's own clock (the oldest first), with their deliveries and attempts, and returns
     /// how many it deleted: the retention of
-    /// [`DeliveryConfig::with_retention`](crate::webhooks::DeliveryConfig::with_retention). The store's
-    /// clock, not the worker's, so a worker whose clock is off deletes nothing early. Workers
-    /// may prune at once. The default deletes nothing, for a store that keeps its history
+    /// [`Maintenance::with_webhook_retention`](crate::maintenance::Maintenance::with_webhook_retention).
+    /// The store's clock, not the replica's, so a replica whose clock is off deletes nothing
+    /// early. Replicas may prune at once. The default deletes nothing, for a store that keeps its history
     /// bounded another way.
     async fn prune(&self, older_than: Duration, batch: usize) -> Result<u64, StoreError> {
         let _ = (older_than, batch);
