@@ -80,6 +80,8 @@ pub(crate) struct Config {
     /// What the host declared deprecated.
     pub(crate) deprecations: Deprecations,
     pub(crate) prefix: String,
+    /// Whether this API said in the log that a request came with no peer address (once).
+    pub(crate) warned_of_no_peer: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Config {
@@ -109,6 +111,7 @@ impl Config {
             openapi: openapi::encoded(DEFAULT_PREFIX, []),
             deprecations: Deprecations::default(),
             prefix: DEFAULT_PREFIX.to_owned(),
+            warned_of_no_peer: Arc::default(),
         }
     }
 

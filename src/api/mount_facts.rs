@@ -15,14 +15,18 @@ use super::client_address::PeerAddr;
 /// The peer of the request: its own `PeerAddr` first, then axum's `ConnectInfo`, then the
 /// API's. Without any, says so once in the log: the failed-authentication throttle is off
 /// and a key held to address ranges is refused, which a host must not find out by surprise.
-pub(crate) fn peer(extensions: &Extensions, api_peer: Option<SocketAddr>) -> Option<SocketAddr> {
+pub(crate) fn peer(
+    extensions: &Extensions,
+    api_peer: Option<SocketAddr>,
+    warned: &AtomicBool,
+) -> Option<SocketAddr> {
     let peer = extensions
         .get::<PeerAddr>()
         .map(|PeerAddr(peer)| *peer)
         .or_else(|| connect_info(extensions))
         .or(api_peer);
     if peer.is_none() {
-        warn_once_of_no_peer();
+        warn_once_of_no_peer(warned);
     }
     peer
 }
@@ -39,10 +43,10 @@ fn connect_info(_: &Extensions) -> Option<SocketAddr> {
     None
 }
 
-fn warn_once_of_no_peer() {
-    static WARNED: AtomicBool = AtomicBool::new(false);
+/// Once per API (its clones share `warned`).
+fn warn_once_of_no_peer(warned: &AtomicBool) {
     // One relaxed load per request without a peer once warned: the common case is a peer.
-    if !WARNED.load(Ordering::Relaxed) && !WARNED.swap(true, Ordering::Relaxed) {
+    if !warned.load(Ordering::Relaxed) && !warned.swap(true, Ordering::Relaxed) {
         tracing::warn!(
             "partner API: a request came with no peer address (no PeerAddr extension, no \
              axum ConnectInfo, no with_peer_addr): failed authentications are not throttled \

@@ -72,11 +72,8 @@ fn fingerprint(digest: &KeyDigest) -> u64 {
 
 impl KnownKeys {
     /// Loads the usable keys of `store` and keeps them by the changes `notifications` tells,
-    /// in a task on the current Tokio runtime.
-    ///
-    /// # Panics
-    ///
-    /// Outside a Tokio runtime.
+    /// in a task on the current Tokio runtime. Outside a runtime no task starts (the log
+    /// says so), never a panic: the set stays empty, and every failure counts.
     pub fn following<S: KeyDigests + 'static>(store: S, notifications: &Notifications) -> Self {
         let wake = Arc::new(Notify::new());
         let shared = Arc::new(Shared {
@@ -90,7 +87,13 @@ impl KnownKeys {
             wake: wake.clone(),
         });
         notifications.register(&shared);
-        tokio::spawn(keep(store, Arc::downgrade(&shared), wake));
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(keep(store, Arc::downgrade(&shared), wake))),
+            Err(_) => tracing::warn!(
+                "KnownKeys::following outside a tokio runtime: the set of usable keys is never \
+                 loaded"
+            ),
+        }
         Self { shared }
     }
 

@@ -39,14 +39,18 @@ pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
 ///
 /// The caches answer from memory only with evidence from a heartbeat younger than the hub's
 /// maximum age (see [`Notifications`] for the invariant): if this task stops (a panic, its
-/// runtime dropped) or stalls, they stop answering from memory by themselves.
-///
-/// # Panics
-///
-/// Outside a Tokio runtime.
+/// runtime dropped) or stalls, they stop answering from memory by themselves. Outside a
+/// Tokio runtime no task starts (the log says so), never a panic: the caches then never
+/// answer from memory.
 pub fn listen(pool: PgPool) -> Notifications {
     let hub = Notifications::new();
-    tokio::spawn(run(pool, hub.clone()));
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn(run(pool, hub.clone()))),
+        Err(_) => tracing::warn!(
+            "cache::postgres::listen outside a tokio runtime: no listener runs, and the caches \
+             never answer from memory"
+        ),
+    }
     hub
 }
 

@@ -585,6 +585,22 @@ async fn the_standalone_host_serves_media_buys_and_accounts_through_schema_map_o
         .all(|line| line.starts_with("CREATE INDEX CONCURRENTLY IF NOT EXISTS ")));
     let (_, missing, _) = command(&["indexes", "--missing"]).await;
     assert_eq!(missing.lines().count(), 4, "{missing}");
+    // A server started now warns once of each.
+    let log = temp_file("schema-map-warnings.log", "");
+    {
+        let mut args = global.to_vec();
+        args.extend(["--listen", "127.0.0.1:0", "--no-migrate"]);
+        let mut early = Process::spawn_with_stderr(&args, &[], &log);
+        early.base_url().await;
+    }
+    let warned = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        warned
+            .matches("an index the schema map needs is missing")
+            .count(),
+        4,
+        "{warned}"
+    );
     for statement in &statements {
         owner.pool().execute(*statement).await.unwrap();
     }

@@ -195,3 +195,23 @@ async fn axum_and_tonic_hosts_pass_the_client_address_to_the_throttle() {
     let sent = throttled_after(address, "/v1/me").await;
     assert!((200..=300).contains(&sent), "throttled after {sent}");
 }
+
+/// An API that no peer address reaches (no `PeerAddr`, no `ConnectInfo`, no
+/// `with_peer_addr`) says so once in the log, never silently; one that is told says nothing.
+#[tokio::test]
+async fn a_host_that_passes_no_peer_is_told_once_in_the_log() {
+    let logs = CapturedLogs::default();
+    let _capture = logs.install();
+    let api = partner_api::PartnerApi::from_store(store());
+    for _ in 0..3 {
+        let answered = call(&api, get("/v1/me", Some(KEY_A))).await;
+        assert_eq!(answered.status, StatusCode::OK);
+    }
+    let told = logs.text().matches("came with no peer address").count();
+    assert_eq!(told, 1, "{}", logs.text());
+    let peer: SocketAddr = "192.0.2.7:50312".parse().unwrap();
+    let quiet = partner_api::PartnerApi::from_store(store()).with_peer_addr(peer);
+    let answered = call(&quiet, get("/v1/me", Some(KEY_A))).await;
+    assert_eq!(answered.status, StatusCode::OK);
+    assert_eq!(logs.text().matches("came with no peer address").count(), 1);
+}

@@ -92,7 +92,7 @@ impl PartnerApi {
             Ok(digest) => digest,
             Err(failure) => return ready(unauthenticated(config, failure)),
         };
-        let peer = mount_facts::peer(extensions, self.peer);
+        let peer = mount_facts::peer(extensions, self.peer, &config.warned_of_no_peer);
         let client = config.trusted_proxies.client_addr(peer, headers);
         let path = || mount_facts::called_path(uri, extensions);
         let keyed_route = match route {
