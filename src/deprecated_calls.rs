@@ -217,6 +217,8 @@ impl DeprecatedCallRecorder {
     ///
     /// The store's; the counts are kept for the next flush.
     pub async fn flush(&self) -> Result<usize, StoreError> {
+        // The clock as of now, whether or not a maintenance drives it.
+        self.shared.tick();
         self.shared.flush().await
     }
 
@@ -354,20 +356,7 @@ impl fmt::Debug for DeprecatedCallRecorder {
     }
 }
 
-impl recording::Recorded for DeprecatedCallRecorder {
-    fn name(&self) -> &'static str {
-        <Shared as Recorder>::TASK
-    }
-
-    fn drive(&self, stop: tokio::sync::watch::Receiver<bool>) -> recording::BoxFuture<()> {
-        Box::pin(recording::drive(Arc::downgrade(&self.shared), Some(stop)))
-    }
-
-    fn flush_now(&self) -> recording::BoxFuture<Result<usize, StoreError>> {
-        let recorder = self.clone();
-        Box::pin(async move { recorder.flush().await })
-    }
-}
+recording::recorded!(DeprecatedCallRecorder);
 
 #[cfg(test)]
 mod tests {

@@ -163,6 +163,8 @@ impl LastUsedRecorder {
     ///
     /// The store's; the batch is kept for the next flush.
     pub async fn flush(&self) -> Result<usize, StoreError> {
+        // The clock as of now, whether or not a maintenance drives it.
+        self.shared.tick();
         self.shared.flush().await
     }
 
@@ -289,20 +291,7 @@ impl fmt::Debug for LastUsedRecorder {
     }
 }
 
-impl recording::Recorded for LastUsedRecorder {
-    fn name(&self) -> &'static str {
-        <Shared as Recorder>::TASK
-    }
-
-    fn drive(&self, stop: tokio::sync::watch::Receiver<bool>) -> recording::BoxFuture<()> {
-        Box::pin(recording::drive(Arc::downgrade(&self.shared), Some(stop)))
-    }
-
-    fn flush_now(&self) -> recording::BoxFuture<Result<usize, StoreError>> {
-        let recorder = self.clone();
-        Box::pin(async move { recorder.flush().await })
-    }
-}
+recording::recorded!(LastUsedRecorder);
 
 #[cfg(test)]
 mod tests {

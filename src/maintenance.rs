@@ -275,8 +275,9 @@ impl std::fmt::Display for NoRuntime {
 impl std::error::Error for NoRuntime {}
 
 /// The running jobs of a [`Maintenance`]. Dropped without [`shutdown`](Self::shutdown), its
-/// jobs stop at their next step, without the recorders' last flush.
+/// jobs are aborted, without the recorders' last flush: hold it while the host serves.
 #[derive(Debug)]
+#[must_use = "dropping the handle stops every job at once"]
 pub struct MaintenanceHandle {
     stop: watch::Sender<bool>,
     tasks: JoinSet<()>,
@@ -290,15 +291,34 @@ impl std::fmt::Debug for dyn Recorded {
 }
 
 impl MaintenanceHandle {
-    /// Stops every job, waits for them to end, then writes what each recorder holds, and
-    /// reports each write.
+    /// Stops every job, waits for them to end, then writes what each recorder holds (all
+    /// at once, each after a flush of its own still under way), and reports each write.
     pub async fn shutdown(mut self) -> ShutdownReport {
         let _ = self.stop.send(true);
         while self.tasks.join_next().await.is_some() {}
-        let mut flushed = Vec::with_capacity(self.recorders.len());
-        for recorder in &self.recorders {
-            flushed.push((recorder.name(), recorder.flush_now().await));
+        let mut flushes = JoinSet::new();
+        for (at, recorder) in self.recorders.iter().enumerate() {
+            let flush = recorder.flush_now();
+            flushes.spawn(async move { (at, flush.await) });
         }
+        let mut written: Vec<Option<Result<usize, StoreError>>> =
+            self.recorders.iter().map(|_| None).collect();
+        while let Some(done) = flushes.join_next().await {
+            if let Ok((at, result)) = done {
+                written[at] = Some(result);
+            }
+        }
+        let flushed = self
+            .recorders
+            .iter()
+            .zip(written)
+            .map(|(recorder, result)| {
+                let result = result.unwrap_or_else(|| {
+                    Err(StoreError::other("the recorder's last flush panicked"))
+                });
+                (recorder.name(), result)
+            })
+            .collect();
         ShutdownReport { flushed }
     }
 }
@@ -310,8 +330,8 @@ impl Drop for MaintenanceHandle {
 }
 
 /// What [`MaintenanceHandle::shutdown`] wrote: for each recorder, in the order they were
-/// added, its name (`usage`, `last_used`, `deprecated_calls`) and how many entries it wrote,
-/// or the store's error.
+/// added, its name (`usage_recorder`, `last_used_recorder`, `deprecated_call_recorder`: its
+/// task's, as in the panics metric) and how many entries it wrote, or the store's error.
 #[derive(Debug)]
 pub struct ShutdownReport {
     flushed: Vec<(&'static str, Result<usize, StoreError>)>,

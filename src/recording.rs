@@ -201,6 +201,36 @@ pub(crate) trait Recorded: Send + Sync {
     fn flush_now(&self) -> BoxFuture<Result<usize, crate::store::StoreError>>;
 }
 
+/// Implements [`Recorded`] for a public recorder type: one whose `shared: Arc<Shared>` is a
+/// [`Recorder`] and that writes what it holds with `flush(&self)`.
+macro_rules! recorded {
+    ($recorder:ty) => {
+        impl $crate::recording::Recorded for $recorder {
+            fn name(&self) -> &'static str {
+                <Shared as $crate::recording::Recorder>::TASK
+            }
+
+            fn drive(
+                &self,
+                stop: tokio::sync::watch::Receiver<bool>,
+            ) -> $crate::recording::BoxFuture<()> {
+                Box::pin($crate::recording::drive(
+                    std::sync::Arc::downgrade(&self.shared),
+                    Some(stop),
+                ))
+            }
+
+            fn flush_now(
+                &self,
+            ) -> $crate::recording::BoxFuture<Result<usize, $crate::store::StoreError>> {
+                let recorder = self.clone();
+                Box::pin(async move { recorder.flush().await })
+            }
+        }
+    };
+}
+pub(crate) use recorded;
+
 /// A recorder the background task drives.
 pub(crate) trait Recorder: Send + Sync + 'static {
     /// The task's name in the log and in `partner_api_background_task_panics_total`.

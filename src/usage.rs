@@ -224,6 +224,8 @@ impl UsageRecorder {
     ///
     /// The store's; the counts are kept for the next flush.
     pub async fn flush(&self) -> Result<usize, StoreError> {
+        // The clock as of now, whether or not a maintenance drives it.
+        self.shared.tick();
         self.shared.flush().await
     }
 
@@ -365,20 +367,7 @@ impl fmt::Debug for UsageRecorder {
     }
 }
 
-impl recording::Recorded for UsageRecorder {
-    fn name(&self) -> &'static str {
-        <Shared as Recorder>::TASK
-    }
-
-    fn drive(&self, stop: tokio::sync::watch::Receiver<bool>) -> recording::BoxFuture<()> {
-        Box::pin(recording::drive(Arc::downgrade(&self.shared), Some(stop)))
-    }
-
-    fn flush_now(&self) -> recording::BoxFuture<Result<usize, StoreError>> {
-        let recorder = self.clone();
-        Box::pin(async move { recorder.flush().await })
-    }
-}
+recording::recorded!(UsageRecorder);
 
 #[cfg(test)]
 mod tests;

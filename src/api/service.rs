@@ -347,7 +347,8 @@ impl PartnerApi {
     /// Tells this service that its requests come from `peer`: for a host that makes a service
     /// per connection (a clone of one `PartnerApi`, which shares the stores), in place of a
     /// [`PeerAddr`](crate::PeerAddr) in every request's extensions, which allocates a map per request. A
-    /// request's own `PeerAddr`, when it has one, wins.
+    /// request's own `PeerAddr` (or, with the `axum` feature, axum's `ConnectInfo`), when
+    /// it has one, wins.
     ///
     /// # Correctness
     ///

@@ -12,8 +12,8 @@ fn order(id: &str) -> Order {
     crate::model::tests::order(id, "2026-01-01T00:00:00Z")
 }
 
-/// A store whose feed has `orders` events of organization `a`, all older than now.
-fn store_with_events(orders: &[&str]) -> MemoryStore {
+/// A store with the organization `a`.
+fn store_with_organization() -> MemoryStore {
     let store = MemoryStore::new();
     store
         .add_organization(Organization {
@@ -21,6 +21,12 @@ fn store_with_events(orders: &[&str]) -> MemoryStore {
             name: "A".to_owned(),
         })
         .unwrap();
+    store
+}
+
+/// A store whose feed has `orders` events of organization `a`, all older than now.
+fn store_with_events(orders: &[&str]) -> MemoryStore {
+    let store = store_with_organization();
     for id in orders {
         store.add_order("a", order(id)).unwrap();
     }
@@ -143,13 +149,7 @@ async fn a_round_that_panics_or_fails_is_followed_by_the_next_an_interval_later(
 
 #[tokio::test]
 async fn shutdown_writes_every_recorders_counts_in_hand() {
-    let store = MemoryStore::new();
-    store
-        .add_organization(Organization {
-            id: "a".to_owned(),
-            name: "A".to_owned(),
-        })
-        .unwrap();
+    let store = store_with_organization();
     let issued = crate::store::KeyManager::issue(
         &store,
         "a",

@@ -64,6 +64,19 @@ async fn host_store() -> (PgStore, String) {
     (store, url)
 }
 
+/// [`host_store`] with the account `id` named `name`, and `key` issued to it.
+async fn host_with_key(id: &str, name: &str, key: &str) -> PgStore {
+    let (store, _) = host_store().await;
+    let account = Organization {
+        id: id.into(),
+        name: name.into(),
+    };
+    add_account(&store, &account).await.unwrap();
+    // The crate's own organizations table is never asked: keys issue to the host's.
+    StoreFixtures::add_key(&store, key, id, None).await.unwrap();
+    store
+}
+
 /// Writes the host's way: into its own tables.
 async fn add_account(store: &PgStore, organization: &Organization) -> Result<(), StoreError> {
     sqlx::query("INSERT INTO accounts (code, display_name) VALUES ($1, $2)")
@@ -315,16 +328,8 @@ async fn a_map_of_the_wrong_type_is_refused_naming_the_field_expression_and_type
 #[tokio::test]
 async fn the_hosts_writes_make_the_feed_the_outbox_and_the_change_log() {
     crate::common::needs::needs!(Postgres);
-    let (store, _) = host_store().await;
-    let account = Organization {
-        id: "acme".into(),
-        name: "Acme Media".into(),
-    };
-    add_account(&store, &account).await.unwrap();
     let key = "pk_test_host_data_feed_key_0123456789";
-    StoreFixtures::add_key(&store, key, "acme", None)
-        .await
-        .unwrap();
+    let store = host_with_key("acme", "Acme Media", key).await;
     let api = partner_api::PartnerApi::from_store(store.clone()).with_events(store.clone());
 
     let me = call(&api, get("/v1/me", Some(key))).await;
@@ -393,17 +398,8 @@ async fn the_hosts_writes_make_the_feed_the_outbox_and_the_change_log() {
 #[tokio::test]
 async fn an_organization_the_host_deletes_takes_its_keys_and_no_copy_is_needed() {
     crate::common::needs::needs!(Postgres);
-    let (store, _) = host_store().await;
-    let account = Organization {
-        id: "gone".into(),
-        name: "Gone Ltd".into(),
-    };
-    add_account(&store, &account).await.unwrap();
     let key = "pk_test_host_data_gone_key_0123456789";
-    // The crate's own organizations table is never asked: keys issue to the host's.
-    StoreFixtures::add_key(&store, key, "gone", None)
-        .await
-        .unwrap();
+    let store = host_with_key("gone", "Gone Ltd", key).await;
     let digest = partner_api::KeyDigest::of(key);
     let found = store.lookup(&digest).await.unwrap();
     assert_eq!(
@@ -459,8 +455,29 @@ async fn a_role_that_only_writes_orders_raises_events_and_cannot_borrow_the_trig
     .await
     .unwrap();
     let as_writer = PgStore::connect_lazy(&pg::as_user(&url, &writer)).unwrap();
+    // A function the writer plants where a bare `round(bigint)` could find it: the trigger,
+    // which runs the map as the owner, resolves in pg_catalog alone and never calls it.
+    as_writer
+        .pool()
+        .execute(
+            "CREATE FUNCTION public.round(bigint) RETURNS double precision LANGUAGE sql \
+             AS 'SELECT 1::double precision / 0'",
+        )
+        .await
+        .unwrap();
     let order = crate::common::order("by-writer", 1_700_000_000_000);
     write_buy(&as_writer, "acme", &order).await.unwrap();
+    let snapshot: serde_json::Value = sqlx::query_scalar(
+        "SELECT order_row FROM partner_api_order_events WHERE order_id = 'by-writer'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        snapshot["budget_dkk"],
+        json!(order.budget_dkk),
+        "pg_catalog's round"
+    );
     let events: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM partner_api_order_events WHERE order_id = 'by-writer'",
     )
@@ -476,13 +493,18 @@ async fn a_role_that_only_writes_orders_raises_events_and_cannot_borrow_the_trig
         .execute("INSERT INTO partner_api_order_events (organization_id, change, order_id) VALUES ('acme', 'order.created', 'forged')")
         .await;
     assert!(forged.is_err());
-    let attached = sqlx::raw_sql(
-        "CREATE TABLE mine (LIKE media_buys); \
-         CREATE TRIGGER borrowed AFTER INSERT ON mine FOR EACH ROW \
-         EXECUTE FUNCTION partner_api_orders_media_buys()",
+    let function: String = sqlx::query_scalar(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p \
+         WHERE p.proname LIKE 'partner\\_api\\_orders\\_media\\_buys\\_%'",
     )
-    .execute(as_writer.pool())
-    .await;
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    let borrow = format!(
+        "CREATE TABLE mine (LIKE media_buys); \
+         CREATE TRIGGER borrowed AFTER INSERT ON mine FOR EACH ROW EXECUTE FUNCTION {function}"
+    );
+    let attached = sqlx::raw_sql(&borrow).execute(as_writer.pool()).await;
     assert!(
         attached
             .unwrap_err()
@@ -490,14 +512,7 @@ async fn a_role_that_only_writes_orders_raises_events_and_cannot_borrow_the_trig
             .contains("permission denied"),
         "only the owner may attach the crate's trigger"
     );
-    sqlx::raw_sql(
-        "CREATE TABLE mine (LIKE media_buys); \
-         CREATE TRIGGER borrowed AFTER INSERT ON mine FOR EACH ROW \
-         EXECUTE FUNCTION partner_api_orders_media_buys()",
-    )
-    .execute(store.pool())
-    .await
-    .unwrap();
+    sqlx::raw_sql(&borrow).execute(store.pool()).await.unwrap();
     let borrowed = store
         .pool()
         .execute("INSERT INTO mine (buy_ref, account_code, channels, advertiser, campaign, budget_ore, starts_on, ends_on, state, created) VALUES ('f', 'acme', '{}', 'a', 'c', 1, '2026-01-01', '2026-01-02', 's', now())")
@@ -508,6 +523,103 @@ async fn a_role_that_only_writes_orders_raises_events_and_cannot_borrow_the_trig
             .to_string()
             .contains("does not serve the table"),
         "the trigger refuses a table it does not serve"
+    );
+}
+
+#[tokio::test]
+async fn a_registration_again_changes_nothing_and_a_renamed_table_stays_served() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = host_store().await;
+    let made = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid \
+             WHERE c.relname = 'media_buys' AND NOT t.tgisinternal",
+        )
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+    };
+    let first: Vec<i64> = sqlx::query_scalar(
+        "SELECT t.oid::bigint FROM pg_trigger t WHERE t.tgname = 'partner_api_orders'",
+    )
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        made().await,
+        2,
+        "the orders' trigger and the TRUNCATE refusal"
+    );
+    store.register_schema_map().await.unwrap();
+    let again: Vec<i64> = sqlx::query_scalar(
+        "SELECT t.oid::bigint FROM pg_trigger t WHERE t.tgname = 'partner_api_orders'",
+    )
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(first, again, "the same trigger: not dropped and made again");
+    // The host renames its table: its writes still raise their events (the trigger checks
+    // the table's registration, which follows the table).
+    sqlx::raw_sql(
+        "ALTER TABLE media_buys RENAME TO media_buys_2026; \
+         INSERT INTO accounts VALUES ('acme', 'Acme')",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO media_buys_2026 (buy_ref, account_code, channels, advertiser, campaign, \
+         budget_ore, starts_on, ends_on, state, created) \
+         VALUES ('renamed', 'acme', '{}', 'a', 'c', 100, '2026-01-01', '2026-01-02', 's', now())",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let events: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM partner_api_order_events WHERE order_id = 'renamed'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(events, 1);
+}
+
+#[tokio::test]
+async fn a_partitioned_table_is_refused_naming_what_to_map_instead() {
+    crate::common::needs::needs!(Postgres);
+    let url = pg::fresh_database().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    store.migrate().await.unwrap();
+    sqlx::raw_sql(HOST_SCHEMA)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    sqlx::raw_sql(
+        "CREATE TABLE parted (LIKE media_buys) PARTITION BY RANGE (created); \
+         CREATE TABLE parted_2026 PARTITION OF parted \
+           FOR VALUES FROM ('2026-01-01') TO ('2027-01-01')",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let map = match host_map().orders() {
+        Some(orders) => {
+            let mut parted = OrdersMap::new("public.parted");
+            for field in OrderField::ALL {
+                parted = parted.with(field, orders.expression(field));
+            }
+            SchemaMap::new().with_orders(parted)
+        }
+        None => unreachable!(),
+    };
+    let refused = store.with_schema_map(map).await.unwrap_err();
+    let mut message = refused.to_string();
+    if let Some(source) = std::error::Error::source(&refused) {
+        message.push_str(&format!(": {source}"));
+    }
+    assert!(
+        message.contains("is a partitioned table") && message.contains("map a view"),
+        "{message}"
     );
 }
 

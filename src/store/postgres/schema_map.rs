@@ -56,34 +56,71 @@ impl super::PgStore {
         let Some((map, resolved)) = &self.statements.mapped else {
             return Ok(());
         };
-        let mut statements = Vec::new();
+        let failed = super::store_error;
+        let mut transaction = self.pool.begin().await.map_err(failed)?;
+        // One registration at a time (replicas starting together), and never a long wait for
+        // the host's busy table: its triggers change under a lock of the whole table.
+        sqlx::raw_sql(
+            "SET LOCAL lock_timeout = '5s'; \
+             LOCK TABLE partner_api_order_tables IN SHARE ROW EXCLUSIVE MODE",
+        )
+        .execute(&mut *transaction)
+        .await
+        .map_err(failed)?;
         let schema: String = sqlx::query_scalar("SELECT pg_catalog.quote_ident(current_schema())")
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *transaction)
             .await
-            .map_err(super::store_error)?;
+            .map_err(failed)?;
+        // Each table's function and statements; the function's comment says whether they ran.
+        let mut tables = Vec::new();
         if let (Some(orders), Some(table)) = (map.orders(), &resolved.orders) {
             if !table.is_view {
-                statements.extend(register::orders_trigger(&schema, table, orders));
+                let function = format!("{schema}.{}()", register::function_for("orders", table));
+                tables.push((function, register::orders_trigger(&schema, table, orders)));
             }
         }
         if let (Some(organizations), Some(table)) = (map.organizations(), &resolved.organizations) {
-            statements.push(register::drop_organization_references(&schema));
-            if !table.is_view {
-                statements.extend(register::organizations_trigger(
-                    &schema,
-                    table,
-                    organizations,
-                ));
-            }
-        }
-        let mut transaction = self.pool.begin().await.map_err(super::store_error)?;
-        for statement in &statements {
-            sqlx::query(statement)
+            sqlx::query(&register::drop_organization_references())
                 .execute(&mut *transaction)
                 .await
-                .map_err(super::store_error)?;
+                .map_err(failed)?;
+            if !table.is_view {
+                let function = format!(
+                    "{schema}.{}()",
+                    register::function_for("organizations", table)
+                );
+                let statements = register::organizations_trigger(&schema, table, organizations);
+                tables.push((function, statements));
+            }
         }
-        transaction.commit().await.map_err(super::store_error)
+        for (function, statements) in tables {
+            let fingerprint = register::fingerprint(&statements);
+            let (made, in_use): (Option<String>, bool) = sqlx::query_as(
+                "SELECT pg_catalog.obj_description(pg_catalog.to_regprocedure($1), 'pg_proc'), \
+                        EXISTS (SELECT 1 FROM pg_catalog.pg_trigger \
+                                WHERE tgfoid = pg_catalog.to_regprocedure($1))",
+            )
+            .bind(&function)
+            .fetch_one(&mut *transaction)
+            .await
+            .map_err(failed)?;
+            if in_use && made.as_deref() == Some(fingerprint.as_str()) {
+                continue;
+            }
+            for statement in &statements {
+                sqlx::query(statement)
+                    .execute(&mut *transaction)
+                    .await
+                    .map_err(failed)?;
+            }
+            sqlx::query(&format!(
+                "COMMENT ON FUNCTION {function} IS '{fingerprint}'"
+            ))
+            .execute(&mut *transaction)
+            .await
+            .map_err(failed)?;
+        }
+        transaction.commit().await.map_err(failed)
     }
 }
 
@@ -615,6 +652,8 @@ pub(super) struct Table {
     pub(super) bare_name: String,
     /// A view (no triggers, no indexes of its own), not a table.
     pub(super) is_view: bool,
+    /// Its oid when it was resolved (for the statements of a registration, made at once).
+    pub(super) oid: u32,
 }
 
 /// The mapped tables, resolved.
@@ -632,7 +671,7 @@ async fn resolve_table(
     use sqlx::Row;
     let row = sqlx::query(
         "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) AS name, c.relname::text AS bare, \
-                c.relkind IN ('v', 'm') AS is_view \
+                c.relkind::text AS kind, c.oid::bigint AS oid \
          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
          WHERE c.oid = pg_catalog.to_regclass($1) AND c.relkind IN ('r', 'p', 'v', 'm', 'f')",
     )
@@ -651,29 +690,62 @@ async fn resolve_table(
             "schema map: [{section}] table = {table:?} is no table or view this role can see"
         ))
     })?;
+    let kind: String = row.get("kind");
+    // A row trigger on a partitioned table fires for each partition (another table), and a
+    // foreign table has no indexes of its own nor transition tables: neither can be served
+    // as a table is. A view over either can (its orders read, their changes in no feed).
+    if kind == "p" || kind == "f" {
+        let what = if kind == "p" {
+            "partitioned"
+        } else {
+            "foreign"
+        };
+        return Err(super::StoreError::invalid_data(format!(
+            "schema map: [{section}] table = {table:?} is a {what} table, which the crate's \
+             triggers and indexes cannot serve; map a view over it (its orders are served, \
+             their changes reach no feed)"
+        )));
+    }
     Ok(Table {
         name: row.get("name"),
         bare_name: row.get("bare"),
-        is_view: row.get("is_view"),
+        is_view: kind == "v" || kind == "m",
+        oid: u32::try_from(row.get::<i64, _>("oid")).unwrap_or(0),
     })
 }
 
-/// The SQL type of `expression` over a row of `table`, as `pg_typeof` names it; reads no
-/// row. `Err` with PostgreSQL's message when it is no expression of that table.
+/// The search path every mapped expression is resolved in: the one the crate's triggers run
+/// with (pinned, as every function of ours is), checked at start in it, so that what reads
+/// pass, the triggers pass too, and no function of another schema stands in for a built-in.
+pub(super) const EXPRESSION_SEARCH_PATH: &str = "pg_catalog, pg_temp";
+
+/// The SQL type of `expression` over a row `r` of `table`, as `pg_typeof` names it, resolved
+/// in [`EXPRESSION_SEARCH_PATH`] as the triggers resolve it; reads no row. `Err` with
+/// PostgreSQL's message when it is no expression of that table there.
 async fn type_of(pool: &sqlx::PgPool, table: &str, expression: &str) -> Result<String, String> {
     // The outer join yields one row of NULLs with the expression's type whatever the table
     // holds; `LIMIT 0` keeps the table's rows unread.
     let statement = format!(
         "SELECT pg_catalog.pg_typeof(m.value)::text FROM (VALUES (1)) AS one (x) \
-         LEFT JOIN (SELECT ({expression}) AS value FROM {table} LIMIT 0) AS m ON true"
+         LEFT JOIN (SELECT ({expression}) AS value FROM {table} AS r LIMIT 0) AS m ON true"
     );
-    sqlx::query_scalar::<_, String>(&statement)
-        .fetch_one(pool)
+    let failed = |err: sqlx::Error| match err {
+        sqlx::Error::Database(db) => db.message().to_owned(),
+        other => crate::log::ErrorChain(&other).to_string(),
+    };
+    let mut transaction = pool.begin().await.map_err(failed)?;
+    sqlx::query(&format!(
+        "SET LOCAL search_path TO {EXPRESSION_SEARCH_PATH}"
+    ))
+    .execute(&mut *transaction)
+    .await
+    .map_err(failed)?;
+    let type_name = sqlx::query_scalar::<_, String>(&statement)
+        .fetch_one(&mut *transaction)
         .await
-        .map_err(|err| match err {
-            sqlx::Error::Database(db) => db.message().to_owned(),
-            other => crate::log::ErrorChain(&other).to_string(),
-        })
+        .map_err(failed)?;
+    transaction.rollback().await.map_err(failed)?;
+    Ok(type_name)
 }
 
 #[cfg(test)]

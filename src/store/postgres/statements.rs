@@ -30,7 +30,7 @@ impl Statements {
     pub(super) fn mapped(map: SchemaMap, resolved: Resolved) -> Self {
         let orders = match (map.orders(), &resolved.orders) {
             (Some(orders), Some(table)) => format!(
-                "(SELECT {} FROM {}) AS partner_orders",
+                "(SELECT {} FROM {} AS r) AS partner_orders",
                 orders.select_list(),
                 table.name
             ),
@@ -38,7 +38,7 @@ impl Statements {
         };
         let organizations = match (map.organizations(), &resolved.organizations) {
             (Some(organizations), Some(table)) => format!(
-                "(SELECT {} FROM {})",
+                "(SELECT {} FROM {} AS r)",
                 organizations.select_list(),
                 table.name
             ),

@@ -82,9 +82,11 @@ pub(in crate::store::postgres) fn needed(map: &SchemaMap, resolved: &Resolved) -
 }
 
 /// The indexes of `needed` that the database lacks. An index counts as there when one of
-/// its table's indexes has the same definition as PostgreSQL writes it (unique or not):
-/// each needed one is built on an empty temporary copy of the table's columns, in a
-/// transaction rolled back, and its definition compared.
+/// its table's valid indexes has the same definition as PostgreSQL writes it (unique or not;
+/// not one a failed `CONCURRENTLY` build left invalid): each needed one is built on an empty
+/// temporary copy of the table's columns, in a transaction rolled back, and its definition
+/// compared. One that cannot be built at all (an expression that is not immutable, say)
+/// counts as missing: its statement fails the same way when the host runs it.
 pub(in crate::store::postgres) async fn missing(
     pool: &sqlx::PgPool,
     needed: &[SchemaIndex],
@@ -93,7 +95,7 @@ pub(in crate::store::postgres) async fn missing(
     let mut transaction = pool.begin().await?;
     let definitions = "SELECT pg_catalog.substring(pg_catalog.pg_get_indexdef(i.indexrelid), \
                        ' USING .*$') FROM pg_catalog.pg_index i WHERE i.indrelid = $1::regclass \
-                       AND i.indpred IS NULL";
+                       AND i.indpred IS NULL AND i.indisvalid AND i.indisready";
     for (at, index) in needed.iter().enumerate() {
         let probe = format!("partner_api_index_probe_{at}");
         sqlx::query(&format!(
@@ -102,12 +104,22 @@ pub(in crate::store::postgres) async fn missing(
         ))
         .execute(&mut *transaction)
         .await?;
-        sqlx::query(&format!(
+        sqlx::query("SAVEPOINT partner_api_probe")
+            .execute(&mut *transaction)
+            .await?;
+        let built = sqlx::query(&format!(
             "CREATE INDEX ON pg_temp.{probe} {}",
             index.definition
         ))
         .execute(&mut *transaction)
-        .await?;
+        .await;
+        if built.is_err() {
+            sqlx::query("ROLLBACK TO SAVEPOINT partner_api_probe")
+                .execute(&mut *transaction)
+                .await?;
+            missing.push(index.clone());
+            continue;
+        }
         let wanted: Vec<String> = sqlx::query_scalar(definitions)
             .bind(format!("pg_temp.{probe}"))
             .fetch_all(&mut *transaction)

@@ -4,7 +4,9 @@
 //! tells the caches when an organization is renamed or deleted. Made by the owner
 //! ([`PgStore::register_schema_map`](crate::PgStore::register_schema_map)).
 
-use super::{OrderField, OrdersMap, OrganizationsMap, Table};
+use sha2::{Digest, Sha256};
+
+use super::{OrderField, OrdersMap, OrganizationsMap, Table, EXPRESSION_SEARCH_PATH};
 
 /// A name for what the crate makes for `table`: `partner_api_{what}_{table}`, in letters,
 /// digits and underscores, within PostgreSQL's 63 bytes.
@@ -22,6 +24,33 @@ pub(in crate::store::postgres) fn name_for(what: &str, table: &Table) -> String 
         .take(40)
         .collect();
     format!("partner_api_{what}_{bare}")
+}
+
+/// The name of a trigger function made for `table`: [`name_for`] with a digest of the table's
+/// qualified name, so tables of one name in two schemas never share (nor replace) one.
+pub(in crate::store::postgres) fn function_for(what: &str, table: &Table) -> String {
+    let digest = Sha256::digest(table.name.as_bytes());
+    let tag: String = digest[..4]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!("{}_{tag}", name_for(what, table))
+}
+
+/// A fingerprint of the statements that make a table's trigger: written as the function's
+/// comment, so a registration that would change nothing changes nothing (no lock of the
+/// host's table at each start).
+pub(in crate::store::postgres) fn fingerprint(statements: &[String]) -> String {
+    let mut digest = Sha256::new();
+    for statement in statements {
+        digest.update(statement.as_bytes());
+        digest.update([0]);
+    }
+    let hex: String = digest.finalize()[..16]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!("partner_api schema map {hex}")
 }
 
 /// The contract's checks, as the trigger of the crate's own table makes them (#54), over the
@@ -57,8 +86,9 @@ pub(in crate::store::postgres) fn orders_trigger(
     table: &Table,
     orders: &OrdersMap,
 ) -> Vec<String> {
-    let function = format!("{schema}.{}", name_for("orders", table));
+    let function = format!("{schema}.{}", function_for("orders", table));
     let relation = &table.name;
+    let oid = table.oid;
     let list = orders.select_list();
     let keys = format!(
         "{}, {}",
@@ -68,7 +98,7 @@ pub(in crate::store::postgres) fn orders_trigger(
     let body = format!(
         r#"
 CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = {schema}, pg_temp AS $partner_api$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = {EXPRESSION_SEARCH_PATH} AS $partner_api$
 #variable_conflict use_column
 DECLARE
     old_org text;
@@ -86,7 +116,10 @@ DECLARE
     event_at timestamptz;
     i integer;
 BEGIN
-    IF TG_RELID OPERATOR(pg_catalog.<>) '{relation}'::regclass::oid THEN
+    -- Only for a table registered (by the owner, who alone may attach this function): a
+    -- table renamed stays registered, its oid is.
+    IF NOT EXISTS (SELECT 1 FROM {schema}.partner_api_order_tables t
+                   WHERE t.relid::oid OPERATOR(pg_catalog.=) TG_RELID) THEN
         PERFORM {schema}.partner_api_refuse_table(TG_NAME, TG_RELID);
     END IF;
     -- The order before and after, as the map shows it; a row the map cannot show whole
@@ -167,9 +200,9 @@ $partner_api$"#
     vec![
         format!(
             "INSERT INTO {schema}.partner_api_order_tables (relid) \
-             VALUES ('{relation}'::regclass) ON CONFLICT (relid) DO NOTHING"
+             VALUES ({oid}::oid::regclass) ON CONFLICT (relid) DO NOTHING"
         ),
-        drop_crate_triggers(schema, relation),
+        drop_crate_triggers(oid),
         body,
         format!("REVOKE EXECUTE ON FUNCTION {function}() FROM PUBLIC"),
         format!(
@@ -183,20 +216,21 @@ $partner_api$"#
     ]
 }
 
-/// A statement that drops every trigger of the crate's on `relation` (under any name, from
-/// an earlier registration or `partner_api_serve_orders_table`), so nothing is logged or
-/// raised twice.
-fn drop_crate_triggers(schema: &str, relation: &str) -> String {
+/// A statement that drops every trigger of the crate's (a function of the crate's schema
+/// named `partner_api_...`) on the table `oid`, under any name, from an earlier registration
+/// or `partner_api_serve_orders_table`, so nothing is logged or raised twice.
+fn drop_crate_triggers(oid: u32) -> String {
     format!(
         "DO $partner_api$ DECLARE old_trigger name; BEGIN \
            FOR old_trigger IN \
              SELECT t.tgname FROM pg_catalog.pg_trigger t \
              JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid \
-             WHERE t.tgrelid = '{relation}'::regclass AND NOT t.tgisinternal \
-               AND p.pronamespace = pg_catalog.to_regnamespace('{schema}') \
+             JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
+             WHERE t.tgrelid = {oid}::oid AND NOT t.tgisinternal \
+               AND n.nspname = pg_catalog.current_schema() \
                AND p.proname::text LIKE 'partner\\_api\\_%' \
            LOOP \
-             EXECUTE pg_catalog.format('DROP TRIGGER %I ON {relation}', old_trigger); \
+             EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', old_trigger, {oid}::oid::regclass); \
            END LOOP; \
          END $partner_api$"
     )
@@ -209,18 +243,17 @@ pub(in crate::store::postgres) fn organizations_trigger(
     table: &Table,
     organizations: &OrganizationsMap,
 ) -> Vec<String> {
-    let function = format!("{schema}.{}", name_for("organizations", table));
+    let function = format!("{schema}.{}", function_for("organizations", table));
     let relation = &table.name;
     let list = organizations.select_list();
     let body = format!(
         r#"
 CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
-LANGUAGE plpgsql SET search_path = {schema}, pg_temp AS $partner_api$
+LANGUAGE plpgsql SET search_path = {EXPRESSION_SEARCH_PATH} AS $partner_api$
 #variable_conflict use_column
 BEGIN
-    IF TG_RELID OPERATOR(pg_catalog.<>) '{relation}'::regclass::oid THEN
-        PERFORM {schema}.partner_api_refuse_table(TG_NAME, TG_RELID);
-    END IF;
+    -- No check of the table: the function only tells the caches to forget (what any role
+    -- may say with NOTIFY), and runs with the rights of whoever writes.
     -- The keys' caches forget every key when an organization is renamed or gone (its keys
     -- then look up as unknown): rare, and a key's answer names its organization.
     IF TG_OP = 'UPDATE' THEN
@@ -242,7 +275,7 @@ END
 $partner_api$"#
     );
     vec![
-        drop_crate_triggers(schema, relation),
+        drop_crate_triggers(table.oid),
         body,
         format!("REVOKE EXECUTE ON FUNCTION {function}() FROM PUBLIC"),
         format!(
@@ -261,18 +294,22 @@ $partner_api$"#
     ]
 }
 
-/// The statement that lets the crate's tables hold the host's organization ids: their
-/// references to `partner_organizations` dropped.
-pub(in crate::store::postgres) fn drop_organization_references(schema: &str) -> String {
-    format!(
-        "DO $partner_api$ DECLARE reference record; BEGIN \
+/// The statement that lets the crate's tables hold the host's organization ids: the
+/// references of the crate's own tables (`partner_...` of its schema) to
+/// `partner_organizations` dropped; a host table's are left alone.
+pub(in crate::store::postgres) fn drop_organization_references() -> String {
+    "DO $partner_api$ DECLARE reference record; BEGIN \
            FOR reference IN \
              SELECT c.conrelid::regclass AS relation, c.conname FROM pg_catalog.pg_constraint c \
-             WHERE c.contype = 'f' AND c.confrelid = '{schema}.partner_organizations'::regclass \
+             JOIN pg_catalog.pg_class r ON r.oid = c.conrelid \
+             JOIN pg_catalog.pg_namespace n ON n.oid = r.relnamespace \
+             WHERE c.contype = 'f' \
+               AND c.confrelid = pg_catalog.to_regclass(pg_catalog.quote_ident(pg_catalog.current_schema()) || '.partner_organizations') \
+               AND n.nspname = pg_catalog.current_schema() AND r.relname::text LIKE 'partner\\_%' \
            LOOP \
              EXECUTE pg_catalog.format('ALTER TABLE %s DROP CONSTRAINT %I', \
                                        reference.relation, reference.conname); \
            END LOOP; \
          END $partner_api$"
-    )
+        .to_owned()
 }
