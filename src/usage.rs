@@ -143,7 +143,7 @@ impl UsageRecorder {
     /// its clock, writes every flush interval and at shutdown), or until
     /// [`flush`](Self::flush) is called. Starts no task.
     pub fn new(store: impl UsageStore + 'static) -> Self {
-        Self::unspawned(store, DEFAULT_CAPACITY)
+        Self::with_capacity(store, DEFAULT_CAPACITY)
     }
 
     /// [`new`](Self::new), and its background task started on the current tokio runtime
@@ -151,17 +151,14 @@ impl UsageRecorder {
     /// [`Maintenance`](crate::maintenance::Maintenance). Outside a runtime it starts none
     /// and says so in the log, never a panic.
     pub fn spawn(store: impl UsageStore + 'static) -> Self {
-        Self::with_capacity(store, DEFAULT_CAPACITY)
-    }
-
-    /// As [`spawn`](Self::spawn), counting at most `capacity` keys between two flushes.
-    pub fn with_capacity(store: impl UsageStore + 'static, capacity: usize) -> Self {
-        let recorder = Self::unspawned(store, capacity);
+        let recorder = Self::new(store);
         recording::spawn(&recorder.shared);
         recorder
     }
 
-    fn unspawned(store: impl UsageStore + 'static, capacity: usize) -> Self {
+    /// As [`new`](Self::new), counting at most `capacity` keys between two flushes. Starts no
+    /// task.
+    pub fn with_capacity(store: impl UsageStore + 'static, capacity: usize) -> Self {
         let shared = Arc::new(Shared {
             store: Arc::new(store),
             counters: ThreadLocal::new(),

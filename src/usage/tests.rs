@@ -254,6 +254,8 @@ async fn the_background_task_deletes_usage_past_the_retention() {
 async fn counters_never_exceed_the_capacity_and_a_flush_frees_them() {
     let recorder = UsageRecorder::with_capacity(MemoryStore::new(), 10)
         .with_flush_interval(MAX_FLUSH_INTERVAL);
+    // Driven, as a maintenance drives it: a full map wakes its flush.
+    crate::recording::spawn(&recorder.shared);
     let threads: Vec<_> = (0..4)
         .map(|thread| {
             let recorder = recorder.clone();
