@@ -8,7 +8,10 @@
 # message and a delivery per order too),
 # the change log's trigger alone as before webhooks (`log`), the NOTIFY trigger the log replaced,
 # and no trigger, on a throwaway PostgreSQL with durable commits (fsync and synchronous_commit
-# on, as in production: the cost of NOTIFY is its lock held across the commit's flush).
+# on, as in production: the cost of NOTIFY is its lock held across the commit's flush). The
+# same on a host's own table mapped with --schema-map (the hosting page's media_buys and
+# accounts, its trigger registered by the standalone host's `migrate`): `mapped` with the
+# trigger, `mapped-none` without.
 #
 #   bash benches/order_writes.sh
 set -euo pipefail
@@ -34,14 +37,46 @@ INSERT INTO partner_webhook_endpoints (organization_id, url, secret, enabled)
     SELECT id, 'https://partner.example/hooks', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', false
     FROM partner_organizations;
 SQL
+# The host's own tables, in a database of their own, migrated and registered as the hosting
+# page says.
+mapped_database=${database%/*}/mapped
+psql -q "$database" -c "CREATE DATABASE mapped"
+psql -q "$mapped_database" <<'SQL'
+CREATE TABLE public.accounts (id bigserial PRIMARY KEY, display_name text NOT NULL);
+CREATE TABLE public.media_buys (buy_id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    account_id bigint NOT NULL REFERENCES public.accounts (id), channels text[] NOT NULL,
+    advertiser text NOT NULL, campaign text NOT NULL, budget_ore bigint NOT NULL,
+    starts_on date NOT NULL, ends_on date NOT NULL, state text NOT NULL, po_number text,
+    created timestamptz NOT NULL DEFAULT now());
+INSERT INTO accounts (display_name) SELECT format('account %s', a) FROM generate_series(1, 50) a;
+SQL
+sed -n '/^```toml$/,/^```$/p' src/docs/hosting.md | sed '1d;$d' >"$work/schema-map.toml"
+cargo run -q --example standalone --features postgres -- \
+  --database-url "$mapped_database" --schema-map "$work/schema-map.toml" migrate >/dev/null
+cargo run -q --example standalone --features postgres -- \
+  --database-url "$mapped_database" --schema-map "$work/schema-map.toml" indexes |
+  while read -r statement; do psql -q "$mapped_database" -c "$statement"; done
+cat >"$work/insert-mapped.sql" <<'SQL'
+\set account random(1, 50)
+INSERT INTO media_buys (account_id, channels, advertiser, campaign, budget_ore, starts_on, ends_on, state, po_number) VALUES (:account, ARRAY['meta'], 'A', 'C', 100, '2026-03-01', '2026-04-30', 'BOOKED', 'PO');
+SQL
 cat >"$work/insert.sql" <<'SQL'
 \set org random(0, 49)
 INSERT INTO partner_orders VALUES ('org_' || :org, md5(random()::text || clock_timestamp()::text), ARRAY['meta'], 'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now());
 SQL
 echo "pgbench -c $CLIENTS -T $DURATION, one order per transaction, fsync $(psql -Atc 'SHOW fsync' "$database"), synchronous_commit $(psql -Atc 'SHOW synchronous_commit' "$database")"
 for _ in $(seq 1 "$ROUNDS"); do
-  for mode in outbox outbox+endpoints log notify none; do
+  for mode in outbox outbox+endpoints log notify none mapped mapped-none; do
     case $mode in
+      mapped|mapped-none)
+        state=ENABLE
+        [ "$mode" = mapped-none ] && state=DISABLE
+        psql -q "$mapped_database" -c "ALTER TABLE media_buys $state TRIGGER partner_api_orders"
+        tps=$("$bin/pgbench" -n -f "$work/insert-mapped.sql" -c "$CLIENTS" -j 2 -T "$DURATION" \
+          "$mapped_database" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+        printf 'orders trigger %-16s %8.0f tps\n' "$mode" "$tps"
+        continue
+        ;;
       outbox|outbox+endpoints) enable="partner_orders_log partner_orders_webhooks" ;;
       log) enable=partner_orders_log ;;
       notify) enable=partner_orders_notify_before ;;
