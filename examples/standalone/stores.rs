@@ -285,6 +285,12 @@ pub(crate) async fn database(args: &Args, url: &str) -> Result<partner_api::PgSt
     let fail = |what: &str, err: &partner_api::StoreError| {
         without_password(&format!("{what}: {}", error_chain(err)), url)
     };
+    // The file first: a map that does not parse is said before any wait for the database.
+    let map = args
+        .schema_map
+        .as_deref()
+        .map(read_schema_map)
+        .transpose()?;
     let mut store = partner_api::PgStore::connect_lazy(url)
         .map_err(|err| without_password(&error_chain(&err), url))?;
     if !args.no_migrate {
@@ -293,8 +299,7 @@ pub(crate) async fn database(args: &Args, url: &str) -> Result<partner_api::PgSt
             .await
             .map_err(|err| fail("cannot migrate the database", &err))?;
     }
-    if let Some(path) = &args.schema_map {
-        let map = read_schema_map(path)?;
+    if let (Some(path), Some(map)) = (&args.schema_map, map) {
         store = store
             .with_schema_map(map)
             .await

@@ -915,3 +915,27 @@ async fn the_standalone_host_serves_media_buys_and_accounts_through_schema_map_o
     .unwrap();
     assert_eq!(copied, 0);
 }
+
+#[tokio::test]
+async fn a_schema_map_file_with_a_misspelt_key_is_refused_before_the_database_is_asked() {
+    use crate::common::net::temp_file;
+    crate::common::needs::needs!(Examples);
+    let map = temp_file(
+        "misspelt-schema-map.toml",
+        "[orders]\ntable = \"public.media_buys\"\nbudget = \"round(budget_ore / 100)\"\n",
+    );
+    // A database nobody answers at: the map's error comes first, at once.
+    let (ok, _, err) = crate::common::standalone_command(&[
+        "--database-url",
+        "postgres://nobody@127.0.0.1:1/none",
+        "--schema-map",
+        map.to_str().unwrap(),
+        "migrate",
+    ])
+    .await;
+    assert!(!ok);
+    assert!(
+        err.contains("--schema-map") && err.contains("unknown field `budget`"),
+        "{err}"
+    );
+}
