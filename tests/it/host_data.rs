@@ -49,9 +49,8 @@ fn host_map() -> SchemaMap {
         )
 }
 
-/// A migrated database with [`HOST_SCHEMA`], and a store reading it through [`host_map`],
-/// its triggers registered.
-async fn host_store() -> (PgStore, String) {
+/// A migrated database with [`HOST_SCHEMA`], and a store of the crate's own tables on it.
+async fn with_host_schema() -> (PgStore, String) {
     let url = pg::fresh_database().await;
     let store = PgStore::connect_lazy(&url).unwrap();
     store.migrate().await.unwrap();
@@ -59,6 +58,33 @@ async fn host_store() -> (PgStore, String) {
         .execute(store.pool())
         .await
         .unwrap();
+    (store, url)
+}
+
+/// How many events the feeds hold of the order `order_id`.
+async fn events_of(store: &PgStore, order_id: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM partner_api_order_events WHERE order_id = $1")
+        .bind(order_id)
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+}
+
+/// How many rows the crate's own organizations and orders tables hold: none, when the
+/// host's data is mapped.
+async fn copied_rows(store: &PgStore) -> i64 {
+    sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM partner_organizations) + (SELECT count(*) FROM partner_orders)",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap()
+}
+
+/// A migrated database with [`HOST_SCHEMA`], and a store reading it through [`host_map`],
+/// its triggers registered.
+async fn host_store() -> (PgStore, String) {
+    let (store, url) = with_host_schema().await;
     let store = store.with_schema_map(host_map()).await.unwrap();
     store.register_schema_map().await.unwrap();
     (store, url)
@@ -174,12 +200,7 @@ async fn the_store_conforms_on_the_hosts_own_tables_through_a_map() {
     let (store, _) = host_store().await;
     run(&HostTables(store.clone())).await.assert_passed();
     // Nothing was copied into the crate's tables.
-    let copied: i64 = sqlx::query_scalar(
-        "SELECT (SELECT count(*) FROM partner_organizations) + (SELECT count(*) FROM partner_orders)",
-    )
-    .fetch_one(store.pool())
-    .await
-    .unwrap();
+    let copied = copied_rows(&store).await;
     assert_eq!(copied, 0);
 }
 
@@ -255,13 +276,7 @@ async fn the_suite_checks_an_orders_only_store_beside_keys_kept_elsewhere() {
 #[tokio::test]
 async fn a_map_of_the_wrong_type_is_refused_naming_the_field_expression_and_types() {
     crate::common::needs::needs!(Postgres);
-    let url = pg::fresh_database().await;
-    let store = PgStore::connect_lazy(&url).unwrap();
-    store.migrate().await.unwrap();
-    sqlx::raw_sql(HOST_SCHEMA)
-        .execute(store.pool())
-        .await
-        .unwrap();
+    let (store, _) = with_host_schema().await;
     let refused = |map: SchemaMap| {
         let store = store.clone();
         async move {
@@ -478,12 +493,7 @@ async fn a_role_that_only_writes_orders_raises_events_and_cannot_borrow_the_trig
         json!(order.budget_dkk),
         "pg_catalog's round"
     );
-    let events: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM partner_api_order_events WHERE order_id = 'by-writer'",
-    )
-    .fetch_one(store.pool())
-    .await
-    .unwrap();
+    let events = events_of(&store, "by-writer").await;
     assert_eq!(events, 1, "the writer's insert raised its event");
     // The writer cannot forge events: no right on the events table, nor to attach the
     // crate's trigger function to a table of its own (and the function refuses any table
@@ -575,25 +585,14 @@ async fn a_registration_again_changes_nothing_and_a_renamed_table_stays_served()
     .execute(store.pool())
     .await
     .unwrap();
-    let events: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM partner_api_order_events WHERE order_id = 'renamed'",
-    )
-    .fetch_one(store.pool())
-    .await
-    .unwrap();
+    let events = events_of(&store, "renamed").await;
     assert_eq!(events, 1);
 }
 
 #[tokio::test]
 async fn a_partitioned_table_is_refused_naming_what_to_map_instead() {
     crate::common::needs::needs!(Postgres);
-    let url = pg::fresh_database().await;
-    let store = PgStore::connect_lazy(&url).unwrap();
-    store.migrate().await.unwrap();
-    sqlx::raw_sql(HOST_SCHEMA)
-        .execute(store.pool())
-        .await
-        .unwrap();
+    let (store, _) = with_host_schema().await;
     sqlx::raw_sql(
         "CREATE TABLE parted (LIKE media_buys) PARTITION BY RANGE (created); \
          CREATE TABLE parted_2026 PARTITION OF parted \
@@ -907,12 +906,7 @@ async fn the_standalone_host_serves_media_buys_and_accounts_through_schema_map_o
         .await;
     }
     // Not a row copied.
-    let copied: i64 = sqlx::query_scalar(
-        "SELECT (SELECT count(*) FROM partner_organizations) + (SELECT count(*) FROM partner_orders)",
-    )
-    .fetch_one(owner.pool())
-    .await
-    .unwrap();
+    let copied = copied_rows(&owner).await;
     assert_eq!(copied, 0);
 }
 
