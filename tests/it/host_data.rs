@@ -933,3 +933,109 @@ async fn a_schema_map_file_with_a_misspelt_key_is_refused_before_the_database_is
         "{err}"
     );
 }
+
+/// The documented roles, with the host data page's grants: the serving role reads the
+/// host's orders and organizations, the key admin issues to a mapped organization; neither
+/// writes the host's orders, forges an event, attaches the crate's trigger or registers the
+/// map.
+#[tokio::test]
+async fn the_documented_roles_serve_and_issue_through_the_map_and_can_do_no_more() {
+    use partner_api::store::{KeyManager, NewKey};
+    crate::common::needs::needs!(Postgres);
+    let (owner, url) = host_store().await;
+    let [serving, keys, delivering] = pg::create_documented_roles(&url).await;
+    let docs = include_str!("../../src/docs/host_data.md");
+    let grants = docs
+        .split("## 4. Grant the documented roles")
+        .nth(1)
+        .and_then(|rest| rest.split("```sql").nth(1))
+        .and_then(|block| block.split("```").next())
+        .expect("the grants of the host data page")
+        .replace("partner_api_serving", &serving)
+        .replace("partner_api_key_admin", &keys);
+    sqlx::raw_sql(&grants).execute(owner.pool()).await.unwrap();
+    add_account(
+        &owner,
+        &Organization {
+            id: "acme".into(),
+            name: "Acme".into(),
+        },
+    )
+    .await
+    .unwrap();
+    write_buy(
+        &owner,
+        "acme",
+        &crate::common::order("b1", 1_700_000_000_000),
+    )
+    .await
+    .unwrap();
+    let as_role = |role: &str| {
+        let store = PgStore::connect_lazy(&pg::as_user(&url, role)).unwrap();
+        async move { store.with_schema_map(host_map()).await.unwrap() }
+    };
+    // The key admin issues to the host's organization, and to no other.
+    let admin = as_role(&keys).await;
+    let issued = admin
+        .issue("acme", NewKey::new(partner_api::key::KeyEnvironment::Test))
+        .await;
+    let key = issued.expect("the key admin issues to a mapped organization");
+    let unknown = admin
+        .issue(
+            "nobody",
+            NewKey::new(partner_api::key::KeyEnvironment::Test),
+        )
+        .await;
+    assert_eq!(
+        unknown.unwrap_err().kind(),
+        partner_api::StoreErrorKind::NotFound
+    );
+    // The serving role serves it.
+    let serving_store = as_role(&serving).await;
+    let api = partner_api::PartnerApi::from_store(serving_store.clone()).with_events(serving_store);
+    let me = call(&api, get("/v1/me", Some(key.plaintext()))).await;
+    assert_eq!(me.json()["data"]["organization"]["name"], json!("Acme"));
+    let page = call(&api, get("/v1/orders", Some(key.plaintext()))).await;
+    assert_eq!(page.json()["data"]["orders"][0]["id"], json!("b1"));
+    let feed = call(&api, get("/v1/events", Some(key.plaintext()))).await;
+    assert_eq!(feed.json()["data"]["events"][0]["data"]["id"], json!("b1"));
+    // And no role of them can do more.
+    let function: String = sqlx::query_scalar(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p \
+         WHERE p.proname LIKE 'partner\\_api\\_orders\\_media\\_buys\\_%'",
+    )
+    .fetch_one(owner.pool())
+    .await
+    .unwrap();
+    for role in [&serving, &keys, &delivering] {
+        let store = PgStore::connect_lazy(&pg::as_user(&url, role)).unwrap();
+        let written = write_buy(&store, "acme", &crate::common::order("forged", 1)).await;
+        assert!(written.is_err(), "{role} wrote the host's orders");
+        let forged = store
+            .pool()
+            .execute(
+                "INSERT INTO partner_api_order_events (organization_id, change, order_id) \
+                 VALUES ('acme', 'order.created', 'forged')",
+            )
+            .await;
+        assert!(forged.is_err(), "{role} forged an event");
+        let attached = store
+            .pool()
+            .execute(
+                format!(
+                    "CREATE TRIGGER borrowed AFTER INSERT ON media_buys FOR EACH ROW \
+                     EXECUTE FUNCTION {function}"
+                )
+                .as_str(),
+            )
+            .await;
+        assert!(attached.is_err(), "{role} attached the crate's trigger");
+        if let Ok(mapped) = store.with_schema_map(host_map()).await {
+            assert!(
+                mapped.register_schema_map().await.is_err(),
+                "{role} registered the map"
+            );
+        }
+    }
+    assert_eq!(events_of(&owner, "forged").await, 0);
+}
