@@ -1039,3 +1039,75 @@ async fn the_documented_roles_serve_and_issue_through_the_map_and_can_do_no_more
     }
     assert_eq!(events_of(&owner, "forged").await, 0);
 }
+
+/// Registration under a fault and a burst: a host's transaction holding its table makes a
+/// changed map's registration give up after its 2 s lock time-out, saying why, rather than
+/// queue the host's writes behind it; replicas registering at once make one trigger.
+#[tokio::test]
+async fn a_registration_waits_its_lock_time_out_at_most_and_a_burst_makes_one_trigger() {
+    crate::common::needs::needs!(Postgres);
+    let (store, url) = host_store().await;
+    let changed = || {
+        let orders = match host_map().orders() {
+            Some(orders) => orders.clone(),
+            None => unreachable!(),
+        };
+        SchemaMap::new().with_orders(orders.with(OrderField::Status, "lower(state)"))
+    };
+    // The host's write in flight holds its table.
+    let mut host = store.pool().begin().await.unwrap();
+    sqlx::query("INSERT INTO accounts VALUES ('held', 'Held')")
+        .execute(&mut *host)
+        .await
+        .unwrap();
+    sqlx::query("LOCK TABLE media_buys IN ROW EXCLUSIVE MODE")
+        .execute(&mut *host)
+        .await
+        .unwrap();
+    let replica = PgStore::connect_lazy(&url).unwrap();
+    let waiting = replica.with_schema_map(changed()).await.unwrap();
+    let refused = waiting.register_schema_map().await.unwrap_err();
+    let mut message = refused.to_string();
+    if let Some(source) = std::error::Error::source(&refused) {
+        message.push_str(&format!(": {source}"));
+    }
+    assert!(message.contains("lock timeout"), "{message}");
+    host.rollback().await.unwrap();
+    // Four replicas at once, with the changed map: one trigger, which serves.
+    let mut burst = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let url = url.clone();
+        let map = changed();
+        burst.spawn(async move {
+            let replica = PgStore::connect_lazy(&url).unwrap();
+            let mapped = replica.with_schema_map(map).await.unwrap();
+            mapped.register_schema_map().await
+        });
+    }
+    while let Some(registered) = burst.join_next().await {
+        registered.unwrap().unwrap();
+    }
+    let triggers: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_trigger WHERE tgname = 'partner_api_orders'")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(triggers, 1);
+    add_account(
+        &store,
+        &Organization {
+            id: "acme".into(),
+            name: "Acme".into(),
+        },
+    )
+    .await
+    .unwrap();
+    write_buy(
+        &store,
+        "acme",
+        &crate::common::order("after-burst", 1_700_000_000_000),
+    )
+    .await
+    .unwrap();
+    assert_eq!(events_of(&store, "after-burst").await, 1);
+}

@@ -53,45 +53,33 @@ impl super::PgStore {
     ///
     /// When the role may not, or the database fails; nothing is changed then.
     pub async fn register_schema_map(&self) -> Result<(), super::StoreError> {
-        let Some((map, resolved)) = &self.statements.mapped else {
+        if self.statements.mapped.is_none() {
             return Ok(());
-        };
+        }
         let failed = super::store_error;
         let mut transaction = self.pool.begin().await.map_err(failed)?;
         // One registration at a time (replicas starting together), and never a long wait for
-        // the host's busy table: its triggers change under a lock of the whole table.
-        sqlx::raw_sql(
-            "SET LOCAL lock_timeout = '5s'; \
-             LOCK TABLE partner_api_order_tables IN SHARE ROW EXCLUSIVE MODE",
-        )
-        .execute(&mut *transaction)
-        .await
-        .map_err(failed)?;
+        // the host's busy table: its triggers change under a lock of the whole table. 2 s for
+        // each lock, within the pool's 5 s statement time-out, so the error says which.
+        for statement in [
+            "SET LOCAL lock_timeout = '2s'",
+            "LOCK TABLE partner_api_order_tables IN SHARE ROW EXCLUSIVE MODE",
+        ] {
+            sqlx::query(statement)
+                .execute(&mut *transaction)
+                .await
+                .map_err(failed)?;
+        }
         let schema: String = sqlx::query_scalar("SELECT pg_catalog.quote_ident(current_schema())")
             .fetch_one(&mut *transaction)
             .await
             .map_err(failed)?;
-        // Each table's function and statements; the function's comment says whether they ran.
-        let mut tables = Vec::new();
-        if let (Some(orders), Some(table)) = (map.orders(), &resolved.orders) {
-            if !table.is_view {
-                let function = format!("{schema}.{}()", register::function_for("orders", table));
-                tables.push((function, register::orders_trigger(&schema, table, orders)));
-            }
-        }
-        if let (Some(organizations), Some(table)) = (map.organizations(), &resolved.organizations) {
-            sqlx::query(&register::drop_organization_references())
+        let (references, tables) = self.registration(&schema);
+        if let Some(references) = references {
+            sqlx::query(&references)
                 .execute(&mut *transaction)
                 .await
                 .map_err(failed)?;
-            if !table.is_view {
-                let function = format!(
-                    "{schema}.{}()",
-                    register::function_for("organizations", table)
-                );
-                let statements = register::organizations_trigger(&schema, table, organizations);
-                tables.push((function, statements));
-            }
         }
         for (function, statements) in tables {
             let fingerprint = register::fingerprint(&statements);
@@ -108,7 +96,7 @@ impl super::PgStore {
                 continue;
             }
             for statement in &statements {
-                sqlx::query(statement)
+                sqlx::query(statement.as_str())
                     .execute(&mut *transaction)
                     .await
                     .map_err(failed)?;
@@ -121,6 +109,38 @@ impl super::PgStore {
             .map_err(failed)?;
         }
         transaction.commit().await.map_err(failed)
+    }
+
+    /// What registering the map runs in the crate's schema `schema` (quoted): the statement
+    /// that drops the crate's tables' references to `partner_organizations` (organizations
+    /// mapped), and for each mapped table (not a view) its trigger function's signature and
+    /// the statements that make it. Owned, so nothing of the store is borrowed across the
+    /// registration's awaits (its future stays `Send` for any host's runtime).
+    #[allow(clippy::type_complexity)]
+    fn registration(&self, schema: &str) -> (Option<String>, Vec<(String, Vec<String>)>) {
+        let Some((map, resolved)) = &self.statements.mapped else {
+            return (None, Vec::new());
+        };
+        let mut tables = Vec::new();
+        if let (Some(orders), Some(table)) = (map.orders(), &resolved.orders) {
+            if !table.is_view {
+                let function = format!("{schema}.{}()", register::function_for("orders", table));
+                tables.push((function, register::orders_trigger(schema, table, orders)));
+            }
+        }
+        let mut references = None;
+        if let (Some(organizations), Some(table)) = (map.organizations(), &resolved.organizations) {
+            references = Some(register::drop_organization_references());
+            if !table.is_view {
+                let function = format!(
+                    "{schema}.{}()",
+                    register::function_for("organizations", table)
+                );
+                let statements = register::organizations_trigger(schema, table, organizations);
+                tables.push((function, statements));
+            }
+        }
+        (references, tables)
     }
 }
 
@@ -751,6 +771,16 @@ async fn type_of(pool: &sqlx::PgPool, table: &str, expression: &str) -> Result<S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A host spawns these on its runtime: their futures are `Send` (sqlx's `raw_sql` on a
+    /// transaction was not, found by this check at compile time).
+    #[allow(dead_code)]
+    fn the_stores_schema_map_calls_are_send(store: super::super::PgStore, map: SchemaMap) {
+        fn send<T: Send>(_: T) {}
+        send(store.clone().with_schema_map(map));
+        send(store.register_schema_map());
+        send(store.missing_schema_indexes());
+    }
 
     #[test]
     fn a_file_maps_every_field_and_leaves_out_none_silently() {

@@ -95,6 +95,8 @@ pub(in crate::store::postgres) fn orders_trigger(
         orders.item(OrderField::Organization),
         orders.item(OrderField::Id)
     );
+    let old_order = read_through_map("OLD", &list, &keys, None);
+    let new_order = read_through_map("NEW", &list, &keys, Some(SHOWN));
     let body = format!(
         r#"
 CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
@@ -125,32 +127,10 @@ BEGIN
     -- The order before and after, as the map shows it; a row the map cannot show whole
     -- still has its organization and id when those convert (its event is then unshowable).
     IF TG_OP <> 'INSERT' THEN
-        BEGIN
-            SELECT t.organization_id, t.id, pg_catalog.to_jsonb(t) INTO old_org, old_id, old_row
-                FROM (SELECT {list} FROM (SELECT OLD.*) AS r) AS t;
-        EXCEPTION WHEN OTHERS THEN
-            old_row := NULL;
-            BEGIN
-                SELECT {keys} INTO old_org, old_id FROM (SELECT OLD.*) AS r;
-            EXCEPTION WHEN OTHERS THEN
-                old_org := NULL;
-            END;
-        END;
+{old_order}
     END IF;
     IF TG_OP <> 'DELETE' THEN
-        BEGIN
-            SELECT t.organization_id, t.id, pg_catalog.to_jsonb(t), {SHOWN}
-                INTO new_org, new_id, new_row, shown
-                FROM (SELECT {list} FROM (SELECT NEW.*) AS r) AS t;
-        EXCEPTION WHEN OTHERS THEN
-            new_row := NULL;
-            shown := NULL;
-            BEGIN
-                SELECT {keys} INTO new_org, new_id FROM (SELECT NEW.*) AS r;
-            EXCEPTION WHEN OTHERS THEN
-                new_org := NULL;
-            END;
-        END;
+{new_order}
     END IF;
     IF TG_OP = 'INSERT' THEN
         orgs := ARRAY[new_org];
@@ -214,6 +194,36 @@ $partner_api$"#
              FOR EACH STATEMENT EXECUTE FUNCTION {schema}.partner_api_refuse_truncate()"
         ),
     ]
+}
+
+/// The trigger's block that reads `row` (`OLD` or `NEW`) through the map (`list`, and
+/// `keys`: the organization's and id's items) into `{old|new}_org`, `_id` and `_row` (and,
+/// with `shown`, the checked snapshot into `shown`). A row the map cannot show whole still
+/// has its organization and id when those convert; one without is in no feed.
+fn read_through_map(row: &str, list: &str, keys: &str, shown: Option<&str>) -> String {
+    let prefix = row.to_ascii_lowercase();
+    let (snapshot, into, cleared) = match shown {
+        Some(shown) => (
+            format!(", {shown}"),
+            ", shown",
+            "\n            shown := NULL;",
+        ),
+        None => (String::new(), "", ""),
+    };
+    format!(
+        "        BEGIN
+            SELECT t.organization_id, t.id, pg_catalog.to_jsonb(t){snapshot}
+                INTO {prefix}_org, {prefix}_id, {prefix}_row{into}
+                FROM (SELECT {list} FROM (SELECT {row}.*) AS r) AS t;
+        EXCEPTION WHEN OTHERS THEN
+            {prefix}_row := NULL;{cleared}
+            BEGIN
+                SELECT {keys} INTO {prefix}_org, {prefix}_id FROM (SELECT {row}.*) AS r;
+            EXCEPTION WHEN OTHERS THEN
+                {prefix}_org := NULL;
+            END;
+        END;"
+    )
 }
 
 /// A statement that drops every trigger of the crate's (a function of the crate's schema
