@@ -34,6 +34,7 @@
 //! # }
 //! ```
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -101,53 +102,37 @@ impl Maintenance {
     /// [`EVENTS_RETENTION_INTERVAL`], in batches (the store keeps what is left a suffix of
     /// the feed; a reader further back gets 410). A round's failure is logged and counted in
     /// `partner_api_store_errors_total`; the next round comes all the same.
-    pub fn with_events_retention(mut self, feed: impl EventFeed + 'static, keep: Duration) -> Self {
+    pub fn with_events_retention(self, feed: impl EventFeed + 'static, keep: Duration) -> Self {
         let feed: Arc<dyn EventFeed> = Arc::new(feed);
-        self.jobs.push(Job {
-            name: "events_retention",
-            every: EVENTS_RETENTION_INTERVAL,
-            round: Arc::new(move || {
-                let feed = feed.clone();
-                Box::pin(async move {
-                    let pruned = crate::store::prune_event_batches(
-                        &*feed,
-                        keep,
-                        EVENTS_RETENTION_BATCH,
-                        EVENTS_RETENTION_BATCHES,
-                    );
-                    if let Err(err) = pruned.await {
-                        crate::metrics::StoreCall::PruneEvents.failed_at_once(&err);
-                        tracing::warn!(error = %crate::log::ErrorChain(&err), "the events feed's retention failed");
-                    }
-                })
-            }),
-        });
-        self
+        self.with_job("events_retention", EVENTS_RETENTION_INTERVAL, feed, move |feed| async move {
+            let pruned = crate::store::prune_event_batches(
+                &*feed,
+                keep,
+                EVENTS_RETENTION_BATCH,
+                EVENTS_RETENTION_BATCHES,
+            );
+            if let Err(err) = pruned.await {
+                crate::metrics::StoreCall::PruneEvents.failed_at_once(&err);
+                tracing::warn!(error = %crate::log::ErrorChain(&err), "the events feed's retention failed");
+            }
+        })
     }
 
     /// Deletes the audit log's entries older than `keep`, a round at start and one every
     /// [`AUDIT_RETENTION_INTERVAL`], as the actor
     /// [`AUDIT_RETENTION_ACTOR`](crate::store::AUDIT_RETENTION_ACTOR) (each pruned
     /// organization gets an `audit.pruned` entry).
-    pub fn with_audit_retention(mut self, log: impl AuditLog + 'static, keep: Duration) -> Self {
+    pub fn with_audit_retention(self, log: impl AuditLog + 'static, keep: Duration) -> Self {
         let log: Arc<dyn AuditLog> = Arc::new(log);
-        self.jobs.push(Job {
-            name: "audit_retention",
-            every: AUDIT_RETENTION_INTERVAL,
-            round: Arc::new(move || {
-                let log = log.clone();
-                Box::pin(async move {
-                    let context = crate::store::AuditContext::new(crate::store::AUDIT_RETENTION_ACTOR);
-                    let pruned = context
-                        .scope(crate::store::prune_audit_batches(&*log, keep, 500, 10))
-                        .await;
-                    if let Err(err) = pruned {
-                        tracing::warn!(error = %crate::log::ErrorChain(&err), "the audit log's retention failed");
-                    }
-                })
-            }),
-        });
-        self
+        self.with_job("audit_retention", AUDIT_RETENTION_INTERVAL, log, move |log| async move {
+            let context = crate::store::AuditContext::new(crate::store::AUDIT_RETENTION_ACTOR);
+            let pruned = context
+                .scope(crate::store::prune_audit_batches(&*log, keep, 500, 10))
+                .await;
+            if let Err(err) = pruned {
+                tracing::warn!(error = %crate::log::ErrorChain(&err), "the audit log's retention failed");
+            }
+        })
     }
 
     /// Deletes the webhook messages older than `keep` (their deliveries and attempts with
@@ -159,22 +144,20 @@ impl Maintenance {
     #[cfg(feature = "webhooks")]
     #[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
     pub fn with_webhook_retention(
-        mut self,
+        self,
         outbox: impl crate::webhooks::WebhookOutbox + 'static,
         keep: Duration,
     ) -> Self {
         let outbox: Arc<dyn crate::webhooks::WebhookOutbox> = Arc::new(outbox);
-        self.jobs.push(Job {
-            name: "webhook_retention",
-            every: crate::webhooks::RETENTION_INTERVAL,
-            round: Arc::new(move || {
-                let outbox = outbox.clone();
-                Box::pin(async move {
-                    crate::webhooks::prune_messages(&*outbox, keep).await;
-                })
-            }),
-        });
-        self
+        let every = crate::webhooks::RETENTION_INTERVAL;
+        self.with_job(
+            "webhook_retention",
+            every,
+            outbox,
+            move |outbox| async move {
+                crate::webhooks::prune_messages(&*outbox, keep).await;
+            },
+        )
     }
 
     /// Trims the orders' change log of `store` (what the caches' listeners read) every
@@ -183,18 +166,26 @@ impl Maintenance {
     /// whether or not it runs the caches.
     #[cfg(feature = "postgres")]
     #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-    pub fn with_order_change_log(mut self, store: crate::store::postgres::PgStore) -> Self {
+    pub fn with_order_change_log(self, store: crate::store::postgres::PgStore) -> Self {
+        self.with_job("change_log_trim", CHANGE_LOG_INTERVAL, store, |store| async move {
+            if let Err(err) = store.trim_order_changes().await {
+                tracing::debug!(error = %crate::log::ErrorChain(&err), "the orders' change log could not be trimmed");
+            }
+        })
+    }
+
+    /// Adds the job `name`: every `every`, a round `round(target)` (the target cloned for
+    /// each round, so no round holds another's).
+    fn with_job<T, R, F>(mut self, name: &'static str, every: Duration, target: T, round: R) -> Self
+    where
+        T: Clone + Send + Sync + 'static,
+        R: Fn(T) -> F + Send + Sync + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
         self.jobs.push(Job {
-            name: "change_log_trim",
-            every: CHANGE_LOG_INTERVAL,
-            round: Arc::new(move || {
-                let store = store.clone();
-                Box::pin(async move {
-                    if let Err(err) = store.trim_order_changes().await {
-                        tracing::debug!(error = %crate::log::ErrorChain(&err), "the orders' change log could not be trimmed");
-                    }
-                })
-            }),
+            name,
+            every,
+            round: Arc::new(move || Box::pin(round(target.clone()))),
         });
         self
     }
