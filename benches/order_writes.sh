@@ -1,13 +1,11 @@
 #!/usr/bin/env bash
-# What the caches' change feed and the webhooks' outbox cost the host's order writes:
-# pgbench, CLIENTS clients (default 8), one order per transaction into one of 50
-# organizations, DURATION seconds (default 10) per run, alternated ROUNDS times (default 2)
-# between the crate's orders triggers with no webhook endpoint (`outbox`: a row in
-# partner_api_order_changes, the order's event in the events feed, and one indexed look-up of
-# endpoints), the same with one enabled endpoint on every organization (`outbox+endpoints`: a
-# message and a delivery per order too),
-# the change log's trigger alone as before webhooks (`log`), the NOTIFY trigger the log replaced,
-# and no trigger, on a throwaway PostgreSQL with durable commits (fsync and synchronous_commit
+# What the crate's orders trigger costs the host's order writes: pgbench, CLIENTS clients
+# (default 8), one order per transaction into one of 50 organizations, DURATION seconds
+# (default 10) per run, alternated ROUNDS times (default 2) between the trigger with no
+# webhook endpoint (`outbox`: the change's one record, its event in the feed, which the
+# caches read too, and one indexed look-up of endpoints), the same with one enabled endpoint on
+# every organization (`outbox+endpoints`: a message and a delivery per order too), the row-level
+# NOTIFY trigger of earlier versions, and no trigger, on a throwaway PostgreSQL with durable commits (fsync and synchronous_commit
 # on, as in production: the cost of NOTIFY is its lock held across the commit's flush). The
 # same on a host's own table mapped with --schema-map (the hosting page's media_buys and
 # accounts, its trigger registered by the standalone host's `migrate`): `mapped` with the
@@ -66,7 +64,7 @@ INSERT INTO partner_orders VALUES ('org_' || :org, md5(random()::text || clock_t
 SQL
 echo "pgbench -c $CLIENTS -T $DURATION, one order per transaction, fsync $(psql -Atc 'SHOW fsync' "$database"), synchronous_commit $(psql -Atc 'SHOW synchronous_commit' "$database")"
 for _ in $(seq 1 "$ROUNDS"); do
-  for mode in outbox outbox+endpoints log notify none mapped mapped-none; do
+  for mode in outbox outbox+endpoints notify none mapped mapped-none; do
     case $mode in
       mapped|mapped-none)
         state=ENABLE
@@ -77,15 +75,13 @@ for _ in $(seq 1 "$ROUNDS"); do
         printf 'orders trigger %-16s %8.0f tps\n' "$mode" "$tps"
         continue
         ;;
-      outbox|outbox+endpoints) enable="partner_orders_log partner_orders_webhooks" ;;
-      log) enable=partner_orders_log ;;
+      outbox|outbox+endpoints) enable=partner_orders_webhooks ;;
       notify) enable=partner_orders_notify_before ;;
       none) enable= ;;
     esac
     endpoints=false
     [ "$mode" = outbox+endpoints ] && endpoints=true
     psql -q "$database" -c "ALTER TABLE partner_orders DISABLE TRIGGER partner_orders_notify_before" \
-      -c "ALTER TABLE partner_orders DISABLE TRIGGER partner_orders_log" \
       -c "ALTER TABLE partner_orders DISABLE TRIGGER partner_orders_webhooks" \
       -c "UPDATE partner_webhook_endpoints SET enabled = $endpoints"
     for trigger in $enable; do

@@ -2,7 +2,7 @@
 //! call and stopped by one handle.
 //!
 //! What runs is what the host names, each its own job: the retention of events, the audit
-//! log and webhook messages, the trimming of the orders' change log (PostgreSQL), and the
+//! log and webhook messages, and the
 //! recorders (usage, last uses, deprecated calls), whose job ticks their clock, writes their
 //! counts every flush interval and runs their own retention. Nothing of it is started by a
 //! request or a constructor: a host that starts no maintenance has none, and says so by not
@@ -52,8 +52,6 @@ use crate::recording::{BoxFuture, Recorded};
 pub const EVENTS_RETENTION_INTERVAL: Duration = Duration::from_secs(60);
 /// How often the audit log's retention runs a round.
 pub const AUDIT_RETENTION_INTERVAL: Duration = Duration::from_secs(3600);
-/// How often the orders' change log is trimmed.
-pub const CHANGE_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
 /// A round of the events feed's retention deletes batches of this many events until a
 /// batch finds fewer due, at most [`EVENTS_RETENTION_BATCHES`] of them: 600,000 events a
@@ -158,20 +156,6 @@ impl Maintenance {
                 crate::webhooks::prune_messages(&*outbox, keep).await;
             },
         )
-    }
-
-    /// Trims the orders' change log of `store` (what the caches' listeners read) every
-    /// [`CHANGE_LOG_INTERVAL`]: the rows of ended transactions older than 10 minutes. A host
-    /// that writes orders through the crate's triggers runs it on one replica at least,
-    /// whether or not it runs the caches.
-    #[cfg(feature = "postgres")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-    pub fn with_order_change_log(self, store: crate::store::postgres::PgStore) -> Self {
-        self.with_job("change_log_trim", CHANGE_LOG_INTERVAL, store, |store| async move {
-            if let Err(err) = store.trim_order_changes().await {
-                tracing::debug!(error = %crate::log::ErrorChain(&err), "the orders' change log could not be trimmed");
-            }
-        })
     }
 
     /// Adds the job `name`: every `every`, a round `round(target)` (the target cloned for

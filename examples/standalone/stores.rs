@@ -154,7 +154,7 @@ where
 pub(crate) struct Served {
     pub(crate) api: PartnerApi,
     /// Everything in the background (the recorders, retention of events, audit and webhook
-    /// messages, the change log's trimming), started once the host serves and shut down,
+    /// messages), started once the host serves and shut down,
     /// recorders flushed, when it stops.
     pub(crate) maintenance: Maintenance,
     pub(crate) keys: Arc<dyn KeyManager>,
@@ -170,7 +170,7 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, St
     if let Some(url) = &args.database_url {
         let store = database(args, url).await?;
         warn_of_missing_indexes(&store).await;
-        let mut maintenance = Maintenance::new().with_order_change_log(store.clone());
+        let mut maintenance = Maintenance::new();
         if args.audit_retention_days > 0 {
             let keep =
                 std::time::Duration::from_secs(args.audit_retention_days.saturating_mul(24 * 3600));

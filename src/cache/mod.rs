@@ -15,7 +15,7 @@
 //! - by a [`Notifications`] hub that a listener drives: with `PgStore`,
 //!   [`postgres::listen`] follows the changes that triggers on the crate's tables report,
 //!   however they were made (through the crate, the `keys` command or plain SQL): keys by
-//!   `NOTIFY`, orders in a change log it reads by transaction id. Caches that follow a hub answer from memory only with recent evidence that
+//!   `NOTIFY`, orders by the events their changes write, which it reads by id. Caches that follow a hub answer from memory only with recent evidence that
 //!   they applied every change committed before it (the invariant and its argument are on
 //!   [`Notifications`]): a slow, stalled or dead listener turns them off by itself (every
 //!   request goes to the store), and they drop everything when it connects again:

@@ -1,8 +1,8 @@
 //! The PostgreSQL source of change notifications (feature `postgres`): `LISTEN` on the
-//! channels the crate's key triggers `NOTIFY`, and the orders' change log read by transaction
+//! channels the crate's key triggers `NOTIFY`, and the orders' changes (the events feed's rows) read by
 //! id, with a heartbeat that gives the caches their evidence.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,9 +16,8 @@ use crate::log::ErrorChain;
 /// revoked, expired, rolled, moved or deleted (`*`: any key may have changed).
 pub const KEYS_CHANNEL: &str = "partner_api_keys";
 /// The channel on which an organization's id may be sent when its orders change (`*`: any):
-/// for a host's table with the `NOTIFY` trigger of earlier versions. The crate's own orders
-/// table logs its changes in `partner_api_order_changes` instead, which the listener reads on
-/// every heartbeat.
+/// for a host's table with the `NOTIFY` trigger of earlier versions. The crate's orders
+/// trigger writes each change's event instead, which the listener reads on every heartbeat.
 pub const ORDERS_CHANNEL: &str = "partner_api_orders";
 /// The channel on which a listener sends itself a heartbeat, to know what it has heard.
 const HEARTBEAT_CHANNEL: &str = "partner_api_heartbeat";
@@ -107,19 +106,26 @@ async fn follow(pool: &PgPool, hub: &Notifications, pause: &mut Duration) -> Res
     // A lost connection is an error here, handled by connecting anew (and emptying the
     // caches), never a silent reconnect that would drop notifications.
     listener.eager_reconnect(false);
-    // Named, so an operator (or a test) finds it in pg_stat_activity.
-    sqlx::query("SET application_name = 'partner_api_cache_listener'")
-        .execute(&mut listener)
-        .await
-        .map_err(|err| ErrorChain(&err).to_string())?;
+    // Named, so an operator (or a test) finds it in pg_stat_activity. Its reads of the orders'
+    // changes each take a transaction id (see `OrderLog`), whose commits need not wait for
+    // the disk: a lost one is a read done again.
+    for setting in [
+        "SET application_name = 'partner_api_cache_listener'",
+        "SET synchronous_commit = off",
+    ] {
+        sqlx::query(setting)
+            .execute(&mut listener)
+            .await
+            .map_err(|err| ErrorChain(&err).to_string())?;
+    }
     listener
         .listen_all([KEYS_CHANNEL, ORDERS_CHANNEL, HEARTBEAT_CHANNEL])
         .await
         .map_err(|err| ErrorChain(&err).to_string())?;
-    // The orders' change log is read from this snapshot on; what changed before is dropped
-    // (after the snapshot, so nothing falls between), and the caches answer again.
+    // The orders' changes are read from this snapshot on; once every write that was under way
+    // at it has ended, what changed before is dropped and the caches answer again (`connected`,
+    // on the heartbeat that finds it so).
     let mut orders = OrderLog::start(&mut listener).await?;
-    hub.connected();
     *pause = Duration::from_millis(50);
     tracing::info!("partner API cache listener connected");
     let token = format!("{}-{}", std::process::id(), next_listener());
@@ -165,11 +171,14 @@ async fn follow(pool: &PgPool, hub: &Notifications, pause: &mut Duration) -> Res
                     Ok(Err(err)) => return Err(ErrorChain(&err).to_string()),
                     Err(_) => return Err("the heartbeat was not sent in time".into()),
                 }
-                // The orders' changes committed before `sent` are in the log now.
+                // The orders' changes committed before `sent` are visible to the read now.
                 match tokio::time::timeout(HEARTBEAT_TIMEOUT, orders.read(&mut listener, hub)).await {
-                    Ok(Ok(())) => orders.applied_before = super::notifications::millis(sent),
+                    Ok(Ok(())) if orders.following => {
+                        orders.applied_before = super::notifications::millis(sent);
+                    }
+                    Ok(Ok(())) => {}
                     Ok(Err(err)) => return Err(err),
-                    Err(_) => return Err("the orders' change log was not read in time".into()),
+                    Err(_) => return Err("the orders' changes were not read in time".into()),
                 }
             }
         }
@@ -210,7 +219,7 @@ impl Batch {
     /// Applies the changes, then the evidence of the batch's heartbeat (every notification
     /// before it in the batch, and so every key change committed before it was sent, is
     /// applied by then), no later than `orders_before`, the instant before which the orders'
-    /// change log has been applied. Returns the heartbeat's send instant.
+    /// changes have been applied (none while it is 0). Returns the heartbeat's send instant.
     fn apply(self, hub: &Notifications, orders_before: u64) -> Option<Instant> {
         if self.everything {
             hub.clear();
@@ -233,83 +242,114 @@ impl Batch {
             "notifications applied"
         );
         let heartbeat = super::notifications::instant(self.heartbeat?)?;
-        let evidence = super::notifications::instant(self.heartbeat?.min(orders_before))?;
-        hub.confirmed(evidence);
+        if let Some(evidence) = super::notifications::instant(self.heartbeat?.min(orders_before)) {
+            hub.confirmed(evidence);
+        }
         Some(heartbeat)
     }
 }
 
-/// The reader of the orders' change log (`partner_api_order_changes`), by transaction id.
+/// The reader of the orders' changes: the rows of the events feed
+/// (`partner_api_order_events`, one per change, written by the orders' trigger in the writer's
+/// transaction), by id, through `partner_api_order_changes_after`.
+///
+/// **Invariant**: while `following`, every event with an id at or below `cursor` was
+/// applied, or committed before the caches were last emptied. **Argument**: an event's id is
+/// taken from the table's identity in the writing transaction, after that transaction has its
+/// transaction id (the order's row, written before its trigger runs, gave it one). A read
+/// whose snapshot S sees the largest id M: an id taken after S was taken is larger than
+/// every id taken before it, M's included; so an id at or below M that S does not see was
+/// taken before S, by a transaction under way at S, whose transaction id is below the one the
+/// read takes for itself after S (X; not S's `xmax`, which only follows the ended
+/// transactions). Once a later read's snapshot has an `xmin` past X, every such transaction
+/// has ended, and that read (which asks from the cursor still below them) saw what they
+/// committed; only then does the cursor move to M. At the start, the first read's M is the
+/// cursor at once, and the caches are emptied (`connected`) when that read's X is passed:
+/// what committed at or below M in between is older than the emptying. An event that
+/// retention deleted before a read saw it is in retention's tombstones, which each read asks
+/// for too. (A host transaction held open delays the cursor, as it delays the start: the
+/// caches answer from the database meanwhile.)
 struct OrderLog {
-    /// Every transaction below it had ended when the log was last read, and its rows were
-    /// applied.
-    cursor: u64,
-    /// Transactions from `cursor` on whose rows were applied already (read again until the
-    /// cursor passes them, which a long-running transaction elsewhere can delay).
-    applied: HashSet<u64>,
+    /// Every event at or below it is applied (see the invariant).
+    cursor: i64,
+    /// The reads whose ids are not final yet, oldest first: their own transaction id, and the
+    /// largest event id they saw.
+    waiting: VecDeque<(u64, i64)>,
+    /// Ids above `cursor` applied already (read again until the cursor passes them).
+    applied: HashSet<i64>,
+    /// Whether the first read's writes have all ended, and the caches were emptied since.
+    following: bool,
     /// [`millis`](super::notifications::millis) of the instant before which every order change
-    /// was applied: evidence for the orders as heartbeats are for the keys.
+    /// was applied: evidence for the orders as heartbeats are for the keys (0: none yet).
     applied_before: u64,
 }
 
+/// One read of `partner_api_order_changes_after`: its snapshot's `xmin`, its own transaction
+/// id (taken after the snapshot), the largest event id it sees, the changes after the cursor (`"id organization"`), and the organizations of
+/// the events retention deleted after it.
+type ChangesRead = (String, String, Option<i64>, Vec<String>, Vec<String>);
+
+const READ_CHANGES: &str = "SELECT snapshot_xmin, read_xid, newest, changes, pruned \
+                            FROM partner_api_order_changes_after($1)";
+
 impl OrderLog {
     async fn start(connection: &mut PgListener) -> Result<Self, String> {
-        let cursor: String =
-            sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot())::text")
-                .fetch_one(&mut *connection)
-                .await
-                .map_err(|err| ErrorChain(&err).to_string())?;
+        let (_, read_xid, newest, _, _): ChangesRead = sqlx::query_as(READ_CHANGES)
+            .bind(None::<i64>)
+            .fetch_one(&mut *connection)
+            .await
+            .map_err(|err| ErrorChain(&err).to_string())?;
+        let cursor = newest.unwrap_or(0);
         Ok(Self {
-            cursor: parse_xid(&cursor)?,
+            cursor,
+            waiting: VecDeque::from([(parse_xid(&read_xid)?, cursor)]),
             applied: HashSet::new(),
+            following: false,
             applied_before: 0,
         })
     }
 
-    /// Reads the rows of transactions from the cursor on, in one snapshot, tells the caches of
-    /// the organizations of rows not applied before, and moves the cursor to the snapshot's
-    /// `xmin`. (Old rows are deleted by the host's maintenance:
-    /// [`Maintenance::with_order_change_log`](crate::maintenance::Maintenance::with_order_change_log).)
+    /// Reads the changes after the cursor in one snapshot, tells the caches of the
+    /// organizations of those not applied before (and of those retention deleted), and moves
+    /// the cursor as far as the invariant allows; empties the caches when it first may follow.
     async fn read(
         &mut self,
         connection: &mut PgListener,
         hub: &Notifications,
     ) -> Result<(), String> {
-        let failed = |err: sqlx::Error| ErrorChain(&err).to_string();
-        let (xmin, rows): (String, Vec<String>) = sqlx::query_as(
-            "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, \
-                    ARRAY(SELECT DISTINCT xid::text || ' ' || organization_id \
-                          FROM partner_api_order_changes WHERE xid >= $1::text::xid8)",
-        )
-        .bind(self.cursor.to_string())
-        .fetch_one(&mut *connection)
-        .await
-        .map_err(failed)?;
-        let xmin = parse_xid(&xmin)?;
-        let mut rows_by_xid = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let (xid, organization_id) = row.split_once(' ').ok_or("a malformed log row")?;
-            rows_by_xid.push((parse_xid(xid)?, organization_id));
+        let (xmin, read_xid, _, changes, pruned): ChangesRead = sqlx::query_as(READ_CHANGES)
+            .bind(Some(self.cursor))
+            .fetch_one(&mut *connection)
+            .await
+            .map_err(|err| ErrorChain(&err).to_string())?;
+        let (xmin, read_xid) = (parse_xid(&xmin)?, parse_xid(&read_xid)?);
+        let mut organizations: HashSet<&str> = pruned.iter().map(String::as_str).collect();
+        let mut newest = self.cursor;
+        for change in &changes {
+            let (id, organization_id) = change.split_once(' ').ok_or("a malformed change")?;
+            let id: i64 = id.parse().map_err(|_| format!("not an event id: {id:?}"))?;
+            newest = newest.max(id);
+            if self.applied.insert(id) {
+                organizations.insert(organization_id);
+            }
         }
-        // A transaction's rows become visible together: the ones of transactions not seen
-        // before are new.
-        let new: HashSet<u64> = rows_by_xid
-            .iter()
-            .map(|(xid, _)| *xid)
-            .filter(|xid| !self.applied.contains(xid))
-            .collect();
-        let organizations: HashSet<&str> = rows_by_xid
-            .iter()
-            .filter(|(xid, _)| new.contains(xid))
-            .map(|(_, organization_id)| *organization_id)
-            .collect();
-        self.applied.extend(new);
-        // Applied rows of ended transactions are not read again once the cursor passes them.
-        self.applied.retain(|&xid| xid >= xmin);
         for organization_id in organizations {
             hub.orders_changed(organization_id);
         }
-        self.cursor = xmin;
+        self.waiting.push_back((read_xid, newest));
+        while let Some(&(earlier_xid, earlier_newest)) = self.waiting.front() {
+            if earlier_xid >= xmin {
+                break;
+            }
+            self.waiting.pop_front();
+            self.cursor = self.cursor.max(earlier_newest);
+            if !self.following {
+                self.following = true;
+                hub.connected();
+            }
+        }
+        let cursor = self.cursor;
+        self.applied.retain(|&id| id > cursor);
         Ok(())
     }
 }

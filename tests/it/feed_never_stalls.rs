@@ -103,8 +103,7 @@ async fn no_bad_order_write_makes_the_feed_answer_500_through_the_standalone_hos
                 "DROP ROLE IF EXISTS {writer}; \
                  CREATE ROLE {writer} LOGIN PASSWORD 'change me'; \
                  GRANT USAGE ON SCHEMA public TO {writer}; \
-                 GRANT SELECT, INSERT, UPDATE ON partner_orders TO {writer}; \
-                 GRANT INSERT ON partner_api_order_changes TO {writer};"
+                 GRANT SELECT, INSERT, UPDATE ON partner_orders TO {writer};"
             )
             .as_str(),
         )

@@ -341,7 +341,7 @@ async fn a_map_of_the_wrong_type_is_refused_naming_the_field_expression_and_type
 }
 
 #[tokio::test]
-async fn the_hosts_writes_make_the_feed_the_outbox_and_the_change_log() {
+async fn the_hosts_writes_make_one_record_each_for_the_feed_the_caches_and_the_outbox() {
     crate::common::needs::needs!(Postgres);
     let key = "pk_test_host_data_feed_key_0123456789";
     let store = host_with_key("acme", "Acme Media", key).await;
@@ -395,13 +395,20 @@ async fn the_hosts_writes_make_the_feed_the_outbox_and_the_change_log() {
         json!({"id": "buy-1", "unshowable": true})
     );
     assert_eq!(events[3]["data"], json!({"id": "buy-1"}));
-    // Each change logged once for the caches, under the mapped organization.
-    let logged: Vec<String> =
-        sqlx::query_scalar("SELECT organization_id FROM partner_api_order_changes")
-            .fetch_all(store.pool())
+    // One record per change, which is what the caches read too, under the mapped
+    // organization.
+    let records: i64 = sqlx::query_scalar("SELECT count(*) FROM partner_api_order_events")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(records, 4);
+    let read: Vec<String> =
+        sqlx::query_scalar("SELECT changes FROM partner_api_order_changes_after(0)")
+            .fetch_one(store.pool())
             .await
             .unwrap();
-    assert_eq!(logged, ["acme"; 4]);
+    let organizations: Vec<&str> = read.iter().map(|c| c.split_once(' ').unwrap().1).collect();
+    assert_eq!(organizations, ["acme"; 4]);
     // TRUNCATE of the host's served table is refused, as of the crate's.
     let truncated = store.pool().execute("TRUNCATE media_buys").await;
     assert!(

@@ -203,7 +203,7 @@ async fn migrated_by_the_owner_served_and_managed_by_roles_without_ddl_rights() 
                     "DROP ROLE IF EXISTS {writer}; \
                      CREATE ROLE {writer} LOGIN PASSWORD 'change me'; \
                      GRANT USAGE ON SCHEMA public TO {writer}; \
-                     GRANT INSERT ON partner_orders, partner_api_order_changes TO {writer};"
+                     GRANT INSERT ON partner_orders TO {writer};"
                 )
                 .as_str(),
             )

@@ -528,3 +528,94 @@ async fn the_orders_log_misses_no_transaction_however_commits_interleave() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// The ids of the changes that `partner_api_order_changes_after(after)` returns.
+async fn changes_after(connection: &mut PgConnection, after: i64) -> Vec<i64> {
+    let changes: Vec<String> =
+        sqlx::query_scalar("SELECT changes FROM partner_api_order_changes_after($1)")
+            .bind(after)
+            .fetch_one(connection)
+            .await
+            .unwrap();
+    changes
+        .iter()
+        .map(|change| change.split_once(' ').unwrap().0.parse().unwrap())
+        .collect()
+}
+
+/// The checker above fails on a reader that trusts ids alone: one that moves its cursor to the
+/// largest id it saw misses the transaction that took a smaller id and committed later. (The
+/// listener moves its cursor only once every write under way at the read has ended.)
+#[tokio::test]
+async fn an_orders_reader_by_id_alone_misses_a_late_commit() {
+    crate::common::needs::needs!(Postgres);
+    let url = seeded().await;
+    let mut reader = PgConnection::connect(&url).await.unwrap();
+    let insert = "INSERT INTO partner_orders VALUES ('org_demo', $1, ARRAY['meta'], 'A', 'C', \
+                  1, '2026-03-01', '2026-04-30', 'booked', 'PO', now())";
+    let start: Option<i64> =
+        sqlx::query_scalar("SELECT newest FROM partner_api_order_changes_after(NULL)")
+            .fetch_one(&mut reader)
+            .await
+            .unwrap();
+    let start = start.unwrap_or(0);
+    let mut slow = PgConnection::connect(&url).await.unwrap();
+    let mut transaction = slow.begin().await.unwrap();
+    sqlx::query(insert)
+        .bind("ord_slow")
+        .execute(&mut *transaction)
+        .await
+        .unwrap();
+    let mut fast = PgConnection::connect(&url).await.unwrap();
+    sqlx::query(insert)
+        .bind("ord_fast")
+        .execute(&mut fast)
+        .await
+        .unwrap();
+    let seen = changes_after(&mut reader, start).await;
+    assert_eq!(seen.len(), 1, "only the fast change is visible");
+    let by_id_alone = seen[0];
+    transaction.commit().await.unwrap();
+    assert_eq!(
+        changes_after(&mut reader, by_id_alone).await,
+        Vec::<i64>::new(),
+        "a cursor at the largest id seen skips the slow change"
+    );
+    let from_the_held_cursor = changes_after(&mut reader, start).await;
+    assert_eq!(from_the_held_cursor.len(), 2);
+    assert!(
+        from_the_held_cursor[0] < by_id_alone,
+        "the slow change took the smaller id"
+    );
+}
+
+/// A listener that starts while a write is under way answers from memory only once that write
+/// has ended, and then knows of it: its first read cannot tell which ids the write took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_started_during_a_write_follows_once_it_ended_and_sees_it() {
+    crate::common::needs::needs!(Postgres);
+    let url = seeded().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    let mut slow = PgConnection::connect(&url).await.unwrap();
+    let mut transaction = slow.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO partner_orders VALUES ('org_demo', 'ord_slow', ARRAY['meta'], 'A', 'C', \
+         1, '2026-03-01', '2026-04-30', 'booked', 'PO', '2030-01-01T00:00:00Z')",
+    )
+    .execute(&mut *transaction)
+    .await
+    .unwrap();
+    let notifications = partner_api::cache::postgres::listen(store.pool().clone());
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        !notifications.is_connected(),
+        "the caches answered from memory while a write older than the listener was under way"
+    );
+    let (api, _) = cached_api(&store, &notifications);
+    let before = call(&api, get("/v1/orders", Some(DEMO_KEY))).await;
+    assert_ne!(before.json()["data"]["orders"][0]["id"], "ord_slow");
+    transaction.commit().await.unwrap();
+    until_answering(&notifications).await;
+    let after = call(&api, get("/v1/orders", Some(DEMO_KEY))).await;
+    assert_eq!(after.json()["data"]["orders"][0]["id"], "ord_slow");
+}

@@ -11,8 +11,7 @@ use sqlx::{Connection, Executor, PgConnection};
 use crate::common::pg::{as_user, create_documented_roles, fresh_database};
 
 /// The trigger functions the migrations create.
-const TRIGGER_FUNCTIONS: [&str; 15] = [
-    "partner_api_log_order_change",
+const TRIGGER_FUNCTIONS: [&str; 14] = [
     "partner_api_raise_order_events",
     "partner_api_refuse_truncate",
     "partner_api_audit_disabled_by_delivery",
@@ -31,9 +30,10 @@ const TRIGGER_FUNCTIONS: [&str; 15] = [
 
 /// Those of them that run as the owner (SECURITY DEFINER), in name order: PUBLIC may not
 /// execute them, so no other role can attach them to a table at all.
-const DEFINERS: [&str; 7] = [
+const DEFINERS: [&str; 8] = [
     "partner_api_audit_disabled_by_delivery",
     "partner_api_audit_key_leaked",
+    "partner_api_order_changes_after",
     "partner_api_prune_audit",
     "partner_api_prune_order_events",
     "partner_api_raise_order_events",
@@ -42,7 +42,7 @@ const DEFINERS: [&str; 7] = [
 ];
 
 /// The tables our functions read or write, each shadowed by a temporary view in the attack.
-const SHADOWED: [(&str, &str); 11] = [
+const SHADOWED: [(&str, &str); 10] = [
     (
         "partner_api_order_events",
         "SELECT 1::bigint AS id, 'org_demo'::text AS organization_id, \
@@ -82,10 +82,6 @@ const SHADOWED: [(&str, &str); 11] = [
         "SELECT 1::bigint AS message_id, 1::bigint AS endpoint_id, ''::text AS order_id",
     ),
     (
-        "partner_api_order_changes",
-        "SELECT ''::text AS organization_id",
-    ),
-    (
         "partner_api_order_tables",
         "SELECT 0::oid::regclass AS relid",
     ),
@@ -114,7 +110,7 @@ async fn attacked_database() -> (String, [String; 4]) {
             format!(
                 "CREATE ROLE {writer} LOGIN PASSWORD 'change me'; \
                  GRANT USAGE ON SCHEMA public TO {writer}; \
-                 GRANT INSERT ON partner_orders, partner_api_order_changes TO {writer}; \
+                 GRANT INSERT ON partner_orders TO {writer}; \
                  GRANT CREATE ON SCHEMA public TO {writer}; \
                  INSERT INTO partner_webhook_endpoints (organization_id, url, secret) \
                  VALUES ('org_demo', 'https://hooks.example/orders', 'whsec_dGVzdA==');"
@@ -126,13 +122,13 @@ async fn attacked_database() -> (String, [String; 4]) {
     (url, roles)
 }
 
-/// What the attacks must not change: the outbox's and the change log's sizes, and each
+/// What the attacks must not change: the outbox's and the events' sizes, and each
 /// role's rights on the tables that hold keys and secrets.
 async fn state(admin: &mut PgConnection, roles: &[String]) -> Vec<String> {
     let mut state: Vec<String> = sqlx::query_scalar(
-        "SELECT format('%s messages, %s changes', \
+        "SELECT format('%s messages, %s events', \
                 (SELECT count(*) FROM partner_webhook_messages), \
-                (SELECT count(*) FROM partner_api_order_changes))",
+                (SELECT count(*) FROM partner_api_order_events))",
     )
     .fetch_all(&mut *admin)
     .await
@@ -340,18 +336,18 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
     }
 
     let after = state(&mut admin, &roles).await;
-    // The writer's order raised its event (for the real endpoint) and logged its change;
-    // nothing else was raised or logged, and no right changed.
+    // The writer's order raised its event (for the real endpoint) and its webhook; nothing
+    // else was raised, and no right changed.
     let expected_counts = {
         let (messages, changes): (i64, i64) = sqlx::query_as(
             "SELECT (SELECT count(*) FROM partner_webhook_messages WHERE order_id = 'ord_by_writer'), \
-                    (SELECT count(*) FROM partner_api_order_changes)",
+                    (SELECT count(*) FROM partner_api_order_events)",
         )
         .fetch_one(&mut admin)
         .await
         .unwrap();
         assert_eq!(messages, 1, "the writer's order raised no event");
-        format!("{messages} messages, {changes} changes")
+        format!("{messages} messages, {changes} events")
     };
     let before_changes: i64 = before[0]
         .split(", ")
@@ -362,8 +358,8 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
         .unwrap();
     assert_eq!(
         after[0],
-        format!("1 messages, {} changes", before_changes + 1),
-        "an attack raised an event or logged a change"
+        format!("1 messages, {} events", before_changes + 1),
+        "an attack raised an event"
     );
     assert_eq!(after[0], expected_counts);
     assert_eq!(after[1..], before[1..], "an attack changed a role's rights");
@@ -490,12 +486,12 @@ async fn a_host_table_of_orders_served_through_the_owner_function_raises_its_eve
         .unwrap();
     let (messages, changes): (i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM partner_webhook_messages WHERE order_id = 'ord_in_host_table'), \
-                (SELECT count(*) FROM partner_api_order_changes)",
+                (SELECT count(*) FROM partner_api_order_events WHERE order_id = 'ord_in_host_table')",
     )
     .fetch_one(&mut admin)
     .await
     .unwrap();
-    assert_eq!((messages, changes > 0), (1, true));
+    assert_eq!((messages, changes), (1, 1));
     // And its event is the newest of the organization's feed (after the seed's).
     use partner_api::store::{EventFeed, EventQuery, EventsPage};
     let store = PgStore::connect_lazy(&url).unwrap();

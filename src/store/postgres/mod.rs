@@ -348,28 +348,6 @@ pub(super) async fn insert_order(
     Ok(())
 }
 
-impl PgStore {
-    /// Deletes the rows of the orders' change log (what the caches' listeners read) of ended
-    /// transactions logged more than 10 minutes ago, and returns how many: a listener that
-    /// has been away longer starts afresh anyway. Run every few seconds by
-    /// [`Maintenance::with_order_change_log`](crate::maintenance::Maintenance::with_order_change_log).
-    ///
-    /// # Errors
-    ///
-    /// When the database fails.
-    pub async fn trim_order_changes(&self) -> Result<u64, StoreError> {
-        let deleted = sqlx::query(
-            "DELETE FROM partner_api_order_changes \
-             WHERE xid < pg_snapshot_xmin(pg_current_snapshot()) \
-               AND logged_at < now() - interval '10 minutes'",
-        )
-        .execute(&self.pool)
-        .await
-        .map_err(store_error)?;
-        Ok(deleted.rows_affected())
-    }
-}
-
 /// `query` with an order's columns as `$1` to `$11`, in the order of `partner_orders`.
 fn bind_order<'q>(
     query: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,

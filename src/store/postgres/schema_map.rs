@@ -40,8 +40,8 @@ impl super::PgStore {
     /// Makes the crate's triggers for the host's tables of the [schema
     /// map](Self::with_schema_map), in one transaction, as the owner (the role that ran
     /// [`migrate`](Self::migrate), with the right to add triggers to those tables): on the
-    /// orders table, the one that writes each change's row of the caches' change log, its
-    /// event and its webhooks (the feed's rules for a write the map cannot show hold as on
+    /// orders table, the one that writes each change's event (which the caches'
+    /// listeners read too) and its webhooks (the feed's rules for a write the map cannot show hold as on
     /// the crate's table); registered, so `TRUNCATE` of it is refused; on the organizations
     /// table, the one that tells the caches when an organization is renamed or deleted (its
     /// keys unusable within their 1 s bound). With the organizations mapped, the crate's

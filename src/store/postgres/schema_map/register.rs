@@ -1,5 +1,5 @@
 //! The crate's triggers made for a [`SchemaMap`](super::SchemaMap): on the host's orders
-//! table, one that writes each change's row of the caches' change log, its event and its
+//! table, one that writes each change's event (which the caches read too) and its
 //! webhooks, from the order as the map shows it; on the host's organizations table, one that
 //! tells the caches when an organization is renamed or deleted. Made by the owner
 //! ([`PgStore::register_schema_map`](crate::PgStore::register_schema_map)).
@@ -159,7 +159,6 @@ BEGIN
             RAISE WARNING 'partner_api: a row of % has no organization or id through the schema map; its change is in no feed', TG_RELID::regclass;
             CONTINUE;
         END IF;
-        INSERT INTO {schema}.partner_api_order_changes (organization_id) VALUES (orgs[i]);
         snapshot := CASE WHEN kinds[i] = 'order.deleted' THEN NULL ELSE shown END;
         INSERT INTO {schema}.partner_api_order_events (organization_id, change, order_id, order_row)
             VALUES (orgs[i], kinds[i], order_keys[i], snapshot)
