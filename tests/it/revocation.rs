@@ -619,3 +619,40 @@ async fn a_listener_started_during_a_write_follows_once_it_ended_and_sees_it() {
     let after = call(&api, get("/v1/orders", Some(DEMO_KEY))).await;
     assert_eq!(after.json()["data"]["orders"][0]["id"], "ord_slow");
 }
+
+/// An event that retention deleted before a listener read it still reaches the caches: its
+/// organization is in the read's `pruned`.
+#[tokio::test]
+async fn an_event_pruned_before_the_listener_read_it_still_names_its_organization() {
+    crate::common::needs::needs!(Postgres);
+    let url = seeded().await;
+    let mut owner = PgConnection::connect(&url).await.unwrap();
+    let start: i64 =
+        sqlx::query_scalar("SELECT coalesce(newest, 0) FROM partner_api_order_changes_after(NULL)")
+            .fetch_one(&mut owner)
+            .await
+            .unwrap();
+    for id in ["ord_pruned", "ord_kept"] {
+        sqlx::query(
+            "INSERT INTO partner_orders VALUES ('org_demo', $1, ARRAY['meta'], 'A', 'C', 1, \
+             '2026-03-01', '2026-04-30', 'booked', 'PO', now())",
+        )
+        .bind(id)
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    }
+    // Everything but the feed's newest event goes (the owner may keep nothing).
+    sqlx::query("SELECT * FROM partner_api_prune_order_events(0, 1000, 10000)")
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    let (changes, pruned): (Vec<String>, Vec<String>) =
+        sqlx::query_as("SELECT changes, pruned FROM partner_api_order_changes_after($1)")
+            .bind(start)
+            .fetch_one(&mut owner)
+            .await
+            .unwrap();
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(pruned, ["org_demo"]);
+}

@@ -30,7 +30,7 @@ const TRIGGER_FUNCTIONS: [&str; 14] = [
 
 /// Those of them that run as the owner (SECURITY DEFINER), in name order: PUBLIC may not
 /// execute them, so no other role can attach them to a table at all.
-const DEFINERS: [&str; 8] = [
+const DEFINERS: [&str; 9] = [
     "partner_api_audit_disabled_by_delivery",
     "partner_api_audit_key_leaked",
     "partner_api_order_changes_after",
@@ -38,6 +38,7 @@ const DEFINERS: [&str; 8] = [
     "partner_api_prune_order_events",
     "partner_api_raise_order_events",
     "partner_api_read_order_events",
+    "partner_api_stamp_for_webhooks",
     "partner_api_stamp_order_events",
 ];
 
@@ -256,10 +257,7 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
             );
         }
         // The functions only our triggers call: not callable at all.
-        for call in [
-            "SELECT partner_api_raise_webhook('org_demo', 'order.created', 'ord_forged', '{}', 1, now())",
-            "SELECT partner_api_serve_orders_table('pg_temp.bait_0')",
-        ] {
+        for call in ["SELECT partner_api_serve_orders_table('pg_temp.bait_0')"] {
             let err = attacker
                 .execute(call)
                 .await
@@ -275,6 +273,7 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
             "SELECT count(*) FROM partner_api_read_order_events('org_demo', NULL, 100, \
              ARRAY['order.created'], false)",
             "SELECT * FROM partner_api_prune_order_events(3153600000, 10, 100)",
+            "SELECT * FROM partner_api_order_changes_after(0)",
         ] {
             let result = attacker.execute(call).await;
             if serves {
@@ -283,6 +282,17 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
                 let err = result.expect_err(&format!("{role} could run {call}"));
                 assert_eq!(sqlstate(&err), "42501", "{role}: {call}: {err}");
             }
+        }
+        // The webhooks' stamping (which writes the outbox from the events): the delivering
+        // role's only.
+        let stamping = attacker
+            .execute("SELECT partner_api_stamp_for_webhooks(10, 10)")
+            .await;
+        if role.ends_with("_delivering") {
+            stamping.unwrap_or_else(|err| panic!("{role} could not stamp for webhooks: {err}"));
+        } else {
+            let err = stamping.expect_err(&format!("{role} could stamp for webhooks"));
+            assert_eq!(sqlstate(&err), "42501", "{role}: {err}");
         }
         // No documented role locks retention (it runs only through its call, which holds the
         // lock for one short transaction), nor deletes tombstones.
@@ -334,6 +344,11 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
         };
         attacker.execute(legitimate).await.unwrap();
     }
+    // The webhooks of what is not stamped yet, as the dispatcher's next claim writes them.
+    admin
+        .execute("SELECT partner_api_stamp_for_webhooks(100, 1000)")
+        .await
+        .unwrap();
 
     let after = state(&mut admin, &roles).await;
     // The writer's order raised its event (for the real endpoint) and its webhook; nothing
@@ -480,7 +495,8 @@ async fn a_host_table_of_orders_served_through_the_owner_function_raises_its_eve
             "CREATE TABLE host_orders (LIKE partner_orders INCLUDING ALL); \
              SELECT partner_api_serve_orders_table('host_orders'); \
              INSERT INTO host_orders VALUES ('org_demo', 'ord_in_host_table', ARRAY['meta'], \
-             'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now());",
+             'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now()); \
+             SELECT partner_api_stamp_for_webhooks(100, 1000);",
         )
         .await
         .unwrap();

@@ -113,9 +113,6 @@ DECLARE
     orgs text[];
     kinds text[];
     order_keys text[];
-    snapshot jsonb;
-    event bigint;
-    event_at timestamptz;
     i integer;
 BEGIN
     -- Only for a table registered (by the owner, who alone may attach this function): a
@@ -159,18 +156,11 @@ BEGIN
             RAISE WARNING 'partner_api: a row of % has no organization or id through the schema map; its change is in no feed', TG_RELID::regclass;
             CONTINUE;
         END IF;
-        snapshot := CASE WHEN kinds[i] = 'order.deleted' THEN NULL ELSE shown END;
+        -- The change's one record: the caches read it, and its webhooks are written from it
+        -- when it is stamped.
         INSERT INTO {schema}.partner_api_order_events (organization_id, change, order_id, order_row)
-            VALUES (orgs[i], kinds[i], order_keys[i], snapshot)
-            RETURNING id, created_at INTO event, event_at;
-        IF EXISTS (
-            SELECT 1 FROM {schema}.partner_webhook_endpoints e
-            WHERE e.organization_id = orgs[i] AND e.enabled
-              AND (pg_catalog.cardinality(e.events) = 0 OR kinds[i] = ANY (e.events))
-        ) THEN
-            PERFORM {schema}.partner_api_raise_webhook(
-                orgs[i], kinds[i], order_keys[i], snapshot, event, event_at);
-        END IF;
+            VALUES (orgs[i], kinds[i], order_keys[i],
+                    CASE WHEN kinds[i] = 'order.deleted' THEN NULL ELSE shown END);
     END LOOP;
     RETURN NULL;
 END
