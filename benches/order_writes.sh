@@ -4,7 +4,8 @@
 # (default 10) per run, alternated ROUNDS times (default 2) between the trigger with no
 # webhook endpoint (`outbox`: the change's one record, its event in the feed, which the
 # caches read too, and one indexed look-up of endpoints), the same with one enabled endpoint on
-# every organization (`outbox+endpoints`: a message and a delivery per order too), the row-level
+# every organization (`outbox+endpoints`, with a dispatcher's stamping every 200 ms meanwhile,
+# which writes a message and a delivery per order), the row-level
 # NOTIFY trigger of earlier versions, and no trigger, on a throwaway PostgreSQL with durable commits (fsync and synchronous_commit
 # on, as in production: the cost of NOTIFY is its lock held across the commit's flush). The
 # same on a host's own table mapped with --schema-map (the hosting page's media_buys and
@@ -87,8 +88,19 @@ for _ in $(seq 1 "$ROUNDS"); do
     for trigger in $enable; do
       psql -q "$database" -c "ALTER TABLE partner_orders ENABLE TRIGGER $trigger"
     done
+    # With endpoints, what a dispatcher does meanwhile: a claim's stamping every 200 ms, which
+    # writes the webhooks of the new events (the write itself writes the event only).
+    stamper=
+    if [ "$endpoints" = true ]; then
+      (while :; do
+        psql -qAt "$database" -c "SELECT partner_api_stamp_for_webhooks(100, 1000)" >/dev/null
+        sleep 0.2
+      done) &
+      stamper=$!
+    fi
     tps=$("$bin/pgbench" -n -f "$work/insert.sql" -c "$CLIENTS" -j 2 -T "$DURATION" "$database" 2>/dev/null |
       sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+    if [ -n "$stamper" ]; then kill "$stamper"; wait "$stamper" 2>/dev/null || true; fi
     printf 'orders trigger %-16s %8.0f tps\n' "$mode" "$tps"
   done
 done

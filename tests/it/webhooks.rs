@@ -776,6 +776,60 @@ mod postgres {
             .assert_passed();
     }
 
+    /// The webhooks are written from the events when a claim stamps them, for the endpoints
+    /// enabled before each event was written: an endpoint enabled again hears nothing of what
+    /// was written while it was off, though those events were stamped only after.
+    #[tokio::test]
+    async fn an_endpoint_hears_the_events_written_while_it_was_enabled_once_each() {
+        crate::common::needs::needs!(Postgres);
+        let store = database().await;
+        let endpoint = store
+            .add_endpoint("org_a", NewEndpoint::new("https://hooks.example/orders"))
+            .await
+            .unwrap();
+        let id = endpoint.record.id.clone();
+        let stamp = || async {
+            sqlx::query("SELECT partner_api_stamp_for_webhooks(100, 1000)")
+                .execute(store.pool())
+                .await
+                .unwrap();
+        };
+        let heard = || async {
+            sqlx::query_scalar::<_, String>(
+                "SELECT m.order_id FROM partner_webhook_deliveries d \
+                 JOIN partner_webhook_messages m ON m.id = d.message_id ORDER BY d.id",
+            )
+            .fetch_all(store.pool())
+            .await
+            .unwrap()
+        };
+        sqlx::query(INSERT)
+            .bind("before-off")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        // Nothing is written on the write's path.
+        assert_eq!(heard().await, Vec::<String>::new());
+        stamp().await;
+        stamp().await;
+        assert_eq!(heard().await, ["before-off"]);
+        store.set_enabled("org_a", &id, false).await.unwrap();
+        sqlx::query(INSERT)
+            .bind("while-off")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        stamp().await;
+        store.set_enabled("org_a", &id, true).await.unwrap();
+        sqlx::query(INSERT)
+            .bind("after-on")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        stamp().await;
+        assert_eq!(heard().await, ["before-off", "after-on"]);
+    }
+
     #[tokio::test]
     async fn a_rolled_back_change_raises_nothing_and_sql_changes_raise_events() {
         crate::common::needs::needs!(Postgres);
