@@ -12,7 +12,13 @@
 # accounts, its trigger registered by the standalone host's `migrate`): `mapped` with the
 # trigger, `mapped-none` without.
 #
+# BASELINE=<commit> adds the same crate-table modes on a second database migrated with that
+# commit's migrations (`baseline-outbox`: the triggers of that commit with no endpoint,
+# `baseline-outbox+endpoints`, `baseline-none`), alternated in the same rounds: a before and
+# after of one run, on a machine whose speed drifts between runs.
+#
 #   bash benches/order_writes.sh
+#   BASELINE=318bde6 bash benches/order_writes.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CLIENTS=${CLIENTS:-8}
@@ -36,6 +42,21 @@ INSERT INTO partner_webhook_endpoints (organization_id, url, secret, enabled)
     SELECT id, 'https://partner.example/hooks', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', false
     FROM partner_organizations;
 SQL
+modes=(outbox outbox+endpoints notify none mapped mapped-none)
+if [ -n "${BASELINE:-}" ]; then
+  baseline_database=${database%/*}/baseline
+  psql -q "$database" -c "CREATE DATABASE baseline"
+  for migration in $(git ls-tree --name-only "$BASELINE" src/store/migrations/ | sort); do
+    git show "$BASELINE:$migration" | psql -q "$baseline_database" >/dev/null
+  done
+  psql -q "$baseline_database" <<'SQL'
+INSERT INTO partner_organizations SELECT format('org_%s', o), 'x' FROM generate_series(0, 49) o;
+INSERT INTO partner_webhook_endpoints (organization_id, url, secret, enabled)
+    SELECT id, 'https://partner.example/hooks', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', false
+    FROM partner_organizations;
+SQL
+  modes+=(baseline-outbox baseline-outbox+endpoints baseline-none)
+fi
 # The host's own tables, in a database of their own, migrated and registered as the hosting
 # page says.
 mapped_database=${database%/*}/mapped
@@ -65,8 +86,21 @@ INSERT INTO partner_orders VALUES ('org_' || :org, md5(random()::text || clock_t
 SQL
 echo "pgbench -c $CLIENTS -T $DURATION, one order per transaction, fsync $(psql -Atc 'SHOW fsync' "$database"), synchronous_commit $(psql -Atc 'SHOW synchronous_commit' "$database")"
 for _ in $(seq 1 "$ROUNDS"); do
-  for mode in outbox outbox+endpoints notify none mapped mapped-none; do
+  for mode in "${modes[@]}"; do
     case $mode in
+      baseline-*)
+        # The baseline's triggers, whatever their names: all of them, or none.
+        state=ENABLE
+        [ "$mode" = baseline-none ] && state=DISABLE
+        endpoints=false
+        [ "$mode" = baseline-outbox+endpoints ] && endpoints=true
+        psql -q "$baseline_database" -c "ALTER TABLE partner_orders $state TRIGGER USER" \
+          -c "UPDATE partner_webhook_endpoints SET enabled = $endpoints"
+        tps=$("$bin/pgbench" -n -f "$work/insert.sql" -c "$CLIENTS" -j 2 -T "$DURATION" \
+          "$baseline_database" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+        printf 'orders trigger %-16s %8.0f tps\n' "$mode" "$tps"
+        continue
+        ;;
       mapped|mapped-none)
         state=ENABLE
         [ "$mode" = mapped-none ] && state=DISABLE
