@@ -830,6 +830,75 @@ mod postgres {
         assert_eq!(heard().await, ["before-off", "after-on"]);
     }
 
+    /// Every replica's dispatcher stamps before its claims: a feed another is stamping is
+    /// skipped for this round, not waited for (two replicas' rounds neither queue nor
+    /// deadlock), and stamped by the next.
+    #[tokio::test]
+    async fn a_claims_stamping_skips_a_feed_being_stamped_elsewhere() {
+        crate::common::needs::needs!(Postgres);
+        let store = database().await;
+        for organization in ["org_a", "org_b"] {
+            store
+                .add_endpoint(
+                    organization,
+                    NewEndpoint::new("https://hooks.example/orders"),
+                )
+                .await
+                .unwrap();
+        }
+        let write = |organization: &'static str, id: &'static str| {
+            let pool = store.pool().clone();
+            async move {
+                sqlx::query(
+                    "INSERT INTO partner_orders VALUES ($1, $2, ARRAY['meta'], 'A', 'C', 1, \
+                     '2026-03-01', '2026-04-30', 'booked', 'PO', now())",
+                )
+                .bind(organization)
+                .bind(id)
+                .execute(&pool)
+                .await
+                .unwrap();
+            }
+        };
+        let stamp = || async {
+            tokio::time::timeout(
+                Duration::from_secs(5),
+                sqlx::query("SELECT partner_api_stamp_for_webhooks(100, 1000)")
+                    .execute(store.pool()),
+            )
+            .await
+            .expect("the stamping waited for a feed another was stamping")
+            .unwrap();
+        };
+        let heard = || async {
+            sqlx::query_scalar::<_, String>(
+                "SELECT m.order_id FROM partner_webhook_deliveries d \
+                 JOIN partner_webhook_messages m ON m.id = d.message_id ORDER BY d.id",
+            )
+            .fetch_all(store.pool())
+            .await
+            .unwrap()
+        };
+        write("org_a", "a1").await;
+        write("org_b", "b1").await;
+        stamp().await;
+        assert_eq!(heard().await, ["a1", "b1"]);
+        write("org_a", "a2").await;
+        write("org_b", "b2").await;
+        let mut elsewhere = store.pool().begin().await.unwrap();
+        sqlx::query(
+            "SELECT 1 FROM partner_api_event_feeds WHERE organization_id = 'org_a' FOR UPDATE",
+        )
+        .execute(&mut *elsewhere)
+        .await
+        .unwrap();
+        stamp().await;
+        assert_eq!(heard().await, ["a1", "b1", "b2"]);
+        elsewhere.rollback().await.unwrap();
+        stamp().await;
+        assert_eq!(heard().await, ["a1", "b1", "b2", "a2"]);
+    }
+
     #[tokio::test]
     async fn a_rolled_back_change_raises_nothing_and_sql_changes_raise_events() {
         crate::common::needs::needs!(Postgres);

@@ -267,7 +267,10 @@ BEGIN
     -- The webhooks of the organizations with an enabled endpoint and events not stamped yet:
     -- a stamping round each (at most `max_events` events), at most `max_organizations`
     -- organizations a call, the oldest waiting first. Run by the webhooks' dispatcher before
-    -- each claim. Returns how many events it stamped.
+    -- each claim, on every replica: an organization whose feed another call (or a reader of
+    -- the feed) is stamping is skipped, not waited for, so two replicas' calls neither queue
+    -- nor deadlock (their orders of organizations may differ). Returns how many events it
+    -- stamped.
     EXECUTE format($sql$
         CREATE FUNCTION %1$I.partner_api_stamp_for_webhooks(max_organizations integer, max_events integer)
         RETURNS bigint
@@ -287,6 +290,12 @@ BEGIN
                 ORDER BY oldest.id
                 LIMIT GREATEST(max_organizations, 1)
             LOOP
+                PERFORM 1 FROM %1$I.partner_api_event_feeds f
+                    WHERE f.organization_id = org FOR UPDATE SKIP LOCKED;
+                IF NOT FOUND AND EXISTS (SELECT 1 FROM %1$I.partner_api_event_feeds f
+                                         WHERE f.organization_id = org) THEN
+                    CONTINUE;
+                END IF;
                 stamped := stamped + %1$I.partner_api_stamp_order_events(org, max_events);
             END LOOP;
             RETURN stamped;
