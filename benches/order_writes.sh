@@ -127,7 +127,8 @@ for _ in $(seq 1 "$ROUNDS"); do
     stamper=
     if [ "$endpoints" = true ]; then
       (while :; do
-        psql -qAt "$database" -c "SELECT partner_api_stamp_for_webhooks(100, 1000)" >/dev/null
+        psql -qAt "$database" -c "SELECT partner_api_open_feeds_for_webhooks(20)" \
+          -c "SELECT partner_api_stamp_for_webhooks(20, 500)" >/dev/null
         sleep 0.2
       done) &
       stamper=$!

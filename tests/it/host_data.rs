@@ -886,10 +886,7 @@ async fn the_standalone_host_serves_media_buys_and_accounts_through_schema_map_o
         .await
         .unwrap();
     // Written from the change's event when the dispatcher's claim stamps it.
-    sqlx::query("SELECT partner_api_stamp_for_webhooks(100, 1000)")
-        .execute(owner.pool())
-        .await
-        .unwrap();
+    crate::common::pg::stamp_for_webhooks(owner.pool()).await;
     let raised: (String, String, serde_json::Value) = sqlx::query_as(
         "SELECT organization_id, event_type, order_row FROM partner_webhook_messages",
     )

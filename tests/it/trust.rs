@@ -30,9 +30,10 @@ const TRIGGER_FUNCTIONS: [&str; 14] = [
 
 /// Those of them that run as the owner (SECURITY DEFINER), in name order: PUBLIC may not
 /// execute them, so no other role can attach them to a table at all.
-const DEFINERS: [&str; 9] = [
+const DEFINERS: [&str; 10] = [
     "partner_api_audit_disabled_by_delivery",
     "partner_api_audit_key_leaked",
+    "partner_api_open_feeds_for_webhooks",
     "partner_api_order_changes_after",
     "partner_api_prune_audit",
     "partner_api_prune_order_events",
@@ -285,14 +286,17 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
         }
         // The webhooks' stamping (which writes the outbox from the events): the delivering
         // role's only.
-        let stamping = attacker
-            .execute("SELECT partner_api_stamp_for_webhooks(10, 10)")
-            .await;
-        if role.ends_with("_delivering") {
-            stamping.unwrap_or_else(|err| panic!("{role} could not stamp for webhooks: {err}"));
-        } else {
-            let err = stamping.expect_err(&format!("{role} could stamp for webhooks"));
-            assert_eq!(sqlstate(&err), "42501", "{role}: {err}");
+        for call in [
+            "SELECT partner_api_open_feeds_for_webhooks(10)",
+            "SELECT partner_api_stamp_for_webhooks(10, 10)",
+        ] {
+            let stamping = attacker.execute(call).await;
+            if role.ends_with("_delivering") {
+                stamping.unwrap_or_else(|err| panic!("{role} could not run {call}: {err}"));
+            } else {
+                let err = stamping.expect_err(&format!("{role} could run {call}"));
+                assert_eq!(sqlstate(&err), "42501", "{role}: {call}: {err}");
+            }
         }
         // No documented role locks retention (it runs only through its call, which holds the
         // lock for one short transaction), nor deletes tombstones.
@@ -346,7 +350,10 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
     }
     // The webhooks of what is not stamped yet, as the dispatcher's next claim writes them.
     admin
-        .execute("SELECT partner_api_stamp_for_webhooks(100, 1000)")
+        .execute(
+            "SELECT partner_api_open_feeds_for_webhooks(100); \
+             SELECT partner_api_stamp_for_webhooks(100, 1000)",
+        )
         .await
         .unwrap();
 
@@ -496,6 +503,7 @@ async fn a_host_table_of_orders_served_through_the_owner_function_raises_its_eve
              SELECT partner_api_serve_orders_table('host_orders'); \
              INSERT INTO host_orders VALUES ('org_demo', 'ord_in_host_table', ARRAY['meta'], \
              'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now()); \
+             SELECT partner_api_open_feeds_for_webhooks(100); \
              SELECT partner_api_stamp_for_webhooks(100, 1000);",
         )
         .await

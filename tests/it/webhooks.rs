@@ -788,12 +788,7 @@ mod postgres {
             .await
             .unwrap();
         let id = endpoint.record.id.clone();
-        let stamp = || async {
-            sqlx::query("SELECT partner_api_stamp_for_webhooks(100, 1000)")
-                .execute(store.pool())
-                .await
-                .unwrap();
-        };
+        let stamp = || crate::common::pg::stamp_for_webhooks(store.pool());
         let heard = || async {
             sqlx::query_scalar::<_, String>(
                 "SELECT m.order_id FROM partner_webhook_deliveries d \
@@ -830,6 +825,60 @@ mod postgres {
         assert_eq!(heard().await, ["before-off", "after-on"]);
     }
 
+    /// A stamping that fails (here its function is missing) stops no claim: what is in the
+    /// outbox is delivered, and the new events wait for a stamping that works.
+    #[tokio::test]
+    async fn a_failed_stamping_does_not_stop_the_claims() {
+        crate::common::needs::needs!(Postgres);
+        use partner_api::webhooks::{ClaimRequest, WebhookOutbox};
+        let store = database().await;
+        store
+            .add_endpoint("org_a", NewEndpoint::new("https://hooks.example/orders"))
+            .await
+            .unwrap();
+        let request = ClaimRequest::new(10, 10, Duration::from_secs(60));
+        let claim = || store.claim(&request);
+        sqlx::query(INSERT)
+            .bind("o1")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(claim().await.unwrap().len(), 1, "stamped, then claimed");
+        sqlx::query(INSERT)
+            .bind("o2")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        sqlx::query(
+            "ALTER FUNCTION partner_api_stamp_for_webhooks(integer, integer) RENAME TO broken",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        // o1 due again (as when its lease runs out): claimed, though o2 cannot be stamped.
+        sqlx::query("UPDATE partner_webhook_deliveries SET due_at = now()")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        let claimed = claim().await.expect("the claim failed with its stamping");
+        assert_eq!(claimed.len(), 1);
+        sqlx::query(
+            "ALTER FUNCTION broken(integer, integer) RENAME TO partner_api_stamp_for_webhooks",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        sqlx::query("UPDATE partner_webhook_deliveries SET due_at = now()")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(
+            claim().await.unwrap().len(),
+            2,
+            "o2 stamped by the next claim, beside o1 again"
+        );
+    }
+
     /// Every replica's dispatcher stamps before its claims: a feed another is stamping is
     /// skipped for this round, not waited for (two replicas' rounds neither queue nor
     /// deadlock), and stamped by the next.
@@ -863,12 +912,10 @@ mod postgres {
         let stamp = || async {
             tokio::time::timeout(
                 Duration::from_secs(5),
-                sqlx::query("SELECT partner_api_stamp_for_webhooks(100, 1000)")
-                    .execute(store.pool()),
+                crate::common::pg::stamp_for_webhooks(store.pool()),
             )
             .await
-            .expect("the stamping waited for a feed another was stamping")
-            .unwrap();
+            .expect("the stamping waited for a feed another was stamping");
         };
         let heard = || async {
             sqlx::query_scalar::<_, String>(

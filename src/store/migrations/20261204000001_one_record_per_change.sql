@@ -217,6 +217,7 @@ BEGIN
                 WHERE EXISTS (
                     SELECT 1 FROM %1$I.partner_webhook_endpoints w
                     WHERE w.organization_id = org AND w.enabled AND s.created_at >= w.enabled_at
+                      AND s.id > (SELECT b.after_event FROM %1$I.partner_api_webhooks_from b)
                       AND (pg_catalog.cardinality(w.events) = 0 OR s.change = ANY (w.events)))
                 ORDER BY s.position
                 RETURNING id, event_type, order_id, raised_at),
@@ -242,10 +243,16 @@ BEGIN
     EXECUTE format('ALTER TABLE %1$I.partner_webhook_endpoints '
                    'ADD COLUMN enabled_at TIMESTAMPTZ(3) NOT NULL DEFAULT pg_catalog.clock_timestamp()',
                    schema_name);
+    EXECUTE format('UPDATE %1$I.partner_webhook_endpoints SET enabled_at = created_at', schema_name);
     -- Events written before this migration raised their webhooks when written: none is raised
-    -- again. The order writes were held from the migration's start (below), so every event
-    -- written by the trigger of before is older than this.
-    EXECUTE format('UPDATE %1$I.partner_webhook_endpoints SET enabled_at = pg_catalog.clock_timestamp()',
+    -- again. The order writes were held from the migration's start (above), so every event
+    -- the trigger of before wrote has committed, with an id at or below the largest now (ids
+    -- are taken in order): the stamping writes webhooks for ids above it only.
+    EXECUTE format('CREATE TABLE %1$I.partner_api_webhooks_from ('
+                   'only_row BOOLEAN PRIMARY KEY DEFAULT true CHECK (only_row), '
+                   'after_event BIGINT NOT NULL)', schema_name);
+    EXECUTE format('INSERT INTO %1$I.partner_api_webhooks_from (after_event) '
+                   'SELECT COALESCE(pg_catalog.max(e.id), 0) FROM %1$I.partner_api_order_events e',
                    schema_name);
     EXECUTE format($sql$
         CREATE OR REPLACE FUNCTION %1$I.partner_api_enabled_by_admins() RETURNS trigger
@@ -264,13 +271,40 @@ BEGIN
         $body$
     $sql$, schema_name);
 
+    -- The feeds the stamping for webhooks needs, made in a statement of their own (committed
+    -- before the stamping, whose lock of a feed's row it then takes without waiting): for
+    -- the organizations with an enabled endpoint and events not stamped yet, at most
+    -- `max_organizations`, in id order (two replicas' calls take the same keys in the same
+    -- order). Returns how many it made.
+    EXECUTE format($sql$
+        CREATE FUNCTION %1$I.partner_api_open_feeds_for_webhooks(max_organizations integer)
+        RETURNS bigint
+        LANGUAGE sql SECURITY DEFINER SET search_path = %1$I, pg_temp AS $body$
+            WITH opened AS (
+                INSERT INTO %1$I.partner_api_event_feeds (organization_id)
+                SELECT w.organization_id FROM (
+                    SELECT DISTINCT e.organization_id FROM %1$I.partner_webhook_endpoints e
+                    WHERE e.enabled) w
+                WHERE NOT EXISTS (SELECT 1 FROM %1$I.partner_api_event_feeds f
+                                  WHERE f.organization_id = w.organization_id)
+                  AND EXISTS (SELECT 1 FROM %1$I.partner_api_order_events u
+                              WHERE u.organization_id = w.organization_id AND u.position IS NULL)
+                ORDER BY w.organization_id
+                LIMIT GREATEST(max_organizations, 1)
+                ON CONFLICT (organization_id) DO NOTHING
+                RETURNING 1)
+            SELECT pg_catalog.count(*) FROM opened
+        $body$
+    $sql$, schema_name);
+
     -- The webhooks of the organizations with an enabled endpoint and events not stamped yet:
     -- a stamping round each (at most `max_events` events), at most `max_organizations`
     -- organizations a call, the oldest waiting first. Run by the webhooks' dispatcher before
-    -- each claim, on every replica: an organization whose feed another call (or a reader of
-    -- the feed) is stamping is skipped, not waited for, so two replicas' calls neither queue
-    -- nor deadlock (their orders of organizations may differ). Returns how many events it
-    -- stamped.
+    -- each claim, on every replica, after partner_api_open_feeds_for_webhooks: an
+    -- organization whose feed another call (or a reader of the feed, or retention) is
+    -- stamping, or that has no feed yet, is skipped, not waited for, so two replicas' calls
+    -- neither queue nor deadlock (their orders of organizations may differ). Returns how many
+    -- events it stamped.
     EXECUTE format($sql$
         CREATE FUNCTION %1$I.partner_api_stamp_for_webhooks(max_organizations integer, max_events integer)
         RETURNS bigint
@@ -292,10 +326,7 @@ BEGIN
             LOOP
                 PERFORM 1 FROM %1$I.partner_api_event_feeds f
                     WHERE f.organization_id = org FOR UPDATE SKIP LOCKED;
-                IF NOT FOUND AND EXISTS (SELECT 1 FROM %1$I.partner_api_event_feeds f
-                                         WHERE f.organization_id = org) THEN
-                    CONTINUE;
-                END IF;
+                CONTINUE WHEN NOT FOUND;
                 stamped := stamped + %1$I.partner_api_stamp_order_events(org, max_events);
             END LOOP;
             RETURN stamped;
@@ -304,6 +335,8 @@ BEGIN
     $sql$, schema_name);
     EXECUTE format('REVOKE EXECUTE ON FUNCTION %1$I.partner_api_stamp_for_webhooks(integer, integer) FROM PUBLIC',
                    schema_name);
+    EXECUTE format('REVOKE EXECUTE ON FUNCTION %1$I.partner_api_open_feeds_for_webhooks(integer) FROM PUBLIC',
+                   schema_name);
     -- The roles that claim deliveries (the delivering role of the documented ones) run it.
     FOR grantee_name IN
         SELECT DISTINCT r.rolname FROM pg_catalog.pg_roles r
@@ -311,7 +344,8 @@ BEGIN
           AND pg_catalog.has_column_privilege(r.oid,
                 format('%1$I.partner_webhook_deliveries', schema_name), 'attempts', 'UPDATE')
     LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION %1$I.partner_api_stamp_for_webhooks(integer, integer) TO %2$I',
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %1$I.partner_api_stamp_for_webhooks(integer, integer), '
+                       '%1$I.partner_api_open_feeds_for_webhooks(integer) TO %2$I',
                        schema_name, grantee_name);
     END LOOP;
 END

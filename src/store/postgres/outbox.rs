@@ -18,6 +18,21 @@ use crate::store::webhooks::{
 };
 use crate::store::StoreError;
 
+/// The webhooks of new events: the feeds they need made (committed on their own, so the
+/// stamping takes each feed's lock without waiting), then a stamping round.
+async fn stamp_for_webhooks(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT partner_api_open_feeds_for_webhooks($1)")
+        .bind(STAMPED_ORGANIZATIONS)
+        .execute(pool)
+        .await?;
+    sqlx::query("SELECT partner_api_stamp_for_webhooks($1, $2)")
+        .bind(STAMPED_ORGANIZATIONS)
+        .bind(STAMPED_EVENTS)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
 /// Claims as [`ClaimRequest`] says: per enabled endpoint, its room (`$2`, or 1 while its
 /// deliveries fail, less what the worker has in flight there, `$3`/`$4`), first attempts
 /// before retries, never past an earlier pending change of the same order; per organization
@@ -122,25 +137,26 @@ const FINISH: &str = "\
     FROM (SELECT 1) one LEFT JOIN endpoint ON true";
 
 /// The organizations whose new events one claim stamps (and so writes their webhooks) before
-/// it claims, the oldest waiting first, and the events of each: a claim's transaction stays
-/// short whatever the backlog, and what it leaves waits for the next claim (200 ms later by
-/// default).
-const STAMPED_ORGANIZATIONS: i32 = 100;
+/// it claims, the oldest waiting first, and the events of each: at most 10,000 events, a
+/// transaction well within the pool's 5 s statement time-out whatever the backlog (what it
+/// leaves waits for the next claim, 200 ms later by default).
+const STAMPED_ORGANIZATIONS: i32 = 20;
 /// See [`STAMPED_ORGANIZATIONS`].
-const STAMPED_EVENTS: i32 = 1000;
+const STAMPED_EVENTS: i32 = 500;
 
 #[async_trait]
 impl WebhookOutbox for PgStore {
     /// Stamps the new events of the organizations with an enabled endpoint first (a change's
     /// webhooks are written from its event when it gets its position in the feed, off the
-    /// order write's path), then claims.
+    /// order write's path), then claims. A stamping that fails is logged and the claim goes
+    /// on: what is already in the outbox is delivered whatever happens to the new events.
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Delivery>, StoreError> {
-        sqlx::query("SELECT partner_api_stamp_for_webhooks($1, $2)")
-            .bind(STAMPED_ORGANIZATIONS)
-            .bind(STAMPED_EVENTS)
-            .execute(&self.pool)
-            .await
-            .map_err(store_error)?;
+        if let Err(err) = stamp_for_webhooks(&self.pool).await {
+            tracing::warn!(
+                error = %crate::log::ErrorChain(&err),
+                "webhooks: stamping new events failed; their webhooks wait for the next claim"
+            );
+        }
         let (busy_ids, busy_counts): (Vec<i64>, Vec<i32>) = request
             .in_flight
             .iter()

@@ -314,3 +314,16 @@ pub async fn until_answering(notifications: &partner_api::cache::Notifications) 
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
+
+/// What the webhooks' dispatcher does before each claim: the feeds of new events made, then
+/// a stamping round, which writes their webhooks.
+pub async fn stamp_for_webhooks(pool: &sqlx::PgPool) {
+    sqlx::query("SELECT partner_api_open_feeds_for_webhooks(100)")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query("SELECT partner_api_stamp_for_webhooks(100, 1000)")
+        .execute(pool)
+        .await
+        .unwrap();
+}
