@@ -838,6 +838,12 @@ mod postgres {
             .unwrap();
         let request = ClaimRequest::new(10, 10, Duration::from_secs(60));
         let claim = || store.claim(&request);
+        let run = |sql: &'static str| {
+            let pool = store.pool().clone();
+            async move {
+                sqlx::query(sql).execute(&pool).await.unwrap();
+            }
+        };
         sqlx::query(INSERT)
             .bind("o1")
             .execute(store.pool())
@@ -849,29 +855,15 @@ mod postgres {
             .execute(store.pool())
             .await
             .unwrap();
-        sqlx::query(
-            "ALTER FUNCTION partner_api_stamp_for_webhooks(integer, integer) RENAME TO broken",
-        )
-        .execute(store.pool())
-        .await
-        .unwrap();
+        run("ALTER FUNCTION partner_api_stamp_for_webhooks(integer, integer) RENAME TO broken")
+            .await;
         // o1 due again (as when its lease runs out): claimed, though o2 cannot be stamped.
-        sqlx::query("UPDATE partner_webhook_deliveries SET due_at = now()")
-            .execute(store.pool())
-            .await
-            .unwrap();
+        run("UPDATE partner_webhook_deliveries SET due_at = now()").await;
         let claimed = claim().await.expect("the claim failed with its stamping");
         assert_eq!(claimed.len(), 1);
-        sqlx::query(
-            "ALTER FUNCTION broken(integer, integer) RENAME TO partner_api_stamp_for_webhooks",
-        )
-        .execute(store.pool())
-        .await
-        .unwrap();
-        sqlx::query("UPDATE partner_webhook_deliveries SET due_at = now()")
-            .execute(store.pool())
-            .await
-            .unwrap();
+        run("ALTER FUNCTION broken(integer, integer) RENAME TO partner_api_stamp_for_webhooks")
+            .await;
+        run("UPDATE partner_webhook_deliveries SET due_at = now()").await;
         assert_eq!(
             claim().await.unwrap().len(),
             2,
