@@ -83,7 +83,7 @@ start_postgres() {
   fi
   "${run[@]}" "$bin/initdb" -D "$data/db" -U postgres -A trust --no-sync >/dev/null
   "${run[@]}" "$bin/pg_ctl" -D "$data/db" -l "$data/log" -w -o \
-    "-c listen_addresses=127.0.0.1 -p $port -k $data -c fsync=off -c synchronous_commit=off -c max_connections=200 ${PARTNER_API_POSTGRES_OPTIONS:-}" \
+    "-c listen_addresses=127.0.0.1 -p $port -k $data -c fsync=off -c synchronous_commit=off -c max_connections=200 -c wal_level=logical -c max_replication_slots=100 ${PARTNER_API_POSTGRES_OPTIONS:-}" \
     start >/dev/null
   servers_stop_commands+=("${run[*]} $bin/pg_ctl -D $data/db -m immediate stop >/dev/null 2>&1 || true; rm -rf $data")
   export PARTNER_API_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"

@@ -146,6 +146,9 @@ pub use store::postgres::PgStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use store::postgres::{OrderField, OrdersMap, OrganizationsMap, SchemaIndex, SchemaMap};
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use store::postgres::{CaptureRound, OrderCapture};
 pub use store::read::{KeyDigests, KeyLookup, KeyStore, OrderStore, Principal};
 
 pub mod service {

@@ -172,10 +172,7 @@ async fn follow(pool: &PgPool, hub: &Notifications, pause: &mut Duration) -> Res
                     Err(_) => return Err("the heartbeat was not sent in time".into()),
                 }
                 // The orders' changes committed before `sent` are visible to the read now.
-                match tokio::time::timeout(HEARTBEAT_TIMEOUT, orders.read(&mut listener, hub)).await {
-                    Ok(Ok(())) if orders.following => {
-                        orders.applied_before = super::notifications::millis(sent);
-                    }
+                match tokio::time::timeout(HEARTBEAT_TIMEOUT, orders.read(&mut listener, hub, sent)).await {
                     Ok(Ok(())) => {}
                     Ok(Err(err)) => return Err(err),
                     Err(_) => return Err("the orders' changes were not read in time".into()),
@@ -269,6 +266,12 @@ impl Batch {
 /// retention deleted before a read saw it is in retention's tombstones, which each read asks
 /// for too. (A host transaction held open delays the cursor, as it delays the start: the
 /// caches answer from the database meanwhile.)
+///
+/// **In the capture mode** (see `src/store/postgres/capture`) an order change has its event
+/// only once the capture has materialized it, so the evidence of a heartbeat sent at T waits
+/// until a read sees the materialized position at or past the log's insert position that a
+/// read after T took (every change committed before T ends below it). The position is
+/// recorded in the transaction that writes the events, so the read that sees it sees them.
 struct OrderLog {
     /// Every event at or below it is applied (see the invariant).
     cursor: i64,
@@ -282,19 +285,33 @@ struct OrderLog {
     /// [`millis`](super::notifications::millis) of the instant before which every order change
     /// was applied: evidence for the orders as heartbeats are for the keys (0: none yet).
     applied_before: u64,
+    /// In the capture mode, the heartbeats waiting for it, oldest first: when each was sent
+    /// (as `millis`) and the log's insert position a read after it took.
+    uncaptured: VecDeque<(u64, u64)>,
 }
 
 /// One read of `partner_api_order_changes_after`: its snapshot's `xmin`, its own transaction
 /// id (taken after the snapshot), the largest event id it sees, the changes after the cursor (`"id organization"`), and the organizations of
 /// the events retention deleted after it.
-type ChangesRead = (String, String, Option<i64>, Vec<String>, Vec<String>);
+/// And the log's insert position, and the capture's materialized position (`None`: the
+/// default mode).
+type ChangesRead = (
+    String,
+    String,
+    Option<i64>,
+    Vec<String>,
+    Vec<String>,
+    String,
+    Option<String>,
+);
 
-const READ_CHANGES: &str = "SELECT snapshot_xmin, read_xid, newest, changes, pruned \
-                            FROM partner_api_order_changes_after($1)";
+const READ_CHANGES: &str =
+    "SELECT snapshot_xmin, read_xid, newest, changes, pruned, wal_lsn, materialized_lsn \
+     FROM partner_api_order_changes_after($1)";
 
 impl OrderLog {
     async fn start(connection: &mut PgListener) -> Result<Self, String> {
-        let (_, read_xid, newest, _, _): ChangesRead = sqlx::query_as(READ_CHANGES)
+        let (_, read_xid, newest, _, _, _, _): ChangesRead = sqlx::query_as(READ_CHANGES)
             .bind(None::<i64>)
             .fetch_one(&mut *connection)
             .await
@@ -306,6 +323,7 @@ impl OrderLog {
             applied: HashSet::new(),
             following: false,
             applied_before: 0,
+            uncaptured: VecDeque::new(),
         })
     }
 
@@ -316,8 +334,10 @@ impl OrderLog {
         &mut self,
         connection: &mut PgListener,
         hub: &Notifications,
+        sent: Instant,
     ) -> Result<(), String> {
-        let (xmin, read_xid, _, changes, pruned): ChangesRead = sqlx::query_as(READ_CHANGES)
+        let (xmin, read_xid, _, changes, pruned, wal_lsn, materialized): ChangesRead =
+            sqlx::query_as(READ_CHANGES)
             .bind(Some(self.cursor))
             .fetch_one(&mut *connection)
             .await
@@ -350,8 +370,36 @@ impl OrderLog {
         }
         let cursor = self.cursor;
         self.applied.retain(|&id| id > cursor);
+        if self.following {
+            let sent = super::notifications::millis(sent);
+            match materialized {
+                None => {
+                    self.uncaptured.clear();
+                    self.applied_before = sent;
+                }
+                Some(materialized) => {
+                    let materialized = parse_lsn(&materialized)?;
+                    self.uncaptured.push_back((sent, parse_lsn(&wal_lsn)?));
+                    while let Some(&(earlier_sent, position)) = self.uncaptured.front() {
+                        if position > materialized {
+                            break;
+                        }
+                        self.uncaptured.pop_front();
+                        self.applied_before = self.applied_before.max(earlier_sent);
+                    }
+                }
+            }
+        }
         Ok(())
     }
+}
+
+/// A log position (`X/Y`, hexadecimal) as a number.
+fn parse_lsn(text: &str) -> Result<u64, String> {
+    let parse = |part: &str| u64::from_str_radix(part, 16).ok();
+    text.split_once('/')
+        .and_then(|(high, low)| Some((parse(high)? << 32) | parse(low)?))
+        .ok_or_else(|| format!("not a log position: {text:?}"))
 }
 
 fn parse_xid(text: &str) -> Result<u64, String> {

@@ -29,8 +29,10 @@
 //! | [`WEBHOOK_ATTEMPT_DURATION`] | histogram (seconds) | `outcome` |
 //! | [`WEBHOOK_DUE`] | gauge (deliveries) | none |
 //! | [`WEBHOOK_OLDEST_DUE`] | gauge (seconds) | none |
+//! | [`ORDER_CAPTURE_LAG_BYTES`] | gauge (bytes) | none |
+//! | [`ORDER_CAPTURE_LAG_SECONDS`] | gauge (seconds) | none |
 //! | [`WEBHOOK_ENDPOINTS_DISABLED`] | counter | `reason`: `gone`, `failing` |
-//! | [`BACKGROUND_TASK_PANICS`] | counter | `task`: `webhook_dispatcher`, `webhook_delivery`, `webhook_retention`, `events_retention`, `audit_retention`, `cache_listener`, `known_keys`, `usage_recorder`, `last_used_recorder`, `deprecated_call_recorder` |
+//! | [`BACKGROUND_TASK_PANICS`] | counter | `task`: `webhook_dispatcher`, `webhook_delivery`, `webhook_retention`, `events_retention`, `audit_retention`, `cache_listener`, `known_keys`, `usage_recorder`, `last_used_recorder`, `deprecated_call_recorder`, `order_capture` |
 //! | [`SECRET_SCANNING_REPORTS`] | counter | `label`: `true_positive`, `false_positive`; `source`: where GitHub found the match (`content`, `commit`, `issue_comment`, ... its documented values; anything else as `other`) |
 //!
 //! `store` and `operation` are `keys`/`lookup`, `orders`/`newest_orders`, `events`/`events`,
@@ -120,6 +122,12 @@ pub const WEBHOOK_ATTEMPT_DURATION: &str = "partner_api_webhook_attempt_duration
 pub const WEBHOOK_DUE: &str = "partner_api_webhook_due_messages";
 /// How long the longest-waiting due webhook delivery has been due, in seconds.
 pub const WEBHOOK_OLDEST_DUE: &str = "partner_api_webhook_oldest_due_seconds";
+/// In the capture mode, the write-ahead log the capture's slot holds that the reader has not
+/// confirmed, in bytes (as the replica holding the lease last measured).
+pub const ORDER_CAPTURE_LAG_BYTES: &str = "partner_api_order_capture_lag_bytes";
+/// In the capture mode, how long since the reader last decoded everything there was, in
+/// seconds (0 while it keeps up): how old the oldest order change without its event may be.
+pub const ORDER_CAPTURE_LAG_SECONDS: &str = "partner_api_order_capture_lag_seconds";
 /// Webhook endpoints disabled by delivery, by reason (`gone`: the endpoint answered 410;
 /// `failing`: every delivery failed for the disable period).
 pub const WEBHOOK_ENDPOINTS_DISABLED: &str = "partner_api_webhook_endpoints_disabled_total";
@@ -166,6 +174,16 @@ pub fn describe() {
         WEBHOOK_OLDEST_DUE,
         Unit::Seconds,
         "How long the longest-waiting due webhook delivery has been due."
+    );
+    describe_gauge!(
+        ORDER_CAPTURE_LAG_BYTES,
+        Unit::Bytes,
+        "Write-ahead log held by the order capture's slot and not yet confirmed by its reader."
+    );
+    describe_gauge!(
+        ORDER_CAPTURE_LAG_SECONDS,
+        Unit::Seconds,
+        "Time since the order capture's reader last decoded everything there was."
     );
     describe_counter!(
         WEBHOOK_ENDPOINTS_DISABLED,

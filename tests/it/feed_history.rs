@@ -299,6 +299,66 @@ async fn poller(store: PgStore, seed: u64, stop: Arc<AtomicBool>) -> Read {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers_and_two_replicas_pollers_see_every_committed_change_once_in_order() {
     crate::common::needs::needs!(Postgres);
+    history(Capture::Never).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_capture_mode_passes_the_history_checker_with_its_reading_replica_killed() {
+    crate::common::needs::needs!(Postgres);
+    history(Capture::ReaderKilled).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_to_the_capture_and_back_under_writers_loses_and_duplicates_nothing() {
+    crate::common::needs::needs!(Postgres);
+    history(Capture::SwitchedOnAndOff).await;
+}
+
+/// The order writes' mode during a history run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Capture {
+    /// The triggers write the events throughout.
+    Never,
+    /// The capture from the start, read by two replicas' readers; the one holding the lease
+    /// is killed (its task aborted, wherever it was) a third into the run.
+    ReaderKilled,
+    /// The triggers, then the capture from a quarter into the run, then the triggers again
+    /// from three quarters.
+    SwitchedOnAndOff,
+}
+
+/// How far the capture has materialized the order changes (`None`: the default mode).
+async fn materialized(pool: &PgPool) -> Option<String> {
+    sqlx::query_scalar("SELECT materialized_lsn::text FROM partner_api_order_capture WHERE slot_name IS NOT NULL")
+        .fetch_optional(pool)
+        .await
+        .unwrap()
+        .flatten()
+}
+
+/// Waits until the capture (if on) has materialized every change committed until now.
+async fn capture_drained(pool: &PgPool) {
+    let now: String = sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    for _ in 0..600 {
+        let Some(materialized) = materialized(pool).await else { return };
+        let behind: bool = sqlx::query_scalar("SELECT $1::pg_lsn < $2::pg_lsn")
+            .bind(&materialized)
+            .bind(&now)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        if !behind {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the capture did not materialize the last changes within 30 s");
+}
+
+async fn history(capture: Capture) {
     let seconds: u64 = std::env::var("PARTNER_API_FEED_HISTORY_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -346,11 +406,60 @@ async fn concurrent_writers_and_two_replicas_pollers_see_every_committed_change_
             deleted
         })
     };
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    // The capture's readers, one per replica, with a short lease: a killed one's is taken
+    // over within a second.
+    let readers = |count: usize| -> Vec<tokio::task::JoinHandle<()>> {
+        replicas[..count]
+            .iter()
+            .enumerate()
+            .map(|(n, replica)| {
+                let reader = replica
+                    .order_capture()
+                    .with_holder(format!("replica-{n}"))
+                    .with_lease(Duration::from_secs(1))
+                    .with_batch(50);
+                tokio::spawn(reader.run())
+            })
+            .collect()
+    };
+    let run = Duration::from_secs(seconds);
+    let mut capture_readers = Vec::new();
+    match capture {
+        Capture::Never => tokio::time::sleep(run).await,
+        Capture::ReaderKilled => {
+            store.start_order_capture().await.unwrap();
+            capture_readers = readers(2);
+            tokio::time::sleep(run / 3).await;
+            let holder: String =
+                sqlx::query_scalar("SELECT lease_holder FROM partner_api_order_capture")
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            let killed: usize = holder.strip_prefix("replica-").unwrap().parse().unwrap();
+            capture_readers[killed].abort();
+            tokio::time::sleep(run * 2 / 3).await;
+            let holder: String =
+                sqlx::query_scalar("SELECT lease_holder FROM partner_api_order_capture")
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            assert_ne!(holder, format!("replica-{killed}"), "no replica took the lease over");
+        }
+        Capture::SwitchedOnAndOff => {
+            tokio::time::sleep(run / 4).await;
+            store.start_order_capture().await.unwrap();
+            capture_readers = readers(1);
+            tokio::time::sleep(run / 2).await;
+            store.stop_order_capture(Duration::from_secs(30)).await.unwrap();
+            assert_eq!(materialized(&pool).await, None, "the slot was not dropped");
+            tokio::time::sleep(run / 4).await;
+        }
+    }
     stop.store(true, Ordering::Release);
     for writer in writers {
         writer.await.unwrap();
     }
+    capture_drained(&pool).await;
     let pruned = pruner.await.unwrap();
     // The pollers' last round starts after every writer is done (they saw `stop` after it
     // was set, and read once more).
@@ -406,8 +515,28 @@ async fn concurrent_writers_and_two_replicas_pollers_see_every_committed_change_
         changes > 40,
         "the writers committed only {changes} versions"
     );
+    let (captured, triggered): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE captured_lsn IS NOT NULL), count(*) FILTER (WHERE captured_lsn IS NULL) \
+         FROM partner_api_order_events",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    match capture {
+        Capture::Never => assert_eq!(captured, 0),
+        Capture::ReaderKilled => assert!(captured > 20, "{captured} events captured"),
+        Capture::SwitchedOnAndOff => assert!(
+            captured > 0 && triggered > 20,
+            "{captured} events captured, {triggered} written by the triggers"
+        ),
+    }
+    for reader in capture_readers {
+        reader.abort();
+    }
+    // The slot goes with the test (the server is shared): the triggers again.
+    store.stop_order_capture(Duration::from_secs(30)).await.unwrap();
     eprintln!(
-        "feed history: {seconds} s, {} orders, {changes} committed versions, {} events read by {} replicas, {pruned} deleted by retention meanwhile",
+        "feed history ({capture:?}, {captured} events captured): {seconds} s, {} orders, {changes} committed versions, {} events read by {} replicas, {pruned} deleted by retention meanwhile",
         finals.len(),
         events_total,
         complete.len()

@@ -9,6 +9,7 @@ mod allowed_ips;
 mod api;
 mod audit;
 mod bad_rows;
+mod capture;
 mod conditional_get;
 mod conformance;
 mod deprecations;

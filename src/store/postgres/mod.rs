@@ -14,6 +14,7 @@ use crate::store::describe_plaintext;
 
 mod audit;
 mod breaker;
+mod capture;
 mod deprecated_calls;
 mod error;
 mod events;
@@ -35,6 +36,7 @@ mod webhooks;
 
 pub(crate) use error::store_error;
 use keys::allowed_ips;
+pub use capture::{CaptureRound, OrderCapture};
 pub use schema_map::{OrderField, OrdersMap, OrganizationsMap, SchemaIndex, SchemaMap};
 
 /// [`KeyStore`](crate::KeyStore) and [`OrderStore`](crate::OrderStore) over PostgreSQL, in the reference schema of [`PgStore::migrator`].

@@ -13,6 +13,9 @@ mod register;
 
 pub use indexes::SchemaIndex;
 
+/// A mapped order's snapshot as the triggers check and render it (over `t`): for the capture.
+pub(super) use register::SHOWN as SHOWN_ORDER;
+
 impl super::PgStore {
     /// The indexes the [schema map](Self::with_schema_map) needs on the host's tables, so
     /// that every page and filter costs what it costs on the crate's own (none without a
@@ -344,7 +347,7 @@ impl OrdersMap {
 
     /// The select list of one mapped order, each field cast to the type the crate reads and
     /// named as the crate's column.
-    pub(super) fn select_list(&self) -> String {
+    pub(in crate::store::postgres) fn select_list(&self) -> String {
         OrderField::ALL
             .iter()
             .map(|&field| self.item(field))
@@ -353,7 +356,7 @@ impl OrdersMap {
     }
 
     /// `field`'s item of [`select_list`](Self::select_list).
-    pub(super) fn item(&self, field: OrderField) -> String {
+    pub(in crate::store::postgres) fn item(&self, field: OrderField) -> String {
         format!(
             "({})::{} AS {}",
             self.expression(field),

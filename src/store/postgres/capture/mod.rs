@@ -1,0 +1,984 @@
+//! The capture mode (opt-in): the order writes run no trigger of the crate's; their events
+//! are built from the write-ahead log by logical decoding, which hands transactions over in
+//! commit order.
+//!
+//! [`PgStore::start_order_capture`] creates the slot (plugin `test_decoding`, read through the
+//! SQL slot functions: no extension and no publication to install) and then disables the
+//! events' triggers; [`PgStore::stop_order_capture`] enables them again and drains the slot
+//! before dropping it. One replica at a time reads the slot: whichever holds the lease (a row
+//! of `partner_api_order_capture`) runs [`OrderCapture::round`].
+//!
+//! **Invariant**: every order change committed at or before the recorded `materialized_lsn`
+//! has its events, each once, whatever the mode it was written in. **Argument**:
+//! - A round peeks at the slot (which does not move it), renders the events of each decoded
+//!   transaction, writes them keyed by (the transaction's commit position, the event's
+//!   index in it) with `ON CONFLICT DO NOTHING`, and records how far it got, in one
+//!   transaction that first checks the lease under a row lock; only after that commit does it
+//!   advance the slot. A reader killed anywhere leaves the slot where the last commit was or
+//!   before: the next reader decodes the same transactions again (decoding is deterministic)
+//!   and writes nothing twice.
+//! - A decoded transaction that also inserted into `partner_api_order_events` wrote its
+//!   events through the trigger (the default mode, before the switch or after it): it is
+//!   skipped. So switching either way loses and duplicates nothing: from the slot's creation
+//!   on every transaction is decoded, and each one either ran the trigger or did not.
+//! - `materialized_lsn` is the last decoded commit's end, or, when a round decoded everything
+//!   there was, the flush position taken before it (the decoding reads up to the flushed
+//!   log): no committed change ends at or below it undecoded.
+//!
+//! The caches' listeners, in this mode, date their evidence by it (`src/cache/postgres.rs`).
+
+mod decode;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sqlx::{PgPool, Postgres, Row, Transaction};
+
+use self::decode::{Operation, RowChange};
+use super::schema_map::{OrderField, OrdersMap, SHOWN_ORDER};
+use super::{store_error, PgStore};
+use crate::log::ErrorChain;
+use crate::store::StoreError;
+
+/// The logical decoding plugin: shipped with PostgreSQL and offered by the managed services
+/// that offer logical decoding at all.
+const PLUGIN: &str = "test_decoding";
+
+/// What a round of [`OrderCapture`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CaptureRound {
+    /// Whether this reader held the lease (nothing else is done without it, nor in the default
+    /// mode).
+    pub held: bool,
+    /// Transactions of order changes materialized (those whose trigger had written their
+    /// events are not counted).
+    pub transactions: u64,
+    /// Events written.
+    pub events: u64,
+    /// Whether the round decoded everything there was.
+    pub caught_up: bool,
+    /// Whether the round finished a stop (the slot dropped; the triggers write the events).
+    pub stopped: bool,
+}
+
+/// The reader of the capture's slot: see the [module](self) for what it guarantees. Run
+/// [`run`](Self::run) on every replica (one at a time reads; another takes over within the
+/// lease when it dies), on a pool of a role that owns the crate's schema and has
+/// `REPLICATION` (on RDS, `rds_replication`).
+#[derive(Clone)]
+pub struct OrderCapture {
+    pool: PgPool,
+    orders: Option<(u32, OrdersMap)>,
+    holder: String,
+    lease: Duration,
+    batch: u32,
+    lag_warning: Duration,
+}
+
+impl std::fmt::Debug for OrderCapture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OrderCapture")
+            .field("holder", &self.holder)
+            .field("lease", &self.lease)
+            .field("batch", &self.batch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Switches the order writes to the capture mode: checks the server (`wal_level =
+    /// logical`, a role that may create replication slots), creates the slot, then, holding
+    /// the order writes for a moment, disables the events' triggers of the crate's table and
+    /// of every served table and logs their old rows whole (`REPLICA IDENTITY FULL`). Safe to
+    /// run again. Run it as the schema's owner; run [`order_capture`](Self::order_capture)'s
+    /// reader on a replica, or the feed stops growing.
+    ///
+    /// # Errors
+    ///
+    /// When the server is not set up for it, with a message naming the setting (the mode
+    /// never falls back silently), or the database fails; the triggers stay as they were then.
+    pub async fn start_order_capture(&self) -> Result<(), StoreError> {
+        let pool = self.pool();
+        let (wal_level, database): (String, String) =
+            sqlx::query_as("SELECT pg_catalog.current_setting('wal_level'), current_database()")
+                .fetch_one(pool)
+                .await
+                .map_err(store_error)?;
+        if wal_level != "logical" {
+            return Err(StoreError::refusal(
+                crate::store::StoreErrorKind::Unsupported,
+                format!(
+                    "the order capture needs the server setting wal_level = logical (it is {wal_level:?}): \
+                     set it (on RDS and Aurora, the parameter rds.logical_replication = 1; on Cloud SQL, \
+                     the flag cloudsql.logical_decoding = on) and restart the server"
+                ),
+            ));
+        }
+        let slot: Option<String> =
+            sqlx::query_scalar("SELECT slot_name FROM partner_api_order_capture")
+                .fetch_one(pool)
+                .await
+                .map_err(store_error)?;
+        let slot = slot.unwrap_or_else(|| slot_name_for(&database));
+        let exists: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1)",
+        )
+        .bind(&slot)
+        .fetch_one(pool)
+        .await
+        .map_err(store_error)?;
+        if !exists {
+            // Outside any transaction that wrote (PostgreSQL refuses it there).
+            sqlx::query("SELECT pg_catalog.pg_create_logical_replication_slot($1, $2)")
+                .bind(&slot)
+                .bind(PLUGIN)
+                .execute(pool)
+                .await
+                .map_err(|err| slot_refused(&err).unwrap_or_else(|| store_error(err)))?;
+        }
+        let mut transaction = pool.begin().await.map_err(store_error)?;
+        let tables = lock_order_tables(&mut transaction).await?;
+        for (table, triggers) in &tables {
+            for trigger in triggers {
+                execute(
+                    &mut transaction,
+                    &format!("ALTER TABLE {table} DISABLE TRIGGER {trigger}"),
+                )
+                .await?;
+            }
+            execute(
+                &mut transaction,
+                &format!("ALTER TABLE {table} REPLICA IDENTITY FULL"),
+            )
+            .await?;
+        }
+        sqlx::query(
+            "UPDATE partner_api_order_capture SET slot_name = $1, stop_lsn = NULL, \
+                 materialized_lsn = COALESCE(materialized_lsn, (SELECT s.confirmed_flush_lsn \
+                     FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = $1)) \
+             WHERE slot_name IS NULL OR stop_lsn IS NOT NULL",
+        )
+        .bind(&slot)
+        .execute(&mut *transaction)
+        .await
+        .map_err(store_error)?;
+        transaction.commit().await.map_err(store_error)
+    }
+
+    /// Switches the order writes back to the default mode: enables the events' triggers
+    /// (holding the order writes for a moment) and releases the reader's lease, then reads
+    /// the slot until every change written without them has its events (up to `drain`), and
+    /// drops the slot. Safe to run again, and in the default mode.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails, or the slot was not drained within `drain` (the triggers
+    /// are back; any replica's reader finishes the stop).
+    pub async fn stop_order_capture(&self, drain: Duration) -> Result<(), StoreError> {
+        let pool = self.pool();
+        let mut transaction = pool.begin().await.map_err(store_error)?;
+        let slot: Option<String> =
+            sqlx::query_scalar("SELECT slot_name FROM partner_api_order_capture FOR UPDATE")
+                .fetch_one(&mut *transaction)
+                .await
+                .map_err(store_error)?;
+        if slot.is_none() {
+            return Ok(());
+        }
+        let tables = lock_order_tables(&mut transaction).await?;
+        for (table, triggers) in &tables {
+            for trigger in triggers {
+                execute(
+                    &mut transaction,
+                    &format!("ALTER TABLE {table} ENABLE TRIGGER {trigger}"),
+                )
+                .await?;
+            }
+        }
+        // The order writes are held: every one committed without the triggers ends below the
+        // log's insert position now.
+        execute(
+            &mut transaction,
+            "UPDATE partner_api_order_capture \
+             SET stop_lsn = COALESCE(stop_lsn, pg_catalog.pg_current_wal_insert_lsn()), \
+                 lease_holder = NULL, lease_until = NULL",
+        )
+        .await?;
+        transaction.commit().await.map_err(store_error)?;
+        let capture = self.order_capture().with_holder("stop_order_capture");
+        let deadline = tokio::time::Instant::now() + drain;
+        loop {
+            // Whichever reader holds the lease (the stop released it) finishes the stop.
+            let round = capture.round().await?;
+            if round.stopped || capture.mode().await?.is_none() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(StoreError::unavailable(
+                    "the capture's slot was not drained in time; the triggers write the events, \
+                     and a reader drops the slot once it is",
+                ));
+            }
+            if round.caught_up || !round.held {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+
+    /// The reader of the capture's slot, over this store's pool and schema map.
+    pub fn order_capture(&self) -> OrderCapture {
+        let orders = self
+            .statements
+            .mapped
+            .as_ref()
+            .and_then(|(map, resolved)| Some((resolved.orders.as_ref()?.oid, map.orders()?.clone())));
+        OrderCapture {
+            pool: self.pool().clone(),
+            orders,
+            holder: format!("{}-{}", hostname(), std::process::id()),
+            lease: OrderCapture::DEFAULT_LEASE,
+            batch: OrderCapture::DEFAULT_BATCH,
+            lag_warning: OrderCapture::DEFAULT_LAG_WARNING,
+        }
+    }
+}
+
+impl OrderCapture {
+    /// How long a reader's lease lasts unless renewed, by default.
+    pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+    /// How many decoded changes a round reads at most (it ends on a transaction's end), by
+    /// default.
+    pub const DEFAULT_BATCH: u32 = 5_000;
+    /// The lag past which the reader warns (at most once a minute), by default.
+    pub const DEFAULT_LAG_WARNING: Duration = Duration::from_secs(60);
+
+    /// Names this reader in the lease (default: the host's name and process id).
+    #[must_use]
+    pub fn with_holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = holder.into();
+        self
+    }
+
+    /// How long the lease lasts unless renewed: how soon another replica takes over when
+    /// this one dies ([`DEFAULT_LEASE`](Self::DEFAULT_LEASE)).
+    #[must_use]
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease.max(Duration::from_millis(100));
+        self
+    }
+
+    /// How many decoded changes a round reads at most ([`DEFAULT_BATCH`](Self::DEFAULT_BATCH)),
+    /// 10 at least: each round's own two transactions (the lease, the position) are six rows
+    /// that the next round decodes, which a smaller batch would never get past.
+    #[must_use]
+    pub fn with_batch(mut self, changes: u32) -> Self {
+        self.batch = changes.max(10);
+        self
+    }
+
+    /// The lag past which [`run`](Self::run) warns ([`DEFAULT_LAG_WARNING`](Self::DEFAULT_LAG_WARNING)).
+    #[must_use]
+    pub fn with_lag_warning(mut self, lag: Duration) -> Self {
+        self.lag_warning = lag;
+        self
+    }
+
+    /// The capture's slot, or `None` in the default mode.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn mode(&self) -> Result<Option<String>, StoreError> {
+        sqlx::query_scalar("SELECT slot_name FROM partner_api_order_capture")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(store_error)
+    }
+
+    /// Reads the slot round after round for as long as the future runs: a round as soon as
+    /// the last one was full, else every 100 ms; after an error, a pause of a second (an
+    /// error logged at most once a minute alike). Publishes the lag as metrics
+    /// ([`ORDER_CAPTURE_LAG_BYTES`](crate::metrics::ORDER_CAPTURE_LAG_BYTES),
+    /// [`ORDER_CAPTURE_LAG_SECONDS`](crate::metrics::ORDER_CAPTURE_LAG_SECONDS)) and warns
+    /// past [`with_lag_warning`](Self::with_lag_warning).
+    pub async fn run(self) {
+        let mut warned: Option<tokio::time::Instant> = None;
+        loop {
+            let round = crate::supervise::caught("order_capture", self.round()).await;
+            let pause = match round {
+                Some(Ok(round)) => {
+                    if round.held {
+                        self.report_lag(&mut warned).await;
+                    }
+                    if round.held && !round.caught_up {
+                        Duration::ZERO
+                    } else {
+                        Duration::from_millis(100)
+                    }
+                }
+                Some(Err(err)) => {
+                    if warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+                        tracing::error!(error = %ErrorChain(&err), "partner API order capture round failed");
+                        warned = Some(tokio::time::Instant::now());
+                    }
+                    Duration::from_secs(1)
+                }
+                None => Duration::from_secs(1),
+            };
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    async fn report_lag(&self, warned: &mut Option<tokio::time::Instant>) {
+        let lag: Result<Option<(Option<i64>, Option<f64>)>, _> = sqlx::query_as(
+            "SELECT (pg_catalog.pg_current_wal_insert_lsn() - s.confirmed_flush_lsn)::bigint, \
+                    EXTRACT(EPOCH FROM pg_catalog.clock_timestamp() - c.caught_up_at)::float8 \
+             FROM partner_api_order_capture c \
+             JOIN pg_catalog.pg_replication_slots s ON s.slot_name = c.slot_name",
+        )
+        .fetch_optional(&self.pool)
+        .await;
+        let Ok(Some((bytes, seconds))) = lag else {
+            return;
+        };
+        let (bytes, seconds) = (bytes.unwrap_or(0).max(0), seconds.unwrap_or(0.0).max(0.0));
+        ::metrics::gauge!(crate::metrics::ORDER_CAPTURE_LAG_BYTES).set(bytes as f64);
+        ::metrics::gauge!(crate::metrics::ORDER_CAPTURE_LAG_SECONDS).set(seconds);
+        if seconds > self.lag_warning.as_secs_f64()
+            && warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(60))
+        {
+            tracing::warn!(
+                lag_bytes = bytes,
+                lag_seconds = seconds,
+                "partner API order capture is behind: the feed, the webhooks and the caches wait for it, \
+                 and the server keeps the log it has not read (bound it with max_slot_wal_keep_size)"
+            );
+            *warned = Some(tokio::time::Instant::now());
+        }
+    }
+
+    /// One round: takes or renews the lease; decodes up to the batch's size; writes the
+    /// events of the order changes whose trigger did not; records how far it got; advances
+    /// the slot. Finishes a stop once the slot is drained.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails, or the slot is lost (the log it needed was removed: the
+    /// error says how to start again).
+    pub async fn round(&self) -> Result<CaptureRound, StoreError> {
+        let mut done = CaptureRound::default();
+        // The lease's commit waits for the log's flush whatever the session's setting: the
+        // decoding reads the flushed log only, and every change committed before the round
+        // is flushed with it.
+        let mut leasing = self.pool.begin().await.map_err(store_error)?;
+        execute(&mut leasing, "SET LOCAL synchronous_commit = on").await?;
+        let lease: Option<(String, Option<String>, Option<String>)> = sqlx::query_as(
+            "UPDATE partner_api_order_capture \
+             SET lease_holder = $1, \
+                 lease_until = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $2) \
+             WHERE slot_name IS NOT NULL \
+               AND (lease_holder IS NULL OR lease_holder = $1 \
+                    OR lease_until < pg_catalog.clock_timestamp()) \
+             RETURNING slot_name, stop_lsn::text, materialized_lsn::text",
+        )
+        .bind(&self.holder)
+        .bind(self.lease.as_secs_f64())
+        .fetch_optional(&mut *leasing)
+        .await
+        .map_err(store_error)?;
+        leasing.commit().await.map_err(store_error)?;
+        let Some((slot, stop_lsn, materialized)) = lease else {
+            return Ok(done);
+        };
+        done.held = true;
+        let status: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT wal_status FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
+        )
+        .bind(&slot)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(store_error)?;
+        match status {
+            None if stop_lsn.is_some() => return self.finish_stop(&slot, done).await,
+            None => return Err(lost(&slot, "it does not exist")),
+            Some(Some(status)) if status == "lost" => {
+                return Err(lost(&slot, "the server removed the log it needed"))
+            }
+            Some(_) => {}
+        }
+        if let (Some(stop), Some(materialized)) = (&stop_lsn, &materialized) {
+            if lsn(materialized)? >= lsn(stop)? {
+                return self.finish_stop(&slot, done).await;
+            }
+        }
+        let tables = self.tables().await?;
+        let flushed: String = sqlx::query_scalar("SELECT pg_catalog.pg_current_wal_flush_lsn()::text")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(store_error)?;
+        let decoded = self.peek(&slot, &tables).await?;
+        done.caught_up = decoded.changes < u64::from(self.batch);
+        let through = match (&decoded.end, done.caught_up) {
+            (Some(end), false) => end.clone(),
+            (Some(end), true) if lsn(end)? > lsn(&flushed)? => end.clone(),
+            _ if done.caught_up => flushed,
+            _ => return Ok(done),
+        };
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        let holds: bool = sqlx::query_scalar(
+            "SELECT lease_holder = $1 AND lease_until > pg_catalog.clock_timestamp() \
+             FROM partner_api_order_capture FOR UPDATE",
+        )
+        .bind(&self.holder)
+        .fetch_one(&mut *transaction)
+        .await
+        .map_err(store_error)?;
+        if !holds {
+            // Another reader took over: it writes what this one would have.
+            return Ok(CaptureRound::default());
+        }
+        let schema: String = sqlx::query_scalar("SELECT pg_catalog.quote_ident(current_schema())")
+            .fetch_one(&mut *transaction)
+            .await
+            .map_err(store_error)?;
+        // The map's expressions are evaluated as the triggers evaluate them.
+        execute(
+            &mut transaction,
+            &format!("SET LOCAL search_path TO {}", super::schema_map::EXPRESSION_SEARCH_PATH),
+        )
+        .await?;
+        let materialized: Vec<&Committed> = decoded
+            .transactions
+            .iter()
+            .filter(|committed| !committed.wrote_events)
+            .collect();
+        let changes: Vec<&RowChange> = materialized
+            .iter()
+            .flat_map(|committed| &committed.changes)
+            .filter(|change| tables.orders.contains_key(&change.table))
+            .collect();
+        let mut rendered = render_all(&mut transaction, &tables, &changes).await?.into_iter();
+        let mut events = Vec::new();
+        for committed in materialized {
+            let before = events.len();
+            let mut index = 0;
+            for change in committed
+                .changes
+                .iter()
+                .filter(|change| tables.orders.contains_key(&change.table))
+            {
+                let rendered = rendered.next().ok_or_else(|| StoreError::other("a change was not rendered"))?;
+                events_of(committed, change, &rendered, &mut index, &mut events);
+            }
+            if events.len() > before {
+                done.transactions += 1;
+            }
+        }
+        if !events.is_empty() {
+            let written = sqlx::query(&format!(
+                "INSERT INTO {schema}.partner_api_order_events \
+                     (organization_id, change, order_id, order_row, created_at, captured_lsn, captured_index) \
+                 SELECT x.organization_id, x.change, x.order_id, x.order_row, \
+                        x.created_at::timestamptz, x.lsn::pg_lsn, x.index \
+                 FROM pg_catalog.jsonb_to_recordset($1) AS x(ordinal integer, organization_id text, \
+                     change text, order_id text, order_row jsonb, created_at text, lsn text, index integer) \
+                 ORDER BY x.ordinal \
+                 ON CONFLICT (captured_lsn, captured_index) WHERE captured_lsn IS NOT NULL DO NOTHING"
+            ))
+            .bind(Value::Array(events))
+            .execute(&mut *transaction)
+            .await
+            .map_err(store_error)?;
+            done.events = written.rows_affected();
+        }
+        sqlx::query(&format!(
+            "UPDATE {schema}.partner_api_order_capture \
+             SET materialized_lsn = GREATEST(materialized_lsn, $1::pg_lsn), \
+                 caught_up_at = CASE WHEN $2 THEN pg_catalog.clock_timestamp() ELSE caught_up_at END"
+        ))
+        .bind(&through)
+        .bind(done.caught_up)
+        .execute(&mut *transaction)
+        .await
+        .map_err(store_error)?;
+        transaction.commit().await.map_err(store_error)?;
+        if let Some(end) = &decoded.end {
+            // Only after the commit: a reader killed before it decodes these again.
+            sqlx::query(
+                "SELECT pg_catalog.pg_replication_slot_advance(s.slot_name, $2::pg_lsn) \
+                 FROM pg_catalog.pg_replication_slots s \
+                 WHERE s.slot_name = $1 AND s.confirmed_flush_lsn < $2::pg_lsn",
+            )
+            .bind(&slot)
+            .bind(end)
+            .execute(&self.pool)
+            .await
+            .map_err(store_error)?;
+        }
+        Ok(done)
+    }
+
+    /// Drops the drained slot and records the default mode.
+    async fn finish_stop(&self, slot: &str, mut done: CaptureRound) -> Result<CaptureRound, StoreError> {
+        sqlx::query(
+            "SELECT pg_catalog.pg_drop_replication_slot(slot_name) \
+             FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
+        )
+        .bind(slot)
+        .execute(&self.pool)
+        .await
+        .map_err(store_error)?;
+        sqlx::query(
+            "UPDATE partner_api_order_capture SET slot_name = NULL, stop_lsn = NULL, \
+                 materialized_lsn = NULL, caught_up_at = NULL, lease_holder = NULL, lease_until = NULL",
+        )
+        .execute(&self.pool)
+        .await
+        .map_err(store_error)?;
+        tracing::info!(slot, "partner API order capture stopped: the triggers write the events");
+        done.stopped = true;
+        done.caught_up = true;
+        Ok(done)
+    }
+
+    /// The served tables (the crate's and those registered), as `test_decoding` names them,
+    /// each with the map to read its rows through; and the events table's name.
+    async fn tables(&self) -> Result<Tables, StoreError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname), c.oid::bigint \
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.oid = 'partner_orders'::regclass \
+                OR c.oid IN (SELECT t.relid FROM partner_api_order_tables t)",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(store_error)?;
+        let events: String = sqlx::query_scalar(
+            "SELECT pg_catalog.format('%I.%I', current_schema(), 'partner_api_order_events')",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(store_error)?;
+        let orders = rows
+            .into_iter()
+            .map(|(name, oid)| {
+                let map = match &self.orders {
+                    Some((mapped, map)) if i64::from(*mapped) == oid => map.clone(),
+                    _ => OrdersMap::new(name.clone()),
+                };
+                (name, map)
+            })
+            .collect();
+        Ok(Tables { orders, events })
+    }
+
+    /// The decoded transactions that touched a served table or the events table, from the
+    /// slot's position, up to the batch's size (whole transactions).
+    async fn peek(&self, slot: &str, tables: &Tables) -> Result<Decoded, StoreError> {
+        let prefixes: Vec<String> = tables
+            .orders
+            .keys()
+            .chain(std::iter::once(&tables.events))
+            .map(|name| format!("table {name}: "))
+            .collect();
+        let rows = sqlx::query(
+            "WITH decoded AS MATERIALIZED ( \
+                 SELECT d.lsn, d.xid::text AS xid, d.data, d.n \
+                 FROM pg_catalog.pg_logical_slot_peek_changes($1, NULL, $2, \
+                     'include-xids', '1', 'include-timestamp', '1', 'skip-empty-xacts', '1') \
+                     WITH ORDINALITY AS d(lsn, xid, data, n)), \
+             ours AS ( \
+                 SELECT d.* FROM decoded d \
+                 WHERE EXISTS (SELECT 1 FROM pg_catalog.unnest($3::text[]) AS p(prefix) \
+                               WHERE pg_catalog.starts_with(d.data, p.prefix))) \
+             SELECT o.n, o.lsn::text AS lsn, o.xid, o.data FROM ours o \
+             UNION ALL \
+             SELECT d.n, d.lsn::text, d.xid, d.data FROM decoded d \
+             WHERE pg_catalog.starts_with(d.data, 'COMMIT ') AND d.xid IN (SELECT o.xid FROM ours o) \
+             UNION ALL \
+             SELECT NULL, pg_catalog.max(d.lsn)::text, NULL, pg_catalog.count(*)::text FROM decoded d \
+             ORDER BY 1 NULLS LAST",
+        )
+        .bind(slot)
+        .bind(i32::try_from(self.batch).unwrap_or(i32::MAX))
+        .bind(&prefixes)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|err| slot_refused(&err).unwrap_or_else(|| store_error(err)))?;
+        let mut decoded = Decoded::default();
+        let mut open: HashMap<String, Committed> = HashMap::new();
+        let events_prefix = format!("table {}: ", tables.events);
+        for row in rows {
+            let ordinal: Option<i64> = row.try_get("n").map_err(store_error)?;
+            let position: Option<String> = row.try_get("lsn").map_err(store_error)?;
+            let data: Option<String> = row.try_get("data").map_err(store_error)?;
+            let Some(_) = ordinal else {
+                decoded.end = position;
+                decoded.changes = data.and_then(|count| count.parse().ok()).unwrap_or(0);
+                continue;
+            };
+            let xid: String = row.try_get::<Option<String>, _>("xid").map_err(store_error)?.unwrap_or_default();
+            let data = data.unwrap_or_default();
+            let position = position.unwrap_or_default();
+            if let Some(commit) = data.strip_prefix("COMMIT ") {
+                let mut committed = open.remove(&xid).unwrap_or_default();
+                committed.commit_lsn = position;
+                committed.committed_at = commit
+                    .split_once("(at ")
+                    .and_then(|(_, at)| at.strip_suffix(')'))
+                    .unwrap_or_default()
+                    .to_owned();
+                decoded.transactions.push(committed);
+                continue;
+            }
+            let pending = open.entry(xid).or_default();
+            if data.starts_with(&events_prefix) {
+                pending.wrote_events = true;
+            } else if let Some(change) = decode::row_change(&data).map_err(StoreError::invalid_data)? {
+                pending.changes.push(change);
+            }
+        }
+        Ok(decoded)
+    }
+}
+
+/// The decoded changes of a round.
+#[derive(Default)]
+struct Decoded {
+    /// The transactions, in commit order.
+    transactions: Vec<Committed>,
+    /// The position of the last decoded row (any table's), where the slot moves to.
+    end: Option<String>,
+    /// How many rows were decoded (any table's).
+    changes: u64,
+}
+
+/// One decoded transaction.
+#[derive(Default)]
+struct Committed {
+    commit_lsn: String,
+    committed_at: String,
+    /// Whether it inserted into the events table: the trigger wrote its events.
+    wrote_events: bool,
+    changes: Vec<RowChange>,
+}
+
+/// The served tables by decoded name, and the events table's.
+struct Tables {
+    orders: HashMap<String, OrdersMap>,
+    events: String,
+}
+
+/// An order's organization and id through the map, and its checked snapshot (the row after).
+struct Keys {
+    organization_id: Option<String>,
+    id: Option<String>,
+    shown: Option<Value>,
+}
+
+/// A change's rows through the map; `same`: both whole and equal as the contract shows them.
+struct Rendered {
+    old: Option<Keys>,
+    new: Option<Keys>,
+    same: bool,
+}
+
+/// The events of one order change, as the triggers would have written them, appended to
+/// `events` (keyed by its transaction's commit and their index in it, which `index` counts).
+fn events_of(
+    committed: &Committed,
+    change: &RowChange,
+    rendered: &Rendered,
+    index: &mut u32,
+    events: &mut Vec<Value>,
+) {
+    let old = rendered.old.as_ref();
+    let new = rendered.new.as_ref();
+    let kinds: Vec<(&Keys, &str, Option<&Value>)> = match (change.operation, old, new) {
+        (Operation::Insert, _, Some(new)) => vec![(new, "order.created", new.shown.as_ref())],
+        (Operation::Delete, Some(old), _) => vec![(old, "order.deleted", None)],
+        (Operation::Update, Some(old), Some(new))
+            if old.organization_id != new.organization_id || old.id != new.id =>
+        {
+            // Moved: gone from where it was, new where it is.
+            vec![
+                (old, "order.deleted", None),
+                (new, "order.created", new.shown.as_ref()),
+            ]
+        }
+        (Operation::Update, Some(_), Some(_)) if rendered.same => vec![],
+        (Operation::Update, _, Some(new)) => vec![(new, "order.updated", new.shown.as_ref())],
+        _ => vec![],
+    };
+    for (keys, kind, row) in kinds {
+        let (Some(organization_id), Some(order_id)) = (&keys.organization_id, &keys.id) else {
+            tracing::warn!(
+                table = %change.table,
+                "partner API order capture: a row has no organization or id through the schema map; its change is in no feed"
+            );
+            continue;
+        };
+        events.push(json!({
+            "ordinal": events.len(),
+            "organization_id": organization_id,
+            "change": kind,
+            "order_id": order_id,
+            "order_row": row,
+            "created_at": committed.committed_at,
+            "lsn": committed.commit_lsn,
+            "index": *index,
+        }));
+        *index += 1;
+    }
+}
+
+/// The rows of `changes` through their tables' maps, in their order: in one statement per
+/// table, or, when one row of it fails to convert, row by row ([`render_one`]).
+async fn render_all(
+    transaction: &mut Transaction<'_, Postgres>,
+    tables: &Tables,
+    changes: &[&RowChange],
+) -> Result<Vec<Rendered>, StoreError> {
+    let mut rendered: Vec<Option<Rendered>> = changes.iter().map(|_| None).collect();
+    let mut by_table: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (at, change) in changes.iter().enumerate() {
+        by_table.entry(change.table.as_str()).or_default().push(at);
+    }
+    for (table, indexes) in by_table {
+        let map = &tables.orders[table];
+        let list = map.select_list();
+        let input: Vec<Value> = indexes
+            .iter()
+            .map(|&at| json!({"i": at, "old": changes[at].old, "new": changes[at].new}))
+            .collect();
+        let statement = format!(
+            "SELECT x.i, o.organization_id AS old_organization, o.id AS old_id, \
+                    n.organization_id AS new_organization, n.id AS new_id, n.shown, \
+                    COALESCE(o.row OPERATOR(pg_catalog.=) n.row, false) AS same \
+             FROM pg_catalog.jsonb_to_recordset($1) AS x(i integer, old jsonb, new jsonb) \
+             LEFT JOIN LATERAL (SELECT t.organization_id, t.id, pg_catalog.to_jsonb(t) AS row \
+                 FROM (SELECT {list} FROM pg_catalog.jsonb_populate_record(NULL::{table}, x.old) AS r) AS t) o \
+               ON x.old IS NOT NULL \
+             LEFT JOIN LATERAL (SELECT t.organization_id, t.id, pg_catalog.to_jsonb(t) AS row, \
+                     {SHOWN_ORDER} AS shown \
+                 FROM (SELECT {list} FROM pg_catalog.jsonb_populate_record(NULL::{table}, x.new) AS r) AS t) n \
+               ON x.new IS NOT NULL"
+        );
+        let mut attempt = sqlx::Connection::begin(&mut **transaction)
+            .await
+            .map_err(store_error)?;
+        match sqlx::query(&statement)
+            .bind(Value::Array(input))
+            .fetch_all(&mut *attempt)
+            .await
+        {
+            Ok(rows) => {
+                attempt.commit().await.map_err(store_error)?;
+                for row in rows {
+                    let at: i32 = row.try_get("i").map_err(store_error)?;
+                    let keys = |organization: &str, id: &str, shown: bool| -> Result<Keys, StoreError> {
+                        Ok(Keys {
+                            organization_id: row.try_get(organization).map_err(store_error)?,
+                            id: row.try_get(id).map_err(store_error)?,
+                            shown: if shown { row.try_get("shown").map_err(store_error)? } else { None },
+                        })
+                    };
+                    let change = changes[at as usize];
+                    rendered[at as usize] = Some(Rendered {
+                        old: change.old.as_ref().map(|_| keys("old_organization", "old_id", false)).transpose()?,
+                        new: change.new.as_ref().map(|_| keys("new_organization", "new_id", true)).transpose()?,
+                        same: row.try_get("same").map_err(store_error)?,
+                    });
+                }
+            }
+            Err(sqlx::Error::Database(_)) => {
+                attempt.rollback().await.map_err(store_error)?;
+                for &at in &indexes {
+                    rendered[at] = Some(render_one(transaction, table, map, changes[at]).await?);
+                }
+            }
+            Err(other) => return Err(store_error(other)),
+        }
+    }
+    rendered
+        .into_iter()
+        .map(|one| one.ok_or_else(|| StoreError::other("a change was not rendered")))
+        .collect()
+}
+
+/// Reads a change's rows through `map` as the trigger does: whole, or, when that fails (an
+/// expression that does not convert), the organization and id alone, or nothing.
+async fn render_one(
+    transaction: &mut Transaction<'_, Postgres>,
+    table: &str,
+    map: &OrdersMap,
+    change: &RowChange,
+) -> Result<Rendered, StoreError> {
+    let list = map.select_list();
+    let whole = format!(
+        "SELECT t.organization_id, t.id, pg_catalog.to_jsonb(t) AS row, {SHOWN_ORDER} AS shown \
+         FROM (SELECT {list} FROM pg_catalog.jsonb_populate_record(NULL::{table}, $1) AS r) AS t"
+    );
+    let keys = format!(
+        "SELECT {}, {} FROM pg_catalog.jsonb_populate_record(NULL::{table}, $1) AS r",
+        map.item(OrderField::Organization),
+        map.item(OrderField::Id)
+    );
+    let mut rows = [None, None];
+    for (slot, values) in rows.iter_mut().zip([&change.old, &change.new]) {
+        let Some(values) = values else { continue };
+        let values = Value::Object(values.clone());
+        *slot = Some(read_row(transaction, &whole, &keys, &values).await?);
+    }
+    let [old, new] = rows;
+    let same = match (&old, &new) {
+        (Some((_, Some(old))), Some((_, Some(new)))) => old == new,
+        _ => false,
+    };
+    Ok(Rendered {
+        old: old.map(|(keys, _)| keys),
+        new: new.map(|(keys, _)| keys),
+        same,
+    })
+}
+
+/// One row through the map (its keys and, when whole, the row as the contract shows it), in
+/// a savepoint each try, so a conversion that fails costs the round nothing.
+async fn read_row(
+    transaction: &mut Transaction<'_, Postgres>,
+    whole: &str,
+    keys: &str,
+    values: &Value,
+) -> Result<(Keys, Option<Value>), StoreError> {
+    let mut attempt = sqlx::Connection::begin(&mut **transaction)
+        .await
+        .map_err(store_error)?;
+    match sqlx::query(whole).bind(values).fetch_one(&mut *attempt).await {
+        Ok(row) => {
+            attempt.commit().await.map_err(store_error)?;
+            return Ok((
+                Keys {
+                    organization_id: row.try_get("organization_id").map_err(store_error)?,
+                    id: row.try_get("id").map_err(store_error)?,
+                    shown: row.try_get("shown").map_err(store_error)?,
+                },
+                row.try_get("row").map_err(store_error)?,
+            ));
+        }
+        Err(sqlx::Error::Database(_)) => attempt.rollback().await.map_err(store_error)?,
+        Err(other) => return Err(store_error(other)),
+    }
+    let mut attempt = sqlx::Connection::begin(&mut **transaction)
+        .await
+        .map_err(store_error)?;
+    let keys = match sqlx::query(keys).bind(values).fetch_one(&mut *attempt).await {
+        Ok(row) => {
+            attempt.commit().await.map_err(store_error)?;
+            Keys {
+                organization_id: row.try_get("organization_id").map_err(store_error)?,
+                id: row.try_get("id").map_err(store_error)?,
+                shown: None,
+            }
+        }
+        Err(sqlx::Error::Database(_)) => {
+            attempt.rollback().await.map_err(store_error)?;
+            Keys {
+                organization_id: None,
+                id: None,
+                shown: None,
+            }
+        }
+        Err(other) => return Err(store_error(other)),
+    };
+    Ok((keys, None))
+}
+
+/// Locks the crate's orders table and the served ones against writes (until the transaction
+/// ends), and returns each with its events' triggers (quoted).
+async fn lock_order_tables(
+    transaction: &mut Transaction<'_, Postgres>,
+) -> Result<Vec<(String, Vec<String>)>, StoreError> {
+    execute(transaction, "SET LOCAL lock_timeout = '2s'").await?;
+    let tables: Vec<(String, Vec<String>)> = sqlx::query_as(
+        "SELECT c.oid::regclass::text, \
+                ARRAY(SELECT pg_catalog.quote_ident(g.tgname) FROM pg_catalog.pg_trigger g \
+                      JOIN pg_catalog.pg_proc p ON p.oid = g.tgfoid \
+                      WHERE g.tgrelid = c.oid AND NOT g.tgisinternal \
+                        AND (p.oid = 'partner_api_raise_order_events()'::regprocedure \
+                             OR g.tgname = 'partner_api_orders') \
+                      ORDER BY g.tgname) \
+         FROM pg_catalog.pg_class c \
+         WHERE c.oid = 'partner_orders'::regclass \
+            OR c.oid IN (SELECT t.relid FROM partner_api_order_tables t) \
+         ORDER BY c.oid",
+    )
+    .fetch_all(&mut **transaction)
+    .await
+    .map_err(store_error)?;
+    for (table, _) in &tables {
+        execute(transaction, &format!("LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")).await?;
+    }
+    Ok(tables)
+}
+
+async fn execute(transaction: &mut Transaction<'_, Postgres>, statement: &str) -> Result<(), StoreError> {
+    sqlx::query(statement)
+        .execute(&mut **transaction)
+        .await
+        .map(drop)
+        .map_err(store_error)
+}
+
+/// The error of a slot the server refused (no privilege, no slots configured), naming the
+/// setting; `None` for any other error.
+fn slot_refused(err: &sqlx::Error) -> Option<StoreError> {
+    let db = err.as_database_error()?;
+    let message = db.message();
+    let remedy = if db.code().as_deref() == Some("42501") {
+        "the role needs the REPLICATION attribute (ALTER ROLE ... REPLICATION; on RDS, GRANT rds_replication)"
+    } else if message.contains("max_replication_slots") {
+        "the server setting max_replication_slots must leave a slot free"
+    } else if message.contains("wal_level") {
+        "the server setting wal_level must be logical"
+    } else {
+        return None;
+    };
+    Some(StoreError::refusal(
+        crate::store::StoreErrorKind::Unsupported,
+        format!("the order capture cannot use a replication slot: {remedy} (the server said: {message})"),
+    ))
+}
+
+/// The error of a slot that is gone, with what to do.
+fn lost(slot: &str, why: &str) -> StoreError {
+    StoreError::unavailable(format!(
+        "the order capture's slot {slot:?} is lost ({why}): the order changes after the last \
+         materialized position have no events. Switch back with stop_order_capture (which then \
+         ends at once) and start again; tell the feed's readers to read from the start"
+    ))
+}
+
+/// A slot name for the database `database`: `partner_api_` and its name in lower-case letters,
+/// digits and underscores (slot names are the server's, not one database's).
+fn slot_name_for(database: &str) -> String {
+    let bare: String = database
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+        .take(50)
+        .collect();
+    format!("partner_api_{bare}")
+}
+
+/// A log position (`X/Y`, hexadecimal) as a number.
+fn lsn(text: &str) -> Result<u64, StoreError> {
+    let (high, low) = text
+        .split_once('/')
+        .ok_or_else(|| StoreError::invalid_data(format!("not a log position: {text:?}")))?;
+    let parse = |part: &str| u64::from_str_radix(part, 16).map_err(|_| StoreError::invalid_data(format!("not a log position: {text:?}")));
+    Ok((parse(high)? << 32) | parse(low)?)
+}
+
+fn hostname() -> String {
+    std::env::var("HOSTNAME").unwrap_or_else(|_| "replica".to_owned())
+}

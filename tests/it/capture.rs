@@ -1,0 +1,203 @@
+//! The capture mode on PostgreSQL (the server `bash .ci/test` starts has `wal_level =
+//! logical`): the events it builds from the log are those the triggers write, byte for byte;
+//! a server or role that cannot give it a slot refuses to start it, saying which setting; a
+//! batch materialized twice writes nothing twice. The history checker runs on it in
+//! `feed_history.rs`.
+#![cfg(feature = "postgres")]
+
+use std::time::Duration;
+
+use partner_api::PgStore;
+use sqlx::{Executor, PgPool, Row};
+
+use crate::common::pg::{as_user, migrated_with};
+
+const ORGANIZATIONS: [&str; 2] = ["org_c1", "org_c2"];
+
+/// Writes that cover every kind of change: an insert, an update, one that changes nothing, a
+/// move between organizations, a deletion, an order the contract cannot show (its budget past
+/// 2^53 - 1), and a transaction of several changes.
+const WRITES: &[&str] = &[
+    "INSERT INTO partner_orders (organization_id, id, providers, advertiser_name, campaign_name, \
+     budget_dkk, start_date, end_date, status, external_reference, created_at) VALUES \
+     ('org_c1', 'a', '{meta,\"goo gle\"}', 'A''s \"x\"', 'C', 10, '2026-03-01', '2026-04-30', \
+      'booked', 'PO', '2026-02-01 10:00:00.123+01')",
+    "UPDATE partner_orders SET status = 'live' WHERE id = 'a'",
+    "UPDATE partner_orders SET status = 'live' WHERE id = 'a'",
+    "UPDATE partner_orders SET organization_id = 'org_c2' WHERE id = 'a'",
+    "INSERT INTO partner_orders (organization_id, id, providers, advertiser_name, campaign_name, \
+     budget_dkk, start_date, end_date, status, external_reference, created_at) VALUES \
+     ('org_c1', 'big', '{}', 'A', 'C', 9007199254740993, '2026-03-01', '2026-04-30', 'booked', \
+      'PO', '2026-02-01 10:00:00Z')",
+    "BEGIN; \
+     UPDATE partner_orders SET budget_dkk = 11 WHERE id = 'a'; \
+     DELETE FROM partner_orders WHERE id = 'big'; \
+     UPDATE partner_orders SET organization_id = 'org_c1', budget_dkk = 12 WHERE id = 'a'; \
+     COMMIT",
+    "DELETE FROM partner_orders WHERE id = 'a'",
+];
+
+/// The events of a database, as a reader sees them: organization, change, order and
+/// snapshot, in id order.
+async fn events(pool: &PgPool) -> Vec<(String, String, String, Option<serde_json::Value>)> {
+    sqlx::query(
+        "SELECT organization_id, change, order_id, order_row FROM partner_api_order_events ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|row| {
+        (
+            row.get("organization_id"),
+            row.get("change"),
+            row.get("order_id"),
+            row.get("order_row"),
+        )
+    })
+    .collect()
+}
+
+async fn run_writes(pool: &PgPool) {
+    for write in WRITES {
+        pool.execute(*write).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn the_capture_writes_the_events_the_triggers_would() {
+    crate::common::needs::needs!(Postgres);
+    let (_triggered, triggered_url) = migrated_with(&ORGANIZATIONS).await;
+    let (captured, captured_url) = migrated_with(&ORGANIZATIONS).await;
+    let triggered_pool = PgPool::connect(&triggered_url).await.unwrap();
+    let captured_pool = PgPool::connect(&captured_url).await.unwrap();
+    run_writes(&triggered_pool).await;
+    captured.start_order_capture().await.unwrap();
+    // Started twice: nothing changes.
+    captured.start_order_capture().await.unwrap();
+    run_writes(&captured_pool).await;
+    assert!(
+        events(&captured_pool).await.is_empty(),
+        "a trigger wrote an event in the capture mode"
+    );
+    let reader = captured.order_capture().with_batch(10);
+    let mut rounds = 0;
+    loop {
+        let round = reader.round().await.unwrap();
+        assert!(round.held);
+        rounds += 1;
+        if round.caught_up {
+            break;
+        }
+    }
+    assert!(rounds > 1, "a batch of 10 changes read everything in one round");
+    let want = events(&triggered_pool).await;
+    assert_eq!(want.len(), 10, "{want:#?}");
+    assert_eq!(events(&captured_pool).await, want);
+    // The event's time is its transaction's commit.
+    let times_ordered: bool = sqlx::query_scalar(
+        "SELECT bool_and(created_at >= '2026-01-01') FROM partner_api_order_events",
+    )
+    .fetch_one(&captured_pool)
+    .await
+    .unwrap();
+    assert!(times_ordered);
+
+    // A reader killed after its commit and before the slot moved: a copy of the slot, taken
+    // before the round, stands for the slot that did not move; the same batch is decoded
+    // again from it, and written once.
+    let slot: String = sqlx::query_scalar("SELECT slot_name FROM partner_api_order_capture")
+        .fetch_one(&captured_pool)
+        .await
+        .unwrap();
+    let unmoved = format!("{slot}_unmoved");
+    sqlx::query("SELECT pg_copy_logical_replication_slot($1, $2)")
+        .bind(&slot)
+        .bind(&unmoved)
+        .execute(&captured_pool)
+        .await
+        .unwrap();
+    captured_pool
+        .execute(
+            "INSERT INTO partner_orders (organization_id, id, providers, advertiser_name, campaign_name, \
+             budget_dkk, start_date, end_date, status, external_reference, created_at) VALUES \
+             ('org_c2', 'again', '{meta}', 'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now())",
+        )
+        .await
+        .unwrap();
+    assert_eq!(reader.round().await.unwrap().events, 1);
+    sqlx::query("UPDATE partner_api_order_capture SET slot_name = $1")
+        .bind(&unmoved)
+        .execute(&captured_pool)
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_drop_replication_slot($1)")
+        .bind(&slot)
+        .execute(&captured_pool)
+        .await
+        .unwrap();
+    let round = reader.round().await.unwrap();
+    assert_eq!((round.held, round.events), (true, 0));
+    let again: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM partner_api_order_events WHERE order_id = 'again'",
+    )
+    .fetch_one(&captured_pool)
+    .await
+    .unwrap();
+    assert_eq!(again, 1);
+
+    // Back to the triggers: the slot is drained and dropped, and the next write has its event
+    // from the trigger.
+    captured.stop_order_capture(Duration::from_secs(10)).await.unwrap();
+    let slots: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
+    )
+    .bind(&unmoved)
+    .fetch_one(&captured_pool)
+    .await
+    .unwrap();
+    assert_eq!(slots, 0);
+    assert_eq!(reader.mode().await.unwrap(), None);
+    captured_pool
+        .execute("UPDATE partner_orders SET status = 'done' WHERE id = 'again'")
+        .await
+        .unwrap();
+    let last = events(&captured_pool).await.pop().unwrap();
+    assert_eq!((last.1.as_str(), last.2.as_str()), ("order.updated", "again"));
+}
+
+#[tokio::test]
+async fn a_role_that_may_not_replicate_is_refused_the_capture_and_the_triggers_stay() {
+    crate::common::needs::needs!(Postgres);
+    let (store, url) = migrated_with(&ORGANIZATIONS).await;
+    let pool = PgPool::connect(&url).await.unwrap();
+    let database = url.rsplit_once('/').unwrap().1.to_owned();
+    let role = format!("{database}_owner");
+    // The schema's owner without REPLICATION (nor superuser).
+    pool.execute(
+        format!(
+            "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN PASSWORD 'change me'; \
+             GRANT SELECT ON partner_api_order_capture TO {role}"
+        )
+        .as_str(),
+    )
+    .await
+    .unwrap();
+    let owner = PgStore::connect_lazy(&as_user(&url, &role)).unwrap();
+    let refused = owner.start_order_capture().await.unwrap_err();
+    let message = std::error::Error::source(&refused).unwrap().to_string();
+    assert!(message.contains("REPLICATION"), "{message}");
+    assert_eq!(refused.kind(), partner_api::StoreErrorKind::Unsupported);
+    // Nothing changed: the triggers write the events.
+    pool.execute(
+        "INSERT INTO partner_orders (organization_id, id, providers, advertiser_name, campaign_name, \
+         budget_dkk, start_date, end_date, status, external_reference, created_at) VALUES \
+         ('org_c1', 'x', '{meta}', 'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now())",
+    )
+    .await
+    .unwrap();
+    assert_eq!(events(&pool).await.len(), 1);
+    let mode: Option<String> = owner.order_capture().mode().await.unwrap();
+    assert_eq!(mode, None);
+    drop(store);
+}
