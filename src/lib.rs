@@ -145,10 +145,10 @@ pub use store::memory::MemoryStore;
 pub use store::postgres::PgStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use store::postgres::{OrderField, OrdersMap, OrganizationsMap, SchemaIndex, SchemaMap};
+pub use store::postgres::{CaptureRound, OrderCapture};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use store::postgres::{CaptureRound, OrderCapture};
+pub use store::postgres::{OrderField, OrdersMap, OrganizationsMap, SchemaIndex, SchemaMap};
 pub use store::read::{KeyDigests, KeyLookup, KeyStore, OrderStore, Principal};
 
 pub mod service {

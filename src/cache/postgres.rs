@@ -338,10 +338,10 @@ impl OrderLog {
     ) -> Result<(), String> {
         let (xmin, read_xid, _, changes, pruned, wal_lsn, materialized): ChangesRead =
             sqlx::query_as(READ_CHANGES)
-            .bind(Some(self.cursor))
-            .fetch_one(&mut *connection)
-            .await
-            .map_err(|err| ErrorChain(&err).to_string())?;
+                .bind(Some(self.cursor))
+                .fetch_one(&mut *connection)
+                .await
+                .map_err(|err| ErrorChain(&err).to_string())?;
         let (xmin, read_xid) = (parse_xid(&xmin)?, parse_xid(&read_xid)?);
         let mut organizations: HashSet<&str> = pruned.iter().map(String::as_str).collect();
         let mut newest = self.cursor;

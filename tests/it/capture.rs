@@ -90,7 +90,10 @@ async fn the_capture_writes_the_events_the_triggers_would() {
             break;
         }
     }
-    assert!(rounds > 1, "a batch of 10 changes read everything in one round");
+    assert!(
+        rounds > 1,
+        "a batch of 10 changes read everything in one round"
+    );
     let want = events(&triggered_pool).await;
     assert_eq!(want.len(), 10, "{want:#?}");
     assert_eq!(events(&captured_pool).await, want);
@@ -148,14 +151,16 @@ async fn the_capture_writes_the_events_the_triggers_would() {
 
     // Back to the triggers: the slot is drained and dropped, and the next write has its event
     // from the trigger.
-    captured.stop_order_capture(Duration::from_secs(10)).await.unwrap();
-    let slots: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
-    )
-    .bind(&unmoved)
-    .fetch_one(&captured_pool)
-    .await
-    .unwrap();
+    captured
+        .stop_order_capture(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let slots: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1")
+            .bind(&unmoved)
+            .fetch_one(&captured_pool)
+            .await
+            .unwrap();
     assert_eq!(slots, 0);
     assert_eq!(reader.mode().await.unwrap(), None);
     captured_pool
@@ -163,7 +168,10 @@ async fn the_capture_writes_the_events_the_triggers_would() {
         .await
         .unwrap();
     let last = events(&captured_pool).await.pop().unwrap();
-    assert_eq!((last.1.as_str(), last.2.as_str()), ("order.updated", "again"));
+    assert_eq!(
+        (last.1.as_str(), last.2.as_str()),
+        ("order.updated", "again")
+    );
 }
 
 #[tokio::test]

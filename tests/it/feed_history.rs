@@ -329,11 +329,13 @@ enum Capture {
 
 /// How far the capture has materialized the order changes (`None`: the default mode).
 async fn materialized(pool: &PgPool) -> Option<String> {
-    sqlx::query_scalar("SELECT materialized_lsn::text FROM partner_api_order_capture WHERE slot_name IS NOT NULL")
-        .fetch_optional(pool)
-        .await
-        .unwrap()
-        .flatten()
+    sqlx::query_scalar(
+        "SELECT materialized_lsn::text FROM partner_api_order_capture WHERE slot_name IS NOT NULL",
+    )
+    .fetch_optional(pool)
+    .await
+    .unwrap()
+    .flatten()
 }
 
 /// Waits until the capture (if on) has materialized every change committed until now.
@@ -343,7 +345,9 @@ async fn capture_drained(pool: &PgPool) {
         .await
         .unwrap();
     for _ in 0..600 {
-        let Some(materialized) = materialized(pool).await else { return };
+        let Some(materialized) = materialized(pool).await else {
+            return;
+        };
         let behind: bool = sqlx::query_scalar("SELECT $1::pg_lsn < $2::pg_lsn")
             .bind(&materialized)
             .bind(&now)
@@ -443,14 +447,21 @@ async fn history(capture: Capture) {
                     .fetch_one(&pool)
                     .await
                     .unwrap();
-            assert_ne!(holder, format!("replica-{killed}"), "no replica took the lease over");
+            assert_ne!(
+                holder,
+                format!("replica-{killed}"),
+                "no replica took the lease over"
+            );
         }
         Capture::SwitchedOnAndOff => {
             tokio::time::sleep(run / 4).await;
             store.start_order_capture().await.unwrap();
             capture_readers = readers(1);
             tokio::time::sleep(run / 2).await;
-            store.stop_order_capture(Duration::from_secs(30)).await.unwrap();
+            store
+                .stop_order_capture(Duration::from_secs(30))
+                .await
+                .unwrap();
             assert_eq!(materialized(&pool).await, None, "the slot was not dropped");
             tokio::time::sleep(run / 4).await;
         }
@@ -534,7 +545,10 @@ async fn history(capture: Capture) {
         reader.abort();
     }
     // The slot goes with the test (the server is shared): the triggers again.
-    store.stop_order_capture(Duration::from_secs(30)).await.unwrap();
+    store
+        .stop_order_capture(Duration::from_secs(30))
+        .await
+        .unwrap();
     eprintln!(
         "feed history ({capture:?}, {captured} events captured): {seconds} s, {} orders, {changes} committed versions, {} events read by {} replicas, {pruned} deleted by retention meanwhile",
         finals.len(),

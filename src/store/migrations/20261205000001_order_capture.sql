@@ -14,13 +14,13 @@ CREATE UNIQUE INDEX partner_api_order_events_captured
 
 -- One row: the capture's state. `slot_name` NULL: the triggers write the events (the default
 -- mode). Otherwise every order change committed at or before `materialized_lsn` has its
--- events; `stop_lsn` set: the triggers are back since it, and the slot is dropped once the
--- capture has materialized through it. The lease: the one replica reading the slot.
+-- events. `retired_slot`: a slot the stop left to drop (it is dropped after the stop's
+-- commit, by the stop or the next reader). The lease: the one replica reading the slot.
 CREATE TABLE partner_api_order_capture (
     only_row          BOOLEAN PRIMARY KEY DEFAULT true CHECK (only_row),
     slot_name         TEXT,
     materialized_lsn  pg_lsn,
-    stop_lsn          pg_lsn,
+    retired_slot      TEXT,
     caught_up_at      TIMESTAMPTZ,
     lease_holder      TEXT,
     lease_until       TIMESTAMPTZ

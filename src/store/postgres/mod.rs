@@ -34,9 +34,9 @@ mod usage;
 #[cfg(feature = "webhooks")]
 mod webhooks;
 
+pub use capture::{CaptureRound, OrderCapture};
 pub(crate) use error::store_error;
 use keys::allowed_ips;
-pub use capture::{CaptureRound, OrderCapture};
 pub use schema_map::{OrderField, OrdersMap, OrganizationsMap, SchemaIndex, SchemaMap};
 
 /// [`KeyStore`](crate::KeyStore) and [`OrderStore`](crate::OrderStore) over PostgreSQL, in the reference schema of [`PgStore::migrator`].

@@ -235,7 +235,8 @@ mod tests {
 
     #[test]
     fn an_update_has_both_rows_and_an_unlogged_value_is_the_old_one() {
-        let line = "table \"my schema\".\"Orders: x\": UPDATE: old-key: id[text]:'o1' note[text]:'long' \
+        let line =
+            "table \"my schema\".\"Orders: x\": UPDATE: old-key: id[text]:'o1' note[text]:'long' \
                     new-tuple: id[text]:'o2' note[text]:unchanged-toast-datum";
         let change = row_change(line).unwrap().unwrap();
         assert_eq!(change.table, "\"my schema\".\"Orders: x\"");
@@ -254,9 +255,17 @@ mod tests {
         let delete = row_change("table public.t: DELETE: (no-tuple-data)")
             .unwrap()
             .unwrap();
-        assert_eq!((delete.operation, delete.old, delete.new), (Operation::Delete, None, None));
-        assert_eq!(row_change("table public.t: TRUNCATE: (no-flags)").unwrap(), None);
-        let update = row_change("table public.t: UPDATE: id[integer]:1").unwrap().unwrap();
+        assert_eq!(
+            (delete.operation, delete.old, delete.new),
+            (Operation::Delete, None, None)
+        );
+        assert_eq!(
+            row_change("table public.t: TRUNCATE: (no-flags)").unwrap(),
+            None
+        );
+        let update = row_change("table public.t: UPDATE: id[integer]:1")
+            .unwrap()
+            .unwrap();
         assert_eq!(update.old, None);
         assert!(row_change("table public.t: INSERT: id[text]:'open").is_err());
         assert!(row_change("table public.t: UPDATE: old-key: id[text]:'x'").is_err());

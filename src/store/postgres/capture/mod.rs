@@ -58,8 +58,6 @@ pub struct CaptureRound {
     pub events: u64,
     /// Whether the round decoded everything there was.
     pub caught_up: bool,
-    /// Whether the round finished a stop (the slot dropped; the triggers write the events).
-    pub stopped: bool,
 }
 
 /// The reader of the capture's slot: see the [module](self) for what it guarantees. Run
@@ -100,6 +98,7 @@ impl PgStore {
     /// never falls back silently), or the database fails; the triggers stay as they were then.
     pub async fn start_order_capture(&self) -> Result<(), StoreError> {
         let pool = self.pool();
+        self.order_capture().drop_retired_slot().await?;
         let (wal_level, database): (String, String) =
             sqlx::query_as("SELECT pg_catalog.current_setting('wal_level'), current_database()")
                 .fetch_one(pool)
@@ -154,10 +153,10 @@ impl PgStore {
             .await?;
         }
         sqlx::query(
-            "UPDATE partner_api_order_capture SET slot_name = $1, stop_lsn = NULL, \
+            "UPDATE partner_api_order_capture SET slot_name = $1, \
                  materialized_lsn = COALESCE(materialized_lsn, (SELECT s.confirmed_flush_lsn \
                      FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = $1)) \
-             WHERE slot_name IS NULL OR stop_lsn IS NOT NULL",
+             WHERE slot_name IS NULL",
         )
         .bind(&slot)
         .execute(&mut *transaction)
@@ -166,26 +165,25 @@ impl PgStore {
         transaction.commit().await.map_err(store_error)
     }
 
-    /// Switches the order writes back to the default mode: enables the events' triggers
-    /// (holding the order writes for a moment) and releases the reader's lease, then reads
-    /// the slot until every change written without them has its events (up to `drain`), and
-    /// drops the slot. Safe to run again, and in the default mode.
+    /// Switches the order writes back to the default mode: holding the order writes,
+    /// enables the events' triggers, waits until the capture has materialized every change
+    /// written without them (reading the slot itself when no other replica does, up to
+    /// `drain`), and commits; then drops the slot. The writes wait for the drain, so every
+    /// event the triggers write afterwards follows the capture's last in the feed. Safe to run
+    /// again, and in the default mode.
     ///
     /// # Errors
     ///
-    /// When the database fails, or the slot was not drained within `drain` (the triggers
-    /// are back; any replica's reader finishes the stop).
+    /// When the database fails, or the capture did not catch up within `drain`: nothing is
+    /// changed then (the capture goes on).
     pub async fn stop_order_capture(&self, drain: Duration) -> Result<(), StoreError> {
         let pool = self.pool();
-        let mut transaction = pool.begin().await.map_err(store_error)?;
-        let slot: Option<String> =
-            sqlx::query_scalar("SELECT slot_name FROM partner_api_order_capture FOR UPDATE")
-                .fetch_one(&mut *transaction)
-                .await
-                .map_err(store_error)?;
-        if slot.is_none() {
+        let capture = self.order_capture().with_holder("stop_order_capture");
+        capture.drop_retired_slot().await?;
+        if capture.mode().await?.is_none() {
             return Ok(());
         }
+        let mut transaction = pool.begin().await.map_err(store_error)?;
         let tables = lock_order_tables(&mut transaction).await?;
         for (table, triggers) in &tables {
             for trigger in triggers {
@@ -197,42 +195,51 @@ impl PgStore {
             }
         }
         // The order writes are held: every one committed without the triggers ends below the
-        // log's insert position now.
-        execute(
-            &mut transaction,
-            "UPDATE partner_api_order_capture \
-             SET stop_lsn = COALESCE(stop_lsn, pg_catalog.pg_current_wal_insert_lsn()), \
-                 lease_holder = NULL, lease_until = NULL",
-        )
-        .await?;
-        transaction.commit().await.map_err(store_error)?;
-        let capture = self.order_capture().with_holder("stop_order_capture");
+        // log's insert position now. The capture materializes through it (this transaction
+        // holds no lock that its rounds take).
+        let through: String =
+            sqlx::query_scalar("SELECT pg_catalog.pg_current_wal_insert_lsn()::text")
+                .fetch_one(&mut *transaction)
+                .await
+                .map_err(store_error)?;
+        let through = lsn(&through)?;
         let deadline = tokio::time::Instant::now() + drain;
         loop {
-            // Whichever reader holds the lease (the stop released it) finishes the stop.
             let round = capture.round().await?;
-            if round.stopped || capture.mode().await?.is_none() {
-                return Ok(());
+            let materialized: Option<String> =
+                sqlx::query_scalar("SELECT materialized_lsn::text FROM partner_api_order_capture")
+                    .fetch_one(pool)
+                    .await
+                    .map_err(store_error)?;
+            if materialized.as_deref().map(lsn).transpose()? >= Some(through) {
+                break;
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(StoreError::unavailable(
-                    "the capture's slot was not drained in time; the triggers write the events, \
-                     and a reader drops the slot once it is",
+                    "the order capture did not catch up in time to stop; it goes on",
                 ));
             }
             if round.caught_up || !round.held {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
+        execute(
+            &mut transaction,
+            "UPDATE partner_api_order_capture SET retired_slot = slot_name, slot_name = NULL, \
+                 materialized_lsn = NULL, caught_up_at = NULL, lease_holder = NULL, lease_until = NULL",
+        )
+        .await?;
+        transaction.commit().await.map_err(store_error)?;
+        capture.drop_retired_slot().await?;
+        tracing::info!("partner API order capture stopped: the triggers write the events");
+        Ok(())
     }
 
     /// The reader of the capture's slot, over this store's pool and schema map.
     pub fn order_capture(&self) -> OrderCapture {
-        let orders = self
-            .statements
-            .mapped
-            .as_ref()
-            .and_then(|(map, resolved)| Some((resolved.orders.as_ref()?.oid, map.orders()?.clone())));
+        let orders = self.statements.mapped.as_ref().and_then(|(map, resolved)| {
+            Some((resolved.orders.as_ref()?.oid, map.orders()?.clone()))
+        });
         OrderCapture {
             pool: self.pool().clone(),
             orders,
@@ -360,7 +367,7 @@ impl OrderCapture {
 
     /// One round: takes or renews the lease; decodes up to the batch's size; writes the
     /// events of the order changes whose trigger did not; records how far it got; advances
-    /// the slot. Finishes a stop once the slot is drained.
+    /// the slot. In the default mode, drops a slot a stop left.
     ///
     /// # Errors
     ///
@@ -373,14 +380,14 @@ impl OrderCapture {
         // is flushed with it.
         let mut leasing = self.pool.begin().await.map_err(store_error)?;
         execute(&mut leasing, "SET LOCAL synchronous_commit = on").await?;
-        let lease: Option<(String, Option<String>, Option<String>)> = sqlx::query_as(
+        let lease: Option<String> = sqlx::query_scalar(
             "UPDATE partner_api_order_capture \
              SET lease_holder = $1, \
                  lease_until = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $2) \
              WHERE slot_name IS NOT NULL \
                AND (lease_holder IS NULL OR lease_holder = $1 \
                     OR lease_until < pg_catalog.clock_timestamp()) \
-             RETURNING slot_name, stop_lsn::text, materialized_lsn::text",
+             RETURNING slot_name",
         )
         .bind(&self.holder)
         .bind(self.lease.as_secs_f64())
@@ -388,7 +395,8 @@ impl OrderCapture {
         .await
         .map_err(store_error)?;
         leasing.commit().await.map_err(store_error)?;
-        let Some((slot, stop_lsn, materialized)) = lease else {
+        let Some(slot) = lease else {
+            self.drop_retired_slot().await?;
             return Ok(done);
         };
         done.held = true;
@@ -400,23 +408,18 @@ impl OrderCapture {
         .await
         .map_err(store_error)?;
         match status {
-            None if stop_lsn.is_some() => return self.finish_stop(&slot, done).await,
             None => return Err(lost(&slot, "it does not exist")),
             Some(Some(status)) if status == "lost" => {
                 return Err(lost(&slot, "the server removed the log it needed"))
             }
             Some(_) => {}
         }
-        if let (Some(stop), Some(materialized)) = (&stop_lsn, &materialized) {
-            if lsn(materialized)? >= lsn(stop)? {
-                return self.finish_stop(&slot, done).await;
-            }
-        }
         let tables = self.tables().await?;
-        let flushed: String = sqlx::query_scalar("SELECT pg_catalog.pg_current_wal_flush_lsn()::text")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(store_error)?;
+        let flushed: String =
+            sqlx::query_scalar("SELECT pg_catalog.pg_current_wal_flush_lsn()::text")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(store_error)?;
         let decoded = self.peek(&slot, &tables).await?;
         done.caught_up = decoded.changes < u64::from(self.batch);
         let through = match (&decoded.end, done.caught_up) {
@@ -445,7 +448,10 @@ impl OrderCapture {
         // The map's expressions are evaluated as the triggers evaluate them.
         execute(
             &mut transaction,
-            &format!("SET LOCAL search_path TO {}", super::schema_map::EXPRESSION_SEARCH_PATH),
+            &format!(
+                "SET LOCAL search_path TO {}",
+                super::schema_map::EXPRESSION_SEARCH_PATH
+            ),
         )
         .await?;
         let materialized: Vec<&Committed> = decoded
@@ -458,7 +464,9 @@ impl OrderCapture {
             .flat_map(|committed| &committed.changes)
             .filter(|change| tables.orders.contains_key(&change.table))
             .collect();
-        let mut rendered = render_all(&mut transaction, &tables, &changes).await?.into_iter();
+        let mut rendered = render_all(&mut transaction, &tables, &changes)
+            .await?
+            .into_iter();
         let mut events = Vec::new();
         for committed in materialized {
             let before = events.len();
@@ -468,7 +476,9 @@ impl OrderCapture {
                 .iter()
                 .filter(|change| tables.orders.contains_key(&change.table))
             {
-                let rendered = rendered.next().ok_or_else(|| StoreError::other("a change was not rendered"))?;
+                let rendered = rendered
+                    .next()
+                    .ok_or_else(|| StoreError::other("a change was not rendered"))?;
                 events_of(committed, change, &rendered, &mut index, &mut events);
             }
             if events.len() > before {
@@ -504,7 +514,9 @@ impl OrderCapture {
         .map_err(store_error)?;
         transaction.commit().await.map_err(store_error)?;
         if let Some(end) = &decoded.end {
-            // Only after the commit: a reader killed before it decodes these again.
+            // Only after the commit: a reader killed before it decodes these again. (Moving
+            // a logical slot decodes too.)
+            let mut advancing = self.decoding().await?;
             sqlx::query(
                 "SELECT pg_catalog.pg_replication_slot_advance(s.slot_name, $2::pg_lsn) \
                  FROM pg_catalog.pg_replication_slots s \
@@ -512,34 +524,47 @@ impl OrderCapture {
             )
             .bind(&slot)
             .bind(end)
-            .execute(&self.pool)
+            .execute(&mut *advancing)
             .await
             .map_err(store_error)?;
+            advancing.commit().await.map_err(store_error)?;
         }
         Ok(done)
     }
 
-    /// Drops the drained slot and records the default mode.
-    async fn finish_stop(&self, slot: &str, mut done: CaptureRound) -> Result<CaptureRound, StoreError> {
+    /// A transaction for the slot functions: decoding reads the whole server's log from the
+    /// slot's restart position, which may take longer than a request's statement; bounded
+    /// all the same.
+    async fn decoding(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        execute(&mut transaction, "SET LOCAL statement_timeout = '60s'").await?;
+        Ok(transaction)
+    }
+
+    /// Drops the slot a stop left (its commit came first, so the slot is no longer read).
+    async fn drop_retired_slot(&self) -> Result<(), StoreError> {
+        let retired: Option<String> =
+            sqlx::query_scalar("SELECT retired_slot FROM partner_api_order_capture")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(store_error)?;
+        let Some(slot) = retired else { return Ok(()) };
         sqlx::query(
             "SELECT pg_catalog.pg_drop_replication_slot(slot_name) \
              FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
         )
-        .bind(slot)
+        .bind(&slot)
         .execute(&self.pool)
         .await
         .map_err(store_error)?;
         sqlx::query(
-            "UPDATE partner_api_order_capture SET slot_name = NULL, stop_lsn = NULL, \
-                 materialized_lsn = NULL, caught_up_at = NULL, lease_holder = NULL, lease_until = NULL",
+            "UPDATE partner_api_order_capture SET retired_slot = NULL WHERE retired_slot = $1",
         )
+        .bind(&slot)
         .execute(&self.pool)
         .await
         .map_err(store_error)?;
-        tracing::info!(slot, "partner API order capture stopped: the triggers write the events");
-        done.stopped = true;
-        done.caught_up = true;
-        Ok(done)
+        Ok(())
     }
 
     /// The served tables (the crate's and those registered), as `test_decoding` names them,
@@ -582,6 +607,7 @@ impl OrderCapture {
             .chain(std::iter::once(&tables.events))
             .map(|name| format!("table {name}: "))
             .collect();
+        let mut reading = self.decoding().await?;
         let rows = sqlx::query(
             "WITH decoded AS MATERIALIZED ( \
                  SELECT d.lsn, d.xid::text AS xid, d.data, d.n \
@@ -603,9 +629,10 @@ impl OrderCapture {
         .bind(slot)
         .bind(i32::try_from(self.batch).unwrap_or(i32::MAX))
         .bind(&prefixes)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *reading)
         .await
         .map_err(|err| slot_refused(&err).unwrap_or_else(|| store_error(err)))?;
+        reading.commit().await.map_err(store_error)?;
         let mut decoded = Decoded::default();
         let mut open: HashMap<String, Committed> = HashMap::new();
         let events_prefix = format!("table {}: ", tables.events);
@@ -618,7 +645,10 @@ impl OrderCapture {
                 decoded.changes = data.and_then(|count| count.parse().ok()).unwrap_or(0);
                 continue;
             };
-            let xid: String = row.try_get::<Option<String>, _>("xid").map_err(store_error)?.unwrap_or_default();
+            let xid: String = row
+                .try_get::<Option<String>, _>("xid")
+                .map_err(store_error)?
+                .unwrap_or_default();
             let data = data.unwrap_or_default();
             let position = position.unwrap_or_default();
             if let Some(commit) = data.strip_prefix("COMMIT ") {
@@ -635,7 +665,9 @@ impl OrderCapture {
             let pending = open.entry(xid).or_default();
             if data.starts_with(&events_prefix) {
                 pending.wrote_events = true;
-            } else if let Some(change) = decode::row_change(&data).map_err(StoreError::invalid_data)? {
+            } else if let Some(change) =
+                decode::row_change(&data).map_err(StoreError::invalid_data)?
+            {
                 pending.changes.push(change);
             }
         }
@@ -777,17 +809,30 @@ async fn render_all(
                 attempt.commit().await.map_err(store_error)?;
                 for row in rows {
                     let at: i32 = row.try_get("i").map_err(store_error)?;
-                    let keys = |organization: &str, id: &str, shown: bool| -> Result<Keys, StoreError> {
-                        Ok(Keys {
-                            organization_id: row.try_get(organization).map_err(store_error)?,
-                            id: row.try_get(id).map_err(store_error)?,
-                            shown: if shown { row.try_get("shown").map_err(store_error)? } else { None },
-                        })
-                    };
+                    let keys =
+                        |organization: &str, id: &str, shown: bool| -> Result<Keys, StoreError> {
+                            Ok(Keys {
+                                organization_id: row.try_get(organization).map_err(store_error)?,
+                                id: row.try_get(id).map_err(store_error)?,
+                                shown: if shown {
+                                    row.try_get("shown").map_err(store_error)?
+                                } else {
+                                    None
+                                },
+                            })
+                        };
                     let change = changes[at as usize];
                     rendered[at as usize] = Some(Rendered {
-                        old: change.old.as_ref().map(|_| keys("old_organization", "old_id", false)).transpose()?,
-                        new: change.new.as_ref().map(|_| keys("new_organization", "new_id", true)).transpose()?,
+                        old: change
+                            .old
+                            .as_ref()
+                            .map(|_| keys("old_organization", "old_id", false))
+                            .transpose()?,
+                        new: change
+                            .new
+                            .as_ref()
+                            .map(|_| keys("new_organization", "new_id", true))
+                            .transpose()?,
                         same: row.try_get("same").map_err(store_error)?,
                     });
                 }
@@ -854,7 +899,11 @@ async fn read_row(
     let mut attempt = sqlx::Connection::begin(&mut **transaction)
         .await
         .map_err(store_error)?;
-    match sqlx::query(whole).bind(values).fetch_one(&mut *attempt).await {
+    match sqlx::query(whole)
+        .bind(values)
+        .fetch_one(&mut *attempt)
+        .await
+    {
         Ok(row) => {
             attempt.commit().await.map_err(store_error)?;
             return Ok((
@@ -872,7 +921,11 @@ async fn read_row(
     let mut attempt = sqlx::Connection::begin(&mut **transaction)
         .await
         .map_err(store_error)?;
-    let keys = match sqlx::query(keys).bind(values).fetch_one(&mut *attempt).await {
+    let keys = match sqlx::query(keys)
+        .bind(values)
+        .fetch_one(&mut *attempt)
+        .await
+    {
         Ok(row) => {
             attempt.commit().await.map_err(store_error)?;
             Keys {
@@ -917,12 +970,19 @@ async fn lock_order_tables(
     .await
     .map_err(store_error)?;
     for (table, _) in &tables {
-        execute(transaction, &format!("LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")).await?;
+        execute(
+            transaction,
+            &format!("LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE"),
+        )
+        .await?;
     }
     Ok(tables)
 }
 
-async fn execute(transaction: &mut Transaction<'_, Postgres>, statement: &str) -> Result<(), StoreError> {
+async fn execute(
+    transaction: &mut Transaction<'_, Postgres>,
+    statement: &str,
+) -> Result<(), StoreError> {
     sqlx::query(statement)
         .execute(&mut **transaction)
         .await
@@ -964,7 +1024,13 @@ fn lost(slot: &str, why: &str) -> StoreError {
 fn slot_name_for(database: &str) -> String {
     let bare: String = database
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
         .take(50)
         .collect();
     format!("partner_api_{bare}")
@@ -975,7 +1041,10 @@ fn lsn(text: &str) -> Result<u64, StoreError> {
     let (high, low) = text
         .split_once('/')
         .ok_or_else(|| StoreError::invalid_data(format!("not a log position: {text:?}")))?;
-    let parse = |part: &str| u64::from_str_radix(part, 16).map_err(|_| StoreError::invalid_data(format!("not a log position: {text:?}")));
+    let parse = |part: &str| {
+        u64::from_str_radix(part, 16)
+            .map_err(|_| StoreError::invalid_data(format!("not a log position: {text:?}")))
+    };
     Ok((parse(high)? << 32) | parse(low)?)
 }
 

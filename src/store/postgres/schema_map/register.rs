@@ -56,7 +56,8 @@ pub(in crate::store::postgres) fn fingerprint(statements: &[String]) -> String {
 /// The contract's checks, as the trigger of the crate's own table makes them (#54), over the
 /// mapped order `t`: a snapshot only for an order every reader can show, its times in UTC
 /// whatever the writer's session says; NULL otherwise.
-pub(in crate::store::postgres) const SHOWN: &str = "CASE WHEN t.id IS NOT NULL AND t.providers IS NOT NULL \
+pub(in crate::store::postgres) const SHOWN: &str =
+    "CASE WHEN t.id IS NOT NULL AND t.providers IS NOT NULL \
         AND pg_catalog.array_position(t.providers, NULL) IS NULL \
         AND t.advertiser_name IS NOT NULL AND t.campaign_name IS NOT NULL \
         AND t.status IS NOT NULL AND t.external_reference IS NOT NULL \
