@@ -10,7 +10,10 @@
 # on, as in production: the cost of NOTIFY is its lock held across the commit's flush). The
 # same on a host's own table mapped with --schema-map (the hosting page's media_buys and
 # accounts, its trigger registered by the standalone host's `migrate`): `mapped` with the
-# trigger, `mapped-none` without.
+# trigger, `mapped-none` without. `capture` and `mapped-capture`: the capture mode (no
+# trigger; the events built from the write-ahead log by `standalone order-capture run`,
+# running beside the writes, after it caught up with the log the other modes wrote), on
+# databases of their own (the server has wal_level = logical for every mode).
 #
 # BASELINE=<commit> adds the same crate-table modes on a second database migrated with that
 # commit's migrations (`baseline-outbox`: the triggers of that commit with no endpoint,
@@ -42,7 +45,7 @@ INSERT INTO partner_webhook_endpoints (organization_id, url, secret, enabled)
     SELECT id, 'https://partner.example/hooks', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', false
     FROM partner_organizations;
 SQL
-modes=(outbox outbox+endpoints notify none mapped mapped-none)
+modes=(outbox outbox+endpoints notify none capture mapped mapped-none mapped-capture)
 if [ -n "${BASELINE:-}" ]; then
   baseline_database=${database%/*}/baseline
   psql -q "$database" -c "CREATE DATABASE baseline"
@@ -76,6 +79,17 @@ cargo run -q --example standalone --features postgres -- \
 cargo run -q --example standalone --features postgres -- \
   --database-url "$mapped_database" --schema-map "$work/schema-map.toml" indexes |
   while read -r statement; do psql -q "$mapped_database" -c "$statement"; done
+# The capture's databases: copies, switched to the capture mode.
+psql -q "${database%/*}/template1" -c "CREATE DATABASE capture TEMPLATE ${database##*/}" \
+  -c "CREATE DATABASE mapped_capture TEMPLATE mapped"
+capture_database=${database%/*}/capture
+mapped_capture_database=${database%/*}/mapped_capture
+psql -q "$capture_database" -c "DROP TRIGGER partner_orders_notify_before ON partner_orders"
+cargo build -q --example standalone --features postgres
+standalone=target/debug/examples/standalone
+"$standalone" --database-url "$capture_database" order-capture start >/dev/null
+"$standalone" --database-url "$mapped_capture_database" --schema-map "$work/schema-map.toml" \
+  order-capture start >/dev/null
 cat >"$work/insert-mapped.sql" <<'SQL'
 \set account random(1, 50)
 INSERT INTO media_buys (account_id, channels, advertiser, campaign, budget_ore, starts_on, ends_on, state, po_number) VALUES (:account, ARRAY['meta'], 'A', 'C', 100, '2026-03-01', '2026-04-30', 'BOOKED', 'PO');
@@ -98,6 +112,25 @@ for _ in $(seq 1 "$ROUNDS"); do
           -c "UPDATE partner_webhook_endpoints SET enabled = $endpoints"
         tps=$("$bin/pgbench" -n -f "$work/insert.sql" -c "$CLIENTS" -j 2 -T "$DURATION" \
           "$baseline_database" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+        printf 'orders trigger %-16s %8.0f tps\n' "$mode" "$tps"
+        continue
+        ;;
+      capture|mapped-capture)
+        script=$work/insert.sql
+        target=$capture_database
+        map=()
+        if [ "$mode" = mapped-capture ]; then
+          script=$work/insert-mapped.sql
+          target=$mapped_capture_database
+          map=(--schema-map "$work/schema-map.toml")
+        fi
+        "$standalone" --database-url "$target" "${map[@]}" order-capture run 2>/dev/null &
+        reader=$!
+        sleep 3
+        tps=$("$bin/pgbench" -n -f "$script" -c "$CLIENTS" -j 2 -T "$DURATION" "$target" 2>/dev/null |
+          sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+        kill "$reader"
+        wait "$reader" 2>/dev/null || true
         printf 'orders trigger %-16s %8.0f tps\n' "$mode" "$tps"
         continue
         ;;

@@ -1,5 +1,5 @@
 //! The subcommands of the command line and their flags: `migrate`, `indexes`, `keys`,
-//! `audit` and `webhooks`.
+//! `audit`, `webhooks` and `order-capture`.
 
 use clap::Subcommand;
 use partner_api::key::KeyEnvironment;
@@ -17,6 +17,16 @@ pub(crate) enum Command {
         /// Only those the database lacks.
         #[arg(long)]
         missing: bool,
+    },
+    /// Switch the order writes of the database of --database-url (or DATABASE_URL) between
+    /// the default mode (the crate's triggers write each change's event) and the capture
+    /// mode (events built from the write-ahead log; needs wal_level = logical and a role with
+    /// REPLICATION), or show which one is on. Every replica's server reads the capture.
+    #[cfg(feature = "postgres")]
+    OrderCapture {
+        /// What to do.
+        #[command(subcommand)]
+        action: OrderCaptureAction,
     },
     /// Manage API keys in the database of --database-url (or DATABASE_URL). `issue` and
     /// `roll` print the new key alone on the first line and its record as JSON on the second;
@@ -265,4 +275,26 @@ fn parse_allowed_ip(text: &str) -> Result<ipnet::IpNet, String> {
 fn parse_environment(name: &str) -> Result<KeyEnvironment, String> {
     name.parse()
         .map_err(|err: partner_api::key::UnknownEnvironment| err.to_string())
+}
+
+/// What `order-capture` does.
+#[cfg(feature = "postgres")]
+#[derive(Subcommand, Debug)]
+pub(crate) enum OrderCaptureAction {
+    /// Switch to the capture mode (creates the slot; refused, naming the setting, when the
+    /// server or role cannot give one). Prints `capture SLOT`.
+    Start,
+    /// Switch back to the triggers: holds the order writes until the capture has
+    /// materialized every change written without them, then drops the slot. Prints
+    /// `triggers`.
+    Stop {
+        /// Seconds to wait for the capture to catch up before giving up (nothing changed).
+        #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+        drain_seconds: u64,
+    },
+    /// Print the mode: `triggers`, or `capture SLOT`.
+    Status,
+    /// Read the capture in the foreground until stopped (a process dedicated to it; every
+    /// server reads it too, one replica at a time).
+    Run,
 }

@@ -94,6 +94,10 @@ async fn main() -> ExitCode {
         Some(cli::Command::Indexes { .. }) => {
             return keys::print(Err(stores::no_database_support("indexes")))
         }
+        #[cfg(feature = "postgres")]
+        Some(cli::Command::OrderCapture { action }) => {
+            return keys::print(stores::order_capture(&args, action).await)
+        }
         #[cfg(all(feature = "postgres", feature = "webhooks"))]
         Some(cli::Command::Webhooks { action }) => {
             return operator.scope(webhooks::run(&args, action)).await

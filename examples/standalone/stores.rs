@@ -187,6 +187,9 @@ pub(crate) async fn api_for(args: &Args, options: &Options) -> Result<Served, St
                 .await
                 .map_err(|err| err.to_string())?;
         }
+        // In the capture mode, one replica at a time reads the slot (this one when it holds
+        // the lease); in the default mode the reader only looks, once a second.
+        tokio::spawn(store.order_capture().run());
         // Every change, however made, reaches the caches and the known keys through the
         // database's notifications.
         let notifications = partner_api::cache::postgres::listen(store.pool().clone());
@@ -345,6 +348,32 @@ async fn warn_of_missing_indexes(store: &partner_api::PgStore) {
 /// `standalone indexes`: the statements of the indexes the schema map needs (with
 /// `missing`, those the database lacks), one a line.
 #[cfg(feature = "postgres")]
+/// The `order-capture` command: switches the mode or prints it.
+#[cfg(feature = "postgres")]
+pub(crate) async fn order_capture(
+    args: &Args,
+    action: &crate::commands::OrderCaptureAction,
+) -> Result<Vec<String>, String> {
+    use crate::commands::OrderCaptureAction;
+    let (store, error) = command_database(args, "order-capture").await?;
+    match action {
+        OrderCaptureAction::Start => store.start_order_capture().await.map_err(error)?,
+        OrderCaptureAction::Stop { drain_seconds } => store
+            .stop_order_capture(std::time::Duration::from_secs(*drain_seconds))
+            .await
+            .map_err(error)?,
+        OrderCaptureAction::Status => {}
+        OrderCaptureAction::Run => {
+            store.order_capture().run().await;
+        }
+    }
+    let mode = store.order_capture().mode().await.map_err(error)?;
+    Ok(vec![match mode {
+        Some(slot) => format!("capture {slot}"),
+        None => "triggers".to_owned(),
+    }])
+}
+
 pub(crate) async fn indexes(args: &Args, missing: bool) -> Result<Vec<String>, String> {
     if args.schema_map.is_none() {
         return Err("indexes needs --schema-map: the crate's own tables have theirs".into());

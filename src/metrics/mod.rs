@@ -29,8 +29,8 @@
 //! | [`WEBHOOK_ATTEMPT_DURATION`] | histogram (seconds) | `outcome` |
 //! | [`WEBHOOK_DUE`] | gauge (deliveries) | none |
 //! | [`WEBHOOK_OLDEST_DUE`] | gauge (seconds) | none |
-//! | [`ORDER_CAPTURE_LAG_BYTES`] | gauge (bytes) | none |
-//! | [`ORDER_CAPTURE_LAG_SECONDS`] | gauge (seconds) | none |
+//! | `ORDER_CAPTURE_LAG_BYTES` (feature `postgres`) | gauge (bytes) | none |
+//! | `ORDER_CAPTURE_LAG_SECONDS` (feature `postgres`) | gauge (seconds) | none |
 //! | [`WEBHOOK_ENDPOINTS_DISABLED`] | counter | `reason`: `gone`, `failing` |
 //! | [`BACKGROUND_TASK_PANICS`] | counter | `task`: `webhook_dispatcher`, `webhook_delivery`, `webhook_retention`, `events_retention`, `audit_retention`, `cache_listener`, `known_keys`, `usage_recorder`, `last_used_recorder`, `deprecated_call_recorder`, `order_capture` |
 //! | [`SECRET_SCANNING_REPORTS`] | counter | `label`: `true_positive`, `false_positive`; `source`: where GitHub found the match (`content`, `commit`, `issue_comment`, ... its documented values; anything else as `other`) |
@@ -124,10 +124,12 @@ pub const WEBHOOK_DUE: &str = "partner_api_webhook_due_messages";
 pub const WEBHOOK_OLDEST_DUE: &str = "partner_api_webhook_oldest_due_seconds";
 /// In the capture mode, the write-ahead log the capture's slot holds that the reader has not
 /// confirmed, in bytes (as the replica holding the lease last measured).
-pub const ORDER_CAPTURE_LAG_BYTES: &str = "partner_api_order_capture_lag_bytes";
+#[cfg(feature = "postgres")]
+pub const ORDER_CAPTURE_LAG_BYTES: &str = crate::store::postgres::CAPTURE_LAG_BYTES;
 /// In the capture mode, how long since the reader last decoded everything there was, in
 /// seconds (0 while it keeps up): how old the oldest order change without its event may be.
-pub const ORDER_CAPTURE_LAG_SECONDS: &str = "partner_api_order_capture_lag_seconds";
+#[cfg(feature = "postgres")]
+pub const ORDER_CAPTURE_LAG_SECONDS: &str = crate::store::postgres::CAPTURE_LAG_SECONDS;
 /// Webhook endpoints disabled by delivery, by reason (`gone`: the endpoint answered 410;
 /// `failing`: every delivery failed for the disable period).
 pub const WEBHOOK_ENDPOINTS_DISABLED: &str = "partner_api_webhook_endpoints_disabled_total";
@@ -175,11 +177,13 @@ pub fn describe() {
         Unit::Seconds,
         "How long the longest-waiting due webhook delivery has been due."
     );
+    #[cfg(feature = "postgres")]
     describe_gauge!(
         ORDER_CAPTURE_LAG_BYTES,
         Unit::Bytes,
         "Write-ahead log held by the order capture's slot and not yet confirmed by its reader."
     );
+    #[cfg(feature = "postgres")]
     describe_gauge!(
         ORDER_CAPTURE_LAG_SECONDS,
         Unit::Seconds,

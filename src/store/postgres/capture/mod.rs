@@ -4,9 +4,10 @@
 //!
 //! [`PgStore::start_order_capture`] creates the slot (plugin `test_decoding`, read through the
 //! SQL slot functions: no extension and no publication to install) and then disables the
-//! events' triggers; [`PgStore::stop_order_capture`] enables them again and drains the slot
-//! before dropping it. One replica at a time reads the slot: whichever holds the lease (a row
-//! of `partner_api_order_capture`) runs [`OrderCapture::round`].
+//! events' triggers; [`PgStore::stop_order_capture`] enables them again, holding the order
+//! writes until the slot is drained, and drops it. One replica at a time reads the slot:
+//! whichever holds the lease (a row of `partner_api_order_capture`) runs
+//! [`OrderCapture::round`]. What each mode needs and costs: `docs::hosting`.
 //!
 //! **Invariant**: every order change committed at or before the recorded `materialized_lsn`
 //! has its events, each once, whatever the mode it was written in. **Argument**:
@@ -20,7 +21,11 @@
 //! - A decoded transaction that also inserted into `partner_api_order_events` wrote its
 //!   events through the trigger (the default mode, before the switch or after it): it is
 //!   skipped. So switching either way loses and duplicates nothing: from the slot's creation
-//!   on every transaction is decoded, and each one either ran the trigger or did not.
+//!   on every transaction is decoded, and each one either ran the trigger or did not. The
+//!   feed's order holds across a switch too: the switch on holds the writes while the
+//!   triggers go, so every trigger's event precedes the capture's first; the switch back
+//!   holds them until the capture has materialized everything before it, so every capture's
+//!   event precedes the triggers' first.
 //! - `materialized_lsn` is the last decoded commit's end, or, when a round decoded everything
 //!   there was, the flush position taken before it (the decoding reads up to the flushed
 //!   log): no committed change ends at or below it undecoded.
@@ -40,6 +45,13 @@ use super::schema_map::{OrderField, OrdersMap, SHOWN_ORDER};
 use super::{store_error, PgStore};
 use crate::log::ErrorChain;
 use crate::store::StoreError;
+
+/// The gauge of the log the slot holds unconfirmed: re-exported as
+/// [`metrics::ORDER_CAPTURE_LAG_BYTES`](crate::metrics::ORDER_CAPTURE_LAG_BYTES).
+pub(crate) const LAG_BYTES: &str = "partner_api_order_capture_lag_bytes";
+/// The gauge of the time since the reader last caught up: re-exported as
+/// [`metrics::ORDER_CAPTURE_LAG_SECONDS`](crate::metrics::ORDER_CAPTURE_LAG_SECONDS).
+pub(crate) const LAG_SECONDS: &str = "partner_api_order_capture_lag_seconds";
 
 /// The logical decoding plugin: shipped with PostgreSQL and offered by the managed services
 /// that offer logical decoding at all.
@@ -304,8 +316,9 @@ impl OrderCapture {
     }
 
     /// Reads the slot round after round for as long as the future runs: a round as soon as
-    /// the last one was full, else every 100 ms; after an error, a pause of a second (an
-    /// error logged at most once a minute alike). Publishes the lag as metrics
+    /// the last one was full, else every 100 ms while this reader holds the lease, else a
+    /// look a second (the default mode costs that); after an error, a pause of a second (an
+    /// error logged at most once a minute). Publishes the lag as metrics
     /// ([`ORDER_CAPTURE_LAG_BYTES`](crate::metrics::ORDER_CAPTURE_LAG_BYTES),
     /// [`ORDER_CAPTURE_LAG_SECONDS`](crate::metrics::ORDER_CAPTURE_LAG_SECONDS)) and warns
     /// past [`with_lag_warning`](Self::with_lag_warning).
@@ -318,10 +331,13 @@ impl OrderCapture {
                     if round.held {
                         self.report_lag(&mut warned).await;
                     }
-                    if round.held && !round.caught_up {
-                        Duration::ZERO
-                    } else {
+                    if !round.held {
+                        // The default mode, or another replica's lease: a look a second.
+                        Duration::from_secs(1)
+                    } else if round.caught_up {
                         Duration::from_millis(100)
+                    } else {
+                        Duration::ZERO
                     }
                 }
                 Some(Err(err)) => {
@@ -350,8 +366,8 @@ impl OrderCapture {
             return;
         };
         let (bytes, seconds) = (bytes.unwrap_or(0).max(0), seconds.unwrap_or(0.0).max(0.0));
-        ::metrics::gauge!(crate::metrics::ORDER_CAPTURE_LAG_BYTES).set(bytes as f64);
-        ::metrics::gauge!(crate::metrics::ORDER_CAPTURE_LAG_SECONDS).set(seconds);
+        ::metrics::gauge!(LAG_BYTES).set(bytes as f64);
+        ::metrics::gauge!(LAG_SECONDS).set(seconds);
         if seconds > self.lag_warning.as_secs_f64()
             && warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(60))
         {
