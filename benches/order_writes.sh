@@ -87,8 +87,8 @@ mapped_capture_database=${database%/*}/mapped_capture
 psql -q "$capture_database" -c "DROP TRIGGER partner_orders_notify_before ON partner_orders"
 cargo build -q --example standalone --features postgres
 standalone=target/debug/examples/standalone
-"$standalone" --database-url "$capture_database" order-capture start >/dev/null
-"$standalone" --database-url "$mapped_capture_database" --schema-map "$work/schema-map.toml" \
+"$standalone" --no-migrate --database-url "$capture_database" order-capture start >/dev/null
+"$standalone" --no-migrate --database-url "$mapped_capture_database" --schema-map "$work/schema-map.toml" \
   order-capture start >/dev/null
 cat >"$work/insert-mapped.sql" <<'SQL'
 \set account random(1, 50)
@@ -124,7 +124,7 @@ for _ in $(seq 1 "$ROUNDS"); do
           target=$mapped_capture_database
           map=(--schema-map "$work/schema-map.toml")
         fi
-        "$standalone" --database-url "$target" "${map[@]}" order-capture run 2>/dev/null &
+        "$standalone" --no-migrate --database-url "$target" "${map[@]}" order-capture run 2>/dev/null &
         reader=$!
         sleep 3
         tps=$("$bin/pgbench" -n -f "$script" -c "$CLIENTS" -j 2 -T "$DURATION" "$target" 2>/dev/null |

@@ -29,8 +29,8 @@
 //! | [`WEBHOOK_ATTEMPT_DURATION`] | histogram (seconds) | `outcome` |
 //! | [`WEBHOOK_DUE`] | gauge (deliveries) | none |
 //! | [`WEBHOOK_OLDEST_DUE`] | gauge (seconds) | none |
-//! | `ORDER_CAPTURE_LAG_BYTES` (feature `postgres`) | gauge (bytes) | none |
-//! | `ORDER_CAPTURE_LAG_SECONDS` (feature `postgres`) | gauge (seconds) | none |
+//! | [`ORDER_CAPTURE_LAG_BYTES`] (feature `postgres`) | gauge (bytes) | none |
+//! | [`ORDER_CAPTURE_LAG_SECONDS`] (feature `postgres`) | gauge (seconds) | none |
 //! | [`WEBHOOK_ENDPOINTS_DISABLED`] | counter | `reason`: `gone`, `failing` |
 //! | [`BACKGROUND_TASK_PANICS`] | counter | `task`: `webhook_dispatcher`, `webhook_delivery`, `webhook_retention`, `events_retention`, `audit_retention`, `cache_listener`, `known_keys`, `usage_recorder`, `last_used_recorder`, `deprecated_call_recorder`, `order_capture` |
 //! | [`SECRET_SCANNING_REPORTS`] | counter | `label`: `true_positive`, `false_positive`; `source`: where GitHub found the match (`content`, `commit`, `issue_comment`, ... its documented values; anything else as `other`) |

@@ -408,10 +408,7 @@ async fn history(capture: Capture) {
         tokio::spawn(async move {
             let mut deleted = 0;
             while !stop.load(Ordering::Acquire) {
-                deleted += store
-                    .prune_events(keep, 50)
-                    .await
-                    .unwrap();
+                deleted += store.prune_events(keep, 50).await.unwrap();
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             deleted

@@ -72,7 +72,9 @@ pub struct CaptureRound {
     pub caught_up: bool,
 }
 
-/// The reader of the capture's slot: see the [module](self) for what it guarantees. Run
+/// The reader of the capture's slot. It guarantees that every order change committed at or
+/// before the materialized position it records has its events, each once, whatever the mode it
+/// was written in (the argument is in `src/store/postgres/capture/mod.rs`). Run
 /// [`run`](Self::run) on every replica (one at a time reads; another takes over within the
 /// lease when it dies), on a pool of a role that owns the crate's schema and has
 /// `REPLICATION` (on RDS, `rds_replication`).
