@@ -13,7 +13,10 @@
 # trigger, `mapped-none` without. `capture` and `mapped-capture`: the capture mode (no
 # trigger; the events built from the write-ahead log by `standalone order-capture run`,
 # running beside the writes, after it caught up with the log the other modes wrote), on
-# databases of their own (the server has wal_level = logical for every mode).
+# databases of their own (the server has wal_level = logical for every mode);
+# `capture-deferred`: the same with the reader started after the writes (what the writes
+# themselves pay). Each capture line also says how long after the writes the capture had
+# read them all.
 #
 # BASELINE=<commit> adds the same crate-table modes on a second database migrated with that
 # commit's migrations (`baseline-outbox`: the triggers of that commit with no endpoint,
@@ -45,7 +48,7 @@ INSERT INTO partner_webhook_endpoints (organization_id, url, secret, enabled)
     SELECT id, 'https://partner.example/hooks', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', false
     FROM partner_organizations;
 SQL
-modes=(outbox outbox+endpoints notify none capture mapped mapped-none mapped-capture)
+modes=(outbox outbox+endpoints notify none capture capture-deferred mapped mapped-none mapped-capture)
 if [ -n "${BASELINE:-}" ]; then
   baseline_database=${database%/*}/baseline
   psql -q "$database" -c "CREATE DATABASE baseline"
@@ -115,7 +118,7 @@ for _ in $(seq 1 "$ROUNDS"); do
         printf 'orders trigger %-16s %8.0f tps\n' "$mode" "$tps"
         continue
         ;;
-      capture|mapped-capture)
+      capture|capture-deferred|mapped-capture)
         script=$work/insert.sql
         target=$capture_database
         map=()
@@ -124,14 +127,29 @@ for _ in $(seq 1 "$ROUNDS"); do
           target=$mapped_capture_database
           map=(--schema-map "$work/schema-map.toml")
         fi
-        "$standalone" --no-migrate --database-url "$target" "${map[@]}" order-capture run 2>/dev/null &
-        reader=$!
-        sleep 3
+        read_capture() {
+          "$standalone" --no-migrate --database-url "$target" "${map[@]}" order-capture run 2>/dev/null &
+          reader=$!
+        }
+        # The reader beside the writes, after it caught up with the log the other modes
+        # wrote; or (`capture-deferred`: the writes' own cost) only after them.
+        reader=
+        if [ "$mode" != capture-deferred ]; then read_capture; sleep 3; fi
         tps=$("$bin/pgbench" -n -f "$script" -c "$CLIENTS" -j 2 -T "$DURATION" "$target" 2>/dev/null |
           sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+        written=$(psql -Atc "SELECT pg_current_wal_insert_lsn()" "$target")
+        [ -n "$reader" ] || read_capture
+        started=$(date +%s.%N)
+        for _ in $(seq 1 3000); do
+          caught=$(psql -Atc "SELECT s.confirmed_flush_lsn >= '$written' FROM pg_replication_slots s
+                              JOIN partner_api_order_capture c USING (slot_name)" "$target")
+          [ "$caught" = t ] && break
+          sleep 0.1
+        done
         kill "$reader"
         wait "$reader" 2>/dev/null || true
-        printf 'orders trigger %-16s %8.0f tps\n' "$mode" "$tps"
+        printf 'orders trigger %-16s %8.0f tps  (the capture read it all %.1f s after the writes)\n' \
+          "$mode" "$tps" "$(awk "BEGIN { print $(date +%s.%N) - $started }")"
         continue
         ;;
       mapped|mapped-none)

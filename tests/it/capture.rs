@@ -209,3 +209,84 @@ async fn a_role_that_may_not_replicate_is_refused_the_capture_and_the_triggers_s
     assert_eq!(mode, None);
     drop(store);
 }
+
+/// A lost slot: the changes after the capture's last position have no events, so stopping
+/// fences every feed: a reader resuming from an event of before is answered 410 (never served
+/// a feed with a hole), one starting afresh reads what the triggers write from then on.
+#[tokio::test]
+async fn a_lost_slot_is_said_and_stopping_fences_every_feed_so_no_reader_crosses_the_hole() {
+    use partner_api::store::{EventFeed, EventQuery, EventsPage};
+    crate::common::needs::needs!(Postgres);
+    let (store, url) = migrated_with(&ORGANIZATIONS).await;
+    let pool = PgPool::connect(&url).await.unwrap();
+    store.start_order_capture().await.unwrap();
+    let insert = |id: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query(
+                "INSERT INTO partner_orders (organization_id, id, providers, advertiser_name, \
+                 campaign_name, budget_dkk, start_date, end_date, status, external_reference, \
+                 created_at) VALUES ('org_c1', $1, '{meta}', 'A', 'C', 1, '2026-03-01', \
+                 '2026-04-30', 'booked', 'PO', now())",
+            )
+            .bind(id)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+    };
+    insert("before").await;
+    let reader = store.order_capture();
+    while !reader.round().await.unwrap().caught_up {}
+    let EventsPage::Events { events, .. } = store
+        .events("org_c1", &EventQuery::oldest(10))
+        .await
+        .unwrap()
+    else {
+        panic!("no events")
+    };
+    assert_eq!(events.len(), 1);
+    let cursor = events[0].id;
+    // The slot goes behind the capture's back; a change is written meanwhile.
+    let slot = reader.mode().await.unwrap().unwrap();
+    sqlx::query("SELECT pg_drop_replication_slot($1)")
+        .bind(&slot)
+        .execute(&pool)
+        .await
+        .unwrap();
+    insert("in_the_hole").await;
+    let said = reader.round().await.unwrap_err();
+    let said = std::error::Error::source(&said).unwrap().to_string();
+    assert!(
+        said.contains("lost") && said.contains("order-capture stop"),
+        "{said}"
+    );
+    // Stopping fences: the reader that resumes is told, the one that starts afresh reads on
+    // from the triggers' events.
+    store
+        .stop_order_capture(Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(reader.mode().await.unwrap(), None);
+    insert("after").await;
+    let resumed = store
+        .events("org_c1", &EventQuery::after(cursor, 10))
+        .await
+        .unwrap();
+    assert!(matches!(resumed, EventsPage::Expired), "{resumed:?}");
+    let EventsPage::Events { events, .. } = store
+        .events("org_c1", &EventQuery::oldest(10))
+        .await
+        .unwrap()
+    else {
+        panic!("no events")
+    };
+    let ids: Vec<String> = events
+        .iter()
+        .map(|event| {
+            let data: serde_json::Value = serde_json::from_slice(&event.data).unwrap();
+            data["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(ids, ["after"]);
+}

@@ -1120,3 +1120,67 @@ async fn a_registration_waits_its_lock_time_out_at_most_and_a_burst_makes_one_tr
     .unwrap();
     assert_eq!(events_of(&store, "after-burst").await, 1);
 }
+
+/// The capture mode on a mapped table: the host's writes (one that changes only a column the
+/// map does not read, one the contract cannot show, a move between accounts, a deletion, a
+/// transaction of several) get from the log the events the registered trigger writes.
+#[tokio::test]
+async fn the_capture_reads_the_hosts_table_through_the_map_as_its_trigger_does() {
+    crate::common::needs::needs!(Postgres);
+    const WRITES: &str = "\
+        INSERT INTO media_buys (buy_ref, account_code, channels, advertiser, campaign, budget_ore, \
+            starts_on, ends_on, state, po_number, created) VALUES \
+            ('b1', 'a1', '{meta}', 'A', 'C', 12345, '2026-03-01', '2026-04-30', 'BOOKED', NULL, \
+             '2026-02-01 10:00:00+02'); \
+        UPDATE media_buys SET internal_note = 'seen' WHERE buy_ref = 'b1'; \
+        UPDATE media_buys SET state = 'LIVE', po_number = 'PO-1' WHERE buy_ref = 'b1'; \
+        INSERT INTO media_buys (buy_ref, account_code, channels, advertiser, campaign, budget_ore, \
+            starts_on, ends_on, state, po_number, created) VALUES \
+            ('b2', 'a1', ARRAY['meta', NULL], 'A', 'C', 100, '2026-03-01', '2026-04-30', 'BOOKED', \
+             'PO', '2026-02-01 10:00:00Z'); \
+        BEGIN; \
+        UPDATE media_buys SET account_code = 'a2' WHERE buy_ref = 'b1'; \
+        DELETE FROM media_buys WHERE buy_ref = 'b2'; \
+        COMMIT; \
+        DELETE FROM media_buys WHERE buy_ref = 'b1'";
+    let events = |store: PgStore| async move {
+        sqlx::query_as::<_, (String, String, String, Option<serde_json::Value>)>(
+            "SELECT organization_id, change, order_id, order_row FROM partner_api_order_events \
+             ORDER BY id",
+        )
+        .fetch_all(store.pool())
+        .await
+        .unwrap()
+    };
+    let mut stores = Vec::new();
+    for _ in 0..2 {
+        let (store, _) = host_store().await;
+        for id in ["a1", "a2"] {
+            let account = Organization {
+                id: id.into(),
+                name: id.into(),
+            };
+            add_account(&store, &account).await.unwrap();
+        }
+        stores.push(store);
+    }
+    let (triggered, captured) = (stores[0].clone(), stores[1].clone());
+    sqlx::raw_sql(WRITES)
+        .execute(triggered.pool())
+        .await
+        .unwrap();
+    captured.start_order_capture().await.unwrap();
+    sqlx::raw_sql(WRITES)
+        .execute(captured.pool())
+        .await
+        .unwrap();
+    let reader = captured.order_capture();
+    while !reader.round().await.unwrap().caught_up {}
+    let want = events(triggered).await;
+    assert_eq!(want.len(), 7, "{want:#?}");
+    assert_eq!(events(captured.clone()).await, want);
+    captured
+        .stop_order_capture(std::time::Duration::from_secs(10))
+        .await
+        .unwrap();
+}

@@ -656,3 +656,64 @@ async fn an_event_pruned_before_the_listener_read_it_still_names_its_organizatio
     assert_eq!(changes.len(), 1, "{changes:?}");
     assert_eq!(pruned, ["org_demo"]);
 }
+
+/// In the capture mode an order change has no event until the capture reads it from the log,
+/// so the caches' evidence waits for the capture: with its reader stopped, a change is
+/// answered within the bound all the same (the caches go to the database, never serve the
+/// page from memory that misses it); with the reader back, they answer from memory again and
+/// know of it. A listener that took the events alone as its evidence fails the first part.
+#[tokio::test]
+async fn in_the_capture_mode_the_caches_wait_for_the_capture_and_never_serve_a_change_late() {
+    crate::common::needs::needs!(Postgres);
+    let url = seeded().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    store.start_order_capture().await.unwrap();
+    let reader = tokio::spawn(store.order_capture().run());
+    let notifications = partner_api::cache::postgres::listen(store.pool().clone());
+    until_answering(&notifications).await;
+    let (api, _) = cached_api(&store, &notifications);
+    let before = call(&api, get("/v1/orders", Some(DEMO_KEY))).await;
+    assert_ne!(before.json()["data"]["orders"][0]["id"], "ord_captured");
+    reader.abort();
+    let mut owner = PgConnection::connect(&url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO partner_orders VALUES ('org_demo', 'ord_captured', ARRAY['meta'], 'A', 'C', \
+         1, '2026-03-01', '2026-04-30', 'booked', 'PO', '2030-01-01T00:00:00Z')",
+    )
+    .execute(&mut owner)
+    .await
+    .unwrap();
+    let committed = Instant::now();
+    while committed.elapsed() < BOUND * 2 {
+        let asked = Instant::now();
+        let page = call(&api, get("/v1/orders", Some(DEMO_KEY))).await;
+        if asked.saturating_duration_since(committed) > BOUND {
+            assert_eq!(
+                page.json()["data"]["orders"][0]["id"],
+                "ord_captured",
+                "a page that misses a change was served {:?} after its commit",
+                asked.saturating_duration_since(committed)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let events: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM partner_api_order_events WHERE order_id = 'ord_captured'",
+    )
+    .fetch_one(&mut owner)
+    .await
+    .unwrap();
+    assert_eq!(
+        events, 0,
+        "an event was written with the capture's reader stopped"
+    );
+    let reader = tokio::spawn(store.order_capture().run());
+    until_answering(&notifications).await;
+    let after = call(&api, get("/v1/orders", Some(DEMO_KEY))).await;
+    assert_eq!(after.json()["data"]["orders"][0]["id"], "ord_captured");
+    reader.abort();
+    store
+        .stop_order_capture(Duration::from_secs(10))
+        .await
+        .unwrap();
+}

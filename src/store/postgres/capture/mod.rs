@@ -134,25 +134,42 @@ impl PgStore {
                 .await
                 .map_err(store_error)?;
         let slot = slot.unwrap_or_else(|| slot_name_for(&database));
-        let exists: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1)",
+        // Slot names are the server's: one of that name in another database is not ours.
+        let owner: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT database::text FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
         )
         .bind(&slot)
-        .fetch_one(pool)
+        .fetch_optional(pool)
         .await
         .map_err(store_error)?;
-        if !exists {
-            // Outside any transaction that wrote (PostgreSQL refuses it there).
+        if let Some(owner) = &owner {
+            if owner.as_deref() != Some(database.as_str()) {
+                return Err(StoreError::refusal(
+                    crate::store::StoreErrorKind::Conflict,
+                    format!(
+                        "the order capture's slot name {slot:?} is taken by another database's \
+                         slot ({}): drop it, or rename this database",
+                        owner.as_deref().unwrap_or("a physical slot")
+                    ),
+                ));
+            }
+        }
+        if owner.is_none() {
+            // In a transaction that wrote nothing (PostgreSQL refuses it elsewhere); the slot
+            // waits for every transaction under way to end, up to the decoding's bound.
+            let capture = self.order_capture();
+            let mut creating = capture.decoding().await?;
             sqlx::query("SELECT pg_catalog.pg_create_logical_replication_slot($1, $2)")
                 .bind(&slot)
                 .bind(PLUGIN)
-                .execute(pool)
+                .execute(&mut *creating)
                 .await
                 .map_err(|err| slot_refused(&err).unwrap_or_else(|| store_error(err)))?;
+            creating.commit().await.map_err(store_error)?;
         }
         let mut transaction = pool.begin().await.map_err(store_error)?;
         let tables = lock_order_tables(&mut transaction).await?;
-        for (table, triggers) in &tables {
+        for (table, triggers) in &tables.triggers {
             for trigger in triggers {
                 execute(
                     &mut transaction,
@@ -160,6 +177,9 @@ impl PgStore {
                 )
                 .await?;
             }
+        }
+        for table in &tables.full_identity_missing {
+            // Locks out reads too, for a moment: only where it is not so already.
             execute(
                 &mut transaction,
                 &format!("ALTER TABLE {table} REPLICA IDENTITY FULL"),
@@ -190,6 +210,12 @@ impl PgStore {
     ///
     /// When the database fails, or the capture did not catch up within `drain`: nothing is
     /// changed then (the capture goes on).
+    ///
+    /// A lost slot (the server removed log it had not read, or it was dropped) is not
+    /// drained: the changes after the capture's last position have no events, so every feed
+    /// is fenced instead, in the same transaction (a reader resuming from any earlier event
+    /// is answered 410 and starts again; nothing of the hole is served as if the feed were
+    /// whole).
     pub async fn stop_order_capture(&self, drain: Duration) -> Result<(), StoreError> {
         let pool = self.pool();
         let capture = self.order_capture().with_holder("stop_order_capture");
@@ -199,7 +225,7 @@ impl PgStore {
         }
         let mut transaction = pool.begin().await.map_err(store_error)?;
         let tables = lock_order_tables(&mut transaction).await?;
-        for (table, triggers) in &tables {
+        for (table, triggers) in &tables.triggers {
             for trigger in triggers {
                 execute(
                     &mut transaction,
@@ -210,7 +236,7 @@ impl PgStore {
         }
         // The order writes are held: every one committed without the triggers ends below the
         // log's insert position now. The capture materializes through it (this transaction
-        // holds no lock that its rounds take).
+        // holds no lock that its rounds take); or, its slot lost, the feeds are fenced.
         let through: String =
             sqlx::query_scalar("SELECT pg_catalog.pg_current_wal_insert_lsn()::text")
                 .fetch_one(&mut *transaction)
@@ -218,7 +244,15 @@ impl PgStore {
                 .map_err(store_error)?;
         let through = lsn(&through)?;
         let deadline = tokio::time::Instant::now() + drain;
-        loop {
+        let lost = capture.slot_lost().await?;
+        if lost {
+            fence_feeds(&mut transaction).await?;
+            tracing::warn!(
+                "partner API order capture: its slot was lost; every feed is fenced (a reader \
+                 resuming from before now is answered 410 and starts again)"
+            );
+        }
+        while !lost {
             let round = capture.round().await?;
             let materialized: Option<String> =
                 sqlx::query_scalar("SELECT materialized_lsn::text FROM partner_api_order_capture")
@@ -557,6 +591,19 @@ impl OrderCapture {
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
         execute(&mut transaction, "SET LOCAL statement_timeout = '60s'").await?;
         Ok(transaction)
+    }
+
+    /// Whether the capture's slot is lost: gone, or its log removed by the server.
+    async fn slot_lost(&self) -> Result<bool, StoreError> {
+        let status: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT s.wal_status FROM partner_api_order_capture c \
+             LEFT JOIN pg_catalog.pg_replication_slots s ON s.slot_name = c.slot_name \
+             WHERE c.slot_name IS NOT NULL",
+        )
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(store_error)?;
+        Ok(matches!(status, Some(None)) || matches!(status, Some(Some(ref s)) if s == "lost"))
     }
 
     /// Drops the slot a stop left (its commit came first, so the slot is no longer read).
@@ -965,20 +1012,68 @@ async fn read_row(
     Ok((keys, None))
 }
 
+/// Fences every feed after a lost slot (the order writes held): each feed's events are
+/// stamped (their webhooks written) and deleted as retention deletes them, with their
+/// tombstones, and each feed's retention mark is set past its last position, so a reader
+/// resuming from any event of before is answered 410 (it may have missed the changes whose
+/// log was lost), and one starting afresh reads only what follows. Nothing of the hole is
+/// ever served as if the feed were whole.
+async fn fence_feeds(transaction: &mut Transaction<'_, Postgres>) -> Result<(), StoreError> {
+    let organizations: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT organization_id FROM partner_api_order_events")
+            .fetch_all(&mut **transaction)
+            .await
+            .map_err(store_error)?;
+    for organization in &organizations {
+        sqlx::query("SELECT partner_api_stamp_order_events($1, 2147483647)")
+            .bind(organization)
+            .execute(&mut **transaction)
+            .await
+            .map_err(store_error)?;
+        sqlx::query(
+            "WITH gone AS ( \
+                 DELETE FROM partner_api_order_events WHERE organization_id = $1 \
+                 RETURNING id, position) \
+             INSERT INTO partner_api_pruned_events \
+                 (organization_id, first_position, ids, min_id, max_id) \
+             SELECT $1, min(g.position), array_agg(g.id ORDER BY g.position), min(g.id), max(g.id) \
+             FROM gone g HAVING count(*) > 0",
+        )
+        .bind(organization)
+        .execute(&mut **transaction)
+        .await
+        .map_err(store_error)?;
+    }
+    execute(
+        transaction,
+        "UPDATE partner_api_event_feeds SET pruned_through_position = last_position + 1",
+    )
+    .await
+}
+
+/// The crate's orders table and the served ones, locked against writes.
+struct LockedTables {
+    /// Each table (quoted) with its events' triggers (quoted).
+    triggers: Vec<(String, Vec<String>)>,
+    /// The tables whose updates and deletions do not log the old row whole.
+    full_identity_missing: Vec<String>,
+}
+
 /// Locks the crate's orders table and the served ones against writes (until the transaction
-/// ends), and returns each with its events' triggers (quoted).
+/// ends): what the switches change.
 async fn lock_order_tables(
     transaction: &mut Transaction<'_, Postgres>,
-) -> Result<Vec<(String, Vec<String>)>, StoreError> {
+) -> Result<LockedTables, StoreError> {
     execute(transaction, "SET LOCAL lock_timeout = '2s'").await?;
-    let tables: Vec<(String, Vec<String>)> = sqlx::query_as(
+    let tables: Vec<(String, Vec<String>, bool)> = sqlx::query_as(
         "SELECT c.oid::regclass::text, \
                 ARRAY(SELECT pg_catalog.quote_ident(g.tgname) FROM pg_catalog.pg_trigger g \
                       JOIN pg_catalog.pg_proc p ON p.oid = g.tgfoid \
                       WHERE g.tgrelid = c.oid AND NOT g.tgisinternal \
                         AND (p.oid = 'partner_api_raise_order_events()'::regprocedure \
                              OR g.tgname = 'partner_api_orders') \
-                      ORDER BY g.tgname) \
+                      ORDER BY g.tgname), \
+                c.relreplident = 'f' \
          FROM pg_catalog.pg_class c \
          WHERE c.oid = 'partner_orders'::regclass \
             OR c.oid IN (SELECT t.relid FROM partner_api_order_tables t) \
@@ -987,14 +1082,24 @@ async fn lock_order_tables(
     .fetch_all(&mut **transaction)
     .await
     .map_err(store_error)?;
-    for (table, _) in &tables {
+    for (table, _, _) in &tables {
         execute(
             transaction,
             &format!("LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE"),
         )
         .await?;
     }
-    Ok(tables)
+    Ok(LockedTables {
+        full_identity_missing: tables
+            .iter()
+            .filter(|(_, _, full)| !full)
+            .map(|(table, _, _)| table.clone())
+            .collect(),
+        triggers: tables
+            .into_iter()
+            .map(|(table, triggers, _)| (table, triggers))
+            .collect(),
+    })
 }
 
 async fn execute(
@@ -1032,8 +1137,10 @@ fn slot_refused(err: &sqlx::Error) -> Option<StoreError> {
 fn lost(slot: &str, why: &str) -> StoreError {
     StoreError::unavailable(format!(
         "the order capture's slot {slot:?} is lost ({why}): the order changes after the last \
-         materialized position have no events. Switch back with stop_order_capture (which then \
-         ends at once) and start again; tell the feed's readers to read from the start"
+         materialized position have no events, and the feeds wait. Run `order-capture stop` \
+         (PgStore::stop_order_capture): it puts the triggers back and fences every feed (a \
+         reader resuming from before is answered 410 and starts again); then `order-capture \
+         start` for a new slot, with max_slot_wal_keep_size large enough"
     ))
 }
 
