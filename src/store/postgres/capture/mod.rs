@@ -252,24 +252,8 @@ impl PgStore {
                  resuming from before now is answered 410 and starts again)"
             );
         }
-        while !lost {
-            let round = capture.round().await?;
-            let materialized: Option<String> =
-                sqlx::query_scalar("SELECT materialized_lsn::text FROM partner_api_order_capture")
-                    .fetch_one(pool)
-                    .await
-                    .map_err(store_error)?;
-            if materialized.as_deref().map(lsn).transpose()? >= Some(through) {
-                break;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(StoreError::unavailable(
-                    "the order capture did not catch up in time to stop; it goes on",
-                ));
-            }
-            if round.caught_up || !round.held {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+        if !lost {
+            capture.drain_through(through, deadline).await?;
         }
         execute(
             &mut transaction,
@@ -591,6 +575,34 @@ impl OrderCapture {
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
         execute(&mut transaction, "SET LOCAL statement_timeout = '60s'").await?;
         Ok(transaction)
+    }
+
+    /// Reads the slot (when this reader holds the lease; another's reads meanwhile) until
+    /// the capture has materialized every change below `through`, or fails at `deadline`.
+    async fn drain_through(
+        &self,
+        through: u64,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), StoreError> {
+        loop {
+            let round = self.round().await?;
+            let materialized: Option<String> =
+                sqlx::query_scalar("SELECT materialized_lsn::text FROM partner_api_order_capture")
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(store_error)?;
+            if materialized.as_deref().map(lsn).transpose()? >= Some(through) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(StoreError::unavailable(
+                    "the order capture did not catch up in time to stop; it goes on",
+                ));
+            }
+            if round.caught_up || !round.held {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
     }
 
     /// Whether the capture's slot is lost: gone, or its log removed by the server.
