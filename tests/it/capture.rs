@@ -238,13 +238,17 @@ async fn a_lost_slot_is_said_and_stopping_fences_every_feed_so_no_reader_crosses
     insert("before").await;
     let reader = store.order_capture();
     while !reader.round().await.unwrap().caught_up {}
-    let EventsPage::Events { events, .. } = store
-        .events("org_c1", &EventQuery::oldest(10))
-        .await
-        .unwrap()
-    else {
-        panic!("no events")
+    let oldest = || async {
+        match store
+            .events("org_c1", &EventQuery::oldest(10))
+            .await
+            .unwrap()
+        {
+            EventsPage::Events { events, .. } => events,
+            other => panic!("{other:?}"),
+        }
     };
+    let events = oldest().await;
     assert_eq!(events.len(), 1);
     let cursor = events[0].id;
     // The slot goes behind the capture's back; a change is written meanwhile.
@@ -274,14 +278,8 @@ async fn a_lost_slot_is_said_and_stopping_fences_every_feed_so_no_reader_crosses
         .await
         .unwrap();
     assert!(matches!(resumed, EventsPage::Expired), "{resumed:?}");
-    let EventsPage::Events { events, .. } = store
-        .events("org_c1", &EventQuery::oldest(10))
+    let ids: Vec<String> = oldest()
         .await
-        .unwrap()
-    else {
-        panic!("no events")
-    };
-    let ids: Vec<String> = events
         .iter()
         .map(|event| {
             let data: serde_json::Value = serde_json::from_slice(&event.data).unwrap();

@@ -13,6 +13,7 @@ mod register;
 
 pub use indexes::SchemaIndex;
 
+pub(super) use register::bare_identifier;
 /// A mapped order's snapshot as the triggers check and render it (over `t`): for the capture.
 pub(super) use register::SHOWN as SHOWN_ORDER;
 

@@ -168,16 +168,7 @@ impl PgStore {
             creating.commit().await.map_err(store_error)?;
         }
         let mut transaction = pool.begin().await.map_err(store_error)?;
-        let tables = lock_order_tables(&mut transaction).await?;
-        for (table, triggers) in &tables.triggers {
-            for trigger in triggers {
-                execute(
-                    &mut transaction,
-                    &format!("ALTER TABLE {table} DISABLE TRIGGER {trigger}"),
-                )
-                .await?;
-            }
-        }
+        let tables = lock_order_tables(&mut transaction, "DISABLE").await?;
         for table in &tables.full_identity_missing {
             // Locks out reads too, for a moment: only where it is not so already.
             execute(
@@ -224,16 +215,7 @@ impl PgStore {
             return Ok(());
         }
         let mut transaction = pool.begin().await.map_err(store_error)?;
-        let tables = lock_order_tables(&mut transaction).await?;
-        for (table, triggers) in &tables.triggers {
-            for trigger in triggers {
-                execute(
-                    &mut transaction,
-                    &format!("ALTER TABLE {table} ENABLE TRIGGER {trigger}"),
-                )
-                .await?;
-            }
-        }
+        lock_order_tables(&mut transaction, "ENABLE").await?;
         // The order writes are held: every one committed without the triggers ends below the
         // log's insert position now. The capture materializes through it (this transaction
         // holds no lock that its rounds take); or, its slot lost, the feeds are fenced.
@@ -1065,16 +1047,16 @@ async fn fence_feeds(transaction: &mut Transaction<'_, Postgres>) -> Result<(), 
 
 /// The crate's orders table and the served ones, locked against writes.
 struct LockedTables {
-    /// Each table (quoted) with its events' triggers (quoted).
-    triggers: Vec<(String, Vec<String>)>,
     /// The tables whose updates and deletions do not log the old row whole.
     full_identity_missing: Vec<String>,
 }
 
 /// Locks the crate's orders table and the served ones against writes (until the transaction
-/// ends): what the switches change.
+/// ends), and `ENABLE`s or `DISABLE`s (`switch`) their events' triggers: what the switches
+/// change.
 async fn lock_order_tables(
     transaction: &mut Transaction<'_, Postgres>,
+    switch: &str,
 ) -> Result<LockedTables, StoreError> {
     execute(transaction, "SET LOCAL lock_timeout = '2s'").await?;
     let tables: Vec<(String, Vec<String>, bool)> = sqlx::query_as(
@@ -1101,15 +1083,20 @@ async fn lock_order_tables(
         )
         .await?;
     }
+    for (table, triggers, _) in &tables {
+        for trigger in triggers {
+            execute(
+                transaction,
+                &format!("ALTER TABLE {table} {switch} TRIGGER {trigger}"),
+            )
+            .await?;
+        }
+    }
     Ok(LockedTables {
         full_identity_missing: tables
-            .iter()
-            .filter(|(_, _, full)| !full)
-            .map(|(table, _, _)| table.clone())
-            .collect(),
-        triggers: tables
             .into_iter()
-            .map(|(table, triggers, _)| (table, triggers))
+            .filter(|(_, _, full)| !full)
+            .map(|(table, _, _)| table)
             .collect(),
     })
 }
@@ -1159,18 +1146,10 @@ fn lost(slot: &str, why: &str) -> StoreError {
 /// A slot name for the database `database`: `partner_api_` and its name in lower-case letters,
 /// digits and underscores (slot names are the server's, not one database's).
 fn slot_name_for(database: &str) -> String {
-    let bare: String = database
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .take(50)
-        .collect();
-    format!("partner_api_{bare}")
+    format!(
+        "partner_api_{}",
+        super::schema_map::bare_identifier(database, 50)
+    )
 }
 
 /// A log position (`X/Y`, hexadecimal) as a number.

@@ -11,9 +11,16 @@ use super::{OrderField, OrdersMap, OrganizationsMap, Table, EXPRESSION_SEARCH_PA
 /// A name for what the crate makes for `table`: `partner_api_{what}_{table}`, in letters,
 /// digits and underscores, within PostgreSQL's 63 bytes.
 pub(in crate::store::postgres) fn name_for(what: &str, table: &Table) -> String {
-    let bare: String = table
-        .bare_name
-        .chars()
+    format!(
+        "partner_api_{what}_{}",
+        bare_identifier(&table.bare_name, 40)
+    )
+}
+
+/// `text` in lower-case letters, digits and underscores (anything else an underscore), at
+/// most `max` of them: a part of a name the crate makes.
+pub(in crate::store::postgres) fn bare_identifier(text: &str, max: usize) -> String {
+    text.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() {
                 c.to_ascii_lowercase()
@@ -21,9 +28,8 @@ pub(in crate::store::postgres) fn name_for(what: &str, table: &Table) -> String 
                 '_'
             }
         })
-        .take(40)
-        .collect();
-    format!("partner_api_{what}_{bare}")
+        .take(max)
+        .collect()
 }
 
 /// The name of a trigger function made for `table`: [`name_for`] with a digest of the table's
