@@ -30,6 +30,7 @@ mod metrics;
 mod openapi;
 mod operators;
 mod order_filters;
+mod orders_history;
 mod pages;
 mod postgres;
 mod rate_limit;
