@@ -60,8 +60,8 @@ const PLUGIN: &str = "test_decoding";
 /// What a round of [`OrderCapture`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CaptureRound {
-    /// Whether this reader held the lease (nothing else is done without it, nor in the default
-    /// mode).
+    /// Whether this reader held the lease and read the slot (nothing is done without the
+    /// lease, nor in the default mode, nor while another session reads the slot that moment).
     pub held: bool,
     /// Transactions of order changes materialized (those whose trigger had written their
     /// events are not counted).
@@ -190,11 +190,12 @@ impl PgStore {
         transaction.commit().await.map_err(store_error)
     }
 
-    /// Switches the order writes back to the default mode: holding the order writes,
-    /// enables the events' triggers, waits until the capture has materialized every change
-    /// written without them (reading the slot itself when no other replica does, up to
-    /// `drain`), and commits; then drops the slot. The writes wait for the drain, so every
-    /// event the triggers write afterwards follows the capture's last in the feed. Safe to run
+    /// Switches the order writes back to the default mode: waits until the capture has
+    /// caught up; then, holding the order writes, enables the events' triggers, waits until
+    /// the capture has materialized every change written without them (reading the slot
+    /// itself when no other replica does; both waits within `drain`), and commits; then drops
+    /// the slot. The writes wait for the last drain (what they wrote during the first), so
+    /// every event the triggers write afterwards follows the capture's last in the feed. Safe to run
     /// again, and in the default mode.
     ///
     /// # Errors
@@ -214,6 +215,18 @@ impl PgStore {
         if capture.mode().await?.is_none() {
             return Ok(());
         }
+        let deadline = tokio::time::Instant::now() + drain;
+        // Caught up first, without holding anything: the writes then wait only for what they
+        // wrote meanwhile (an open transaction that wrote also holds back every listener's
+        // evidence, `docs::replicas`).
+        if !capture.slot_lost().await? {
+            let now: String =
+                sqlx::query_scalar("SELECT pg_catalog.pg_current_wal_insert_lsn()::text")
+                    .fetch_one(pool)
+                    .await
+                    .map_err(store_error)?;
+            capture.drain_through(lsn(&now)?, deadline).await?;
+        }
         let mut transaction = pool.begin().await.map_err(store_error)?;
         lock_order_tables(&mut transaction, "ENABLE").await?;
         // The order writes are held: every one committed without the triggers ends below the
@@ -225,7 +238,6 @@ impl PgStore {
                 .await
                 .map_err(store_error)?;
         let through = lsn(&through)?;
-        let deadline = tokio::time::Instant::now() + drain;
         let lost = capture.slot_lost().await?;
         if lost {
             fence_feeds(&mut transaction).await?;
@@ -438,7 +450,9 @@ impl OrderCapture {
                 .fetch_one(&self.pool)
                 .await
                 .map_err(store_error)?;
-        let decoded = self.peek(&slot, &tables).await?;
+        let Some(decoded) = self.peek(&slot, &tables).await? else {
+            return Ok(CaptureRound::default());
+        };
         done.caught_up = decoded.changes < u64::from(self.batch);
         let through = match (&decoded.end, done.caught_up) {
             (Some(end), false) => end.clone(),
@@ -535,7 +549,7 @@ impl OrderCapture {
             // Only after the commit: a reader killed before it decodes these again. (Moving
             // a logical slot decodes too.)
             let mut advancing = self.decoding().await?;
-            sqlx::query(
+            let advanced = sqlx::query(
                 "SELECT pg_catalog.pg_replication_slot_advance(s.slot_name, $2::pg_lsn) \
                  FROM pg_catalog.pg_replication_slots s \
                  WHERE s.slot_name = $1 AND s.confirmed_flush_lsn < $2::pg_lsn",
@@ -543,9 +557,14 @@ impl OrderCapture {
             .bind(&slot)
             .bind(end)
             .execute(&mut *advancing)
-            .await
-            .map_err(store_error)?;
-            advancing.commit().await.map_err(store_error)?;
+            .await;
+            match advanced {
+                Ok(_) => advancing.commit().await.map_err(store_error)?,
+                // Read elsewhere this moment: the next round decodes these again, and writes
+                // nothing twice.
+                Err(err) if in_use(&err) => {}
+                Err(err) => return Err(store_error(err)),
+            }
         }
         Ok(done)
     }
@@ -608,14 +627,29 @@ impl OrderCapture {
                 .await
                 .map_err(store_error)?;
         let Some(slot) = retired else { return Ok(()) };
-        sqlx::query(
-            "SELECT pg_catalog.pg_drop_replication_slot(slot_name) \
-             FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
-        )
-        .bind(&slot)
-        .execute(&self.pool)
-        .await
-        .map_err(store_error)?;
+        // A reader's round that began before the stop's commit may still be reading it (for
+        // a moment: its next round sees the default mode); another caller may drop it first.
+        let mut tries = 0;
+        loop {
+            let dropped = sqlx::query(
+                "SELECT pg_catalog.pg_drop_replication_slot(slot_name) \
+                 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
+            )
+            .bind(&slot)
+            .execute(&self.pool)
+            .await;
+            match dropped {
+                Ok(_) => break,
+                Err(err) if sql_state(&err).as_deref() == Some("42704") => break,
+                Err(err) if in_use(&err) && tries < 50 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                // Still read after 5 s: the next round (any replica's) drops it.
+                Err(err) if in_use(&err) => return Ok(()),
+                Err(err) => return Err(store_error(err)),
+            }
+        }
         sqlx::query(
             "UPDATE partner_api_order_capture SET retired_slot = NULL WHERE retired_slot = $1",
         )
@@ -659,7 +693,7 @@ impl OrderCapture {
 
     /// The decoded transactions that touched a served table or the events table, from the
     /// slot's position, up to the batch's size (whole transactions).
-    async fn peek(&self, slot: &str, tables: &Tables) -> Result<Decoded, StoreError> {
+    async fn peek(&self, slot: &str, tables: &Tables) -> Result<Option<Decoded>, StoreError> {
         let prefixes: Vec<String> = tables
             .orders
             .keys()
@@ -689,8 +723,14 @@ impl OrderCapture {
         .bind(i32::try_from(self.batch).unwrap_or(i32::MAX))
         .bind(&prefixes)
         .fetch_all(&mut *reading)
-        .await
-        .map_err(|err| slot_refused(&err).unwrap_or_else(|| store_error(err)))?;
+        .await;
+        let rows = match rows {
+            Ok(rows) => rows,
+            // Another session reads the slot this moment (a killed reader's query running to
+            // its end on the server, a stop's drain): this round reads nothing.
+            Err(err) if in_use(&err) => return Ok(None),
+            Err(err) => return Err(slot_refused(&err).unwrap_or_else(|| store_error(err))),
+        };
         reading.commit().await.map_err(store_error)?;
         let mut decoded = Decoded::default();
         let mut open: HashMap<String, Committed> = HashMap::new();
@@ -730,7 +770,7 @@ impl OrderCapture {
                 pending.changes.push(change);
             }
         }
-        Ok(decoded)
+        Ok(Some(decoded))
     }
 }
 
@@ -1130,6 +1170,16 @@ fn slot_refused(err: &sqlx::Error) -> Option<StoreError> {
         crate::store::StoreErrorKind::Unsupported,
         format!("the order capture cannot use a replication slot: {remedy} (the server said: {message})"),
     ))
+}
+
+/// The SQLSTATE of a database error.
+fn sql_state(err: &sqlx::Error) -> Option<String> {
+    Some(err.as_database_error()?.code()?.into_owned())
+}
+
+/// Whether the slot was being read by another session (`object_in_use`).
+fn in_use(err: &sqlx::Error) -> bool {
+    sql_state(err).as_deref() == Some("55006")
 }
 
 /// The error of a slot that is gone, with what to do.
