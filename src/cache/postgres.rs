@@ -396,10 +396,7 @@ impl OrderLog {
 
 /// A log position (`X/Y`, hexadecimal) as a number.
 fn parse_lsn(text: &str) -> Result<u64, String> {
-    let parse = |part: &str| u64::from_str_radix(part, 16).ok();
-    text.split_once('/')
-        .and_then(|(high, low)| Some((parse(high)? << 32) | parse(low)?))
-        .ok_or_else(|| format!("not a log position: {text:?}"))
+    crate::store::postgres::parse_lsn(text).ok_or_else(|| format!("not a log position: {text:?}"))
 }
 
 fn parse_xid(text: &str) -> Result<u64, String> {

@@ -61,6 +61,18 @@ pub(crate) fn is_lock_timeout(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03"))
 }
 
+/// Whether `err` is an object another session holds (`55006`, `object_in_use`: a
+/// replication slot being read).
+pub(crate) fn is_object_in_use(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("55006"))
+}
+
+/// Whether `err` is an object that does not exist (`42704`, `undefined_object`: a replication
+/// slot dropped meanwhile).
+pub(crate) fn is_undefined_object(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("42704"))
+}
+
 /// Whether `err` says the database cannot be reached (a connection that fails or breaks, a
 /// pool that times out, the server shutting down), as opposed to one slow statement
 /// (`57014`, a statement timeout) that says nothing of the others.

@@ -34,8 +34,10 @@ mod usage;
 #[cfg(feature = "webhooks")]
 mod webhooks;
 
+pub(crate) use capture::{
+    parse_lsn, LAG_BYTES as CAPTURE_LAG_BYTES, LAG_SECONDS as CAPTURE_LAG_SECONDS,
+};
 pub use capture::{CaptureRound, OrderCapture};
-pub(crate) use capture::{LAG_BYTES as CAPTURE_LAG_BYTES, LAG_SECONDS as CAPTURE_LAG_SECONDS};
 pub(crate) use error::store_error;
 use keys::allowed_ips;
 pub use schema_map::{OrderField, OrdersMap, OrganizationsMap, SchemaIndex, SchemaMap};

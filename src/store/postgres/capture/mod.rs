@@ -41,6 +41,7 @@ use serde_json::{json, Value};
 use sqlx::{PgPool, Postgres, Row, Transaction};
 
 use self::decode::{Operation, RowChange};
+use super::error::{is_object_in_use, is_undefined_object};
 use super::schema_map::{OrderField, OrdersMap, SHOWN_ORDER};
 use super::{store_error, PgStore};
 use crate::log::ErrorChain;
@@ -430,19 +431,8 @@ impl OrderCapture {
             return Ok(done);
         };
         done.held = true;
-        let status: Option<Option<String>> = sqlx::query_scalar(
-            "SELECT wal_status FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
-        )
-        .bind(&slot)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(store_error)?;
-        match status {
-            None => return Err(lost(&slot, "it does not exist")),
-            Some(Some(status)) if status == "lost" => {
-                return Err(lost(&slot, "the server removed the log it needed"))
-            }
-            Some(_) => {}
+        if let Some(why) = self.lost_reason(&slot).await? {
+            return Err(lost(&slot, why));
         }
         let tables = self.tables().await?;
         let flushed: String =
@@ -562,7 +552,7 @@ impl OrderCapture {
                 Ok(_) => advancing.commit().await.map_err(store_error)?,
                 // Read elsewhere this moment: the next round decodes these again, and writes
                 // nothing twice.
-                Err(err) if in_use(&err) => {}
+                Err(err) if is_object_in_use(&err) => {}
                 Err(err) => return Err(store_error(err)),
             }
         }
@@ -608,15 +598,26 @@ impl OrderCapture {
 
     /// Whether the capture's slot is lost: gone, or its log removed by the server.
     async fn slot_lost(&self) -> Result<bool, StoreError> {
+        match self.mode().await? {
+            Some(slot) => Ok(self.lost_reason(&slot).await?.is_some()),
+            None => Ok(false),
+        }
+    }
+
+    /// Why `slot` is lost, or `None` while the capture can read it.
+    async fn lost_reason(&self, slot: &str) -> Result<Option<&'static str>, StoreError> {
         let status: Option<Option<String>> = sqlx::query_scalar(
-            "SELECT s.wal_status FROM partner_api_order_capture c \
-             LEFT JOIN pg_catalog.pg_replication_slots s ON s.slot_name = c.slot_name \
-             WHERE c.slot_name IS NOT NULL",
+            "SELECT wal_status FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
         )
+        .bind(slot)
         .fetch_optional(&self.pool)
         .await
         .map_err(store_error)?;
-        Ok(matches!(status, Some(None)) || matches!(status, Some(Some(ref s)) if s == "lost"))
+        Ok(match status {
+            None => Some("it does not exist"),
+            Some(Some(status)) if status == "lost" => Some("the server removed the log it needed"),
+            Some(_) => None,
+        })
     }
 
     /// Drops the slot a stop left (its commit came first, so the slot is no longer read).
@@ -640,13 +641,13 @@ impl OrderCapture {
             .await;
             match dropped {
                 Ok(_) => break,
-                Err(err) if sql_state(&err).as_deref() == Some("42704") => break,
-                Err(err) if in_use(&err) && tries < 50 => {
+                Err(err) if is_undefined_object(&err) => break,
+                Err(err) if is_object_in_use(&err) && tries < 50 => {
                     tries += 1;
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 // Still read after 5 s: the next round (any replica's) drops it.
-                Err(err) if in_use(&err) => return Ok(()),
+                Err(err) if is_object_in_use(&err) => return Ok(()),
                 Err(err) => return Err(store_error(err)),
             }
         }
@@ -663,23 +664,25 @@ impl OrderCapture {
     /// The served tables (the crate's and those registered), as `test_decoding` names them,
     /// each with the map to read its rows through; and the events table's name.
     async fn tables(&self) -> Result<Tables, StoreError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname), c.oid::bigint \
-             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-             WHERE c.oid = 'partner_orders'::regclass \
-                OR c.oid IN (SELECT t.relid FROM partner_api_order_tables t)",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .map_err(store_error)?;
-        let events: String = sqlx::query_scalar(
-            "SELECT pg_catalog.format('%I.%I', current_schema(), 'partner_api_order_events')",
+        let (names, oids, events): (Vec<String>, Vec<i64>, String) = sqlx::query_as(
+            "SELECT ARRAY(SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) \
+                          FROM pg_catalog.pg_class c \
+                          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                          WHERE c.oid = 'partner_orders'::regclass \
+                             OR c.oid IN (SELECT t.relid FROM partner_api_order_tables t) \
+                          ORDER BY c.oid), \
+                    ARRAY(SELECT c.oid::bigint FROM pg_catalog.pg_class c \
+                          WHERE c.oid = 'partner_orders'::regclass \
+                             OR c.oid IN (SELECT t.relid FROM partner_api_order_tables t) \
+                          ORDER BY c.oid), \
+                    pg_catalog.format('%I.%I', current_schema(), 'partner_api_order_events')",
         )
         .fetch_one(&self.pool)
         .await
         .map_err(store_error)?;
-        let orders = rows
+        let orders = names
             .into_iter()
+            .zip(oids)
             .map(|(name, oid)| {
                 let map = match &self.orders {
                     Some((mapped, map)) if i64::from(*mapped) == oid => map.clone(),
@@ -728,7 +731,7 @@ impl OrderCapture {
             Ok(rows) => rows,
             // Another session reads the slot this moment (a killed reader's query running to
             // its end on the server, a stop's drain): this round reads nothing.
-            Err(err) if in_use(&err) => return Ok(None),
+            Err(err) if is_object_in_use(&err) => return Ok(None),
             Err(err) => return Err(slot_refused(&err).unwrap_or_else(|| store_error(err))),
         };
         reading.commit().await.map_err(store_error)?;
@@ -1172,16 +1175,6 @@ fn slot_refused(err: &sqlx::Error) -> Option<StoreError> {
     ))
 }
 
-/// The SQLSTATE of a database error.
-fn sql_state(err: &sqlx::Error) -> Option<String> {
-    Some(err.as_database_error()?.code()?.into_owned())
-}
-
-/// Whether the slot was being read by another session (`object_in_use`).
-fn in_use(err: &sqlx::Error) -> bool {
-    sql_state(err).as_deref() == Some("55006")
-}
-
 /// The error of a slot that is gone, with what to do.
 fn lost(slot: &str, why: &str) -> StoreError {
     StoreError::unavailable(format!(
@@ -1204,14 +1197,14 @@ fn slot_name_for(database: &str) -> String {
 
 /// A log position (`X/Y`, hexadecimal) as a number.
 fn lsn(text: &str) -> Result<u64, StoreError> {
-    let (high, low) = text
-        .split_once('/')
-        .ok_or_else(|| StoreError::invalid_data(format!("not a log position: {text:?}")))?;
-    let parse = |part: &str| {
-        u64::from_str_radix(part, 16)
-            .map_err(|_| StoreError::invalid_data(format!("not a log position: {text:?}")))
-    };
-    Ok((parse(high)? << 32) | parse(low)?)
+    parse_lsn(text).ok_or_else(|| StoreError::invalid_data(format!("not a log position: {text:?}")))
+}
+
+/// A log position (`X/Y`, hexadecimal) as a number, if it is one.
+pub(crate) fn parse_lsn(text: &str) -> Option<u64> {
+    let (high, low) = text.split_once('/')?;
+    let parse = |part: &str| u64::from_str_radix(part, 16).ok();
+    Some((parse(high)? << 32) | parse(low)?)
 }
 
 fn hostname() -> String {
