@@ -631,3 +631,30 @@ async fn the_deprecated_calls_table_takes_from_each_role_only_what_it_is_granted
         }
     }
 }
+
+/// The capture's state (its slot, its position, its lease) is the owner's alone: no
+/// documented role, nor a role that writes orders, may read it, take the lease, move the
+/// position (which would let the caches trust events never written) or name another slot.
+/// The listener reads the position through `partner_api_order_changes_after` only.
+#[tokio::test]
+async fn no_role_but_the_owner_touches_the_order_captures_state() {
+    crate::common::needs::needs!(Postgres);
+    let (url, roles) = attacked_database().await;
+    for role in &roles {
+        let mut attacker = PgConnection::connect(&as_user(&url, role)).await.unwrap();
+        for attack in [
+            "SELECT * FROM public.partner_api_order_capture",
+            "UPDATE public.partner_api_order_capture SET lease_holder = 'me', \
+             lease_until = 'infinity'",
+            "UPDATE public.partner_api_order_capture SET materialized_lsn = 'FFFFFFFF/0'",
+            "UPDATE public.partner_api_order_capture SET slot_name = 'elsewhere'",
+            "DELETE FROM public.partner_api_order_capture",
+        ] {
+            let err = attacker
+                .execute(attack)
+                .await
+                .expect_err(&format!("{role} could run {attack}"));
+            assert_eq!(sqlstate(&err), "42501", "{role}: {attack}: {err}");
+        }
+    }
+}
