@@ -46,6 +46,7 @@ fn order(n: usize) -> Order {
             BASE_MILLIS + i64::try_from(n).expect("few orders") * 1_000,
         )
         .expect("a time"),
+        updated_at: None,
     }
 }
 

@@ -45,6 +45,7 @@ fn store() -> MemoryStore {
             external_reference: format!("PO-{org}-{n}"),
             created_at: Timestamp::from_unix_millis(1_767_225_600_000 + n * 60_000)
                 .expect("timestamp"),
+            updated_at: None,
         });
         store.add_orders(&id, orders).expect("orders");
     }

@@ -213,6 +213,7 @@ impl Seed {
                             first_created + n as i64 * 26_000_000,
                         )
                         .unwrap_or_else(|| Timestamp::from_datetime(chrono::DateTime::UNIX_EPOCH)),
+                        updated_at: None,
                     },
                 }
             })

@@ -4,13 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use crate::api::auth::Challenges;
 use crate::api::client_address::TrustedProxies;
 use crate::api::deprecations::Deprecations;
 use crate::api::openapi;
 use crate::api::responses_metric::ResponseCounters;
+use crate::api::versioning::ApiVersions;
 use crate::deprecated_calls::DeprecatedCallRecorder;
 use crate::last_used::LastUsedRecorder;
 use crate::metrics::{UsageCounters, DEFAULT_MAX_ORGANIZATIONS};
@@ -75,8 +74,11 @@ pub(crate) struct Config {
     pub(crate) responses: ResponseCounters,
     /// The per-organization series, bounded.
     pub(crate) usage: Arc<UsageCounters>,
-    /// The OpenAPI document as served under `prefix`, the deprecations marked.
-    pub(crate) openapi: Bytes,
+    /// The OpenAPI document of each version that has one, as served under `prefix`, the
+    /// deprecations marked.
+    pub(crate) openapi: openapi::Served,
+    /// The versions, and which one answers a request.
+    pub(crate) versions: ApiVersions,
     /// What the host declared deprecated.
     pub(crate) deprecations: Deprecations,
     pub(crate) prefix: String,
@@ -108,7 +110,8 @@ impl Config {
             request_ids: true,
             responses: ResponseCounters::new(DEFAULT_PREFIX),
             usage: Arc::new(UsageCounters::new(DEFAULT_MAX_ORGANIZATIONS, 0)),
-            openapi: openapi::encoded(DEFAULT_PREFIX, []),
+            openapi: openapi::Served::new(DEFAULT_PREFIX, []),
+            versions: ApiVersions::default(),
             deprecations: Deprecations::default(),
             prefix: DEFAULT_PREFIX.to_owned(),
             warned_of_no_peer: Arc::default(),

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::store::{EventFeed, FeedEvent};
+use crate::versions::ApiVersion;
 
 /// Pages each worker thread keeps: a power of two, indexed by the low bits of a hash.
 const RECENT_PAGES: usize = 4;
@@ -27,14 +28,22 @@ struct Kept {
     /// (a pool of connections, say) alive.
     feed: Weak<dyn EventFeed>,
     organization_id: Box<str>,
+    version: ApiVersion,
     numbers: Box<[u64]>,
     body: Bytes,
 }
 
 impl Kept {
-    fn is(&self, feed: &Arc<dyn EventFeed>, organization_id: &str, events: &[FeedEvent]) -> bool {
+    fn is(
+        &self,
+        feed: &Arc<dyn EventFeed>,
+        organization_id: &str,
+        version: ApiVersion,
+        events: &[FeedEvent],
+    ) -> bool {
         std::ptr::addr_eq(self.feed.as_ptr(), Arc::as_ptr(feed))
             && *self.organization_id == *organization_id
+            && self.version == version
             && self.numbers.len() == events.len()
             && self
                 .numbers
@@ -44,12 +53,13 @@ impl Kept {
     }
 }
 
-/// The body of the page of `events` that `feed` returned for `organization_id`: the one this
-/// thread encoded last time it served exactly these events of that feed and organization, or
-/// `encode`'s, kept for the next time.
+/// The body of the page of `events` that `feed` returned for `organization_id`, at `version`:
+/// the one this thread encoded last time it served exactly these events of that feed and
+/// organization at that version, or `encode`'s, kept for the next time.
 pub(crate) fn events_body(
     feed: &Arc<dyn EventFeed>,
     organization_id: &str,
+    version: ApiVersion,
     events: &[FeedEvent],
     encode: impl FnOnce() -> Bytes,
 ) -> Bytes {
@@ -59,6 +69,7 @@ pub(crate) fn events_body(
     }
     let mut hasher = Xxh3::new();
     hasher.update(organization_id.as_bytes());
+    hasher.update(&version.date().to_string().into_bytes());
     for event in events {
         hasher.update(&event.id.to_le_bytes());
     }
@@ -70,7 +81,7 @@ pub(crate) fn events_body(
         .try_with(|recent| {
             recent.borrow()[index]
                 .as_ref()
-                .filter(|kept| kept.is(feed, organization_id, events))
+                .filter(|kept| kept.is(feed, organization_id, version, events))
                 .map(|kept| kept.body.clone())
         })
         .ok()
@@ -83,6 +94,7 @@ pub(crate) fn events_body(
         let kept = Kept {
             feed: Arc::downgrade(feed),
             organization_id: organization_id.into(),
+            version,
             numbers: events.iter().map(|event| event.id).collect(),
             body: body.clone(),
         };
@@ -120,7 +132,7 @@ mod tests {
     ) -> (Bytes, bool) {
         let events: Vec<FeedEvent> = numbers.iter().copied().map(event).collect();
         let encoded = Cell::new(false);
-        let answered = events_body(feed, organization_id, &events, || {
+        let answered = events_body(feed, organization_id, crate::versions::FIRST, &events, || {
             encoded.set(true);
             Bytes::from_static(body.as_bytes())
         });

@@ -25,11 +25,13 @@ use crate::api::response::{self, ApiError};
 #[cfg(doc)]
 use crate::api::throttle;
 use crate::api::throttle::{refusal_reason, AtHandAsk, Charge, FailuresAsk, ThrottleStep};
+use crate::api::versioning::AskedVersion;
 use crate::key::KeyDigest;
 use crate::log::record_in_request_span;
 use crate::metrics::{self, AuthFailureReason, StoreCall};
 use crate::model::OrderPage;
 use crate::rate_limit::{or_unlimited, RateLimitDecision};
+use crate::versions::{ApiVersion, Resource};
 use crate::store::{
     DeprecatedCallTotal, EventQuery, EventsPage, KeyLookup, OrderQuery, Principal, StoreError,
     UsageOutcome, UsageRoute,
@@ -39,6 +41,8 @@ use crate::store::{
 pub(crate) struct Serving {
     route: KeyedRoute,
     if_none_match: Option<IfNoneMatch>,
+    /// The version that answers, or `None` for a version header that names none offered.
+    version: Option<ApiVersion>,
 }
 
 /// The flow after a reply: done, or with a next question.
@@ -198,6 +202,11 @@ fn authenticated(config: &Config, facts: RequestFacts, principal: Principal) -> 
             .deprecations
             .count(recorder, &principal.key_id, facts.concerned);
     }
+    let version = match facts.version {
+        AskedVersion::Pinned => Some(config.versions.pinned(principal.api_version)),
+        AskedVersion::Named(version) => Some(version),
+        AskedVersion::Unknown => None,
+    };
     // Past an enforced sunset: gone, without spending the key's rate limit.
     if let Some(deprecation) = facts.gone.and_then(|index| config.deprecations.get(index)) {
         let response = response::past_sunset(deprecation);
@@ -206,6 +215,7 @@ fn authenticated(config: &Config, facts: RequestFacts, principal: Principal) -> 
             facts.route.usage_route(),
             &principal,
             None,
+            version,
             response,
         );
     }
@@ -215,6 +225,7 @@ fn authenticated(config: &Config, facts: RequestFacts, principal: Principal) -> 
     let serving = Serving {
         route: facts.route,
         if_none_match: facts.if_none_match,
+        version,
     };
     if config.rate_limiter.is_some() {
         return AfterReply::Next(Ask::Limit(LimitAsk { serving, principal }));
@@ -255,14 +266,29 @@ fn limited(
     let Serving {
         route,
         if_none_match,
+        version,
     } = serving;
     let usage_route = route.usage_route();
-    let done = |response| finish(config, usage_route, &principal, decision, response);
+    let done = |response| finish(config, usage_route, &principal, decision, version, response);
     if decision.is_some_and(|decision| !decision.is_allowed()) {
         config.usage.rate_limited(&principal.organization.id);
         return done(ApiError::TooManyRequests.into_response());
     }
+    let Some(version) = version else {
+        return done(config.versions.unknown());
+    };
     let (request, path) = match route {
+        KeyedRoute::Me if config.versions.chain().reshapes(version, Resource::Organization) => {
+            let tagged = config.conditional_requests;
+            return done(
+                match keyed::me_at(config, version, &principal.organization, tagged) {
+                    Ok((body, tagged_headers)) => {
+                        keyed::me(if_none_match.as_ref(), body, tagged_headers)
+                    }
+                    Err(err) => failed(config, &principal, StoreError::other(err)),
+                },
+            );
+        }
         KeyedRoute::Me => {
             // Only clones of the parts leave the thread's cache (small enough to move
             // without a copy call); the response is made out here.
@@ -280,7 +306,25 @@ fn limited(
         KeyedRoute::Orders(Err(bad), _) => {
             return done(ApiError::BadPageRequest(bad).into_response())
         }
-        KeyedRoute::Orders(Ok(request), path) => (request, path),
+        KeyedRoute::Orders(Ok(request), path) => {
+            // A parameter the version did not have is answered as it answered one it did not
+            // know: the query read again without it.
+            match config
+                .versions
+                .chain()
+                .query_at("/orders", path.query().unwrap_or_default(), version)
+            {
+                None => (request, path),
+                Some(older) => match PageRequest::parse(Some(&older)) {
+                    Ok(request) => (request, path),
+                    Err(bad) => return done(ApiError::BadPageRequest(bad).into_response()),
+                },
+            }
+        }
+        KeyedRoute::Versions => {
+            let pinned = config.versions.pinned(principal.api_version);
+            return done(response::versions(config.versions.chain(), pinned));
+        }
         KeyedRoute::Deprecations => {
             if config.deprecated_calls.is_none() || config.deprecations.is_empty() {
                 return done(response::deprecations(&config.deprecations, None));
@@ -288,6 +332,7 @@ fn limited(
             return AfterReply::Next(Ask::Deprecations(DeprecationsAsk {
                 principal,
                 decision,
+                version,
             }));
         }
         KeyedRoute::Events(Err(bad), _) => {
@@ -298,6 +343,7 @@ fn limited(
                 Ok(query) => AfterReply::Next(Ask::Events(EventsAsk {
                     principal,
                     decision,
+                    version,
                     query,
                     request,
                     path,
@@ -311,6 +357,7 @@ fn limited(
             if_none_match,
             principal,
             decision,
+            version,
             query,
             request,
             path,
@@ -324,6 +371,7 @@ pub(crate) struct OrdersAsk {
     if_none_match: Option<IfNoneMatch>,
     principal: Principal,
     decision: Option<RateLimitDecision>,
+    version: ApiVersion,
     query: OrderQuery,
     /// The request the page answers, and the path it came in on (for the next page's link).
     request: PageRequest,
@@ -350,6 +398,7 @@ impl OrdersAsk {
                     path: &self.path,
                     organization_id: &self.principal.organization.id,
                     query: &self.query,
+                    version: self.version,
                 };
                 keyed::orders(config, self.if_none_match.as_ref(), &asked, &page)
             }
@@ -360,6 +409,7 @@ impl OrdersAsk {
             UsageRoute::Orders,
             &self.principal,
             self.decision,
+            Some(self.version),
             response,
         )
     }
@@ -369,6 +419,7 @@ impl OrdersAsk {
 pub(crate) struct EventsAsk {
     principal: Principal,
     decision: Option<RateLimitDecision>,
+    version: ApiVersion,
     query: EventQuery,
     /// The request the answer is for, and the path it came in on (for the resuming link).
     request: EventsRequest,
@@ -394,7 +445,8 @@ impl EventsAsk {
     ) -> AfterReply {
         let response = match page {
             Ok(page) => keyed::events(
-                config.events.as_ref(),
+                config,
+                self.version,
                 &self.request,
                 self.path.path(),
                 &self.principal.organization.id,
@@ -408,6 +460,7 @@ impl EventsAsk {
             UsageRoute::Events,
             &self.principal,
             self.decision,
+            Some(self.version),
             response,
         )
     }
@@ -417,6 +470,7 @@ impl EventsAsk {
 pub(crate) struct DeprecationsAsk {
     principal: Principal,
     decision: Option<RateLimitDecision>,
+    version: ApiVersion,
 }
 
 impl DeprecationsAsk {
@@ -445,6 +499,7 @@ impl DeprecationsAsk {
             UsageRoute::Deprecations,
             &self.principal,
             self.decision,
+            Some(self.version),
             response,
         )
     }
@@ -458,13 +513,16 @@ fn failed(config: &Config, principal: &Principal, err: StoreError) -> Response<A
 }
 
 /// The flow done with `response` to `principal`: counted in the key's usage on `usage_route`,
-/// with the rate-limit budget when a limiter decided; the organization recorded in the host's
-/// request span. The response is finished where it lies and moved once: it is large.
+/// with the rate-limit budget when a limiter decided and the version that answered
+/// (`version`, none for a version header that named none offered); the organization recorded
+/// in the host's request span. The response is finished where it lies and moved once: it is
+/// large.
 fn finish(
     config: &Config,
     usage_route: UsageRoute,
     principal: &Principal,
     decision: Option<RateLimitDecision>,
+    version: Option<ApiVersion>,
     mut response: Response<ApiBody>,
 ) -> AfterReply {
     record_in_request_span("organization_id", || principal.organization.id.as_str());
@@ -479,6 +537,9 @@ fn finish(
     }
     if let Some(decision) = decision {
         decision.write_headers(response.headers_mut());
+    }
+    if let Some((name, value)) = version.and_then(|version| config.versions.echo(version)) {
+        response.headers_mut().insert(name, value);
     }
     AfterReply::Done(response)
 }

@@ -5,7 +5,7 @@
 //! `request_facts`) to `keyed_answer`, the flow read top to bottom: the key looked up
 //! (through `throttle`, the failed-authentication throttle, when it is on), the client's
 //! address checked, the rate limiter asked, the orders (or the events feed: `events_request`)
-//! read. `store_drivers` asks the stores
+//! read, at the version that answers it (`versioning`). `store_drivers` asks the stores
 //! each step's question, within the store timeout (`deadline`); `response` writes the
 //! documents and, in `response::keyed`, the answers (`conditional`, `body`), all as `config`
 //! says. The client's address, for the throttle and a key's allowed addresses, is read by
@@ -36,3 +36,4 @@ pub(crate) mod routes;
 pub(crate) mod service;
 pub(crate) mod store_drivers;
 pub(crate) mod throttle;
+pub(crate) mod versioning;

@@ -1,21 +1,34 @@
-//! The OpenAPI 3.1 description of the API (contract 9 rule 4), version `1.0.0-beta`.
+//! The OpenAPI 3.1 descriptions of the API (contract 9 rule 4), version `1.0.0-beta`: one
+//! per API version.
 //!
-//! The document is the checked-in file `src/api/openapi.json`; the API serves it, without a key,
-//! at `{prefix}/openapi.json` as the bare OpenAPI object (a `meta` member would make it
-//! invalid OpenAPI), with its server URL set to the prefix.
+//! Each version's document is a checked-in file of `src/api/openapi/`, named by the version;
+//! the API serves it, without a key, at `{prefix}/openapi.json` as the bare OpenAPI object (a
+//! `meta` member would make it invalid OpenAPI), with its server URL set to the prefix: the
+//! newest version's, or the one `?version=` (else the `Api-Version` header) names.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::Value;
 
 use crate::deprecation::Deprecation;
+use crate::versions::{ApiVersion, FIRST, UPDATED_AT};
 
-/// The OpenAPI document as checked in, with the server URL `/v1`.
-pub const DOCUMENT: &str = include_str!("openapi.json");
+/// Each version's document as checked in, with the server URL `/v1`, oldest first.
+pub const DOCUMENTS: [(ApiVersion, &str); 2] = [
+    (FIRST, include_str!("openapi/2026-11-27.json")),
+    (UPDATED_AT, include_str!("openapi/2026-11-28.json")),
+];
 
-/// The value of `info.version`.
+/// The newest version's document as checked in: what `{prefix}/openapi.json` serves without
+/// a version.
+pub const DOCUMENT: &str = DOCUMENTS[DOCUMENTS.len() - 1].1;
+
+/// The value of `info.version` in every version's document.
 pub const VERSION: &str = "1.0.0-beta";
 
-/// Returns the document with its one server URL set to `prefix` (`"/"` for the root).
+/// Returns the newest version's document with its one server URL set to `prefix` (`"/"`
+/// for the root).
 ///
 /// ```
 /// let document = partner_api::openapi::document("/partner/v1");
@@ -23,25 +36,67 @@ pub const VERSION: &str = "1.0.0-beta";
 /// assert_eq!(document["info"]["version"], partner_api::openapi::VERSION);
 /// ```
 pub fn document(prefix: &str) -> Value {
+    with_server(DOCUMENT, prefix)
+}
+
+/// Returns the document of API version `version` with its server URL set to `prefix`, if the
+/// crate has one for it.
+///
+/// ```
+/// use partner_api::versions::FIRST;
+///
+/// let first = partner_api::openapi::document_at(FIRST, "/v1").unwrap();
+/// assert!(first["components"]["schemas"]["Order"]["properties"]["updatedAt"].is_null());
+/// ```
+pub fn document_at(version: ApiVersion, prefix: &str) -> Option<Value> {
+    DOCUMENTS
+        .iter()
+        .find(|(held, _)| *held == version)
+        .map(|(_, text)| with_server(text, prefix))
+}
+
+fn with_server(text: &str, prefix: &str) -> Value {
     let mut document: Value =
-        serde_json::from_str(DOCUMENT).expect("src/api/openapi.json is valid JSON (tested)");
+        serde_json::from_str(text).expect("the documents of src/api/openapi are JSON (tested)");
     let url = if prefix.is_empty() { "/" } else { prefix };
     document["servers"][0]["url"] = Value::from(url);
     document
 }
 
-/// The served bytes for `prefix`, with `deprecations` marked, built once per configuration.
-pub(crate) fn encoded<'a>(
-    prefix: &str,
-    deprecations: impl IntoIterator<Item = &'a Deprecation>,
-) -> Bytes {
-    let mut document = document(prefix);
-    for deprecation in deprecations {
-        mark(&mut document, deprecation);
+/// The served bytes of every version's document for one configuration, built once.
+#[derive(Clone)]
+pub(crate) struct Served(Arc<[(ApiVersion, Bytes)]>);
+
+impl Served {
+    /// The documents under `prefix`, with `deprecations` marked.
+    pub(crate) fn new<'a>(
+        prefix: &str,
+        deprecations: impl IntoIterator<Item = &'a Deprecation>,
+    ) -> Self {
+        let deprecations: Vec<&Deprecation> = deprecations.into_iter().collect();
+        Self(
+            DOCUMENTS
+                .iter()
+                .map(|(version, _)| {
+                    let mut document = document_at(*version, prefix)
+                        .expect("each version of DOCUMENTS has its document");
+                    for deprecation in &deprecations {
+                        mark(&mut document, deprecation);
+                    }
+                    let bytes = serde_json::to_vec(&document).expect("a JSON value always encodes");
+                    (*version, Bytes::from(bytes))
+                })
+                .collect(),
+        )
     }
-    serde_json::to_vec(&document)
-        .expect("a JSON value always encodes")
-        .into()
+
+    /// The served bytes of `version`'s document, if the crate has one.
+    pub(crate) fn at(&self, version: ApiVersion) -> Option<Bytes> {
+        self.0
+            .iter()
+            .find(|(held, _)| *held == version)
+            .map(|(_, bytes)| bytes.clone())
+    }
 }
 
 /// Marks `deprecation` in `document`: its operation, or its parameter in that operation (a

@@ -1,6 +1,7 @@
 //! The filters of `GET /orders`: `status` and `provider` (comma-separated values, any of
-//! which an order must match), `created_since` (inclusive) and `created_before` (exclusive),
-//! RFC 3339 date-times. Combined with AND. Parsed here from the query string, bound into the
+//! which an order must match), `created_since` and `updated_since` (inclusive),
+//! `created_before` and `updated_before` (exclusive), RFC 3339 date-times (the `updated_`
+//! pair from API version [`UPDATED_AT`](crate::versions::UPDATED_AT)). Combined with AND. Parsed here from the query string, bound into the
 //! page tokens of filtered pages (a token of other filters is refused), and kept in the next
 //! page's link.
 //!
@@ -27,6 +28,8 @@ pub(crate) enum FilterParameter {
     Provider,
     CreatedSince,
     CreatedBefore,
+    UpdatedSince,
+    UpdatedBefore,
 }
 
 /// The filters a query string gave, as they are gathered.
@@ -36,6 +39,8 @@ pub(crate) struct FilterParameters {
     providers: Option<Vec<String>>,
     since: Option<Timestamp>,
     before: Option<Timestamp>,
+    updated_since: Option<Timestamp>,
+    updated_before: Option<Timestamp>,
 }
 
 /// Why a filter parameter was refused.
@@ -47,6 +52,8 @@ pub(crate) enum BadFilter {
     Repeated(FilterParameter),
     /// `created_since` is not before `created_before`.
     EmptyRange,
+    /// `updated_since` is not before `updated_before`.
+    EmptyUpdatedRange,
 }
 
 impl FilterParameters {
@@ -70,6 +77,14 @@ impl FilterParameters {
                 let parameter = FilterParameter::CreatedBefore;
                 set(&mut self.before, date_time(value, parameter)?, parameter)
             }
+            "updated_since" => {
+                let parameter = FilterParameter::UpdatedSince;
+                set(&mut self.updated_since, date_time(value, parameter)?, parameter)
+            }
+            "updated_before" => {
+                let parameter = FilterParameter::UpdatedBefore;
+                set(&mut self.updated_before, date_time(value, parameter)?, parameter)
+            }
             _ => return Ok(false),
         }?;
         Ok(true)
@@ -82,6 +97,11 @@ impl FilterParameters {
                 return Err(BadFilter::EmptyRange);
             }
         }
+        if let (Some(since), Some(before)) = (self.updated_since, self.updated_before) {
+            if since >= before {
+                return Err(BadFilter::EmptyUpdatedRange);
+            }
+        }
         let mut filter = OrderFilter::default()
             .with_statuses(self.statuses.unwrap_or_default())
             .with_providers(self.providers.unwrap_or_default());
@@ -90,6 +110,12 @@ impl FilterParameters {
         }
         if let Some(before) = self.before {
             filter = filter.with_created_before(before);
+        }
+        if let Some(since) = self.updated_since {
+            filter = filter.with_updated_since(since);
+        }
+        if let Some(before) = self.updated_before {
+            filter = filter.with_updated_before(before);
         }
         Ok(filter)
     }
@@ -165,6 +191,13 @@ pub(crate) fn filter_tag(filter: &OrderFilter) -> [u8; 8] {
             None => hasher.update([2]),
         }
     }
+    // Hashed only when given, so the tokens of filters without them stay what they were.
+    for (mark, bound) in [(3, filter.updated_since()), (4, filter.updated_before())] {
+        if let Some(at) = bound {
+            hasher.update([mark]);
+            hasher.update(at.as_datetime().timestamp_millis().to_be_bytes());
+        }
+    }
     let mut tag = [0; 8];
     tag.copy_from_slice(&hasher.finalize()[..8]);
     tag
@@ -185,6 +218,12 @@ pub(crate) fn append_to_query(filter: &OrderFilter, query: &mut String) {
     }
     if let Some(before) = filter.created_before() {
         pairs.append_pair("created_before", &before.to_string());
+    }
+    if let Some(since) = filter.updated_since() {
+        pairs.append_pair("updated_since", &since.to_string());
+    }
+    if let Some(before) = filter.updated_before() {
+        pairs.append_pair("updated_before", &before.to_string());
     }
     let pairs = pairs.finish();
     if !pairs.is_empty() {

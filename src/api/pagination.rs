@@ -77,6 +77,8 @@ pub(crate) enum BadPageRequest {
     RepeatedFilter(FilterParameter),
     /// `created_since` is not before `created_before`.
     EmptyRange,
+    /// `updated_since` is not before `updated_before`.
+    EmptyUpdatedRange,
 }
 
 impl From<BadFilter> for BadPageRequest {
@@ -85,6 +87,7 @@ impl From<BadFilter> for BadPageRequest {
             BadFilter::Invalid(parameter) => Self::Filter(parameter),
             BadFilter::Repeated(parameter) => Self::RepeatedFilter(parameter),
             BadFilter::EmptyRange => Self::EmptyRange,
+            BadFilter::EmptyUpdatedRange => Self::EmptyUpdatedRange,
         }
     }
 }

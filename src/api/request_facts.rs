@@ -11,6 +11,7 @@ use crate::api::config::Config;
 use crate::api::deprecations::Concerned;
 use crate::api::events_request::{BadEventsRequest, EventsRequest};
 use crate::api::pagination::{BadPageRequest, PageRequest};
+use crate::api::versioning::AskedVersion;
 use crate::store::{KeyLookup, Principal, UsageOutcome, UsageRoute};
 
 /// The route of a request with a key, with what it asks of its route.
@@ -25,6 +26,8 @@ pub(crate) enum KeyedRoute {
     Events(Result<EventsRequest, BadEventsRequest>, PathAndQuery),
     /// `GET /deprecations`.
     Deprecations,
+    /// `GET /versions`.
+    Versions,
 }
 
 impl KeyedRoute {
@@ -34,7 +37,9 @@ impl KeyedRoute {
             Self::Me => UsageRoute::Me,
             Self::Orders(..) => UsageRoute::Orders,
             Self::Events(..) => UsageRoute::Events,
-            Self::Deprecations => UsageRoute::Deprecations,
+            // Counted as the other route that reads no data, until usage has a route of
+            // its own for it.
+            Self::Deprecations | Self::Versions => UsageRoute::Deprecations,
         }
     }
 }
@@ -55,6 +60,8 @@ pub(crate) struct RequestFacts {
     /// The enforced deprecation past its sunset that the request is answered 410 for, once
     /// its key is known to be usable (by its place among the declared).
     pub(crate) gone: Option<usize>,
+    /// The version the request's header asked for.
+    pub(crate) version: AskedVersion,
 }
 
 impl RequestFacts {

@@ -24,6 +24,7 @@ use crate::api::request_id::{is_request_id, REQUEST_ID_HEADER};
 use crate::model::OrderPage;
 use crate::rate_limit::whole_seconds_at_least_one;
 use crate::store::DeprecatedCallTotal;
+use crate::versions::{ApiVersion, Versions};
 
 /// The `meta` object of every response, as a literal so bodies can be built with `concat!`.
 macro_rules! meta_json {
@@ -78,6 +79,12 @@ fn bad_page_request(bad: BadPageRequest) -> &'static str {
         BadPageRequest::RepeatedFilter(FilterParameter::CreatedBefore) => {
             error_json!("invalid query parameter created_before: it may be given once")
         }
+        BadPageRequest::RepeatedFilter(FilterParameter::UpdatedSince) => {
+            error_json!("invalid query parameter updated_since: it may be given once")
+        }
+        BadPageRequest::RepeatedFilter(FilterParameter::UpdatedBefore) => {
+            error_json!("invalid query parameter updated_before: it may be given once")
+        }
         BadPageRequest::MalformedToken => error_json!(
             "invalid query parameter page_token: it is not a page token of this API (cut or altered); use the link of the previous page as it was given"
         ),
@@ -99,8 +106,17 @@ fn bad_page_request(bad: BadPageRequest) -> &'static str {
         BadPageRequest::Filter(FilterParameter::CreatedBefore) => error_json!(
             "invalid query parameter created_before: it must be an RFC 3339 date-time such as 2026-11-26T10:15:02.113Z, in the years 0000 to 9999"
         ),
+        BadPageRequest::Filter(FilterParameter::UpdatedSince) => error_json!(
+            "invalid query parameter updated_since: it must be an RFC 3339 date-time such as 2026-11-26T10:15:02.113Z, in the years 0000 to 9999"
+        ),
+        BadPageRequest::Filter(FilterParameter::UpdatedBefore) => error_json!(
+            "invalid query parameter updated_before: it must be an RFC 3339 date-time such as 2026-11-26T10:15:02.113Z, in the years 0000 to 9999"
+        ),
         BadPageRequest::EmptyRange => error_json!(
             "invalid query: created_since must be before created_before (by at least a millisecond)"
+        ),
+        BadPageRequest::EmptyUpdatedRange => error_json!(
+            "invalid query: updated_since must be before updated_before (by at least a millisecond)"
         ),
     }
 }
@@ -406,9 +422,63 @@ pub(crate) fn orders_body(page: &OrderPage) -> ApiBody {
     ])
 }
 
+/// The body of `GET /orders` around the orders' JSON array `orders`, without a copy.
+pub(crate) fn orders_body_of(orders: &Bytes) -> ApiBody {
+    ApiBody::chunks([
+        Bytes::from_static(ORDERS_OPEN),
+        orders.clone(),
+        Bytes::from_static(ORDERS_CLOSE),
+    ])
+}
+
+/// The 200 of `GET /versions`: the versions of `chain`, newest first, each with its changes,
+/// and the version the key is pinned to.
+pub(crate) fn versions(chain: &Versions, pinned: ApiVersion) -> Response<ApiBody> {
+    #[derive(serde::Serialize)]
+    struct Listed<'a> {
+        version: ApiVersion,
+        changes: Vec<&'a str>,
+        deprecated: Option<ApiVersion>,
+        sunset: Option<ApiVersion>,
+    }
+    #[derive(serde::Serialize)]
+    struct Data<'a> {
+        pinned: ApiVersion,
+        versions: Vec<Listed<'a>>,
+    }
+    let data = Data {
+        pinned,
+        versions: chain
+            .offered()
+            .map(|version| Listed {
+                version,
+                changes: chain.changes_of(version).map(|c| c.description()).collect(),
+                deprecated: None,
+                sunset: None,
+            })
+            .collect(),
+    };
+    let body = serde_json::json!({
+        "meta": serde_json::from_str::<serde_json::Value>(meta_json!())
+            .expect("the meta literal is JSON"),
+        "data": data,
+    });
+    json(StatusCode::OK, Bytes::from(body.to_string()))
+}
+
 /// The entity tag of the `GET /orders` body around the page whose JSON is `page_json`.
 pub(crate) fn orders_etag(page_json: &Bytes) -> HeaderValue {
     conditional::entity_tag(&[ORDERS_OPEN, page_json, ORDERS_CLOSE])
+}
+
+/// The error document with `message`, escaped as JSON needs.
+pub(crate) fn error_document(message: &str) -> Bytes {
+    let body = serde_json::json!({
+        "meta": serde_json::from_str::<serde_json::Value>(meta_json!())
+            .expect("the meta literal is JSON"),
+        "error": { "message": message },
+    });
+    Bytes::from(body.to_string())
 }
 
 /// The error document for a status the API itself never answers with.

@@ -33,11 +33,12 @@ const STATUSES: [StatusCode; 8] = [
     StatusCode::SERVICE_UNAVAILABLE,
 ];
 /// Routes, and no route.
-const ROUTES: [Option<Route>; 6] = [
+const ROUTES: [Option<Route>; 7] = [
     Some(Route::Me),
     Some(Route::Orders),
     Some(Route::Events),
     Some(Route::Deprecations),
+    Some(Route::Versions),
     Some(Route::OpenApi),
     None,
 ];
@@ -89,6 +90,7 @@ impl ResponseCounters {
                 Route::Orders => "/orders",
                 Route::Events => "/events",
                 Route::Deprecations => "/deprecations",
+                Route::Versions => "/versions",
                 Route::OpenApi => "/openapi.json",
             };
             labels.push(Label::new("http_route", format!("{}{path}", self.prefix)));

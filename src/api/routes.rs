@@ -14,6 +14,8 @@ pub(crate) enum Route {
     Events,
     /// `GET /deprecations`: the deprecations in force, and the key's last call of each.
     Deprecations,
+    /// `GET /versions`: the API's versions, and the key's pinned one.
+    Versions,
     /// `GET /openapi.json`: the OpenAPI description, served without a key.
     OpenApi,
 }
@@ -27,6 +29,7 @@ impl Route {
             "/orders" => Some(Self::Orders),
             "/events" => Some(Self::Events),
             "/deprecations" => Some(Self::Deprecations),
+            "/versions" => Some(Self::Versions),
             "/openapi.json" => Some(Self::OpenApi),
             _ => None,
         }
@@ -48,6 +51,7 @@ mod tests {
         assert_eq!(Route::at("/orders"), Some(Route::Orders));
         assert_eq!(Route::at("/events"), Some(Route::Events));
         assert_eq!(Route::at("/deprecations"), Some(Route::Deprecations));
+        assert_eq!(Route::at("/versions"), Some(Route::Versions));
         assert_eq!(Route::at("/openapi.json"), Some(Route::OpenApi));
         for path in ["", "/", "/me/", "/ME", "/./me", "/%6de", "/orders/1"] {
             assert_eq!(Route::at(path), None, "{path}");

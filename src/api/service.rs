@@ -41,6 +41,7 @@ use crate::api::response::{self, ApiError};
 use crate::api::responses_metric::ResponseCounters;
 use crate::api::routes::Route;
 use crate::api::store_drivers::{self, ReadyOrWaiting};
+use crate::api::versioning::{ApiVersions, AskedVersion};
 use crate::deprecated_calls::DeprecatedCallRecorder;
 use crate::deprecation::Deprecation;
 
@@ -129,7 +130,33 @@ impl PartnerApi {
     pub fn with_deprecation(mut self, deprecation: Deprecation) -> Self {
         let shared = Arc::make_mut(&mut self.config);
         shared.deprecations = shared.deprecations.with(deprecation);
-        shared.openapi = openapi::encoded(&shared.prefix, shared.deprecations.iter());
+        shared.openapi = openapi::Served::new(&shared.prefix, shared.deprecations.iter());
+        self
+    }
+
+    /// Serves the versions of `versions` instead of the crate's own
+    /// ([`Versions::shipped`](crate::versions::Versions::shipped)): a request is answered at
+    /// the version its version header names, else at its key's pinned one, each answer built
+    /// in the newest shape and walked back through the changes released after it.
+    ///
+    /// The newest version of `versions` must be the shape the crate builds, the newest of
+    /// [`Versions::shipped`](crate::versions::Versions::shipped); a host declares versions
+    /// before the crate's first (for its own older shapes) or more changes on them.
+    #[must_use]
+    pub fn with_versions(mut self, versions: crate::versions::Versions) -> Self {
+        let shared = Arc::make_mut(&mut self.config);
+        shared.versions =
+            ApiVersions::new(versions, shared.versions.header().clone());
+        self
+    }
+
+    /// Reads a request's version from the header `name`, and echoes the version served in
+    /// it, instead of [`DEFAULT_VERSION_HEADER`](crate::versions::DEFAULT_VERSION_HEADER)
+    /// (`Api-Version`): a host that names its own (`Acme-Version`).
+    #[must_use]
+    pub fn with_version_header(mut self, name: http::HeaderName) -> Self {
+        let shared = Arc::make_mut(&mut self.config);
+        shared.versions = ApiVersions::new(shared.versions.chain().clone(), name);
         self
     }
 
@@ -165,7 +192,7 @@ impl PartnerApi {
         );
         let shared = Arc::make_mut(&mut self.config);
         shared.prefix = prefix.to_owned();
-        shared.openapi = openapi::encoded(prefix, shared.deprecations.iter());
+        shared.openapi = openapi::Served::new(prefix, shared.deprecations.iter());
         shared.responses = ResponseCounters::new(prefix);
         self
     }

@@ -250,6 +250,7 @@ mod tests {
             status: "booked".into(),
             external_reference: "PO".into(),
             created_at: Timestamp::from_unix_millis(1_767_225_600_000 + millis).unwrap(),
+            updated_at: None,
         }
     }
 

@@ -56,6 +56,11 @@ pub struct Order {
     pub external_reference: String,
     /// When the order was created; orders are served newest first by this field.
     pub created_at: Timestamp,
+    /// When the order last changed (`updatedAt`, from API version
+    /// [`UPDATED_AT`](crate::versions::UPDATED_AT)); `None` when it never changed since its
+    /// creation, which is served as its `createdAt`. A store records it at each change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<Timestamp>,
 }
 
 /// A non-negative whole number, written as an integer or as a float without a fraction.
@@ -80,6 +85,11 @@ fn whole_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Er
 }
 
 impl Order {
+    /// When the order last changed: [`updated_at`](Self::updated_at), else its creation.
+    pub fn last_changed_at(&self) -> Timestamp {
+        self.updated_at.unwrap_or(self.created_at)
+    }
+
     /// Compares in the order in which the API serves orders, newest first: `createdAt` descending, ties
     /// broken by `id` descending in byte order (in SQL: `ORDER BY created_at DESC,
     /// id COLLATE "C" DESC`).
@@ -122,6 +132,7 @@ impl EncodedOrder {
             order.start_date.year(),
             order.end_date.year(),
             order.created_at.as_datetime().year(),
+            order.last_changed_at().as_datetime().year(),
         ];
         if years.iter().any(|year| !(0..=9999).contains(year)) {
             return Err(invalid_order(
@@ -129,9 +140,17 @@ impl EncodedOrder {
                 "a date's year is outside 0000..=9999",
             ));
         }
-        let json = serde_json::to_vec(&order)
-            .map_err(|err| invalid_order(&order, &err.to_string()))?
-            .into_boxed_slice();
+        let mut json =
+            serde_json::to_vec(&order).map_err(|err| invalid_order(&order, &err.to_string()))?;
+        if order.updated_at.is_none() {
+            // Served in the newest shape, which always has `updatedAt`: the object's last
+            // member, written after its `createdAt` (a timestamp needs no escaping).
+            json.pop();
+            json.extend_from_slice(br#","updatedAt":""#);
+            order.created_at.write_rfc3339(&mut json);
+            json.extend_from_slice(br#""}"#);
+        }
+        let json = json.into_boxed_slice();
         Ok(Self(Arc::new(EncodedInner { order, json })))
     }
 
@@ -140,7 +159,8 @@ impl EncodedOrder {
         &self.0.order
     }
 
-    /// Returns the order's JSON object, exactly as it is served.
+    /// Returns the order's JSON object, exactly as it is served at the newest API version
+    /// (an older version's is made from it, [`Versions::render`](crate::versions::Versions::render)).
     pub fn json(&self) -> &[u8] {
         &self.0.json
     }
@@ -197,6 +217,33 @@ pub struct OrderPage {
     /// what it depends on: a page is asked for again and again the same way, and the link
     /// costs a hash and an encoding (about 9,000 instructions) to make.
     next_link: Arc<OnceLock<NextLink>>,
+    /// The page's JSON in other shapes (an older API version's), each made once for the
+    /// stored page and shared by its clones, so an older version costs its transform once
+    /// per page a cache holds, not per request.
+    renditions: Arc<[OnceLock<(NaiveDate, Rendition)>; RENDITIONS]>,
+}
+
+/// How many other shapes of one page are kept: versions read at once beyond the newest.
+const RENDITIONS: usize = 4;
+
+/// A page's JSON in another shape, with the entity tag of the body around it.
+pub(crate) struct Rendition {
+    pub(crate) json: Bytes,
+    etag: OnceLock<HeaderValue>,
+}
+
+impl Rendition {
+    fn new(json: Bytes) -> Self {
+        Self {
+            json,
+            etag: OnceLock::new(),
+        }
+    }
+
+    /// The entity tag of the body around this JSON, computed by `compute` once.
+    pub(crate) fn etag(&self, compute: impl FnOnce(&Bytes) -> HeaderValue) -> &HeaderValue {
+        self.etag.get_or_init(|| compute(&self.json))
+    }
 }
 
 /// A next-page link made for one organization and one request path and query.
@@ -252,6 +299,7 @@ impl OrderPage {
             has_more: false,
             etag: Arc::default(),
             next_link: Arc::default(),
+            renditions: Arc::default(),
         }
     }
 
@@ -270,7 +318,8 @@ impl OrderPage {
         self.orders.is_empty()
     }
 
-    /// Returns the JSON array of the orders, exactly as it is served.
+    /// Returns the JSON array of the orders, exactly as it is served at the newest API
+    /// version.
     pub fn json(&self) -> &Bytes {
         &self.json
     }
@@ -305,12 +354,53 @@ impl OrderPage {
         Some(link)
     }
 
+    /// The page's JSON in the shape named `shape` (an API version's day), made by `make` from
+    /// the page's JSON the first time and kept with the page; made afresh each time when the
+    /// page keeps as many other shapes as it can.
+    pub(crate) fn rendition<'a>(
+        &'a self,
+        shape: NaiveDate,
+        make: impl FnOnce(&Bytes) -> Bytes,
+    ) -> RenditionRef<'a> {
+        // `make` runs at most once: a slot this call fills is returned at once.
+        let mut make = Some(make);
+        let mut made = |json: &Bytes| make.take().map_or_else(Bytes::new, |make| make(json));
+        for slot in self.renditions.iter() {
+            let mut filled = false;
+            let (held, rendition) = slot.get_or_init(|| {
+                filled = true;
+                (shape, Rendition::new(made(&self.json)))
+            });
+            if filled || *held == shape {
+                return RenditionRef::Kept(rendition);
+            }
+        }
+        RenditionRef::Made(Rendition::new(made(&self.json)))
+    }
+
     /// Returns this page cut to its newest `limit` orders (more follow when it was cut).
     pub fn truncated(&self, limit: usize) -> Self {
         if self.len() <= limit {
             return self.clone();
         }
         Self::new(self.orders[..limit].to_vec()).with_more(true)
+    }
+}
+
+/// A rendition of a page: kept with it, or made for one answer.
+pub(crate) enum RenditionRef<'a> {
+    Kept(&'a Rendition),
+    Made(Rendition),
+}
+
+impl std::ops::Deref for RenditionRef<'_> {
+    type Target = Rendition;
+
+    fn deref(&self) -> &Rendition {
+        match self {
+            Self::Kept(rendition) => rendition,
+            Self::Made(rendition) => rendition,
+        }
     }
 }
 
@@ -357,6 +447,7 @@ pub(crate) mod tests {
             status: "booked".to_owned(),
             external_reference: "PO-1".to_owned(),
             created_at: created_at.parse().unwrap(),
+            updated_at: None,
         }
     }
 
@@ -399,12 +490,18 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn order_encodes_exactly_the_ten_fields_in_camel_case() {
+    fn order_encodes_the_newest_shape_in_camel_case_updated_at_last() {
         let encoded = EncodedOrder::new(order("o1", "2026-03-01T08:00:00Z")).unwrap();
         assert_eq!(
             std::str::from_utf8(encoded.json()).unwrap(),
-            r#"{"id":"o1","providers":["meta","google"],"advertiserName":"Advertiser","campaignName":"Campaign","budgetDkk":125000,"startDate":"2026-03-01","endDate":"2026-03-31","status":"booked","externalReference":"PO-1","createdAt":"2026-03-01T08:00:00.000Z"}"#
+            r#"{"id":"o1","providers":["meta","google"],"advertiserName":"Advertiser","campaignName":"Campaign","budgetDkk":125000,"startDate":"2026-03-01","endDate":"2026-03-31","status":"booked","externalReference":"PO-1","createdAt":"2026-03-01T08:00:00.000Z","updatedAt":"2026-03-01T08:00:00.000Z"}"#
         );
+        let mut changed = order("o1", "2026-03-01T08:00:00Z");
+        changed.updated_at = Some("2026-03-02T09:00:00.5Z".parse().unwrap());
+        let encoded = EncodedOrder::new(changed).unwrap();
+        assert!(std::str::from_utf8(encoded.json())
+            .unwrap()
+            .ends_with(r#""createdAt":"2026-03-01T08:00:00.000Z","updatedAt":"2026-03-02T09:00:00.500Z"}"#));
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub struct OrderFilter {
     providers: Vec<String>,
     created_since: Option<Timestamp>,
     created_before: Option<Timestamp>,
+    updated_since: Option<Timestamp>,
+    updated_before: Option<Timestamp>,
 }
 
 impl OrderFilter {
@@ -88,6 +90,30 @@ impl OrderFilter {
         self
     }
 
+    /// Holds only orders that last changed ([`Order::last_changed_at`]) at or after `since`.
+    #[must_use]
+    pub fn with_updated_since(mut self, since: Timestamp) -> Self {
+        self.updated_since = Some(since);
+        self
+    }
+
+    /// Holds only orders that last changed before `before`.
+    #[must_use]
+    pub fn with_updated_before(mut self, before: Timestamp) -> Self {
+        self.updated_before = Some(before);
+        self
+    }
+
+    /// The earliest last change held ([`Order::last_changed_at`]), inclusive.
+    pub fn updated_since(&self) -> Option<Timestamp> {
+        self.updated_since
+    }
+
+    /// The last change from which no order is held (exclusive).
+    pub fn updated_before(&self) -> Option<Timestamp> {
+        self.updated_before
+    }
+
     /// The statuses an order may have (empty: any).
     pub fn statuses(&self) -> &[String] {
         &self.statuses
@@ -114,6 +140,8 @@ impl OrderFilter {
             && self.providers.is_empty()
             && self.created_since.is_none()
             && self.created_before.is_none()
+            && self.updated_since.is_none()
+            && self.updated_before.is_none()
     }
 
     /// Whether the filter holds `order`: what a store that filters in memory asks of each.
@@ -127,6 +155,12 @@ impl OrderFilter {
             && self
                 .created_before
                 .is_none_or(|before| order.created_at < before)
+            && self
+                .updated_since
+                .is_none_or(|since| order.last_changed_at() >= since)
+            && self
+                .updated_before
+                .is_none_or(|before| order.last_changed_at() < before)
     }
 }
 
@@ -167,6 +201,8 @@ static NO_FILTER: OrderFilter = OrderFilter {
     providers: Vec::new(),
     created_since: None,
     created_before: None,
+    updated_since: None,
+    updated_before: None,
 };
 
 impl OrderQuery {

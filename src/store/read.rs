@@ -9,6 +9,7 @@ use crate::key::{AllowedIps, KeyDigest};
 #[cfg(doc)]
 use crate::model::MAX_ORDERS;
 use crate::model::{OrderPage, Organization, Timestamp};
+use crate::versions::ApiVersion;
 
 /// What a valid API key resolves to.
 ///
@@ -28,6 +29,10 @@ pub struct Principal {
     /// The address ranges the key may be used from ([`AllowedIps::any`] for any): the API
     /// answers 403 to a request from elsewhere.
     pub allowed_ips: AllowedIps,
+    /// The API version the key is pinned to: what a request without a version header is
+    /// answered at. `None` (a key of a store that records no version, every key issued before
+    /// versions existed) is the first version, [`versions::FIRST`](crate::versions::FIRST).
+    pub api_version: Option<ApiVersion>,
 }
 
 impl Principal {
@@ -38,7 +43,15 @@ impl Principal {
             organization: organization.into(),
             expires_at: None,
             allowed_ips: AllowedIps::any(),
+            api_version: None,
         }
+    }
+
+    /// Sets the API version the key is pinned to.
+    #[must_use]
+    pub fn with_api_version(mut self, api_version: Option<ApiVersion>) -> Self {
+        self.api_version = api_version;
+        self
     }
 
     /// Sets when the key expires.

@@ -59,6 +59,7 @@ pub(super) fn order(id: String, millis: i64) -> Order {
         external_reference: format!("PO-{id}"),
         created_at: Timestamp::from_unix_millis(1_767_225_600_000 + millis)
             .unwrap_or_else(|| Timestamp::from_datetime(chrono::DateTime::UNIX_EPOCH)),
+        updated_at: None,
         id,
     }
 }

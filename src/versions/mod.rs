@@ -44,6 +44,10 @@ pub const FIRST: ApiVersion = ApiVersion::from_ymd(2026, 11, 27);
 /// `updated_before` filters ([`OrderUpdatedAt`]): the newest.
 pub const UPDATED_AT: ApiVersion = ApiVersion::from_ymd(2026, 11, 28);
 
+/// The newest version the crate serves: what a key is pinned to when issued, unless its
+/// issuer names another.
+pub const NEWEST: ApiVersion = UPDATED_AT;
+
 /// The default name of the request header that names a request's version, and of the
 /// response header that says which version answered.
 pub const DEFAULT_VERSION_HEADER: &str = "api-version";
@@ -63,6 +67,11 @@ impl ApiVersion {
             Some(date) => Self(date),
             None => panic!("an API version is named by a real date"),
         }
+    }
+
+    /// The version released on `date`.
+    pub fn from_date(date: NaiveDate) -> Self {
+        Self(date)
     }
 
     /// The day the version was released.
@@ -400,6 +409,17 @@ impl Versions {
     }
 }
 
+/// The `data` of an order's webhook, `newest` in the newest shape, as an endpoint is sent it:
+/// at the first version, which every endpoint reads until endpoints carry a version of their
+/// own, so no endpoint's bodies change by a byte.
+pub(crate) fn webhook_order(newest: bytes::Bytes) -> bytes::Bytes {
+    match Versions::shipped().render(Resource::Order, &newest, FIRST) {
+        Ok(Some(older)) => older.into(),
+        // Not an object: the unshowable mark, the same at every version.
+        Ok(None) | Err(_) => newest,
+    }
+}
+
 impl Default for Versions {
     /// [`Versions::shipped`].
     fn default() -> Self {
@@ -431,6 +451,7 @@ mod tests {
     fn the_shipped_chain_is_in_order_and_offered_newest_first() {
         let versions = Versions::shipped();
         assert_eq!(versions.offered().collect::<Vec<_>>(), [UPDATED_AT, FIRST]);
+        assert_eq!(versions.newest(), NEWEST);
         assert!(versions.offers(FIRST) && versions.offers(UPDATED_AT));
         assert!(!versions.offers(ApiVersion::from_ymd(2026, 11, 29)));
         assert_eq!(

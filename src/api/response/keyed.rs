@@ -2,8 +2,6 @@
 //! when the request's `If-None-Match` holds the tag; the next page's `Link`), `GET /events`, and the
 //! refusals of authentication (401, the throttle's 429) and of a failed store.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use http::header::{ETAG, LINK, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
@@ -21,10 +19,12 @@ use crate::metrics::{self, AuthFailureReason};
 use crate::model::OrderPage;
 use crate::rate_limit::{whole_seconds_at_least_one, RateLimitDecision};
 use crate::store::events::EventIds;
+use crate::model::Organization;
 use crate::store::{
-    EventFeed, EventQuery, EventsPage, FeedEvent, OrderPosition, OrderQuery, StoreError,
+    EventQuery, EventsPage, FeedEvent, OrderChange, OrderPosition, OrderQuery, StoreError,
     StoreErrorKind,
 };
+use crate::versions::{ApiVersion, Resource, Versions};
 
 /// The 200 (or 304) of `GET /me`: `body`, with `tagged_headers` (the headers of every `/me`
 /// of the organization, its tag in place) when tags are on.
@@ -47,14 +47,36 @@ pub(crate) fn me(
     super::with_headers(ApiBody::new(body), headers)
 }
 
+/// The body of `GET /me` for `organization` at `version`, a version that reshapes the
+/// organization, and the headers of its tagged `200` when `tagged`: made for each answer (only
+/// a host's own older versions reshape it).
+pub(crate) fn me_at(
+    config: &Config,
+    version: ApiVersion,
+    organization: &Organization,
+    tagged: bool,
+) -> Result<(Bytes, Option<HeaderMap>), serde_json::Error> {
+    let newest = serde_json::to_vec(organization)?;
+    let object = config
+        .versions
+        .chain()
+        .render(Resource::Organization, &newest, version)?
+        .unwrap_or(newest);
+    let body = Bytes::from([super::ME_OPEN, &object, super::ME_CLOSE].concat());
+    let headers = tagged.then(|| super::tagged_headers(&crate::api::conditional::entity_tag(&[&body])));
+    Ok((body, headers))
+}
+
 /// What a page of `GET /orders` answers with: the request and the path it came in on (which
-/// the next page's link names), and the organization whose page it is.
+/// the next page's link names), the organization whose page it is, and the version that
+/// answers.
 pub(crate) struct PageAnswer<'a> {
     pub(crate) request: &'a PageRequest,
     /// The path and query string the request came in on.
     pub(crate) path: &'a http::uri::PathAndQuery,
     pub(crate) organization_id: &'a str,
     pub(crate) query: &'a OrderQuery,
+    pub(crate) version: ApiVersion,
 }
 
 /// The 200 (or 304) of `GET /orders` for `page`, with the next page's `Link` when more
@@ -76,16 +98,33 @@ pub(crate) fn orders(
     } else {
         page.clone()
     };
-    // Computed once per stored page and shared by its clones.
-    let etag = config
-        .conditional_requests
-        .then(|| page.etag(super::orders_etag));
-    let mut response = tagged_or_not(
-        if_none_match,
-        super::orders_body(&page),
-        etag,
-        super::tagged_headers,
-    );
+    let chain = config.versions.chain();
+    let mut response = if chain.reshapes(asked.version, Resource::Order) {
+        // Walked back once per stored page and kept with it, as its tag is.
+        let rendition = page.rendition(asked.version.date(), |newest| {
+            older_orders(chain, newest, asked.version)
+        });
+        let etag = config
+            .conditional_requests
+            .then(|| rendition.etag(super::orders_etag));
+        tagged_or_not(
+            if_none_match,
+            super::orders_body_of(&rendition.json),
+            etag,
+            super::tagged_headers,
+        )
+    } else {
+        // Computed once per stored page and shared by its clones.
+        let etag = config
+            .conditional_requests
+            .then(|| page.etag(super::orders_etag));
+        tagged_or_not(
+            if_none_match,
+            super::orders_body(&page),
+            etag,
+            super::tagged_headers,
+        )
+    };
     if let (true, Some(last)) = (page.has_more(), page.orders().last()) {
         // Made once per stored page, for the way it is usually asked for.
         let link = page.next_link(asked.organization_id, asked.path.as_str(), || {
@@ -101,12 +140,34 @@ pub(crate) fn orders(
     response
 }
 
+/// The JSON array `newest` of orders in the newest shape, as `version` answers it. An order
+/// that does not read as an object (never one a store encoded) is served as it is.
+fn older_orders(chain: &Versions, newest: &Bytes, version: ApiVersion) -> Bytes {
+    let Ok(orders) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(newest) else {
+        return newest.clone();
+    };
+    let mut json = Vec::with_capacity(newest.len());
+    json.push(b'[');
+    for (index, order) in orders.iter().enumerate() {
+        if index > 0 {
+            json.push(b',');
+        }
+        match chain.render(Resource::Order, order.get().as_bytes(), version) {
+            Ok(Some(older)) => json.extend_from_slice(&older),
+            Ok(None) | Err(_) => json.extend_from_slice(order.get().as_bytes()),
+        }
+    }
+    json.push(b']');
+    json.into()
+}
+
 /// The answer of `GET /events` to `page`, the feed's answer to the request `request` that
-/// came in on `path`: the 200 with the events and the resuming `Link` (after the last event
-/// the read went through), the 410 of an `after`
-/// retention deleted, or the 400 of one the feed never held.
+/// came in on `path`, at `version`: the 200 with the events and the resuming `Link` (after
+/// the last event the read went through), the 410 of an `after` retention deleted, or the
+/// 400 of one the feed never held.
 pub(crate) fn events(
-    feed: Option<&Arc<dyn EventFeed>>,
+    config: &Config,
+    version: ApiVersion,
     request: &EventsRequest,
     path: &str,
     organization_id: &str,
@@ -128,9 +189,11 @@ pub(crate) fn events(
         events.truncate(query.limit());
         through = events.last().map(|event| event.id);
     }
-    let encode = || encode_events(organization_id, &events);
-    let body = match feed {
-        Some(feed) => events_cache::events_body(feed, organization_id, &events, encode),
+    let chain = config.versions.chain();
+    let older = chain.reshapes(version, Resource::Order).then_some(version);
+    let encode = || encode_events(organization_id, &events, older.map(|at| (chain, at)));
+    let body = match config.events.as_ref() {
+        Some(feed) => events_cache::events_body(feed, organization_id, version, &events, encode),
         None => encode(),
     };
     let mut response = super::json(StatusCode::OK, body);
@@ -143,8 +206,13 @@ pub(crate) fn events(
     response
 }
 
-/// The body of a page of `events` of `organization_id`'s feed.
-fn encode_events(organization_id: &str, events: &[FeedEvent]) -> Bytes {
+/// The body of a page of `events` of `organization_id`'s feed: each order in `data` as the
+/// feed holds it (the newest shape), or walked back to `older`'s version.
+fn encode_events(
+    organization_id: &str,
+    events: &[FeedEvent],
+    older: Option<(&Versions, ApiVersion)>,
+) -> Bytes {
     let mut body = Vec::with_capacity(
         super::EVENTS_OPEN.len()
             + events
@@ -169,7 +237,14 @@ fn encode_events(organization_id: &str, events: &[FeedEvent]) -> Bytes {
         body.extend_from_slice(br#"","createdAt":""#);
         event.created_at.write_rfc3339(&mut body);
         body.extend_from_slice(br#"","data":"#);
-        body.extend_from_slice(&event.data);
+        let reshaped = match (older, event.change) {
+            (Some((chain, version)), OrderChange::Created | OrderChange::Updated) => chain
+                .render(Resource::Order, &event.data, version)
+                .ok()
+                .flatten(),
+            _ => None,
+        };
+        body.extend_from_slice(reshaped.as_deref().unwrap_or(&event.data));
         body.push(b'}');
     }
     body.extend_from_slice(super::EVENTS_CLOSE);

@@ -83,9 +83,10 @@ impl PartnerApi {
                 }
             }
         }
+        let version = config.versions.asked(headers);
         match route {
-            Route::OpenApi => return ready(response::openapi(config.openapi.clone())),
-            Route::Me | Route::Orders | Route::Events | Route::Deprecations => {}
+            Route::OpenApi => return ready(openapi_answer(config, uri, version)),
+            Route::Me | Route::Orders | Route::Events | Route::Deprecations | Route::Versions => {}
         }
         // Only the digest goes on: the plaintext never enters a future or a store.
         let digest = match presented_key(headers) {
@@ -99,6 +100,7 @@ impl PartnerApi {
             Route::Orders => KeyedRoute::Orders(PageRequest::parse(uri.query()), path()),
             Route::Events => KeyedRoute::Events(EventsRequest::parse(uri.query()), path()),
             Route::Deprecations => KeyedRoute::Deprecations,
+            Route::Versions => KeyedRoute::Versions,
             Route::Me | Route::OpenApi => KeyedRoute::Me,
         };
         let facts = RequestFacts {
@@ -111,6 +113,7 @@ impl PartnerApi {
             throttle_failures: client.is_some() && config.auth_failure_limiter.is_some(),
             concerned,
             gone,
+            version,
         };
         let first = Ask::first(facts, digest);
         // A store's `_now` answer runs here, inside `call`: a panic in it is caught as one in
@@ -122,6 +125,29 @@ impl PartnerApi {
             Ok(answer) => (Some(route), concerned, answer),
             Err(_panic) => ready(handler_panicked()),
         }
+    }
+}
+
+/// The answer of `GET /openapi.json`: the document of the version its `version` parameter
+/// names (once), else its header's, else the newest; a 400 for a name the API does not offer,
+/// a 404 for a version offered without a document (a host's own older version).
+fn openapi_answer(config: &Config, uri: &Uri, header: AskedVersion) -> Response<ApiBody> {
+    let mut named = form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
+        .filter(|(name, _)| name == "version")
+        .map(|(_, value)| value);
+    let asked = match (named.next(), named.next()) {
+        (Some(name), None) => config.versions.named(&name),
+        (Some(_), Some(_)) => AskedVersion::Unknown,
+        (None, _) => header,
+    };
+    let version = match asked {
+        AskedVersion::Named(version) => version,
+        AskedVersion::Pinned => config.versions.chain().newest(),
+        AskedVersion::Unknown => return config.versions.unknown(),
+    };
+    match config.openapi.at(version) {
+        Some(document) => response::openapi(document),
+        None => ApiError::NotFound.into_response(),
     }
 }
 

@@ -12,6 +12,7 @@ use serde::{Serialize, Serializer};
 use crate::key::{AllowedIps, ApiKey, KeyEnvironment, LIVE_PREFIX, TEST_PREFIX};
 use crate::model::Timestamp;
 use crate::store::StoreError;
+use crate::versions::ApiVersion;
 
 mod leaks;
 mod new_key;
@@ -263,7 +264,10 @@ impl fmt::Debug for IssuedKey {
 /// `lastUsedAt`, `revokedAt` (RFC 3339 UTC or `null`), `revokedReason` (`"manual"`,
 /// `"leaked"`, `"rolled"` or `null`), `leak` (`{"url", "source", "reportedAt"}` for a leaked key, else
 /// `null`), `lifetimeSeconds` (the lifetime it was issued with, which a roll passes on, or
-/// `null`) and `allowedIps` (CIDR ranges; empty for any address). Keys that came from a seed or a host's
+/// `null`), `allowedIps` (CIDR ranges; empty for any address), `apiVersion` (the API version
+/// the key is pinned to: the first for a key whose store recorded none) and
+/// `apiVersionRollback` (`{"to", "until"}`: the version a recent upgrade can be rolled back
+/// to, and until when; else `null`). Keys that came from a seed or a host's
 /// older format carry what is known of them (no label, a hint and environment only when
 /// the store saw the key).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -301,6 +305,47 @@ pub struct KeyRecord {
     pub lifetime: Option<Duration>,
     /// The address ranges the key may be used from.
     pub allowed_ips: AllowedIps,
+    /// The API version the key is pinned to; `None` (a key issued before versions, or by a
+    /// store that records none) is the first version, and is listed as it.
+    #[serde(serialize_with = "pinned_version")]
+    pub api_version: Option<ApiVersion>,
+    /// The version a recent upgrade of the key can be rolled back to, and until when.
+    pub api_version_rollback: Option<VersionRollback>,
+}
+
+/// The way back from an upgrade of a key's API version: to the version it had, until 72 hours
+/// ([`VERSION_ROLLBACK_WINDOW`]) after the upgrade.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct VersionRollback {
+    /// The version the key had before the upgrade.
+    pub to: ApiVersion,
+    /// Until when the upgrade can be rolled back.
+    pub until: Timestamp,
+}
+
+impl VersionRollback {
+    /// The way back to `to` from an upgrade made at `upgraded_at`.
+    pub fn new(to: ApiVersion, upgraded_at: Timestamp) -> Self {
+        Self {
+            to,
+            until: upgraded_at.saturating_add(VERSION_ROLLBACK_WINDOW),
+        }
+    }
+}
+
+/// How long an upgrade of a key's API version can be rolled back: 72 hours.
+pub const VERSION_ROLLBACK_WINDOW: Duration = Duration::from_secs(72 * 3600);
+
+/// A key's pinned version as listed: the first version when none is recorded.
+fn pinned_version<S: serde::Serializer>(
+    version: &Option<ApiVersion>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    version
+        .unwrap_or(crate::versions::FIRST)
+        .serialize(serializer)
 }
 
 impl KeyRecord {
@@ -325,6 +370,8 @@ impl KeyRecord {
             leak: None,
             lifetime: None,
             allowed_ips: AllowedIps::any(),
+            api_version: None,
+            api_version_rollback: None,
         }
     }
 

@@ -7,6 +7,7 @@ use super::MAX_LABEL_CHARS;
 use crate::key::{AllowedIps, KeyEnvironment};
 use crate::model::Timestamp;
 use crate::store::StoreError;
+use crate::versions::ApiVersion;
 
 /// What a new key is to be: its environment, and optionally a label and an expiry.
 ///
@@ -24,6 +25,7 @@ pub struct NewKey {
     expires_at: Option<Timestamp>,
     lifetime: Option<Duration>,
     allowed_ips: AllowedIps,
+    api_version: ApiVersion,
 }
 
 impl NewKey {
@@ -35,7 +37,22 @@ impl NewKey {
             expires_at: None,
             lifetime: None,
             allowed_ips: AllowedIps::any(),
+            api_version: crate::versions::NEWEST,
         }
+    }
+
+    /// Pins the key to the API version `api_version` (default: the newest,
+    /// [`versions::NEWEST`](crate::versions::NEWEST)): what a request without a version header
+    /// is answered at. The caller checks that the API offers it.
+    #[must_use]
+    pub fn with_api_version(mut self, api_version: ApiVersion) -> Self {
+        self.api_version = api_version;
+        self
+    }
+
+    /// Returns the API version the key is pinned to.
+    pub fn api_version(&self) -> ApiVersion {
+        self.api_version
     }
 
     /// Sets the key's label, a name for people (at most [`MAX_LABEL_CHARS`] characters).

@@ -71,18 +71,19 @@ impl Feeds {
 }
 
 impl MemoryStore {
-    /// Records `changes` of `organization_id`'s orders in its feed and raises their webhooks
-    /// (the caller holds `order_writer`).
+    /// Records `changes` of `organization_id`'s orders, made at `at`, in its feed and raises
+    /// their webhooks (the caller holds `order_writer`).
     pub(super) fn record_changes(
         &self,
         organization_id: &str,
+        at: Timestamp,
         changes: impl IntoIterator<Item = (OrderChange, String, Bytes)>,
     ) {
         let recorded = self
             .events
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .append(organization_id, Timestamp::now(), changes);
+            .append(organization_id, at, changes);
         #[cfg(feature = "webhooks")]
         self.outbox().raise(organization_id, &recorded);
         #[cfg(not(feature = "webhooks"))]

@@ -172,7 +172,9 @@ impl KeyManager for MemoryStore {
             old.record.expires_at = Some(expires_at);
             old.principal.expires_at = Some(expires_at);
         }
-        let mut new = NewKey::new(environment).with_allowed_ips(old.record.allowed_ips.clone());
+        let mut new = NewKey::new(environment)
+            .with_allowed_ips(old.record.allowed_ips.clone())
+            .with_api_version(old.record.api_version.unwrap_or(crate::versions::FIRST));
         if let Some(label) = old.record.label.clone() {
             new = new.with_label(label);
         }

@@ -33,6 +33,7 @@ impl MemoryStore {
         let data = serde_json::to_vec(&serde_json::json!({ "id": order_id })).unwrap_or_default();
         self.record_changes(
             organization_id,
+            Timestamp::now(),
             [(OrderChange::Deleted, order_id.to_owned(), data.into())],
         );
         true
@@ -72,7 +73,12 @@ impl MemoryStore {
         self.write()
             .orders
             .insert(organization_id.to_owned(), Arc::new(next));
-        self.record_written(organization_id, OrderChange::Created, &encoded);
+        self.record_written(
+            organization_id,
+            OrderChange::Created,
+            Timestamp::now(),
+            &encoded,
+        );
         Ok(())
     }
 
@@ -83,7 +89,12 @@ impl MemoryStore {
     /// [`NotFound`](crate::StoreErrorKind::NotFound) if the organization has no order with
     /// that id; [`InvalidData`](crate::StoreErrorKind::InvalidData) if the order cannot be
     /// served ([`EncodedOrder::new`]).
-    pub fn update_order(&self, organization_id: &str, order: Order) -> Result<(), StoreError> {
+    ///
+    /// The order's `updatedAt` is the time of this change, unless `order` names one.
+    pub fn update_order(&self, organization_id: &str, mut order: Order) -> Result<(), StoreError> {
+        let now = Timestamp::now();
+        let named_change_time = order.updated_at.is_some();
+        order.updated_at.get_or_insert(now);
         let encoded = EncodedOrder::new(order)?;
         let _writer = self
             .order_writer
@@ -96,9 +107,18 @@ impl MemoryStore {
                 "no order {order_id:?} in this organization"
             )));
         };
-        let unchanged = current
-            .get(order_id)
-            .map(|held| held.json() == encoded.json());
+        // A write that changes no field is no change: neither its time nor an event.
+        let unchanged = current.get(order_id).map(|held| {
+            let (held, written) = (held.order(), encoded.order());
+            Order {
+                updated_at: if named_change_time {
+                    held.updated_at
+                } else {
+                    written.updated_at
+                },
+                ..held.clone()
+            } == *written
+        });
         let Some(unchanged) = unchanged else {
             return Err(StoreError::not_found(format!(
                 "no order {order_id:?} in this organization"
@@ -117,21 +137,39 @@ impl MemoryStore {
         self.record_written(
             organization_id,
             OrderChange::Updated,
+            now,
             std::slice::from_ref(&encoded),
         );
         Ok(())
     }
 
-    /// Records one change per written order (while the caller holds `order_writer`).
-    fn record_written(&self, organization_id: &str, change: OrderChange, orders: &[EncodedOrder]) {
+    /// Records one change per written order at `at` (while the caller holds
+    /// `order_writer`): each event's `data` is the order in the newest shape, its `updatedAt`
+    /// the event's time.
+    fn record_written(
+        &self,
+        organization_id: &str,
+        change: OrderChange,
+        at: Timestamp,
+        orders: &[EncodedOrder],
+    ) {
         self.record_changes(
             organization_id,
+            at,
             orders.iter().map(|order| {
-                (
-                    change,
-                    order.order().id.clone(),
-                    bytes::Bytes::copy_from_slice(order.json()),
-                )
+                let data = if order.order().updated_at == Some(at) {
+                    bytes::Bytes::copy_from_slice(order.json())
+                } else {
+                    let snapshot = Order {
+                        updated_at: Some(at),
+                        ..order.order().clone()
+                    };
+                    // Checked when it was encoded; `at` is now, in range.
+                    EncodedOrder::new(snapshot)
+                        .map(|encoded| bytes::Bytes::copy_from_slice(encoded.json()))
+                        .unwrap_or_else(|_| bytes::Bytes::copy_from_slice(order.json()))
+                };
+                (change, order.order().id.clone(), data)
             }),
         );
     }

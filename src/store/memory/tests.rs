@@ -16,6 +16,7 @@ fn order(id: &str, millis: i64) -> Order {
         status: "booked".to_owned(),
         external_reference: "X".to_owned(),
         created_at: Timestamp::from_unix_millis(millis).unwrap(),
+        updated_at: None,
     }
 }
 

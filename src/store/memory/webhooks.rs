@@ -126,7 +126,11 @@ impl Outbox {
                 continue;
             }
             let id = EventId::new(organization_id, event.id).to_string();
-            let body = payload(Some(&id), kind, event.created_at, &event.data);
+            let data = match event.change {
+                crate::store::OrderChange::Deleted => event.data.clone(),
+                _ => crate::versions::webhook_order(event.data.clone()),
+            };
+            let body = payload(Some(&id), kind, event.created_at, &data);
             for endpoint in subscribed {
                 self.queue(endpoint, kind, Some(order_id.clone()), body.clone());
             }

@@ -31,8 +31,9 @@ struct OrderRow {
 }
 
 /// The JSON of the order a trigger's snapshot holds, through the encoder `GET /v1/orders`
-/// uses: the same bytes every time.
-fn order_json(snapshot: serde_json::Value) -> Result<Bytes, StoreError> {
+/// uses, in the newest shape: the same bytes every time. Its `updatedAt` is `changed_at`, the
+/// time of the change the snapshot was taken at.
+fn order_json(snapshot: serde_json::Value, changed_at: Timestamp) -> Result<Bytes, StoreError> {
     let order: OrderRow = serde_json::from_value(snapshot).map_err(StoreError::invalid_data)?;
     let encoded = EncodedOrder::new(Order {
         id: order.id,
@@ -45,6 +46,7 @@ fn order_json(snapshot: serde_json::Value) -> Result<Bytes, StoreError> {
         status: order.status,
         external_reference: order.external_reference,
         created_at: order.created_at,
+        updated_at: Some(changed_at),
     })?;
     Ok(Bytes::copy_from_slice(encoded.json()))
 }
@@ -59,8 +61,9 @@ pub(super) fn snapshot_json(
     what: std::fmt::Arguments<'_>,
     order_id: &str,
     snapshot: Option<serde_json::Value>,
+    changed_at: Timestamp,
 ) -> Result<Bytes, StoreError> {
-    let problem = match snapshot.map(order_json) {
+    let problem = match snapshot.map(|snapshot| order_json(snapshot, changed_at)) {
         Some(Ok(json)) => return Ok(json),
         Some(Err(err)) => crate::log::ErrorChain(&err).to_string(),
         None => "the trigger found it outside the contract when it was written".to_owned(),
@@ -167,6 +170,7 @@ fn event_from_row(row: &PgRow) -> Result<FeedEvent, StoreError> {
     let change = OrderChange::from_name(&change)
         .ok_or_else(|| StoreError::invalid_data(format!("event {id}: type {change:?}")))?;
     let order_id: String = column(row, "order_id")?;
+    let created_at = column::<PgTimestamp>(row, "created_at")?.0;
     let data = match change {
         OrderChange::Deleted => deleted_json(&order_id)?,
         OrderChange::Created | OrderChange::Updated => snapshot_json(
@@ -174,12 +178,13 @@ fn event_from_row(row: &PgRow) -> Result<FeedEvent, StoreError> {
             format_args!("event {id}"),
             &order_id,
             row.try_get("order_row").map_err(store_error)?,
+            created_at,
         )?,
     };
     Ok(FeedEvent {
         id: u64::try_from(id).map_err(StoreError::invalid_data)?,
         change,
-        created_at: column::<PgTimestamp>(row, "created_at")?.0,
+        created_at,
         data,
     })
 }

@@ -17,7 +17,8 @@ use crate::store::{KeyRecord, Leak, RevocationReason};
 pub(super) const RECORD: &str = "id, organization_id, label, hint, environment, created_at, \
                                  expires_at, last_used_at, revoked_at, lifetime_ms, \
                                  allowed_ips::text[] AS allowed_ips, revoked_reason, leak_url, \
-                                 leak_source, leak_reported_at";
+                                 leak_source, leak_reported_at, api_version, \
+                                 api_version_rollback_to, api_version_rollback_until";
 
 /// A lifetime in milliseconds, capped at a century as the overlap is: an interval that
 /// PostgreSQL can add to now.
@@ -79,6 +80,12 @@ pub(super) fn record_from_row(row: &PgRow) -> Result<KeyRecord, StoreError> {
             reported_at,
         }),
         None => None,
+    };
+    record.api_version = super::keys::api_version(row, "api_version")?;
+    let rollback_to = super::keys::api_version(row, "api_version_rollback_to")?;
+    record.api_version_rollback = match (rollback_to, timestamp(row, "api_version_rollback_until")?) {
+        (Some(to), Some(until)) => Some(crate::store::VersionRollback { to, until }),
+        _ => None,
     };
     Ok(record)
 }

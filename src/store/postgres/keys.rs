@@ -122,9 +122,19 @@ impl PgStore {
         Ok(KeyLookup::Valid(
             Principal::new(key_id.to_string(), organization)
                 .with_expires_at(expires_at.map(|at| at.0))
-                .with_allowed_ips(allowed_ips(&row)?),
+                .with_allowed_ips(allowed_ips(&row)?)
+                .with_api_version(api_version(&row, "api_version")?),
         ))
     }
+}
+
+/// The API version in the date column `name`, if there is one.
+pub(super) fn api_version(
+    row: &sqlx::postgres::PgRow,
+    name: &str,
+) -> Result<Option<crate::versions::ApiVersion>, StoreError> {
+    let date: Option<super::timestamp::PgDate> = row.try_get(name).map_err(store_error)?;
+    Ok(date.map(|date| crate::versions::ApiVersion::from_date(date.0)))
 }
 
 /// The `allowed_ips` column, read as `allowed_ips::text[]` (PostgreSQL's `cidr` output).

@@ -46,8 +46,8 @@ impl KeyManager for PgStore {
         let row = sqlx::query(&format!(
             "INSERT INTO partner_api_keys \
                (organization_id, key_sha256, label, hint, environment, expires_at, lifetime_ms, \
-                allowed_ips) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text[]::cidr[]) RETURNING {RECORD}"
+                allowed_ips, api_version) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text[]::cidr[], $9) RETURNING {RECORD}"
         ))
         .bind(organization_id)
         .bind(&key.digest().as_bytes()[..])
@@ -57,6 +57,7 @@ impl KeyManager for PgStore {
         .bind(new.expires_at().map(|at| at.as_datetime()))
         .bind(lifetime.map(lifetime_millis))
         .bind(range_texts(new.allowed_ips()))
+        .bind(new.api_version().date())
         .fetch_one(&mut *transaction)
         .await
         .map_err(store_error)?;
@@ -305,9 +306,9 @@ impl KeyManager for PgStore {
         let row = sqlx::query(&format!(
             "INSERT INTO partner_api_keys \
                (organization_id, key_sha256, label, hint, environment, expires_at, lifetime_ms, \
-                allowed_ips) \
+                allowed_ips, api_version) \
              VALUES ($1, $2, $3, $4, $5, now() + $6 * interval '1 millisecond', $6, \
-                     $7::text[]::cidr[]) \
+                     $7::text[]::cidr[], $8) \
              RETURNING {RECORD}"
         ))
         .bind(organization_id)
@@ -317,6 +318,7 @@ impl KeyManager for PgStore {
         .bind(environment.name())
         .bind(lifetime_ms)
         .bind(range_texts(&old.allowed_ips))
+        .bind(old.api_version.map(|version| version.date()))
         .fetch_one(&mut *transaction)
         .await
         .map_err(store_error)?;

@@ -274,7 +274,8 @@ impl PgStore {
 
     /// Replaces the order of `organization_id` that has `order`'s id with `order`, and
     /// returns whether there was one (the orders' trigger raises `order.updated` when a
-    /// field changed).
+    /// field changed, and the order's `updated_at` becomes the time of the change unless
+    /// `order` names one).
     pub async fn update_order(
         &self,
         organization_id: &str,
@@ -285,7 +286,8 @@ impl PgStore {
         let update = sqlx::query(
             "UPDATE partner_orders SET providers = $3, advertiser_name = $4, campaign_name = $5, \
                  budget_dkk = $6, start_date = $7, end_date = $8, status = $9, \
-                 external_reference = $10, created_at = $11 \
+                 external_reference = $10, created_at = $11, \
+                 updated_at = COALESCE($12, updated_at) \
              WHERE organization_id = $1 AND id = $2",
         );
         let done = bind_order(update, organization_id, order)?
@@ -329,7 +331,8 @@ pub(super) async fn insert_order(
           advertiser_name = EXCLUDED.advertiser_name, campaign_name = EXCLUDED.campaign_name, \
           budget_dkk = EXCLUDED.budget_dkk, start_date = EXCLUDED.start_date, \
           end_date = EXCLUDED.end_date, status = EXCLUDED.status, \
-          external_reference = EXCLUDED.external_reference, created_at = EXCLUDED.created_at \
+          external_reference = EXCLUDED.external_reference, created_at = EXCLUDED.created_at, \
+          updated_at = COALESCE(EXCLUDED.updated_at, partner_orders.updated_at) \
           WHERE (partner_orders.providers, partner_orders.advertiser_name, \
                  partner_orders.campaign_name, partner_orders.budget_dkk, \
                  partner_orders.start_date, partner_orders.end_date, partner_orders.status, \
@@ -343,8 +346,9 @@ pub(super) async fn insert_order(
     };
     let insert = format!(
         "INSERT INTO partner_orders (organization_id, id, providers, advertiser_name, \
-         campaign_name, budget_dkk, start_date, end_date, status, external_reference, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11){on_conflict}"
+         campaign_name, budget_dkk, start_date, end_date, status, external_reference, created_at, \
+         updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12){on_conflict}"
     );
     bind_order(sqlx::query(&insert), organization_id, order)?
         .execute(&mut **transaction)
@@ -353,7 +357,7 @@ pub(super) async fn insert_order(
     Ok(())
 }
 
-/// `query` with an order's columns as `$1` to `$11`, in the order of `partner_orders`.
+/// `query` with an order's columns as `$1` to `$12`, in the order of `partner_orders`.
 fn bind_order<'q>(
     query: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
     organization_id: &'q str,
@@ -371,7 +375,8 @@ fn bind_order<'q>(
         .bind(order.end_date)
         .bind(&order.status)
         .bind(&order.external_reference)
-        .bind(order.created_at.as_datetime()))
+        .bind(order.created_at.as_datetime())
+        .bind(order.updated_at.map(|at| at.as_datetime())))
 }
 
 /// A column that must not be null.

@@ -13,7 +13,11 @@ use crate::store::{OrderQuery, OrderStore, StoreError};
 /// The columns of an order, as the crate's table names them (and a mapped table's select
 /// list renames them).
 const COLUMNS: &str = "id, providers, advertiser_name, campaign_name, budget_dkk, start_date, \
-                       end_date, status, external_reference, created_at";
+                       end_date, status, external_reference, created_at, updated_at";
+
+/// An order's last change, as the filters `updated_since` and `updated_before` read it (and
+/// `partner_orders_updated` indexes it).
+const LAST_CHANGE: &str = "COALESCE(updated_at, created_at)";
 
 /// The statements that read pages of orders from one source: `partner_orders`, or a
 /// host's table seen through its [`OrdersMap`](super::OrdersMap) as a subquery named
@@ -44,7 +48,7 @@ impl OrderStatements {
                  WHERE organization_id = $1 AND (created_at, id) < ($3, $4) \
                  ORDER BY created_at DESC, id DESC LIMIT $2"
             ),
-            filtered: (0..32)
+            filtered: (0..FILTER_SHAPES)
                 .map(|holds| filtered_page_text(source, holds))
                 .collect(),
         }
@@ -74,6 +78,11 @@ fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
             StoreError::invalid_data(format!("order {id:?}: {}", crate::log::ErrorChain(&err)))
         })?
         .0;
+    let updated_at = sqlx::Row::try_get::<Option<PgTimestamp>, _>(row, "updated_at")
+        .map_err(|err| {
+            StoreError::invalid_data(format!("order {id:?}: {}", crate::log::ErrorChain(&err)))
+        })?
+        .map(|at| at.0);
     Ok(EncodedOrder::new(Order {
         providers: column(row, "providers")?,
         advertiser_name: column(row, "advertiser_name")?,
@@ -84,6 +93,7 @@ fn order_from_row(row: &PgRow) -> Result<EncodedOrder, StoreError> {
         status: column(row, "status")?,
         external_reference: column(row, "external_reference")?,
         created_at,
+        updated_at,
         id,
     })?)
 }
@@ -152,6 +162,10 @@ pub(super) const SINCE: usize = 2;
 pub(super) const BEFORE: usize = 4;
 pub(super) const PROVIDERS: usize = 8;
 pub(super) const STATUSES: usize = 16;
+pub(super) const UPDATED_SINCE: usize = 32;
+pub(super) const UPDATED_BEFORE: usize = 64;
+/// How many filtered statements there are: one per combination of the bits.
+const FILTER_SHAPES: usize = 128;
 
 // The statements of filtered pages, by what they hold. Only the conditions a filter has are
 // in its text, so each is planned on its own indexes: the position and the creation range
@@ -181,6 +195,12 @@ fn filtered_page_text(source: &str, holds: usize) -> String {
     }
     if holds & PROVIDERS != 0 {
         conditions.push_str(&format!(" AND providers && ${}::text[]", parameter()));
+    }
+    if holds & UPDATED_SINCE != 0 {
+        conditions.push_str(&format!(" AND {LAST_CHANGE} >= ${}", parameter()));
+    }
+    if holds & UPDATED_BEFORE != 0 {
+        conditions.push_str(&format!(" AND {LAST_CHANGE} < ${}", parameter()));
     }
     if holds & STATUSES == 0 {
         return format!(
@@ -212,6 +232,8 @@ fn filtered_page_query<'q>(
         (filter.created_before().is_some(), BEFORE),
         (!filter.providers().is_empty(), PROVIDERS),
         (!filter.statuses().is_empty(), STATUSES),
+        (filter.updated_since().is_some(), UPDATED_SINCE),
+        (filter.updated_before().is_some(), UPDATED_BEFORE),
     ]
     .into_iter()
     .filter(|(has, _)| *has)
@@ -237,6 +259,12 @@ fn filtered_page_query<'q>(
     }
     if !filter.providers().is_empty() {
         statement = statement.bind(filter.providers());
+    }
+    if let Some(since) = filter.updated_since() {
+        statement = statement.bind(since.as_datetime());
+    }
+    if let Some(before) = filter.updated_before() {
+        statement = statement.bind(before.as_datetime());
     }
     if !filter.statuses().is_empty() {
         statement = statement.bind(filter.statuses());

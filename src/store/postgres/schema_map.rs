@@ -176,6 +176,10 @@ pub enum OrderField {
     ExternalReference,
     /// `created_at` (`timestamp with time zone`): the order's place in the newest-first order.
     CreatedAt,
+    /// `updated_at` (`timestamp with time zone`, may be null): when the order last changed,
+    /// `updatedAt` from API version [`UPDATED_AT`](crate::versions::UPDATED_AT) (null: its
+    /// `created_at`). Optional: a map that leaves it out serves every order's `created_at`.
+    UpdatedAt,
 }
 
 /// What an expression's SQL type must be.
@@ -244,7 +248,8 @@ impl Needs {
 }
 
 impl OrderField {
-    /// Every field, in the order of the crate's own `partner_orders` columns.
+    /// Every field an order's snapshot in an event holds (all but [`UpdatedAt`](Self::UpdatedAt),
+    /// which an event's time gives), in the order of the crate's own `partner_orders` columns.
     pub const ALL: [Self; 11] = [
         Self::Id,
         Self::Organization,
@@ -273,6 +278,7 @@ impl OrderField {
             Self::Status => "status",
             Self::ExternalReference => "external_reference",
             Self::CreatedAt => "created_at",
+            Self::UpdatedAt => "updated_at",
         }
     }
 
@@ -290,7 +296,7 @@ impl OrderField {
             Self::Providers => Needs::TextArray,
             Self::BudgetDkk => Needs::Number,
             Self::StartDate | Self::EndDate => Needs::Date,
-            Self::CreatedAt => Needs::Instant,
+            Self::CreatedAt | Self::UpdatedAt => Needs::Instant,
             _ => Needs::Text,
         }
     }
@@ -312,7 +318,7 @@ impl fmt::Display for OrderField {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OrdersMap {
     table: String,
-    expressions: [Option<String>; 11],
+    expressions: [Option<String>; 12],
 }
 
 impl OrdersMap {
@@ -339,11 +345,22 @@ impl OrdersMap {
         &self.table
     }
 
-    /// The expression of `field`: as mapped, or the crate's column name.
+    /// The expression of `field`: as mapped, or the crate's column name (`NULL` for an
+    /// unmapped [`OrderField::UpdatedAt`]: the order's `created_at`).
     pub fn expression(&self, field: OrderField) -> &str {
+        let unmapped = match field {
+            OrderField::UpdatedAt => "NULL",
+            other => other.column(),
+        };
         self.expressions[field as usize]
             .as_deref()
-            .unwrap_or(field.column())
+            .unwrap_or(unmapped)
+    }
+
+    /// The select list the pages read: [`select_list`](Self::select_list) and the order's
+    /// last change.
+    pub(in crate::store::postgres) fn read_list(&self) -> String {
+        format!("{}, {}", self.select_list(), self.item(OrderField::UpdatedAt))
     }
 
     /// The select list of one mapped order, each field cast to the type the crate reads and
@@ -521,6 +538,7 @@ struct OrdersFile {
     status: Option<String>,
     external_reference: Option<String>,
     created_at: Option<String>,
+    updated_at: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -548,6 +566,7 @@ impl TryFrom<SchemaMapFile> for SchemaMap {
                 orders.status,
                 orders.external_reference,
                 orders.created_at,
+                orders.updated_at,
             ];
             OrdersMap {
                 table: orders.table,
@@ -620,7 +639,10 @@ pub(super) async fn check(
     let mut resolved = Resolved::default();
     if let Some(orders) = &map.orders {
         let table = resolve_table(pool, "orders", orders.table()).await?;
-        for field in OrderField::ALL {
+        let mapped_updated_at = orders.expressions[OrderField::UpdatedAt as usize]
+            .is_some()
+            .then_some(OrderField::UpdatedAt);
+        for field in OrderField::ALL.into_iter().chain(mapped_updated_at) {
             let expression = orders.expression(field);
             let has = type_of(pool, &table.name, expression)
                 .await

@@ -31,7 +31,7 @@ impl Statements {
         let orders = match (map.orders(), &resolved.orders) {
             (Some(orders), Some(table)) => format!(
                 "(SELECT {} FROM {} AS r) AS partner_orders",
-                orders.select_list(),
+                orders.read_list(),
                 table.name
             ),
             _ => "partner_orders".to_owned(),
@@ -54,7 +54,8 @@ impl Statements {
             lookup_key: format!(
                 "SELECT k.id, k.expires_at, k.revoked_at IS NOT NULL AS revoked, \
                  COALESCE(k.expires_at <= now(), false) AS expired, \
-                 k.allowed_ips::text[] AS allowed_ips, o.id AS organization_id, o.name \
+                 k.allowed_ips::text[] AS allowed_ips, k.api_version, \
+                 o.id AS organization_id, o.name \
                  FROM partner_api_keys k JOIN {organizations} o ON o.id = k.organization_id \
                  WHERE k.key_sha256 = $1"
             ),

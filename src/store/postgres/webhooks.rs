@@ -69,12 +69,14 @@ pub(super) fn body_from_row(row: &PgRow, kind: EventType) -> Result<Bytes, Store
     let data = match kind {
         EventType::OrderCreated | EventType::OrderUpdated => {
             let delivery: i64 = column(row, "delivery_id")?;
-            super::events::snapshot_json(
+            let newest = super::events::snapshot_json(
                 "webhooks",
                 format_args!("webhook delivery {delivery}"),
                 &column::<String>(row, "message_order_id")?,
                 row.try_get("order_row").map_err(store_error)?,
-            )?
+                raised_at,
+            )?;
+            crate::versions::webhook_order(newest)
         }
         EventType::OrderDeleted => {
             super::events::deleted_json(&column::<String>(row, "message_order_id")?)?

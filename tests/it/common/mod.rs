@@ -53,6 +53,7 @@ pub fn order(id: &str, created_millis: i64) -> Order {
         status: "booked".to_owned(),
         external_reference: format!("PO-{id}"),
         created_at: Timestamp::from_unix_millis(created_millis).unwrap(),
+        updated_at: None,
     }
 }
 

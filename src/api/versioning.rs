@@ -1,0 +1,177 @@
+//! Which API version answers a request: the one its version header names, else its key's
+//! pinned one; the header that echoes it, and the 400 of a name the API does not offer. Made
+//! once per configuration, so a request clones a header value and no more.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+
+use crate::api::body::ApiBody;
+use crate::api::response;
+use crate::versions::{ApiVersion, Versions, DEFAULT_VERSION_HEADER};
+
+/// What a request's version header asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AskedVersion {
+    /// No header: the key's pinned version.
+    Pinned,
+    /// A version the API offers.
+    Named(ApiVersion),
+    /// A name that is no version the API offers (or the header twice): a 400.
+    Unknown,
+}
+
+/// The API's versions as the request path uses them.
+#[derive(Clone)]
+pub(crate) struct ApiVersions {
+    chain: Versions,
+    header: HeaderName,
+    /// Each version's echo, newest first.
+    echoes: Box<[(ApiVersion, HeaderValue)]>,
+    /// The body of the 400 for a name that is not offered.
+    unknown_body: Bytes,
+}
+
+impl ApiVersions {
+    /// The request path's view of `chain`, read from and echoed in `header`.
+    pub(crate) fn new(chain: Versions, header: HeaderName) -> Self {
+        let echoes = chain
+            .offered()
+            .map(|version| {
+                let value = HeaderValue::from_str(&version.to_string())
+                    .expect("a date is a header value");
+                (version, value)
+            })
+            .collect();
+        let offered: Vec<String> = chain.offered().map(|version| version.to_string()).collect();
+        let unknown_body = response::error_document(&format!(
+            "invalid header {}: it must name a version of this API, one of {} (newest first)",
+            canonical(&header),
+            offered.join(", ")
+        ));
+        Self {
+            chain,
+            header,
+            echoes,
+            unknown_body,
+        }
+    }
+
+    /// The chain.
+    pub(crate) fn chain(&self) -> &Versions {
+        &self.chain
+    }
+
+    /// The header's name.
+    pub(crate) fn header(&self) -> &HeaderName {
+        &self.header
+    }
+
+    /// What the request's `headers` ask for.
+    pub(crate) fn asked(&self, headers: &HeaderMap) -> AskedVersion {
+        let mut values = headers.get_all(&self.header).iter();
+        let Some(value) = values.next() else {
+            return AskedVersion::Pinned;
+        };
+        if values.next().is_some() {
+            return AskedVersion::Unknown;
+        }
+        self.named(value.to_str().unwrap_or_default())
+    }
+
+    /// The version `name` names, if the API offers it.
+    pub(crate) fn named(&self, name: &str) -> AskedVersion {
+        match name.parse::<ApiVersion>() {
+            Ok(version) if self.chain.offers(version) => AskedVersion::Named(version),
+            _ => AskedVersion::Unknown,
+        }
+    }
+
+    /// The version that answers a key pinned to `pinned` (`None`: the first) when its request
+    /// names none: its own, or, for a version this API does not offer (a key pinned by
+    /// another configuration), the newest offered before it (else the first).
+    pub(crate) fn pinned(&self, pinned: Option<ApiVersion>) -> ApiVersion {
+        let first = self.chain.first();
+        let Some(pinned) = pinned else {
+            return first;
+        };
+        self.chain
+            .offered()
+            .find(|offered| *offered <= pinned)
+            .unwrap_or(first)
+    }
+
+    /// The header that says `version` answered.
+    pub(crate) fn echo(&self, version: ApiVersion) -> Option<(HeaderName, HeaderValue)> {
+        self.echoes
+            .iter()
+            .find(|(offered, _)| *offered == version)
+            .map(|(_, value)| (self.header.clone(), value.clone()))
+    }
+
+    /// The 400 of a version header that names no version offered, listing those offered.
+    pub(crate) fn unknown(&self) -> Response<ApiBody> {
+        response::json(StatusCode::BAD_REQUEST, self.unknown_body.clone())
+    }
+}
+
+impl Default for ApiVersions {
+    fn default() -> Self {
+        Self::new(
+            Versions::shipped(),
+            HeaderName::from_static(DEFAULT_VERSION_HEADER),
+        )
+    }
+}
+
+/// A header's name as people write it (`Api-Version`): each word capitalized.
+fn canonical(header: &HeaderName) -> String {
+    header
+        .as_str()
+        .split('-')
+        .map(|word| {
+            let mut chars = word.chars();
+            chars.next().map_or_else(String::new, |first| {
+                first.to_ascii_uppercase().to_string() + chars.as_str()
+            })
+        })
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::versions::{FIRST, UPDATED_AT};
+
+    #[test]
+    fn a_request_names_one_offered_version_or_is_refused() {
+        let versions = ApiVersions::default();
+        let asked = |values: &[&str]| {
+            let mut headers = HeaderMap::new();
+            for value in values {
+                headers.append("api-version", HeaderValue::from_str(value).unwrap());
+            }
+            versions.asked(&headers)
+        };
+        assert_eq!(asked(&[]), AskedVersion::Pinned);
+        assert_eq!(asked(&["2026-11-27"]), AskedVersion::Named(FIRST));
+        assert_eq!(asked(&["2026-11-28"]), AskedVersion::Named(UPDATED_AT));
+        for bad in ["2026-11-29", "2026-11-27 ", "latest", "", "2026-11-27,2026-11-28"] {
+            assert_eq!(asked(&[bad]), AskedVersion::Unknown, "{bad:?}");
+        }
+        assert_eq!(asked(&["2026-11-27", "2026-11-27"]), AskedVersion::Unknown);
+        assert_eq!(versions.pinned(None), FIRST);
+        assert_eq!(versions.pinned(Some(UPDATED_AT)), UPDATED_AT);
+        assert_eq!(
+            versions.pinned(Some(ApiVersion::from_ymd(2027, 1, 1))),
+            UPDATED_AT
+        );
+        assert_eq!(versions.pinned(Some(ApiVersion::from_ymd(2020, 1, 1))), FIRST);
+        let body = versions.unknown().into_body();
+        drop(body);
+        assert_eq!(
+            &versions.unknown_body[..],
+            br#"{"meta":{"version":"v1","status":"beta"},"error":{"message":"invalid header Api-Version: it must name a version of this API, one of 2026-11-28, 2026-11-27 (newest first)"}}"#
+        );
+    }
+}
