@@ -78,9 +78,7 @@ impl Deprecations {
             Route::Me => DeprecatedRoute::Me,
             Route::Orders => DeprecatedRoute::Orders,
             Route::Events => DeprecatedRoute::Events,
-            Route::Deprecations | Route::Versions | Route::OpenApi => {
-                return Concerned::default()
-            }
+            Route::Deprecations | Route::Versions | Route::OpenApi => return Concerned::default(),
         };
         let mut concerned = 0;
         for (index, (deprecation, ..)) in self.declared.iter().enumerate() {

@@ -132,10 +132,16 @@ mod tests {
     ) -> (Bytes, bool) {
         let events: Vec<FeedEvent> = numbers.iter().copied().map(event).collect();
         let encoded = Cell::new(false);
-        let answered = events_body(feed, organization_id, crate::versions::FIRST, &events, || {
-            encoded.set(true);
-            Bytes::from_static(body.as_bytes())
-        });
+        let answered = events_body(
+            feed,
+            organization_id,
+            crate::versions::FIRST,
+            &events,
+            || {
+                encoded.set(true);
+                Bytes::from_static(body.as_bytes())
+            },
+        );
         (answered, encoded.get())
     }
 

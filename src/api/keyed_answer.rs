@@ -31,11 +31,11 @@ use crate::log::record_in_request_span;
 use crate::metrics::{self, AuthFailureReason, StoreCall};
 use crate::model::OrderPage;
 use crate::rate_limit::{or_unlimited, RateLimitDecision};
-use crate::versions::{ApiVersion, Resource};
 use crate::store::{
     DeprecatedCallTotal, EventQuery, EventsPage, KeyLookup, OrderQuery, Principal, StoreError,
     UsageOutcome, UsageRoute,
 };
+use crate::versions::{ApiVersion, Resource};
 
 /// What serving a request needs once its key is known to be usable.
 pub(crate) struct Serving {
@@ -275,10 +275,18 @@ fn limited(
         return done(ApiError::TooManyRequests.into_response());
     }
     let Some(version) = version else {
-        return done(config.versions.unknown());
+        return done(response::unknown_version(
+            config.versions.unknown_header(),
+            &config.versions,
+        ));
     };
     let (request, path) = match route {
-        KeyedRoute::Me if config.versions.chain().reshapes(version, Resource::Organization) => {
+        KeyedRoute::Me
+            if config
+                .versions
+                .chain()
+                .reshapes(version, Resource::Organization) =>
+        {
             let tagged = config.conditional_requests;
             return done(
                 match keyed::me_at(config, version, &principal.organization, tagged) {
@@ -309,11 +317,11 @@ fn limited(
         KeyedRoute::Orders(Ok(request), path) => {
             // A parameter the version did not have is answered as it answered one it did not
             // know: the query read again without it.
-            match config
-                .versions
-                .chain()
-                .query_at("/orders", path.query().unwrap_or_default(), version)
-            {
+            match config.versions.chain().query_at(
+                "/orders",
+                path.query().unwrap_or_default(),
+                version,
+            ) {
                 None => (request, path),
                 Some(older) => match PageRequest::parse(Some(&older)) {
                     Ok(request) => (request, path),
@@ -538,8 +546,19 @@ fn finish(
     if let Some(decision) = decision {
         decision.write_headers(response.headers_mut());
     }
-    if let Some((name, value)) = version.and_then(|version| config.versions.echo(version)) {
-        response.headers_mut().insert(name, value);
+    let echo = version.and_then(|version| config.versions.echo(version));
+    let headers = response.headers_mut();
+    match echo {
+        // Into the tagged answers' slot when the header is the default one.
+        Some((name, value)) if name == response::VERSION_SLOT => {
+            headers.insert(name, value);
+        }
+        echo => {
+            headers.remove(response::VERSION_SLOT);
+            if let Some((name, value)) = echo {
+                headers.insert(name, value);
+            }
+        }
     }
     AfterReply::Done(response)
 }

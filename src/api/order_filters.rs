@@ -79,11 +79,19 @@ impl FilterParameters {
             }
             "updated_since" => {
                 let parameter = FilterParameter::UpdatedSince;
-                set(&mut self.updated_since, date_time(value, parameter)?, parameter)
+                set(
+                    &mut self.updated_since,
+                    date_time(value, parameter)?,
+                    parameter,
+                )
             }
             "updated_before" => {
                 let parameter = FilterParameter::UpdatedBefore;
-                set(&mut self.updated_before, date_time(value, parameter)?, parameter)
+                set(
+                    &mut self.updated_before,
+                    date_time(value, parameter)?,
+                    parameter,
+                )
             }
             _ => return Ok(false),
         }?;

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{
-    HeaderMap, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, ETAG, RETRY_AFTER,
-    VARY, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
+    HeaderMap, HeaderName, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, ETAG,
+    RETRY_AFTER, VARY, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
 };
 use http::{Response, StatusCode};
 
@@ -21,10 +21,11 @@ use crate::api::events_request::{BadEventsRequest, EventsParameter};
 use crate::api::order_filters::FilterParameter;
 use crate::api::pagination::BadPageRequest;
 use crate::api::request_id::{is_request_id, REQUEST_ID_HEADER};
+use crate::api::versioning::ApiVersions;
 use crate::model::OrderPage;
 use crate::rate_limit::whole_seconds_at_least_one;
 use crate::store::DeprecatedCallTotal;
-use crate::versions::{ApiVersion, Versions};
+use crate::versions::{ApiVersion, Versions, DEFAULT_VERSION_HEADER};
 
 /// The `meta` object of every response, as a literal so bodies can be built with `concat!`.
 macro_rules! meta_json {
@@ -220,8 +221,15 @@ static TAGGED_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new
     );
     // A slot, as `x-request-id`'s: `tagged` always fills it.
     headers.insert(ETAG, HeaderValue::from_static(""));
+    // And one for the version's echo, which every tagged answer carries: filled (or, for a
+    // host that names its own header, taken out) when the answer is finished, so the map never
+    // grows on the request path.
+    headers.insert(VERSION_SLOT, HeaderValue::from_static(""));
     headers
 });
+
+/// The slot of [`TAGGED_HEADERS`] for the version's echo: the default header's name.
+pub(crate) const VERSION_SLOT: HeaderName = HeaderName::from_static(DEFAULT_VERSION_HEADER);
 
 /// The headers of a `200` tagged `etag` ([`TAGGED_HEADERS`] with the tag in its slot).
 pub(crate) fn tagged_headers(etag: &HeaderValue) -> HeaderMap {
@@ -471,14 +479,31 @@ pub(crate) fn orders_etag(page_json: &Bytes) -> HeaderValue {
     conditional::entity_tag(&[ORDERS_OPEN, page_json, ORDERS_CLOSE])
 }
 
-/// The error document with `message`, escaped as JSON needs.
+/// The error document with `message`, escaped as JSON needs, `meta` first as in the
+/// documents of [`error_json!`].
 pub(crate) fn error_document(message: &str) -> Bytes {
-    let body = serde_json::json!({
-        "meta": serde_json::from_str::<serde_json::Value>(meta_json!())
-            .expect("the meta literal is JSON"),
-        "error": { "message": message },
-    });
-    Bytes::from(body.to_string())
+    let message = serde_json::to_string(message).expect("a string always encodes");
+    Bytes::from(format!(
+        r#"{{"meta":{},"error":{{"message":{message}}}}}"#,
+        meta_json!()
+    ))
+}
+
+/// The 400 of a version header (or `version` parameter, `what`) that names no version the API
+/// offers: its message lists those offered.
+pub(crate) fn unknown_version(what: &str, versions: &ApiVersions) -> Response<ApiBody> {
+    let offered: Vec<String> = versions
+        .chain()
+        .offered()
+        .map(|version| version.to_string())
+        .collect();
+    json(
+        StatusCode::BAD_REQUEST,
+        error_document(&format!(
+            "invalid {what}: it must name a version of this API, one of {} (newest first)",
+            offered.join(", ")
+        )),
+    )
 }
 
 /// The error document for a status the API itself never answers with.

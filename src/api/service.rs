@@ -145,8 +145,7 @@ impl PartnerApi {
     #[must_use]
     pub fn with_versions(mut self, versions: crate::versions::Versions) -> Self {
         let shared = Arc::make_mut(&mut self.config);
-        shared.versions =
-            ApiVersions::new(versions, shared.versions.header().clone());
+        shared.versions = ApiVersions::new(versions, shared.versions.header().clone());
         self
     }
 

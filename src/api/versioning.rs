@@ -1,12 +1,9 @@
 //! Which API version answers a request: the one its version header names, else its key's
-//! pinned one; the header that echoes it, and the 400 of a name the API does not offer. Made
-//! once per configuration, so a request clones a header value and no more.
+//! pinned one; the header that echoes it. Made once per configuration, so a request clones a
+//! header value and no more.
 
-use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::api::body::ApiBody;
-use crate::api::response;
 use crate::versions::{ApiVersion, Versions, DEFAULT_VERSION_HEADER};
 
 /// What a request's version header asked for.
@@ -27,8 +24,8 @@ pub(crate) struct ApiVersions {
     header: HeaderName,
     /// Each version's echo, newest first.
     echoes: Box<[(ApiVersion, HeaderValue)]>,
-    /// The body of the 400 for a name that is not offered.
-    unknown_body: Bytes,
+    /// What the 400 of a name that is not offered names: the header.
+    unknown_header: String,
 }
 
 impl ApiVersions {
@@ -37,22 +34,17 @@ impl ApiVersions {
         let echoes = chain
             .offered()
             .map(|version| {
-                let value = HeaderValue::from_str(&version.to_string())
-                    .expect("a date is a header value");
+                let value =
+                    HeaderValue::from_str(&version.to_string()).expect("a date is a header value");
                 (version, value)
             })
             .collect();
-        let offered: Vec<String> = chain.offered().map(|version| version.to_string()).collect();
-        let unknown_body = response::error_document(&format!(
-            "invalid header {}: it must name a version of this API, one of {} (newest first)",
-            canonical(&header),
-            offered.join(", ")
-        ));
+        let unknown_header = format!("header {}", canonical(&header));
         Self {
             chain,
             header,
             echoes,
-            unknown_body,
+            unknown_header,
         }
     }
 
@@ -108,9 +100,9 @@ impl ApiVersions {
             .map(|(_, value)| (self.header.clone(), value.clone()))
     }
 
-    /// The 400 of a version header that names no version offered, listing those offered.
-    pub(crate) fn unknown(&self) -> Response<ApiBody> {
-        response::json(StatusCode::BAD_REQUEST, self.unknown_body.clone())
+    /// What the 400 of a header that names no version offered names: `header Api-Version`.
+    pub(crate) fn unknown_header(&self) -> &str {
+        &self.unknown_header
     }
 }
 
@@ -156,7 +148,13 @@ mod tests {
         assert_eq!(asked(&[]), AskedVersion::Pinned);
         assert_eq!(asked(&["2026-11-27"]), AskedVersion::Named(FIRST));
         assert_eq!(asked(&["2026-11-28"]), AskedVersion::Named(UPDATED_AT));
-        for bad in ["2026-11-29", "2026-11-27 ", "latest", "", "2026-11-27,2026-11-28"] {
+        for bad in [
+            "2026-11-29",
+            "2026-11-27 ",
+            "latest",
+            "",
+            "2026-11-27,2026-11-28",
+        ] {
             assert_eq!(asked(&[bad]), AskedVersion::Unknown, "{bad:?}");
         }
         assert_eq!(asked(&["2026-11-27", "2026-11-27"]), AskedVersion::Unknown);
@@ -166,12 +164,10 @@ mod tests {
             versions.pinned(Some(ApiVersion::from_ymd(2027, 1, 1))),
             UPDATED_AT
         );
-        assert_eq!(versions.pinned(Some(ApiVersion::from_ymd(2020, 1, 1))), FIRST);
-        let body = versions.unknown().into_body();
-        drop(body);
         assert_eq!(
-            &versions.unknown_body[..],
-            br#"{"meta":{"version":"v1","status":"beta"},"error":{"message":"invalid header Api-Version: it must name a version of this API, one of 2026-11-28, 2026-11-27 (newest first)"}}"#
+            versions.pinned(Some(ApiVersion::from_ymd(2020, 1, 1))),
+            FIRST
         );
+        assert_eq!(versions.unknown_header, "header Api-Version");
     }
 }

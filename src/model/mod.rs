@@ -499,9 +499,9 @@ pub(crate) mod tests {
         let mut changed = order("o1", "2026-03-01T08:00:00Z");
         changed.updated_at = Some("2026-03-02T09:00:00.5Z".parse().unwrap());
         let encoded = EncodedOrder::new(changed).unwrap();
-        assert!(std::str::from_utf8(encoded.json())
-            .unwrap()
-            .ends_with(r#""createdAt":"2026-03-01T08:00:00.000Z","updatedAt":"2026-03-02T09:00:00.500Z"}"#));
+        assert!(std::str::from_utf8(encoded.json()).unwrap().ends_with(
+            r#""createdAt":"2026-03-01T08:00:00.000Z","updatedAt":"2026-03-02T09:00:00.500Z"}"#
+        ));
     }
 
     #[test]

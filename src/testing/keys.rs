@@ -219,6 +219,8 @@ where
             members
                 == [
                     "allowedIps",
+                    "apiVersion",
+                    "apiVersionRollback",
                     "createdAt",
                     "environment",
                     "expiresAt",

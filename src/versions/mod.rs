@@ -441,10 +441,26 @@ mod tests {
     fn a_name_is_exactly_a_real_date() {
         assert_eq!("2026-11-27".parse::<ApiVersion>(), Ok(FIRST));
         assert_eq!(FIRST.to_string(), "2026-11-27");
-        for bad in ["", "2026-11-7", "2026-13-01", "2026-02-30", "20261127", " 2026-11-27", "2026-11-27T00:00:00Z", "+026-11-27"] {
-            assert_eq!(bad.parse::<ApiVersion>(), Err(InvalidVersionName), "{bad:?}");
+        for bad in [
+            "",
+            "2026-11-7",
+            "2026-13-01",
+            "2026-02-30",
+            "20261127",
+            " 2026-11-27",
+            "2026-11-27T00:00:00Z",
+            "+026-11-27",
+        ] {
+            assert_eq!(
+                bad.parse::<ApiVersion>(),
+                Err(InvalidVersionName),
+                "{bad:?}"
+            );
         }
-        assert_eq!(serde_json::to_string(&UPDATED_AT).unwrap(), "\"2026-11-28\"");
+        assert_eq!(
+            serde_json::to_string(&UPDATED_AT).unwrap(),
+            "\"2026-11-28\""
+        );
     }
 
     #[test]
@@ -456,13 +472,19 @@ mod tests {
         assert!(!versions.offers(ApiVersion::from_ymd(2026, 11, 29)));
         assert_eq!(
             versions.clone().with_version(FIRST, []).err(),
-            Some(VersionOutOfOrder { version: FIRST, after: UPDATED_AT })
+            Some(VersionOutOfOrder {
+                version: FIRST,
+                after: UPDATED_AT
+            })
         );
         assert!(versions.reshapes(FIRST, Resource::Order));
         assert!(!versions.reshapes(UPDATED_AT, Resource::Order));
         assert!(!versions.reshapes(FIRST, Resource::Organization));
         let log = versions.changelog();
         assert!(log.starts_with("## 2026-11-28\n\n- "), "{log}");
-        assert!(log.contains("## 2026-11-27\n\n- The first version"), "{log}");
+        assert!(
+            log.contains("## 2026-11-27\n\n- The first version"),
+            "{log}"
+        );
     }
 }

@@ -56,14 +56,29 @@ mod tests {
             .render(Resource::Order, newest, FIRST)
             .unwrap()
             .unwrap();
-        assert_eq!(older, br#"{"id":"o1","createdAt":"2026-01-01T00:00:00.000Z"}"#);
-        assert_eq!(versions.render(Resource::Order, newest, UPDATED_AT).unwrap(), None);
         assert_eq!(
-            versions.query_at("/orders", "limit=2&updated_since=x&status=a&updated_before", FIRST),
+            older,
+            br#"{"id":"o1","createdAt":"2026-01-01T00:00:00.000Z"}"#
+        );
+        assert_eq!(
+            versions
+                .render(Resource::Order, newest, UPDATED_AT)
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            versions.query_at(
+                "/orders",
+                "limit=2&updated_since=x&status=a&updated_before",
+                FIRST
+            ),
             Some("limit=2&status=a".to_owned())
         );
         assert_eq!(versions.query_at("/orders", "limit=2", FIRST), None);
-        assert_eq!(versions.query_at("/orders", "updated_since=x", UPDATED_AT), None);
+        assert_eq!(
+            versions.query_at("/orders", "updated_since=x", UPDATED_AT),
+            None
+        );
         assert_eq!(versions.query_at("/me", "updated_since=x", FIRST), None);
     }
 }

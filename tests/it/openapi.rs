@@ -41,6 +41,36 @@ async fn the_document_is_served_bare_without_a_key() {
     assert_eq!(post.status, StatusCode::METHOD_NOT_ALLOWED);
 }
 
+/// Each version's document: by `?version=`, else by the version header, else the newest; a
+/// name that is no version is a 400 listing those offered.
+#[tokio::test]
+async fn each_version_has_its_document() {
+    let first = openapi::document_at(partner_api::versions::FIRST, "/v1").unwrap();
+    let asked = call(&api(), get("/v1/openapi.json?version=2026-11-27", None)).await;
+    assert_eq!(asked.json(), first);
+    let mut by_header = get("/v1/openapi.json", None);
+    by_header
+        .headers_mut()
+        .insert("api-version", http::HeaderValue::from_static("2026-11-27"));
+    assert_eq!(call(&api(), by_header).await.json(), first);
+    let newest = call(&api(), get("/v1/openapi.json?version=2026-11-28", None)).await;
+    assert_eq!(newest.json(), document());
+    assert_ne!(first, document());
+    for bad in ["2026-11-29", "latest", "2026-11-27&version=2026-11-27"] {
+        let refused = call(
+            &api(),
+            get(&format!("/v1/openapi.json?version={bad}"), None),
+        )
+        .await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{bad}");
+        assert_eq!(
+            refused.error_message(),
+            "invalid query parameter version: it must name a version of this API, one of \
+             2026-11-28, 2026-11-27 (newest first)"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_served_server_url_follows_the_prefix() {
     let api = api().with_prefix("/partner/v1");
@@ -55,9 +85,40 @@ async fn the_served_server_url_follows_the_prefix() {
     );
 }
 
+/// The newest version's document adds `updatedAt` to orders (listed, not required: the
+/// document served by default also describes the answers of keys at the first version) and
+/// the two filters of the last change.
+#[test]
+fn the_newest_document_adds_the_last_change() {
+    let newest = document();
+    let order = &newest["components"]["schemas"]["Order"];
+    assert_eq!(order["properties"]["updatedAt"]["format"], "date-time");
+    assert_eq!(order["additionalProperties"], false);
+    assert!(!order["required"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("updatedAt")));
+    let parameters = &newest["paths"]["/orders"]["get"]["parameters"];
+    for name in ["updated_since", "updated_before"] {
+        assert!(
+            parameters
+                .as_array()
+                .unwrap()
+                .contains(&json!({"$ref": format!("#/components/parameters/{name}")})),
+            "{name}"
+        );
+    }
+    let first = openapi::document_at(partner_api::versions::FIRST, "/v1").unwrap();
+    assert!(first["components"]["parameters"]["updated_since"].is_null());
+    assert_eq!(first["info"]["x-api-version"], "2026-11-27");
+    assert_eq!(newest["info"]["x-api-version"], "2026-11-28");
+    assert_eq!(first["info"]["version"], newest["info"]["version"]);
+}
+
+/// The first version's document: the contract as it was, the ten fields exactly.
 #[test]
 fn the_document_describes_the_contract() {
-    let document = document();
+    let document = openapi::document_at(partner_api::versions::FIRST, "/v1").unwrap();
     let order = &document["components"]["schemas"]["Order"];
     let required: BTreeSet<&str> = order["required"]
         .as_array()
@@ -121,6 +182,43 @@ async fn every_documented_response_is_produced() {
         assert_eq!(
             call(&limited, get(path, Some(KEY_A))).await.status,
             StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+    // `/versions`: not conditional, so apart from the loop above.
+    call(&api(), get("/v1/versions", Some(KEY_A))).await;
+    call(&api(), get("/v1/versions", None)).await;
+    call(&failing, get("/v1/versions", Some(KEY_A))).await;
+    call(&unavailable, get("/v1/versions", Some(KEY_A))).await;
+    let limited = api().with_rate_limiter(partner_api::LocalRateLimiter::new(
+        std::time::Duration::from_secs(60),
+        std::num::NonZeroU32::MIN,
+    ));
+    call(&limited, get("/v1/versions", Some(KEY_A))).await;
+    assert_eq!(
+        call(&limited, get("/v1/versions", Some(KEY_A)))
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // A version header that names no version: a 400 on every route with a key, and on the
+    // document.
+    for path in [
+        "/v1/me",
+        "/v1/orders",
+        "/v1/events",
+        "/v1/deprecations",
+        "/v1/versions",
+        "/v1/openapi.json",
+    ] {
+        let mut request = get(path, Some(KEY_A));
+        request
+            .headers_mut()
+            .insert("api-version", http::HeaderValue::from_static("2020-01-01"));
+        let api = api().with_events(crate::common::store());
+        assert_eq!(
+            call(&api, request).await.status,
+            StatusCode::BAD_REQUEST,
+            "{path}"
         );
     }
     call(&api(), get("/v1/openapi.json", None)).await;

@@ -542,6 +542,8 @@ fn record_members(line: &str) -> serde_json::Value {
         members,
         [
             "allowedIps",
+            "apiVersion",
+            "apiVersionRollback",
             "createdAt",
             "environment",
             "expiresAt",

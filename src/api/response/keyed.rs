@@ -17,9 +17,9 @@ use crate::api::pagination::PageRequest;
 use crate::log::ErrorChain;
 use crate::metrics::{self, AuthFailureReason};
 use crate::model::OrderPage;
+use crate::model::Organization;
 use crate::rate_limit::{whole_seconds_at_least_one, RateLimitDecision};
 use crate::store::events::EventIds;
-use crate::model::Organization;
 use crate::store::{
     EventQuery, EventsPage, FeedEvent, OrderChange, OrderPosition, OrderQuery, StoreError,
     StoreErrorKind,
@@ -63,7 +63,8 @@ pub(crate) fn me_at(
         .render(Resource::Organization, &newest, version)?
         .unwrap_or(newest);
     let body = Bytes::from([super::ME_OPEN, &object, super::ME_CLOSE].concat());
-    let headers = tagged.then(|| super::tagged_headers(&crate::api::conditional::entity_tag(&[&body])));
+    let headers =
+        tagged.then(|| super::tagged_headers(&crate::api::conditional::entity_tag(&[&body])));
     Ok((body, headers))
 }
 

@@ -135,15 +135,18 @@ fn openapi_answer(config: &Config, uri: &Uri, header: AskedVersion) -> Response<
     let mut named = form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
         .filter(|(name, _)| name == "version")
         .map(|(_, value)| value);
-    let asked = match (named.next(), named.next()) {
-        (Some(name), None) => config.versions.named(&name),
-        (Some(_), Some(_)) => AskedVersion::Unknown,
-        (None, _) => header,
+    let (asked, what) = match (named.next(), named.next()) {
+        (Some(name), None) => (config.versions.named(&name), "query parameter version"),
+        (Some(_), Some(_)) => (AskedVersion::Unknown, "query parameter version"),
+        (None, _) => (header, ""),
     };
     let version = match asked {
         AskedVersion::Named(version) => version,
         AskedVersion::Pinned => config.versions.chain().newest(),
-        AskedVersion::Unknown => return config.versions.unknown(),
+        AskedVersion::Unknown if what.is_empty() => {
+            return response::unknown_version(config.versions.unknown_header(), &config.versions)
+        }
+        AskedVersion::Unknown => return response::unknown_version(what, &config.versions),
     };
     match config.openapi.at(version) {
         Some(document) => response::openapi(document),

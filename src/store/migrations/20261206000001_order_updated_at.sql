@@ -23,10 +23,10 @@ DECLARE
     schema_name text := current_schema();
 BEGIN
     -- Runs as the writer, with its rights (it changes nothing but the row being written), on a
-    -- pinned search path: the row comparison uses pg_catalog's operators.
+    -- pinned search path (pg_catalog, searched first, gives the row comparison's operators).
     EXECUTE format($sql$
         CREATE FUNCTION %1$I.partner_api_stamp_order_change() RETURNS trigger
-        LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $body$
+        LANGUAGE plpgsql SET search_path = %1$I, pg_temp AS $body$
         BEGIN
             IF NEW.updated_at IS NOT DISTINCT FROM OLD.updated_at
                AND (NEW.organization_id, NEW.id, NEW.providers, NEW.advertiser_name,

@@ -83,7 +83,8 @@ pub(super) fn record_from_row(row: &PgRow) -> Result<KeyRecord, StoreError> {
     };
     record.api_version = super::keys::api_version(row, "api_version")?;
     let rollback_to = super::keys::api_version(row, "api_version_rollback_to")?;
-    record.api_version_rollback = match (rollback_to, timestamp(row, "api_version_rollback_until")?) {
+    record.api_version_rollback = match (rollback_to, timestamp(row, "api_version_rollback_until")?)
+    {
         (Some(to), Some(until)) => Some(crate::store::VersionRollback { to, until }),
         _ => None,
     };

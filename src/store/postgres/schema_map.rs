@@ -360,7 +360,11 @@ impl OrdersMap {
     /// The select list the pages read: [`select_list`](Self::select_list) and the order's
     /// last change.
     pub(in crate::store::postgres) fn read_list(&self) -> String {
-        format!("{}, {}", self.select_list(), self.item(OrderField::UpdatedAt))
+        format!(
+            "{}, {}",
+            self.select_list(),
+            self.item(OrderField::UpdatedAt)
+        )
     }
 
     /// The select list of one mapped order, each field cast to the type the crate reads and

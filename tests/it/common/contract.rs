@@ -15,12 +15,27 @@ struct Contract {
     validators: Mutex<HashMap<String, std::sync::Arc<jsonschema::Validator>>>,
 }
 
-fn contract() -> &'static Contract {
-    static CONTRACT: OnceLock<Contract> = OnceLock::new();
-    CONTRACT.get_or_init(|| Contract {
-        document: serde_json::from_str(partner_api::openapi::DOCUMENT).unwrap(),
-        validators: Mutex::new(HashMap::new()),
-    })
+/// The contract of the version `version` names (an answer's `api-version`), else the newest
+/// (an answer before authentication, the same in every version).
+fn contract(version: Option<&str>) -> &'static Contract {
+    static CONTRACTS: OnceLock<Vec<(String, Contract)>> = OnceLock::new();
+    let contracts = CONTRACTS.get_or_init(|| {
+        partner_api::openapi::DOCUMENTS
+            .iter()
+            .map(|(version, text)| {
+                let contract = Contract {
+                    document: serde_json::from_str(text).unwrap(),
+                    validators: Mutex::new(HashMap::new()),
+                };
+                (version.to_string(), contract)
+            })
+            .collect()
+    });
+    version
+        .and_then(|version| contracts.iter().find(|(held, _)| held == version))
+        .or_else(|| contracts.last())
+        .map(|(_, contract)| contract)
+        .expect("the crate has documents")
 }
 
 /// Escapes a JSON pointer token.
@@ -69,6 +84,7 @@ fn operation_path(path: &str) -> Option<&'static str> {
         "/orders",
         "/events",
         "/deprecations",
+        "/versions",
         "/openapi.json",
     ]
     .into_iter()
@@ -83,7 +99,7 @@ pub fn produced() -> &'static Mutex<BTreeSet<(String, u16)>> {
 
 /// Asserts that `response`, the API's answer to `method path`, is what the document allows.
 pub fn assert_conforms(method: &Method, path: &str, response: &Collected) {
-    let contract = contract();
+    let contract = contract(response.header("api-version"));
     let status = response.status;
     // An operation that documents a 404 of its own (`/events`, on a host without a feed)
     // answers it there; any other 404 is the shared one.

@@ -57,6 +57,19 @@ pub fn order(id: &str, created_millis: i64) -> Order {
     }
 }
 
+/// `json`, an order in the newest shape, as the first API version serves it (what a key
+/// with no recorded version, and every webhook endpoint, reads).
+pub fn at_first_version(json: &[u8]) -> Vec<u8> {
+    partner_api::versions::Versions::shipped()
+        .render(
+            partner_api::versions::Resource::Order,
+            json,
+            partner_api::versions::FIRST,
+        )
+        .unwrap()
+        .unwrap_or_else(|| json.to_vec())
+}
+
 /// Organization `org_a` with 157 orders created one minute apart, in a scrambled insertion
 /// order, `org_b` with 3 orders (two sharing a timestamp), `org_empty` with none.
 pub fn store() -> MemoryStore {
