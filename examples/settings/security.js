@@ -8,6 +8,8 @@ const ACTIONS = {
   "key.revoked": "Revoked key",
   "key.leaked": "Revoked leaked key",
   "key.restricted": "Changed allowed IPs",
+  "key.api_version_pinned": "Changed API version",
+  "key.api_version_rolled_back": "Rolled back API version",
   "policy.changed": "Changed key policy",
   "webhook.added": "Added endpoint",
   "webhook.secret_rotated": "Rotated endpoint secret",

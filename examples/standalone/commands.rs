@@ -164,6 +164,25 @@ pub(crate) enum KeysAction {
         /// Without it, any address.
         #[arg(long = "allow-ip", value_name = "CIDR", value_parser = parse_allowed_ip)]
         allow_ip: Vec<ipnet::IpNet>,
+        /// The API version to pin the key to, `YYYY-MM-DD` (default: the newest).
+        #[arg(long, value_name = "DATE", value_parser = parse_api_version)]
+        api_version: Option<partner_api::versions::ApiVersion>,
+    },
+    /// Pin a key to an API version (an upgrade can be undone for 72 hours with --undo).
+    /// Prints the key's record.
+    Pin {
+        /// The organization's id.
+        #[arg(long)]
+        organization: String,
+        /// The key's id, as `list` shows it.
+        #[arg(long)]
+        id: String,
+        /// The API version, `YYYY-MM-DD`.
+        #[arg(long, value_name = "DATE", value_parser = parse_api_version, required_unless_present = "undo", conflicts_with = "undo")]
+        api_version: Option<partner_api::versions::ApiVersion>,
+        /// Undo the key's last upgrade: back to the version it had (within 72 hours).
+        #[arg(long)]
+        undo: bool,
     },
     /// Set the address ranges a key may be used from; without --allow-ip, lift the
     /// restriction. Prints the key's record.
@@ -297,4 +316,20 @@ pub(crate) enum OrderCaptureAction {
     /// Read the capture in the foreground until stopped (a process dedicated to it; every
     /// server reads it too, one replica at a time).
     Run,
+}
+
+/// An API version this host offers, `YYYY-MM-DD`.
+fn parse_api_version(text: &str) -> Result<partner_api::versions::ApiVersion, String> {
+    let versions = partner_api::versions::Versions::shipped();
+    let offered = || {
+        versions
+            .offered()
+            .map(|version| version.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match text.parse() {
+        Ok(version) if versions.offers(version) => Ok(version),
+        _ => Err(format!("not a version of the API, one of {}", offered())),
+    }
 }

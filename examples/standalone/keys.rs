@@ -77,8 +77,12 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
             environment,
             expires_in,
             allow_ip,
+            api_version,
         } => {
             let mut new = NewKey::new(*environment).with_allowed_ips(allowed_ips(allow_ip)?);
+            if let Some(version) = api_version {
+                new = new.with_api_version(*version);
+            }
             if let Some(label) = label {
                 new = new.with_label(label.clone());
             }
@@ -97,6 +101,18 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
         KeysAction::Revoke { organization, id } => Ok(vec![json(
             &store.revoke(organization, id).await.map_err(failed)?,
         )?]),
+        KeysAction::Pin {
+            organization,
+            id,
+            api_version,
+            undo,
+        } => {
+            let record = match (api_version, undo) {
+                (Some(version), false) => store.pin_api_version(organization, id, *version).await,
+                _ => store.roll_back_api_version(organization, id).await,
+            };
+            Ok(vec![json(&record.map_err(failed)?)?])
+        }
         KeysAction::Restrict {
             organization,
             id,

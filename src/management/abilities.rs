@@ -18,6 +18,7 @@ pub(super) enum Ability {
     KeyPolicy,
     LeakReports,
     LastUse,
+    ApiVersions,
     Webhooks,
     WebhookTestEvents,
     WebhookDeliveryHistory,
@@ -27,10 +28,11 @@ pub(super) enum Ability {
 }
 
 impl Ability {
-    const ALL: [Self; 9] = [
+    const ALL: [Self; 10] = [
         Self::KeyPolicy,
         Self::LeakReports,
         Self::LastUse,
+        Self::ApiVersions,
         Self::Webhooks,
         Self::WebhookTestEvents,
         Self::WebhookDeliveryHistory,
@@ -45,6 +47,7 @@ impl Ability {
             Self::KeyPolicy => "keyPolicy",
             Self::LeakReports => "leakReports",
             Self::LastUse => "lastUse",
+            Self::ApiVersions => "apiVersions",
             Self::Webhooks => "webhooks",
             Self::WebhookTestEvents => "webhookTestEvents",
             Self::WebhookDeliveryHistory => "webhookDeliveryHistory",
@@ -60,6 +63,7 @@ impl Ability {
             Self::KeyPolicy => "key policies",
             Self::LeakReports => "leak reports",
             Self::LastUse => "the keys' last use",
+            Self::ApiVersions => "keys' API versions",
             Self::Webhooks => "webhooks",
             Self::WebhookTestEvents => "webhook test events",
             Self::WebhookDeliveryHistory => "the webhook delivery history",
@@ -73,6 +77,7 @@ impl Ability {
     fn of_path(path: &str) -> Option<Self> {
         match path {
             "/policy" => Some(Self::KeyPolicy),
+            "/keys/{id}/api-version" | "/keys/{id}/api-version/rollback" => Some(Self::ApiVersions),
             "/usage" | "/keys/{id}/usage" => Some(Self::Usage),
             "/audit" => Some(Self::AuditLog),
             "/deprecated-calls" => Some(Self::DeprecatedCalls),
@@ -103,6 +108,7 @@ impl Offered<'_> {
             Ability::KeyPolicy => self.keys.supports(KeyAbility::KeyPolicy),
             Ability::LeakReports => self.keys.supports(KeyAbility::LeakReports),
             Ability::LastUse => self.keys.supports(KeyAbility::LastUse),
+            Ability::ApiVersions => self.keys.supports(KeyAbility::ApiVersions),
             Ability::Webhooks | Ability::WebhookTestEvents | Ability::WebhookDeliveryHistory => {
                 self.offers_webhooks(ability)
             }
@@ -124,6 +130,7 @@ impl Offered<'_> {
             | Ability::KeyPolicy
             | Ability::LeakReports
             | Ability::LastUse
+            | Ability::ApiVersions
             | Ability::Usage
             | Ability::DeprecatedCalls
             | Ability::AuditLog => true,

@@ -136,6 +136,57 @@ pub(super) struct IssueRequest {
     pub(super) expires_at: Option<Timestamp>,
     #[serde(default)]
     pub(super) allowed_ips: Option<AllowedIps>,
+    #[serde(default)]
+    pub(super) api_version: Option<String>,
+}
+
+/// The body of `POST /keys/{id}/api-version`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct PinVersionRequest {
+    pub(super) api_version: String,
+}
+
+/// The API version `name` names, if `versions` offers it; else the 422 that lists those
+/// offered.
+pub(super) fn offered_version(
+    versions: &crate::versions::Versions,
+    name: &str,
+) -> Result<crate::versions::ApiVersion, Failure> {
+    match name.parse() {
+        Ok(version) if versions.offers(version) => Ok(version),
+        _ => {
+            let offered: Vec<String> = versions.offered().map(|v| v.to_string()).collect();
+            Err(Failure::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!(
+                    "apiVersion must be a version of the API, one of {}",
+                    offered.join(", ")
+                ),
+            ))
+        }
+    }
+}
+
+/// The body of `GET /api-versions`: the versions offered, newest first, each with its
+/// changes, and the one new keys are pinned to.
+pub(super) fn api_versions(versions: &crate::versions::Versions) -> Response<ApiBody> {
+    let listed: Vec<serde_json::Value> = versions
+        .offered()
+        .map(|version| {
+            let changes: Vec<&str> = versions
+                .changes_of(version)
+                .map(|change| change.description())
+                .collect();
+            serde_json::json!({ "version": version, "changes": changes })
+        })
+        .collect();
+    json(
+        StatusCode::OK,
+        &serde_json::json!({
+            "data": { "versions": listed, "newKeys": versions.newest() }
+        }),
+    )
 }
 
 /// The body of `POST /keys/{id}/restrict`: the ranges, empty to lift the restriction.

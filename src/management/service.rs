@@ -65,6 +65,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body::Body;
 use tower::Service;
 
+use super::bodies::{api_versions, offered_version, PinVersionRequest};
 use super::bodies::{
     caller_message, created, json, one, read_json, Failure, IssueRequest, RestrictRequest,
     RevokeRequest, RollRequest,
@@ -187,6 +188,8 @@ pub struct KeyManagementService {
     writes: Arc<crate::rate_limit::LocalRateLimiter>,
     /// The proxies whose forwarding headers name the client of an audit entry.
     trusted_proxies: Arc<TrustedProxies>,
+    /// The API's versions: what a key may be pinned to.
+    versions: crate::versions::Versions,
     #[cfg(feature = "webhooks")]
     webhooks: Option<Arc<dyn crate::webhooks::WebhookManager>>,
     /// The budget per organization of the webhook actions that queue messages.
@@ -210,6 +213,7 @@ impl KeyManagementService {
                 DEFAULT_MANAGEMENT_WRITES.1,
             )),
             trusted_proxies: Arc::new(TrustedProxies::default()),
+            versions: crate::versions::Versions::shipped(),
             #[cfg(feature = "webhooks")]
             webhooks: None,
             #[cfg(feature = "webhooks")]
@@ -248,6 +252,16 @@ impl KeyManagementService {
         manager: impl crate::webhooks::WebhookManager + 'static,
     ) -> Self {
         self.webhooks = Some(Arc::new(manager));
+        self
+    }
+
+    /// Offers the API versions of `versions` (the API's
+    /// [`with_versions`](crate::PartnerApi::with_versions)) instead of the crate's own: what a
+    /// key may be issued at and pinned to, and what `GET /api-versions` lists. New keys are
+    /// pinned to its newest.
+    #[must_use]
+    pub fn with_versions(mut self, versions: crate::versions::Versions) -> Self {
+        self.versions = versions;
         self
     }
 

@@ -103,6 +103,27 @@ forward!(KeyManager {
             .await
     }
 
+    async fn pin_api_version(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        version: crate::versions::ApiVersion,
+    ) -> Result<KeyRecord, StoreError> {
+        (**self)
+            .pin_api_version(organization_id, key_id, version)
+            .await
+    }
+
+    async fn roll_back_api_version(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+    ) -> Result<KeyRecord, StoreError> {
+        (**self)
+            .roll_back_api_version(organization_id, key_id)
+            .await
+    }
+
     async fn roll(
         &self,
         organization_id: &str,

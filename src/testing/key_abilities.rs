@@ -1,12 +1,14 @@
 //! The conformance suites of [`KeyManager`]'s optional abilities ([`KeyAbility`]): key
-//! policies, leak reports, last use; and the check that an ability a store does not claim
+//! policies, leak reports, last use, keys' API versions; and the check that an ability a store does not claim
 //! answers `Unsupported`.
 
 use super::calls::organization;
 use super::report::kind_of;
 use super::report::{ensure, Check, Report};
 use super::StoreFixtures;
-use super::{key_lifecycle as lifecycle, key_policy as policy, key_restrictions, namespace};
+use super::{
+    key_lifecycle as lifecycle, key_policy as policy, key_restrictions, key_versions, namespace,
+};
 use crate::store::StoreErrorKind;
 use crate::store::{KeyAbility, KeyManager};
 
@@ -49,6 +51,20 @@ where
         KeyAbility::LastUse,
         "the latest recorded use is the key's last use",
         lifecycle::last_used(fixtures).await,
+    )
+}
+
+/// Runs the checks of [`KeyAbility::ApiVersions`] (which the store must claim).
+pub async fn run_api_versions<F>(fixtures: &F) -> Report
+where
+    F: StoreFixtures,
+    F::Store: KeyManager,
+{
+    ability_report(
+        fixtures,
+        KeyAbility::ApiVersions,
+        "each key's API version holds on issue, lookup, pin, roll and the 72 hours' way back",
+        key_versions::api_versions(fixtures).await,
     )
 }
 
@@ -99,6 +115,14 @@ where
             ],
             KeyAbility::LeakReports => vec![kind_of(store.revoke_leaked(&[]).await)],
             KeyAbility::LastUse => vec![kind_of(store.record_last_used(&[]).await)],
+            KeyAbility::ApiVersions => vec![
+                kind_of(
+                    store
+                        .pin_api_version(&org.id, "key_0", crate::versions::FIRST)
+                        .await,
+                ),
+                kind_of(store.roll_back_api_version(&org.id, "key_0").await),
+            ],
         };
         ensure!(
             answers.iter().all(|answer| *answer == unsupported),

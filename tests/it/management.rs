@@ -1355,7 +1355,8 @@ mod core_only {
         assert_eq!(
             abilities.body,
             json!({"data": {"abilities": {
-                "keyPolicy": false, "leakReports": false, "lastUse": false, "webhooks": false,
+                "keyPolicy": false, "leakReports": false, "lastUse": false, "apiVersions": false,
+                "webhooks": false,
                 "webhookTestEvents": false, "webhookDeliveryHistory": false,
                 "usage": false, "deprecatedCalls": false, "auditLog": false
             }}})
@@ -1402,7 +1403,8 @@ mod core_only {
         assert_eq!(
             full.body["data"]["abilities"],
             json!({
-                "keyPolicy": true, "leakReports": true, "lastUse": true, "webhooks": false,
+                "keyPolicy": true, "leakReports": true, "lastUse": true, "apiVersions": true,
+                "webhooks": false,
                 "webhookTestEvents": false, "webhookDeliveryHistory": false,
                 "usage": false, "deprecatedCalls": false, "auditLog": false
             })

@@ -11,6 +11,9 @@ enum Route<'p> {
     Revoke(&'p str),
     Roll(&'p str),
     Restrict(&'p str),
+    PinVersion(&'p str),
+    RollBackVersion(&'p str),
+    ApiVersions,
     Policy,
     Abilities,
     Usage,
@@ -36,6 +39,7 @@ impl<'p> Route<'p> {
             ["keys"] => Some(Self::Keys),
             ["openapi.json"] => Some(Self::OpenApi),
             ["policy"] => Some(Self::Policy),
+            ["api-versions"] => Some(Self::ApiVersions),
             ["abilities"] => Some(Self::Abilities),
             ["usage"] => Some(Self::Usage),
             ["audit"] => Some(Self::Audit),
@@ -45,6 +49,10 @@ impl<'p> Route<'p> {
             ["keys", id, "revoke"] if valid_id(id) => Some(Self::Revoke(id)),
             ["keys", id, "roll"] if valid_id(id) => Some(Self::Roll(id)),
             ["keys", id, "restrict"] if valid_id(id) => Some(Self::Restrict(id)),
+            ["keys", id, "api-version"] if valid_id(id) => Some(Self::PinVersion(id)),
+            ["keys", id, "api-version", "rollback"] if valid_id(id) => {
+                Some(Self::RollBackVersion(id))
+            }
             #[cfg(feature = "webhooks")]
             ["webhooks", rest @ ..] => {
                 crate::management::webhooks::WebhookRoute::at(rest, valid_id).map(Self::Webhooks)
@@ -63,8 +71,13 @@ impl<'p> Route<'p> {
             | Self::KeyUsage(_)
             | Self::DeprecatedCalls
             | Self::Audit
+            | Self::ApiVersions
             | Self::OpenApi => "GET, HEAD",
-            Self::Revoke(_) | Self::Roll(_) | Self::Restrict(_) => "POST",
+            Self::Revoke(_)
+            | Self::Roll(_)
+            | Self::Restrict(_)
+            | Self::PinVersion(_)
+            | Self::RollBackVersion(_) => "POST",
             #[cfg(feature = "webhooks")]
             Self::Webhooks(route) => route.methods(),
         }
@@ -76,6 +89,7 @@ impl Route<'_> {
     fn abilities(&self) -> Vec<Ability> {
         match self {
             Self::Policy => vec![Ability::KeyPolicy],
+            Self::PinVersion(_) | Self::RollBackVersion(_) => vec![Ability::ApiVersions],
             Self::Usage | Self::KeyUsage(_) => vec![Ability::Usage],
             Self::Audit => vec![Ability::AuditLog],
             Self::DeprecatedCalls => vec![Ability::DeprecatedCalls],
@@ -99,6 +113,7 @@ impl Route<'_> {
             | Self::Roll(_)
             | Self::Restrict(_)
             | Self::Abilities
+            | Self::ApiVersions
             | Self::OpenApi => Vec::new(),
         }
     }
@@ -232,9 +247,15 @@ impl KeyManagementService {
                     environment,
                     expires_at,
                     allowed_ips,
+                    api_version,
                 } = read_json(body).await?;
+                let api_version = match api_version {
+                    Some(name) => offered_version(&self.versions, &name)?,
+                    None => self.versions.newest(),
+                };
                 let mut new = NewKey::new(environment.into())
-                    .with_allowed_ips(allowed_ips.unwrap_or_default());
+                    .with_allowed_ips(allowed_ips.unwrap_or_default())
+                    .with_api_version(api_version);
                 if let Some(label) = label {
                     new = new.with_label(label);
                 }
@@ -275,6 +296,24 @@ impl KeyManagementService {
                     .map_err(Failure::from_store)?;
                 Ok(one(&record))
             }
+            Route::PinVersion(id) => {
+                let PinVersionRequest { api_version } = read_json(body).await?;
+                let version = offered_version(&self.versions, &api_version)?;
+                let record = keys
+                    .pin_api_version(organization, id, version)
+                    .await
+                    .map_err(Failure::from_store)?;
+                Ok(one(&record))
+            }
+            Route::RollBackVersion(id) => {
+                let RevokeRequest {} = read_json(body).await?;
+                let record = keys
+                    .roll_back_api_version(organization, id)
+                    .await
+                    .map_err(Failure::from_store)?;
+                Ok(one(&record))
+            }
+            Route::ApiVersions => Ok(api_versions(&self.versions)),
             Route::Roll(id) => {
                 let RollRequest {
                     overlap_seconds,

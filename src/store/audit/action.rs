@@ -21,6 +21,11 @@ pub enum AuditAction {
     KeyLeaked,
     /// `key.restricted`: the key's allowed addresses were set.
     KeyRestricted,
+    /// `key.api_version_pinned`: the key's API version was set; the detail is `from to to`.
+    KeyApiVersionPinned,
+    /// `key.api_version_rolled_back`: the key's last upgrade was undone; the detail is `from
+    /// to to`.
+    KeyApiVersionRolledBack,
     /// `policy.changed`: the organization's key policy was set.
     PolicyChanged,
     /// `webhook.added`.
@@ -56,6 +61,8 @@ impl AuditAction {
         Self::KeyRevoked,
         Self::KeyLeaked,
         Self::KeyRestricted,
+        Self::KeyApiVersionPinned,
+        Self::KeyApiVersionRolledBack,
         Self::PolicyChanged,
         Self::WebhookAdded,
         Self::WebhookSecretRotated,
@@ -77,6 +84,8 @@ impl AuditAction {
             Self::KeyRevoked => "key.revoked",
             Self::KeyLeaked => "key.leaked",
             Self::KeyRestricted => "key.restricted",
+            Self::KeyApiVersionPinned => "key.api_version_pinned",
+            Self::KeyApiVersionRolledBack => "key.api_version_rolled_back",
             Self::PolicyChanged => "policy.changed",
             Self::WebhookAdded => "webhook.added",
             Self::WebhookSecretRotated => "webhook.secret_rotated",

@@ -191,6 +191,50 @@ pub trait KeyManager: Send + Sync {
         Err(StoreError::unsupported("key policies"))
     }
 
+    /// Pins the key `key_id` of `organization_id` to the API version `version`
+    /// ([`KeyAbility::ApiVersions`]): what its requests without a version header are answered
+    /// at, from the very next lookup (caches learn of it as of a revocation). Pinning to a
+    /// later version than the key's (an upgrade) records the way back
+    /// ([`KeyRecord::api_version_rollback`]: the version it had, for
+    /// [`VERSION_ROLLBACK_WINDOW`]); to an earlier one clears it; to its own changes nothing.
+    /// The caller checks that the API offers `version`. The default answers `Unsupported`.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` as for [`get`](Self::get).
+    ///
+    /// Audited as `key.api_version_pinned`, the versions as the detail (`2026-11-27 to
+    /// 2026-11-28`) (rules `audit-in-the-change`, `audit-only-changes`).
+    async fn pin_api_version(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        version: ApiVersion,
+    ) -> Result<KeyRecord, StoreError> {
+        let _ = (organization_id, key_id, version);
+        Err(StoreError::unsupported("API versions of keys"))
+    }
+
+    /// Rolls back the last upgrade of the key `key_id` of `organization_id`
+    /// ([`KeyAbility::ApiVersions`]): back to the version it had, while its
+    /// [`KeyRecord::api_version_rollback`] is open. The default answers `Unsupported`.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` as for [`get`](Self::get); `Conflict` when the key has no upgrade to roll
+    /// back, or its window has passed.
+    ///
+    /// Audited as `key.api_version_rolled_back`, the versions as the detail (rule
+    /// `audit-in-the-change`).
+    async fn roll_back_api_version(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+    ) -> Result<KeyRecord, StoreError> {
+        let _ = (organization_id, key_id);
+        Err(StoreError::unsupported("API versions of keys"))
+    }
+
     /// Records the last use of keys, as [`LastUsedRecorder`](crate::last_used::LastUsedRecorder)
     /// gathered them ([`KeyAbility::LastUse`]): for each key, its last use becomes the later
     /// of the recorded one and the given one. Ids of keys that no longer exist are skipped.
@@ -214,11 +258,31 @@ pub enum KeyAbility {
     LeakReports,
     /// [`record_last_used`](KeyManager::record_last_used): each key's last use.
     LastUse,
+    /// [`pin_api_version`](KeyManager::pin_api_version) and
+    /// [`roll_back_api_version`](KeyManager::roll_back_api_version): each key's API version.
+    ApiVersions,
 }
 
 impl KeyAbility {
     /// Every ability.
-    pub const ALL: [Self; 3] = [Self::KeyPolicy, Self::LeakReports, Self::LastUse];
+    pub const ALL: [Self; 4] = [
+        Self::KeyPolicy,
+        Self::LeakReports,
+        Self::LastUse,
+        Self::ApiVersions,
+    ];
+}
+
+/// The refusal of a rollback the key `key_id` has none of (or whose window passed).
+pub(crate) fn no_rollback(key_id: &str) -> StoreError {
+    StoreError::conflict(format!(
+        "key {key_id:?} has no upgrade of its API version to roll back (an upgrade can be rolled back for 72 hours)"
+    ))
+}
+
+/// The detail of a change of a key's version: `from to to`.
+pub(crate) fn version_change(from: ApiVersion, to: ApiVersion) -> String {
+    format!("{from} to {to}")
 }
 
 /// A new key: its plaintext, shown once, and its record.

@@ -6,12 +6,15 @@ use super::{generate, unknown_organization, KeyEntry, MemoryStore, State};
 use crate::key::{AllowedIps, KeyEnvironment};
 use crate::model::Timestamp;
 use crate::store::audit::restriction;
+use crate::store::key_manager::{no_rollback, version_change};
 use crate::store::StoreError;
 use crate::store::SECRET_SCANNING_ACTOR;
 use crate::store::{
     AuditAction, AuditContext, AuditRecord, IssuedKey, KeyAbility, KeyManager, KeyPolicy,
     KeyRecord, KeyRefusal, KeyUse, LeakReport, LeakedKey, NewKey, RevocationReason, RollKey,
+    VersionRollback,
 };
+use crate::versions::ApiVersion;
 
 #[async_trait]
 impl KeyManager for MemoryStore {
@@ -91,6 +94,62 @@ impl KeyManager for MemoryStore {
         }
         entry.record.allowed_ips = allowed_ips.clone();
         entry.principal.allowed_ips = allowed_ips;
+        Ok(entry.record.clone())
+    }
+
+    async fn pin_api_version(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        version: ApiVersion,
+    ) -> Result<KeyRecord, StoreError> {
+        let mut state = self.write();
+        let entry = state.entry_mut(organization_id, key_id)?;
+        let before = entry.record.api_version.unwrap_or(crate::versions::FIRST);
+        // A change that changes nothing writes no entry.
+        if before != version {
+            entry.record.api_version_rollback =
+                (version > before).then(|| VersionRollback::new(before, Timestamp::now()));
+            entry.record.api_version = Some(version);
+            entry.principal.api_version = Some(version);
+            self.audit(
+                AuditRecord::new(
+                    organization_id,
+                    AuditAction::KeyApiVersionPinned,
+                    Some(key_id),
+                )
+                .with_detail(version_change(before, version)),
+            );
+        }
+        Ok(entry.record.clone())
+    }
+
+    async fn roll_back_api_version(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+    ) -> Result<KeyRecord, StoreError> {
+        let mut state = self.write();
+        let entry = state.entry_mut(organization_id, key_id)?;
+        let before = entry.record.api_version.unwrap_or(crate::versions::FIRST);
+        let Some(rollback) = entry
+            .record
+            .api_version_rollback
+            .filter(|rollback| rollback.until > Timestamp::now())
+        else {
+            return Err(no_rollback(key_id));
+        };
+        entry.record.api_version = Some(rollback.to);
+        entry.record.api_version_rollback = None;
+        entry.principal.api_version = Some(rollback.to);
+        self.audit(
+            AuditRecord::new(
+                organization_id,
+                AuditAction::KeyApiVersionRolledBack,
+                Some(key_id),
+            )
+            .with_detail(version_change(before, rollback.to)),
+        );
         Ok(entry.record.clone())
     }
 

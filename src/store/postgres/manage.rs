@@ -15,12 +15,14 @@ use crate::key::KeyDigest;
 use crate::key::{AllowedIps, ApiKey, KeyEnvironment};
 use crate::model::Timestamp;
 use crate::store::audit::restriction;
+use crate::store::key_manager::{no_rollback, version_change};
 use crate::store::StoreError;
 use crate::store::{AuditAction, AuditContext, AuditRecord};
 use crate::store::{
     IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyRefusal, KeyUse, LeakReport,
     LeakedKey, NewKey, RollKey,
 };
+use crate::versions::ApiVersion;
 
 /// The active keys of the organization `$1`, by the database's clock.
 const ACTIVE_KEYS: &str = "SELECT count(*) FROM partner_api_keys WHERE organization_id = $1 \
@@ -156,6 +158,77 @@ impl KeyManager for PgStore {
                 .with_detail(restriction(&allowed_ips));
             audited(&mut transaction, entry).await?;
         }
+        transaction.commit().await.map_err(store_error)?;
+        record_from_row(&row)
+    }
+
+    async fn pin_api_version(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        version: ApiVersion,
+    ) -> Result<KeyRecord, StoreError> {
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        let before = locked_api_version(&mut transaction, organization_id, key_id).await?;
+        let row = sqlx::query(&format!(
+            "UPDATE partner_api_keys SET api_version = $3, \
+               api_version_rollback_to = CASE WHEN $3 > $4 THEN $4 END, \
+               api_version_rollback_until = CASE WHEN $3 > $4 \
+                 THEN now() + interval '72 hours' END \
+             WHERE organization_id = $1 AND id = $2 AND $3 <> $4 \
+             RETURNING {RECORD}"
+        ))
+        .bind(organization_id)
+        .bind(parse_id(key_id)?)
+        .bind(version.date())
+        .bind(before.0.date())
+        .fetch_optional(&mut *transaction)
+        .await
+        .map_err(store_error)?;
+        // A change that changes nothing writes no entry.
+        let Some(row) = row else {
+            drop(transaction);
+            return self.get(organization_id, key_id).await;
+        };
+        let entry = AuditRecord::new(
+            organization_id,
+            AuditAction::KeyApiVersionPinned,
+            Some(key_id),
+        )
+        .with_detail(version_change(before.0, version));
+        audited(&mut transaction, entry).await?;
+        transaction.commit().await.map_err(store_error)?;
+        record_from_row(&row)
+    }
+
+    async fn roll_back_api_version(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+    ) -> Result<KeyRecord, StoreError> {
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        let (before, rollback) =
+            locked_api_version(&mut transaction, organization_id, key_id).await?;
+        let Some(to) = rollback else {
+            return Err(no_rollback(key_id));
+        };
+        let row = sqlx::query(&format!(
+            "UPDATE partner_api_keys SET api_version = api_version_rollback_to, \
+               api_version_rollback_to = NULL, api_version_rollback_until = NULL \
+             WHERE organization_id = $1 AND id = $2 RETURNING {RECORD}"
+        ))
+        .bind(organization_id)
+        .bind(parse_id(key_id)?)
+        .fetch_one(&mut *transaction)
+        .await
+        .map_err(store_error)?;
+        let entry = AuditRecord::new(
+            organization_id,
+            AuditAction::KeyApiVersionRolledBack,
+            Some(key_id),
+        )
+        .with_detail(version_change(before, to));
+        audited(&mut transaction, entry).await?;
         transaction.commit().await.map_err(store_error)?;
         record_from_row(&row)
     }
@@ -444,4 +517,27 @@ fn unknown_organization(err: StoreError, organization_id: &str) -> StoreError {
     } else {
         err
     }
+}
+
+/// The API version of the key `key_id` of `organization_id` (the first when none is
+/// recorded), locked for the transaction, and the version an open rollback returns to.
+async fn locked_api_version(
+    transaction: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    organization_id: &str,
+    key_id: &str,
+) -> Result<(ApiVersion, Option<ApiVersion>), StoreError> {
+    let row = sqlx::query(
+        "SELECT api_version, \
+           CASE WHEN api_version_rollback_until > now() THEN api_version_rollback_to END \
+             AS rollback_to \
+         FROM partner_api_keys WHERE organization_id = $1 AND id = $2 FOR UPDATE",
+    )
+    .bind(organization_id)
+    .bind(parse_id(key_id)?)
+    .fetch_optional(&mut **transaction)
+    .await
+    .map_err(store_error)?
+    .ok_or_else(|| unknown_key(key_id))?;
+    let version = super::keys::api_version(&row, "api_version")?.unwrap_or(crate::versions::FIRST);
+    Ok((version, super::keys::api_version(&row, "rollback_to")?))
 }
