@@ -280,6 +280,10 @@ fn limited(
             &config.versions,
         ));
     };
+    // A route a later version added is not found at the versions before it.
+    if !config.versions.chain().has_route(route.path(), version) {
+        return done(ApiError::NotFound.into_response());
+    }
     let (request, path) = match route {
         KeyedRoute::Me
             if config
@@ -311,22 +315,21 @@ fn limited(
                 Err(err) => failed(config, &principal, StoreError::other(err)),
             });
         }
-        KeyedRoute::Orders(Err(bad), _) => {
-            return done(ApiError::BadPageRequest(bad).into_response())
-        }
-        KeyedRoute::Orders(Ok(request), path) => {
+        KeyedRoute::Orders(parsed, path) => {
             // A parameter the version did not have is answered as it answered one it did not
             // know: the query read again without it.
-            match config.versions.chain().query_at(
+            let older = config.versions.chain().query_at(
                 "/orders",
                 path.query().unwrap_or_default(),
                 version,
-            ) {
-                None => (request, path),
-                Some(older) => match PageRequest::parse(Some(&older)) {
-                    Ok(request) => (request, path),
-                    Err(bad) => return done(ApiError::BadPageRequest(bad).into_response()),
-                },
+            );
+            let parsed = match older {
+                None => parsed,
+                Some(older) => PageRequest::parse(Some(&older)),
+            };
+            match parsed {
+                Ok(request) => (request, path),
+                Err(bad) => return done(ApiError::BadPageRequest(bad).into_response()),
             }
         }
         KeyedRoute::Versions => {

@@ -31,6 +31,17 @@ pub(crate) enum KeyedRoute {
 }
 
 impl KeyedRoute {
+    /// The route's path below the prefix.
+    pub(crate) fn path(&self) -> &'static str {
+        match self {
+            Self::Me => "/me",
+            Self::Orders(..) => "/orders",
+            Self::Events(..) => "/events",
+            Self::Deprecations => "/deprecations",
+            Self::Versions => "/versions",
+        }
+    }
+
     /// The route its requests are counted under in a key's usage.
     pub(crate) fn usage_route(&self) -> UsageRoute {
         match self {

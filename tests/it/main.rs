@@ -46,5 +46,6 @@ mod soak;
 mod supervised;
 mod trust;
 mod usage;
+mod versions;
 #[cfg(feature = "webhooks")]
 mod webhooks;
