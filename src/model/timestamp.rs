@@ -48,6 +48,14 @@ impl Timestamp {
             .map_or(Self(DateTime::<Utc>::MAX_UTC), Self::from_datetime)
     }
 
+    /// Returns the instant `duration` before this one, or the earliest representable instant.
+    pub fn saturating_sub(self, duration: std::time::Duration) -> Self {
+        chrono::TimeDelta::from_std(duration)
+            .ok()
+            .and_then(|delta| self.0.checked_sub_signed(delta))
+            .map_or(Self(DateTime::<Utc>::MIN_UTC), Self::from_datetime)
+    }
+
     /// Returns the time from `earlier` to this instant, or `None` when `earlier` is not
     /// earlier.
     pub fn duration_since(self, earlier: Self) -> Option<std::time::Duration> {

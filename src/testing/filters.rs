@@ -1,12 +1,13 @@
-//! The conformance check of filtered pages of orders (rule `filters-hold` of
-//! [`OrderStore::orders`](crate::store::OrderStore::orders)).
+//! The conformance checks of filtered pages of orders (rule `filters-hold` of
+//! [`OrderStore::orders`](crate::store::OrderStore::orders)) and of each order's last change
+//! (rule `last-change`).
 
 use super::calls::{add_orders, expected, ids, order, organization, read_page};
 use super::namespace;
 use super::pages::walk;
 use super::report::{ensure, Check};
 use super::StoreFixtures;
-use crate::model::Order;
+use crate::model::{Order, Timestamp};
 use crate::store::{OrderFilter, OrderQuery};
 
 /// For every kind of filter and their combination, at page sizes that cut through ties, the
@@ -57,6 +58,124 @@ pub(super) async fn filters_hold<F: StoreFixtures>(fixtures: &F) -> Check {
         let want = expected(&held, usize::MAX);
         for limit in [1, 7, 100] {
             let read = walk(fixtures, &org.id, limit, filter, &mut |_| (vec![], vec![])).await?;
+            ensure!(
+                ids(&read) == ids(&want),
+                "{filter:?} in pages of {limit} read {:?}, want {:?}",
+                ids(&read),
+                ids(&want)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Rule `last-change`: an order never changed has its creation as its last change
+/// (`updatedAt`); an update that changes a field moves it to the time of the change (within
+/// the clocks' slack of the test's), one that changes nothing leaves it; and the
+/// `updated_since` and `updated_before` filters hold exactly the orders whose last change is
+/// in their range, through pages.
+pub(super) async fn last_change<F: StoreFixtures>(fixtures: &F) -> Check {
+    const SLACK: std::time::Duration = std::time::Duration::from_secs(60);
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "changes").await?;
+    let written: Vec<Order> = (0..6_i64)
+        .map(|n| order(format!("{ns}-{n}"), n * 1_000))
+        .collect();
+    add_orders(fixtures, &org.id, &written).await?;
+    let changed_ids = [&written[1].id, &written[4].id];
+    let before = Timestamp::now();
+    for order in written
+        .iter()
+        .filter(|order| changed_ids.contains(&&order.id))
+    {
+        let changed = Order {
+            status: "paused".into(),
+            updated_at: None,
+            ..order.clone()
+        };
+        fixtures
+            .update_order(&org.id, &changed)
+            .await
+            .map_err(super::report::failed("update_order"))?;
+    }
+    let after = Timestamp::now();
+    let read = read_page(fixtures, &org.id, &OrderQuery::default()).await?;
+    let mut changed_at = Vec::new();
+    for encoded in read.orders() {
+        let order = encoded.order();
+        let served: serde_json::Value =
+            serde_json::from_slice(encoded.json()).map_err(|err| err.to_string())?;
+        let last = order.last_changed_at();
+        ensure!(
+            served["updatedAt"] == last.to_string(),
+            "order {:?} is served with updatedAt {}, not its last change {last}",
+            order.id,
+            served["updatedAt"]
+        );
+        if changed_ids.contains(&&order.id) {
+            ensure!(
+                last >= before.saturating_sub(SLACK) && last <= after.saturating_add(SLACK),
+                "order {:?} changed between {before} and {after} has its last change at {last}",
+                order.id
+            );
+            changed_at.push(last);
+        } else {
+            ensure!(
+                last == order.created_at,
+                "order {:?}, never changed, has its last change at {last}, not its creation",
+                order.id
+            );
+        }
+    }
+    // A write that changes nothing is no change.
+    let unchanged = Order {
+        status: "paused".into(),
+        ..written[1].clone()
+    };
+    fixtures
+        .update_order(&org.id, &unchanged)
+        .await
+        .map_err(super::report::failed("update_order"))?;
+    let again = read_page(fixtures, &org.id, &OrderQuery::default()).await?;
+    ensure!(
+        again.json() == read.json(),
+        "an update that changed nothing changed the page"
+    );
+    let Some(since) = changed_at.iter().min().copied() else {
+        return Err("the changed orders are not on the page".into());
+    };
+    let changed: Vec<Order> = written
+        .iter()
+        .filter(|order| changed_ids.contains(&&order.id))
+        .cloned()
+        .collect();
+    let unchanged: Vec<Order> = written
+        .iter()
+        .filter(|order| !changed_ids.contains(&&order.id))
+        .cloned()
+        .collect();
+    for (filter, want) in [
+        (OrderFilter::default().with_updated_since(since), &changed),
+        (
+            OrderFilter::default().with_updated_before(since),
+            &unchanged,
+        ),
+        (
+            OrderFilter::default()
+                .with_updated_since(written[0].created_at)
+                .with_updated_before(written[3].created_at),
+            &unchanged[..2].to_vec(),
+        ),
+        (
+            OrderFilter::default()
+                .with_updated_since(since)
+                .with_statuses(["booked"]),
+            &Vec::new(),
+        ),
+    ] {
+        let want = expected(want, usize::MAX);
+        for limit in [1, 100] {
+            let read = walk(fixtures, &org.id, limit, &filter, &mut |_| (vec![], vec![])).await?;
             ensure!(
                 ids(&read) == ids(&want),
                 "{filter:?} in pages of {limit} read {:?}, want {:?}",

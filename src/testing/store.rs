@@ -64,6 +64,10 @@ pub async fn run<F: StoreFixtures>(fixtures: &F) -> Report {
         filters::filters_hold(fixtures).await,
     );
     record(
+        "rule last-change: updatedAt is each order's last change, and its filters hold",
+        filters::last_change(fixtures).await,
+    );
+    record(
         "a key's expiry is reported and enforced",
         pages::expiry_is_reported(fixtures).await,
     );

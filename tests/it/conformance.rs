@@ -11,8 +11,8 @@ use partner_api::store::{DeprecatedCallCount, DeprecatedCallStore, DeprecatedCal
 use partner_api::store::{IssuedKey, KeyManager, KeyPolicy, KeyRecord, KeyUse, NewKey, RollKey};
 use partner_api::testing::{run, StoreFixtures};
 use partner_api::{
-    KeyDigest, KeyLookup, KeyStore, MemoryStore, Order, OrderPage, OrderStore, Organization,
-    StoreError, StoreErrorKind, Timestamp,
+    EncodedOrder, KeyDigest, KeyLookup, KeyStore, MemoryStore, Order, OrderPage, OrderStore,
+    Organization, StoreError, StoreErrorKind, Timestamp,
 };
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ async fn the_memory_store_conforms_and_can_run_twice() {
     let store = MemoryStore::new();
     let report = run(&store).await;
     report.assert_passed();
-    assert_eq!(report.len(), 14);
+    assert_eq!(report.len(), 15);
     run(&store).await.assert_passed();
 }
 
@@ -53,6 +53,8 @@ enum Fault {
     ReordersEvents,
     /// Reads of one key's deprecated calls answer every key's of its organization.
     IgnoresDeprecatedCallsKey,
+    /// Orders are served as never changed: `updatedAt` is always their creation.
+    ForgetsChangeTimes,
 }
 
 /// A memory store with one deliberate fault.
@@ -90,7 +92,22 @@ impl OrderStore for Faulty {
             },
             _ => query.clone(),
         };
-        self.0.orders(org, &query).await
+        let page = self.0.orders(org, &query).await?;
+        if self.1 != Fault::ForgetsChangeTimes {
+            return Ok(page);
+        }
+        let forgotten = page
+            .orders()
+            .iter()
+            .map(|order| {
+                EncodedOrder::new(Order {
+                    updated_at: None,
+                    ..order.order().clone()
+                })
+                .unwrap()
+            })
+            .collect();
+        Ok(OrderPage::new(forgotten).with_more(page.has_more()))
     }
 }
 
@@ -394,6 +411,7 @@ async fn a_broken_store_fails_the_checks_it_breaks() {
             "new and deleted orders never shift later pages",
             "10,000 orders in pages of 100",
             "rule filters-hold: filtered pages hold exactly the orders the filter holds",
+            "rule last-change: updatedAt is each order's last change, and its filters hold",
         ]
     );
     assert_eq!(
@@ -403,11 +421,19 @@ async fn a_broken_store_fails_the_checks_it_breaks() {
             "new and deleted orders never shift later pages",
             "10,000 orders in pages of 100",
             "rule filters-hold: filtered pages hold exactly the orders the filter holds",
+            "rule last-change: updatedAt is each order's last change, and its filters hold",
         ]
     );
     assert_eq!(
         failures(Fault::IgnoresFilters).await,
-        ["rule filters-hold: filtered pages hold exactly the orders the filter holds"]
+        [
+            "rule filters-hold: filtered pages hold exactly the orders the filter holds",
+            "rule last-change: updatedAt is each order's last change, and its filters hold",
+        ]
+    );
+    assert_eq!(
+        failures(Fault::ForgetsChangeTimes).await,
+        ["rule last-change: updatedAt is each order's last change, and its filters hold"]
     );
     assert_eq!(
         failures(Fault::DropsExpiry).await,

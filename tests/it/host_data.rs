@@ -24,7 +24,7 @@ const HOST_SCHEMA: &str = "\
         channels text[] NOT NULL, advertiser text NOT NULL, campaign text NOT NULL, \
         budget_ore bigint NOT NULL, starts_on date NOT NULL, ends_on date NOT NULL, \
         state text NOT NULL, po_number text, created timestamptz NOT NULL, \
-        internal_note text, PRIMARY KEY (account_code, buy_ref))";
+        internal_note text, modified timestamptz, PRIMARY KEY (account_code, buy_ref))";
 
 fn host_map() -> SchemaMap {
     SchemaMap::new()
@@ -40,7 +40,8 @@ fn host_map() -> SchemaMap {
                 .with(OrderField::EndDate, "ends_on")
                 .with(OrderField::Status, "state")
                 .with(OrderField::ExternalReference, "coalesce(po_number, '')")
-                .with(OrderField::CreatedAt, "created"),
+                .with(OrderField::CreatedAt, "created")
+                .with(OrderField::UpdatedAt, "modified"),
         )
         .with_organizations(
             OrganizationsMap::new("public.accounts")
@@ -123,7 +124,13 @@ async fn write_buy(store: &PgStore, account: &str, order: &Order) -> Result<(), 
          advertiser = EXCLUDED.advertiser, campaign = EXCLUDED.campaign, \
          budget_ore = EXCLUDED.budget_ore, starts_on = EXCLUDED.starts_on, \
          ends_on = EXCLUDED.ends_on, state = EXCLUDED.state, po_number = EXCLUDED.po_number, \
-         created = EXCLUDED.created",
+         created = EXCLUDED.created, \
+         modified = CASE WHEN (media_buys.channels, media_buys.advertiser, media_buys.campaign, \
+           media_buys.budget_ore, media_buys.starts_on, media_buys.ends_on, media_buys.state, \
+           media_buys.po_number, media_buys.created) IS DISTINCT FROM (EXCLUDED.channels, \
+           EXCLUDED.advertiser, EXCLUDED.campaign, EXCLUDED.budget_ore, EXCLUDED.starts_on, \
+           EXCLUDED.ends_on, EXCLUDED.state, EXCLUDED.po_number, EXCLUDED.created) \
+           THEN clock_timestamp() ELSE media_buys.modified END",
     )
     .bind(&order.id)
     .bind(account)

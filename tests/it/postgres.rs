@@ -30,7 +30,7 @@ async fn the_pg_store_passes_the_conformance_suite() {
     let (store, _) = migrated_store().await;
     let report = partner_api::testing::run(&store).await;
     report.assert_passed();
-    assert_eq!(report.len(), 14);
+    assert_eq!(report.len(), 15);
     // Twice on the same database: the suite needs no empty store.
     partner_api::testing::run(&store).await.assert_passed();
     store.migrate().await.expect("migrations are idempotent");
