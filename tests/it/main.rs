@@ -18,6 +18,7 @@ mod events;
 mod fairness;
 mod feed_history;
 mod feed_never_stalls;
+mod golden;
 mod history;
 mod host_data;
 mod hostile;
