@@ -5,6 +5,9 @@
 pub mod contract {
     #![doc = include_str!("contract.md")]
 }
+pub mod versions {
+    #![doc = include_str!("versions.md")]
+}
 pub mod behaviour {
     #![doc = include_str!("behaviour.md")]
 }
