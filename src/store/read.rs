@@ -182,7 +182,9 @@ pub trait OrderStore: Send + Sync {
     /// any such order follows them ([`OrderPage::has_more`]). An unknown organization has no
     /// orders. The filter binds it (rule `filters-hold`): a page holds only orders the filter holds, and every one
     /// of them in its range ([`OrderFilter::holds`](crate::store::OrderFilter::holds));
-    /// `testing::run` checks it.
+    /// `testing::run` checks it. Each order carries its last change (rule `last-change`):
+    /// [`Order::updated_at`](crate::Order::updated_at) is `None` until a write changes one of
+    /// its fields, then the time of that change, which a write that changes nothing leaves.
     ///
     /// The position is a keyset, not an offset: an order created or deleted before it never
     /// shifts what comes after it. A store reads `limit + 1` orders and builds the page with
