@@ -18,6 +18,11 @@ cd "$(dirname "$0")/.."
 
 FEW=${FEW:-300}
 MANY=${MANY:-1300}
+# API_VERSION=2026-11-28 sends `Api-Version` with every request (the demo keys are pinned to the
+# first version): the cost of each version. SERVERS and ROUTES narrow the table.
+API_VERSION=${API_VERSION:-}
+SERVERS=${SERVERS:-baseline api host}
+ROUTES=${ROUTES:-me orders}
 
 if ! command -v valgrind >/dev/null; then
   echo "installing valgrind (Debian package)" >&2
@@ -58,12 +63,15 @@ under_callgrind() {
 # requests URL N: N GET requests with the key on one keep-alive connection; fails unless
 # each is a 200.
 requests() {
-  python3 - "$1" "$2" "$key" <<'PY'
+  python3 - "$1" "$2" "$key" "$API_VERSION" <<'PY'
 import http.client, sys, urllib.parse
-url, n, key = urllib.parse.urlsplit(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+url, n, key, version = urllib.parse.urlsplit(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+headers = {"Authorization": "Bearer " + key}
+if version:
+    headers["Api-Version"] = version
 connection = http.client.HTTPConnection(url.hostname, url.port)
 for _ in range(n):
-    connection.request("GET", url.path, headers={"Authorization": "Bearer " + key})
+    connection.request("GET", url.path, headers=headers)
     response = connection.getresponse()
     response.read()
     if response.status != 200:
@@ -95,18 +103,19 @@ for _ in $(seq 1 600); do
 done
 key=$(grep -o 'Bearer [A-Za-z0-9_]*' "$work/stdout" | head -n 1 | cut -d' ' -f2)
 for route in me orders; do
-  curl -s --include -H "Authorization: Bearer $key" "$base/v1/$route" >"$work/$route.http"
+  curl -s --include -H "Authorization: Bearer $key" ${API_VERSION:+-H "Api-Version: $API_VERSION"} \
+    "$base/v1/$route" >"$work/$route.http"
 done
 kill "$pid"
 wait "$pid" 2>/dev/null || true
 pid=
 
-echo "instructions per request (callgrind, user space, one keep-alive connection, ($MANY - $FEW) requests)"
+echo "instructions per request (callgrind, user space, one keep-alive connection, ($MANY - $FEW) requests${API_VERSION:+, Api-Version: $API_VERSION})"
 printf '%-10s %14s %14s %14s %14s %14s\n' route baseline api host "api added" "host added"
 declare -A added=()
-for route in me orders; do
-  declare -A per=()
-  for server in baseline api host; do
+for route in $ROUTES; do
+  declare -A per=([baseline]=0 [api]=0 [host]=0)
+  for server in $SERVERS; do
     for n in "$FEW" "$MANY"; do
       case $server in
         baseline) profile "$server" "$n" "$bin/baseline" --route "/v1/$route=$work/$route.http" ;;
@@ -123,7 +132,8 @@ done
 
 # The crate's functions on the library's path, per request (inclusive), from the api server's
 # two profiles: the functions whose cost grew with the requests.
-for route in me orders; do
+case " $SERVERS " in *" api "*) ;; *) exit 0 ;; esac
+for route in $ROUTES; do
   echo
   echo "api server, /v1/$route: instructions per request of the crate's functions (inclusive, over 100)"
   for n in "$FEW" "$MANY"; do

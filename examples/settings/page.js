@@ -131,8 +131,81 @@ function button(text, className, onClick, label) {
 
 // What the host's store offers besides the keys themselves (GET /abilities); until it is
 // known, everything is shown.
-let abilities = { keyPolicy: true, leakReports: true, lastUse: true, webhooks: true, webhookTestEvents: true,
-  webhookDeliveryHistory: true, usage: true, deprecatedCalls: true, auditLog: true };
+let abilities = { keyPolicy: true, leakReports: true, lastUse: true, apiVersions: true, webhooks: true,
+  webhookTestEvents: true, webhookDeliveryHistory: true, usage: true, deprecatedCalls: true, auditLog: true };
+
+// The partner API's versions (GET /api-versions), newest first, for the keys' pins.
+let apiVersions = [];
+
+// A key's hint, and under it its API version: what its requests without a version header
+// are answered at (after an upgrade, the version it had is in the title and the Version form).
+function hintCell(key) {
+  const td = cell(key.hint || "—", "hint");
+  const version = element("small", "version", "API " + key.apiVersion);
+  const back = openRollback(key);
+  version.title = back
+    ? `Upgraded from ${back.to}; can be undone until ${new Date(back.until).toLocaleString("en-GB")}`
+    : "The API version the key's requests are answered at";
+  td.append(version);
+  return td;
+}
+
+// The way back from the key's last upgrade, while it is open.
+function openRollback(key) {
+  const back = key.apiVersionRollback;
+  return back && new Date(back.until) > new Date() ? back : null;
+}
+
+async function rollBackVersion(key) {
+  statusLine.textContent = "";
+  try {
+    await call("POST", `/keys/${encodeURIComponent(key.id)}/api-version/rollback`, {});
+    await refresh();
+  } catch (error) {
+    statusLine.textContent = "Could not undo the upgrade: " + error.message;
+  }
+}
+
+function showPin(actions, key) {
+  const name = key.label || "this key";
+  const form = element("form", "roll");
+  const label = element("label", "sr-only", "API version of " + name);
+  label.htmlFor = "version-" + key.id;
+  const select = element("select", "pin-versions");
+  select.id = label.htmlFor;
+  apiVersions.forEach((listed, index) => {
+    const option = element("option", "", listed.version + (index === 0 ? " (newest)" : ""));
+    option.value = listed.version;
+    option.title = listed.changes.join(" ") || "The first version";
+    option.selected = listed.version === key.apiVersion;
+    select.append(option);
+  });
+  const save = element("button", "primary confirm-pin", "Save");
+  save.type = "submit";
+  save.setAttribute("aria-label", "Save the API version of " + name);
+  const cancel = element("button", "cancel", "Cancel");
+  cancel.type = "button";
+  cancel.addEventListener("click", () => refresh());
+  form.append(label, select, save, cancel);
+  const back = openRollback(key);
+  if (back) {
+    form.append(button("Back to " + back.to, "undo-version", () => rollBackVersion(key),
+      `Undo the upgrade of ${name}: back to ${back.to}`));
+  }
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    statusLine.textContent = "";
+    try {
+      await call("POST", `/keys/${encodeURIComponent(key.id)}/api-version`, { apiVersion: select.value });
+      await refresh();
+    } catch (error) {
+      statusLine.textContent = "Could not change the API version: " + error.message;
+      select.focus();
+    }
+  });
+  actions.replaceChildren(form);
+  select.focus();
+}
 
 function render(keys) {
   const body = document.getElementById("keys");
@@ -171,6 +244,9 @@ function render(keys) {
     if (state === "active" || state === "expiring") {
       actions.append(button("Roll", "roll-key", () => showRoll(actions, key), "Roll " + name));
       actions.append(button("IPs", "restrict-key", () => showRestrict(actions, key), "Allowed IPs of " + name));
+      if (abilities.apiVersions && apiVersions.length > 1) {
+        actions.append(button("Version", "pin-version", () => showPin(actions, key), "API version of " + name));
+      }
     }
     if (!key.revokedAt) {
       actions.append(button("Revoke", "danger revoke-key", () => revoke(key), "Revoke " + name));
@@ -179,7 +255,7 @@ function render(keys) {
     const lastUsed = abilities.lastUse ? [dateCell(key.lastUsedAt)] : [];
     // Drawn by usage.js once the key's usage is read.
     const usage = abilities.usage ? [Object.assign(cell("", "spark"), { id: "spark-" + key.id })] : [];
-    row.append(cell(name, "label"), cell(key.hint || "—", "hint"), env, dateCell(key.createdAt),
+    row.append(cell(name, "label"), hintCell(key), env, dateCell(key.createdAt),
       ...lastUsed, ...usage, dateCell(key.expiresAt), ips, status, actions);
   }
   showUsage(keys);
@@ -347,6 +423,8 @@ async function start() {
   document.getElementById("create").addEventListener("submit", create);
   try { abilities = (await call("GET", "/abilities")).abilities; }
   catch (error) { /* an older service: show everything */ }
+  try { apiVersions = (await call("GET", "/api-versions")).versions; }
+  catch (error) { /* an older service: no versions to pin */ }
   refresh();
   startWebhooks();
 }

@@ -412,6 +412,7 @@ impl Versions {
 /// The `data` of an order's webhook, `newest` in the newest shape, as an endpoint is sent it:
 /// at the first version, which every endpoint reads until endpoints carry a version of their
 /// own, so no endpoint's bodies change by a byte.
+#[cfg(feature = "webhooks")]
 pub(crate) fn webhook_order(newest: bytes::Bytes) -> bytes::Bytes {
     match Versions::shipped().render(Resource::Order, &newest, FIRST) {
         Ok(Some(older)) => older.into(),

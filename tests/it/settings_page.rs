@@ -281,6 +281,24 @@ async fn me_status(example: &Example, key: &str) -> u16 {
         .as_u16()
 }
 
+/// The API version the example's API answers `key` at (`GET /v1/me`'s `api-version`).
+async fn me_version(example: &Example, key: &str) -> String {
+    let bearer = format!("Bearer {key}");
+    let answer = example
+        .send(
+            Method::GET,
+            "/v1/me",
+            &[("authorization", bearer.as_str())],
+            "",
+        )
+        .await;
+    answer
+        .headers
+        .get("api-version")
+        .map(|value| value.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
 /// The body of `response`, as text.
 fn body(response: &Collected) -> &str {
     std::str::from_utf8(&response.body).unwrap()
@@ -1250,6 +1268,42 @@ async fn a_person_manages_keys_on_the_settings_page() {
         403,
         "no longer from 127.0.0.1"
     );
+
+    // A key's API version: issued at the newest, pinned to the first on the page (the API
+    // answers at it at once), upgraded again and the upgrade undone.
+    let versioned = create(&browser, "Versioned", "live").await;
+    wait_for_row_text(&browser, "Versioned", "API 2026-11-28").await;
+    assert_eq!(me_version(&example, &versioned).await, "2026-11-28");
+    let pin = |version: &'static str| {
+        let browser = browser.clone();
+        async move {
+            click_in_row(&browser, "Versioned", "button.pin-version").await;
+            browser
+                .find(Locator::Css("select.pin-versions"))
+                .await
+                .unwrap()
+                .select_by_value(version)
+                .await
+                .unwrap();
+            click(&browser, Locator::Css("button.confirm-pin")).await;
+            wait_for_row_text(&browser, "Versioned", &format!("API {version}")).await;
+        }
+    };
+    pin("2026-11-27").await;
+    assert_eq!(me_version(&example, &versioned).await, "2026-11-27");
+    // Down is no upgrade: the form offers no way back.
+    click_in_row(&browser, "Versioned", "button.pin-version").await;
+    assert!(browser
+        .find(Locator::Css("button.undo-version"))
+        .await
+        .is_err());
+    click(&browser, Locator::Css("form.roll button.cancel")).await;
+    pin("2026-11-28").await;
+    assert_eq!(me_version(&example, &versioned).await, "2026-11-28");
+    click_in_row(&browser, "Versioned", "button.pin-version").await;
+    click(&browser, Locator::Css("button.undo-version")).await;
+    wait_for_row_text(&browser, "Versioned", "API 2026-11-27").await;
+    assert_eq!(me_version(&example, &versioned).await, "2026-11-27");
 
     // A key GitHub found in public: revoked by the report, and shown as leaked with a link
     // to where it was found.

@@ -201,17 +201,18 @@ impl KeyManagementService {
             )
             .await;
         }
+        let changes = matches!(
+            route,
+            Route::Revoke(_)
+                | Route::Roll(_)
+                | Route::Restrict(_)
+                | Route::PinVersion(_)
+                | Route::RollBackVersion(_)
+        );
         let allowed = if reading {
-            !matches!(
-                route,
-                Route::Revoke(_) | Route::Roll(_) | Route::Restrict(_)
-            )
+            !changes
         } else {
-            parts.method == Method::POST
-                && matches!(
-                    route,
-                    Route::Keys | Route::Revoke(_) | Route::Roll(_) | Route::Restrict(_)
-                )
+            parts.method == Method::POST && (changes || route == Route::Keys)
         };
         if !allowed {
             let mut failure = Failure::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
