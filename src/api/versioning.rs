@@ -67,15 +67,24 @@ impl ApiVersions {
         if values.next().is_some() {
             return AskedVersion::Unknown;
         }
-        self.named(value.to_str().unwrap_or_default())
+        self.named_bytes(value.as_bytes())
     }
 
-    /// The version `name` names, if the API offers it.
+    /// As [`named`](Self::named), over the name's bytes.
+    fn named_bytes(&self, name: &[u8]) -> AskedVersion {
+        self.echoes
+            .iter()
+            .find(|(_, value)| value.as_bytes() == name)
+            .map_or(AskedVersion::Unknown, |(version, _)| {
+                AskedVersion::Named(*version)
+            })
+    }
+
+    /// The version `name` names, if the API offers it: compared with the offered versions'
+    /// names as bytes (a name is exactly `YYYY-MM-DD`), so no date is parsed on the request
+    /// path.
     pub(crate) fn named(&self, name: &str) -> AskedVersion {
-        match name.parse::<ApiVersion>() {
-            Ok(version) if self.chain.offers(version) => AskedVersion::Named(version),
-            _ => AskedVersion::Unknown,
-        }
+        self.named_bytes(name.as_bytes())
     }
 
     /// The version that answers a key pinned to `pinned` (`None`: the first) when its request
