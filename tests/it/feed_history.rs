@@ -408,7 +408,15 @@ async fn history(capture: Capture) {
         tokio::spawn(async move {
             let mut deleted = 0;
             while !stop.load(Ordering::Acquire) {
-                deleted += store.prune_events(keep, 50).await.unwrap();
+                match store.prune_events(keep, 50).await {
+                    Ok(pruned) => deleted += pruned,
+                    // A round that a stamping's lock held off past retention's two-second
+                    // lock timeout did not run (`prune_events`' documented Unavailable; CI's
+                    // two loaded cores made one): the next round runs, as the host's
+                    // maintenance does.
+                    Err(err) if err.kind() == partner_api::StoreErrorKind::Unavailable => {}
+                    Err(err) => panic!("events retention failed: {err}"),
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             deleted
