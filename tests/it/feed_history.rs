@@ -423,9 +423,16 @@ async fn history(capture: Capture) {
         })
     };
     // The capture's readers, one per replica, with a short lease: a killed one's is taken
-    // over within a second.
+    // over within a second. Each reads through a pool of its own, which its kill closes: a
+    // replica's process that dies closes its connections, and the server then ends the
+    // transaction it had under way. (Only aborting the task left that transaction idle in
+    // the replica's pool, its locks held until the connection was used again: on CI's
+    // loaded cores, long enough for the pollers' reads and retention to time out.)
+    let reader_stores: Vec<PgStore> = (0..2)
+        .map(|_| PgStore::connect_lazy(&url).unwrap())
+        .collect();
     let readers = |count: usize| -> Vec<tokio::task::JoinHandle<()>> {
-        replicas[..count]
+        reader_stores[..count]
             .iter()
             .enumerate()
             .map(|(n, replica)| {
@@ -453,6 +460,8 @@ async fn history(capture: Capture) {
                     .unwrap();
             let killed: usize = holder.strip_prefix("replica-").unwrap().parse().unwrap();
             capture_readers[killed].abort();
+            let _ = (&mut capture_readers[killed]).await;
+            reader_stores[killed].pool().close().await;
             tokio::time::sleep(run * 2 / 3).await;
             let holder: String =
                 sqlx::query_scalar("SELECT lease_holder FROM partner_api_order_capture")
