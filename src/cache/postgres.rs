@@ -106,18 +106,11 @@ async fn follow(pool: &PgPool, hub: &Notifications, pause: &mut Duration) -> Res
     // A lost connection is an error here, handled by connecting anew (and emptying the
     // caches), never a silent reconnect that would drop notifications.
     listener.eager_reconnect(false);
-    // Named, so an operator (or a test) finds it in pg_stat_activity. Its reads of the orders'
-    // changes each take a transaction id (see `OrderLog`), whose commits need not wait for
-    // the disk: a lost one is a read done again.
-    for setting in [
-        "SET application_name = 'partner_api_cache_listener'",
-        "SET synchronous_commit = off",
-    ] {
-        sqlx::query(setting)
-            .execute(&mut listener)
-            .await
-            .map_err(|err| ErrorChain(&err).to_string())?;
-    }
+    // Named, so an operator (or a test) finds it in pg_stat_activity.
+    sqlx::query("SET application_name = 'partner_api_cache_listener'")
+        .execute(&mut listener)
+        .await
+        .map_err(|err| ErrorChain(&err).to_string())?;
     listener
         .listen_all([KEYS_CHANNEL, ORDERS_CHANNEL, HEARTBEAT_CHANNEL])
         .await
@@ -252,20 +245,25 @@ impl Batch {
 ///
 /// **Invariant**: while `following`, every event with an id at or below `cursor` was
 /// applied, or committed before the caches were last emptied. **Argument**: an event's id is
-/// taken from the table's identity in the writing transaction, after that transaction has its
-/// transaction id (the order's row, written before its trigger runs, gave it one). A read
-/// whose snapshot S sees the largest id M: an id taken after S was taken is larger than
-/// every id taken before it, M's included; so an id at or below M that S does not see was
-/// taken before S, by a transaction under way at S, whose transaction id is below the one the
-/// read takes for itself after S (X; not S's `xmax`, which only follows the ended
-/// transactions). Once a later read's snapshot has an `xmin` past X, every such transaction
-/// has ended, and that read (which asks from the cursor still below them) saw what they
-/// committed; only then does the cursor move to M. At the start, the first read's M is the
-/// cursor at once, and the caches are emptied (`connected`) when that read's X is passed:
-/// what committed at or below M in between is older than the emptying. An event that
-/// retention deleted before a read saw it is in retention's tombstones, which each read asks
-/// for too. (A host transaction held open delays the cursor, as it delays the start: the
-/// caches answer from the database meanwhile.)
+/// taken from the table's identity by an insert into the events table, which holds
+/// `RowExclusiveLock` on it from before the id is taken until its transaction ends (a
+/// subtransaction's lock passes to its parent when released, and goes with its events when
+/// rolled back), and that already has its transaction id when it takes one (the triggers run
+/// after the order's row was written; the capture locks its state row `FOR UPDATE` first), so
+/// it is listed with its id. A read whose snapshot S sees the largest id M: an id taken after S was taken
+/// is larger than every id taken before it, M's included; so an id at or below M that S does
+/// not see was taken before S, by a transaction that held the lock from before S. After S, the
+/// same read lists the transactions holding the lock (W): such a transaction is in W, or had
+/// ended before the listing, and so before the next read's snapshot. Once a later read's
+/// snapshot shows every transaction of W ended, that read (which asks from the cursor still
+/// below them) saw what they all committed; only then does the cursor move to M. At the start,
+/// the first read's M is the cursor at once, and the caches are emptied (`connected`) when
+/// that read's W has ended: what committed at or below M in between is older than the
+/// emptying. An event that retention deleted before a read saw it is in retention's
+/// tombstones, which each read asks for too. Only the writers of this database's events table
+/// are waited for: a transaction held open elsewhere (another database of the instance, a
+/// host's job that writes no order) delays nothing. (A write of orders held open delays the
+/// cursor, as it delays the start: the caches answer from the database meanwhile.)
 ///
 /// **In the capture mode** (see `src/store/postgres/capture`) an order change has its event
 /// only once the capture has materialized it, so the evidence of a heartbeat sent at T waits
@@ -275,9 +273,9 @@ impl Batch {
 struct OrderLog {
     /// Every event at or below it is applied (see the invariant).
     cursor: i64,
-    /// The reads whose ids are not final yet, oldest first: their own transaction id, and the
-    /// largest event id they saw.
-    waiting: VecDeque<(u64, i64)>,
+    /// The reads whose ids are not final yet, oldest first: the writers under way at them, and
+    /// the largest event id they saw.
+    waiting: VecDeque<(Vec<u64>, i64)>,
     /// Ids above `cursor` applied already (read again until the cursor passes them).
     applied: HashSet<i64>,
     /// Whether the first read's writes have all ended, and the caches were emptied since.
@@ -290,14 +288,14 @@ struct OrderLog {
     uncaptured: VecDeque<(u64, u64)>,
 }
 
-/// One read of `partner_api_order_changes_after`: its snapshot's `xmin`, its own transaction
-/// id (taken after the snapshot), the largest event id it sees, the changes after the cursor (`"id organization"`), and the organizations of
-/// the events retention deleted after it.
-/// And the log's insert position, and the capture's materialized position (`None`: the
-/// default mode).
+/// One read of `partner_api_order_changes_after`: its snapshot (`xmin:xmax:xip,...`), the
+/// transaction ids of the writers of the events table after it, the largest event id it sees,
+/// the changes after the cursor (`"id organization"`), the organizations of the events
+/// retention deleted after it, the log's insert position, and the capture's materialized
+/// position (`None`: the default mode).
 type ChangesRead = (
     String,
-    String,
+    Vec<String>,
     Option<i64>,
     Vec<String>,
     Vec<String>,
@@ -306,12 +304,12 @@ type ChangesRead = (
 );
 
 const READ_CHANGES: &str =
-    "SELECT snapshot_xmin, read_xid, newest, changes, pruned, wal_lsn, materialized_lsn \
+    "SELECT snapshot, writers, newest, changes, pruned, wal_lsn, materialized_lsn \
      FROM partner_api_order_changes_after($1)";
 
 impl OrderLog {
     async fn start(connection: &mut PgListener) -> Result<Self, String> {
-        let (_, read_xid, newest, _, _, _, _): ChangesRead = sqlx::query_as(READ_CHANGES)
+        let (_, writers, newest, _, _, _, _): ChangesRead = sqlx::query_as(READ_CHANGES)
             .bind(None::<i64>)
             .fetch_one(&mut *connection)
             .await
@@ -319,7 +317,7 @@ impl OrderLog {
         let cursor = newest.unwrap_or(0);
         Ok(Self {
             cursor,
-            waiting: VecDeque::from([(parse_xid(&read_xid)?, cursor)]),
+            waiting: VecDeque::from([(parse_xids(&writers)?, cursor)]),
             applied: HashSet::new(),
             following: false,
             applied_before: 0,
@@ -336,13 +334,13 @@ impl OrderLog {
         hub: &Notifications,
         sent: Instant,
     ) -> Result<(), String> {
-        let (xmin, read_xid, _, changes, pruned, wal_lsn, materialized): ChangesRead =
+        let (snapshot, writers, _, changes, pruned, wal_lsn, materialized): ChangesRead =
             sqlx::query_as(READ_CHANGES)
                 .bind(Some(self.cursor))
                 .fetch_one(&mut *connection)
                 .await
                 .map_err(|err| ErrorChain(&err).to_string())?;
-        let (xmin, read_xid) = (parse_xid(&xmin)?, parse_xid(&read_xid)?);
+        let snapshot = Snapshot::parse(&snapshot)?;
         let mut organizations: HashSet<&str> = pruned.iter().map(String::as_str).collect();
         let mut newest = self.cursor;
         for change in &changes {
@@ -356,11 +354,15 @@ impl OrderLog {
         for organization_id in organizations {
             hub.orders_changed(organization_id);
         }
-        self.waiting.push_back((read_xid, newest));
-        while let Some(&(earlier_xid, earlier_newest)) = self.waiting.front() {
-            if earlier_xid >= xmin {
+        self.waiting.push_back((parse_xids(&writers)?, newest));
+        while let Some((earlier_writers, earlier_newest)) = self.waiting.front() {
+            if !earlier_writers
+                .iter()
+                .all(|&writer| snapshot.has_ended(writer))
+            {
                 break;
             }
+            let earlier_newest = *earlier_newest;
             self.waiting.pop_front();
             self.cursor = self.cursor.max(earlier_newest);
             if !self.following {
@@ -402,6 +404,44 @@ fn parse_lsn(text: &str) -> Result<u64, String> {
 fn parse_xid(text: &str) -> Result<u64, String> {
     text.parse()
         .map_err(|_| format!("not a transaction id: {text:?}"))
+}
+
+fn parse_xids(texts: &[String]) -> Result<Vec<u64>, String> {
+    texts.iter().map(|text| parse_xid(text)).collect()
+}
+
+/// What a read's snapshot says of the transactions: those below `xmin` had ended, those at or
+/// past `xmax` had not begun, and of those between, the ones listed were under way.
+struct Snapshot {
+    xmin: u64,
+    xmax: u64,
+    running: Vec<u64>,
+}
+
+impl Snapshot {
+    /// PostgreSQL's text form, `xmin:xmax:xip,xip,...`.
+    fn parse(text: &str) -> Result<Self, String> {
+        let malformed = || format!("not a snapshot: {text:?}");
+        let mut parts = text.splitn(3, ':');
+        let (Some(xmin), Some(xmax), Some(running)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(malformed());
+        };
+        Ok(Self {
+            xmin: parse_xid(xmin)?,
+            xmax: parse_xid(xmax)?,
+            running: running
+                .split(',')
+                .filter(|xid| !xid.is_empty())
+                .map(parse_xid)
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// Whether the transaction `xid` had ended when the snapshot was taken.
+    fn has_ended(&self, xid: u64) -> bool {
+        xid < self.xmin || (xid < self.xmax && !self.running.contains(&xid))
+    }
 }
 
 /// A number per listener of this process, to tell their heartbeats apart.

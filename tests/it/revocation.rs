@@ -14,7 +14,7 @@ use partner_api::seed::{Seed, DEMO_KEY};
 use partner_api::PgStore;
 use partner_api::{KeyDigest, KeyLookup, KeyStore, PartnerApi};
 use sqlx::postgres::PgPoolOptions;
-use sqlx::{Connection, PgConnection};
+use sqlx::{Connection, Executor, PgConnection};
 
 use crate::common::pg::{fresh_database, remembered, until_answering, Proxy};
 use crate::common::*;
@@ -587,6 +587,58 @@ async fn an_orders_reader_by_id_alone_misses_a_late_commit() {
         from_the_held_cursor[0] < by_id_alone,
         "the slow change took the smaller id"
     );
+}
+
+/// A listener starts following at once beside transactions that write no order: one held
+/// open in another database of the instance, and one in the same database that has a
+/// transaction id but never touched the events. (Waiting for the instance's oldest
+/// transaction instead, as the first design did, kept a listener off its caches for as long
+/// as any such transaction lasted: a CI run found one beside another test's.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_that_writes_no_order_does_not_delay_a_listener() {
+    crate::common::needs::needs!(Postgres);
+    let url = seeded().await;
+    let elsewhere = seeded().await;
+    let mut held = Vec::new();
+    for database in [&elsewhere, &url] {
+        let mut connection = PgConnection::connect(database).await.unwrap();
+        connection
+            .execute("BEGIN; SELECT pg_current_xact_id(); CREATE TEMP TABLE scratch (n int)")
+            .await
+            .unwrap();
+        held.push(connection);
+    }
+    let store = PgStore::connect_lazy(&url).unwrap();
+    let notifications = partner_api::cache::postgres::listen(store.pool().clone());
+    until_answering(&notifications).await;
+    // And it follows: an order written now reaches the cached page.
+    let (api, _) = cached_api(&store, &notifications);
+    call(&api, get("/v1/orders", Some(DEMO_KEY))).await;
+    let mut writer = PgConnection::connect(&url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO partner_orders VALUES ('org_demo', 'ord_beside', ARRAY['meta'], 'A', 'C', \
+         1, '2026-03-01', '2026-04-30', 'booked', 'PO', '2030-01-01T00:00:00Z')",
+    )
+    .execute(&mut writer)
+    .await
+    .unwrap();
+    let written = Instant::now();
+    loop {
+        let page = call(&api, get("/v1/orders", Some(DEMO_KEY))).await;
+        if page.json()["data"]["orders"][0]["id"] == "ord_beside" {
+            break;
+        }
+        assert!(written.elapsed() < BOUND, "the new order never showed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for mut connection in held {
+        let open: bool = sqlx::query_scalar("SELECT pg_current_xact_id_if_assigned() IS NOT NULL")
+            .fetch_one(&mut connection)
+            .await
+            .unwrap();
+        assert!(open, "the transaction was held throughout");
+        connection.execute("ROLLBACK").await.unwrap();
+    }
 }
 
 /// A listener that starts while a write is under way answers from memory only once that write

@@ -451,6 +451,8 @@ impl OrderCapture {
             _ => return Ok(done),
         };
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        // The row lock gives the transaction its id before it takes any event id, as the
+        // caches' reader of the events requires (see `OrderLog` in src/cache/postgres.rs).
         let holds: bool = sqlx::query_scalar(
             "SELECT lease_holder = $1 AND lease_until > pg_catalog.clock_timestamp() \
              FROM partner_api_order_capture FOR UPDATE",
