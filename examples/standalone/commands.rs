@@ -70,6 +70,20 @@ pub(crate) enum WebhooksAction {
         /// Free text for people.
         #[arg(long, default_value = "")]
         description: String,
+        /// The API version its orders' bodies are rendered at, `YYYY-MM-DD` (default: the
+        /// newest).
+        #[arg(long, value_name = "DATE", value_parser = parse_api_version)]
+        api_version: Option<partner_api::versions::ApiVersion>,
+    },
+    /// Pin an endpoint to an API version: its orders' bodies are rendered at it from the next
+    /// delivery attempt on. Prints its record.
+    Pin {
+        /// The endpoint.
+        #[command(flatten)]
+        endpoint: EndpointRef,
+        /// The API version, `YYYY-MM-DD`.
+        #[arg(long, value_name = "DATE", value_parser = parse_api_version)]
+        api_version: partner_api::versions::ApiVersion,
     },
     /// List an organization's endpoints, newest first (without secrets).
     List {

@@ -95,16 +95,30 @@ async fn execute(args: &Args, action: &WebhooksAction) -> Result<Vec<String>, St
             url,
             events,
             description,
+            api_version,
         } => {
-            let new = NewEndpoint::new(url.clone())
+            let mut new = NewEndpoint::new(url.clone())
                 .with_events(events.iter().copied())
                 .with_description(description.clone());
+            if let Some(version) = api_version {
+                new = new.with_api_version(*version);
+            }
             vec![json(
                 &store
                     .add_endpoint(organization, new)
                     .await
                     .map_err(failed)?,
             )?]
+        }
+        WebhooksAction::Pin {
+            endpoint,
+            api_version,
+        } => {
+            let record = store
+                .pin_api_version(&endpoint.organization, &endpoint.id, *api_version)
+                .await
+                .map_err(failed)?;
+            vec![json(&record)?]
         }
         WebhooksAction::List { organization } => store
             .endpoints(organization)

@@ -22,13 +22,14 @@ pub(super) enum Ability {
     Webhooks,
     WebhookTestEvents,
     WebhookDeliveryHistory,
+    WebhookApiVersions,
     Usage,
     DeprecatedCalls,
     AuditLog,
 }
 
 impl Ability {
-    const ALL: [Self; 10] = [
+    const ALL: [Self; 11] = [
         Self::KeyPolicy,
         Self::LeakReports,
         Self::LastUse,
@@ -36,6 +37,7 @@ impl Ability {
         Self::Webhooks,
         Self::WebhookTestEvents,
         Self::WebhookDeliveryHistory,
+        Self::WebhookApiVersions,
         Self::Usage,
         Self::DeprecatedCalls,
         Self::AuditLog,
@@ -51,6 +53,7 @@ impl Ability {
             Self::Webhooks => "webhooks",
             Self::WebhookTestEvents => "webhookTestEvents",
             Self::WebhookDeliveryHistory => "webhookDeliveryHistory",
+            Self::WebhookApiVersions => "webhookApiVersions",
             Self::Usage => "usage",
             Self::DeprecatedCalls => "deprecatedCalls",
             Self::AuditLog => "auditLog",
@@ -67,6 +70,7 @@ impl Ability {
             Self::Webhooks => "webhooks",
             Self::WebhookTestEvents => "webhook test events",
             Self::WebhookDeliveryHistory => "the webhook delivery history",
+            Self::WebhookApiVersions => "webhook endpoints' API versions",
             Self::Usage => "usage",
             Self::DeprecatedCalls => "deprecated-call counts",
             Self::AuditLog => "an audit log",
@@ -85,6 +89,7 @@ impl Ability {
             "/webhooks/{id}/attempts" | "/webhooks/{id}/retry" | "/webhooks/{id}/recover" => {
                 Some(Self::WebhookDeliveryHistory)
             }
+            "/webhooks/{id}/api-version" => Some(Self::WebhookApiVersions),
             _ if path.starts_with("/webhooks") => Some(Self::Webhooks),
             _ => None,
         }
@@ -109,9 +114,10 @@ impl Offered<'_> {
             Ability::LeakReports => self.keys.supports(KeyAbility::LeakReports),
             Ability::LastUse => self.keys.supports(KeyAbility::LastUse),
             Ability::ApiVersions => self.keys.supports(KeyAbility::ApiVersions),
-            Ability::Webhooks | Ability::WebhookTestEvents | Ability::WebhookDeliveryHistory => {
-                self.offers_webhooks(ability)
-            }
+            Ability::Webhooks
+            | Ability::WebhookTestEvents
+            | Ability::WebhookDeliveryHistory
+            | Ability::WebhookApiVersions => self.offers_webhooks(ability),
             Ability::Usage => self.usage,
             Ability::DeprecatedCalls => self.deprecated_calls,
             Ability::AuditLog => self.audit_log,
@@ -126,6 +132,7 @@ impl Offered<'_> {
         match ability {
             Ability::WebhookTestEvents => manager.supports(WebhookAbility::TestEvents),
             Ability::WebhookDeliveryHistory => manager.supports(WebhookAbility::DeliveryHistory),
+            Ability::WebhookApiVersions => manager.supports(WebhookAbility::ApiVersions),
             Ability::Webhooks
             | Ability::KeyPolicy
             | Ability::LeakReports

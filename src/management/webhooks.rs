@@ -8,11 +8,12 @@ use http::{Method, Response, StatusCode};
 use http_body::Body;
 use serde::Deserialize;
 
-use super::bodies::{caller_message, json, read_json, Failure};
+use super::bodies::{caller_message, json, offered_version, read_json, Failure, PinVersionRequest};
 use super::limits::MAX_OVERLAP;
 use crate::api::body::ApiBody;
 use crate::model::Timestamp;
 use crate::store::{StoreError, StoreErrorKind};
+use crate::versions::Versions;
 use crate::webhooks::{EventType, NewEndpoint, WebhookManager};
 
 /// The most attempts `GET /webhooks/{id}/attempts` lists.
@@ -25,7 +26,7 @@ pub(super) enum WebhookRoute<'p> {
     Endpoint(&'p str),
     Attempts(&'p str),
     /// A state change of one endpoint: `rotate`, `enable`, `disable`, `remove`, `test`,
-    /// `retry`, `recover`.
+    /// `retry`, `recover`, `api-version`.
     Action(&'p str, &'p str),
 }
 
@@ -38,8 +39,15 @@ impl<'p> WebhookRoute<'p> {
 
     /// The route of `segments` (the path's, after `webhooks`).
     pub(super) fn at(segments: &[&'p str], valid_id: impl Fn(&str) -> bool) -> Option<Self> {
-        const ACTIONS: [&str; 7] = [
-            "rotate", "enable", "disable", "remove", "test", "retry", "recover",
+        const ACTIONS: [&str; 8] = [
+            "rotate",
+            "enable",
+            "disable",
+            "remove",
+            "test",
+            "retry",
+            "recover",
+            "api-version",
         ];
         match segments {
             [] => Some(Self::Endpoints),
@@ -81,6 +89,8 @@ struct AddRequest {
     events: Vec<EventType>,
     #[serde(default)]
     description: String,
+    /// Absent: the newest version the API offers.
+    api_version: Option<String>,
 }
 
 /// The body of `POST /webhooks/{id}/rotate`.
@@ -142,6 +152,7 @@ fn data(status: StatusCode, value: serde_json::Value) -> Response<ApiBody> {
 /// service's checks.
 pub(super) async fn answer<B>(
     manager: &dyn WebhookManager,
+    versions: &Versions,
     route: WebhookRoute<'_>,
     organization: &str,
     parts: &Parts,
@@ -166,10 +177,16 @@ where
                 url,
                 events,
                 description,
+                api_version,
             } = read_json(body).await?;
+            let version = match api_version {
+                Some(name) => offered_version(versions, &name)?,
+                None => versions.newest(),
+            };
             let new = NewEndpoint::new(url)
                 .with_events(events)
-                .with_description(description);
+                .with_description(description)
+                .with_api_version(version);
             new.check().map_err(|err| {
                 Failure::new(StatusCode::UNPROCESSABLE_ENTITY, caller_message(&err))
             })?;
@@ -242,6 +259,18 @@ where
             Ok(data(
                 StatusCode::ACCEPTED,
                 serde_json::json!({ "messageId": message_id }),
+            ))
+        }
+        WebhookRoute::Action(id, "api-version") => {
+            let PinVersionRequest { api_version } = read_json(body).await?;
+            let version = offered_version(versions, &api_version)?;
+            let endpoint = manager
+                .pin_api_version(organization, id, version)
+                .await
+                .map_err(failure)?;
+            Ok(data(
+                StatusCode::OK,
+                serde_json::json!({ "endpoint": endpoint }),
             ))
         }
         WebhookRoute::Action(id, "retry") => {

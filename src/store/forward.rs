@@ -356,6 +356,17 @@ mod webhooks {
         ) -> Result<u64, StoreError> {
             (**self).recover(organization_id, endpoint_id, since).await
         }
+
+        async fn pin_api_version(
+            &self,
+            organization_id: &str,
+            endpoint_id: &str,
+            version: crate::versions::ApiVersion,
+        ) -> Result<Endpoint, StoreError> {
+            (**self)
+                .pin_api_version(organization_id, endpoint_id, version)
+                .await
+        }
     });
 
     forward!(WebhookOutbox {

@@ -9,6 +9,7 @@ use std::time::Duration;
 mod audit_log;
 mod fairness;
 mod outbox;
+mod versions;
 
 pub use audit_log::run_webhook_audit_log;
 
@@ -73,6 +74,10 @@ where
     report.results.push((
         "webhooks: endpoints per organization capped by its policy",
         endpoint_cap(fixtures).await,
+    ));
+    report.results.push((
+        "webhooks: bodies at each endpoint's API version",
+        versions::endpoint_versions(fixtures).await,
     ));
     report.results.push((
         "webhooks: retention deletes old messages in batches",

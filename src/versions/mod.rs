@@ -409,16 +409,27 @@ impl Versions {
     }
 }
 
-/// The `data` of an order's webhook, `newest` in the newest shape, as an endpoint is sent it:
-/// at the first version, which every endpoint reads until endpoints carry a version of their
-/// own, so no endpoint's bodies change by a byte.
+/// The `data` of an order's webhook, `newest` in the newest shape, as an endpoint pinned to
+/// `version` is sent it (`None`: an endpoint added before endpoints had versions, which reads
+/// the first, so none of its bodies changes by a byte). Webhooks follow the shipped chain.
 #[cfg(feature = "webhooks")]
-pub(crate) fn webhook_order(newest: bytes::Bytes) -> bytes::Bytes {
-    match Versions::shipped().render(Resource::Order, &newest, FIRST) {
+pub(crate) fn webhook_order(newest: bytes::Bytes, version: Option<ApiVersion>) -> bytes::Bytes {
+    static SHIPPED: std::sync::OnceLock<Versions> = std::sync::OnceLock::new();
+    let shipped = SHIPPED.get_or_init(Versions::shipped);
+    match shipped.render(Resource::Order, &newest, version.unwrap_or(FIRST)) {
         Ok(Some(older)) => older.into(),
-        // Not an object: the unshowable mark, the same at every version.
+        // The newest shape, or not an object (the unshowable mark, the same at every version).
         Ok(None) | Err(_) => newest,
     }
+}
+
+/// Serializes a pinned version as the version it reads: `None` (a record from before
+/// versions, or from a store that records none) as the first.
+pub(crate) fn serialize_pinned<S: serde::Serializer>(
+    version: &Option<ApiVersion>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&version.unwrap_or(FIRST), serializer)
 }
 
 impl Default for Versions {

@@ -520,7 +520,7 @@ mod webhooks {
     use partner_api::testing::{run_webhooks, StoreFixtures};
     use partner_api::webhooks::{
         Attempt, Backlog, ClaimRequest, CreatedEndpoint, Delivery, Endpoint, Finish,
-        FinishedAttempt, NewEndpoint, WebhookManager, WebhookOutbox,
+        FinishedAttempt, NewEndpoint, WebhookAbility, WebhookManager, WebhookOutbox,
     };
     use partner_api::{MemoryStore, Order, Organization, StoreError, Timestamp};
 
@@ -537,6 +537,10 @@ mod webhooks {
         LateFinishWins,
         /// Claims ignore the worker's slots: no equal parts.
         IgnoresSlots,
+        /// Endpoints are added at the newest version whatever they ask.
+        IgnoresVersions,
+        /// A pin is answered as done, but deliveries keep the endpoint's old version.
+        PinsWithoutRendering,
     }
 
     #[async_trait]
@@ -585,7 +589,26 @@ mod webhooks {
             org: &str,
             new: NewEndpoint,
         ) -> Result<CreatedEndpoint, StoreError> {
+            let new = if self.fault == OutboxFault::IgnoresVersions {
+                new.with_api_version(partner_api::versions::NEWEST)
+            } else {
+                new
+            };
             self.store.add_endpoint(org, new).await
+        }
+        fn supports(&self, ability: WebhookAbility) -> bool {
+            self.fault == OutboxFault::PinsWithoutRendering
+                && ability == WebhookAbility::ApiVersions
+        }
+        async fn pin_api_version(
+            &self,
+            org: &str,
+            id: &str,
+            version: partner_api::versions::ApiVersion,
+        ) -> Result<Endpoint, StoreError> {
+            let mut endpoint = self.store.endpoint(org, id).await?;
+            endpoint.api_version = Some(version);
+            Ok(endpoint)
         }
         async fn endpoints(&self, org: &str) -> Result<Vec<Endpoint>, StoreError> {
             self.store.endpoints(org).await
@@ -693,7 +716,7 @@ mod webhooks {
     }
 
     #[tokio::test]
-    async fn the_suite_fails_a_store_whose_late_finishes_win_or_that_ignores_the_slots() {
+    async fn the_suite_fails_a_store_whose_late_finishes_win_ignores_the_slots_or_versions() {
         run_webhooks(&MemoryStore::new()).await.assert_passed();
         for (fault, check) in [
             (
@@ -703,6 +726,14 @@ mod webhooks {
             (
                 OutboxFault::IgnoresSlots,
                 "webhooks: a claim shares the slots in equal parts",
+            ),
+            (
+                OutboxFault::IgnoresVersions,
+                "webhooks: bodies at each endpoint's API version",
+            ),
+            (
+                OutboxFault::PinsWithoutRendering,
+                "webhooks: bodies at each endpoint's API version",
             ),
         ] {
             let faulty = FaultyOutbox {

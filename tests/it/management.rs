@@ -893,6 +893,83 @@ async fn webhook_endpoints_are_managed_through_the_documented_routes() {
         get(&service, &format!("/webhooks/{id}")).await.body["data"]["endpoint"]["url"],
         "https://partner.example/hooks"
     );
+    // The newest API version by default; another on request, or by a pin (audited); a
+    // version not offered is a 422 that lists those offered.
+    assert_eq!(endpoint["apiVersion"], "2026-11-28");
+    let older = post(
+        &service,
+        "/webhooks",
+        json!({"url": "https://partner.example/older", "apiVersion": "2026-11-27"}),
+    )
+    .await;
+    assert_eq!(older.status, StatusCode::CREATED, "{}", older.text);
+    let older_id = older.body["data"]["endpoint"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(older.body["data"]["endpoint"]["apiVersion"], "2026-11-27");
+    let pinned = post(
+        &service,
+        &format!("/webhooks/{older_id}/api-version"),
+        json!({"apiVersion": "2026-11-28"}),
+    )
+    .await;
+    assert_eq!(pinned.status, StatusCode::OK, "{}", pinned.text);
+    assert_eq!(pinned.body["data"]["endpoint"]["apiVersion"], "2026-11-28");
+    let query = partner_api::store::AuditQuery {
+        limit: 10,
+        action: Some("webhook.api_version_pinned".parse().unwrap()),
+        ..Default::default()
+    };
+    let entries = partner_api::store::AuditLog::audit_entries(&memory, "org_demo", &query)
+        .await
+        .unwrap()
+        .entries;
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(
+        entries[0].detail.as_deref(),
+        Some("2026-11-27 to 2026-11-28")
+    );
+    for (path, body) in [
+        (
+            "/webhooks".to_owned(),
+            json!({"url": "https://partner.example/x", "apiVersion": "2020-01-01"}),
+        ),
+        (
+            format!("/webhooks/{older_id}/api-version"),
+            json!({"apiVersion": "v2"}),
+        ),
+        (format!("/webhooks/{older_id}/api-version"), json!({})),
+    ] {
+        let refused = post(&service, &path, body.clone()).await;
+        assert_eq!(
+            refused.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{body}: {}",
+            refused.text
+        );
+        assert!(
+            refused.text.contains("2026-11-27") || body == json!({}),
+            "{}",
+            refused.text
+        );
+    }
+    assert_eq!(
+        post(
+            &service,
+            "/webhooks/99999/api-version",
+            json!({"apiVersion": "2026-11-28"})
+        )
+        .await
+        .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        post(&service, &format!("/webhooks/{older_id}/remove"), json!({}))
+            .await
+            .status,
+        StatusCode::OK
+    );
 
     // Every bad input: a clear error, the right status, nothing changed.
     for (body, status) in [
@@ -1360,7 +1437,7 @@ mod core_only {
             json!({"data": {"abilities": {
                 "keyPolicy": false, "leakReports": false, "lastUse": false, "apiVersions": false,
                 "webhooks": false,
-                "webhookTestEvents": false, "webhookDeliveryHistory": false,
+                "webhookTestEvents": false, "webhookDeliveryHistory": false, "webhookApiVersions": false,
                 "usage": false, "deprecatedCalls": false, "auditLog": false
             }}})
         );
@@ -1408,7 +1485,7 @@ mod core_only {
             json!({
                 "keyPolicy": true, "leakReports": true, "lastUse": true, "apiVersions": true,
                 "webhooks": false,
-                "webhookTestEvents": false, "webhookDeliveryHistory": false,
+                "webhookTestEvents": false, "webhookDeliveryHistory": false, "webhookApiVersions": false,
                 "usage": false, "deprecatedCalls": false, "auditLog": false
             })
         );

@@ -62,7 +62,7 @@ async fn the_memory_store_conforms() {
     let store = MemoryStore::new();
     let report = partner_api::testing::run_webhooks(&store).await;
     report.assert_passed();
-    assert_eq!(report.len(), 9);
+    assert_eq!(report.len(), 10);
     partner_api::testing::run_webhook_audit_log(&store)
         .await
         .assert_passed();
@@ -73,7 +73,10 @@ async fn each_event_type_arrives_signed_with_the_order_as_the_api_serves_it() {
     let receiver = Receiver::ok().await;
     let store = store();
     let endpoint = store
-        .add_endpoint("org_b", NewEndpoint::new(receiver.url("/hooks")))
+        .add_endpoint(
+            "org_b",
+            NewEndpoint::new(receiver.url("/hooks")).with_api_version(partner_api::versions::FIRST),
+        )
         .await
         .unwrap();
     let (_stop, _task) = start(Dispatcher::new(store.clone(), config()));
@@ -946,7 +949,10 @@ mod postgres {
         let receiver = Receiver::ok().await;
         let store = database().await;
         let endpoint = store
-            .add_endpoint("org_a", NewEndpoint::new(receiver.url("/")))
+            .add_endpoint(
+                "org_a",
+                NewEndpoint::new(receiver.url("/")).with_api_version(partner_api::versions::FIRST),
+            )
             .await
             .unwrap();
         let mut transaction = store.pool().begin().await.unwrap();
@@ -1476,10 +1482,13 @@ mod standalone {
                 "order.updated",
                 "--description",
                 "ERP",
+                "--api-version",
+                "2026-11-27",
             ],
         )
         .await;
         let endpoint = &added[0];
+        assert_eq!(endpoint["apiVersion"], "2026-11-27");
         let id = endpoint["id"].as_str().unwrap().to_owned();
         let secret: WebhookSecret = endpoint["secret"].as_str().unwrap().parse().unwrap();
         assert_eq!(endpoint["organizationId"], "org_a");
@@ -1547,6 +1556,38 @@ mod standalone {
         types.sort();
         assert_eq!(types, ["order.created", "order.updated", "webhook.test"]);
         assert!(received.iter().any(|r| r.header("webhook-id") == test_id));
+        // At the first version, as the endpoint was added: no updatedAt.
+        assert!(received
+            .iter()
+            .filter(|r| r.json()["type"] != "webhook.test")
+            .all(|r| r.json()["data"].get("updatedAt").is_none()));
+        // Pinned to the second, its next order arrives with it.
+        let pinned = cli(
+            &database,
+            &[
+                "pin",
+                "--organization",
+                "org_a",
+                "--id",
+                &id,
+                "--api-version",
+                "2026-11-28",
+            ],
+        )
+        .await;
+        assert_eq!(pinned[0]["apiVersion"], "2026-11-28");
+        sqlx::query(postgres::INSERT)
+            .bind("o2")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        let received = receiver.wait_for(4, Duration::from_secs(15)).await;
+        let o2 = received
+            .iter()
+            .find(|r| r.json()["data"]["id"] == "o2")
+            .expect("o2 delivered");
+        checked(o2, std::slice::from_ref(&secret));
+        assert_eq!(o2.json()["data"]["updatedAt"], o2.json()["timestamp"]);
 
         // A receiver hears a delivery before the worker records it.
         let attempts = eventually(|| async {
@@ -1555,7 +1596,7 @@ mod standalone {
                 &["attempts", "--organization", "org_a", "--id", &id],
             )
             .await;
-            (attempts.len() == 3).then_some(attempts)
+            (attempts.len() == 4).then_some(attempts)
         })
         .await;
         for attempt in &attempts {
@@ -1587,8 +1628,8 @@ mod standalone {
         let new_secret: WebhookSecret = rotated[0]["secret"].as_str().unwrap().parse().unwrap();
         assert_ne!(new_secret, secret);
         cli(&database, &["test", "--organization", "org_a", "--id", &id]).await;
-        let received = receiver.wait_for(4, Duration::from_secs(15)).await;
-        let last = &received[3];
+        let received = receiver.wait_for(5, Duration::from_secs(15)).await;
+        let last = &received[4];
         assert_eq!(last.header("webhook-signature").split(' ').count(), 2);
         checked(last, std::slice::from_ref(&secret));
         checked(last, std::slice::from_ref(&new_secret));

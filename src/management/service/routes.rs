@@ -101,6 +101,7 @@ impl Route<'_> {
                         Some(Ability::WebhookDeliveryHistory)
                     }
                     WebhookRoute::Action(_, "test") => Some(Ability::WebhookTestEvents),
+                    WebhookRoute::Action(_, "api-version") => Some(Ability::WebhookApiVersions),
                     WebhookRoute::Endpoints
                     | WebhookRoute::Endpoint(_)
                     | WebhookRoute::Action(..) => None,
@@ -194,6 +195,7 @@ impl KeyManagementService {
             }
             return crate::management::webhooks::answer(
                 manager,
+                &self.versions,
                 route,
                 organization.id(),
                 &parts,

@@ -45,6 +45,9 @@ pub enum AuditAction {
     WebhookMessageRetried,
     /// `webhook.messages_recovered`: the detail is how many.
     WebhookMessagesRecovered,
+    /// `webhook.api_version_pinned`: the endpoint's API version was set; the detail is `from
+    /// to to`.
+    WebhookApiVersionPinned,
     /// `audit.pruned`: retention deleted entries of the organization older than its
     /// retention; the detail is how many (one entry per organization and pruned batch).
     AuditPruned,
@@ -72,6 +75,7 @@ impl AuditAction {
         Self::WebhookTestSent,
         Self::WebhookMessageRetried,
         Self::WebhookMessagesRecovered,
+        Self::WebhookApiVersionPinned,
         Self::AuditPruned,
     ];
 
@@ -95,6 +99,7 @@ impl AuditAction {
             Self::WebhookTestSent => "webhook.test_sent",
             Self::WebhookMessageRetried => "webhook.message_retried",
             Self::WebhookMessagesRecovered => "webhook.messages_recovered",
+            Self::WebhookApiVersionPinned => "webhook.api_version_pinned",
             Self::AuditPruned => "audit.pruned",
         }
     }

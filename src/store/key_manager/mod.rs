@@ -371,7 +371,7 @@ pub struct KeyRecord {
     pub allowed_ips: AllowedIps,
     /// The API version the key is pinned to; `None` (a key issued before versions, or by a
     /// store that records none) is the first version, and is listed as it.
-    #[serde(serialize_with = "pinned_version")]
+    #[serde(serialize_with = "crate::versions::serialize_pinned")]
     pub api_version: Option<ApiVersion>,
     /// The version a recent upgrade of the key can be rolled back to, and until when.
     pub api_version_rollback: Option<VersionRollback>,
@@ -403,15 +403,6 @@ impl VersionRollback {
 pub const VERSION_ROLLBACK_WINDOW: Duration = Duration::from_secs(72 * 3600);
 
 /// A key's pinned version as listed: the first version when none is recorded.
-fn pinned_version<S: serde::Serializer>(
-    version: &Option<ApiVersion>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    version
-        .unwrap_or(crate::versions::FIRST)
-        .serialize(serializer)
-}
-
 impl KeyRecord {
     /// Creates the record of a key `id` of `organization_id` created at `created_at`, with
     /// nothing else known.

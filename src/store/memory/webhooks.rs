@@ -20,6 +20,7 @@ use crate::store::webhooks::{
 };
 use crate::store::StoreError;
 use crate::store::{AuditAction, AuditRecord, EventId};
+use crate::versions::ApiVersion;
 
 #[derive(Default)]
 pub(super) struct Outbox {
@@ -49,13 +50,42 @@ struct DeliveryEntry {
     endpoint: u64,
     order_id: Option<String>,
     kind: EventType,
-    body: Bytes,
+    body: Body,
     raised_at: Timestamp,
     state: State,
     due: Timestamp,
     attempts: u32,
     /// `attempts` when the current round of tries began (a retry or recovery starts one).
     round_start: u32,
+}
+
+/// What a delivery sends, made at each attempt as the real store makes it: an order's body at
+/// the endpoint's API version of that moment.
+enum Body {
+    /// Sent as it is: a test, a deletion.
+    Fixed(Bytes),
+    /// An order's event: its id, its time, and the order in the newest shape.
+    Order {
+        event_id: String,
+        at: Timestamp,
+        newest: Bytes,
+    },
+}
+
+impl Body {
+    fn render(&self, kind: EventType, endpoint: &Endpoint) -> Bytes {
+        match self {
+            Self::Fixed(body) => body.clone(),
+            Self::Order {
+                event_id,
+                at,
+                newest,
+            } => {
+                let data = crate::versions::webhook_order(newest.clone(), endpoint.api_version);
+                payload(Some(event_id), kind, *at, &data)
+            }
+        }
+    }
 }
 
 impl Outbox {
@@ -84,7 +114,7 @@ impl Outbox {
         endpoint: u64,
         kind: EventType,
         order_id: Option<String>,
-        body: Bytes,
+        body: Body,
     ) -> String {
         let id = self.next_id();
         let message_id = format!("msg_{}", uuid::Uuid::new_v4().simple());
@@ -126,13 +156,18 @@ impl Outbox {
                 continue;
             }
             let id = EventId::new(organization_id, event.id).to_string();
-            let data = match event.change {
-                crate::store::OrderChange::Deleted => event.data.clone(),
-                _ => crate::versions::webhook_order(event.data.clone()),
-            };
-            let body = payload(Some(&id), kind, event.created_at, &data);
             for endpoint in subscribed {
-                self.queue(endpoint, kind, Some(order_id.clone()), body.clone());
+                let body = match event.change {
+                    crate::store::OrderChange::Deleted => {
+                        Body::Fixed(payload(Some(&id), kind, event.created_at, &event.data))
+                    }
+                    _ => Body::Order {
+                        event_id: id.clone(),
+                        at: event.created_at,
+                        newest: event.data.clone(),
+                    },
+                };
+                self.queue(endpoint, kind, Some(order_id.clone()), body);
             }
         }
     }
@@ -189,6 +224,7 @@ impl WebhookManager for MemoryStore {
         let mut record = Endpoint::new(id.to_string(), organization_id, new.url, Timestamp::now());
         record.events = events;
         record.description = new.description;
+        record.api_version = Some(new.api_version);
         outbox.endpoints.insert(
             id,
             EndpointEntry {
@@ -298,8 +334,33 @@ impl WebhookManager for MemoryStore {
 
     fn supports(&self, ability: WebhookAbility) -> bool {
         match ability {
-            WebhookAbility::TestEvents | WebhookAbility::DeliveryHistory => true,
+            WebhookAbility::TestEvents
+            | WebhookAbility::DeliveryHistory
+            | WebhookAbility::ApiVersions => true,
         }
+    }
+
+    async fn pin_api_version(
+        &self,
+        organization_id: &str,
+        endpoint_id: &str,
+        version: ApiVersion,
+    ) -> Result<Endpoint, StoreError> {
+        let mut outbox = self.outbox();
+        let (_, entry) = outbox.endpoint_mut(organization_id, endpoint_id)?;
+        let before = entry.record.api_version.unwrap_or(crate::versions::FIRST);
+        if before != version {
+            entry.record.api_version = Some(version);
+            self.audit(
+                AuditRecord::new(
+                    organization_id,
+                    AuditAction::WebhookApiVersionPinned,
+                    Some(endpoint_id),
+                )
+                .with_detail(crate::store::key_manager::version_change(before, version)),
+            );
+        }
+        Ok(entry.record.clone())
     }
 
     async fn send_test(
@@ -317,7 +378,7 @@ impl WebhookManager for MemoryStore {
         let data = serde_json::to_vec(&serde_json::json!({ "endpointId": entry.record.id }))
             .map_err(StoreError::other)?;
         let body = payload(None, EventType::WebhookTest, Timestamp::now(), &data);
-        let message_id = outbox.queue(id, EventType::WebhookTest, None, body);
+        let message_id = outbox.queue(id, EventType::WebhookTest, None, Body::Fixed(body));
         self.audit(
             AuditRecord::new(
                 organization_id,

@@ -19,9 +19,11 @@ use crate::store::webhooks::{
 };
 use crate::store::StoreError;
 use crate::store::{AuditAction, AuditRecord, EventId};
+use crate::versions::{ApiVersion, FIRST};
 
 /// The columns of an [`Endpoint`], in `endpoint_from_row`'s names.
-const ENDPOINT: &str = "id, organization_id, url, events, description, enabled, created_at";
+const ENDPOINT: &str =
+    "id, organization_id, url, events, description, enabled, created_at, api_version";
 
 pub(super) fn endpoint_id(text: &str) -> Result<i64, StoreError> {
     text.parse::<i64>().map_err(|_| no_endpoint(text))
@@ -48,6 +50,7 @@ pub(super) fn endpoint_from_row(row: &PgRow) -> Result<Endpoint, StoreError> {
         .map(|name| name.parse().map_err(StoreError::invalid_data))
         .collect::<Result<_, _>>()?;
     endpoint.description = column(row, "description")?;
+    endpoint.api_version = super::keys::api_version(row, "api_version")?;
     endpoint.enabled = column(row, "enabled")?;
     Ok(endpoint)
 }
@@ -76,7 +79,7 @@ pub(super) fn body_from_row(row: &PgRow, kind: EventType) -> Result<Bytes, Store
                 row.try_get("order_row").map_err(store_error)?,
                 raised_at,
             )?;
-            crate::versions::webhook_order(newest)
+            crate::versions::webhook_order(newest, super::keys::api_version(row, "api_version")?)
         }
         EventType::OrderDeleted => {
             super::events::deleted_json(&column::<String>(row, "message_order_id")?)?
@@ -126,14 +129,16 @@ impl WebhookManager for PgStore {
         .map_err(store_error)?;
         policy.check_webhook_endpoints(endpoints.unsigned_abs())?;
         let row = sqlx::query(&format!(
-            "INSERT INTO partner_webhook_endpoints (organization_id, url, events, description, secret) \
-             VALUES ($1, $2, $3, $4, $5) RETURNING {ENDPOINT}"
+            "INSERT INTO partner_webhook_endpoints \
+                 (organization_id, url, events, description, secret, api_version) \
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING {ENDPOINT}"
         ))
         .bind(organization_id)
         .bind(&new.url)
         .bind(&names)
         .bind(&new.description)
         .bind(secret.expose())
+        .bind(new.api_version.date())
         .fetch_one(&mut *transaction)
         .await
         .map_err(store_error)?;
@@ -277,8 +282,52 @@ impl WebhookManager for PgStore {
 
     fn supports(&self, ability: WebhookAbility) -> bool {
         match ability {
-            WebhookAbility::TestEvents | WebhookAbility::DeliveryHistory => true,
+            WebhookAbility::TestEvents
+            | WebhookAbility::DeliveryHistory
+            | WebhookAbility::ApiVersions => true,
         }
+    }
+
+    async fn pin_api_version(
+        &self,
+        organization_id: &str,
+        id: &str,
+        version: ApiVersion,
+    ) -> Result<Endpoint, StoreError> {
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        let before = sqlx::query(
+            "SELECT api_version FROM partner_webhook_endpoints \
+             WHERE organization_id = $1 AND id = $2 FOR UPDATE",
+        )
+        .bind(organization_id)
+        .bind(endpoint_id(id)?)
+        .fetch_optional(&mut *transaction)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| no_endpoint(id))?;
+        let before = super::keys::api_version(&before, "api_version")?.unwrap_or(FIRST);
+        let row = sqlx::query(&format!(
+            "UPDATE partner_webhook_endpoints SET api_version = $3 \
+             WHERE organization_id = $1 AND id = $2 RETURNING {ENDPOINT}"
+        ))
+        .bind(organization_id)
+        .bind(endpoint_id(id)?)
+        .bind(version.date())
+        .fetch_one(&mut *transaction)
+        .await
+        .map_err(store_error)?;
+        // A pin that changes nothing writes no entry.
+        if before != version {
+            let entry = AuditRecord::new(
+                organization_id,
+                AuditAction::WebhookApiVersionPinned,
+                Some(id),
+            )
+            .with_detail(crate::store::key_manager::version_change(before, version));
+            audited(&mut transaction, entry).await?;
+        }
+        transaction.commit().await.map_err(store_error)?;
+        endpoint_from_row(&row)
     }
 
     async fn send_test(&self, organization_id: &str, id: &str) -> Result<String, StoreError> {

@@ -9,6 +9,7 @@ use serde::{Serialize, Serializer};
 use super::{EventType, WebhookSecret};
 use crate::model::Timestamp;
 use crate::store::StoreError;
+use crate::versions::ApiVersion;
 
 /// The longest endpoint URL, in bytes.
 pub const MAX_URL_BYTES: usize = 2048;
@@ -23,7 +24,7 @@ pub const MAX_RECOVERED: u64 = 100;
 
 /// An endpoint's record, without its secret. Serializes in camelCase: `id`,
 /// `organizationId`, `url`, `events` (empty: every type), `description`, `enabled`,
-/// `createdAt`.
+/// `createdAt`, `apiVersion`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -42,6 +43,11 @@ pub struct Endpoint {
     pub enabled: bool,
     /// When it was added.
     pub created_at: Timestamp,
+    /// The API version its orders' bodies are rendered at; `None` (an endpoint added before
+    /// endpoints had versions, or by a store that records none) is the first version, and is
+    /// listed as it.
+    #[serde(serialize_with = "crate::versions::serialize_pinned")]
+    pub api_version: Option<ApiVersion>,
 }
 
 impl Endpoint {
@@ -60,6 +66,7 @@ impl Endpoint {
             description: String::new(),
             enabled: true,
             created_at,
+            api_version: None,
         }
     }
 
@@ -96,8 +103,8 @@ impl Serialize for CreatedEndpoint {
     }
 }
 
-/// What to add: a URL, the event types (none for all) and a description.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+/// What to add: a URL, the event types (none for all), a description and the API version.
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NewEndpoint {
     /// Where events are posted: an absolute `https` (or `http`, when the delivering host
@@ -107,15 +114,37 @@ pub struct NewEndpoint {
     pub events: Vec<EventType>,
     /// Free text for the organization, at most [`MAX_DESCRIPTION_CHARS`] characters.
     pub description: String,
+    /// The API version its orders' bodies are rendered at: by default the newest
+    /// ([`versions::NEWEST`](crate::versions::NEWEST)), as for a new key. The caller checks
+    /// that the API offers it.
+    pub api_version: ApiVersion,
+}
+
+impl Default for NewEndpoint {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            events: Vec::new(),
+            description: String::new(),
+            api_version: crate::versions::NEWEST,
+        }
+    }
 }
 
 impl NewEndpoint {
-    /// An endpoint at `url` for every event type.
+    /// An endpoint at `url` for every event type, at the newest API version.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
             ..Self::default()
         }
+    }
+
+    /// Renders its orders' bodies at `version`.
+    #[must_use]
+    pub fn with_api_version(mut self, version: ApiVersion) -> Self {
+        self.api_version = version;
+        self
     }
 
     /// Subscribes to these event types only.
@@ -265,7 +294,8 @@ pub struct Attempt {
 /// A store that also keeps the [`AuditLog`](crate::store::AuditLog) audits every change of an
 /// endpoint as [`KeyManager`](crate::store::KeyManager)'s changes are (`webhook.added`,
 /// `webhook.secret_rotated`, `webhook.enabled`, `webhook.disabled`, `webhook.removed`,
-/// `webhook.test_sent`, `webhook.message_retried`, `webhook.messages_recovered`), under the
+/// `webhook.test_sent`, `webhook.message_retried`, `webhook.messages_recovered`,
+/// `webhook.api_version_pinned`), under the
 /// same two rules, `audit-in-the-change` and `audit-only-changes`; an endpoint's URL is
 /// logged as its origin only. `testing::run_webhook_audit_log` checks them, and a failure
 /// names the rule.
@@ -390,6 +420,28 @@ pub trait WebhookManager: Send + Sync {
         let _ = (organization_id, endpoint_id, since);
         Err(StoreError::unsupported("webhook delivery history"))
     }
+
+    /// Pins the endpoint to the API version `version` and returns its record
+    /// ([`WebhookAbility::ApiVersions`]): the bodies of its orders' events are rendered at it
+    /// from its next delivery attempt on (a retry of an earlier message included; the
+    /// signature covers the rendered body). A pin to its own version changes nothing and
+    /// writes no audit entry. The caller checks that the API offers `version`.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` for an endpoint the organization does not have; `Unsupported` by default.
+    ///
+    /// Audited as `webhook.api_version_pinned`, the versions as the detail (`2026-11-27 to
+    /// 2026-11-28`).
+    async fn pin_api_version(
+        &self,
+        organization_id: &str,
+        endpoint_id: &str,
+        version: ApiVersion,
+    ) -> Result<Endpoint, StoreError> {
+        let _ = (organization_id, endpoint_id, version);
+        Err(StoreError::unsupported("API versions of webhook endpoints"))
+    }
 }
 
 /// An optional ability of a [`WebhookManager`], as [`WebhookManager::supports`] reports it.
@@ -401,9 +453,12 @@ pub enum WebhookAbility {
     /// [`WebhookManager::attempts`], [`WebhookManager::retry_message`] and
     /// [`WebhookManager::recover`]: the delivery history and what is sent again from it.
     DeliveryHistory,
+    /// [`WebhookManager::pin_api_version`]: an endpoint's API version changed after it was
+    /// added.
+    ApiVersions,
 }
 
 impl WebhookAbility {
     /// Every ability.
-    pub const ALL: [Self; 2] = [Self::TestEvents, Self::DeliveryHistory];
+    pub const ALL: [Self; 3] = [Self::TestEvents, Self::DeliveryHistory, Self::ApiVersions];
 }

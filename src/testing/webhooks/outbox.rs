@@ -238,17 +238,13 @@ where
             "the timestamp {timestamp:?} is not ISO 8601 UTC with milliseconds"
         );
         if let Some(state) = state {
-            // Every endpoint reads the first API version's shape: no `updatedAt`.
-            let expected = EncodedOrder::new(state.clone()).map_err(|err| err.to_string())?;
-            let expected = crate::versions::Versions::shipped()
-                .render(
-                    crate::versions::Resource::Order,
-                    expected.json(),
-                    crate::versions::FIRST,
-                )
-                .map_err(|err| err.to_string())?
-                .unwrap_or_else(|| expected.json().to_vec());
-            let data = format!(",\"data\":{}}}", String::from_utf8_lossy(&expected));
+            // The endpoint reads the newest version: the order with the event's own time as
+            // its `updatedAt`, in the bytes `GET /v1/orders` would serve for it.
+            let mut state = state.clone();
+            state.updated_at = timestamp.parse().ok();
+            let expected = EncodedOrder::new(state).map_err(|err| err.to_string())?;
+            let expected = expected.json();
+            let data = format!(",\"data\":{}}}", String::from_utf8_lossy(expected));
             ensure!(
                 String::from_utf8_lossy(&delivery.body).ends_with(&data),
                 "the data of {kind} is not the order's bytes as GET /v1/orders serves them: {}",

@@ -143,7 +143,7 @@ impl WebhookOutbox for MemoryStore {
                     &endpoint.record,
                     endpoint.secrets(now),
                     delivery.kind,
-                    delivery.body.clone(),
+                    delivery.body.render(delivery.kind, &endpoint.record),
                     delivery.attempts,
                     delivery.attempts - delivery.round_start,
                     endpoint.failing_since,
