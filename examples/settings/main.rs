@@ -203,7 +203,8 @@ pub fn app(
         let management = KeyManagementService::new(store.clone())
             .with_usage(store.clone())
             .with_deprecated_calls(store.clone())
-            .with_audit_log(store.clone());
+            .with_audit_log(store.clone())
+            .with_preview(store.clone());
         #[cfg(feature = "webhooks")]
         let management = management.with_webhooks(store.clone());
         management

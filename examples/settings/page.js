@@ -131,7 +131,8 @@ function button(text, className, onClick, label) {
 
 // What the host's store offers besides the keys themselves (GET /abilities); until it is
 // known, everything is shown.
-let abilities = { keyPolicy: true, leakReports: true, lastUse: true, apiVersions: true, webhooks: true,
+let abilities = { keyPolicy: true, leakReports: true, lastUse: true, apiVersions: true,
+  apiVersionPreview: true, webhooks: true,
   webhookTestEvents: true, webhookDeliveryHistory: true, usage: true, deprecatedCalls: true, auditLog: true };
 
 // The partner API's versions (GET /api-versions), newest first, for the keys' pins.
@@ -187,6 +188,10 @@ function showPin(actions, key) {
   cancel.type = "button";
   cancel.addEventListener("click", () => refresh());
   form.append(label, select, save, cancel);
+  if (abilities.apiVersionPreview) {
+    form.append(button("Preview", "preview-version", () => showPreview(form, key, select.value),
+      `Preview ${name} at the chosen API version`));
+  }
   const back = openRollback(key);
   if (back) {
     form.append(button("Back to " + back.to, "undo-version", () => rollBackVersion(key),
@@ -205,6 +210,54 @@ function showPin(actions, key) {
   });
   actions.replaceChildren(form);
   select.focus();
+}
+
+// What the key would read at `version`: the organization's own orders and events at the
+// key's version and at the chosen one, field by field (GET /keys/{id}/api-version/preview).
+async function showPreview(form, key, version) {
+  statusLine.textContent = "";
+  let preview;
+  try {
+    preview = await call("GET",
+      `/keys/${encodeURIComponent(key.id)}/api-version/preview?version=${encodeURIComponent(version)}`);
+  } catch (error) {
+    statusLine.textContent = "Could not preview the API version: " + error.message;
+    return;
+  }
+  form.querySelector(".version-preview")?.remove();
+  const section = element("section", "version-preview");
+  section.setAttribute("aria-label", `Preview from ${preview.from} to ${preview.to}`);
+  section.append(element("h3", "", `From ${preview.from} to ${preview.to}`));
+  if (preview.changes.length) {
+    const list = element("ul", "preview-changes");
+    preview.changes.forEach((change) => list.append(element("li", "", change)));
+    section.append(list);
+  }
+  const rows = [];
+  for (const [what, items] of [["Order", preview.orders], ["Event", preview.events]]) {
+    for (const item of items) {
+      for (const difference of item.differences) rows.push([`${what} ${item.id}`, difference]);
+    }
+  }
+  if (!rows.length) {
+    section.append(element("p", "preview-same", "Your orders and events read the same at both versions."));
+  } else {
+    const scroller = element("div", "preview-scroll");
+    const table = element("table", "preview-differences");
+    const head = element("tr");
+    ["Where", "Field", "Change", "From", "To"].forEach((title) => head.append(element("th", "", title)));
+    table.append(head);
+    const shown = (value) => value === undefined ? "—" : JSON.stringify(value);
+    for (const [where, difference] of rows) {
+      const row = element("tr", "preview-difference");
+      row.append(cell(where), cell(difference.field, "field"), cell(difference.change, "change"),
+        cell(shown(difference.from)), cell(shown(difference.to)));
+      table.append(row);
+    }
+    scroller.append(table);
+    section.append(scroller);
+  }
+  form.append(section);
 }
 
 function render(keys) {

@@ -19,6 +19,7 @@ pub(super) enum Ability {
     LeakReports,
     LastUse,
     ApiVersions,
+    ApiVersionPreview,
     Webhooks,
     WebhookTestEvents,
     WebhookDeliveryHistory,
@@ -29,11 +30,12 @@ pub(super) enum Ability {
 }
 
 impl Ability {
-    const ALL: [Self; 11] = [
+    const ALL: [Self; 12] = [
         Self::KeyPolicy,
         Self::LeakReports,
         Self::LastUse,
         Self::ApiVersions,
+        Self::ApiVersionPreview,
         Self::Webhooks,
         Self::WebhookTestEvents,
         Self::WebhookDeliveryHistory,
@@ -50,6 +52,7 @@ impl Ability {
             Self::LeakReports => "leakReports",
             Self::LastUse => "lastUse",
             Self::ApiVersions => "apiVersions",
+            Self::ApiVersionPreview => "apiVersionPreview",
             Self::Webhooks => "webhooks",
             Self::WebhookTestEvents => "webhookTestEvents",
             Self::WebhookDeliveryHistory => "webhookDeliveryHistory",
@@ -67,6 +70,7 @@ impl Ability {
             Self::LeakReports => "leak reports",
             Self::LastUse => "the keys' last use",
             Self::ApiVersions => "keys' API versions",
+            Self::ApiVersionPreview => "previews of API versions",
             Self::Webhooks => "webhooks",
             Self::WebhookTestEvents => "webhook test events",
             Self::WebhookDeliveryHistory => "the webhook delivery history",
@@ -82,6 +86,7 @@ impl Ability {
         match path {
             "/policy" => Some(Self::KeyPolicy),
             "/keys/{id}/api-version" | "/keys/{id}/api-version/rollback" => Some(Self::ApiVersions),
+            "/keys/{id}/api-version/preview" => Some(Self::ApiVersionPreview),
             "/usage" | "/keys/{id}/usage" => Some(Self::Usage),
             "/audit" => Some(Self::AuditLog),
             "/deprecated-calls" => Some(Self::DeprecatedCalls),
@@ -102,6 +107,7 @@ pub(super) struct Offered<'a> {
     pub(super) usage: bool,
     pub(super) deprecated_calls: bool,
     pub(super) audit_log: bool,
+    pub(super) preview: bool,
     #[cfg(feature = "webhooks")]
     pub(super) webhooks: Option<&'a dyn WebhookManager>,
 }
@@ -114,6 +120,9 @@ impl Offered<'_> {
             Ability::LeakReports => self.keys.supports(KeyAbility::LeakReports),
             Ability::LastUse => self.keys.supports(KeyAbility::LastUse),
             Ability::ApiVersions => self.keys.supports(KeyAbility::ApiVersions),
+            Ability::ApiVersionPreview => {
+                self.preview && self.keys.supports(KeyAbility::ApiVersions)
+            }
             Ability::Webhooks
             | Ability::WebhookTestEvents
             | Ability::WebhookDeliveryHistory
@@ -138,6 +147,7 @@ impl Offered<'_> {
             | Ability::LeakReports
             | Ability::LastUse
             | Ability::ApiVersions
+            | Ability::ApiVersionPreview
             | Ability::Usage
             | Ability::DeprecatedCalls
             | Ability::AuditLog => true,

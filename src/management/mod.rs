@@ -14,6 +14,7 @@ pub(crate) mod bodies;
 mod budget;
 mod deprecated_calls;
 mod limits;
+mod preview;
 mod service;
 mod usage;
 #[cfg(feature = "webhooks")]

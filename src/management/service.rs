@@ -15,6 +15,7 @@
 //! | `POST /keys/{id}/roll` `{"overlapSeconds", "expiresInSeconds"}` | rolls it (the new key lives `expiresInSeconds`, or as long as the old one was issued for) | 201 `{"data": {"key": "pk_...", "record": record}}` |
 //! | `POST /keys/{id}/restrict` `{"allowedIps": ["192.0.2.0/24", ...]}` | sets the address ranges it may be used from (`[]`: any) | 200 `{"data": {"record": record}}` |
 //! | `GET /policy` | the organization's key policy | 200 `{"data": {"policy": {"maxKeyLifetimeSeconds", "maxActiveKeys", "maxWebhookEndpoints"}}}` |
+//! | `GET /keys/{id}/api-version/preview?version=DATE` | what the key would read at that version, from the organization's own orders and events (with [`with_preview`](KeyManagementService::with_preview)) | 200 `{"data": {"keyId", "from", "to", "changes", "orders": [{"id", "from", "to", "differences": [{"field", "change", "from", "to"}]}], "events": [...]}}` |
 //! | `GET /abilities` | what this host offers besides the keys themselves | 200 `{"data": {"abilities": {"keyPolicy", "leakReports", "lastUse", "webhooks", "webhookTestEvents", "webhookDeliveryHistory", "webhookApiVersions", "usage", "deprecatedCalls", "auditLog"}}}` (booleans) |
 //! | `GET /keys/{id}/usage?from=&to=&granularity=hour\|day` | one key's requests per bucket, route and outcome (with [`with_usage`](KeyManagementService::with_usage)) | 200 `{"data": {"keyId", "from", "to", "granularity", "total", "buckets": [{"start", "route", "outcome", "count"}]}}` |
 //! | `GET /usage?from=&to=` | every key's totals per outcome (with `with_usage`) | 200 `{"data": {"from", "to", "keys": [{"keyId", "total", "outcomes": {"ok": n, ...}}]}}` |
@@ -190,6 +191,11 @@ pub struct KeyManagementService {
     trusted_proxies: Arc<TrustedProxies>,
     /// The API's versions: what a key may be pinned to.
     versions: crate::versions::Versions,
+    /// Where a preview of a version reads the organization's orders and events.
+    preview: Option<(
+        Arc<dyn crate::store::OrderStore>,
+        Arc<dyn crate::store::EventFeed>,
+    )>,
     #[cfg(feature = "webhooks")]
     webhooks: Option<Arc<dyn crate::webhooks::WebhookManager>>,
     /// The budget per organization of the webhook actions that queue messages.
@@ -214,6 +220,7 @@ impl KeyManagementService {
             )),
             trusted_proxies: Arc::new(TrustedProxies::default()),
             versions: crate::versions::Versions::shipped(),
+            preview: None,
             #[cfg(feature = "webhooks")]
             webhooks: None,
             #[cfg(feature = "webhooks")]
@@ -271,6 +278,23 @@ impl KeyManagementService {
     #[must_use]
     pub fn with_usage(mut self, store: impl crate::store::UsageStore + 'static) -> Self {
         self.usage = Some(Arc::new(store));
+        self
+    }
+
+    /// Serves previews of API versions (`GET /keys/{id}/api-version/preview?version=DATE`):
+    /// the organization's first page of orders and the oldest events its feed keeps, read
+    /// from `store`, at the key's version and the asked one, with what differs field by
+    /// field. Offered when the key store offers versions too
+    /// ([`KeyAbility::ApiVersions`](crate::store::KeyAbility::ApiVersions)); without it the
+    /// path is 404, absent from the served OpenAPI document, and `GET /abilities` says
+    /// `"apiVersionPreview": false`, so the Settings page offers no preview.
+    #[must_use]
+    pub fn with_preview<S>(mut self, store: S) -> Self
+    where
+        S: crate::store::OrderStore + crate::store::EventFeed + 'static,
+    {
+        let store = Arc::new(store);
+        self.preview = Some((store.clone(), store));
         self
     }
 

@@ -1435,7 +1435,7 @@ mod core_only {
         assert_eq!(
             abilities.body,
             json!({"data": {"abilities": {
-                "keyPolicy": false, "leakReports": false, "lastUse": false, "apiVersions": false,
+                "keyPolicy": false, "leakReports": false, "lastUse": false, "apiVersions": false, "apiVersionPreview": false,
                 "webhooks": false,
                 "webhookTestEvents": false, "webhookDeliveryHistory": false, "webhookApiVersions": false,
                 "usage": false, "deprecatedCalls": false, "auditLog": false
@@ -1483,7 +1483,7 @@ mod core_only {
         assert_eq!(
             full.body["data"]["abilities"],
             json!({
-                "keyPolicy": true, "leakReports": true, "lastUse": true, "apiVersions": true,
+                "keyPolicy": true, "leakReports": true, "lastUse": true, "apiVersions": true, "apiVersionPreview": false,
                 "webhooks": false,
                 "webhookTestEvents": false, "webhookDeliveryHistory": false, "webhookApiVersions": false,
                 "usage": false, "deprecatedCalls": false, "auditLog": false
@@ -1740,4 +1740,124 @@ async fn keys_are_issued_at_a_version_pinned_and_rolled_back() {
     // Read-only methods are refused on the changes.
     let read = get(&service, &format!("/keys/{id}/api-version")).await;
     assert_eq!(read.status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+/// An upgrade previewed from the organization's own orders and events: each at the key's
+/// version and the asked one, with what differs field by field.
+#[tokio::test]
+async fn an_upgrade_is_previewed_from_the_organizations_own_orders_and_events() {
+    let memory = store();
+    let page = partner_api::OrderStore::orders(
+        &memory,
+        "org_demo",
+        &partner_api::store::OrderQuery::newest(10),
+    )
+    .await
+    .unwrap();
+    let served: Vec<partner_api::Order> = page.orders().iter().map(|o| o.order().clone()).collect();
+    let mut order = served[0].clone();
+    order.status = "running".into();
+    memory.update_order("org_demo", order).unwrap();
+    let service = KeyManagementService::new(memory.clone()).with_preview(memory.clone());
+    assert_eq!(
+        get(&service, "/abilities").await.body["data"]["abilities"]["apiVersionPreview"],
+        true
+    );
+    let first = post(
+        &service,
+        "/keys",
+        json!({"environment": "test", "apiVersion": "2026-11-27"}),
+    )
+    .await;
+    let id = first.body["data"]["record"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let preview = get(
+        &service,
+        &format!("/keys/{id}/api-version/preview?version=2026-11-28"),
+    )
+    .await;
+    assert_eq!(preview.status, StatusCode::OK, "{}", preview.text);
+    let data = &preview.body["data"];
+    assert_eq!(data["keyId"], id.as_str());
+    assert_eq!(
+        (&data["from"], &data["to"]),
+        (&json!("2026-11-27"), &json!("2026-11-28"))
+    );
+    assert_eq!(data["changes"].as_array().unwrap().len(), 1, "{data}");
+    let orders = data["orders"].as_array().unwrap();
+    assert_eq!(orders.len(), 10, "the first page, at most ten");
+    let events = data["events"].as_array().unwrap();
+    assert!(!events.is_empty(), "{data}");
+    assert!(events
+        .iter()
+        .all(|event| event["id"].as_str().unwrap().starts_with("evt_")
+            && event["type"].as_str().unwrap().starts_with("order.")));
+    for item in orders.iter().chain(events) {
+        let updated_at = &item["to"]["updatedAt"];
+        assert!(updated_at.is_string(), "{item}");
+        assert!(item["from"].get("updatedAt").is_none(), "{item}");
+        assert_eq!(
+            item["differences"],
+            json!([{"field": "updatedAt", "change": "added", "to": updated_at}]),
+            "{item}"
+        );
+        let mut without = item["to"].clone();
+        without.as_object_mut().unwrap().remove("updatedAt");
+        assert_eq!(without, item["from"]);
+    }
+    // The orders are the organization's first page, newest first.
+    assert_eq!(orders[0]["id"], served[0].id.as_str());
+    // Down, the same fields removed; the key's own version, nothing.
+    let newest = post(&service, "/keys", json!({"environment": "test"})).await;
+    let newest_id = newest.body["data"]["record"]["id"].as_str().unwrap();
+    let down = get(
+        &service,
+        &format!("/keys/{newest_id}/api-version/preview?version=2026-11-27"),
+    )
+    .await;
+    assert_eq!(
+        down.body["data"]["orders"][0]["differences"][0]["change"],
+        "removed"
+    );
+    let same = get(
+        &service,
+        &format!("/keys/{newest_id}/api-version/preview?version=2026-11-28"),
+    )
+    .await;
+    assert_eq!(same.body["data"]["changes"], json!([]));
+    assert!(same.body["data"]["orders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|order| order["differences"] == json!([])));
+    // Bad inputs: the version missing or not offered is a 422 naming the versions; another
+    // organization's key, or none, a 404.
+    for path in [
+        format!("/keys/{id}/api-version/preview"),
+        format!("/keys/{id}/api-version/preview?version=2026-12-01"),
+        format!("/keys/{id}/api-version/preview?version=latest"),
+    ] {
+        let refused = get(&service, &path).await;
+        assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{path}");
+        assert!(refused.text.contains("version"), "{}", refused.text);
+    }
+    let unknown = get(
+        &service,
+        "/keys/999999/api-version/preview?version=2026-11-28",
+    )
+    .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+    // Without a preview source, the path is not served.
+    let without = KeyManagementService::new(memory.clone());
+    assert_eq!(
+        get(
+            &without,
+            &format!("/keys/{id}/api-version/preview?version=2026-11-28")
+        )
+        .await
+        .status,
+        StatusCode::NOT_FOUND
+    );
 }

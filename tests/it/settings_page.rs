@@ -1304,6 +1304,36 @@ async fn a_person_manages_keys_on_the_settings_page() {
     click(&browser, Locator::Css("button.undo-version")).await;
     wait_for_row_text(&browser, "Versioned", "API 2026-11-27").await;
     assert_eq!(me_version(&example, &versioned).await, "2026-11-27");
+    // Before upgrading again, a preview from the organization's own orders, field by field,
+    // at a desktop's width and a phone's (the page never scrolls sideways).
+    for (width, height) in [(390, 844), (1280, 1100)] {
+        browser.set_window_size(width, height).await.unwrap();
+        click_in_row(&browser, "Versioned", "button.pin-version").await;
+        browser
+            .find(Locator::Css("select.pin-versions"))
+            .await
+            .unwrap()
+            .select_by_value("2026-11-28")
+            .await
+            .unwrap();
+        click(&browser, Locator::Css("button.preview-version")).await;
+        let preview = browser
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css("section.version-preview"))
+            .await
+            .unwrap();
+        let text = preview.text().await.unwrap();
+        assert!(
+            text.contains("From 2026-11-27 to 2026-11-28")
+                && text.contains("updatedAt")
+                && text.contains("added"),
+            "{text}"
+        );
+        let fits = overflow(&browser).await;
+        assert!(fits["page"].as_i64().unwrap() <= 0, "at {width} px: {fits}");
+        click(&browser, Locator::Css("form.roll button.cancel")).await;
+    }
 
     // A key GitHub found in public: revoked by the report, and shown as leaked with a link
     // to where it was found.

@@ -13,6 +13,7 @@ enum Route<'p> {
     Restrict(&'p str),
     PinVersion(&'p str),
     RollBackVersion(&'p str),
+    VersionPreview(&'p str),
     ApiVersions,
     Policy,
     Abilities,
@@ -53,6 +54,9 @@ impl<'p> Route<'p> {
             ["keys", id, "api-version", "rollback"] if valid_id(id) => {
                 Some(Self::RollBackVersion(id))
             }
+            ["keys", id, "api-version", "preview"] if valid_id(id) => {
+                Some(Self::VersionPreview(id))
+            }
             #[cfg(feature = "webhooks")]
             ["webhooks", rest @ ..] => {
                 crate::management::webhooks::WebhookRoute::at(rest, valid_id).map(Self::Webhooks)
@@ -72,6 +76,7 @@ impl<'p> Route<'p> {
             | Self::DeprecatedCalls
             | Self::Audit
             | Self::ApiVersions
+            | Self::VersionPreview(_)
             | Self::OpenApi => "GET, HEAD",
             Self::Revoke(_)
             | Self::Roll(_)
@@ -90,6 +95,7 @@ impl Route<'_> {
         match self {
             Self::Policy => vec![Ability::KeyPolicy],
             Self::PinVersion(_) | Self::RollBackVersion(_) => vec![Ability::ApiVersions],
+            Self::VersionPreview(_) => vec![Ability::ApiVersionPreview],
             Self::Usage | Self::KeyUsage(_) => vec![Ability::Usage],
             Self::Audit => vec![Ability::AuditLog],
             Self::DeprecatedCalls => vec![Ability::DeprecatedCalls],
@@ -128,6 +134,7 @@ impl KeyManagementService {
             usage: self.usage.is_some(),
             deprecated_calls: self.deprecated_calls.is_some(),
             audit_log: self.audit.is_some(),
+            preview: self.preview.is_some(),
             #[cfg(feature = "webhooks")]
             webhooks: self.webhooks.as_deref(),
         }
@@ -317,6 +324,22 @@ impl KeyManagementService {
                 Ok(one(&record))
             }
             Route::ApiVersions => Ok(api_versions(&self.versions)),
+            Route::VersionPreview(id) => {
+                let (orders, events) = self
+                    .preview
+                    .as_ref()
+                    .ok_or_else(|| Failure::not_offered("previews of API versions"))?;
+                crate::management::preview::preview(
+                    keys,
+                    &**orders,
+                    &**events,
+                    &self.versions,
+                    organization,
+                    id,
+                    parts.uri.query(),
+                )
+                .await
+            }
             Route::Roll(id) => {
                 let RollRequest {
                     overlap_seconds,
