@@ -1,6 +1,13 @@
 //! Deprecations a host declares ([`Deprecation`], for `PartnerApi::with_deprecation`): a route
-//! (`/me`, `/orders`, `/events`) or a query parameter of one (`/orders?provider`) deprecated
-//! from a date, optionally with a sunset date and a link to what explains it.
+//! (`/me`, `/orders`, `/events`), a query parameter of one (`/orders?provider`), or an API
+//! version (`2026-11-27`, see [versions](crate::docs::versions)) deprecated from a date,
+//! optionally with a sunset date and a link to what explains it.
+//!
+//! A version's deprecation concerns every answer served at that version, after the key is
+//! known (the version a request is served at is the key's pinned one or its header's): the
+//! same notices, the same 410 past an enforced sunset, its calls counted per key under the
+//! target `2026-11-27`. `GET /versions` shows it (`deprecated`, `sunset`); `GET /deprecations`
+//! lists the routes' and parameters' only, as it always did.
 //!
 //! Every answer to a request of a deprecated route, or one that uses a deprecated parameter,
 //! carries `Deprecation: @<unix seconds>` (RFC 9745), `Sunset: <IMF-fixdate>` (RFC 8594) when
@@ -24,6 +31,8 @@ use std::str::FromStr;
 
 use chrono::NaiveDate;
 use http::{HeaderName, HeaderValue};
+
+use crate::versions::ApiVersion;
 
 /// A route of the API that a deprecation names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -54,11 +63,13 @@ impl DeprecatedRoute {
     }
 }
 
-/// A deprecation of a route or of a query parameter of one.
+/// A deprecation of a route, of a query parameter of one, or of an API version.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Deprecation {
-    route: DeprecatedRoute,
+    /// `None` for a version's deprecation.
+    route: Option<DeprecatedRoute>,
     parameter: Option<String>,
+    version: Option<ApiVersion>,
     since: NaiveDate,
     sunset: Option<NaiveDate>,
     link: Option<String>,
@@ -67,13 +78,13 @@ pub struct Deprecation {
 
 /// As `GET /deprecations` and the management service's `GET /deprecated-calls` show it:
 /// `{"target", "route", "parameter", "deprecatedOn", "sunsetOn", "link", "enforced"}`, days
-/// as `YYYY-MM-DD`, `null` for what is not set.
+/// as `YYYY-MM-DD`, `null` for what is not set (a version's `route`).
 impl serde::Serialize for Deprecation {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
         let mut fields = serializer.serialize_struct("Deprecation", 7)?;
         fields.serialize_field("target", &self.target())?;
-        fields.serialize_field("route", self.route.as_str())?;
+        fields.serialize_field("route", &self.route.map(DeprecatedRoute::as_str))?;
         fields.serialize_field("parameter", &self.parameter)?;
         fields.serialize_field("deprecatedOn", &self.since.to_string())?;
         fields.serialize_field("sunsetOn", &self.sunset.map(|day| day.to_string()))?;
@@ -100,14 +111,32 @@ fn refused(message: impl Into<String>) -> DeprecationError {
 }
 
 impl Deprecation {
-    /// `target` (`/orders`, or `/orders?provider` for a query parameter) deprecated from the
-    /// day `since`.
+    /// `target` (`/orders`, `/orders?provider` for a query parameter, or `2026-11-27` for an
+    /// API version) deprecated from the day `since`.
     ///
     /// # Errors
     ///
     /// When `target` is not `/me`, `/orders` or `/events`, with or without `?` and a
-    /// parameter name (letters, digits and `_`, at most 64).
+    /// parameter name (letters, digits and `_`, at most 64), nor a version's name
+    /// (`YYYY-MM-DD`). Whether the API offers the version is the host's to check: a
+    /// deprecation of a version it does not offer concerns no answer.
     pub fn new(target: &str, since: NaiveDate) -> Result<Self, DeprecationError> {
+        if !target.starts_with('/') {
+            let version: ApiVersion = target.parse().map_err(|_| {
+                refused(format!(
+                    "{target:?} is not a route of the API nor a version: use /me, /orders or /events, with ?PARAMETER for a query parameter, or a version YYYY-MM-DD"
+                ))
+            })?;
+            return Ok(Self {
+                route: None,
+                parameter: None,
+                version: Some(version),
+                since,
+                sunset: None,
+                link: None,
+                enforced: false,
+            });
+        }
         let (path, parameter) = match target.split_once('?') {
             Some((path, parameter)) => (path, Some(parameter)),
             None => (target, None),
@@ -130,8 +159,9 @@ impl Deprecation {
             }
         }
         Ok(Self {
-            route,
+            route: Some(route),
             parameter: parameter.map(str::to_owned),
+            version: None,
             since,
             sunset: None,
             link: None,
@@ -194,9 +224,14 @@ impl Deprecation {
         Ok(self)
     }
 
-    /// The route deprecated, or whose parameter is.
-    pub fn route(&self) -> DeprecatedRoute {
+    /// The route deprecated, or whose parameter is; `None` for a version's deprecation.
+    pub fn route(&self) -> Option<DeprecatedRoute> {
         self.route
+    }
+
+    /// The API version deprecated, for a version's deprecation.
+    pub fn version(&self) -> Option<ApiVersion> {
+        self.version
     }
 
     /// The deprecated query parameter, when the deprecation is of one.
@@ -204,11 +239,13 @@ impl Deprecation {
         self.parameter.as_deref()
     }
 
-    /// What is deprecated: `/orders`, or `/orders?provider`.
+    /// What is deprecated: `/orders`, `/orders?provider`, or `2026-11-27`.
     pub fn target(&self) -> String {
-        match &self.parameter {
-            Some(parameter) => format!("{}?{parameter}", self.route.as_str()),
-            None => self.route.as_str().to_owned(),
+        match (self.route, &self.parameter, self.version) {
+            (Some(route), Some(parameter), _) => format!("{}?{parameter}", route.as_str()),
+            (Some(route), None, _) => route.as_str().to_owned(),
+            (None, _, Some(version)) => version.to_string(),
+            (None, _, None) => String::new(),
         }
     }
 
@@ -235,7 +272,7 @@ impl Deprecation {
     /// Whether a request to `route` whose query string is `query` is concerned: any request of
     /// the route, or, for a parameter, one that gives it.
     pub(crate) fn concerns(&self, route: DeprecatedRoute, query: Option<&str>) -> bool {
-        if route != self.route {
+        if Some(route) != self.route {
             return false;
         }
         let Some(parameter) = &self.parameter else {
@@ -301,6 +338,45 @@ pub(crate) fn notices<'a>(
     headers
 }
 
+/// Adds `notices` to `headers`, which may hold notices already (a route's deprecation and the
+/// version's, on one answer): one `Deprecation` and one `Sunset`, the earliest of each, and
+/// each link once.
+pub(crate) fn add_notices(headers: &mut http::HeaderMap, notices: &[(HeaderName, HeaderValue)]) {
+    for (name, value) in notices {
+        let held = headers.get(name);
+        let keep_held = match (name.as_str(), held) {
+            (_, None) => false,
+            ("deprecation", Some(held)) => {
+                let seconds = |value: &HeaderValue| {
+                    value
+                        .to_str()
+                        .ok()
+                        .and_then(|text| text.strip_prefix('@'))
+                        .and_then(|digits| digits.parse::<i64>().ok())
+                };
+                seconds(held) <= seconds(value)
+            }
+            ("sunset", Some(held)) => {
+                let day = |value: &HeaderValue| {
+                    value.to_str().ok().and_then(|text| {
+                        NaiveDate::parse_from_str(text, "%a, %d %b %Y 00:00:00 GMT").ok()
+                    })
+                };
+                day(held) <= day(value)
+            }
+            _ => {
+                if !headers.get_all(name).iter().any(|held| held == value) {
+                    headers.append(name.clone(), value.clone());
+                }
+                continue;
+            }
+        };
+        if !keep_held {
+            headers.insert(name.clone(), value.clone());
+        }
+    }
+}
+
 /// `date` at 00:00 UTC, in seconds since the epoch.
 fn unix_seconds(date: NaiveDate) -> i64 {
     date.and_hms_opt(0, 0, 0)
@@ -315,10 +391,12 @@ pub(crate) fn imf_fixdate(date: NaiveDate) -> String {
 impl FromStr for Deprecation {
     type Err = DeprecationError;
 
-    /// `ROUTE[?PARAM]=DATE[,sunset=DATE][,link=URL][,enforce]`, dates `YYYY-MM-DD`.
+    /// `TARGET=DATE[,sunset=DATE][,link=URL][,enforce]`, dates `YYYY-MM-DD`; the target a
+    /// route (`/orders`), a route's parameter (`/orders?provider`) or an API version
+    /// (`2026-11-27`).
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let (target, rest) = text.split_once('=').ok_or_else(|| {
-            refused("a deprecation is ROUTE[?PARAM]=DATE[,sunset=DATE][,link=URL][,enforce]")
+            refused("a deprecation is TARGET=DATE[,sunset=DATE][,link=URL][,enforce], the target /ROUTE[?PARAM] or a version YYYY-MM-DD")
         })?;
         let mut parts = rest.split(',');
         let since = date(parts.next().unwrap_or_default())?;

@@ -202,20 +202,35 @@ pub(crate) struct Args {
     /// 410 Gone.
     #[arg(long, value_name = "DAYS", default_value_t = 30)]
     pub(crate) events_retention_days: u64,
-    /// Declares a route (/me, /orders, /events) or a query parameter of one (/orders?provider)
-    /// deprecated from DATE (YYYY-MM-DD, UTC midnight), optionally with a sunset date, a link
-    /// to what explains it, and `enforce` (410 Gone from the sunset on). Repeatable. Answers
-    /// it concerns carry Deprecation, Sunset and Link; the served OpenAPI document marks it.
+    /// Declares a route (/me, /orders, /events), a query parameter of one (/orders?provider)
+    /// or an API version (2026-11-27) deprecated from DATE (YYYY-MM-DD, UTC midnight),
+    /// optionally with a sunset date, a link to what explains it, and `enforce` (410 Gone from
+    /// the sunset on). Repeatable. Answers it concerns (for a version: every answer served at
+    /// it) carry Deprecation, Sunset and Link; the served OpenAPI document marks a route or
+    /// parameter, GET /v1/versions a version.
     #[arg(
         long = "deprecate",
-        value_name = "ROUTE[?PARAM]=DATE[,sunset=DATE][,link=URL][,enforce]",
+        value_name = "(ROUTE[?PARAM]|VERSION)=DATE[,sunset=DATE][,link=URL][,enforce]",
         value_parser = parse_deprecation
     )]
     pub(crate) deprecations: Vec<partner_api::deprecation::Deprecation>,
 }
 
 fn parse_deprecation(text: &str) -> Result<partner_api::deprecation::Deprecation, String> {
-    text.parse().map_err(|err| format!("{err}"))
+    let deprecation: partner_api::deprecation::Deprecation =
+        text.parse().map_err(|err| format!("{err}"))?;
+    let versions = partner_api::versions::Versions::shipped();
+    match deprecation.version() {
+        Some(version) if !versions.offers(version) => Err(format!(
+            "{version} is not a version of the API, one of {}",
+            versions
+                .offered()
+                .map(|version| version.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        _ => Ok(deprecation),
+    }
 }
 
 fn parse_cidr(text: &str) -> Result<ipnet::IpNet, String> {

@@ -12,6 +12,7 @@ use crate::api::routes::Route;
 use crate::deprecated_calls::DeprecatedCallRecorder;
 use crate::deprecation::{DeprecatedRoute, Deprecation};
 use crate::store::DeprecatedCallTotal;
+use crate::versions::ApiVersion;
 
 /// The most deprecations one API declares: one bit each in [`Concerned`].
 pub(crate) const MAX_DEPRECATIONS: usize = 64;
@@ -124,6 +125,31 @@ impl Deprecations {
             .map(|(index, _)| index)
     }
 
+    /// The place among the declared of the deprecation of the API version `version`, if it is
+    /// deprecated.
+    pub(crate) fn of_version(&self, version: ApiVersion) -> Option<usize> {
+        self.declared
+            .iter()
+            .position(|(deprecation, ..)| deprecation.version() == Some(version))
+    }
+
+    /// The headers the deprecation at `index` adds alone.
+    pub(crate) fn notices_of(&self, index: usize) -> Option<&Notices> {
+        self.declared.get(index).map(|(_, _, alone)| alone)
+    }
+
+    /// Counts a call of the key `key_id` of the deprecation at `index`.
+    pub(crate) fn count_one(
+        &self,
+        recorder: &DeprecatedCallRecorder,
+        key_id: &Arc<str>,
+        index: usize,
+    ) {
+        if let Some((_, target, _)) = self.declared.get(index) {
+            recorder.record(key_id, target);
+        }
+    }
+
     /// The deprecation declared at `index`.
     pub(crate) fn get(&self, index: usize) -> Option<&Deprecation> {
         self.declared
@@ -146,9 +172,11 @@ impl Deprecations {
     /// What `GET /deprecations` lists: each deprecation, with the key's calls of it in the
     /// last 30 days (`calls`, its totals; `None` when calls are not recorded).
     pub(crate) fn listed(&self, calls: Option<&[DeprecatedCallTotal]>) -> serde_json::Value {
+        // A version's deprecation is in `GET /versions`: this list keeps its shape.
         let listed: Vec<serde_json::Value> = self
             .declared
             .iter()
+            .filter(|(deprecation, ..)| deprecation.route().is_some())
             .map(|(deprecation, target, _)| {
                 let total = calls.map(|calls| calls.iter().find(|t| *t.target == **target));
                 let mut listed = serde_json::to_value(deprecation).unwrap_or_default();

@@ -207,8 +207,27 @@ fn authenticated(config: &Config, facts: RequestFacts, principal: Principal) -> 
         AskedVersion::Named(version) => Some(version),
         AskedVersion::Unknown => None,
     };
+    // The version's own deprecation, known only now: counted, and gone past its enforced
+    // sunset as a route's is.
+    let mut gone = facts.gone;
+    if let Some(index) = version.and_then(|version| config.deprecations.of_version(version)) {
+        if let Some(recorder) = &config.deprecated_calls {
+            config
+                .deprecations
+                .count_one(recorder, &principal.key_id, index);
+        }
+        let today = crate::model::Timestamp::now().as_datetime().date_naive();
+        if gone.is_none()
+            && config
+                .deprecations
+                .get(index)
+                .is_some_and(|deprecation| deprecation.is_gone(today))
+        {
+            gone = Some(index);
+        }
+    }
     // Past an enforced sunset: gone, without spending the key's rate limit.
-    if let Some(deprecation) = facts.gone.and_then(|index| config.deprecations.get(index)) {
+    if let Some(deprecation) = gone.and_then(|index| config.deprecations.get(index)) {
         let response = response::past_sunset(deprecation);
         return finish(
             config,
@@ -334,7 +353,11 @@ fn limited(
         }
         KeyedRoute::Versions => {
             let pinned = config.versions.pinned(principal.api_version);
-            return done(response::versions(config.versions.chain(), pinned));
+            return done(response::versions(
+                config.versions.chain(),
+                pinned,
+                &config.deprecations,
+            ));
         }
         KeyedRoute::Deprecations => {
             if config.deprecated_calls.is_none() || config.deprecations.is_empty() {
@@ -551,6 +574,12 @@ fn finish(
     }
     let echo = version.and_then(|version| config.versions.echo(version));
     let headers = response.headers_mut();
+    if let Some(notices) = version
+        .and_then(|version| config.deprecations.of_version(version))
+        .and_then(|index| config.deprecations.notices_of(index))
+    {
+        crate::deprecation::add_notices(headers, notices);
+    }
     match echo {
         // Into the tagged answers' slot when the header is the default one.
         Some((name, value)) if name == response::VERSION_SLOT => {

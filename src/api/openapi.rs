@@ -81,7 +81,7 @@ impl Served {
                     let mut document = document_at(*version, prefix)
                         .expect("each version of DOCUMENTS has its document");
                     for deprecation in &deprecations {
-                        mark(&mut document, deprecation);
+                        mark(&mut document, *version, deprecation);
                     }
                     let bytes = serde_json::to_vec(&document).expect("a JSON value always encodes");
                     (*version, Bytes::from(bytes))
@@ -99,13 +99,68 @@ impl Served {
     }
 }
 
-/// Marks `deprecation` in `document`: its operation, or its parameter in that operation (a
-/// copy of the shared component, so the other operations that use it stay unmarked),
-/// `deprecated: true` with the day (`x-deprecation`), the sunset (`x-sunset`) and the link
-/// (`x-deprecation-link`; an operation's also as `externalDocs`); an enforced one's
-/// operation also documents its 410.
-fn mark(document: &mut Value, deprecation: &Deprecation) {
-    let pointer = format!("/paths/~1{}/get", &deprecation.route().as_str()[1..]);
+/// Marks `deprecation` in `document`, the document of `version`: a route's operation, or its
+/// parameter in that operation (a copy of the shared component, so the other operations that
+/// use it stay unmarked), `deprecated: true` with the day (`x-deprecation`), the sunset
+/// (`x-sunset`) and the link (`x-deprecation-link`; an operation's also as `externalDocs`);
+/// a version's deprecation, every operation of that version's document that takes a key. An
+/// enforced one's operations also document its 410.
+fn mark(document: &mut Value, version: ApiVersion, deprecation: &Deprecation) {
+    let Some(route) = deprecation.route() else {
+        if deprecation.version() == Some(version) {
+            let keyed: Vec<String> = document["paths"]
+                .as_object()
+                .map(|paths| {
+                    paths
+                        .keys()
+                        .filter(|path| *path != "/openapi.json")
+                        .map(|path| {
+                            format!("/paths/{}/get", path.replace('~', "~0").replace('/', "~1"))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            for pointer in keyed {
+                mark_operation(document, &pointer, deprecation);
+            }
+        }
+        return;
+    };
+    let pointer = format!("/paths/~1{}/get", &route.as_str()[1..]);
+    let Some(name) = deprecation.parameter() else {
+        mark_operation(document, &pointer, deprecation);
+        return;
+    };
+    let components = document["components"]["parameters"].clone();
+    let Some(parameters) = document
+        .pointer_mut(&format!("{pointer}/parameters"))
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    for parameter in parameters.iter_mut() {
+        let resolved = match parameter["$ref"].as_str() {
+            Some(reference) => {
+                let key = reference.rsplit('/').next().unwrap_or_default();
+                components[key].clone()
+            }
+            None => parameter.clone(),
+        };
+        if resolved["name"] == name && resolved["in"] == "query" {
+            let mut marked = resolved;
+            if let Some(object) = marked.as_object_mut() {
+                object.extend(notes(deprecation));
+            }
+            *parameter = marked;
+        }
+    }
+    if deprecation.is_enforced() {
+        document_gone(document, &pointer);
+    }
+}
+
+/// The notes of `deprecation` on what it marks.
+fn notes(deprecation: &Deprecation) -> serde_json::Map<String, Value> {
     let mut notes = serde_json::Map::new();
     notes.insert("deprecated".into(), Value::Bool(true));
     notes.insert(
@@ -118,55 +173,39 @@ fn mark(document: &mut Value, deprecation: &Deprecation) {
     if let Some(link) = deprecation.link() {
         notes.insert("x-deprecation-link".into(), Value::from(link));
     }
-    let components = document["components"]["parameters"].clone();
-    let Some(operation) = document.pointer_mut(&pointer) else {
+    notes
+}
+
+/// Marks the operation at `pointer` as a whole, and documents its 410 when enforced.
+fn mark_operation(document: &mut Value, pointer: &str, deprecation: &Deprecation) {
+    let Some(operation) = document.pointer_mut(pointer) else {
         return;
     };
-    match deprecation.parameter() {
-        None => {
-            if let Some(link) = deprecation.link() {
-                operation["externalDocs"] = serde_json::json!({
-                    "description": "What the deprecation means and what to use instead",
-                    "url": link,
-                });
-            }
-            if let Some(object) = operation.as_object_mut() {
-                object.extend(notes);
-            }
-        }
-        Some(name) => {
-            let Some(parameters) = operation["parameters"].as_array_mut() else {
-                return;
-            };
-            for parameter in parameters.iter_mut() {
-                let resolved = match parameter["$ref"].as_str() {
-                    Some(reference) => {
-                        let key = reference.rsplit('/').next().unwrap_or_default();
-                        components[key].clone()
-                    }
-                    None => parameter.clone(),
-                };
-                if resolved["name"] == name && resolved["in"] == "query" {
-                    let mut marked = resolved;
-                    if let Some(object) = marked.as_object_mut() {
-                        object.extend(notes.clone());
-                    }
-                    *parameter = marked;
-                }
-            }
-        }
+    if let Some(link) = deprecation.link() {
+        operation["externalDocs"] = serde_json::json!({
+            "description": "What the deprecation means and what to use instead",
+            "url": link,
+        });
+    }
+    if let Some(object) = operation.as_object_mut() {
+        object.extend(notes(deprecation));
     }
     if deprecation.is_enforced() {
-        if let Some(responses) = document
-            .pointer_mut(&format!("{pointer}/responses"))
-            .and_then(Value::as_object_mut)
-        {
-            responses.entry("410").or_insert_with(|| {
-                serde_json::json!({
-                    "description": "Past the sunset of an enforced deprecation: no longer answered. The message names the sunset date and the link. A request with a key gets it once the key is known to be usable (else its 401 or 403).",
-                    "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } }
-                })
-            });
-        }
+        document_gone(document, pointer);
+    }
+}
+
+/// Documents the 410 of an enforced deprecation on the operation at `pointer`.
+fn document_gone(document: &mut Value, pointer: &str) {
+    if let Some(responses) = document
+        .pointer_mut(&format!("{pointer}/responses"))
+        .and_then(Value::as_object_mut)
+    {
+        responses.entry("410").or_insert_with(|| {
+            serde_json::json!({
+                "description": "Past the sunset of an enforced deprecation: no longer answered. The message names the sunset date and the link. A request with a key gets it once the key is known to be usable (else its 401 or 403).",
+                "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } }
+            })
+        });
     }
 }

@@ -439,9 +439,14 @@ pub(crate) fn orders_body_of(orders: &Bytes) -> ApiBody {
     ])
 }
 
-/// The 200 of `GET /versions`: the versions of `chain`, newest first, each with its changes,
-/// and the version the key is pinned to.
-pub(crate) fn versions(chain: &Versions, pinned: ApiVersion) -> Response<ApiBody> {
+/// The 200 of `GET /versions`: the versions of `chain`, newest first, each with its changes
+/// and, when `deprecations` deprecate it, the day it is deprecated from and its sunset; and
+/// the version the key is pinned to.
+pub(crate) fn versions(
+    chain: &Versions,
+    pinned: ApiVersion,
+    deprecations: &crate::api::deprecations::Deprecations,
+) -> Response<ApiBody> {
     #[derive(serde::Serialize)]
     struct Listed<'a> {
         version: ApiVersion,
@@ -458,11 +463,18 @@ pub(crate) fn versions(chain: &Versions, pinned: ApiVersion) -> Response<ApiBody
         pinned,
         versions: chain
             .offered()
-            .map(|version| Listed {
-                version,
-                changes: chain.changes_of(version).map(|c| c.description()).collect(),
-                deprecated: None,
-                sunset: None,
+            .map(|version| {
+                let deprecation = deprecations
+                    .of_version(version)
+                    .and_then(|index| deprecations.get(index));
+                Listed {
+                    version,
+                    changes: chain.changes_of(version).map(|c| c.description()).collect(),
+                    deprecated: deprecation.map(|d| ApiVersion::from_date(d.since())),
+                    sunset: deprecation
+                        .and_then(|d| d.sunset())
+                        .map(ApiVersion::from_date),
+                }
             })
             .collect(),
     };

@@ -250,6 +250,37 @@ async fn the_standalone_host_declares_deprecations_from_its_flags() {
         stderr.contains("--deprecate") && stderr.contains("before the deprecation"),
         "{stderr}"
     );
+    // A version's form: the demo key reads the first version, deprecated; a version the API
+    // does not offer is refused, naming those it does.
+    let mut host = Process::spawn(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--deprecate",
+        "2026-11-27=2026-11-28,sunset=2099-06-01",
+    ]);
+    let base = host.base_url().await;
+    let me = fetch(&client, Method::GET, format!("{base}/v1/me"), Some(key)).await;
+    assert_eq!(me.status, StatusCode::OK);
+    assert_eq!(values(&me, "deprecation"), ["@1795824000"]);
+    assert_eq!(values(&me, "sunset"), ["Mon, 01 Jun 2099 00:00:00 GMT"]);
+    let versions = fetch(
+        &client,
+        Method::GET,
+        format!("{base}/v1/versions"),
+        Some(key),
+    )
+    .await;
+    assert_eq!(
+        versions.json()["data"]["versions"][1]["deprecated"],
+        "2026-11-28"
+    );
+    assert!(host.terminate().await.success());
+    let (ok, _, stderr) = standalone_command(&["--deprecate", "2020-01-01=2026-12-01"]).await;
+    assert!(!ok);
+    assert!(
+        stderr.contains("not a version of the API") && stderr.contains("2026-11-27"),
+        "{stderr}"
+    );
 }
 
 /// A memory store with a second key in `org_a`, and the ids of `KEY_A`, that key and `KEY_B`.

@@ -553,3 +553,146 @@ async fn every_change_names_real_routes_and_changes_an_answer() {
     let demo_has_orders = !page.is_empty();
     assert!(demo_has_orders);
 }
+
+/// A version deprecated with `--deprecate`'s form for a version: every answer served at it
+/// carries the notices (merged with a route's, one field each), its calls are counted per key
+/// under its name, `GET /versions` shows it, `GET /deprecations` keeps its shape; past an
+/// enforced sunset it is the 410, after the key is known, while the header names another.
+#[tokio::test]
+async fn a_deprecated_version_is_announced_counted_and_gone_past_its_enforced_sunset() {
+    use partner_api::deprecated_calls::DeprecatedCallRecorder;
+    use partner_api::deprecation::Deprecation;
+    use partner_api::store::DeprecatedCallStore;
+    let store = store();
+    let first: Deprecation = "2026-11-27=2026-11-28,sunset=2099-01-01,link=https://example.com/v2"
+        .parse()
+        .unwrap();
+    assert_eq!(first.target(), "2026-11-27");
+    assert_eq!(first.route(), None);
+    let me: Deprecation = "/me=2026-11-01".parse().unwrap();
+    let recorder = DeprecatedCallRecorder::spawn(store.clone());
+    let api = PartnerApi::from_store(store.clone())
+        .with_deprecation(first.clone())
+        .with_deprecation(me)
+        .with_deprecated_calls(recorder.clone());
+    // KEY_A records no version: it reads the first, deprecated.
+    let orders = call(&api, get("/v1/orders", Some(KEY_A))).await;
+    assert_eq!(orders.status, StatusCode::OK);
+    assert_eq!(orders.header("deprecation"), Some("@1795824000"));
+    assert_eq!(
+        orders.header("sunset"),
+        Some("Thu, 01 Jan 2099 00:00:00 GMT")
+    );
+    let links: Vec<&str> = orders
+        .headers
+        .get_all("link")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .filter(|v| v.contains("example.com/v2"))
+        .collect();
+    assert_eq!(
+        links,
+        [
+            "<https://example.com/v2>; rel=\"deprecation\"",
+            "<https://example.com/v2>; rel=\"sunset\""
+        ]
+    );
+    // /me is deprecated too, from earlier: one Deprecation field, the earliest day.
+    let me_answer = call(&api, get("/v1/me", Some(KEY_A))).await;
+    let fields: Vec<&str> = me_answer
+        .headers
+        .get_all("deprecation")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(fields, ["@1793491200"]);
+    assert_eq!(me_answer.headers.get_all("sunset").iter().count(), 1);
+    // At the newest version, the orders carry nothing.
+    let newest = call(&api, at("/v1/orders", KEY_A, "2026-11-28")).await;
+    assert_eq!(newest.status, StatusCode::OK);
+    assert_eq!(newest.header("deprecation"), None);
+    // An error answered at the version carries them too; an anonymous one cannot know it.
+    let refused = call(&api, get("/v1/orders?limit=0", Some(KEY_A))).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert_eq!(refused.header("deprecation"), Some("@1795824000"));
+    let anonymous = call(&api, get("/v1/orders", None)).await;
+    assert_eq!(anonymous.header("deprecation"), None);
+    // GET /versions shows it; GET /deprecations lists the routes' only.
+    let versions = call(&api, get("/v1/versions", Some(KEY_A))).await.json();
+    let listed = &versions["data"]["versions"][1];
+    assert_eq!(listed["version"], "2026-11-27");
+    assert_eq!(
+        (&listed["deprecated"], &listed["sunset"]),
+        (&json!("2026-11-28"), &json!("2099-01-01"))
+    );
+    assert_eq!(versions["data"]["versions"][0]["deprecated"], Value::Null);
+    let deprecations = call(&api, get("/v1/deprecations", Some(KEY_A)))
+        .await
+        .json();
+    let targets: Vec<&str> = deprecations["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["target"].as_str().unwrap())
+        .collect();
+    assert_eq!(targets, ["/me"]);
+    // Counted per key under the version's name: the calls served at it (the first orders,
+    // the 400, /me twice, /versions, /deprecations), not the one at the newest.
+    recorder.flush().await.unwrap();
+    let since = Timestamp::now().saturating_sub(std::time::Duration::from_secs(60));
+    let calls = store.deprecated_calls("org_a", None, since).await.unwrap();
+    let version_calls: u64 = calls
+        .iter()
+        .filter(|total| &*total.target == "2026-11-27")
+        .map(|total| total.calls)
+        .sum();
+    assert_eq!(version_calls, 5, "{calls:?}");
+
+    // Enforced, past its sunset: the first version's key gets the 410 naming the sunset and
+    // the link; the header names the newest and is served; a bad key is still a 401.
+    let gone: Deprecation =
+        "2026-11-27=2026-01-01,sunset=2026-02-01,link=https://example.com/v2,enforce"
+            .parse()
+            .unwrap();
+    let api = PartnerApi::from_store(store.clone()).with_deprecation(gone);
+    // The 410 is in the served document of that version only (as a route's is).
+    use tower::ServiceExt;
+    let refused = collect(
+        api.clone()
+            .oneshot(get("/v1/me", Some(KEY_A)))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::GONE);
+    let message = refused.error_message();
+    assert!(
+        message.contains("2026-02-01") && message.contains("https://example.com/v2"),
+        "{message}"
+    );
+    assert_eq!(refused.header("api-version"), Some("2026-11-27"));
+    let served = call(&api, get("/v1/openapi.json?version=2026-11-27", None))
+        .await
+        .json();
+    for path in ["/me", "/orders", "/versions"] {
+        let operation = &served["paths"][path]["get"];
+        assert_eq!(operation["deprecated"], true, "{path}");
+        assert_eq!(operation["x-sunset"], "2026-02-01", "{path}");
+        assert!(operation["responses"]["410"].is_object(), "{path}");
+    }
+    let newest = call(&api, get("/v1/openapi.json", None)).await.json();
+    assert!(newest["paths"]["/me"]["get"]["deprecated"].is_null());
+    assert_eq!(
+        call(&api, at("/v1/me", KEY_A, "2026-11-28")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(&api, get("/v1/me", Some("pk_test_unknown")))
+            .await
+            .status,
+        StatusCode::UNAUTHORIZED
+    );
+    // The flag's form refuses what is neither a route nor a version.
+    assert!("orders=2026-01-01".parse::<Deprecation>().is_err());
+    assert!("2026-13-01=2026-01-01".parse::<Deprecation>().is_err());
+}

@@ -58,9 +58,7 @@ impl Future for ResponseFuture {
             .expect("ResponseFuture polled after completion");
         response::set_request_id(response, this.request_id.take());
         if let Some(notices) = this.notices.take() {
-            for (name, value) in notices.iter() {
-                response.headers_mut().append(name.clone(), value.clone());
-            }
+            crate::deprecation::add_notices(response.headers_mut(), &notices);
         }
         if this.head {
             response::strip_body(response);
