@@ -238,7 +238,9 @@ pub fn app(
         api = api.with_usage(usage);
     }
     if let Some(calls) = config.deprecated_calls.clone() {
-        api = api.with_deprecated_calls(calls);
+        api = api
+            .with_deprecated_calls(calls)
+            .with_calls_per_version(true);
     }
     Router::new()
         .route("/", get(|| async { Redirect::to("/settings/partner-api") }))

@@ -148,6 +148,13 @@ function hintCell(key) {
     ? `Upgraded from ${back.to}; can be undone until ${new Date(back.until).toLocaleString("en-GB")}`
     : "The API version the key's requests are answered at";
   td.append(version);
+  const calls = versionCalls.get(key.id);
+  if (calls && calls.length) {
+    const text = calls.map((counted) => `${counted.version}: ${counted.calls}`).join(", ");
+    const line = element("small", "version-calls", "Calls (30 days) " + text);
+    line.title = "The key's calls per API version in the last 30 days";
+    td.append(line);
+  }
   return td;
 }
 
@@ -316,8 +323,21 @@ function render(keys) {
   showDeprecatedCalls(keys);
 }
 
+// Each key's calls per API version over the last 30 days (GET /api-versions/calls), by key
+// id; empty when the host counts none.
+let versionCalls = new Map();
+
 async function refresh() {
-  try { render((await call("GET", "/keys")).keys); }
+  try {
+    const keys = (await call("GET", "/keys")).keys;
+    if (abilities.deprecatedCalls) {
+      try {
+        const counted = (await call("GET", "/api-versions/calls")).keys;
+        versionCalls = new Map(counted.map((key) => [key.keyId, key.versions]));
+      } catch (_) { versionCalls = new Map(); }
+    }
+    render(keys);
+  }
   catch (error) { statusLine.textContent = "Could not load the keys: " + error.message; }
 }
 

@@ -118,7 +118,9 @@ where
     if !options.deprecations.is_empty() {
         let deprecated_calls = DeprecatedCallRecorder::new(store.clone())
             .with_flush_interval(options.usage_flush_interval);
-        api = api.with_deprecated_calls(deprecated_calls.clone());
+        api = api
+            .with_deprecated_calls(deprecated_calls.clone())
+            .with_calls_per_version(true);
         maintenance = maintenance.with_deprecated_calls(deprecated_calls);
     }
     (api, maintenance.with_usage(usage).with_last_used(last_used))

@@ -66,6 +66,8 @@ pub(crate) struct Config {
     pub(crate) key_usage: Option<UsageRecorder>,
     /// Where each key's calls of deprecated routes and parameters are counted.
     pub(crate) deprecated_calls: Option<DeprecatedCallRecorder>,
+    /// Whether every call is counted under its API version too (in `deprecated_calls`).
+    pub(crate) calls_per_version: bool,
     /// Whether keyed bodies carry an `ETag` and `If-None-Match` can answer `304`.
     pub(crate) conditional_requests: bool,
     /// Whether responses carry `x-request-id`.
@@ -106,6 +108,7 @@ impl Config {
             last_used: None,
             key_usage: None,
             deprecated_calls: None,
+            calls_per_version: false,
             conditional_requests: true,
             request_ids: true,
             responses: ResponseCounters::new(DEFAULT_PREFIX),

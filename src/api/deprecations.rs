@@ -138,18 +138,6 @@ impl Deprecations {
         self.declared.get(index).map(|(_, _, alone)| alone)
     }
 
-    /// Counts a call of the key `key_id` of the deprecation at `index`.
-    pub(crate) fn count_one(
-        &self,
-        recorder: &DeprecatedCallRecorder,
-        key_id: &Arc<str>,
-        index: usize,
-    ) {
-        if let Some((_, target, _)) = self.declared.get(index) {
-            recorder.record(key_id, target);
-        }
-    }
-
     /// The deprecation declared at `index`.
     pub(crate) fn get(&self, index: usize) -> Option<&Deprecation> {
         self.declared

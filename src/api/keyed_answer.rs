@@ -207,15 +207,19 @@ fn authenticated(config: &Config, facts: RequestFacts, principal: Principal) -> 
         AskedVersion::Named(version) => Some(version),
         AskedVersion::Unknown => None,
     };
-    // The version's own deprecation, known only now: counted, and gone past its enforced
-    // sunset as a route's is.
-    let mut gone = facts.gone;
-    if let Some(index) = version.and_then(|version| config.deprecations.of_version(version)) {
-        if let Some(recorder) = &config.deprecated_calls {
-            config
-                .deprecations
-                .count_one(recorder, &principal.key_id, index);
+    // The version's own deprecation, known only now: counted (under the version's name, as
+    // every call is when calls per version are), and gone past its enforced sunset as a
+    // route's is.
+    let deprecated_version = version.and_then(|version| config.deprecations.of_version(version));
+    if let (Some(recorder), Some(version)) = (&config.deprecated_calls, version) {
+        if config.calls_per_version || deprecated_version.is_some() {
+            if let Some(target) = config.versions.target(version) {
+                recorder.record(&principal.key_id, target);
+            }
         }
+    }
+    let mut gone = facts.gone;
+    if let Some(index) = deprecated_version {
         let today = crate::model::Timestamp::now().as_datetime().date_naive();
         if gone.is_none()
             && config

@@ -170,6 +170,19 @@ impl PartnerApi {
         self
     }
 
+    /// Counts each key's calls per API version too, in the recorder of
+    /// [`with_deprecated_calls`](Self::with_deprecated_calls) (one store for both: a version's
+    /// calls are its target's, `2026-11-28`, whether or not it is deprecated), for the
+    /// management service's `GET /api-versions/calls` and the Settings page. Off by default:
+    /// it counts every request with a usable key, which costs each a count in the recorder's
+    /// per-thread table; without the recorder it does nothing. A deprecated version's calls
+    /// are counted whether or not this is on.
+    #[must_use]
+    pub fn with_calls_per_version(mut self, on: bool) -> Self {
+        Arc::make_mut(&mut self.config).calls_per_version = on;
+        self
+    }
+
     /// Serves the API under `prefix` instead of [`DEFAULT_PREFIX`]: `"/partner/v1"` answers
     /// `/partner/v1/me`. A trailing `/` is dropped, and `""` or `"/"` serves at the root (for a
     /// host that strips the whole prefix itself).

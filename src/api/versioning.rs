@@ -2,6 +2,8 @@
 //! pinned one; the header that echoes it. Made once per configuration, so a request clones a
 //! header value and no more.
 
+use std::sync::Arc;
+
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::versions::{ApiVersion, Versions, DEFAULT_VERSION_HEADER};
@@ -24,6 +26,9 @@ pub(crate) struct ApiVersions {
     header: HeaderName,
     /// Each version's echo, newest first.
     echoes: Box<[(ApiVersion, HeaderValue)]>,
+    /// Each version's name as the target its calls are counted under, newest first: made
+    /// once, so counting a call allocates nothing.
+    targets: Box<[(ApiVersion, Arc<str>)]>,
     /// What the 400 of a name that is not offered names: the header.
     unknown_header: String,
 }
@@ -39,11 +44,16 @@ impl ApiVersions {
                 (version, value)
             })
             .collect();
+        let targets = chain
+            .offered()
+            .map(|version| (version, Arc::from(version.to_string())))
+            .collect();
         let unknown_header = format!("header {}", canonical(&header));
         Self {
             chain,
             header,
             echoes,
+            targets,
             unknown_header,
         }
     }
@@ -107,6 +117,14 @@ impl ApiVersions {
             .iter()
             .find(|(offered, _)| *offered == version)
             .map(|(_, value)| (self.header.clone(), value.clone()))
+    }
+
+    /// The target the calls served at `version` are counted under: its name.
+    pub(crate) fn target(&self, version: ApiVersion) -> Option<&Arc<str>> {
+        self.targets
+            .iter()
+            .find(|(offered, _)| *offered == version)
+            .map(|(_, target)| target)
     }
 
     /// What the 400 of a header that names no version offered names: `header Api-Version`.

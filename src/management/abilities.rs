@@ -89,7 +89,7 @@ impl Ability {
             "/keys/{id}/api-version/preview" => Some(Self::ApiVersionPreview),
             "/usage" | "/keys/{id}/usage" => Some(Self::Usage),
             "/audit" => Some(Self::AuditLog),
-            "/deprecated-calls" => Some(Self::DeprecatedCalls),
+            "/deprecated-calls" | "/api-versions/calls" => Some(Self::DeprecatedCalls),
             "/webhooks/{id}/test" => Some(Self::WebhookTestEvents),
             "/webhooks/{id}/attempts" | "/webhooks/{id}/retry" | "/webhooks/{id}/recover" => {
                 Some(Self::WebhookDeliveryHistory)

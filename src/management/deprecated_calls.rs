@@ -53,7 +53,11 @@ pub(super) async fn deprecated_calls(
         entry["keys"] = keys(calls).into();
         listed.push(entry);
     }
-    for (target, calls) in by_target {
+    // A version's calls not deprecated are calls per version (`GET /api-versions/calls`).
+    for (target, calls) in by_target
+        .into_iter()
+        .filter(|(target, _)| target.starts_with('/'))
+    {
         let (route, parameter) = match target.split_once('?') {
             Some((route, parameter)) => (route.to_owned(), Some(parameter.to_owned())),
             None => (target.clone(), None),
@@ -73,5 +77,54 @@ pub(super) async fn deprecated_calls(
     Ok(json(
         StatusCode::OK,
         &serde_json::json!({ "data": { "since": since, "deprecations": listed } }),
+    ))
+}
+
+/// `GET /api-versions/calls`: each key of the organization that called the API in the last 30
+/// days, with its calls per version (counted with `PartnerApi::with_calls_per_version`, or
+/// for a deprecated version), the newest version first; the keys by id.
+pub(super) async fn version_calls(
+    store: &dyn DeprecatedCallStore,
+    versions: &crate::versions::Versions,
+    organization_id: &str,
+) -> Result<Response<ApiBody>, Failure> {
+    let since = period_start();
+    let totals = store
+        .deprecated_calls(organization_id, None, since)
+        .await
+        .map_err(Failure::from_store)?;
+    let mut by_key: BTreeMap<String, Vec<(crate::versions::ApiVersion, DeprecatedCallTotal)>> =
+        BTreeMap::new();
+    for total in totals {
+        let Ok(version) = total.target.parse::<crate::versions::ApiVersion>() else {
+            continue;
+        };
+        if versions.offers(version) {
+            by_key
+                .entry(total.key_id.clone())
+                .or_default()
+                .push((version, total));
+        }
+    }
+    let keys: Vec<serde_json::Value> = by_key
+        .into_iter()
+        .map(|(key_id, mut calls)| {
+            calls.sort_by(|a, b| b.0.cmp(&a.0));
+            let versions: Vec<serde_json::Value> = calls
+                .into_iter()
+                .map(|(version, total)| {
+                    serde_json::json!({
+                        "version": version,
+                        "calls": total.calls,
+                        "lastCallAt": total.last_call_at,
+                    })
+                })
+                .collect();
+            serde_json::json!({ "keyId": key_id, "versions": versions })
+        })
+        .collect();
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({ "data": { "since": since, "keys": keys } }),
     ))
 }

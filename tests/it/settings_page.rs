@@ -1334,6 +1334,20 @@ async fn a_person_manages_keys_on_the_settings_page() {
         assert!(fits["page"].as_i64().unwrap() <= 0, "at {width} px: {fits}");
         click(&browser, Locator::Css("form.roll button.cancel")).await;
     }
+    // The key's calls per version (counted by the API, written every 2 s): the page shows
+    // them once it loads them again.
+    let xpath = "//tbody[@id='keys']/tr[td[1][normalize-space()='Versioned'] \
+                 and contains(., 'Calls (30 days) 2026-11-28: ') and contains(., '2026-11-27: ')]";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while browser.find(Locator::XPath(xpath)).await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the calls per version never showed"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        browser.refresh().await.unwrap();
+        row_of(&browser, "Versioned").await;
+    }
 
     // A key GitHub found in public: revoked by the report, and shown as leaked with a link
     // to where it was found.

@@ -696,3 +696,73 @@ async fn a_deprecated_version_is_announced_counted_and_gone_past_its_enforced_su
     assert!("orders=2026-01-01".parse::<Deprecation>().is_err());
     assert!("2026-13-01=2026-01-01".parse::<Deprecation>().is_err());
 }
+
+/// Each key's calls per version, counted in the deprecated calls' store (one path) when the
+/// API counts calls per version, and read by the admin; the deprecated calls list keeps to
+/// deprecations.
+#[tokio::test]
+async fn the_admin_sees_each_keys_calls_per_version() {
+    use partner_api::deprecated_calls::DeprecatedCallRecorder;
+    use partner_api::management::{ActingOrganization, KeyManagementService};
+    use tower::ServiceExt;
+    let store = store();
+    let recorder = DeprecatedCallRecorder::spawn(store.clone());
+    let api = PartnerApi::from_store(store.clone())
+        .with_deprecated_calls(recorder.clone())
+        .with_calls_per_version(true);
+    for request in [
+        get("/v1/me", Some(KEY_A)),
+        get("/v1/orders", Some(KEY_A)),
+        at("/v1/orders", KEY_A, "2026-11-28"),
+        get("/v1/me", Some(KEY_B)),
+        get("/v1/me", Some("pk_test_unknown")),
+    ] {
+        call(&api, request).await;
+    }
+    recorder.flush().await.unwrap();
+    let service = KeyManagementService::new(store.clone()).with_deprecated_calls(store.clone());
+    let read = |path: &'static str| {
+        let service = service.clone();
+        async move {
+            let mut request = http::Request::get(path)
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap();
+            request
+                .extensions_mut()
+                .insert(ActingOrganization::new("org_a"));
+            let response = service.oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            collect(response).await.json()
+        }
+    };
+    let calls = read("/api-versions/calls").await;
+    let keys = calls["data"]["keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 1, "org_a's key only: {calls}");
+    let versions: Vec<(String, u64)> = keys[0]["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["version"].as_str().unwrap().to_owned(),
+                v["calls"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        versions,
+        [("2026-11-28".to_owned(), 1), ("2026-11-27".to_owned(), 2)]
+    );
+    let deprecated = read("/deprecated-calls").await;
+    assert_eq!(
+        deprecated["data"]["deprecations"],
+        json!([]),
+        "{deprecated}"
+    );
+    // Off by default: nothing is counted without a deprecation.
+    let quiet = PartnerApi::from_store(store.clone()).with_deprecated_calls(recorder.clone());
+    call(&quiet, get("/v1/me", Some(KEY_A))).await;
+    recorder.flush().await.unwrap();
+    let again = read("/api-versions/calls").await;
+    assert_eq!(again["data"]["keys"][0]["versions"][1]["calls"], 2);
+}

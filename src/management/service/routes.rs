@@ -15,6 +15,7 @@ enum Route<'p> {
     RollBackVersion(&'p str),
     VersionPreview(&'p str),
     ApiVersions,
+    VersionCalls,
     Policy,
     Abilities,
     Usage,
@@ -41,6 +42,7 @@ impl<'p> Route<'p> {
             ["openapi.json"] => Some(Self::OpenApi),
             ["policy"] => Some(Self::Policy),
             ["api-versions"] => Some(Self::ApiVersions),
+            ["api-versions", "calls"] => Some(Self::VersionCalls),
             ["abilities"] => Some(Self::Abilities),
             ["usage"] => Some(Self::Usage),
             ["audit"] => Some(Self::Audit),
@@ -76,6 +78,7 @@ impl<'p> Route<'p> {
             | Self::DeprecatedCalls
             | Self::Audit
             | Self::ApiVersions
+            | Self::VersionCalls
             | Self::VersionPreview(_)
             | Self::OpenApi => "GET, HEAD",
             Self::Revoke(_)
@@ -98,7 +101,7 @@ impl Route<'_> {
             Self::VersionPreview(_) => vec![Ability::ApiVersionPreview],
             Self::Usage | Self::KeyUsage(_) => vec![Ability::Usage],
             Self::Audit => vec![Ability::AuditLog],
-            Self::DeprecatedCalls => vec![Ability::DeprecatedCalls],
+            Self::DeprecatedCalls | Self::VersionCalls => vec![Ability::DeprecatedCalls],
             #[cfg(feature = "webhooks")]
             Self::Webhooks(route) => {
                 use crate::management::webhooks::WebhookRoute;
@@ -412,6 +415,18 @@ impl KeyManagementService {
                 crate::management::deprecated_calls::deprecated_calls(
                     store,
                     &self.deprecations,
+                    organization,
+                )
+                .await
+            }
+            Route::VersionCalls => {
+                let store = self
+                    .deprecated_calls
+                    .as_deref()
+                    .ok_or_else(|| Failure::not_offered("deprecated-call counts"))?;
+                crate::management::deprecated_calls::version_calls(
+                    store,
+                    &self.versions,
                     organization,
                 )
                 .await
