@@ -109,7 +109,7 @@ pub(super) async fn version_calls(
     let keys: Vec<serde_json::Value> = by_key
         .into_iter()
         .map(|(key_id, mut calls)| {
-            calls.sort_by(|a, b| b.0.cmp(&a.0));
+            calls.sort_by_key(|(version, _)| std::cmp::Reverse(*version));
             let versions: Vec<serde_json::Value> = calls
                 .into_iter()
                 .map(|(version, total)| {
