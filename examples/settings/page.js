@@ -148,14 +148,19 @@ function hintCell(key) {
     ? `Upgraded from ${back.to}; can be undone until ${new Date(back.until).toLocaleString("en-GB")}`
     : "The API version the key's requests are answered at";
   td.append(version);
-  const calls = versionCalls.get(key.id);
-  if (calls && calls.length) {
-    const text = calls.map((counted) => `${counted.version}: ${counted.calls}`).join(", ");
-    const line = element("small", "version-calls", "Calls (30 days) " + text);
-    line.title = "The key's calls per API version in the last 30 days";
-    td.append(line);
-  }
+  td.id = "hint-" + key.id;
+  showCallsPerVersion(td, versionCalls.get(key.id));
   return td;
+}
+
+// Under a key's version, its calls per version in the last 30 days, if any.
+function showCallsPerVersion(td, calls) {
+  td.querySelector(".version-calls")?.remove();
+  if (!calls || !calls.length) return;
+  const text = calls.map((counted) => `${counted.version}: ${counted.calls}`).join(", ");
+  const line = element("small", "version-calls", "Calls (30 days) " + text);
+  line.title = "The key's calls per API version in the last 30 days";
+  td.append(line);
 }
 
 // The way back from the key's last upgrade, while it is open.
@@ -328,17 +333,19 @@ function render(keys) {
 let versionCalls = new Map();
 
 async function refresh() {
+  let keys;
+  try { keys = (await call("GET", "/keys")).keys; render(keys); }
+  catch (error) { statusLine.textContent = "Could not load the keys: " + error.message; return; }
+  // The calls per version come after, into the keys' cells where they are.
+  if (!abilities.deprecatedCalls) return;
   try {
-    const keys = (await call("GET", "/keys")).keys;
-    if (abilities.deprecatedCalls) {
-      try {
-        const counted = (await call("GET", "/api-versions/calls")).keys;
-        versionCalls = new Map(counted.map((key) => [key.keyId, key.versions]));
-      } catch (_) { versionCalls = new Map(); }
+    const counted = (await call("GET", "/api-versions/calls")).keys;
+    versionCalls = new Map(counted.map((key) => [key.keyId, key.versions]));
+    for (const key of keys) {
+      const td = document.getElementById("hint-" + key.id);
+      if (td) showCallsPerVersion(td, versionCalls.get(key.id));
     }
-    render(keys);
-  }
-  catch (error) { statusLine.textContent = "Could not load the keys: " + error.message; }
+  } catch (_) { /* the keys are shown without their calls per version */ }
 }
 
 function reveal(plaintext, id) {

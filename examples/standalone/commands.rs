@@ -282,8 +282,8 @@ pub(crate) enum KeysAction {
         granularity: String,
     },
     /// The organization's keys that called deprecated routes or parameters in the last 30
-    /// days: one JSON record a line, {"keyId","target","calls","lastCallAt"}, by target then
-    /// key id.
+    /// days, and their calls per API version (the target a version, `2026-11-28`): one JSON
+    /// record a line, {"keyId","target","calls","lastCallAt"}, by target then key id.
     DeprecatedCalls {
         /// The organization's id.
         #[arg(long)]

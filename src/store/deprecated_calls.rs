@@ -31,7 +31,8 @@ pub struct DeprecatedCallCount {
     pub key_id: String,
     /// The start of the UTC day.
     pub day: Timestamp,
-    /// What was called: a route (`/orders`) or a route's parameter (`/orders?provider`), as
+    /// What was called: a route (`/orders`), a route's parameter (`/orders?provider`), or an
+    /// API version (`2026-11-28`, a call served at it), as
     /// [`Deprecation::target`](crate::deprecation::Deprecation::target) names it.
     pub target: String,
     /// How many calls.

@@ -24,7 +24,7 @@ where
     let mut report = Report::default();
     let mut record = |name, result| report.results.push((name, result));
     record(
-        "calls add up per key, day and target, the later last call kept, by target then key",
+        "calls add up per key, day and target (a route, a parameter, a version), the later last call kept, by target then key",
         adds_up(fixtures).await,
     );
     record(
@@ -77,6 +77,8 @@ where
         vec![
             count(&first, provider, 3, at(100)),
             count(&first, "/me", 1, at(50)),
+            // A version's calls (calls per version, one path with the deprecated calls).
+            count(&first, "2026-11-28", 6, at(70)),
         ],
         vec![
             count(&first, provider, 2, at(90)),
@@ -101,6 +103,7 @@ where
         .collect();
     let mut expected = vec![
         ("/me".to_owned(), first.clone(), 1, at(50)),
+        ("2026-11-28".to_owned(), first.clone(), 6, at(70)),
         (provider.to_owned(), first.clone(), 9, at(DAY + 7)),
         (provider.to_owned(), second.clone(), 3, at(2 * DAY + 5)),
     ];
