@@ -632,6 +632,57 @@ async fn the_deprecated_calls_table_takes_from_each_role_only_what_it_is_granted
     }
 }
 
+/// What a key or an endpoint is answered at is its admin's to change: the serving, order
+/// writing and delivering roles cannot pin a key or an endpoint to another version, open a
+/// way back, or count calls under a made-up version name; the key admin can pin, within the
+/// rollback's check.
+#[tokio::test]
+async fn only_the_key_admin_changes_what_version_a_key_or_endpoint_reads() {
+    crate::common::needs::needs!(Postgres);
+    let (url, roles) = attacked_database().await;
+    let [serving, keys, writer, delivering] = &roles;
+    for role in [serving, writer, delivering] {
+        let mut attacker = PgConnection::connect(&as_user(&url, role)).await.unwrap();
+        for write in [
+            "UPDATE public.partner_api_keys SET api_version = '2026-11-28'",
+            "UPDATE public.partner_api_keys SET api_version_rollback_to = '2026-11-27', \
+             api_version_rollback_until = now() + interval '10 years'",
+            "UPDATE public.partner_webhook_endpoints SET api_version = '2026-11-27'",
+        ] {
+            let err = attacker
+                .execute(write)
+                .await
+                .expect_err(&format!("{role} could run {write}"));
+            assert_eq!(sqlstate(&err), "42501", "{role}: {write}: {err}");
+        }
+    }
+    let mut counter = PgConnection::connect(&as_user(&url, serving))
+        .await
+        .unwrap();
+    let err = counter
+        .execute(
+            "INSERT INTO public.partner_api_deprecated_calls (key_id, day, target, calls, \
+             last_call_at) VALUES ((SELECT min(id) FROM public.partner_api_keys), \
+             '2026-11-26 00:00:00+00', '2026-11-26; DROP', 1, '2026-11-26 10:00:00+00')",
+        )
+        .await
+        .expect_err("a target that is no version was counted");
+    assert_eq!(sqlstate(&err), "23514", "{err}");
+    let mut admin = PgConnection::connect(&as_user(&url, keys)).await.unwrap();
+    admin
+        .execute("UPDATE public.partner_api_keys SET api_version = '2026-11-28'")
+        .await
+        .unwrap();
+    let err = admin
+        .execute(
+            "UPDATE public.partner_api_keys SET api_version_rollback_to = '2026-11-27', \
+             api_version_rollback_until = NULL",
+        )
+        .await
+        .expect_err("a way back without its end");
+    assert_eq!(sqlstate(&err), "23514", "{err}");
+}
+
 /// The capture's state (its slot, its position, its lease) is the owner's alone: no
 /// documented role, nor a role that writes orders, may read it, take the lease, move the
 /// position (which would let the caches trust events never written) or name another slot.
