@@ -133,7 +133,7 @@ function button(text, className, onClick, label) {
 // known, everything is shown.
 let abilities = { keyPolicy: true, leakReports: true, lastUse: true, apiVersions: true,
   apiVersionPreview: true, webhooks: true,
-  webhookTestEvents: true, webhookDeliveryHistory: true, usage: true, deprecatedCalls: true, auditLog: true };
+  webhookTestEvents: true, webhookDeliveryHistory: true, webhookApiVersions: true, usage: true, deprecatedCalls: true, auditLog: true };
 
 // The partner API's versions (GET /api-versions), newest first, for the keys' pins.
 let apiVersions = [];

@@ -34,12 +34,17 @@ function renderEndpoints(endpoints) {
     const name = endpoint.url;
     if (endpoint.enabled && abilities.webhookTestEvents) actions.append(button("Send test", "test-endpoint", () => act(endpoint, "test", "send a test event"), "Send a test event to " + name));
     if (abilities.webhookDeliveryHistory) actions.append(button("Attempts", "show-attempts", () => showAttempts(endpoint), "Attempts of " + name));
+    if (abilities.webhookApiVersions && apiVersions.length > 1) actions.append(button("Version", "pin-endpoint-version", () => showEndpointPin(actions, endpoint), "API version of " + name));
     actions.append(button("Rotate secret", "rotate-endpoint", () => rotate(endpoint), "Rotate the secret of " + name));
     actions.append(endpoint.enabled
       ? button("Disable", "disable-endpoint", () => act(endpoint, "disable", "disable the endpoint"), "Disable " + name)
       : button("Enable", "enable-endpoint", () => act(endpoint, "enable", "enable the endpoint"), "Enable " + name));
     actions.append(button("Remove", "danger remove-endpoint", () => remove(endpoint), "Remove " + name));
-    row.append(cell(endpoint.url, "url"), cell(endpoint.events.length ? endpoint.events.join(", ") : "All", "events"),
+    const url = cell(endpoint.url, "url");
+    const version = element("small", "version", "API " + endpoint.apiVersion);
+    version.title = "The API version its orders' bodies are rendered at";
+    url.append(version);
+    row.append(url, cell(endpoint.events.length ? endpoint.events.join(", ") : "All", "events"),
       cell(endpoint.description || "—", "description"), dateCell(endpoint.createdAt), status, actions);
   }
 }
@@ -88,6 +93,41 @@ async function act(endpoint, action, what) {
     await refreshEndpoints();
     if (attemptsOf && attemptsOf.id === endpoint.id) await refreshAttempts();
   } catch (error) { webhookStatus.textContent = `Could not ${what}: ` + error.message; }
+}
+
+// The endpoint's API version: a pin applies from its next delivery attempt on.
+function showEndpointPin(actions, endpoint) {
+  const form = element("form", "roll");
+  const label = element("label", "sr-only", "API version of " + endpoint.url);
+  label.htmlFor = "endpoint-version-" + endpoint.id;
+  const select = element("select", "endpoint-versions");
+  select.id = label.htmlFor;
+  apiVersions.forEach((listed, index) => {
+    const option = element("option", "", listed.version + (index === 0 ? " (newest)" : ""));
+    option.value = listed.version;
+    option.selected = listed.version === endpoint.apiVersion;
+    select.append(option);
+  });
+  const save = element("button", "primary confirm-endpoint-pin", "Save");
+  save.type = "submit";
+  save.setAttribute("aria-label", "Save the API version of " + endpoint.url);
+  const cancel = element("button", "cancel", "Cancel");
+  cancel.type = "button";
+  cancel.addEventListener("click", () => refreshEndpoints());
+  form.append(label, select, save, cancel);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    webhookStatus.textContent = "";
+    try {
+      await call("POST", `/webhooks/${encodeURIComponent(endpoint.id)}/api-version`, { apiVersion: select.value });
+      await refreshEndpoints();
+    } catch (error) {
+      webhookStatus.textContent = "Could not change the API version: " + error.message;
+      select.focus();
+    }
+  });
+  actions.replaceChildren(form);
+  select.focus();
 }
 
 async function rotate(endpoint) {

@@ -951,7 +951,8 @@ async fn webhooks_on_the_page(browser: &Client) {
     click(browser, Locator::Id("add-endpoint-button")).await;
     let secret_text = wait_for_text(browser, "new-secret", "", "no secret was shown").await;
     let secret: WebhookSecret = secret_text.parse().expect("a whsec_ secret");
-    let row_xpath = format!("//tbody[@id='endpoints']/tr[td[1][normalize-space()='{url}']]");
+    let row_xpath =
+        format!("//tbody[@id='endpoints']/tr[td[1][starts-with(normalize-space(), '{url}')]]");
     let row = browser
         .wait()
         .at_most(Duration::from_secs(10))
@@ -1009,6 +1010,32 @@ async fn webhooks_on_the_page(browser: &Client) {
             && attempt_text.contains("204"),
         "{attempt_text}"
     );
+
+    // The endpoint's API version: added at the newest, pinned to the first on the page.
+    let listed = browser
+        .find(Locator::XPath(&row_xpath))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(listed.contains("API 2026-11-28"), "{listed}");
+    click_in(browser, &row_xpath, ".pin-endpoint-version").await;
+    browser
+        .find(Locator::Css("select.endpoint-versions"))
+        .await
+        .unwrap()
+        .select_by_value("2026-11-27")
+        .await
+        .unwrap();
+    click(browser, Locator::Css("button.confirm-endpoint-pin")).await;
+    let pinned_xpath = format!("{row_xpath}[contains(., 'API 2026-11-27')]");
+    browser
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath(&pinned_xpath))
+        .await
+        .expect("the endpoint shows its new version");
 
     // Rotate: a new secret is shown, and the next delivery is signed with both.
     click_in(browser, &row_xpath, ".rotate-endpoint").await;
