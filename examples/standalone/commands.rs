@@ -243,7 +243,8 @@ pub(crate) enum KeysAction {
         expires_in: Option<u64>,
     },
     /// Show an organization's key policy, or change it with the flags given; prints it as
-    /// JSON ({"maxKeyLifetimeSeconds": n or null, "maxActiveKeys": n}).
+    /// JSON ({"maxKeyLifetimeSeconds": n or null, "maxActiveKeys": n, "maxWebhookEndpoints": n,
+    /// "defaultApiVersion": "YYYY-MM-DD" or null}).
     Policy {
         /// The organization's id.
         #[arg(long)]
@@ -261,6 +262,13 @@ pub(crate) enum KeysAction {
         /// The most webhook endpoints the organization may have (default 20).
         #[arg(long, value_name = "N")]
         max_webhook_endpoints: Option<u32>,
+        /// The API version new keys and webhook endpoints get when none is named,
+        /// `YYYY-MM-DD`.
+        #[arg(long, value_name = "DATE", value_parser = parse_api_version, conflicts_with = "newest_by_default")]
+        default_api_version: Option<partner_api::versions::ApiVersion>,
+        /// New keys and endpoints get the newest version again.
+        #[arg(long)]
+        newest_by_default: bool,
     },
     /// Show a key's requests per bucket, route and outcome: one JSON record a line
     /// ({"start", "route", "outcome", "count"}), oldest first.
@@ -330,6 +338,20 @@ pub(crate) enum OrderCaptureAction {
     /// Read the capture in the foreground until stopped (a process dedicated to it; every
     /// server reads it too, one replica at a time).
     Run,
+}
+
+/// The organization's default API version for new keys and endpoints (its key policy's),
+/// when it has one the API offers.
+#[cfg(feature = "postgres")]
+pub(crate) async fn default_api_version(
+    store: &partner_api::PgStore,
+    organization: &str,
+) -> Option<partner_api::versions::ApiVersion> {
+    use partner_api::store::KeyManager;
+    let policy = store.key_policy(organization).await.ok()?;
+    policy
+        .default_api_version
+        .filter(|version| partner_api::versions::Versions::shipped().offers(*version))
 }
 
 /// An API version this host offers, `YYYY-MM-DD`.

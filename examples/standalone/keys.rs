@@ -80,8 +80,9 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
             api_version,
         } => {
             let mut new = NewKey::new(*environment).with_allowed_ips(allowed_ips(allow_ip)?);
-            if let Some(version) = api_version {
-                new = new.with_api_version(*version);
+            let default = crate::commands::default_api_version(&store, organization).await;
+            if let Some(version) = api_version.or(default) {
+                new = new.with_api_version(version);
             }
             if let Some(label) = label {
                 new = new.with_label(label.clone());
@@ -204,12 +205,19 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
             no_max_lifetime,
             max_active_keys,
             max_webhook_endpoints,
+            default_api_version,
+            newest_by_default,
         } => {
             let mut policy = store.key_policy(organization).await.map_err(failed)?;
             let changed = max_lifetime.is_some()
                 || *no_max_lifetime
                 || max_active_keys.is_some()
-                || max_webhook_endpoints.is_some();
+                || max_webhook_endpoints.is_some()
+                || default_api_version.is_some()
+                || *newest_by_default;
+            if default_api_version.is_some() || *newest_by_default {
+                policy = policy.with_default_api_version(*default_api_version);
+            }
             if let Some(seconds) = max_lifetime {
                 policy = policy.with_max_lifetime(Some(Duration::from_secs(*seconds)));
             }

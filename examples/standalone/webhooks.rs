@@ -100,8 +100,9 @@ async fn execute(args: &Args, action: &WebhooksAction) -> Result<Vec<String>, St
             let mut new = NewEndpoint::new(url.clone())
                 .with_events(events.iter().copied())
                 .with_description(description.clone());
-            if let Some(version) = api_version {
-                new = new.with_api_version(*version);
+            let default = crate::commands::default_api_version(&store, organization).await;
+            if let Some(version) = api_version.or(default) {
+                new = new.with_api_version(version);
             }
             vec![json(
                 &store

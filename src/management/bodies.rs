@@ -169,8 +169,12 @@ pub(super) fn offered_version(
 }
 
 /// The body of `GET /api-versions`: the versions offered, newest first, each with its
-/// changes, and the one new keys are pinned to.
-pub(super) fn api_versions(versions: &crate::versions::Versions) -> Response<ApiBody> {
+/// changes, and the one new keys are pinned to (`new_keys`: the organization's default, else
+/// the newest).
+pub(super) fn api_versions(
+    versions: &crate::versions::Versions,
+    new_keys: crate::versions::ApiVersion,
+) -> Response<ApiBody> {
     let listed: Vec<serde_json::Value> = versions
         .offered()
         .map(|version| {
@@ -184,7 +188,7 @@ pub(super) fn api_versions(versions: &crate::versions::Versions) -> Response<Api
     json(
         StatusCode::OK,
         &serde_json::json!({
-            "data": { "versions": listed, "newKeys": versions.newest() }
+            "data": { "versions": listed, "newKeys": new_keys }
         }),
     )
 }

@@ -89,7 +89,7 @@ struct AddRequest {
     events: Vec<EventType>,
     #[serde(default)]
     description: String,
-    /// Absent: the newest version the API offers.
+    /// Absent: the organization's default (its key policy's), else the newest.
     api_version: Option<String>,
 }
 
@@ -153,6 +153,7 @@ fn data(status: StatusCode, value: serde_json::Value) -> Response<ApiBody> {
 pub(super) async fn answer<B>(
     manager: &dyn WebhookManager,
     versions: &Versions,
+    new_endpoints: crate::versions::ApiVersion,
     route: WebhookRoute<'_>,
     organization: &str,
     parts: &Parts,
@@ -181,7 +182,7 @@ where
             } = read_json(body).await?;
             let version = match api_version {
                 Some(name) => offered_version(versions, &name)?,
-                None => versions.newest(),
+                None => new_endpoints,
             };
             let new = NewEndpoint::new(url)
                 .with_events(events)

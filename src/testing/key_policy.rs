@@ -150,7 +150,8 @@ where
     let forever = issue(fixtures, &org.id, NewKey::new(KeyEnvironment::Live)).await?;
     let policy = KeyPolicy::new()
         .with_max_lifetime(Some(30 * DAY))
-        .with_max_active_keys(3);
+        .with_max_active_keys(3)
+        .with_default_api_version(Some(crate::versions::FIRST));
     let set = store
         .set_key_policy(&org.id, policy)
         .await

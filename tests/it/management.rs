@@ -717,7 +717,7 @@ async fn rolls_keep_or_choose_a_lifetime_and_never_revive_a_key() {
     assert_eq!(policy.status, StatusCode::OK);
     assert_eq!(
         policy.body,
-        json!({"data": {"policy": {"maxKeyLifetimeSeconds": null, "maxActiveKeys": 100, "maxWebhookEndpoints": 20}}})
+        json!({"data": {"policy": {"maxKeyLifetimeSeconds": null, "maxActiveKeys": 100, "maxWebhookEndpoints": 20, "defaultApiVersion": null}}})
     );
     store
         .set_key_policy(
@@ -1859,5 +1859,52 @@ async fn an_upgrade_is_previewed_from_the_organizations_own_orders_and_events() 
         .await
         .status,
         StatusCode::NOT_FOUND
+    );
+}
+
+/// The organization's default version (its key policy's) is what new keys and webhook
+/// endpoints get when their admin names none, and what `GET /api-versions` says new keys get.
+#[tokio::test]
+async fn new_keys_and_endpoints_get_the_organizations_default_version() {
+    use partner_api::store::{KeyManager, KeyPolicy};
+    let memory = store();
+    let service = KeyManagementService::new(memory.clone()).with_webhooks(memory.clone());
+    let newest = post(&service, "/keys", json!({"environment": "test"})).await;
+    assert_eq!(newest.body["data"]["record"]["apiVersion"], "2026-11-28");
+    memory
+        .set_key_policy(
+            "org_demo",
+            KeyPolicy::new().with_default_api_version(Some(partner_api::versions::FIRST)),
+        )
+        .await
+        .unwrap();
+    let policy = get(&service, "/policy").await;
+    assert_eq!(
+        policy.body["data"]["policy"]["defaultApiVersion"],
+        "2026-11-27"
+    );
+    assert_eq!(
+        get(&service, "/api-versions").await.body["data"]["newKeys"],
+        "2026-11-27"
+    );
+    let key = post(&service, "/keys", json!({"environment": "test"})).await;
+    assert_eq!(key.body["data"]["record"]["apiVersion"], "2026-11-27");
+    let named = post(
+        &service,
+        "/keys",
+        json!({"environment": "test", "apiVersion": "2026-11-28"}),
+    )
+    .await;
+    assert_eq!(named.body["data"]["record"]["apiVersion"], "2026-11-28");
+    let endpoint = post(
+        &service,
+        "/webhooks",
+        json!({"url": "https://partner.example/default"}),
+    )
+    .await;
+    assert_eq!(endpoint.status, StatusCode::CREATED, "{}", endpoint.text);
+    assert_eq!(
+        endpoint.body["data"]["endpoint"]["apiVersion"],
+        "2026-11-27"
     );
 }

@@ -532,7 +532,7 @@ async fn the_keys_command_rolls_within_the_policy() {
     assert!(ok);
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&stdout).unwrap(),
-        serde_json::json!({"maxKeyLifetimeSeconds": null, "maxActiveKeys": 100, "maxWebhookEndpoints": 20})
+        serde_json::json!({"maxKeyLifetimeSeconds": null, "maxActiveKeys": 100, "maxWebhookEndpoints": 20, "defaultApiVersion": null})
     );
     let (ok, stdout, _) = keys(policy(&[
         "--max-lifetime",
@@ -546,7 +546,7 @@ async fn the_keys_command_rolls_within_the_policy() {
     assert!(ok);
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&stdout).unwrap(),
-        serde_json::json!({"maxKeyLifetimeSeconds": 3600, "maxActiveKeys": 20, "maxWebhookEndpoints": 1})
+        serde_json::json!({"maxKeyLifetimeSeconds": 3600, "maxActiveKeys": 20, "maxWebhookEndpoints": 1, "defaultApiVersion": null})
     );
     // The endpoint cap holds at once, through the host's own command: one endpoint, then a
     // refusal in the store's words.
@@ -594,6 +594,25 @@ async fn the_keys_command_rolls_within_the_policy() {
     let (ok, stdout, _) = keys(policy(&["--no-max-lifetime"])).await;
     assert!(
         ok && stdout.contains(r#""maxKeyLifetimeSeconds":null"#),
+        "{stdout}"
+    );
+    // The organization's default version: what a key issued without --api-version gets.
+    let (ok, stdout, stderr) = keys(policy(&["--default-api-version", "2026-11-27"])).await;
+    assert!(
+        ok && stdout.contains(r#""defaultApiVersion":"2026-11-27""#),
+        "{stdout}{stderr}"
+    );
+    let (ok, stdout, stderr) = keys(vec![
+        "issue".into(),
+        "--organization".into(),
+        "org_demo".into(),
+    ])
+    .await;
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains(r#""apiVersion":"2026-11-27""#), "{stdout}");
+    let (ok, stdout, _) = keys(policy(&["--newest-by-default"])).await;
+    assert!(
+        ok && stdout.contains(r#""defaultApiVersion":null"#),
         "{stdout}"
     );
 }

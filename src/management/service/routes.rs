@@ -143,6 +143,23 @@ impl KeyManagementService {
         }
     }
 
+    /// The API version new keys and endpoints of `organization` get when none is named: its
+    /// key policy's default when the store keeps policies and the API offers it, else the
+    /// newest. A policy that cannot be read now gives the newest (the caller named none).
+    pub(super) async fn default_version(&self, organization: &str) -> crate::versions::ApiVersion {
+        if self.keys.supports(crate::store::KeyAbility::KeyPolicy) {
+            if let Ok(policy) = self.keys.key_policy(organization).await {
+                if let Some(version) = policy
+                    .default_api_version
+                    .filter(|version| self.versions.offers(*version))
+                {
+                    return version;
+                }
+            }
+        }
+        self.versions.newest()
+    }
+
     /// The OpenAPI document, without the paths of the abilities not offered.
     pub(super) fn document(&self) -> Result<serde_json::Value, Failure> {
         let mut document: serde_json::Value =
@@ -203,9 +220,17 @@ impl KeyManagementService {
                 )
                 .await?;
             }
+            // Read only for an add: the policy is not the other routes' business.
+            let new_endpoints =
+                if route == crate::management::webhooks::WebhookRoute::Endpoints && !reading {
+                    self.default_version(organization.id()).await
+                } else {
+                    self.versions.newest()
+                };
             return crate::management::webhooks::answer(
                 manager,
                 &self.versions,
+                new_endpoints,
                 route,
                 organization.id(),
                 &parts,
@@ -264,7 +289,7 @@ impl KeyManagementService {
                 } = read_json(body).await?;
                 let api_version = match api_version {
                     Some(name) => offered_version(&self.versions, &name)?,
-                    None => self.versions.newest(),
+                    None => self.default_version(organization).await,
                 };
                 let mut new = NewKey::new(environment.into())
                     .with_allowed_ips(allowed_ips.unwrap_or_default())
@@ -326,7 +351,10 @@ impl KeyManagementService {
                     .map_err(Failure::from_store)?;
                 Ok(one(&record))
             }
-            Route::ApiVersions => Ok(api_versions(&self.versions)),
+            Route::ApiVersions => Ok(api_versions(
+                &self.versions,
+                self.default_version(organization).await,
+            )),
             Route::VersionPreview(id) => {
                 let (orders, events) = self
                     .preview

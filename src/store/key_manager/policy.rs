@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::{DEFAULT_MAX_ACTIVE_KEYS, DEFAULT_MAX_WEBHOOK_ENDPOINTS};
 use crate::model::Timestamp;
 use crate::store::{StoreError, StoreErrorKind};
+use crate::versions::ApiVersion;
 
 /// How to roll a key: how long the old key keeps working, and how long the new one lives.
 ///
@@ -54,8 +55,9 @@ impl RollKey {
 }
 
 /// What an organization's keys (and webhook endpoints) must obey, as GitHub's organizations
-/// set a maximum lifetime for their members' tokens: serializes as
-/// `{"maxKeyLifetimeSeconds": n or null, "maxActiveKeys": n, "maxWebhookEndpoints": n}`.
+/// set a maximum lifetime for their members' tokens, and the API version they get when none
+/// is named: serializes as `{"maxKeyLifetimeSeconds": n or null, "maxActiveKeys": n,
+/// "maxWebhookEndpoints": n, "defaultApiVersion": "YYYY-MM-DD" or null}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -70,6 +72,11 @@ pub struct KeyPolicy {
     /// The most webhook endpoints the organization may have (enabled or not).
     #[serde(default = "default_max_webhook_endpoints")]
     pub max_webhook_endpoints: u32,
+    /// The API version new keys and webhook endpoints of the organization are pinned to when
+    /// their admin names none; `None` for the API's newest. Whether the API offers it is the
+    /// caller's to check (one it no longer offers reads as `None`).
+    #[serde(default)]
+    pub default_api_version: Option<ApiVersion>,
 }
 
 fn default_max_webhook_endpoints() -> u32 {
@@ -82,6 +89,7 @@ impl Default for KeyPolicy {
             max_lifetime: None,
             max_active_keys: DEFAULT_MAX_ACTIVE_KEYS,
             max_webhook_endpoints: DEFAULT_MAX_WEBHOOK_ENDPOINTS,
+            default_api_version: None,
         }
     }
 }
@@ -111,6 +119,13 @@ impl KeyPolicy {
     #[must_use]
     pub fn with_max_webhook_endpoints(mut self, max_webhook_endpoints: u32) -> Self {
         self.max_webhook_endpoints = max_webhook_endpoints;
+        self
+    }
+
+    /// Sets the API version new keys and endpoints get when none is named.
+    #[must_use]
+    pub fn with_default_api_version(mut self, version: Option<ApiVersion>) -> Self {
+        self.default_api_version = version;
         self
     }
 

@@ -427,16 +427,19 @@ impl KeyManager for PgStore {
             locked_policy(&mut transaction, &self.statements.policy, organization_id).await;
         sqlx::query(
             "INSERT INTO partner_api_key_policies \
-               (organization_id, max_lifetime_ms, max_active_keys, max_webhook_endpoints) \
-             VALUES ($1, $2, $3, $4) ON CONFLICT (organization_id) DO UPDATE \
+               (organization_id, max_lifetime_ms, max_active_keys, max_webhook_endpoints, \
+                default_api_version) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (organization_id) DO UPDATE \
              SET max_lifetime_ms = EXCLUDED.max_lifetime_ms, \
                  max_active_keys = EXCLUDED.max_active_keys, \
-                 max_webhook_endpoints = EXCLUDED.max_webhook_endpoints",
+                 max_webhook_endpoints = EXCLUDED.max_webhook_endpoints, \
+                 default_api_version = EXCLUDED.default_api_version",
         )
         .bind(organization_id)
         .bind(max_lifetime_ms)
         .bind(max_active_keys)
         .bind(max_webhook_endpoints)
+        .bind(policy.default_api_version.map(ApiVersion::date))
         .execute(&mut *transaction)
         .await
         .map_err(|err| unknown_organization(store_error(err), organization_id))?;

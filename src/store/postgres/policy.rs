@@ -68,5 +68,5 @@ fn policy_from_row(row: &PgRow) -> Result<KeyPolicy, StoreError> {
     if let Some(max) = max_webhook_endpoints {
         policy = policy.with_max_webhook_endpoints(max.unsigned_abs());
     }
-    Ok(policy)
+    Ok(policy.with_default_api_version(super::keys::api_version(row, "default_api_version")?))
 }

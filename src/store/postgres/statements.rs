@@ -60,7 +60,8 @@ impl Statements {
                  WHERE k.key_sha256 = $1"
             ),
             policy: format!(
-                "SELECT o.id, p.max_lifetime_ms, p.max_active_keys, p.max_webhook_endpoints \
+                "SELECT o.id, p.max_lifetime_ms, p.max_active_keys, p.max_webhook_endpoints, \
+                        p.default_api_version \
                  FROM {organizations} o \
                  LEFT JOIN partner_api_key_policies p ON p.organization_id = o.id \
                  WHERE o.id = $1"
