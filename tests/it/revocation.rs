@@ -769,3 +769,81 @@ async fn in_the_capture_mode_the_caches_wait_for_the_capture_and_never_serve_a_c
         .await
         .unwrap();
 }
+
+/// A pin reaches a replica's cached key within the caches' bound, under a burst of the key's
+/// own requests: the version a key is answered at is part of what the caches hold of it, so
+/// an admin's pin (the store's `pin_api_version`, through the management service or the
+/// CLI) is a change the listener hears as a revocation is. Never a request answered at the
+/// old version past the bound (asked after it: one asked before may be answered later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pin_reaches_a_cached_key_within_the_bound_under_a_burst() {
+    use partner_api::store::KeyManager;
+    crate::common::needs::needs!(Postgres);
+    let url = seeded().await;
+    let store = PgStore::connect_lazy(&url).unwrap();
+    let notifications = partner_api::cache::postgres::listen(store.pool().clone());
+    until_answering(&notifications).await;
+    let (api, keys) = cached_api(&store, &notifications);
+    let KeyLookup::Valid(principal) = remembered(&api, &keys, DEMO_KEY).await else {
+        panic!("the demo key is usable");
+    };
+    assert_eq!(
+        principal.api_version, None,
+        "a seeded key records no version"
+    );
+    let version = |answer: &Collected| answer.header("api-version").map(str::to_owned);
+    assert_eq!(
+        version(&call(&api, get("/v1/me", Some(DEMO_KEY))).await).as_deref(),
+        Some("2026-11-27")
+    );
+    // The burst: the key's requests from four tasks, each noting when it was answered at
+    // which version.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut burst = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let (api, stop) = (api.clone(), stop.clone());
+        burst.spawn(async move {
+            let mut seen = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let asked = Instant::now();
+                let answer = call(&api, get("/v1/me", Some(DEMO_KEY))).await;
+                // A read past the store's 300 ms time-out (the cache emptied, four tasks at
+                // the database on a loaded machine) is a 503, which serves no version.
+                if answer.status == StatusCode::OK {
+                    seen.push((asked, answer.header("api-version").unwrap().to_owned()));
+                } else {
+                    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+                }
+            }
+            seen
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pinned = store
+        .pin_api_version(
+            &principal.organization.id,
+            &principal.key_id,
+            partner_api::versions::UPDATED_AT,
+        )
+        .await
+        .unwrap();
+    let committed = Instant::now();
+    assert_eq!(pinned.api_version, Some(partner_api::versions::UPDATED_AT));
+    tokio::time::sleep(BOUND * 2).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut late = Vec::new();
+    let mut newest_seen = false;
+    while let Some(seen) = burst.join_next().await {
+        for (asked, served) in seen.unwrap() {
+            if served == "2026-11-27" && asked > committed + BOUND {
+                late.push(asked.duration_since(committed));
+            }
+            newest_seen |= served == "2026-11-28";
+        }
+    }
+    assert!(
+        late.is_empty(),
+        "answered at the old version after the pin: {late:?}"
+    );
+    assert!(newest_seen, "the pin never reached the cache");
+}
