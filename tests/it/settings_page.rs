@@ -1365,15 +1365,21 @@ async fn a_person_manages_keys_on_the_settings_page() {
     // them once it loads them again.
     let xpath = "//tbody[@id='keys']/tr[td[1][normalize-space()='Versioned'] \
                  and contains(., 'Calls (30 days) 2026-11-28: ') and contains(., '2026-11-27: ')]";
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    while browser.find(Locator::XPath(xpath)).await.is_err() {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    'loaded: loop {
+        // Each load is given two seconds to read the calls before the next.
+        let settled = tokio::time::Instant::now() + Duration::from_secs(2);
+        while tokio::time::Instant::now() < settled {
+            if browser.find(Locator::XPath(xpath)).await.is_ok() {
+                break 'loaded;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         assert!(
             tokio::time::Instant::now() < deadline,
             "the calls per version never showed"
         );
-        tokio::time::sleep(Duration::from_millis(500)).await;
         browser.refresh().await.unwrap();
-        row_of(&browser, "Versioned").await;
     }
 
     // A key GitHub found in public: revoked by the report, and shown as leaked with a link
@@ -1639,19 +1645,28 @@ async fn a_store_of_the_required_methods_drives_the_page_which_hides_the_rest() 
 /// The text of `css` once it reads `wanted`, reloading the page until it does: counts reach
 /// the page after the recorder's next flush.
 async fn reload_until_text(browser: &Client, css: &str, wanted: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(element) = browser.find(Locator::Css(css)).await {
-            if element.text().await.is_ok_and(|text| text == wanted) {
-                return;
+        // A load's reads take their time (longer on a loaded machine, and the page reads
+        // several things): the element is looked at for two seconds before loading again,
+        // so a slow load is never cut short by the next.
+        let settled = tokio::time::Instant::now() + Duration::from_secs(2);
+        loop {
+            if let Ok(element) = browser.find(Locator::Css(css)).await {
+                if element.text().await.is_ok_and(|text| text == wanted) {
+                    return;
+                }
             }
+            if tokio::time::Instant::now() >= settled {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
             "{css} never read {wanted:?}: {:?}",
             text(browser, css).await
         );
-        tokio::time::sleep(Duration::from_millis(500)).await;
         browser.refresh().await.unwrap();
     }
 }
