@@ -66,10 +66,7 @@ impl DeprecatedRoute {
 /// A deprecation of a route, of a query parameter of one, or of an API version.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Deprecation {
-    /// `None` for a version's deprecation.
-    route: Option<DeprecatedRoute>,
-    parameter: Option<String>,
-    version: Option<ApiVersion>,
+    target: Target,
     since: NaiveDate,
     sunset: Option<NaiveDate>,
     link: Option<String>,
@@ -84,14 +81,23 @@ impl serde::Serialize for Deprecation {
         use serde::ser::SerializeStruct;
         let mut fields = serializer.serialize_struct("Deprecation", 7)?;
         fields.serialize_field("target", &self.target())?;
-        fields.serialize_field("route", &self.route.map(DeprecatedRoute::as_str))?;
-        fields.serialize_field("parameter", &self.parameter)?;
+        fields.serialize_field("route", &self.route().map(DeprecatedRoute::as_str))?;
+        fields.serialize_field("parameter", &self.parameter())?;
         fields.serialize_field("deprecatedOn", &self.since.to_string())?;
         fields.serialize_field("sunsetOn", &self.sunset.map(|day| day.to_string()))?;
         fields.serialize_field("link", &self.link)?;
         fields.serialize_field("enforced", &self.enforced)?;
         fields.end()
     }
+}
+
+/// What a deprecation is of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Target {
+    /// A route, or a query parameter of one.
+    Route(DeprecatedRoute, Option<String>),
+    /// An API version.
+    Version(ApiVersion),
 }
 
 /// Why a deprecation was refused.
@@ -128,9 +134,7 @@ impl Deprecation {
                 ))
             })?;
             return Ok(Self {
-                route: None,
-                parameter: None,
-                version: Some(version),
+                target: Target::Version(version),
                 since,
                 sunset: None,
                 link: None,
@@ -159,9 +163,7 @@ impl Deprecation {
             }
         }
         Ok(Self {
-            route: Some(route),
-            parameter: parameter.map(str::to_owned),
-            version: None,
+            target: Target::Route(route, parameter.map(str::to_owned)),
             since,
             sunset: None,
             link: None,
@@ -226,26 +228,34 @@ impl Deprecation {
 
     /// The route deprecated, or whose parameter is; `None` for a version's deprecation.
     pub fn route(&self) -> Option<DeprecatedRoute> {
-        self.route
+        match self.target {
+            Target::Route(route, _) => Some(route),
+            Target::Version(_) => None,
+        }
     }
 
     /// The API version deprecated, for a version's deprecation.
     pub fn version(&self) -> Option<ApiVersion> {
-        self.version
+        match self.target {
+            Target::Version(version) => Some(version),
+            Target::Route(..) => None,
+        }
     }
 
     /// The deprecated query parameter, when the deprecation is of one.
     pub fn parameter(&self) -> Option<&str> {
-        self.parameter.as_deref()
+        match &self.target {
+            Target::Route(_, parameter) => parameter.as_deref(),
+            Target::Version(_) => None,
+        }
     }
 
     /// What is deprecated: `/orders`, `/orders?provider`, or `2026-11-27`.
     pub fn target(&self) -> String {
-        match (self.route, &self.parameter, self.version) {
-            (Some(route), Some(parameter), _) => format!("{}?{parameter}", route.as_str()),
-            (Some(route), None, _) => route.as_str().to_owned(),
-            (None, _, Some(version)) => version.to_string(),
-            (None, _, None) => String::new(),
+        match &self.target {
+            Target::Route(route, Some(parameter)) => format!("{}?{parameter}", route.as_str()),
+            Target::Route(route, None) => route.as_str().to_owned(),
+            Target::Version(version) => version.to_string(),
         }
     }
 
@@ -272,10 +282,13 @@ impl Deprecation {
     /// Whether a request to `route` whose query string is `query` is concerned: any request of
     /// the route, or, for a parameter, one that gives it.
     pub(crate) fn concerns(&self, route: DeprecatedRoute, query: Option<&str>) -> bool {
-        if Some(route) != self.route {
+        let Target::Route(own, parameter) = &self.target else {
+            return false;
+        };
+        if route != *own {
             return false;
         }
-        let Some(parameter) = &self.parameter else {
+        let Some(parameter) = parameter else {
             return true;
         };
         query.is_some_and(|query| {

@@ -24,36 +24,40 @@ pub(crate) enum AskedVersion {
 pub(crate) struct ApiVersions {
     chain: Versions,
     header: HeaderName,
-    /// Each version's echo, newest first.
-    echoes: Box<[(ApiVersion, HeaderValue)]>,
-    /// Each version's name as the target its calls are counted under, newest first: made
-    /// once, so counting a call allocates nothing.
-    targets: Box<[(ApiVersion, Arc<str>)]>,
+    /// Each offered version with its name, made once, newest first.
+    offered: Box<[Offered]>,
     /// What the 400 of a name that is not offered names: the header.
     unknown_header: String,
+}
+
+/// An offered version, with its name as the echo's value and as the target its calls are
+/// counted under (made once, so neither allocates on a request).
+#[derive(Clone)]
+struct Offered {
+    version: ApiVersion,
+    echo: HeaderValue,
+    target: Arc<str>,
 }
 
 impl ApiVersions {
     /// The request path's view of `chain`, read from and echoed in `header`.
     pub(crate) fn new(chain: Versions, header: HeaderName) -> Self {
-        let echoes = chain
+        let offered = chain
             .offered()
             .map(|version| {
-                let value =
-                    HeaderValue::from_str(&version.to_string()).expect("a date is a header value");
-                (version, value)
+                let name = version.to_string();
+                Offered {
+                    version,
+                    echo: HeaderValue::from_str(&name).expect("a date is a header value"),
+                    target: Arc::from(name),
+                }
             })
-            .collect();
-        let targets = chain
-            .offered()
-            .map(|version| (version, Arc::from(version.to_string())))
             .collect();
         let unknown_header = format!("header {}", canonical(&header));
         Self {
             chain,
             header,
-            echoes,
-            targets,
+            offered,
             unknown_header,
         }
     }
@@ -82,11 +86,11 @@ impl ApiVersions {
 
     /// As [`named`](Self::named), over the name's bytes.
     fn named_bytes(&self, name: &[u8]) -> AskedVersion {
-        self.echoes
+        self.offered
             .iter()
-            .find(|(_, value)| value.as_bytes() == name)
-            .map_or(AskedVersion::Unknown, |(version, _)| {
-                AskedVersion::Named(*version)
+            .find(|offered| offered.echo.as_bytes() == name)
+            .map_or(AskedVersion::Unknown, |offered| {
+                AskedVersion::Named(offered.version)
             })
     }
 
@@ -113,18 +117,19 @@ impl ApiVersions {
 
     /// The header that says `version` answered.
     pub(crate) fn echo(&self, version: ApiVersion) -> Option<(HeaderName, HeaderValue)> {
-        self.echoes
-            .iter()
-            .find(|(offered, _)| *offered == version)
-            .map(|(_, value)| (self.header.clone(), value.clone()))
+        self.find(version)
+            .map(|offered| (self.header.clone(), offered.echo.clone()))
     }
 
     /// The target the calls served at `version` are counted under: its name.
     pub(crate) fn target(&self, version: ApiVersion) -> Option<&Arc<str>> {
-        self.targets
+        self.find(version).map(|offered| &offered.target)
+    }
+
+    fn find(&self, version: ApiVersion) -> Option<&Offered> {
+        self.offered
             .iter()
-            .find(|(offered, _)| *offered == version)
-            .map(|(_, target)| target)
+            .find(|offered| offered.version == version)
     }
 
     /// What the 400 of a header that names no version offered names: `header Api-Version`.

@@ -20,11 +20,7 @@ pub(super) async fn deprecated_calls(
     declared: &[Deprecation],
     organization_id: &str,
 ) -> Result<Response<ApiBody>, Failure> {
-    let since = period_start();
-    let totals = store
-        .deprecated_calls(organization_id, None, since)
-        .await
-        .map_err(Failure::from_store)?;
+    let (since, totals) = last_30_days(store, organization_id).await?;
     let mut by_target: BTreeMap<String, Vec<DeprecatedCallTotal>> = BTreeMap::new();
     for total in totals {
         by_target
@@ -88,11 +84,7 @@ pub(super) async fn version_calls(
     versions: &crate::versions::Versions,
     organization_id: &str,
 ) -> Result<Response<ApiBody>, Failure> {
-    let since = period_start();
-    let totals = store
-        .deprecated_calls(organization_id, None, since)
-        .await
-        .map_err(Failure::from_store)?;
+    let (since, totals) = last_30_days(store, organization_id).await?;
     let mut by_key: BTreeMap<String, Vec<(crate::versions::ApiVersion, DeprecatedCallTotal)>> =
         BTreeMap::new();
     for total in totals {
@@ -127,4 +119,17 @@ pub(super) async fn version_calls(
         StatusCode::OK,
         &serde_json::json!({ "data": { "since": since, "keys": keys } }),
     ))
+}
+
+/// The organization's counted calls of the period both listings show, and its start.
+async fn last_30_days(
+    store: &dyn DeprecatedCallStore,
+    organization_id: &str,
+) -> Result<(crate::model::Timestamp, Vec<DeprecatedCallTotal>), Failure> {
+    let since = period_start();
+    let totals = store
+        .deprecated_calls(organization_id, None, since)
+        .await
+        .map_err(Failure::from_store)?;
+    Ok((since, totals))
 }

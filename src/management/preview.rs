@@ -53,17 +53,15 @@ pub(super) async fn preview(
     key_id: &str,
     query: Option<&str>,
 ) -> Result<Response<ApiBody>, Failure> {
-    let asked = query
-        .unwrap_or_default()
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("version="))
+    let asked = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .find_map(|(name, value)| (name == "version").then_some(value))
         .ok_or_else(|| {
             Failure::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "the query parameter version (YYYY-MM-DD) is required",
             )
         })?;
-    let to = offered_version(versions, asked)?;
+    let to = offered_version(versions, &asked)?;
     let record = keys
         .get(organization, key_id)
         .await

@@ -131,6 +131,24 @@ async fn claim_for<S: WebhookOutbox>(
         .collect())
 }
 
+/// Claims everything due once, and splits it between `endpoints` (what each was claimed).
+async fn claim_split<S: WebhookOutbox, const N: usize>(
+    store: &S,
+    endpoints: [&str; N],
+) -> Result<[Vec<Delivery>; N], String> {
+    let claimed = store
+        .claim(&ClaimRequest::new(10_000, 10_000, LEASE))
+        .await
+        .map_err(failed("claim"))?;
+    Ok(endpoints.map(|endpoint| {
+        claimed
+            .iter()
+            .filter(|delivery| delivery.endpoint_id == endpoint)
+            .cloned()
+            .collect()
+    }))
+}
+
 async fn claim_all<S: WebhookOutbox>(
     store: &S,
     endpoint_id: &str,

@@ -176,19 +176,8 @@ where
 
     // One claim: the deletions-only endpoint has its one event at once, the other endpoint
     // only the first change of the order.
-    let claimed = store
-        .claim(&ClaimRequest::new(10_000, 10_000, LEASE))
-        .await
-        .map_err(failed("claim"))?;
-    let of = |endpoint: &str| -> Vec<Delivery> {
-        claimed
-            .iter()
-            .filter(|d| d.endpoint_id == endpoint)
-            .cloned()
-            .collect()
-    };
-    let to_deletions = of(&deletions.id);
-    let mut first_claim = Some(of(&all.id));
+    let [to_deletions, all_claimed] = claim_split(store, [&deletions.id, &all.id]).await?;
+    let mut first_claim = Some(all_claimed);
     ensure!(
         to_deletions.len() == 1 && to_deletions[0].event_type == EventType::OrderDeleted,
         "an endpoint subscribed to order.deleted got {:?}",

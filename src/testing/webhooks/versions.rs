@@ -1,14 +1,13 @@
 //! The check that a store renders each endpoint's order bodies at the endpoint's API version.
 
-use super::{add, body_json, claim_all, finish, remove, LEASE};
+use super::{add, body_json, claim_all, claim_split, finish, remove};
 use crate::testing::calls::{order, organization};
 use crate::testing::namespace;
 use crate::testing::report::{ensure, failed, Check};
 use crate::testing::StoreFixtures;
 use crate::versions::{FIRST, NEWEST};
 use crate::webhooks::{
-    AttemptOutcome, ClaimRequest, Delivery, NewEndpoint, NextStep, WebhookAbility, WebhookManager,
-    WebhookOutbox,
+    AttemptOutcome, NewEndpoint, NextStep, WebhookAbility, WebhookManager, WebhookOutbox,
 };
 
 /// An endpoint added at the first version gets an order's `data` without `updatedAt`, one at
@@ -58,18 +57,7 @@ where
         .add_orders(&org.id, &[order(format!("{ns}_v1"), 1)])
         .await
         .map_err(failed("add_orders"))?;
-    let claimed = store
-        .claim(&ClaimRequest::new(10_000, 10_000, LEASE))
-        .await
-        .map_err(failed("claim"))?;
-    let of = |endpoint: &str| -> Vec<Delivery> {
-        claimed
-            .iter()
-            .filter(|delivery| delivery.endpoint_id == endpoint)
-            .cloned()
-            .collect()
-    };
-    let (at_first, at_newest) = (of(&first.id), of(&newest.id));
+    let [at_first, at_newest] = claim_split(store, [&first.id, &newest.id]).await?;
     ensure!(
         at_first.len() == 1 && at_newest.len() == 1,
         "one order change gave {} and {} deliveries",
