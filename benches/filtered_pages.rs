@@ -2,7 +2,8 @@
 //! in an organization of ORDERS orders (default 100,000): `PgStore::orders` timed as the API
 //! calls it, for a page of 100 after the middle of the organization's orders, unfiltered and
 //! with each filter (a status of a quarter of the orders, a rare status, two statuses, a
-//! creation range, a common and a rare provider, all of them at once). Prints the median and
+//! creation range, a common and a rare provider, the last change since a time (one order in
+//! ten) and in a narrow range (one in a thousand), all four of the first at once). Prints the median and
 //! p90 of ROUNDS calls each (default 200) and each one's ratio to the unfiltered page.
 //!
 //! `PARTNER_API_TEST_DATABASE_URL=postgres://... cargo bench --features postgres --bench
@@ -46,8 +47,23 @@ fn order(n: usize) -> Order {
             BASE_MILLIS + i64::try_from(n).expect("few orders") * 1_000,
         )
         .expect("a time"),
-        updated_at: None,
+        // One order in ten changed after every order was created, in creation order.
+        updated_at: (n % 10 == 0).then(|| changed_at(n)),
     }
+}
+
+/// When the order `n` (one in ten) last changed: after all ORDERS were created, 10 ms
+/// apart.
+fn changed_at(n: usize) -> Timestamp {
+    let millis = i64::try_from(orders_count() * 1_000 + n * 10).expect("few orders");
+    Timestamp::from_unix_millis(BASE_MILLIS + millis).expect("a time")
+}
+
+fn orders_count() -> usize {
+    std::env::var("ORDERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100_000)
 }
 
 fn at(n: usize) -> Timestamp {
@@ -60,10 +76,7 @@ async fn main() {
         eprintln!("filtered_pages: set PARTNER_API_TEST_DATABASE_URL");
         return;
     };
-    let count: usize = std::env::var("ORDERS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(100_000);
+    let count = orders_count();
     let rounds: usize = std::env::var("ROUNDS")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -121,6 +134,18 @@ async fn main() {
         (
             "provider (1 in 1,000)",
             deep(OrderFilter::default().with_providers(["rare"])),
+        ),
+        (
+            "updated since (1 in 10)",
+            deep(OrderFilter::default().with_updated_since(changed_at(0))),
+        ),
+        (
+            "updated range (1 in 1,000)",
+            deep(
+                OrderFilter::default()
+                    .with_updated_since(changed_at(0))
+                    .with_updated_before(changed_at(count / 100)),
+            ),
         ),
         (
             "all four",

@@ -5,6 +5,7 @@
 #![cfg(all(feature = "postgres", feature = "testing"))]
 
 use async_trait::async_trait;
+use partner_api::store::EventFeed;
 use partner_api::testing::{run, StoreFixtures};
 use partner_api::{
     KeyStore, MemoryStore, Order, OrderField, OrderPage, OrderStore, OrdersMap, Organization,
@@ -27,27 +28,36 @@ const HOST_SCHEMA: &str = "\
         internal_note text, modified timestamptz, PRIMARY KEY (account_code, buy_ref))";
 
 fn host_map() -> SchemaMap {
-    SchemaMap::new()
-        .with_orders(
-            OrdersMap::new("public.media_buys")
-                .with(OrderField::Id, "buy_ref")
-                .with(OrderField::Organization, "account_code")
-                .with(OrderField::Providers, "channels")
-                .with(OrderField::AdvertiserName, "advertiser")
-                .with(OrderField::CampaignName, "campaign")
-                .with(OrderField::BudgetDkk, "round(budget_ore / 100)")
-                .with(OrderField::StartDate, "starts_on")
-                .with(OrderField::EndDate, "ends_on")
-                .with(OrderField::Status, "state")
-                .with(OrderField::ExternalReference, "coalesce(po_number, '')")
-                .with(OrderField::CreatedAt, "created")
-                .with(OrderField::UpdatedAt, "modified"),
-        )
-        .with_organizations(
-            OrganizationsMap::new("public.accounts")
-                .with_id("code")
-                .with_name("display_name"),
-        )
+    map_with_orders(orders_map().with(OrderField::UpdatedAt, "modified"))
+}
+
+/// [`host_map`] without `updated_at`: the host's table as if it had no column of its orders'
+/// last change, which the crate then records.
+fn host_map_without_updated_at() -> SchemaMap {
+    map_with_orders(orders_map())
+}
+
+fn map_with_orders(orders: OrdersMap) -> SchemaMap {
+    SchemaMap::new().with_orders(orders).with_organizations(
+        OrganizationsMap::new("public.accounts")
+            .with_id("code")
+            .with_name("display_name"),
+    )
+}
+
+fn orders_map() -> OrdersMap {
+    OrdersMap::new("public.media_buys")
+        .with(OrderField::Id, "buy_ref")
+        .with(OrderField::Organization, "account_code")
+        .with(OrderField::Providers, "channels")
+        .with(OrderField::AdvertiserName, "advertiser")
+        .with(OrderField::CampaignName, "campaign")
+        .with(OrderField::BudgetDkk, "round(budget_ore / 100)")
+        .with(OrderField::StartDate, "starts_on")
+        .with(OrderField::EndDate, "ends_on")
+        .with(OrderField::Status, "state")
+        .with(OrderField::ExternalReference, "coalesce(po_number, '')")
+        .with(OrderField::CreatedAt, "created")
 }
 
 /// A migrated database with [`HOST_SCHEMA`], and a store of the crate's own tables on it.
@@ -86,9 +96,14 @@ async fn copied_rows(store: &PgStore) -> i64 {
 /// its triggers registered.
 async fn host_store() -> (PgStore, String) {
     let (store, url) = with_host_schema().await;
-    let store = store.with_schema_map(host_map()).await.unwrap();
+    (registered(store, host_map()).await, url)
+}
+
+/// `store` reading through `map`, its triggers registered.
+async fn registered(store: PgStore, map: SchemaMap) -> PgStore {
+    let store = store.with_schema_map(map).await.unwrap();
     store.register_schema_map().await.unwrap();
-    (store, url)
+    store
 }
 
 /// [`host_store`] with the account `id` named `name`, and `key` issued to it.
@@ -209,6 +224,161 @@ async fn the_store_conforms_on_the_hosts_own_tables_through_a_map() {
     // Nothing was copied into the crate's tables.
     let copied = copied_rows(&store).await;
     assert_eq!(copied, 0);
+}
+
+#[tokio::test]
+async fn a_table_without_a_last_change_column_conforms_with_the_time_the_crate_recorded() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = with_host_schema().await;
+    let store = registered(store, host_map_without_updated_at()).await;
+    // Rule last-change among them: an update moves updatedAt, a write that changes nothing
+    // does not, and the updated_since/updated_before filters hold through pages.
+    run(&HostTables(store.clone())).await.assert_passed();
+    assert_eq!(copied_rows(&store).await, 0);
+}
+
+/// The last change the crate recorded of `id` in the account `acme`, as a page serves it.
+async fn recorded_last_change(store: &PgStore, id: &str) -> Option<Timestamp> {
+    let page = store
+        .orders("acme", &partner_api::store::OrderQuery::default())
+        .await
+        .unwrap();
+    let encoded = page
+        .orders()
+        .iter()
+        .find(|order| order.order().id == id)
+        .unwrap_or_else(|| panic!("{id} is on the page"));
+    let served: serde_json::Value = serde_json::from_slice(encoded.json()).unwrap();
+    assert_eq!(
+        served["updatedAt"],
+        encoded.order().last_changed_at().to_string(),
+        "{id} is served with its last change"
+    );
+    encoded.order().updated_at
+}
+
+#[tokio::test]
+async fn the_recorded_last_change_outlives_retention_and_a_remade_order_starts_unchanged() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = with_host_schema().await;
+    let store = registered(store, host_map_without_updated_at()).await;
+    // The index the recorded time is read through is listed, and once built, found.
+    let needed = store.schema_indexes();
+    assert!(
+        needed.iter().any(|index| index
+            .statement()
+            .contains("partner_api_order_events_changes")),
+        "{needed:?}"
+    );
+    for index in &needed {
+        sqlx::raw_sql(&index.statement())
+            .execute(store.pool())
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.missing_schema_indexes().await.unwrap(), []);
+    let acme = Organization {
+        id: "acme".into(),
+        name: "Acme".into(),
+    };
+    add_account(&store, &acme).await.unwrap();
+    let created = 1_700_000_000_000;
+    let buy = crate::common::order("b1", created);
+    write_buy(&store, "acme", &buy).await.unwrap();
+    write_buy(&store, "acme", &crate::common::order("b2", created + 1))
+        .await
+        .unwrap();
+    assert_eq!(recorded_last_change(&store, "b1").await, None);
+
+    let before = Timestamp::now();
+    let paused = Order {
+        status: "paused".into(),
+        ..buy.clone()
+    };
+    write_buy(&store, "acme", &paused).await.unwrap();
+    let changed = recorded_last_change(&store, "b1")
+        .await
+        .expect("an update is a last change");
+    assert!(changed >= before.saturating_sub(std::time::Duration::from_secs(5)));
+    assert_eq!(recorded_last_change(&store, "b2").await, None);
+    // A write that changes nothing the map reads is no change.
+    write_buy(&store, "acme", &paused).await.unwrap();
+    assert_eq!(recorded_last_change(&store, "b1").await, Some(changed));
+
+    // Retention deletes the update's event (a later order keeps the feed's newest); the time
+    // stays.
+    write_buy(&store, "acme", &crate::common::order("b3", created + 2))
+        .await
+        .unwrap();
+    let deleted = store
+        .prune_events(std::time::Duration::ZERO, 1_000)
+        .await
+        .unwrap();
+    assert!(deleted >= 3, "retention deleted {deleted} events");
+    assert_eq!(events_of(&store, "b1").await, 0);
+    assert_eq!(recorded_last_change(&store, "b1").await, Some(changed));
+
+    // Deleted and made again: a new order, never changed, whether or not the deletion's
+    // event is still kept.
+    delete_buy(&store, "acme", "b1").await.unwrap();
+    write_buy(&store, "acme", &buy).await.unwrap();
+    assert_eq!(recorded_last_change(&store, "b1").await, None);
+    write_buy(&store, "acme", &crate::common::order("b4", created + 3))
+        .await
+        .unwrap();
+    store
+        .prune_events(std::time::Duration::ZERO, 1_000)
+        .await
+        .unwrap();
+    assert_eq!(events_of(&store, "b1").await, 0);
+    assert_eq!(recorded_last_change(&store, "b1").await, None);
+    let carried: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM partner_api_order_last_changes WHERE order_id = 'b1'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(carried, 0, "a deleted order's carried time goes with it");
+
+    // Changed again: the new change, read from its event.
+    let before = Timestamp::now();
+    write_buy(&store, "acme", &paused).await.unwrap();
+    let again = recorded_last_change(&store, "b1").await.expect("changed");
+    assert!(again >= before.saturating_sub(std::time::Duration::from_secs(5)));
+
+    // A map that names the column turns the carrying off, and what was carried goes (it
+    // would be stale if turned on again).
+    let b2 = crate::common::order("b2", created + 1);
+    write_buy(
+        &store,
+        "acme",
+        &Order {
+            status: "paused".into(),
+            ..b2
+        },
+    )
+    .await
+    .unwrap();
+    write_buy(&store, "acme", &crate::common::order("b5", created + 4))
+        .await
+        .unwrap();
+    store
+        .prune_events(std::time::Duration::ZERO, 1_000)
+        .await
+        .unwrap();
+    let carried: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM partner_api_order_last_changes WHERE order_id = 'b2'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(carried, 1, "b2's change is carried past its event");
+    registered(store.clone(), host_map()).await;
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM partner_api_order_last_changes")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(kept, 0);
 }
 
 /// An [`OrderStore`] and nothing else: the host's orders beside keys kept elsewhere.
@@ -1015,6 +1185,18 @@ async fn the_documented_roles_serve_and_issue_through_the_map_and_can_do_no_more
     assert_eq!(page.json()["data"]["orders"][0]["id"], json!("b1"));
     let feed = call(&api, get("/v1/events", Some(key.plaintext()))).await;
     assert_eq!(feed.json()["data"]["events"][0]["data"]["id"], json!("b1"));
+    // Through a map without `updated_at`, the recorded last change too (a function that
+    // runs as the owner: the role reads no event table itself).
+    let recorded = PgStore::connect_lazy(&pg::as_user(&url, &serving))
+        .unwrap()
+        .with_schema_map(host_map_without_updated_at())
+        .await
+        .unwrap();
+    let page = recorded
+        .orders("acme", &partner_api::store::OrderQuery::default())
+        .await
+        .expect("the serving role reads the recorded last change");
+    assert_eq!(page.orders()[0].order().updated_at, None);
     // And no role of them can do more.
     let function: String = sqlx::query_scalar(
         "SELECT p.oid::regprocedure::text FROM pg_proc p \

@@ -11,7 +11,8 @@ use sqlx::{Connection, Executor, PgConnection};
 use crate::common::pg::{as_user, create_documented_roles, fresh_database};
 
 /// The trigger functions the migrations create.
-const TRIGGER_FUNCTIONS: [&str; 14] = [
+const TRIGGER_FUNCTIONS: [&str; 15] = [
+    "partner_api_carry_last_changes",
     "partner_api_raise_order_events",
     "partner_api_refuse_truncate",
     "partner_api_audit_disabled_by_delivery",
@@ -30,15 +31,17 @@ const TRIGGER_FUNCTIONS: [&str; 14] = [
 
 /// Those of them that run as the owner (SECURITY DEFINER), in name order: PUBLIC may not
 /// execute them, so no other role can attach them to a table at all.
-const DEFINERS: [&str; 10] = [
+const DEFINERS: [&str; 12] = [
     "partner_api_audit_disabled_by_delivery",
     "partner_api_audit_key_leaked",
+    "partner_api_carry_last_changes",
     "partner_api_open_feeds_for_webhooks",
     "partner_api_order_changes_after",
     "partner_api_prune_audit",
     "partner_api_prune_order_events",
     "partner_api_raise_order_events",
     "partner_api_read_order_events",
+    "partner_api_recorded_last_change",
     "partner_api_stamp_for_webhooks",
     "partner_api_stamp_order_events",
 ];

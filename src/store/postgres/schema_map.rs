@@ -85,6 +85,29 @@ impl super::PgStore {
                 .await
                 .map_err(failed)?;
         }
+        // Retention carries what it deletes of the orders' changes only for a map that
+        // leaves `updated_at` out (the rows would be read by nothing else); turned off, what
+        // it carried goes, as it would be stale if turned on again.
+        let keeps_last_changes = self
+            .statements
+            .mapped
+            .as_ref()
+            .and_then(|(map, resolved)| Some((map.orders()?, resolved.orders.as_ref()?)))
+            .is_some_and(|(orders, table)| !orders.maps_updated_at() && !table.is_view);
+        let switched: Option<bool> = sqlx::query_scalar(
+            "UPDATE partner_api_event_retention SET keeps_last_changes = $1 \
+             WHERE keeps_last_changes <> $1 RETURNING keeps_last_changes",
+        )
+        .bind(keeps_last_changes)
+        .fetch_optional(&mut *transaction)
+        .await
+        .map_err(failed)?;
+        if switched == Some(false) {
+            sqlx::query("DELETE FROM partner_api_order_last_changes")
+                .execute(&mut *transaction)
+                .await
+                .map_err(failed)?;
+        }
         for (function, statements) in tables {
             let fingerprint = register::fingerprint(&statements);
             let (made, in_use): (Option<String>, bool) = sqlx::query_as(
@@ -178,7 +201,10 @@ pub enum OrderField {
     CreatedAt,
     /// `updated_at` (`timestamp with time zone`, may be null): when the order last changed,
     /// `updatedAt` from API version [`UPDATED_AT`](crate::versions::UPDATED_AT) (null: its
-    /// `created_at`). Optional: a map that leaves it out serves every order's `created_at`.
+    /// `created_at`). Optional: a map that leaves it out serves the last change the crate
+    /// recorded (the time of the order's newest `order.updated` event, kept past the events'
+    /// retention), read per order through an index of the events that
+    /// [`schema_indexes`](crate::PgStore::schema_indexes) lists.
     UpdatedAt,
 }
 
@@ -358,13 +384,26 @@ impl OrdersMap {
     }
 
     /// The select list the pages read: [`select_list`](Self::select_list) and the order's
-    /// last change.
+    /// last change: the mapped `updated_at`, else the one the crate recorded (its newest
+    /// `order.updated` event, or what retention carried of it; see the migration
+    /// `recorded_last_change`).
     pub(in crate::store::postgres) fn read_list(&self) -> String {
-        format!(
-            "{}, {}",
-            self.select_list(),
+        let last_change = if self.maps_updated_at() {
             self.item(OrderField::UpdatedAt)
-        )
+        } else {
+            format!(
+                "partner_api_recorded_last_change({}, {}) AS updated_at",
+                self.cast_expression(OrderField::Organization),
+                self.cast_expression(OrderField::Id)
+            )
+        };
+        format!("{}, {last_change}", self.select_list())
+    }
+
+    /// Whether the map names the orders' `updated_at`; without it, the crate serves the
+    /// last change it recorded.
+    pub(in crate::store::postgres) fn maps_updated_at(&self) -> bool {
+        self.expressions[OrderField::UpdatedAt as usize].is_some()
     }
 
     /// The select list of one mapped order, each field cast to the type the crate reads and
@@ -643,9 +682,7 @@ pub(super) async fn check(
     let mut resolved = Resolved::default();
     if let Some(orders) = &map.orders {
         let table = resolve_table(pool, "orders", orders.table()).await?;
-        let mapped_updated_at = orders.expressions[OrderField::UpdatedAt as usize]
-            .is_some()
-            .then_some(OrderField::UpdatedAt);
+        let mapped_updated_at = orders.maps_updated_at().then_some(OrderField::UpdatedAt);
         for field in OrderField::ALL.into_iter().chain(mapped_updated_at) {
             let expression = orders.expression(field);
             let has = type_of(pool, &table.name, expression)

@@ -1,6 +1,8 @@
 //! `PgStore`'s own tests: its page queries' plans.
 
-use super::orders::{OrderStatements, AFTER, BEFORE, PROVIDERS, SINCE, STATUSES};
+use super::orders::{
+    OrderStatements, AFTER, BEFORE, PROVIDERS, SINCE, STATUSES, UPDATED_BEFORE, UPDATED_SINCE,
+};
 use super::*;
 use crate::store::{OrderPosition, OrderQuery};
 use sqlx::Connection;
@@ -47,8 +49,12 @@ async fn every_page_is_one_index_range_scan() {
         .await
         .unwrap();
     let own = &store.statements.orders;
-    let (newest, status) = ("partner_orders_newest", "partner_orders_status");
-    assert_plans(&mut connection, own, "partner_orders", newest, status).await;
+    let own_indexes = Indexes {
+        newest: "partner_orders_newest",
+        status: "partner_orders_status",
+        updated: Some("partner_orders_updated"),
+    };
+    assert_plans(&mut connection, own, "partner_orders", &own_indexes).await;
 
     // A host's table with other names and types, mapped; its indexes as the map prints them.
     sqlx::raw_sql(
@@ -56,7 +62,8 @@ async fn every_page_is_one_index_range_scan() {
          CREATE TABLE media_buys (buy_id uuid PRIMARY KEY, account_id bigint NOT NULL, \
          channels text[] NOT NULL, advertiser text NOT NULL, campaign text NOT NULL, \
          budget_ore bigint NOT NULL, starts_on date NOT NULL, ends_on date NOT NULL, \
-         state text NOT NULL, po_number text, created timestamptz NOT NULL)",
+         state text NOT NULL, po_number text, created timestamptz NOT NULL, \
+         modified timestamptz)",
     )
     .execute(&mut *connection)
     .await
@@ -68,23 +75,41 @@ async fn every_page_is_one_index_range_scan() {
         .and_then(|rest| rest.split("```").next())
         .expect("the hosting page's schema map");
     let map: SchemaMap = toml::from_str(documented).unwrap();
-    let mapped = store.clone().with_schema_map(map).await.unwrap();
-    let needed = mapped.schema_indexes();
-    assert_eq!(needed.len(), 4, "{needed:?}");
-    assert_eq!(mapped.missing_schema_indexes().await.unwrap(), needed);
-    for index in &needed {
-        sqlx::query(index.statement().trim_end_matches(';'))
-            .execute(store.pool())
-            .await
-            .unwrap();
-    }
-    assert_eq!(mapped.missing_schema_indexes().await.unwrap(), []);
-    let statements = &mapped.statements.orders;
-    let (newest, status) = (
-        "partner_api_newest_media_buys",
-        "partner_api_status_media_buys",
+    // The documented map (no updated_at: the recorded last change, read through the events'
+    // index) and the same with a column of the last change, which has its own index.
+    let with_column = map.clone().with_orders(
+        map.orders()
+            .unwrap()
+            .clone()
+            .with(OrderField::UpdatedAt, "modified"),
     );
-    assert_plans(&mut connection, statements, "media_buys", newest, status).await;
+    for (map, indexes, updated) in [
+        (map, 5, None),
+        (with_column, 5, Some("partner_api_updated_media_buys")),
+    ] {
+        let mapped = store.clone().with_schema_map(map).await.unwrap();
+        let needed = mapped.schema_indexes();
+        assert_eq!(needed.len(), indexes, "{needed:?}");
+        let missing = mapped.missing_schema_indexes().await.unwrap();
+        assert!(
+            missing.iter().all(|index| needed.contains(index)) && !missing.is_empty(),
+            "{missing:?}"
+        );
+        for index in &needed {
+            sqlx::query(index.statement().trim_end_matches(';'))
+                .execute(store.pool())
+                .await
+                .unwrap();
+        }
+        assert_eq!(mapped.missing_schema_indexes().await.unwrap(), []);
+        let statements = &mapped.statements.orders;
+        let host_indexes = Indexes {
+            newest: "partner_api_newest_media_buys",
+            status: "partner_api_status_media_buys",
+            updated,
+        };
+        assert_plans(&mut connection, statements, "media_buys", &host_indexes).await;
+    }
     drop(connection);
     store.pool().close().await;
     // Once, in CI, a session of this database outlived the closed pool past the 5 s that
@@ -121,14 +146,29 @@ async fn plan_of(
     plan.join("\n")
 }
 
+/// The indexes of an orders table the page statements read.
+struct Indexes {
+    /// Pages newest first, and the creation range.
+    newest: &'static str,
+    /// Statuses.
+    status: &'static str,
+    /// The last change's range, where the table has a column of it (else the filter is a
+    /// condition on the newest-first scan).
+    updated: Option<&'static str>,
+}
+
 /// The page statements of `statements` read `table` by its range scans: `newest` for pages
-/// and ranges, `status` for statuses, never a sort of the table or a scan of all of it.
+/// and ranges, `status` for statuses, `updated` (or `newest`) for the last change's range,
+/// never a sort of the table or a scan of all of it.
 async fn assert_plans(
     connection: &mut sqlx::pool::PoolConnection<sqlx::Postgres>,
     statements: &OrderStatements,
     table: &str,
-    newest: &str,
-    status: &str,
+    &Indexes {
+        newest,
+        status,
+        updated,
+    }: &Indexes,
 ) {
     let after = OrderPosition {
         created_at: Timestamp::now(),
@@ -156,10 +196,13 @@ async fn assert_plans(
     }
     // Filtered pages: statuses on their own index, one range scan a status (a bounded sort
     // merges at most `limit + 1` rows of each); the rest on the newest-first index.
+    let updated = updated.unwrap_or(newest);
     for (holds, index) in [
         (STATUSES, status),
         (STATUSES | AFTER | SINCE | BEFORE | PROVIDERS, status),
         (AFTER | SINCE | BEFORE | PROVIDERS, newest),
+        (UPDATED_SINCE | UPDATED_BEFORE, updated),
+        (AFTER | UPDATED_SINCE | UPDATED_BEFORE, updated),
     ] {
         let mut types = vec!["text", "bigint"];
         let mut parameters = vec!["'org_1'", "101"];
@@ -168,6 +211,8 @@ async fn assert_plans(
             (SINCE, "timestamptz", "now() - interval '1 day'"),
             (BEFORE, "timestamptz", "now()"),
             (PROVIDERS, "text[]", "ARRAY['p1']"),
+            (UPDATED_SINCE, "timestamptz", "now() - interval '1 hour'"),
+            (UPDATED_BEFORE, "timestamptz", "now()"),
             (STATUSES, "text[]", "ARRAY['running', 'paused']"),
         ] {
             if holds & bit != 0 {
@@ -176,11 +221,26 @@ async fn assert_plans(
             }
         }
         let (types, parameters) = (types.join(", "), parameters.join(", "));
+        // An empty table's estimates favour a creation-ordered scan with a condition; without
+        // them, the last change's own index must serve (its expression the statement's).
+        let without_newest = holds & (UPDATED_SINCE | UPDATED_BEFORE) != 0 && index != newest;
+        if without_newest {
+            sqlx::raw_sql(&format!("BEGIN; DROP INDEX {newest}; DROP INDEX {status}"))
+                .execute(&mut **connection)
+                .await
+                .unwrap();
+        }
         let plan = plan_of(connection, &statements.filtered[holds], &types, &parameters).await;
+        if without_newest {
+            sqlx::query("ROLLBACK")
+                .execute(&mut **connection)
+                .await
+                .unwrap();
+        }
         assert!(
             plan.contains(&format!("Index Scan using {index} on {table}")),
-            "{holds:b}: {plan}"
+            "{table} {holds:b}: {plan}"
         );
-        assert!(!plan.contains("Seq Scan"), "{holds:b}: {plan}");
+        assert!(!plan.contains("Seq Scan"), "{table} {holds:b}: {plan}");
     }
 }
