@@ -882,7 +882,7 @@ async fn the_standalone_host_serves_media_buys_and_accounts_through_schema_map_o
         .iter()
         .all(|line| line.starts_with("CREATE INDEX CONCURRENTLY IF NOT EXISTS ")));
     let (_, missing, _) = command(&["indexes", "--missing"]).await;
-    assert_eq!(missing.lines().count(), 4, "{missing}");
+    assert_eq!(missing.lines().count(), 5, "{missing}");
     // A server started now warns once of each.
     let log = temp_file("schema-map-warnings.log", "");
     {
@@ -896,7 +896,7 @@ async fn the_standalone_host_serves_media_buys_and_accounts_through_schema_map_o
         warned
             .matches("an index the schema map needs is missing")
             .count(),
-        4,
+        5,
         "{warned}"
     );
     for statement in &statements {
