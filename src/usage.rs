@@ -73,7 +73,7 @@ pub const DEFAULT_CAPACITY: usize = 100_000;
 pub const MAX_KEPT_COUNTS: usize = 200_000;
 
 const ROUTES: usize = 4;
-const OUTCOMES: usize = 7;
+const OUTCOMES: usize = 8;
 const SLOTS: usize = ROUTES * OUTCOMES;
 
 fn slot(route: UsageRoute, outcome: UsageOutcome) -> usize {
@@ -89,8 +89,9 @@ fn slot(route: UsageRoute, outcome: UsageOutcome) -> usize {
         UsageOutcome::Revoked => 2,
         UsageOutcome::Expired => 3,
         UsageOutcome::AddressNotAllowed => 4,
-        UsageOutcome::RateLimited => 5,
-        UsageOutcome::Error => 6,
+        UsageOutcome::PermissionMissing => 5,
+        UsageOutcome::RateLimited => 6,
+        UsageOutcome::Error => 7,
     };
     route * OUTCOMES + outcome
 }

@@ -1,6 +1,7 @@
 //! Bearer authentication (contract section 5, RFC 6750): parsing the `Authorization` header and the
 //! `WWW-Authenticate` challenges of a 401.
 
+use crate::key::Permission;
 use http::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 
 use crate::key::{check_presented, KeyDigest, TokenFault};
@@ -113,6 +114,8 @@ fn trim_ows(bytes: &[u8]) -> &[u8] {
 pub(crate) struct Challenges {
     without_token: HeaderValue,
     with_token: HeaderValue,
+    /// The 403 of a valid key that lacks the permission a route needs, by permission.
+    insufficient_scope: [HeaderValue; 2],
 }
 
 impl Challenges {
@@ -133,7 +136,21 @@ impl Challenges {
         Self {
             without_token: header(format!("Bearer realm=\"{realm}\"")),
             with_token: header(format!("Bearer realm=\"{realm}\", error=\"invalid_token\"")),
+            insufficient_scope: Permission::ALL.map(|permission| {
+                header(format!(
+                    "Bearer realm=\"{realm}\", error=\"insufficient_scope\", scope=\"{permission}\""
+                ))
+            }),
         }
+    }
+
+    /// The challenge of RFC 6750 section 3.1 for a key that lacks `permission`.
+    pub(crate) fn insufficient_scope(&self, permission: Permission) -> HeaderValue {
+        let at = Permission::ALL
+            .iter()
+            .position(|held| *held == permission)
+            .unwrap_or_default();
+        self.insufficient_scope[at].clone()
     }
 
     pub(crate) fn for_failure(&self, failure: AuthFailure) -> HeaderValue {

@@ -194,6 +194,12 @@ fn authenticated(config: &Config, facts: RequestFacts, principal: Principal) -> 
         );
         return AfterReply::Done(ApiError::Forbidden.into_response());
     }
+    // A use of the key (its last use recorded), but not of its rate limit: a refusal like
+    // the address's, counted as one of its own kind.
+    let missing = facts
+        .route
+        .permission()
+        .filter(|permission| !principal.permissions.allows(*permission));
     if let Some(recorder) = &config.last_used {
         recorder.record(&principal.key_id);
     }
@@ -229,6 +235,19 @@ fn authenticated(config: &Config, facts: RequestFacts, principal: Principal) -> 
         {
             gone = Some(index);
         }
+    }
+    if let Some(permission) = missing {
+        metrics::auth_failed(AuthFailureReason::PermissionMissing);
+        let challenge = config.challenges.insufficient_scope(permission);
+        let response = response::insufficient_scope(challenge, permission);
+        return finish(
+            config,
+            facts.route.usage_route(),
+            &principal,
+            None,
+            version,
+            response,
+        );
     }
     // Past an enforced sunset: gone, without spending the key's rate limit.
     if let Some(deprecation) = gone.and_then(|index| config.deprecations.get(index)) {
@@ -569,6 +588,8 @@ fn finish(
             StatusCode::OK => UsageOutcome::Ok,
             StatusCode::NOT_MODIFIED => UsageOutcome::NotModified,
             StatusCode::TOO_MANY_REQUESTS => UsageOutcome::RateLimited,
+            // The only 403 after authentication: a permission the key lacks.
+            StatusCode::FORBIDDEN => UsageOutcome::PermissionMissing,
             _ => UsageOutcome::Error,
         };
         count_usage(config, usage_route, &principal.key_id, outcome);

@@ -42,6 +42,17 @@ impl KeyedRoute {
         }
     }
 
+    /// The permission a key needs to call the route; `None` for those open to every usable
+    /// key (`/me`, `/deprecations`, `/versions`; the OpenAPI document needs no key), so a
+    /// restricted key can always confirm its setup and learn what it may do.
+    pub(crate) fn permission(&self) -> Option<crate::key::Permission> {
+        match self {
+            Self::Orders(..) => Some(crate::key::Permission::Orders),
+            Self::Events(..) => Some(crate::key::Permission::Events),
+            Self::Me | Self::Deprecations | Self::Versions => None,
+        }
+    }
+
     /// The route its requests are counted under in a key's usage.
     pub(crate) fn usage_route(&self) -> UsageRoute {
         match self {

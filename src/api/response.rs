@@ -537,6 +537,25 @@ const UNAUTHORIZED_BODY: &str = error_json!(
     "missing or invalid API key: send the header Authorization: Bearer <API_KEY> with a valid key"
 );
 
+/// The 403 of a valid key that lacks `permission` (RFC 6750 section 3.1): the challenge
+/// `challenge` names the scope, the message the permission and the route.
+pub(crate) fn insufficient_scope(
+    challenge: HeaderValue,
+    permission: crate::key::Permission,
+) -> Response<ApiBody> {
+    let body = match permission {
+        crate::key::Permission::Orders => error_json!(
+            "this API key lacks the permission orders, which GET /orders needs: ask the organization's admin for a key with it"
+        ),
+        crate::key::Permission::Events => error_json!(
+            "this API key lacks the permission events, which GET /events needs: ask the organization's admin for a key with it"
+        ),
+    };
+    let mut response = json(StatusCode::FORBIDDEN, Bytes::from_static(body.as_bytes()));
+    response.headers_mut().insert(WWW_AUTHENTICATE, challenge);
+    response
+}
+
 /// A 401 with the `WWW-Authenticate` challenge `challenge`.
 ///
 /// One body for every reason, so a caller learns nothing about a key it does not hold

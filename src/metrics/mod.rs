@@ -10,7 +10,7 @@
 //! | metric | kind | labels |
 //! |---|---|---|
 //! | [`RESPONSES`] | counter | `http_request_method`, `http_route` (absent for an unknown path), `http_response_status_code` |
-//! | [`AUTH_FAILURES`] | counter | `reason`: `missing`, `malformed`, `bad_checksum`, `unknown`, `revoked`, `expired`, `throttled`, `address_not_allowed` |
+//! | [`AUTH_FAILURES`] | counter | `reason`: `missing`, `malformed`, `bad_checksum`, `unknown`, `revoked`, `expired`, `throttled`, `address_not_allowed`, `permission_missing` |
 //! | [`ORGANIZATION_REQUESTS`] | counter | `organization_id`, and `key_id` when the host opts in |
 //! | [`RATE_LIMIT_REFUSALS`] | counter | `organization_id` |
 //! | [`STORE_CALL_DURATION`] | histogram (seconds) | `store`, `operation`; `error_type` when the call failed |
@@ -153,7 +153,7 @@ pub fn describe() {
     );
     describe_counter!(
         AUTH_FAILURES,
-        "Refused authentications (401, the throttle's 429, the 403 of a key used outside its address ranges), by reason: missing, malformed, bad_checksum, unknown, revoked, expired, throttled, address_not_allowed."
+        "Refused authentications (401, the throttle's 429, the 403 of a key used outside its address ranges or without the permission its route needs), by reason: missing, malformed, bad_checksum, unknown, revoked, expired, throttled, address_not_allowed, permission_missing."
     );
     describe_counter!(
         ORGANIZATION_REQUESTS,
@@ -350,6 +350,8 @@ pub(crate) enum AuthFailureReason {
     Throttled,
     /// A valid key used from an address outside its allowed ranges (the 403).
     AddressNotAllowed,
+    /// A valid key that lacks the permission its route needs (the 403 `insufficient_scope`).
+    PermissionMissing,
 }
 
 pub(crate) fn auth_failed(reason: AuthFailureReason) {
@@ -365,6 +367,9 @@ pub(crate) fn auth_failed(reason: AuthFailureReason) {
         AuthFailureReason::Throttled => static_key!(AUTH_FAILURES, "reason" => "throttled"),
         AuthFailureReason::AddressNotAllowed => {
             static_key!(AUTH_FAILURES, "reason" => "address_not_allowed")
+        }
+        AuthFailureReason::PermissionMissing => {
+            static_key!(AUTH_FAILURES, "reason" => "permission_missing")
         }
     };
     counter(key).increment(1);

@@ -124,6 +124,17 @@ forward!(KeyManager {
             .await
     }
 
+    async fn set_permissions(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        permissions: crate::key::Permissions,
+    ) -> Result<KeyRecord, StoreError> {
+        (**self)
+            .set_permissions(organization_id, key_id, permissions)
+            .await
+    }
+
     async fn roll(
         &self,
         organization_id: &str,

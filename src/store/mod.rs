@@ -36,9 +36,10 @@ pub use events::{
 };
 pub(crate) use key_manager::{check_label, describe_plaintext, lifetime_until, KeyRefusal};
 pub use key_manager::{
-    IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyUse, Leak, LeakReport, LeakedKey,
-    NewKey, RevocationReason, RollKey, VersionRollback, DEFAULT_MAX_ACTIVE_KEYS,
-    DEFAULT_MAX_WEBHOOK_ENDPOINTS, MAX_LABEL_CHARS, VERSION_ROLLBACK_WINDOW,
+    permissions_detail, IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyUse, Leak,
+    LeakReport, LeakedKey, NewKey, RevocationReason, RollKey, VersionRollback,
+    DEFAULT_MAX_ACTIVE_KEYS, DEFAULT_MAX_WEBHOOK_ENDPOINTS, MAX_LABEL_CHARS,
+    VERSION_ROLLBACK_WINDOW,
 };
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use memory::MemoryStore;

@@ -33,6 +33,10 @@ pub struct Principal {
     /// answered at. `None` (a key of a store that records no version, every key issued before
     /// versions existed) is the first version, [`versions::FIRST`](crate::versions::FIRST).
     pub api_version: Option<ApiVersion>,
+    /// The routes the key may call beyond those open to every key
+    /// ([`Permissions::ALL`](crate::key::Permissions::ALL) for a key without restrictions):
+    /// the API answers 403 `insufficient_scope` to a route it lacks.
+    pub permissions: crate::key::Permissions,
 }
 
 impl Principal {
@@ -44,7 +48,15 @@ impl Principal {
             expires_at: None,
             allowed_ips: AllowedIps::any(),
             api_version: None,
+            permissions: crate::key::Permissions::ALL,
         }
+    }
+
+    /// Sets the routes the key may call.
+    #[must_use]
+    pub fn with_permissions(mut self, permissions: crate::key::Permissions) -> Self {
+        self.permissions = permissions;
+        self
     }
 
     /// Sets the API version the key is pinned to.

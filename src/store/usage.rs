@@ -46,6 +46,8 @@ pub enum UsageOutcome {
     Expired,
     /// `403`: the key may not be used from the client's address.
     AddressNotAllowed,
+    /// `403`: the key lacks the permission the route needs (`insufficient_scope`).
+    PermissionMissing,
     /// `429`: the key's rate limit refused it.
     RateLimited,
     /// Any other answer to a request with a usable key: a bad query (`400`), a store that
@@ -108,6 +110,7 @@ names!(
     Revoked = "revoked",
     Expired = "expired",
     AddressNotAllowed = "address_not_allowed",
+    PermissionMissing = "permission_missing",
     RateLimited = "rate_limited",
     Error = "error",
 );

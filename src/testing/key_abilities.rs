@@ -123,6 +123,11 @@ where
                 ),
                 kind_of(store.roll_back_api_version(&org.id, "key_0").await),
             ],
+            KeyAbility::Permissions => vec![kind_of(
+                store
+                    .set_permissions(&org.id, "key_0", crate::key::Permissions::ALL)
+                    .await,
+            )],
         };
         ensure!(
             answers.iter().all(|answer| *answer == unsupported),

@@ -877,7 +877,10 @@ async fn the_standalone_host_serves_media_buys_and_accounts_through_schema_map_o
     // The documented map has no updated_at: the events' index of the recorded last change
     // is among them.
     assert_eq!(statements.len(), 5, "{out}");
-    assert!(out.contains(" partner_api_order_events_changes ON "), "{out}");
+    assert!(
+        out.contains(" partner_api_order_events_changes ON "),
+        "{out}"
+    );
     assert!(statements
         .iter()
         .all(|line| line.starts_with("CREATE INDEX CONCURRENTLY IF NOT EXISTS ")));

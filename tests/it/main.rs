@@ -33,6 +33,7 @@ mod operators;
 mod order_filters;
 mod orders_history;
 mod pages;
+mod permissions;
 mod postgres;
 mod rate_limit;
 mod redis;

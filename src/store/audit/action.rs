@@ -23,6 +23,9 @@ pub enum AuditAction {
     KeyRestricted,
     /// `key.api_version_pinned`: the key's API version was set; the detail is `from to to`.
     KeyApiVersionPinned,
+    /// `key.permissions_changed`: the routes the key may call were set; the detail is the
+    /// permissions it now holds (`orders events`, `orders`, or `none`).
+    KeyPermissionsChanged,
     /// `key.api_version_rolled_back`: the key's last upgrade was undone; the detail is `from
     /// to to`.
     KeyApiVersionRolledBack,
@@ -66,6 +69,7 @@ impl AuditAction {
         Self::KeyRestricted,
         Self::KeyApiVersionPinned,
         Self::KeyApiVersionRolledBack,
+        Self::KeyPermissionsChanged,
         Self::PolicyChanged,
         Self::WebhookAdded,
         Self::WebhookSecretRotated,
@@ -90,6 +94,7 @@ impl AuditAction {
             Self::KeyRestricted => "key.restricted",
             Self::KeyApiVersionPinned => "key.api_version_pinned",
             Self::KeyApiVersionRolledBack => "key.api_version_rolled_back",
+            Self::KeyPermissionsChanged => "key.permissions_changed",
             Self::PolicyChanged => "policy.changed",
             Self::WebhookAdded => "webhook.added",
             Self::WebhookSecretRotated => "webhook.secret_rotated",

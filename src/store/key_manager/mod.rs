@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Serialize, Serializer};
 
-use crate::key::{AllowedIps, ApiKey, KeyEnvironment, LIVE_PREFIX, TEST_PREFIX};
+use crate::key::{AllowedIps, ApiKey, KeyEnvironment, Permissions, LIVE_PREFIX, TEST_PREFIX};
 use crate::model::Timestamp;
 use crate::store::StoreError;
 use crate::versions::ApiVersion;
@@ -235,6 +235,28 @@ pub trait KeyManager: Send + Sync {
         Err(StoreError::unsupported("API versions of keys"))
     }
 
+    /// Sets the routes the key `key_id` of `organization_id` may call
+    /// ([`KeyAbility::Permissions`]; [`Permissions::ALL`] lifts the restriction), and returns
+    /// its record. Takes effect like a revocation: the very next lookup, and the caches as
+    /// they learn of revocations. A roll passes the permissions on. The default answers
+    /// `Unsupported`.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` as for [`get`](Self::get).
+    ///
+    /// Audited as `key.permissions_changed`, the permissions it now holds as the detail
+    /// ([`permissions_detail`]) (rules `audit-in-the-change`, `audit-only-changes`).
+    async fn set_permissions(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        permissions: Permissions,
+    ) -> Result<KeyRecord, StoreError> {
+        let _ = (organization_id, key_id, permissions);
+        Err(StoreError::unsupported("permissions of keys"))
+    }
+
     /// Records the last use of keys, as [`LastUsedRecorder`](crate::last_used::LastUsedRecorder)
     /// gathered them ([`KeyAbility::LastUse`]): for each key, its last use becomes the later
     /// of the recorded one and the given one. Ids of keys that no longer exist are skipped.
@@ -261,16 +283,30 @@ pub enum KeyAbility {
     /// [`pin_api_version`](KeyManager::pin_api_version) and
     /// [`roll_back_api_version`](KeyManager::roll_back_api_version): each key's API version.
     ApiVersions,
+    /// [`set_permissions`](KeyManager::set_permissions), and the permissions a key is issued
+    /// with ([`NewKey::with_permissions`]): the routes each key may call.
+    Permissions,
 }
 
 impl KeyAbility {
     /// Every ability.
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 5] = [
         Self::KeyPolicy,
         Self::LeakReports,
         Self::LastUse,
         Self::ApiVersions,
+        Self::Permissions,
     ];
+}
+
+/// The detail of a `key.permissions_changed` entry: the permissions the key now holds,
+/// space-separated, or `none`.
+pub fn permissions_detail(permissions: Permissions) -> String {
+    if permissions == Permissions::NONE {
+        "none".to_owned()
+    } else {
+        permissions.to_string()
+    }
 }
 
 /// The refusal of a rollback the key `key_id` has none of (or whose window passed).
@@ -328,7 +364,8 @@ impl fmt::Debug for IssuedKey {
 /// `lastUsedAt`, `revokedAt` (RFC 3339 UTC or `null`), `revokedReason` (`"manual"`,
 /// `"leaked"`, `"rolled"` or `null`), `leak` (`{"url", "source", "reportedAt"}` for a leaked key, else
 /// `null`), `lifetimeSeconds` (the lifetime it was issued with, which a roll passes on, or
-/// `null`), `allowedIps` (CIDR ranges; empty for any address), `apiVersion` (the API version
+/// `null`), `allowedIps` (CIDR ranges; empty for any address), `permissions` (the routes the
+/// key may call: `orders`, `events`; both for a key without restrictions), `apiVersion` (the API version
 /// the key is pinned to: the first for a key whose store recorded none) and
 /// `apiVersionRollback` (`{"to", "until"}`: the version a recent upgrade can be rolled back
 /// to, and until when; else `null`). Keys that came from a seed or a host's
@@ -369,6 +406,8 @@ pub struct KeyRecord {
     pub lifetime: Option<Duration>,
     /// The address ranges the key may be used from.
     pub allowed_ips: AllowedIps,
+    /// The routes the key may call ([`Permissions::ALL`] for a key without restrictions).
+    pub permissions: Permissions,
     /// The API version the key is pinned to; `None` (a key issued before versions, or by a
     /// store that records none) is the first version, and is listed as it.
     #[serde(serialize_with = "crate::versions::serialize_pinned")]
@@ -425,6 +464,7 @@ impl KeyRecord {
             leak: None,
             lifetime: None,
             allowed_ips: AllowedIps::any(),
+            permissions: Permissions::ALL,
             api_version: None,
             api_version_rollback: None,
         }

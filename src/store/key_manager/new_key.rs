@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::policy::lifetime_until;
 use super::MAX_LABEL_CHARS;
-use crate::key::{AllowedIps, KeyEnvironment};
+use crate::key::{AllowedIps, KeyEnvironment, Permissions};
 use crate::model::Timestamp;
 use crate::store::StoreError;
 use crate::versions::ApiVersion;
@@ -25,6 +25,7 @@ pub struct NewKey {
     expires_at: Option<Timestamp>,
     lifetime: Option<Duration>,
     allowed_ips: AllowedIps,
+    permissions: Permissions,
     api_version: ApiVersion,
 }
 
@@ -37,6 +38,7 @@ impl NewKey {
             expires_at: None,
             lifetime: None,
             allowed_ips: AllowedIps::any(),
+            permissions: Permissions::ALL,
             api_version: crate::versions::NEWEST,
         }
     }
@@ -89,6 +91,19 @@ impl NewKey {
     /// Returns the address ranges the key may be used from.
     pub fn allowed_ips(&self) -> &AllowedIps {
         &self.allowed_ips
+    }
+
+    /// Limits the routes the key may call to `permissions` (default: every one,
+    /// [`Permissions::ALL`]).
+    #[must_use]
+    pub fn with_permissions(mut self, permissions: Permissions) -> Self {
+        self.permissions = permissions;
+        self
+    }
+
+    /// Returns the routes the key may call.
+    pub fn permissions(&self) -> Permissions {
+        self.permissions
     }
 
     /// Returns the key's lifetime when issued at `issued_at`: as given to

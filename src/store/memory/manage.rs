@@ -3,10 +3,10 @@
 use async_trait::async_trait;
 
 use super::{generate, unknown_organization, KeyEntry, MemoryStore, State};
-use crate::key::{AllowedIps, KeyEnvironment};
+use crate::key::{AllowedIps, KeyEnvironment, Permissions};
 use crate::model::Timestamp;
 use crate::store::audit::restriction;
-use crate::store::key_manager::{no_rollback, version_change};
+use crate::store::key_manager::{no_rollback, permissions_detail, version_change};
 use crate::store::StoreError;
 use crate::store::SECRET_SCANNING_ACTOR;
 use crate::store::{
@@ -94,6 +94,30 @@ impl KeyManager for MemoryStore {
         }
         entry.record.allowed_ips = allowed_ips.clone();
         entry.principal.allowed_ips = allowed_ips;
+        Ok(entry.record.clone())
+    }
+
+    async fn set_permissions(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        permissions: Permissions,
+    ) -> Result<KeyRecord, StoreError> {
+        let mut state = self.write();
+        let entry = state.entry_mut(organization_id, key_id)?;
+        // A change that changes nothing writes no entry.
+        if entry.record.permissions != permissions {
+            self.audit(
+                AuditRecord::new(
+                    organization_id,
+                    AuditAction::KeyPermissionsChanged,
+                    Some(key_id),
+                )
+                .with_detail(permissions_detail(permissions)),
+            );
+        }
+        entry.record.permissions = permissions;
+        entry.principal.permissions = permissions;
         Ok(entry.record.clone())
     }
 
@@ -233,6 +257,7 @@ impl KeyManager for MemoryStore {
         }
         let mut new = NewKey::new(environment)
             .with_allowed_ips(old.record.allowed_ips.clone())
+            .with_permissions(old.record.permissions)
             .with_api_version(old.record.api_version.unwrap_or(crate::versions::FIRST));
         if let Some(label) = old.record.label.clone() {
             new = new.with_label(label);

@@ -305,12 +305,15 @@ impl State {
         record.lifetime = new.lifetime_at(created_at);
         record.allowed_ips = new.allowed_ips().clone();
         record.api_version = Some(new.api_version());
+        record.permissions = new.permissions();
         if let Some(entry) = self.keys.get_mut(&key.digest()) {
             entry.record.lifetime = record.lifetime;
             entry.record.allowed_ips = record.allowed_ips.clone();
             entry.record.api_version = record.api_version;
+            entry.record.permissions = record.permissions;
             entry.principal.allowed_ips = record.allowed_ips.clone();
             entry.principal.api_version = record.api_version;
+            entry.principal.permissions = record.permissions;
         }
         Ok(IssuedKey::new(key, record))
     }

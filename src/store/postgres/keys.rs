@@ -123,12 +123,27 @@ impl PgStore {
             Principal::new(key_id.to_string(), organization)
                 .with_expires_at(expires_at.map(|at| at.0))
                 .with_allowed_ips(allowed_ips(&row)?)
-                .with_api_version(api_version(&row, "api_version")?),
+                .with_api_version(api_version(&row, "api_version")?)
+                .with_permissions(permissions(&row)?),
         ))
     }
 }
 
 /// The API version in the date column `name`, if there is one.
+/// The `permissions` column of a key's row: NULL for every permission; a name the crate does
+/// not know (written by SQL past the column's check) is invalid data, never a permission
+/// granted.
+pub(super) fn permissions(
+    row: &sqlx::postgres::PgRow,
+) -> Result<crate::key::Permissions, StoreError> {
+    let names: Option<Vec<String>> = row.try_get("permissions").map_err(store_error)?;
+    match names {
+        None => Ok(crate::key::Permissions::ALL),
+        Some(names) => crate::key::Permissions::parse(names.iter().map(String::as_str))
+            .map_err(|name| StoreError::invalid_data(format!("unknown key permission {name:?}"))),
+    }
+}
+
 pub(super) fn api_version(
     row: &sqlx::postgres::PgRow,
     name: &str,

@@ -12,10 +12,10 @@ use super::key_rows::{
 use super::policy::{locked_policy, read_policy};
 use super::{column, store_error, PgStore};
 use crate::key::KeyDigest;
-use crate::key::{AllowedIps, ApiKey, KeyEnvironment};
+use crate::key::{AllowedIps, ApiKey, KeyEnvironment, Permission, Permissions};
 use crate::model::Timestamp;
 use crate::store::audit::restriction;
-use crate::store::key_manager::{no_rollback, version_change};
+use crate::store::key_manager::{no_rollback, permissions_detail, version_change};
 use crate::store::StoreError;
 use crate::store::{AuditAction, AuditContext, AuditRecord};
 use crate::store::{
@@ -48,8 +48,8 @@ impl KeyManager for PgStore {
         let row = sqlx::query(&format!(
             "INSERT INTO partner_api_keys \
                (organization_id, key_sha256, label, hint, environment, expires_at, lifetime_ms, \
-                allowed_ips, api_version) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text[]::cidr[], $9) RETURNING {RECORD}"
+                allowed_ips, api_version, permissions) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text[]::cidr[], $9, $10) RETURNING {RECORD}"
         ))
         .bind(organization_id)
         .bind(&key.digest().as_bytes()[..])
@@ -60,6 +60,7 @@ impl KeyManager for PgStore {
         .bind(lifetime.map(lifetime_millis))
         .bind(range_texts(new.allowed_ips()))
         .bind(new.api_version().date())
+        .bind(permission_names(new.permissions()))
         .fetch_one(&mut *transaction)
         .await
         .map_err(store_error)?;
@@ -158,6 +159,40 @@ impl KeyManager for PgStore {
                 .with_detail(restriction(&allowed_ips));
             audited(&mut transaction, entry).await?;
         }
+        transaction.commit().await.map_err(store_error)?;
+        record_from_row(&row)
+    }
+
+    async fn set_permissions(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        permissions: Permissions,
+    ) -> Result<KeyRecord, StoreError> {
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        let row = sqlx::query(&format!(
+            "UPDATE partner_api_keys SET permissions = $3 \
+             WHERE organization_id = $1 AND id = $2 AND permissions IS DISTINCT FROM $3 \
+             RETURNING {RECORD}"
+        ))
+        .bind(organization_id)
+        .bind(parse_id(key_id)?)
+        .bind(permission_names(permissions))
+        .fetch_optional(&mut *transaction)
+        .await
+        .map_err(store_error)?;
+        // A change that changes nothing writes no entry (and an unknown key is NotFound).
+        let Some(row) = row else {
+            drop(transaction);
+            return self.get(organization_id, key_id).await;
+        };
+        let entry = AuditRecord::new(
+            organization_id,
+            AuditAction::KeyPermissionsChanged,
+            Some(key_id),
+        )
+        .with_detail(permissions_detail(permissions));
+        audited(&mut transaction, entry).await?;
         transaction.commit().await.map_err(store_error)?;
         record_from_row(&row)
     }
@@ -379,9 +414,9 @@ impl KeyManager for PgStore {
         let row = sqlx::query(&format!(
             "INSERT INTO partner_api_keys \
                (organization_id, key_sha256, label, hint, environment, expires_at, lifetime_ms, \
-                allowed_ips, api_version) \
+                allowed_ips, api_version, permissions) \
              VALUES ($1, $2, $3, $4, $5, now() + $6 * interval '1 millisecond', $6, \
-                     $7::text[]::cidr[], $8) \
+                     $7::text[]::cidr[], $8, $9) \
              RETURNING {RECORD}"
         ))
         .bind(organization_id)
@@ -392,6 +427,7 @@ impl KeyManager for PgStore {
         .bind(lifetime_ms)
         .bind(range_texts(&old.allowed_ips))
         .bind(old.api_version.map(|version| version.date()))
+        .bind(permission_names(old.permissions))
         .fetch_one(&mut *transaction)
         .await
         .map_err(store_error)?;
@@ -543,4 +579,10 @@ async fn locked_api_version(
     .ok_or_else(|| unknown_key(key_id))?;
     let version = super::keys::api_version(&row, "api_version")?.unwrap_or(crate::versions::FIRST);
     Ok((version, super::keys::api_version(&row, "rollback_to")?))
+}
+
+/// The `permissions` column of `permissions`: NULL for every one, so a key without
+/// restrictions reads as every key did before permissions existed.
+fn permission_names(permissions: Permissions) -> Option<Vec<&'static str>> {
+    (!permissions.is_all()).then(|| permissions.iter().map(Permission::as_str).collect())
 }
