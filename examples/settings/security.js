@@ -8,6 +8,7 @@ const ACTIONS = {
   "key.revoked": "Revoked key",
   "key.leaked": "Revoked leaked key",
   "key.restricted": "Changed allowed IPs",
+  "key.permissions_changed": "Changed permissions",
   "key.api_version_pinned": "Changed API version",
   "key.api_version_rolled_back": "Rolled back API version",
   "policy.changed": "Changed key policy",

@@ -13,11 +13,12 @@ const OUTCOMES = [
   ["error", "Error"],
   ["rate_limited", "Rate limited"],
   ["address_not_allowed", "Address not allowed"],
+  ["permission_missing", "Permission missing"],
   ["expired", "Expired"],
   ["revoked", "Revoked"],
 ];
 // The outcomes of a key that was refused (an error is ours, not a refusal).
-const REFUSED = ["rate_limited", "address_not_allowed", "expired", "revoked"];
+const REFUSED = ["rate_limited", "address_not_allowed", "permission_missing", "expired", "revoked"];
 
 // Per key id: the counts of each day (oldest first), each an object of outcome -> count.
 let usageByKey = new Map();

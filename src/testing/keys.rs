@@ -230,6 +230,7 @@ where
                     "lastUsedAt",
                     "leak",
                     "lifetimeSeconds",
+                    "permissions",
                     "revokedAt",
                     "revokedReason"
                 ],

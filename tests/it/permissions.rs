@@ -36,7 +36,7 @@ where
 /// (any number of times, its rate limit untouched), and served its feed and the open routes.
 async fn a_key_without_orders_is_refused_orders_only(api: &PartnerApi, key: &str) {
     for _ in 0..5 {
-        let refused = send(&api, get("/v1/orders", Some(key))).await;
+        let refused = send(api, get("/v1/orders", Some(key))).await;
         assert_eq!(refused.status, StatusCode::FORBIDDEN);
         assert_eq!(
             refused.headers["www-authenticate"],
@@ -47,15 +47,15 @@ async fn a_key_without_orders_is_refused_orders_only(api: &PartnerApi, key: &str
             "this API key lacks the permission orders, which GET /orders needs: ask the organization's admin for a key with it"
         );
         // Not a bad query either: the permission is refused before the query is read.
-        let bad = send(&api, get("/v1/orders?limit=0", Some(key))).await;
+        let bad = send(api, get("/v1/orders?limit=0", Some(key))).await;
         assert_eq!(bad.status, StatusCode::FORBIDDEN);
     }
     // Two requests of the hour's budget are left.
-    let feed = send(&api, get("/v1/events", Some(key))).await;
+    let feed = send(api, get("/v1/events", Some(key))).await;
     assert_eq!(feed.status, StatusCode::OK, "{:?}", feed.json());
-    let me = send(&api, get("/v1/me", Some(key))).await;
+    let me = send(api, get("/v1/me", Some(key))).await;
     assert_eq!(me.status, StatusCode::OK);
-    let limited = send(&api, get("/v1/versions", Some(key))).await;
+    let limited = send(api, get("/v1/versions", Some(key))).await;
     assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
 }
 

@@ -553,6 +553,7 @@ fn record_members(line: &str) -> serde_json::Value {
             "lastUsedAt",
             "leak",
             "lifetimeSeconds",
+            "permissions",
             "revokedAt",
             "revokedReason"
         ]
