@@ -1068,14 +1068,27 @@ async fn the_standalone_host_serves_media_buys_and_accounts_through_schema_map_o
         .execute(owner.pool())
         .await
         .unwrap();
-    // Written from the change's event when the dispatcher's claim stamps it.
-    crate::common::pg::stamp_for_webhooks(owner.pool()).await;
-    let raised: (String, String, serde_json::Value) = sqlx::query_as(
-        "SELECT organization_id, event_type, order_row FROM partner_webhook_messages",
-    )
-    .fetch_one(owner.pool())
-    .await
-    .unwrap();
+    // Written from the change's event when a claim stamps it: this call's, or a replica's
+    // dispatcher's (the stamping skips a feed another stamper holds, whose transaction then
+    // writes the message when it commits), so the message is waited for, not assumed.
+    let raised = std::sync::Arc::new(std::sync::Mutex::new(None));
+    eventually("the change's webhook message is written", || {
+        let (pool, raised) = (owner.pool().clone(), raised.clone());
+        async move {
+            crate::common::pg::stamp_for_webhooks(&pool).await;
+            let message: Option<(String, String, serde_json::Value)> = sqlx::query_as(
+                "SELECT organization_id, event_type, order_row FROM partner_webhook_messages",
+            )
+            .fetch_optional(&pool)
+            .await
+            .unwrap();
+            let found = message.is_some();
+            *raised.lock().unwrap() = message;
+            found
+        }
+    })
+    .await;
+    let raised = raised.lock().unwrap().take().unwrap();
     assert_eq!(
         (raised.0.as_str(), raised.1.as_str()),
         ("1", "order.updated")
