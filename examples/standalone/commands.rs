@@ -181,6 +181,30 @@ pub(crate) enum KeysAction {
         /// The API version to pin the key to, `YYYY-MM-DD` (default: the newest).
         #[arg(long, value_name = "DATE", value_parser = parse_api_version)]
         api_version: Option<partner_api::versions::ApiVersion>,
+        /// A route permission the key holds, `orders` or `events`; repeatable. Without it,
+        /// every one.
+        #[arg(long = "permission", value_name = "PERMISSION", value_parser = parse_permission)]
+        permission: Vec<partner_api::key::Permission>,
+    },
+    /// Set the routes a key may call: the permissions given, all of them, or none (the key
+    /// keeps `/me`, `/deprecations` and `/versions`). Prints the key's record.
+    #[command(group(clap::ArgGroup::new("granted").required(true).args(["permission", "all", "none"])))]
+    Permissions {
+        /// The organization's id.
+        #[arg(long)]
+        organization: String,
+        /// The key's id, as `list` shows it.
+        #[arg(long)]
+        id: String,
+        /// A route permission, `orders` or `events`; repeatable.
+        #[arg(long = "permission", value_name = "PERMISSION", value_parser = parse_permission)]
+        permission: Vec<partner_api::key::Permission>,
+        /// Every permission: lift the restriction.
+        #[arg(long)]
+        all: bool,
+        /// No permission.
+        #[arg(long)]
+        none: bool,
     },
     /// Pin a key to an API version (an upgrade can be undone for 72 hours with --undo).
     /// Prints the key's record.
@@ -304,6 +328,12 @@ pub(crate) enum KeysAction {
 }
 
 /// One range as the API's key management reads it: no bits past the prefix length.
+fn parse_permission(name: &str) -> Result<partner_api::key::Permission, String> {
+    partner_api::key::Permission::parse(name).ok_or_else(|| {
+        format!("{name:?} is not a permission; the permissions are orders and events")
+    })
+}
+
 fn parse_allowed_ip(text: &str) -> Result<ipnet::IpNet, String> {
     let parsed = partner_api::key::AllowedIps::parse([text]).map_err(|err| err.to_string())?;
     parsed

@@ -65,6 +65,7 @@ async fn execute(_args: &Args, _action: &KeysAction) -> Result<Vec<String>, Stri
 async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String> {
     use std::time::Duration;
 
+    use partner_api::key::Permissions;
     use partner_api::store::{IssuedKey, KeyManager, KeyRecord, NewKey, RollKey};
 
     let (store, failed) = crate::stores::command_database(args, "keys").await?;
@@ -78,8 +79,12 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
             expires_in,
             allow_ip,
             api_version,
+            permission,
         } => {
             let mut new = NewKey::new(*environment).with_allowed_ips(allowed_ips(allow_ip)?);
+            if !permission.is_empty() {
+                new = new.with_permissions(Permissions::of(permission.iter().copied()));
+            }
             let default = crate::commands::default_api_version(&store, organization).await;
             if let Some(version) = api_version.or(default) {
                 new = new.with_api_version(version);
@@ -113,6 +118,26 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
                 _ => store.roll_back_api_version(organization, id).await,
             };
             Ok(vec![json(&record.map_err(failed)?)?])
+        }
+        KeysAction::Permissions {
+            organization,
+            id,
+            permission,
+            all,
+            none: _,
+        } => {
+            // The group requires one of the three: --none is an empty list of permissions.
+            let permissions = if *all {
+                Permissions::ALL
+            } else {
+                Permissions::of(permission.iter().copied())
+            };
+            Ok(vec![json(
+                &store
+                    .set_permissions(organization, id, permissions)
+                    .await
+                    .map_err(failed)?,
+            )?])
         }
         KeysAction::Restrict {
             organization,

@@ -20,6 +20,7 @@ pub(super) enum Ability {
     LastUse,
     ApiVersions,
     ApiVersionPreview,
+    Permissions,
     Webhooks,
     WebhookTestEvents,
     WebhookDeliveryHistory,
@@ -30,12 +31,13 @@ pub(super) enum Ability {
 }
 
 impl Ability {
-    const ALL: [Self; 12] = [
+    const ALL: [Self; 13] = [
         Self::KeyPolicy,
         Self::LeakReports,
         Self::LastUse,
         Self::ApiVersions,
         Self::ApiVersionPreview,
+        Self::Permissions,
         Self::Webhooks,
         Self::WebhookTestEvents,
         Self::WebhookDeliveryHistory,
@@ -53,6 +55,7 @@ impl Ability {
             Self::LastUse => "lastUse",
             Self::ApiVersions => "apiVersions",
             Self::ApiVersionPreview => "apiVersionPreview",
+            Self::Permissions => "permissions",
             Self::Webhooks => "webhooks",
             Self::WebhookTestEvents => "webhookTestEvents",
             Self::WebhookDeliveryHistory => "webhookDeliveryHistory",
@@ -71,6 +74,7 @@ impl Ability {
             Self::LastUse => "the keys' last use",
             Self::ApiVersions => "keys' API versions",
             Self::ApiVersionPreview => "previews of API versions",
+            Self::Permissions => "keys' permissions",
             Self::Webhooks => "webhooks",
             Self::WebhookTestEvents => "webhook test events",
             Self::WebhookDeliveryHistory => "the webhook delivery history",
@@ -87,6 +91,7 @@ impl Ability {
             "/policy" => Some(Self::KeyPolicy),
             "/keys/{id}/api-version" | "/keys/{id}/api-version/rollback" => Some(Self::ApiVersions),
             "/keys/{id}/api-version/preview" => Some(Self::ApiVersionPreview),
+            "/keys/{id}/permissions" => Some(Self::Permissions),
             "/usage" | "/keys/{id}/usage" => Some(Self::Usage),
             "/audit" => Some(Self::AuditLog),
             "/deprecated-calls" | "/api-versions/calls" => Some(Self::DeprecatedCalls),
@@ -120,6 +125,7 @@ impl Offered<'_> {
             Ability::LeakReports => self.keys.supports(KeyAbility::LeakReports),
             Ability::LastUse => self.keys.supports(KeyAbility::LastUse),
             Ability::ApiVersions => self.keys.supports(KeyAbility::ApiVersions),
+            Ability::Permissions => self.keys.supports(KeyAbility::Permissions),
             Ability::ApiVersionPreview => {
                 self.preview && self.keys.supports(KeyAbility::ApiVersions)
             }
@@ -148,6 +154,7 @@ impl Offered<'_> {
             | Ability::LastUse
             | Ability::ApiVersions
             | Ability::ApiVersionPreview
+            | Ability::Permissions
             | Ability::Usage
             | Ability::DeprecatedCalls
             | Ability::AuditLog => true,

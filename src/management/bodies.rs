@@ -138,6 +138,28 @@ pub(super) struct IssueRequest {
     pub(super) allowed_ips: Option<AllowedIps>,
     #[serde(default)]
     pub(super) api_version: Option<String>,
+    #[serde(default)]
+    pub(super) permissions: Option<Vec<String>>,
+}
+
+/// The body of `POST /keys/{id}/permissions`: the routes the key may call, all of them to
+/// lift the restriction.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct PermissionsRequest {
+    pub(super) permissions: Vec<String>,
+}
+
+/// The permissions `names` names; else the 422 that lists those there are.
+pub(super) fn key_permissions(names: &[String]) -> Result<crate::key::Permissions, Failure> {
+    crate::key::Permissions::parse(names.iter().map(String::as_str)).map_err(|name| {
+        Failure::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "permissions: {name:?} is not a permission; the permissions are orders and events"
+            ),
+        )
+    })
 }
 
 /// The body of `POST /keys/{id}/api-version`.

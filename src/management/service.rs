@@ -67,7 +67,9 @@ use http::{Method, Request, Response, StatusCode};
 use http_body::Body;
 use tower::Service;
 
-use super::bodies::{api_versions, offered_version, PinVersionRequest};
+use super::bodies::{
+    api_versions, key_permissions, offered_version, PermissionsRequest, PinVersionRequest,
+};
 use super::bodies::{
     caller_message, created, json, one, read_json, Failure, IssueRequest, RestrictRequest,
     RevokeRequest, RollRequest,

@@ -29,6 +29,7 @@ fn template(path: &str) -> &'static str {
         ["", "keys", _, "revoke"] => "/keys/{id}/revoke",
         ["", "keys", _, "roll"] => "/keys/{id}/roll",
         ["", "keys", _, "restrict"] => "/keys/{id}/restrict",
+        ["", "keys", _, "permissions"] => "/keys/{id}/permissions",
         ["", "keys", _, "api-version"] => "/keys/{id}/api-version",
         ["", "keys", _, "api-version", "rollback"] => "/keys/{id}/api-version/rollback",
         ["", "api-versions"] => "/api-versions",
@@ -1436,7 +1437,7 @@ mod core_only {
             abilities.body,
             json!({"data": {"abilities": {
                 "keyPolicy": false, "leakReports": false, "lastUse": false, "apiVersions": false, "apiVersionPreview": false,
-                "webhooks": false,
+                "permissions": false, "webhooks": false,
                 "webhookTestEvents": false, "webhookDeliveryHistory": false, "webhookApiVersions": false,
                 "usage": false, "deprecatedCalls": false, "auditLog": false
             }}})
@@ -1462,10 +1463,56 @@ mod core_only {
                 "{path}"
             );
         }
+        // A key limited to some routes is refused rather than issued with every one, and the
+        // route that changes permissions is not offered.
+        let limited = post(
+            &service,
+            "/keys",
+            json!({"environment": "live", "permissions": ["events"]}),
+        )
+        .await;
+        assert_eq!(
+            limited.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{}",
+            limited.text
+        );
+        assert!(limited.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("keeps no permissions"));
+        let every = post(
+            &service,
+            "/keys",
+            json!({"environment": "live", "permissions": ["orders", "events"]}),
+        )
+        .await;
+        assert_eq!(every.status, StatusCode::CREATED, "{}", every.text);
+        let id = every.body["data"]["record"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let change = post(
+            &service,
+            &format!("/keys/{id}/permissions"),
+            json!({"permissions": []}),
+        )
+        .await;
+        assert_eq!(change.status, StatusCode::NOT_FOUND, "{}", change.text);
+        assert_eq!(
+            change.body["error"]["message"],
+            "this host does not offer keys' permissions"
+        );
         let document = get(&service, "/openapi.json").await;
         let paths = document.body["paths"].as_object().unwrap();
         assert!(paths.contains_key("/keys"));
-        for path in ["/policy", "/usage", "/keys/{id}/usage", "/audit"] {
+        for path in [
+            "/policy",
+            "/usage",
+            "/keys/{id}/usage",
+            "/audit",
+            "/keys/{id}/permissions",
+        ] {
             assert!(!paths.contains_key(path), "{path}");
         }
         let issued = post(&service, "/keys", json!({"environment": "test"})).await;
@@ -1484,7 +1531,7 @@ mod core_only {
             full.body["data"]["abilities"],
             json!({
                 "keyPolicy": true, "leakReports": true, "lastUse": true, "apiVersions": true, "apiVersionPreview": false,
-                "webhooks": false,
+                "permissions": true, "webhooks": false,
                 "webhookTestEvents": false, "webhookDeliveryHistory": false, "webhookApiVersions": false,
                 "usage": false, "deprecatedCalls": false, "auditLog": false
             })
@@ -1907,4 +1954,98 @@ async fn new_keys_and_endpoints_get_the_organizations_default_version() {
         endpoint.body["data"]["endpoint"]["apiVersion"],
         "2026-11-27"
     );
+}
+
+#[tokio::test]
+async fn keys_are_limited_to_routes_on_issue_and_changed_later() {
+    let store = store();
+    let service = KeyManagementService::new(store.clone());
+    let api = partner_api::PartnerApi::from_store(store.clone()).with_events(store);
+    let abilities = get(&service, "/abilities").await;
+    assert_eq!(
+        abilities.body["data"]["abilities"]["permissions"],
+        json!(true)
+    );
+    let keys_before = key_count(&service).await;
+    let issued = post(
+        &service,
+        "/keys",
+        json!({"environment": "live", "permissions": ["events"]}),
+    )
+    .await;
+    assert_eq!(issued.status, StatusCode::CREATED, "{}", issued.text);
+    let record = &issued.body["data"]["record"];
+    assert_eq!(record["permissions"], json!(["events"]));
+    let key = issued.body["data"]["key"].as_str().unwrap().to_owned();
+    let id = record["id"].as_str().unwrap().to_owned();
+    let status = |path: &'static str| {
+        let request = http::Request::get(path)
+            .header("authorization", format!("Bearer {key}"))
+            .body(())
+            .unwrap();
+        let api = api.clone();
+        async move { api.oneshot(request).await.unwrap().status() }
+    };
+    assert_eq!(status("/v1/orders").await, StatusCode::FORBIDDEN);
+    assert_eq!(status("/v1/events").await, StatusCode::OK);
+
+    // A name that is no permission is a 422 naming it, and changes nothing.
+    for (path, body) in [
+        (
+            "/keys".to_owned(),
+            json!({"environment": "live", "permissions": ["order"]}),
+        ),
+        (
+            format!("/keys/{id}/permissions"),
+            json!({"permissions": ["order"]}),
+        ),
+    ] {
+        let refused = post(&service, &path, body).await;
+        assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{path}");
+        assert_eq!(
+            refused.body["error"]["message"],
+            "permissions: \"order\" is not a permission; the permissions are orders and events"
+        );
+    }
+    assert_eq!(key_count(&service).await, keys_before + 1);
+
+    // Changed: every one, then the same again (one audit entry), then none.
+    let lifted = post(
+        &service,
+        &format!("/keys/{id}/permissions"),
+        json!({"permissions": ["orders", "events"]}),
+    )
+    .await;
+    assert_eq!(lifted.status, StatusCode::OK, "{}", lifted.text);
+    assert_eq!(
+        lifted.body["data"]["record"]["permissions"],
+        json!(["orders", "events"])
+    );
+    assert_eq!(status("/v1/orders").await, StatusCode::OK);
+    let again = post(
+        &service,
+        &format!("/keys/{id}/permissions"),
+        json!({"permissions": ["events", "orders"]}),
+    )
+    .await;
+    assert_eq!(again.status, StatusCode::OK);
+    let none = post(
+        &service,
+        &format!("/keys/{id}/permissions"),
+        json!({"permissions": []}),
+    )
+    .await;
+    assert_eq!(none.body["data"]["record"]["permissions"], json!([]));
+    assert_eq!(status("/v1/events").await, StatusCode::FORBIDDEN);
+    assert_eq!(status("/v1/me").await, StatusCode::OK);
+    let listed = get(&service, "/keys").await;
+    assert_eq!(listed.body["data"]["keys"][0]["permissions"], json!([]));
+    // Another organization's key, or none, is not found.
+    let unknown = post(
+        &service,
+        "/keys/key_999/permissions",
+        json!({"permissions": []}),
+    )
+    .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
 }

@@ -167,3 +167,129 @@ async fn postgres_keeps_changes_and_rolls_a_keys_permissions() {
     let (store, _) = pg::migrated_with(&["org_a", "org_b"]).await;
     permissions_are_kept_changed_and_rolled(store).await;
 }
+
+/// Through the standalone host's commands on PostgreSQL: `keys issue --permission` limits a
+/// key, `keys permissions` changes it and a running host follows within the caches' bound; a
+/// name that is no permission is refused before anything is stored.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn the_keys_command_issues_and_changes_permissions_and_a_running_host_follows() {
+    use crate::common::net::{fetch, http1};
+    use http::Method;
+    crate::common::needs::needs!(Postgres, Examples);
+    let url = pg::fresh_database().await;
+    let store = partner_api::PgStore::connect_lazy(&url).unwrap();
+    store.migrate().await.unwrap();
+    store
+        .load_seed(&partner_api::seed::Seed::demo())
+        .await
+        .unwrap();
+    let keys = |args: &[&str]| {
+        let mut command = std::process::Command::new(standalone_binary());
+        command
+            .arg("keys")
+            .args(args)
+            .args(["--database-url", &url])
+            .env_remove("DATABASE_URL");
+        command.output().unwrap()
+    };
+    let issued = keys(&[
+        "issue",
+        "--organization",
+        "org_demo",
+        "--permission",
+        "events",
+    ]);
+    assert!(issued.status.success(), "{issued:?}");
+    let stdout = String::from_utf8(issued.stdout).unwrap();
+    let mut lines = stdout.lines();
+    let key = lines.next().unwrap().to_owned();
+    let record: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(record["permissions"], serde_json::json!(["events"]));
+    let id = record["id"].as_str().unwrap().to_owned();
+    let refused = keys(&[
+        "issue",
+        "--organization",
+        "org_demo",
+        "--permission",
+        "order",
+    ]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("orders and events"));
+    let unnamed = keys(&["permissions", "--organization", "org_demo", "--id", &id]);
+    assert!(
+        !unnamed.status.success(),
+        "one of --permission, --all, --none"
+    );
+
+    let mut host = Process::spawn(&["--listen", "127.0.0.1:0", "--database-url", &url]);
+    let base = host.base_url().await;
+    let client = http1();
+    let orders = || {
+        fetch(
+            &client,
+            Method::GET,
+            format!("{base}/v1/orders"),
+            Some(&key),
+        )
+    };
+    let refused = orders().await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        refused.headers["www-authenticate"],
+        "Bearer realm=\"partner-api\", error=\"insufficient_scope\", scope=\"orders\""
+    );
+
+    let lifted = keys(&[
+        "permissions",
+        "--organization",
+        "org_demo",
+        "--id",
+        &id,
+        "--all",
+    ]);
+    assert!(lifted.status.success(), "{lifted:?}");
+    let record: serde_json::Value =
+        serde_json::from_str(String::from_utf8(lifted.stdout).unwrap().trim()).unwrap();
+    assert_eq!(
+        record["permissions"],
+        serde_json::json!(["orders", "events"])
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while orders().await.status != StatusCode::OK {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the host never followed the change"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let none = keys(&[
+        "permissions",
+        "--organization",
+        "org_demo",
+        "--id",
+        &id,
+        "--none",
+    ]);
+    assert!(none.status.success(), "{none:?}");
+    let record: serde_json::Value =
+        serde_json::from_str(String::from_utf8(none.stdout).unwrap().trim()).unwrap();
+    assert_eq!(record["permissions"], serde_json::json!([]));
+    let feed = || {
+        fetch(
+            &client,
+            Method::GET,
+            format!("{base}/v1/events"),
+            Some(&key),
+        )
+    };
+    while feed().await.status != StatusCode::FORBIDDEN {
+        assert!(
+            std::time::Instant::now() < deadline + Duration::from_secs(3),
+            "the host never followed the second change"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let me = fetch(&client, Method::GET, format!("{base}/v1/me"), Some(&key)).await;
+    assert_eq!(me.status, StatusCode::OK);
+}
