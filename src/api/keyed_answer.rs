@@ -196,10 +196,11 @@ fn authenticated(config: &Config, facts: RequestFacts, principal: Principal) -> 
     }
     // A use of the key (its last use recorded), but not of its rate limit: a refusal like
     // the address's, counted as one of its own kind.
-    let missing = facts
-        .route
-        .permission()
-        .filter(|permission| !principal.permissions.allows(*permission));
+    // A key limited to providers reads no feed until the feed has a view per provider.
+    let missing = facts.route.permission().filter(|permission| {
+        !principal.permissions.allows(*permission)
+            || (*permission == crate::key::Permission::Events && principal.providers.is_some())
+    });
     if let Some(recorder) = &config.last_used {
         recorder.record(&principal.key_id);
     }
@@ -370,7 +371,14 @@ fn limited(
                 Some(older) => PageRequest::parse(Some(&older)),
             };
             match parsed {
-                Ok(request) => (request, path),
+                Ok(mut request) => {
+                    if let Some(providers) = &principal.providers {
+                        if let Err(outside) = request.within(providers.clone()) {
+                            return done(response::outside_providers(&outside));
+                        }
+                    }
+                    (request, path)
+                }
                 Err(bad) => return done(ApiError::BadPageRequest(bad).into_response()),
             }
         }
@@ -588,7 +596,8 @@ fn finish(
             StatusCode::OK => UsageOutcome::Ok,
             StatusCode::NOT_MODIFIED => UsageOutcome::NotModified,
             StatusCode::TOO_MANY_REQUESTS => UsageOutcome::RateLimited,
-            // The only 403 after authentication: a permission the key lacks.
+            // A 403 after authentication: the key's restrictions (a permission it lacks, a
+            // provider it may not read).
             StatusCode::FORBIDDEN => UsageOutcome::PermissionMissing,
             _ => UsageOutcome::Error,
         };

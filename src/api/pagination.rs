@@ -47,6 +47,9 @@ pub(crate) struct PageRequest {
     /// The filters given (none: every order), boxed so an unfiltered request allocates
     /// nothing for them.
     filter: Option<Box<OrderFilter>>,
+    /// The providers of a key limited to them ([`within`](Self::within)): its pages are
+    /// read with them as the provider filter, and its tokens are bound to them.
+    view: Option<std::sync::Arc<[String]>>,
 }
 
 /// A decoded `page_token`: its organization binding, its filters' (for a filtered page), and
@@ -100,6 +103,7 @@ impl PageRequest {
             limit: None,
             token: None,
             filter: None,
+            view: None,
         };
         let Some(query) = query else {
             return Ok(request);
@@ -131,6 +135,41 @@ impl PageRequest {
         Ok(request)
     }
 
+    /// Limits the request to the orders of `providers` (a key's, sorted): a `provider` filter
+    /// may narrow them, never reach past them (the provider it names that is not among them
+    /// is the error); without one, they are the filter. Page tokens are bound to them.
+    ///
+    /// # Errors
+    ///
+    /// The first provider of the request's filter that is not among `providers`.
+    pub(crate) fn within(&mut self, providers: std::sync::Arc<[String]>) -> Result<(), String> {
+        if let Some(outside) = self.filter.as_deref().and_then(|filter| {
+            filter
+                .providers()
+                .iter()
+                .find(|asked| providers.binary_search(asked).is_err())
+        }) {
+            return Err(outside.clone());
+        }
+        self.view = Some(providers);
+        Ok(())
+    }
+
+    /// The tag that binds this request's tokens to a key's providers, if it has them.
+    pub(crate) fn view_tag(&self) -> Option<[u8; 8]> {
+        self.view.as_deref().map(|providers| {
+            let mut hasher = Sha256::new();
+            hasher.update(b"partner-api key providers\0");
+            for provider in providers {
+                hasher.update(provider.as_bytes());
+                hasher.update([0]);
+            }
+            let mut tag = [0; 8];
+            tag.copy_from_slice(&hasher.finalize()[..8]);
+            tag
+        })
+    }
+
     /// The store query for the organization `organization_id`, or the 400 of a token that
     /// another organization's page links to, or a page of other filters.
     pub(crate) fn query_for(&self, organization_id: &str) -> Result<OrderQuery, BadPageRequest> {
@@ -145,15 +184,34 @@ impl PageRequest {
             }
             Some(token) => OrderQuery::after(token.position.clone(), limit),
         };
-        match &self.filter {
-            None => Ok(query),
-            Some(filter) => Ok(query.with_filter(OrderFilter::clone(filter))),
-        }
+        let filter = match (&self.filter, &self.view) {
+            (None, None) => return Ok(query),
+            (Some(filter), None) => OrderFilter::clone(filter),
+            // The key's providers are the filter unless the request narrows them.
+            (filter, Some(view)) => {
+                let filter = filter.as_deref().cloned().unwrap_or_default();
+                if filter.providers().is_empty() {
+                    filter.with_providers(view.iter().cloned())
+                } else {
+                    filter
+                }
+            }
+        };
+        Ok(query.with_filter(filter))
     }
 
-    /// The tag of the request's filters, `None` when it has none.
+    /// The tag of the request's filters and the key's providers, `None` when it has neither
+    /// (so a token of a key without providers is what it always was).
     fn filter_tag(&self) -> Option<[u8; 8]> {
-        self.filter.as_deref().map(filter_tag)
+        let filters = self.filter.as_deref().map(filter_tag);
+        let Some(view) = self.view_tag() else {
+            return filters;
+        };
+        let mut tag = view;
+        for (byte, filter) in tag.iter_mut().zip(filters.unwrap_or_default()) {
+            *byte ^= filter;
+        }
+        Some(tag)
     }
 
     /// The `Link` header of a page whose last order is at `last` and that more orders follow:

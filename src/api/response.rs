@@ -556,6 +556,20 @@ pub(crate) fn insufficient_scope(
     response
 }
 
+/// The 403 of a key limited to providers whose `provider` filter names `outside`, one not
+/// among them: refused rather than answered with an empty page, and named, as the caller
+/// gave it.
+pub(crate) fn outside_providers(outside: &str) -> Response<ApiBody> {
+    let message = serde_json::Value::from(format!(
+        "this API key may not read the orders of provider {outside}: it is limited to other providers"
+    ));
+    let body = format!(
+        r#"{{"meta":{},"error":{{"message":{message}}}}}"#,
+        meta_json!()
+    );
+    json(StatusCode::FORBIDDEN, Bytes::from(body))
+}
+
 /// A 401 with the `WWW-Authenticate` challenge `challenge`.
 ///
 /// One body for every reason, so a caller learns nothing about a key it does not hold

@@ -13,11 +13,13 @@ use std::fmt;
 mod allowed_ips;
 pub(crate) mod digest;
 mod permissions;
+mod providers;
 
 pub(crate) use allowed_ips::canonical;
 pub use allowed_ips::{AllowedIps, AllowedIpsError, MAX_ALLOWED_IPS};
 pub(crate) use digest::KeyDigest;
 pub use permissions::{Permission, Permissions};
+pub use providers::{canonical_providers, MAX_KEY_PROVIDERS, MAX_PROVIDER_CHARS};
 
 /// The longest API key the service accepts, in bytes. Longer tokens are rejected as invalid
 /// before they are hashed or looked up.

@@ -20,7 +20,7 @@ pub(super) enum Ability {
     LastUse,
     ApiVersions,
     ApiVersionPreview,
-    Permissions,
+    Restrictions,
     Webhooks,
     WebhookTestEvents,
     WebhookDeliveryHistory,
@@ -37,7 +37,7 @@ impl Ability {
         Self::LastUse,
         Self::ApiVersions,
         Self::ApiVersionPreview,
-        Self::Permissions,
+        Self::Restrictions,
         Self::Webhooks,
         Self::WebhookTestEvents,
         Self::WebhookDeliveryHistory,
@@ -55,7 +55,7 @@ impl Ability {
             Self::LastUse => "lastUse",
             Self::ApiVersions => "apiVersions",
             Self::ApiVersionPreview => "apiVersionPreview",
-            Self::Permissions => "permissions",
+            Self::Restrictions => "restrictions",
             Self::Webhooks => "webhooks",
             Self::WebhookTestEvents => "webhookTestEvents",
             Self::WebhookDeliveryHistory => "webhookDeliveryHistory",
@@ -74,7 +74,7 @@ impl Ability {
             Self::LastUse => "the keys' last use",
             Self::ApiVersions => "keys' API versions",
             Self::ApiVersionPreview => "previews of API versions",
-            Self::Permissions => "keys' permissions",
+            Self::Restrictions => "keys' restrictions",
             Self::Webhooks => "webhooks",
             Self::WebhookTestEvents => "webhook test events",
             Self::WebhookDeliveryHistory => "the webhook delivery history",
@@ -91,7 +91,7 @@ impl Ability {
             "/policy" => Some(Self::KeyPolicy),
             "/keys/{id}/api-version" | "/keys/{id}/api-version/rollback" => Some(Self::ApiVersions),
             "/keys/{id}/api-version/preview" => Some(Self::ApiVersionPreview),
-            "/keys/{id}/permissions" => Some(Self::Permissions),
+            "/keys/{id}/permissions" | "/keys/{id}/providers" => Some(Self::Restrictions),
             "/usage" | "/keys/{id}/usage" => Some(Self::Usage),
             "/audit" => Some(Self::AuditLog),
             "/deprecated-calls" | "/api-versions/calls" => Some(Self::DeprecatedCalls),
@@ -125,7 +125,7 @@ impl Offered<'_> {
             Ability::LeakReports => self.keys.supports(KeyAbility::LeakReports),
             Ability::LastUse => self.keys.supports(KeyAbility::LastUse),
             Ability::ApiVersions => self.keys.supports(KeyAbility::ApiVersions),
-            Ability::Permissions => self.keys.supports(KeyAbility::Permissions),
+            Ability::Restrictions => self.keys.supports(KeyAbility::Restrictions),
             Ability::ApiVersionPreview => {
                 self.preview && self.keys.supports(KeyAbility::ApiVersions)
             }
@@ -154,7 +154,7 @@ impl Offered<'_> {
             | Ability::LastUse
             | Ability::ApiVersions
             | Ability::ApiVersionPreview
-            | Ability::Permissions
+            | Ability::Restrictions
             | Ability::Usage
             | Ability::DeprecatedCalls
             | Ability::AuditLog => true,

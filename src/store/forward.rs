@@ -124,6 +124,17 @@ forward!(KeyManager {
             .await
     }
 
+    async fn set_providers(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        providers: Option<Vec<String>>,
+    ) -> Result<KeyRecord, StoreError> {
+        (**self)
+            .set_providers(organization_id, key_id, providers)
+            .await
+    }
+
     async fn set_permissions(
         &self,
         organization_id: &str,

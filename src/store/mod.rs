@@ -36,8 +36,8 @@ pub use events::{
 };
 pub(crate) use key_manager::{check_label, describe_plaintext, lifetime_until, KeyRefusal};
 pub use key_manager::{
-    permissions_detail, IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord, KeyUse, Leak,
-    LeakReport, LeakedKey, NewKey, RevocationReason, RollKey, VersionRollback,
+    permissions_detail, providers_detail, IssuedKey, KeyAbility, KeyManager, KeyPolicy, KeyRecord,
+    KeyUse, Leak, LeakReport, LeakedKey, NewKey, RevocationReason, RollKey, VersionRollback,
     DEFAULT_MAX_ACTIVE_KEYS, DEFAULT_MAX_WEBHOOK_ENDPOINTS, MAX_LABEL_CHARS,
     VERSION_ROLLBACK_WINDOW,
 };

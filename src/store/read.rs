@@ -37,6 +37,9 @@ pub struct Principal {
     /// ([`Permissions::ALL`](crate::key::Permissions::ALL) for a key without restrictions):
     /// the API answers 403 `insufficient_scope` to a route it lacks.
     pub permissions: crate::key::Permissions,
+    /// The providers whose orders the key may read (sorted, each once), or `None` for every
+    /// order of its organization: the API reads its pages with them as the provider filter.
+    pub providers: Option<Arc<[String]>>,
 }
 
 impl Principal {
@@ -49,7 +52,15 @@ impl Principal {
             allowed_ips: AllowedIps::any(),
             api_version: None,
             permissions: crate::key::Permissions::ALL,
+            providers: None,
         }
+    }
+
+    /// Sets the providers whose orders the key may read (`None`: every order).
+    #[must_use]
+    pub fn with_providers(mut self, providers: Option<Arc<[String]>>) -> Self {
+        self.providers = providers;
+        self
     }
 
     /// Sets the routes the key may call.

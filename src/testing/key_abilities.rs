@@ -123,7 +123,7 @@ where
                 ),
                 kind_of(store.roll_back_api_version(&org.id, "key_0").await),
             ],
-            KeyAbility::Permissions => vec![kind_of(
+            KeyAbility::Restrictions => vec![kind_of(
                 store
                     .set_permissions(&org.id, "key_0", crate::key::Permissions::ALL)
                     .await,

@@ -33,12 +33,12 @@ mod operators;
 mod order_filters;
 mod orders_history;
 mod pages;
-mod permissions;
 mod postgres;
 mod rate_limit;
 mod redis;
 mod replicas;
 mod request_id;
+mod restrictions;
 mod revocation;
 #[cfg(feature = "secret-scanning")]
 mod secret_scanning;

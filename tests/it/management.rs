@@ -1437,7 +1437,7 @@ mod core_only {
             abilities.body,
             json!({"data": {"abilities": {
                 "keyPolicy": false, "leakReports": false, "lastUse": false, "apiVersions": false, "apiVersionPreview": false,
-                "permissions": false, "webhooks": false,
+                "restrictions": false, "webhooks": false,
                 "webhookTestEvents": false, "webhookDeliveryHistory": false, "webhookApiVersions": false,
                 "usage": false, "deprecatedCalls": false, "auditLog": false
             }}})
@@ -1501,7 +1501,7 @@ mod core_only {
         assert_eq!(change.status, StatusCode::NOT_FOUND, "{}", change.text);
         assert_eq!(
             change.body["error"]["message"],
-            "this host does not offer keys' permissions"
+            "this host does not offer keys' restrictions"
         );
         let document = get(&service, "/openapi.json").await;
         let paths = document.body["paths"].as_object().unwrap();
@@ -1531,7 +1531,7 @@ mod core_only {
             full.body["data"]["abilities"],
             json!({
                 "keyPolicy": true, "leakReports": true, "lastUse": true, "apiVersions": true, "apiVersionPreview": false,
-                "permissions": true, "webhooks": false,
+                "restrictions": true, "webhooks": false,
                 "webhookTestEvents": false, "webhookDeliveryHistory": false, "webhookApiVersions": false,
                 "usage": false, "deprecatedCalls": false, "auditLog": false
             })
@@ -1963,7 +1963,7 @@ async fn keys_are_limited_to_routes_on_issue_and_changed_later() {
     let api = partner_api::PartnerApi::from_store(store.clone()).with_events(store);
     let abilities = get(&service, "/abilities").await;
     assert_eq!(
-        abilities.body["data"]["abilities"]["permissions"],
+        abilities.body["data"]["abilities"]["restrictions"],
         json!(true)
     );
     let keys_before = key_count(&service).await;

@@ -100,14 +100,31 @@ pub(crate) fn orders(
         page.clone()
     };
     let chain = config.versions.chain();
+    // A key limited to providers: its tag is bound to them too, so keys of other views never
+    // share one (computed per request, as its link is, instead of kept with the page).
+    let view = asked.request.view_tag();
+    let etag_of = |json: &Bytes| match view {
+        None => super::orders_etag(json),
+        Some(view) => crate::api::conditional::entity_tag(&[
+            super::ORDERS_OPEN,
+            json,
+            super::ORDERS_CLOSE,
+            b"\0key providers\0",
+            &view,
+        ]),
+    };
     let mut response = if chain.reshapes(asked.version, Resource::Order) {
         // Walked back once per stored page and kept with it, as its tag is.
         let rendition = page.rendition(asked.version.date(), |newest| {
             older_orders(chain, newest, asked.version)
         });
-        let etag = config
-            .conditional_requests
-            .then(|| rendition.etag(super::orders_etag));
+        let viewed = view
+            .filter(|_| config.conditional_requests)
+            .map(|_| etag_of(&rendition.json));
+        let etag = config.conditional_requests.then(|| match &viewed {
+            None => rendition.etag(super::orders_etag),
+            Some(viewed) => viewed,
+        });
         tagged_or_not(
             if_none_match,
             super::orders_body_of(&rendition.json),
@@ -116,9 +133,13 @@ pub(crate) fn orders(
         )
     } else {
         // Computed once per stored page and shared by its clones.
-        let etag = config
-            .conditional_requests
-            .then(|| page.etag(super::orders_etag));
+        let viewed = view
+            .filter(|_| config.conditional_requests)
+            .map(|_| etag_of(page.json()));
+        let etag = config.conditional_requests.then(|| match &viewed {
+            None => page.etag(super::orders_etag),
+            Some(viewed) => viewed,
+        });
         tagged_or_not(
             if_none_match,
             super::orders_body(&page),
@@ -127,13 +148,18 @@ pub(crate) fn orders(
         )
     };
     if let (true, Some(last)) = (page.has_more(), page.orders().last()) {
-        // Made once per stored page, for the way it is usually asked for.
-        let link = page.next_link(asked.organization_id, asked.path.as_str(), || {
+        let make = || {
             let last = OrderPosition::of(last.order());
             asked
                 .request
                 .next_link(asked.path.path(), asked.organization_id, &last)
-        });
+        };
+        // Made once per stored page, for the way it is usually asked for; a key limited to
+        // providers gets its own (its token is bound to them).
+        let link = match view {
+            None => page.next_link(asked.organization_id, asked.path.as_str(), make),
+            Some(_) => make(),
+        };
         if let Some(link) = link {
             response.headers_mut().insert(LINK, link);
         }

@@ -101,7 +101,7 @@ impl Route<'_> {
         match self {
             Self::Policy => vec![Ability::KeyPolicy],
             Self::PinVersion(_) | Self::RollBackVersion(_) => vec![Ability::ApiVersions],
-            Self::Permissions(_) => vec![Ability::Permissions],
+            Self::Permissions(_) => vec![Ability::Restrictions],
             Self::VersionPreview(_) => vec![Ability::ApiVersionPreview],
             Self::Usage | Self::KeyUsage(_) => vec![Ability::Usage],
             Self::Audit => vec![Ability::AuditLog],
@@ -299,7 +299,7 @@ impl KeyManagementService {
                 };
                 // A store that keeps no permissions would issue a key that reaches more than
                 // was asked: refused, never widened.
-                if !permissions.is_all() && !keys.supports(crate::store::KeyAbility::Permissions) {
+                if !permissions.is_all() && !keys.supports(crate::store::KeyAbility::Restrictions) {
                     return Err(Failure::new(
                         StatusCode::UNPROCESSABLE_ENTITY,
                         "permissions: this host's key store keeps no permissions, so a key limited to some routes cannot be issued",

@@ -26,6 +26,9 @@ pub enum AuditAction {
     /// `key.permissions_changed`: the routes the key may call were set; the detail is the
     /// permissions it now holds (`orders events`, `orders`, or `none`).
     KeyPermissionsChanged,
+    /// `key.providers_changed`: the providers whose orders the key may read were set; the
+    /// detail is the providers (`google, meta`) or `any`.
+    KeyProvidersChanged,
     /// `key.api_version_rolled_back`: the key's last upgrade was undone; the detail is `from
     /// to to`.
     KeyApiVersionRolledBack,
@@ -70,6 +73,7 @@ impl AuditAction {
         Self::KeyApiVersionPinned,
         Self::KeyApiVersionRolledBack,
         Self::KeyPermissionsChanged,
+        Self::KeyProvidersChanged,
         Self::PolicyChanged,
         Self::WebhookAdded,
         Self::WebhookSecretRotated,
@@ -95,6 +99,7 @@ impl AuditAction {
             Self::KeyApiVersionPinned => "key.api_version_pinned",
             Self::KeyApiVersionRolledBack => "key.api_version_rolled_back",
             Self::KeyPermissionsChanged => "key.permissions_changed",
+            Self::KeyProvidersChanged => "key.providers_changed",
             Self::PolicyChanged => "policy.changed",
             Self::WebhookAdded => "webhook.added",
             Self::WebhookSecretRotated => "webhook.secret_rotated",

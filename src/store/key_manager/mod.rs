@@ -236,7 +236,7 @@ pub trait KeyManager: Send + Sync {
     }
 
     /// Sets the routes the key `key_id` of `organization_id` may call
-    /// ([`KeyAbility::Permissions`]; [`Permissions::ALL`] lifts the restriction), and returns
+    /// ([`KeyAbility::Restrictions`]; [`Permissions::ALL`] lifts the restriction), and returns
     /// its record. Takes effect like a revocation: the very next lookup, and the caches as
     /// they learn of revocations. A roll passes the permissions on. The default answers
     /// `Unsupported`.
@@ -255,6 +255,28 @@ pub trait KeyManager: Send + Sync {
     ) -> Result<KeyRecord, StoreError> {
         let _ = (organization_id, key_id, permissions);
         Err(StoreError::unsupported("permissions of keys"))
+    }
+
+    /// Limits the key `key_id` of `organization_id` to the orders of `providers` (`None`
+    /// lifts the limit) ([`KeyAbility::Restrictions`]), and returns its record. Takes effect
+    /// like a revocation. A roll passes the providers on. The default answers `Unsupported`.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` as for [`get`](Self::get); `InvalidData` for a list
+    /// [`canonical_providers`](crate::key::canonical_providers) refuses, or for a key that
+    /// holds the `events` permission (see [`NewKey::with_providers`]).
+    ///
+    /// Audited as `key.providers_changed`, the providers as the detail ([`providers_detail`])
+    /// (rules `audit-in-the-change`, `audit-only-changes`).
+    async fn set_providers(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        providers: Option<Vec<String>>,
+    ) -> Result<KeyRecord, StoreError> {
+        let _ = (organization_id, key_id, providers);
+        Err(StoreError::unsupported("providers of keys"))
     }
 
     /// Records the last use of keys, as [`LastUsedRecorder`](crate::last_used::LastUsedRecorder)
@@ -283,9 +305,11 @@ pub enum KeyAbility {
     /// [`pin_api_version`](KeyManager::pin_api_version) and
     /// [`roll_back_api_version`](KeyManager::roll_back_api_version): each key's API version.
     ApiVersions,
-    /// [`set_permissions`](KeyManager::set_permissions), and the permissions a key is issued
-    /// with ([`NewKey::with_permissions`]): the routes each key may call.
-    Permissions,
+    /// [`set_permissions`](KeyManager::set_permissions) and
+    /// [`set_providers`](KeyManager::set_providers), and the restrictions a key is issued with
+    /// ([`NewKey::with_permissions`], [`NewKey::with_providers`]): the routes each key may
+    /// call and the providers whose orders it may read.
+    Restrictions,
 }
 
 impl KeyAbility {
@@ -295,8 +319,29 @@ impl KeyAbility {
         Self::LeakReports,
         Self::LastUse,
         Self::ApiVersions,
-        Self::Permissions,
+        Self::Restrictions,
     ];
+}
+
+/// The detail of a `key.providers_changed` entry: the providers, comma-separated, or `any`.
+pub fn providers_detail(providers: Option<&[String]>) -> String {
+    providers.map_or_else(|| "any".to_owned(), |providers| providers.join(", "))
+}
+
+/// Why `permissions` and `providers` cannot be one key's, if they cannot: the events feed
+/// has no view per provider yet, so a key limited to providers may not read it (it would
+/// see every order's events).
+pub(crate) fn check_restrictions(
+    permissions: Permissions,
+    providers: Option<&[String]>,
+) -> Result<(), StoreError> {
+    if providers.is_some() && permissions.allows(crate::key::Permission::Events) {
+        return Err(StoreError::refusal(
+            crate::StoreErrorKind::InvalidData,
+            "a key limited to providers cannot hold the events permission (the events feed has no view per provider yet): give it the orders permission alone",
+        ));
+    }
+    Ok(())
 }
 
 /// The detail of a `key.permissions_changed` entry: the permissions the key now holds,
@@ -365,7 +410,8 @@ impl fmt::Debug for IssuedKey {
 /// `"leaked"`, `"rolled"` or `null`), `leak` (`{"url", "source", "reportedAt"}` for a leaked key, else
 /// `null`), `lifetimeSeconds` (the lifetime it was issued with, which a roll passes on, or
 /// `null`), `allowedIps` (CIDR ranges; empty for any address), `permissions` (the routes the
-/// key may call: `orders`, `events`; both for a key without restrictions), `apiVersion` (the API version
+/// key may call: `orders`, `events`; both for a key without restrictions), `providers` (the
+/// providers whose orders it may read, or `null` for every order), `apiVersion` (the API version
 /// the key is pinned to: the first for a key whose store recorded none) and
 /// `apiVersionRollback` (`{"to", "until"}`: the version a recent upgrade can be rolled back
 /// to, and until when; else `null`). Keys that came from a seed or a host's
@@ -408,6 +454,9 @@ pub struct KeyRecord {
     pub allowed_ips: AllowedIps,
     /// The routes the key may call ([`Permissions::ALL`] for a key without restrictions).
     pub permissions: Permissions,
+    /// The providers whose orders the key may read (sorted, each once); `None` for every
+    /// order of its organization.
+    pub providers: Option<Vec<String>>,
     /// The API version the key is pinned to; `None` (a key issued before versions, or by a
     /// store that records none) is the first version, and is listed as it.
     #[serde(serialize_with = "crate::versions::serialize_pinned")]
@@ -465,6 +514,7 @@ impl KeyRecord {
             lifetime: None,
             allowed_ips: AllowedIps::any(),
             permissions: Permissions::ALL,
+            providers: None,
             api_version: None,
             api_version_rollback: None,
         }

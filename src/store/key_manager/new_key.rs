@@ -26,6 +26,7 @@ pub struct NewKey {
     lifetime: Option<Duration>,
     allowed_ips: AllowedIps,
     permissions: Permissions,
+    providers: Option<Vec<String>>,
     api_version: ApiVersion,
 }
 
@@ -39,6 +40,7 @@ impl NewKey {
             lifetime: None,
             allowed_ips: AllowedIps::any(),
             permissions: Permissions::ALL,
+            providers: None,
             api_version: crate::versions::NEWEST,
         }
     }
@@ -106,6 +108,28 @@ impl NewKey {
         self.permissions
     }
 
+    /// Limits the key to the orders of `providers` (kept sorted, each once; checked by
+    /// [`check`](Self::check) with [`canonical_providers`](crate::key::canonical_providers)).
+    /// Until the events feed has a view per provider, such a key may not hold the `events`
+    /// permission: give it [`Permission::Orders`](crate::key::Permission::Orders) alone.
+    #[must_use]
+    pub fn with_providers<S: AsRef<str>>(mut self, providers: &[S]) -> Self {
+        self.providers = Some(providers.iter().map(|p| p.as_ref().to_owned()).collect());
+        self
+    }
+
+    /// Returns the providers whose orders the key may read, as given (`None`: every order).
+    pub fn providers(&self) -> Option<&[String]> {
+        self.providers.as_deref()
+    }
+
+    /// The providers as the key keeps them (sorted, each once), after [`check`](Self::check).
+    pub(crate) fn canonical_providers(&self) -> Option<Vec<String>> {
+        self.providers
+            .as_deref()
+            .and_then(|providers| crate::key::canonical_providers(providers).ok())
+    }
+
     /// Returns the key's lifetime when issued at `issued_at`: as given to
     /// [`with_expires_in`](Self::with_expires_in), else the time to its expiry rounded to whole
     /// seconds (at least one); `None` without expiry.
@@ -144,7 +168,10 @@ impl NewKey {
         if let Some(label) = &self.label {
             check_label(label)?;
         }
-        Ok(())
+        if let Some(providers) = &self.providers {
+            crate::key::canonical_providers(providers).map_err(StoreError::invalid_data)?;
+        }
+        super::check_restrictions(self.permissions, self.providers.as_deref())
     }
 }
 

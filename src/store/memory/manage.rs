@@ -3,10 +3,12 @@
 use async_trait::async_trait;
 
 use super::{generate, unknown_organization, KeyEntry, MemoryStore, State};
-use crate::key::{AllowedIps, KeyEnvironment, Permissions};
+use crate::key::{canonical_providers, AllowedIps, KeyEnvironment, Permissions};
 use crate::model::Timestamp;
 use crate::store::audit::restriction;
-use crate::store::key_manager::{no_rollback, permissions_detail, version_change};
+use crate::store::key_manager::{
+    check_restrictions, no_rollback, permissions_detail, providers_detail, version_change,
+};
 use crate::store::StoreError;
 use crate::store::SECRET_SCANNING_ACTOR;
 use crate::store::{
@@ -105,6 +107,7 @@ impl KeyManager for MemoryStore {
     ) -> Result<KeyRecord, StoreError> {
         let mut state = self.write();
         let entry = state.entry_mut(organization_id, key_id)?;
+        check_restrictions(permissions, entry.record.providers.as_deref())?;
         // A change that changes nothing writes no entry.
         if entry.record.permissions != permissions {
             self.audit(
@@ -118,6 +121,34 @@ impl KeyManager for MemoryStore {
         }
         entry.record.permissions = permissions;
         entry.principal.permissions = permissions;
+        Ok(entry.record.clone())
+    }
+
+    async fn set_providers(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        providers: Option<Vec<String>>,
+    ) -> Result<KeyRecord, StoreError> {
+        let providers = providers
+            .map(|providers| canonical_providers(&providers).map_err(StoreError::invalid_data))
+            .transpose()?;
+        let mut state = self.write();
+        let entry = state.entry_mut(organization_id, key_id)?;
+        check_restrictions(entry.record.permissions, providers.as_deref())?;
+        // A change that changes nothing writes no entry.
+        if entry.record.providers != providers {
+            self.audit(
+                AuditRecord::new(
+                    organization_id,
+                    AuditAction::KeyProvidersChanged,
+                    Some(key_id),
+                )
+                .with_detail(providers_detail(providers.as_deref())),
+            );
+        }
+        entry.principal.providers = providers.as_deref().map(Into::into);
+        entry.record.providers = providers;
         Ok(entry.record.clone())
     }
 
@@ -259,6 +290,9 @@ impl KeyManager for MemoryStore {
             .with_allowed_ips(old.record.allowed_ips.clone())
             .with_permissions(old.record.permissions)
             .with_api_version(old.record.api_version.unwrap_or(crate::versions::FIRST));
+        if let Some(providers) = &old.record.providers {
+            new = new.with_providers(providers);
+        }
         if let Some(label) = old.record.label.clone() {
             new = new.with_label(label);
         }

@@ -306,7 +306,10 @@ impl State {
         record.allowed_ips = new.allowed_ips().clone();
         record.api_version = Some(new.api_version());
         record.permissions = new.permissions();
+        record.providers = new.canonical_providers();
         if let Some(entry) = self.keys.get_mut(&key.digest()) {
+            entry.record.providers = record.providers.clone();
+            entry.principal.providers = record.providers.as_deref().map(Into::into);
             entry.record.lifetime = record.lifetime;
             entry.record.allowed_ips = record.allowed_ips.clone();
             entry.record.api_version = record.api_version;

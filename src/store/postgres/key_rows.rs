@@ -18,7 +18,7 @@ pub(super) const RECORD: &str = "id, organization_id, label, hint, environment, 
                                  expires_at, last_used_at, revoked_at, lifetime_ms, \
                                  allowed_ips::text[] AS allowed_ips, revoked_reason, leak_url, \
                                  leak_source, leak_reported_at, api_version, \
-                                 api_version_rollback_to, api_version_rollback_until, permissions";
+                                 api_version_rollback_to, api_version_rollback_until, permissions, providers";
 
 /// A lifetime in milliseconds, capped at a century as the overlap is: an interval that
 /// PostgreSQL can add to now.
@@ -83,6 +83,7 @@ pub(super) fn record_from_row(row: &PgRow) -> Result<KeyRecord, StoreError> {
     };
     record.api_version = super::keys::api_version(row, "api_version")?;
     record.permissions = super::keys::permissions(row)?;
+    record.providers = row.try_get("providers").map_err(store_error)?;
     let rollback_to = super::keys::api_version(row, "api_version_rollback_to")?;
     record.api_version_rollback = match (rollback_to, timestamp(row, "api_version_rollback_until")?)
     {

@@ -124,7 +124,12 @@ impl PgStore {
                 .with_expires_at(expires_at.map(|at| at.0))
                 .with_allowed_ips(allowed_ips(&row)?)
                 .with_api_version(api_version(&row, "api_version")?)
-                .with_permissions(permissions(&row)?),
+                .with_permissions(permissions(&row)?)
+                .with_providers(
+                    row.try_get::<Option<Vec<String>>, _>("providers")
+                        .map_err(store_error)?
+                        .map(Into::into),
+                ),
         ))
     }
 }

@@ -12,10 +12,14 @@ use super::key_rows::{
 use super::policy::{locked_policy, read_policy};
 use super::{column, store_error, PgStore};
 use crate::key::KeyDigest;
-use crate::key::{AllowedIps, ApiKey, KeyEnvironment, Permission, Permissions};
+use crate::key::{
+    canonical_providers, AllowedIps, ApiKey, KeyEnvironment, Permission, Permissions,
+};
 use crate::model::Timestamp;
 use crate::store::audit::restriction;
-use crate::store::key_manager::{no_rollback, permissions_detail, version_change};
+use crate::store::key_manager::{
+    check_restrictions, no_rollback, permissions_detail, providers_detail, version_change,
+};
 use crate::store::StoreError;
 use crate::store::{AuditAction, AuditContext, AuditRecord};
 use crate::store::{
@@ -48,8 +52,9 @@ impl KeyManager for PgStore {
         let row = sqlx::query(&format!(
             "INSERT INTO partner_api_keys \
                (organization_id, key_sha256, label, hint, environment, expires_at, lifetime_ms, \
-                allowed_ips, api_version, permissions) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text[]::cidr[], $9, $10) RETURNING {RECORD}"
+                allowed_ips, api_version, permissions, providers) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text[]::cidr[], $9, $10, $11) \
+             RETURNING {RECORD}"
         ))
         .bind(organization_id)
         .bind(&key.digest().as_bytes()[..])
@@ -61,6 +66,7 @@ impl KeyManager for PgStore {
         .bind(range_texts(new.allowed_ips()))
         .bind(new.api_version().date())
         .bind(permission_names(new.permissions()))
+        .bind(new.canonical_providers())
         .fetch_one(&mut *transaction)
         .await
         .map_err(store_error)?;
@@ -170,6 +176,18 @@ impl KeyManager for PgStore {
         permissions: Permissions,
     ) -> Result<KeyRecord, StoreError> {
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        // The key's providers, locked: a concurrent change of them is checked against these.
+        let providers: Option<Vec<String>> = sqlx::query_scalar(
+            "SELECT providers FROM partner_api_keys \
+             WHERE organization_id = $1 AND id = $2 FOR UPDATE",
+        )
+        .bind(organization_id)
+        .bind(parse_id(key_id)?)
+        .fetch_optional(&mut *transaction)
+        .await
+        .map_err(store_error)?
+        .flatten();
+        check_restrictions(permissions, providers.as_deref())?;
         let row = sqlx::query(&format!(
             "UPDATE partner_api_keys SET permissions = $3 \
              WHERE organization_id = $1 AND id = $2 AND permissions IS DISTINCT FROM $3 \
@@ -192,6 +210,64 @@ impl KeyManager for PgStore {
             Some(key_id),
         )
         .with_detail(permissions_detail(permissions));
+        audited(&mut transaction, entry).await?;
+        transaction.commit().await.map_err(store_error)?;
+        record_from_row(&row)
+    }
+
+    async fn set_providers(
+        &self,
+        organization_id: &str,
+        key_id: &str,
+        providers: Option<Vec<String>>,
+    ) -> Result<KeyRecord, StoreError> {
+        let providers = providers
+            .map(|providers| canonical_providers(&providers).map_err(StoreError::invalid_data))
+            .transpose()?;
+        let mut transaction = self.pool.begin().await.map_err(store_error)?;
+        // The key's permissions, locked: a concurrent change of them is checked against these.
+        let permissions: Option<Option<Vec<String>>> = sqlx::query_scalar(
+            "SELECT permissions FROM partner_api_keys \
+             WHERE organization_id = $1 AND id = $2 FOR UPDATE",
+        )
+        .bind(organization_id)
+        .bind(parse_id(key_id)?)
+        .fetch_optional(&mut *transaction)
+        .await
+        .map_err(store_error)?;
+        if let Some(names) = permissions {
+            let held = match names {
+                None => Permissions::ALL,
+                Some(names) => {
+                    Permissions::parse(names.iter().map(String::as_str)).map_err(|name| {
+                        StoreError::invalid_data(format!("unknown key permission {name:?}"))
+                    })?
+                }
+            };
+            check_restrictions(held, providers.as_deref())?;
+        }
+        let row = sqlx::query(&format!(
+            "UPDATE partner_api_keys SET providers = $3 \
+             WHERE organization_id = $1 AND id = $2 AND providers IS DISTINCT FROM $3 \
+             RETURNING {RECORD}"
+        ))
+        .bind(organization_id)
+        .bind(parse_id(key_id)?)
+        .bind(&providers)
+        .fetch_optional(&mut *transaction)
+        .await
+        .map_err(store_error)?;
+        // A change that changes nothing writes no entry (and an unknown key is NotFound).
+        let Some(row) = row else {
+            drop(transaction);
+            return self.get(organization_id, key_id).await;
+        };
+        let entry = AuditRecord::new(
+            organization_id,
+            AuditAction::KeyProvidersChanged,
+            Some(key_id),
+        )
+        .with_detail(providers_detail(providers.as_deref()));
         audited(&mut transaction, entry).await?;
         transaction.commit().await.map_err(store_error)?;
         record_from_row(&row)
@@ -414,9 +490,9 @@ impl KeyManager for PgStore {
         let row = sqlx::query(&format!(
             "INSERT INTO partner_api_keys \
                (organization_id, key_sha256, label, hint, environment, expires_at, lifetime_ms, \
-                allowed_ips, api_version, permissions) \
+                allowed_ips, api_version, permissions, providers) \
              VALUES ($1, $2, $3, $4, $5, now() + $6 * interval '1 millisecond', $6, \
-                     $7::text[]::cidr[], $8, $9) \
+                     $7::text[]::cidr[], $8, $9, $10) \
              RETURNING {RECORD}"
         ))
         .bind(organization_id)
@@ -428,6 +504,7 @@ impl KeyManager for PgStore {
         .bind(range_texts(&old.allowed_ips))
         .bind(old.api_version.map(|version| version.date()))
         .bind(permission_names(old.permissions))
+        .bind(&old.providers)
         .fetch_one(&mut *transaction)
         .await
         .map_err(store_error)?;

@@ -54,7 +54,7 @@ impl Statements {
             lookup_key: format!(
                 "SELECT k.id, k.expires_at, k.revoked_at IS NOT NULL AS revoked, \
                  COALESCE(k.expires_at <= now(), false) AS expired, \
-                 k.allowed_ips::text[] AS allowed_ips, k.api_version, k.permissions, \
+                 k.allowed_ips::text[] AS allowed_ips, k.api_version, k.permissions, k.providers, \
                  o.id AS organization_id, o.name \
                  FROM partner_api_keys k JOIN {organizations} o ON o.id = k.organization_id \
                  WHERE k.key_sha256 = $1"

@@ -124,6 +124,7 @@ pub fn get(path: &str, key: Option<&str>) -> Request<()> {
 }
 
 /// A response's parts and body, collected.
+#[derive(Clone)]
 pub struct Collected {
     pub status: http::StatusCode,
     pub headers: http::HeaderMap,

@@ -293,3 +293,240 @@ async fn the_keys_command_issues_and_changes_permissions_and_a_running_host_foll
     let me = fetch(&client, Method::GET, format!("{base}/v1/me"), Some(&key)).await;
     assert_eq!(me.status, StatusCode::OK);
 }
+
+/// The ids of every order `key` reads through `api`, following each page's `Link` (with
+/// `query` on the first), and the first page's answer.
+async fn walk(api: &PartnerApi, key: &str, query: &str) -> (Vec<String>, Collected) {
+    let first = send(api, get(&format!("/v1/orders?{query}"), Some(key))).await;
+    assert_eq!(first.status, StatusCode::OK, "{:?}", first.json());
+    let mut ids = Vec::new();
+    let mut page = first.clone();
+    loop {
+        for order in page.json()["data"]["orders"].as_array().unwrap() {
+            ids.push(order["id"].as_str().unwrap().to_owned());
+        }
+        let Some(link) = page.header("link").map(str::to_owned) else {
+            break;
+        };
+        let next = link
+            .strip_prefix('<')
+            .and_then(|rest| rest.split_once('>'))
+            .map(|(target, _)| target.to_owned())
+            .unwrap();
+        page = send(api, get(&next, Some(key))).await;
+        assert_eq!(page.status, StatusCode::OK, "{next}: {:?}", page.json());
+    }
+    (ids, first)
+}
+
+/// A key limited to providers reads exactly their orders, through pages and filters; a
+/// filter past them is a 403 naming the provider; its tokens and tags are its own; it
+/// cannot hold the feed's permission yet; the providers are changed (audited once per
+/// change) and rolled.
+async fn providers_limit_what_a_key_reads<S>(store: S)
+where
+    S: KeyStore
+        + KeyManager
+        + AuditLog
+        + partner_api::testing::StoreFixtures
+        + partner_api::OrderStore
+        + partner_api::store::EventFeed
+        + Clone
+        + 'static,
+{
+    // 30 orders: providers by n % 3 (`p0`, `p1`, `p2`), `p0` and `p1` both on every fifth.
+    let orders: Vec<partner_api::Order> = (0..30_i64)
+        .map(|n| {
+            let mut order = order(&format!("o{n:02}"), 1_700_000_000_000 + n * 1_000);
+            order.providers = vec![format!("p{}", n % 3)];
+            if n % 5 == 0 {
+                order.providers = vec!["p0".into(), "p1".into()];
+            }
+            order
+        })
+        .collect();
+    partner_api::testing::StoreFixtures::add_orders(&store, "org_a", &orders)
+        .await
+        .unwrap();
+    let newest_first = |keep: &dyn Fn(&partner_api::Order) -> bool| -> Vec<String> {
+        orders
+            .iter()
+            .rev()
+            .filter(|order| keep(order))
+            .map(|order| order.id.clone())
+            .collect()
+    };
+    let has = |provider: &'static str| {
+        move |order: &partner_api::Order| order.providers.iter().any(|p| p == provider)
+    };
+
+    // With the feed's permission: refused, naming why.
+    let refused = store
+        .issue(
+            "org_a",
+            NewKey::new(KeyEnvironment::Live).with_providers(&["p1"]),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), partner_api::StoreErrorKind::InvalidData);
+    let why = std::error::Error::source(&refused).unwrap().to_string();
+    assert!(why.contains("events permission"), "{why}");
+
+    let orders_only = Permissions::of([Permission::Orders]);
+    let issued = store
+        .issue(
+            "org_a",
+            NewKey::new(KeyEnvironment::Live)
+                .with_permissions(orders_only)
+                .with_providers(&["p1", "p1"]),
+        )
+        .await
+        .unwrap();
+    let listed = serde_json::to_value(issued.record()).unwrap();
+    assert_eq!(listed["providers"], serde_json::json!(["p1"]));
+    let key = issued.plaintext();
+    let api = PartnerApi::from_store(store.clone()).with_events(store.clone());
+
+    // Pages of 4: exactly p1's orders, newest first, once each.
+    let (ids, first) = walk(&api, key, "limit=4").await;
+    assert_eq!(ids, newest_first(&has("p1")));
+    // The restriction is not a parameter the client gave: its links do not name it.
+    assert!(!first.header("link").unwrap().contains("provider="));
+    // A filter inside it narrows; combined with others, it holds.
+    let (ids, _) = walk(&api, key, "limit=3&provider=p1&status=booked").await;
+    assert_eq!(ids, newest_first(&has("p1")));
+    // One past it is a 403 naming the provider, not an empty page.
+    for query in ["provider=p2", "provider=p1,p0"] {
+        let outside = send(&api, get(&format!("/v1/orders?{query}"), Some(key))).await;
+        assert_eq!(outside.status, StatusCode::FORBIDDEN, "{query}");
+        let message = outside.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            message.contains("p2") || message.contains("p0"),
+            "{message}"
+        );
+        assert!(message.contains("limited"), "{message}");
+    }
+    // The feed is refused to it (no view per provider yet).
+    let feed = send(&api, get("/v1/events", Some(key))).await;
+    assert_eq!(feed.status, StatusCode::FORBIDDEN);
+
+    // An unrestricted key asking the same page by filter: same orders, another tag, and
+    // tokens that do not cross between the two views.
+    let full = store
+        .issue("org_a", NewKey::new(KeyEnvironment::Live))
+        .await
+        .unwrap();
+    let restricted_page = send(&api, get("/v1/orders?limit=4", Some(key))).await;
+    let filtered_page = send(
+        &api,
+        get("/v1/orders?limit=4&provider=p1", Some(full.plaintext())),
+    )
+    .await;
+    assert_eq!(restricted_page.json()["data"], filtered_page.json()["data"]);
+    assert_ne!(
+        restricted_page.header("etag"),
+        filtered_page.header("etag"),
+        "keys of different views share no tag"
+    );
+    let link_target = |page: &Collected| {
+        let link = page.header("link").unwrap();
+        link[1..link.find('>').unwrap()].to_owned()
+    };
+    let crossed = send(&api, get(&link_target(&filtered_page), Some(key))).await;
+    assert_eq!(
+        crossed.status,
+        StatusCode::BAD_REQUEST,
+        "{:?}",
+        crossed.json()
+    );
+    let crossed = send(
+        &api,
+        get(&link_target(&restricted_page), Some(full.plaintext())),
+    )
+    .await;
+    assert_eq!(
+        crossed.status,
+        StatusCode::BAD_REQUEST,
+        "{:?}",
+        crossed.json()
+    );
+    // Its own tag answers its conditional GET.
+    let mut conditional = get("/v1/orders?limit=4", Some(key));
+    conditional
+        .headers_mut()
+        .insert("if-none-match", restricted_page.headers["etag"].clone());
+    assert_eq!(
+        send(&api, conditional).await.status,
+        StatusCode::NOT_MODIFIED
+    );
+
+    // Changed (one entry per change), then lifted; the key holds orders alone, so lifting
+    // the providers is allowed; giving it events while limited is not.
+    let id = &issued.record().id;
+    let moved = store
+        .set_providers("org_a", id, Some(vec!["p2".into(), "p0".into()]))
+        .await
+        .unwrap();
+    assert_eq!(moved.providers, Some(vec!["p0".into(), "p2".into()]));
+    store
+        .set_providers("org_a", id, Some(vec!["p0".into(), "p2".into()]))
+        .await
+        .unwrap();
+    let (ids, _) = walk(&api, key, "limit=7").await;
+    assert_eq!(
+        ids,
+        newest_first(&|order: &partner_api::Order| has("p0")(order) || has("p2")(order))
+    );
+    let widened = store
+        .set_permissions("org_a", id, Permissions::ALL)
+        .await
+        .unwrap_err();
+    assert_eq!(widened.kind(), partner_api::StoreErrorKind::InvalidData);
+    let entries = store
+        .audit_entries("org_a", &AuditQuery::default())
+        .await
+        .unwrap();
+    let changes: Vec<_> = entries
+        .entries
+        .iter()
+        .filter(|entry| entry.action.as_str() == "key.providers_changed")
+        .collect();
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(changes[0].detail.as_deref(), Some("p0, p2"));
+
+    // A roll passes them on.
+    let rolled = store
+        .roll("org_a", id, RollKey::new(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    assert_eq!(
+        rolled.record().providers,
+        Some(vec!["p0".into(), "p2".into()])
+    );
+    let (ids, _) = walk(&api, rolled.plaintext(), "limit=50").await;
+    assert_eq!(
+        ids,
+        newest_first(&|order: &partner_api::Order| has("p0")(order) || has("p2")(order))
+    );
+    let lifted = store.set_providers("org_a", id, None).await.unwrap();
+    assert_eq!(lifted.providers, None);
+    let (ids, _) = walk(&api, key, "limit=50").await;
+    let (every, _) = walk(&api, full.plaintext(), "limit=50").await;
+    assert_eq!(ids, every);
+    assert!(ids.len() >= 30);
+}
+
+#[tokio::test]
+async fn the_memory_store_limits_a_key_to_its_providers_orders() {
+    providers_limit_what_a_key_reads(store()).await;
+}
+
+#[tokio::test]
+async fn postgres_limits_a_key_to_its_providers_orders() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = pg::migrated_with(&["org_a", "org_b"]).await;
+    providers_limit_what_a_key_reads(store).await;
+}
