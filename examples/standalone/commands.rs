@@ -185,6 +185,27 @@ pub(crate) enum KeysAction {
         /// every one.
         #[arg(long = "permission", value_name = "PERMISSION", value_parser = parse_permission)]
         permission: Vec<partner_api::key::Permission>,
+        /// A provider whose orders the key may read; repeatable. Without it, every order.
+        /// Needs `--permission orders` (a key limited to providers reads no feed yet).
+        #[arg(long = "provider", value_name = "PROVIDER")]
+        provider: Vec<String>,
+    },
+    /// Limit a key to the orders of some providers, or lift the limit with --any. Prints the
+    /// key's record.
+    #[command(group(clap::ArgGroup::new("providers").required(true).args(["provider", "any"])))]
+    Providers {
+        /// The organization's id.
+        #[arg(long)]
+        organization: String,
+        /// The key's id, as `list` shows it.
+        #[arg(long)]
+        id: String,
+        /// A provider whose orders the key may read; repeatable.
+        #[arg(long = "provider", value_name = "PROVIDER")]
+        provider: Vec<String>,
+        /// Every order: lift the limit.
+        #[arg(long)]
+        any: bool,
     },
     /// Set the routes a key may call: the permissions given, all of them, or none (the key
     /// keeps `/me`, `/deprecations` and `/versions`). Prints the key's record.

@@ -80,10 +80,14 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
             allow_ip,
             api_version,
             permission,
+            provider,
         } => {
             let mut new = NewKey::new(*environment).with_allowed_ips(allowed_ips(allow_ip)?);
             if !permission.is_empty() {
                 new = new.with_permissions(Permissions::of(permission.iter().copied()));
+            }
+            if !provider.is_empty() {
+                new = new.with_providers(provider);
             }
             let default = crate::commands::default_api_version(&store, organization).await;
             if let Some(version) = api_version.or(default) {
@@ -118,6 +122,20 @@ async fn execute(args: &Args, action: &KeysAction) -> Result<Vec<String>, String
                 _ => store.roll_back_api_version(organization, id).await,
             };
             Ok(vec![json(&record.map_err(failed)?)?])
+        }
+        KeysAction::Providers {
+            organization,
+            id,
+            provider,
+            any,
+        } => {
+            let providers = (!*any).then(|| provider.clone());
+            Ok(vec![json(
+                &store
+                    .set_providers(organization, id, providers)
+                    .await
+                    .map_err(failed)?,
+            )?])
         }
         KeysAction::Permissions {
             organization,

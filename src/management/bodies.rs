@@ -140,6 +140,16 @@ pub(super) struct IssueRequest {
     pub(super) api_version: Option<String>,
     #[serde(default)]
     pub(super) permissions: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) providers: Option<Vec<String>>,
+}
+
+/// The body of `POST /keys/{id}/providers`: the providers whose orders the key may read,
+/// `null` for every order.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct ProvidersRequest {
+    pub(super) providers: Option<Vec<String>>,
 }
 
 /// The body of `POST /keys/{id}/permissions`: the routes the key may call, all of them to

@@ -69,6 +69,7 @@ use tower::Service;
 
 use super::bodies::{
     api_versions, key_permissions, offered_version, PermissionsRequest, PinVersionRequest,
+    ProvidersRequest,
 };
 use super::bodies::{
     caller_message, created, json, one, read_json, Failure, IssueRequest, RestrictRequest,

@@ -231,6 +231,7 @@ where
                     "leak",
                     "lifetimeSeconds",
                     "permissions",
+                    "providers",
                     "revokedAt",
                     "revokedReason"
                 ],

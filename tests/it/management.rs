@@ -30,6 +30,7 @@ fn template(path: &str) -> &'static str {
         ["", "keys", _, "roll"] => "/keys/{id}/roll",
         ["", "keys", _, "restrict"] => "/keys/{id}/restrict",
         ["", "keys", _, "permissions"] => "/keys/{id}/permissions",
+        ["", "keys", _, "providers"] => "/keys/{id}/providers",
         ["", "keys", _, "api-version"] => "/keys/{id}/api-version",
         ["", "keys", _, "api-version", "rollback"] => "/keys/{id}/api-version/rollback",
         ["", "api-versions"] => "/api-versions",
@@ -1480,7 +1481,7 @@ mod core_only {
         assert!(limited.body["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("keeps no permissions"));
+            .contains("keeps no restrictions"));
         let every = post(
             &service,
             "/keys",
@@ -2048,4 +2049,74 @@ async fn keys_are_limited_to_routes_on_issue_and_changed_later() {
     )
     .await;
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+
+    // Providers: refused with the feed's permission (a 422 that says why), kept otherwise,
+    // bad lists refused naming the rule, lifted with null.
+    let with_feed = post(
+        &service,
+        "/keys",
+        json!({"environment": "live", "providers": ["meta"]}),
+    )
+    .await;
+    assert_eq!(
+        with_feed.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        with_feed.text
+    );
+    assert!(
+        with_feed.text.contains("events permission"),
+        "{}",
+        with_feed.text
+    );
+    let limited = post(
+        &service,
+        "/keys",
+        json!({"environment": "live", "permissions": ["orders"], "providers": ["meta", "google"]}),
+    )
+    .await;
+    assert_eq!(limited.status, StatusCode::CREATED, "{}", limited.text);
+    assert_eq!(
+        limited.body["data"]["record"]["providers"],
+        json!(["google", "meta"])
+    );
+    let limited_id = limited.body["data"]["record"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for providers in [json!([]), json!([""]), json!(["a\u{1}b"])] {
+        let refused = post(
+            &service,
+            &format!("/keys/{limited_id}/providers"),
+            json!({ "providers": providers }),
+        )
+        .await;
+        assert_eq!(
+            refused.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{}",
+            refused.text
+        );
+        assert!(refused.text.contains("providers: "), "{}", refused.text);
+    }
+    let widened = post(
+        &service,
+        &format!("/keys/{limited_id}/permissions"),
+        json!({"permissions": ["orders", "events"]}),
+    )
+    .await;
+    assert_eq!(
+        widened.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        widened.text
+    );
+    let lifted = post(
+        &service,
+        &format!("/keys/{limited_id}/providers"),
+        json!({ "providers": null }),
+    )
+    .await;
+    assert_eq!(lifted.status, StatusCode::OK, "{}", lifted.text);
+    assert!(lifted.body["data"]["record"]["providers"].is_null());
 }

@@ -554,6 +554,7 @@ fn record_members(line: &str) -> serde_json::Value {
             "leak",
             "lifetimeSeconds",
             "permissions",
+            "providers",
             "revokedAt",
             "revokedReason"
         ]

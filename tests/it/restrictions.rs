@@ -221,6 +221,44 @@ async fn the_keys_command_issues_and_changes_permissions_and_a_running_host_foll
         !unnamed.status.success(),
         "one of --permission, --all, --none"
     );
+    // Providers: with the feed's permission, refused naming why; with orders alone, kept
+    // sorted once each; lifted with --any.
+    let with_feed = keys(&["issue", "--organization", "org_demo", "--provider", "meta"]);
+    assert!(!with_feed.status.success());
+    assert!(
+        String::from_utf8_lossy(&with_feed.stderr).contains("events permission"),
+        "{with_feed:?}"
+    );
+    let limited = keys(&[
+        "issue",
+        "--organization",
+        "org_demo",
+        "--permission",
+        "orders",
+        "--provider",
+        "meta",
+        "--provider",
+        "google",
+        "--provider",
+        "meta",
+    ]);
+    assert!(limited.status.success(), "{limited:?}");
+    let stdout = String::from_utf8(limited.stdout).unwrap();
+    let record: serde_json::Value = serde_json::from_str(stdout.lines().nth(1).unwrap()).unwrap();
+    assert_eq!(record["providers"], serde_json::json!(["google", "meta"]));
+    let limited_id = record["id"].as_str().unwrap().to_owned();
+    let lifted = keys(&[
+        "providers",
+        "--organization",
+        "org_demo",
+        "--id",
+        &limited_id,
+        "--any",
+    ]);
+    assert!(lifted.status.success(), "{lifted:?}");
+    let record: serde_json::Value =
+        serde_json::from_str(String::from_utf8(lifted.stdout).unwrap().trim()).unwrap();
+    assert!(record["providers"].is_null());
 
     let mut host = Process::spawn(&["--listen", "127.0.0.1:0", "--database-url", &url]);
     let base = host.base_url().await;

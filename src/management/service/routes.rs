@@ -12,6 +12,7 @@ enum Route<'p> {
     Roll(&'p str),
     Restrict(&'p str),
     Permissions(&'p str),
+    Providers(&'p str),
     PinVersion(&'p str),
     RollBackVersion(&'p str),
     VersionPreview(&'p str),
@@ -54,6 +55,7 @@ impl<'p> Route<'p> {
             ["keys", id, "roll"] if valid_id(id) => Some(Self::Roll(id)),
             ["keys", id, "restrict"] if valid_id(id) => Some(Self::Restrict(id)),
             ["keys", id, "permissions"] if valid_id(id) => Some(Self::Permissions(id)),
+            ["keys", id, "providers"] if valid_id(id) => Some(Self::Providers(id)),
             ["keys", id, "api-version"] if valid_id(id) => Some(Self::PinVersion(id)),
             ["keys", id, "api-version", "rollback"] if valid_id(id) => {
                 Some(Self::RollBackVersion(id))
@@ -87,6 +89,7 @@ impl<'p> Route<'p> {
             | Self::Roll(_)
             | Self::Restrict(_)
             | Self::Permissions(_)
+            | Self::Providers(_)
             | Self::PinVersion(_)
             | Self::RollBackVersion(_) => "POST",
             #[cfg(feature = "webhooks")]
@@ -101,7 +104,7 @@ impl Route<'_> {
         match self {
             Self::Policy => vec![Ability::KeyPolicy],
             Self::PinVersion(_) | Self::RollBackVersion(_) => vec![Ability::ApiVersions],
-            Self::Permissions(_) => vec![Ability::Restrictions],
+            Self::Permissions(_) | Self::Providers(_) => vec![Ability::Restrictions],
             Self::VersionPreview(_) => vec![Ability::ApiVersionPreview],
             Self::Usage | Self::KeyUsage(_) => vec![Ability::Usage],
             Self::Audit => vec![Ability::AuditLog],
@@ -248,6 +251,7 @@ impl KeyManagementService {
                 | Route::Roll(_)
                 | Route::Restrict(_)
                 | Route::Permissions(_)
+                | Route::Providers(_)
                 | Route::PinVersion(_)
                 | Route::RollBackVersion(_)
         );
@@ -292,6 +296,7 @@ impl KeyManagementService {
                     allowed_ips,
                     api_version,
                     permissions,
+                    providers,
                 } = read_json(body).await?;
                 let permissions = match permissions {
                     Some(names) => key_permissions(&names)?,
@@ -299,10 +304,11 @@ impl KeyManagementService {
                 };
                 // A store that keeps no permissions would issue a key that reaches more than
                 // was asked: refused, never widened.
-                if !permissions.is_all() && !keys.supports(crate::store::KeyAbility::Restrictions) {
+                let restricted = !permissions.is_all() || providers.is_some();
+                if restricted && !keys.supports(crate::store::KeyAbility::Restrictions) {
                     return Err(Failure::new(
                         StatusCode::UNPROCESSABLE_ENTITY,
-                        "permissions: this host's key store keeps no permissions, so a key limited to some routes cannot be issued",
+                        "this host's key store keeps no restrictions, so a key limited to some routes or providers cannot be issued",
                     ));
                 }
                 let api_version = match api_version {
@@ -313,6 +319,9 @@ impl KeyManagementService {
                     .with_allowed_ips(allowed_ips.unwrap_or_default())
                     .with_permissions(permissions)
                     .with_api_version(api_version);
+                if let Some(providers) = &providers {
+                    new = new.with_providers(providers);
+                }
                 if let Some(label) = label {
                     new = new.with_label(label);
                 }
@@ -357,6 +366,22 @@ impl KeyManagementService {
                 let PermissionsRequest { permissions } = read_json(body).await?;
                 let record = keys
                     .set_permissions(organization, id, key_permissions(&permissions)?)
+                    .await
+                    .map_err(Failure::from_store)?;
+                Ok(one(&record))
+            }
+            Route::Providers(id) => {
+                let ProvidersRequest { providers } = read_json(body).await?;
+                if let Some(providers) = &providers {
+                    crate::key::canonical_providers(providers).map_err(|message| {
+                        Failure::new(
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            format!("providers: {message}"),
+                        )
+                    })?;
+                }
+                let record = keys
+                    .set_providers(organization, id, providers)
                     .await
                     .map_err(Failure::from_store)?;
                 Ok(one(&record))

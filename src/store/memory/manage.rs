@@ -131,7 +131,11 @@ impl KeyManager for MemoryStore {
         providers: Option<Vec<String>>,
     ) -> Result<KeyRecord, StoreError> {
         let providers = providers
-            .map(|providers| canonical_providers(&providers).map_err(StoreError::invalid_data))
+            .map(|providers| {
+                canonical_providers(&providers).map_err(|message| {
+                    StoreError::refusal(crate::StoreErrorKind::InvalidData, message)
+                })
+            })
             .transpose()?;
         let mut state = self.write();
         let entry = state.entry_mut(organization_id, key_id)?;

@@ -222,7 +222,11 @@ impl KeyManager for PgStore {
         providers: Option<Vec<String>>,
     ) -> Result<KeyRecord, StoreError> {
         let providers = providers
-            .map(|providers| canonical_providers(&providers).map_err(StoreError::invalid_data))
+            .map(|providers| {
+                canonical_providers(&providers).map_err(|message| {
+                    StoreError::refusal(crate::StoreErrorKind::InvalidData, message)
+                })
+            })
             .transpose()?;
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
         // The key's permissions, locked: a concurrent change of them is checked against these.
