@@ -337,7 +337,7 @@ pub(crate) fn check_restrictions(
 ) -> Result<(), StoreError> {
     if providers.is_some() && permissions.allows(crate::key::Permission::Events) {
         return Err(StoreError::refusal(
-            crate::StoreErrorKind::InvalidData,
+            crate::store::StoreErrorKind::InvalidData,
             "a key limited to providers cannot hold the events permission (the events feed has no view per provider yet): give it the orders permission alone",
         ));
     }

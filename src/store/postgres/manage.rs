@@ -224,7 +224,7 @@ impl KeyManager for PgStore {
         let providers = providers
             .map(|providers| {
                 canonical_providers(&providers).map_err(|message| {
-                    StoreError::refusal(crate::StoreErrorKind::InvalidData, message)
+                    StoreError::refusal(crate::store::StoreErrorKind::InvalidData, message)
                 })
             })
             .transpose()?;
