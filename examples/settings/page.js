@@ -52,6 +52,35 @@ function isIPv6Range(text) {
 }
 
 // The ranges typed in `input` (separated by commas or spaces), or null after saying why not.
+// The provider ids of a comma-separated field: none for an empty one.
+function providersOf(input) {
+  return input.value.split(",").map((provider) => provider.trim()).filter((provider) => provider !== "");
+}
+
+// What a key may read, in words, when it is limited: its permissions and providers.
+function accessOf(key) {
+  const parts = [];
+  const permissions = key.permissions || ["orders", "events"];
+  if (permissions.length < 2) {
+    parts.push(permissions.length ? "Reads " + permissions.join(" and ") : "Reads /me only");
+  }
+  if (key.providers) parts.push("Providers " + key.providers.join(", "));
+  return parts.join(" · ");
+}
+
+// Sets a key's access: its permissions and providers, in the order the service accepts (a
+// key limited to providers holds no events permission, so that goes first, and comes back
+// last).
+async function setAccess(key, permissions, providers) {
+  const id = encodeURIComponent(key.id);
+  const calls = [
+    () => call("POST", `/keys/${id}/permissions`, { permissions }),
+    () => call("POST", `/keys/${id}/providers`, { providers }),
+  ];
+  if (providers === null) calls.reverse();
+  for (const next of calls) await next();
+}
+
 function rangesOf(input, what) {
   const ranges = input.value.split(/[\s,]+/).filter((range) => range !== "");
   const bad = ranges.find((range) => !isIPv4Range(range) && !isIPv6Range(range));
@@ -132,7 +161,7 @@ function button(text, className, onClick, label) {
 // What the host's store offers besides the keys themselves (GET /abilities); until it is
 // known, everything is shown.
 let abilities = { keyPolicy: true, leakReports: true, lastUse: true, apiVersions: true,
-  apiVersionPreview: true, webhooks: true,
+  apiVersionPreview: true, restrictions: true, webhooks: true,
   webhookTestEvents: true, webhookDeliveryHistory: true, webhookApiVersions: true, usage: true, deprecatedCalls: true, auditLog: true };
 
 // The partner API's versions (GET /api-versions), newest first, for the keys' pins.
@@ -309,6 +338,9 @@ function render(keys) {
     if (state === "active" || state === "expiring") {
       actions.append(button("Roll", "roll-key", () => showRoll(actions, key), "Roll " + name));
       actions.append(button("IPs", "restrict-key", () => showRestrict(actions, key), "Allowed IPs of " + name));
+      if (abilities.restrictions) {
+        actions.append(button("Access", "limit-key", () => showAccess(actions, key), "What " + name + " may read"));
+      }
       if (abilities.apiVersions && apiVersions.length > 1) {
         actions.append(button("Version", "pin-version", () => showPin(actions, key), "API version of " + name));
       }
@@ -320,6 +352,9 @@ function render(keys) {
     const lastUsed = abilities.lastUse ? [dateCell(key.lastUsedAt)] : [];
     // Drawn by usage.js once the key's usage is read.
     const usage = abilities.usage ? [Object.assign(cell("", "spark"), { id: "spark-" + key.id })] : [];
+    // Under its addresses, what a limited key may read (the label cell names the key alone).
+    const access = accessOf(key);
+    if (access) ips.append(element("div", "access", access));
     row.append(cell(name, "label"), hintCell(key), env, dateCell(key.createdAt),
       ...lastUsed, ...usage, dateCell(key.expiresAt), ips, status, actions);
   }
@@ -387,6 +422,12 @@ async function create(event) {
   const allowedIps = rangesOf(form.allowedIps, "create the key");
   if (allowedIps === null) return;
   const body = { label: form.label.value.trim() || null, environment: form.environment.value, allowedIps };
+  if (abilities.restrictions) {
+    const permissions = [form.readOrders.checked && "orders", form.readEvents.checked && "events"].filter(Boolean);
+    if (permissions.length < 2) body.permissions = permissions;
+    const providers = providersOf(form.providers);
+    if (providers.length) body.providers = providers;
+  }
   if (seconds) body.expiresAt = new Date(Date.now() + seconds * 1000).toISOString();
   try {
     const created = await call("POST", "/keys", body);
@@ -496,6 +537,50 @@ function showRestrict(actions, key) {
   input.focus();
 }
 
+function showAccess(actions, key) {
+  const name = key.label || "this key";
+  const form = element("form", "roll access-form");
+  const held = key.permissions || ["orders", "events"];
+  const checks = ["orders", "events"].map((permission) => {
+    const label = element("label", "check");
+    const box = element("input", "limit-" + permission);
+    box.type = "checkbox";
+    box.checked = held.includes(permission);
+    label.append(box, " " + permission[0].toUpperCase() + permission.slice(1));
+    return [label, box];
+  });
+  const providersLabel = element("label", "sr-only", "Providers whose orders " + name + " may read, empty for every order");
+  providersLabel.htmlFor = "providers-" + key.id;
+  const providers = element("input", "limit-providers");
+  providers.id = providersLabel.htmlFor;
+  providers.value = (key.providers || []).join(", ");
+  providers.placeholder = "All providers";
+  providers.title = "Provider ids, separated by commas; empty for every order";
+  providers.autocomplete = "off";
+  const save = element("button", "primary confirm-limit", "Save");
+  save.type = "submit";
+  save.setAttribute("aria-label", "Save what " + name + " may read");
+  const cancel = element("button", "cancel", "Cancel");
+  cancel.type = "button";
+  cancel.addEventListener("click", () => refresh());
+  form.append(...checks.map(([label]) => label), providersLabel, providers, save, cancel);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    statusLine.textContent = "";
+    const permissions = checks.filter(([, box]) => box.checked).map(([, box]) => box.className.slice("limit-".length));
+    const listed = providersOf(providers);
+    try {
+      await setAccess(key, permissions, listed.length ? listed : null);
+      await refresh();
+    } catch (error) {
+      statusLine.textContent = "Could not change what the key may read: " + error.message;
+      providers.focus();
+    }
+  });
+  actions.replaceChildren(form);
+  checks[0][1].focus();
+}
+
 async function start() {
   csrf = document.querySelector('meta[name="csrf-token"]').content;
   statusLine = document.getElementById("status");
@@ -503,6 +588,8 @@ async function start() {
   document.getElementById("create").addEventListener("submit", create);
   try { abilities = (await call("GET", "/abilities")).abilities; }
   catch (error) { /* an older service: show everything */ }
+  document.getElementById("create-reads").hidden = !abilities.restrictions;
+  document.getElementById("create-providers").hidden = !abilities.restrictions;
   try { apiVersions = (await call("GET", "/api-versions")).versions; }
   catch (error) { /* an older service: no versions to pin */ }
   refresh();

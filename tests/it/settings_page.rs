@@ -268,14 +268,14 @@ where
 
 /// The status of `GET /v1/me` with `key` on `example`.
 async fn me_status(example: &Example, key: &str) -> u16 {
+    api_status(example, key, "/v1/me").await
+}
+
+/// The status the example's API answers `key` on `path`.
+async fn api_status(example: &Example, key: &str, path: &str) -> u16 {
     let bearer = format!("Bearer {key}");
     example
-        .send(
-            Method::GET,
-            "/v1/me",
-            &[("authorization", bearer.as_str())],
-            "",
-        )
+        .send(Method::GET, path, &[("authorization", bearer.as_str())], "")
         .await
         .status
         .as_u16()
@@ -1295,6 +1295,67 @@ async fn a_person_manages_keys_on_the_settings_page() {
         403,
         "no longer from 127.0.0.1"
     );
+
+    // What a key may read: created for the orders of one provider (the page's words under
+    // its addresses; the API refuses another provider's), then given everything again from
+    // its Access form, at a phone's width and a desktop's (the page never scrolls sideways).
+    click(&browser, Locator::Id("read-events")).await;
+    fill(&browser, Locator::Id("providers"), "meta").await;
+    let limited = create(&browser, "Limited", "live").await;
+    wait_for_row_text(&browser, "Limited", "Reads orders · Providers meta").await;
+    assert_eq!(api_status(&example, &limited, "/v1/orders").await, 200);
+    let other = "/v1/orders?provider=google";
+    assert_eq!(api_status(&example, &limited, other).await, 403);
+    assert!(
+        browser
+            .find(Locator::Id("read-events"))
+            .await
+            .unwrap()
+            .is_selected()
+            .await
+            .unwrap(),
+        "the form is reset for the next key"
+    );
+    for (width, height) in [(390, 844), (1280, 1100)] {
+        browser.set_window_size(width, height).await.unwrap();
+        click_in_row(&browser, "Limited", "button.limit-key").await;
+        browser
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css("form.access-form"))
+            .await
+            .unwrap();
+        let fits = overflow(&browser).await;
+        assert!(fits["page"].as_i64().unwrap() <= 0, "at {width} px: {fits}");
+        click(&browser, Locator::Css("form.access-form button.cancel")).await;
+    }
+    click_in_row(&browser, "Limited", "button.limit-key").await;
+    // Events while limited to providers: the service's own words.
+    click(&browser, Locator::Css("input.limit-events")).await;
+    click(&browser, Locator::Css("button.confirm-limit")).await;
+    let refused = status_line(&browser).await;
+    assert!(
+        refused.starts_with("Could not change what the key may read:")
+            && refused.contains("events permission"),
+        "{refused}"
+    );
+    fill(&browser, Locator::Css("input.limit-providers"), "").await;
+    click(&browser, Locator::Css("button.confirm-limit")).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while row_of(&browser, "Limited")
+        .await
+        .text()
+        .await
+        .unwrap_or_default()
+        .contains("Providers")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the limit was never lifted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(api_status(&example, &limited, other).await, 200);
 
     // A key's API version: issued at the newest, pinned to the first on the page (the API
     // answers at it at once), upgraded again and the upgrade undone.
