@@ -568,3 +568,180 @@ async fn postgres_limits_a_key_to_its_providers_orders() {
     let (store, _) = pg::migrated_with(&["org_a", "org_b"]).await;
     providers_limit_what_a_key_reads(store).await;
 }
+
+/// Reads every page of `key` (pages of 5) through `api`: the ids, and the first page's tag.
+async fn read_view(api: &PartnerApi, key: &str) -> Result<(Vec<String>, String), String> {
+    let (ids, first) = walk(api, key, "limit=5").await;
+    let tag = first.header("etag").ok_or("no entity tag")?.to_owned();
+    Ok((ids, tag))
+}
+
+/// Two keys of one organization with different views (`limited` to `p1`, `full`),
+/// interleaved on `replicas`, rounds apart by an order change: each reads exactly its own
+/// view, their tags never meet, and one's tag never answers the other's conditional GET.
+async fn views_stay_apart(
+    replicas: &[PartnerApi; 2],
+    store: &partner_api::PgStore,
+    limited: &str,
+    full: &str,
+) -> Result<(), String> {
+    let mut tags = [Vec::new(), Vec::new()];
+    for round in 0..3_i64 {
+        let p1: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM partner_orders WHERE organization_id = 'org_a' \
+             AND 'p1' = ANY (providers) ORDER BY created_at DESC, id DESC",
+        )
+        .fetch_all(store.pool())
+        .await
+        .map_err(|err| err.to_string())?;
+        let all: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM partner_orders WHERE organization_id = 'org_a' \
+             ORDER BY created_at DESC, id DESC",
+        )
+        .fetch_all(store.pool())
+        .await
+        .map_err(|err| err.to_string())?;
+        for (at, api) in replicas.iter().enumerate() {
+            // Alternate which key reads first, so each finds the other's pages cached.
+            let order = if (round + at as i64) % 2 == 0 {
+                [0, 1]
+            } else {
+                [1, 0]
+            };
+            for which in order {
+                let (key, expected) = if which == 0 {
+                    (limited, &p1)
+                } else {
+                    (full, &all)
+                };
+                let (ids, tag) = read_view(api, key).await?;
+                if &ids != expected {
+                    return Err(format!(
+                        "round {round}, replica {at}: key {which} read {ids:?}, not {expected:?}"
+                    ));
+                }
+                tags[which].push(tag);
+            }
+            // The other view's tag is no tag of this one.
+            let mut conditional = get("/v1/orders?limit=5", Some(limited));
+            let other = tags[1].last().unwrap().parse().unwrap();
+            conditional.headers_mut().insert("if-none-match", other);
+            if send(api, conditional).await.status == StatusCode::NOT_MODIFIED {
+                return Err(format!(
+                    "round {round}: the full view's tag answered the limited key"
+                ));
+            }
+        }
+        if let Some(shared) = tags[0].iter().find(|tag| tags[1].contains(tag)) {
+            return Err(format!("round {round}: both views were tagged {shared}"));
+        }
+        // A change of an order of p1 (a new status), seen by both views in the next round.
+        sqlx::query(
+            "UPDATE partner_orders SET status = $1 WHERE organization_id = 'org_a' \
+             AND id = (SELECT id FROM partner_orders WHERE organization_id = 'org_a' \
+                       AND 'p1' = ANY (providers) ORDER BY created_at DESC LIMIT 1)",
+        )
+        .bind(format!("round-{round}"))
+        .execute(store.pool())
+        .await
+        .map_err(|err| err.to_string())?;
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+    }
+    Ok(())
+}
+
+/// An order store that keeps each organization's pages by position alone, as a cache keyed
+/// by organization would: the broken store the views' checker must fail.
+#[cfg(feature = "postgres")]
+#[derive(Clone)]
+struct PagesByOrganization {
+    inner: partner_api::PgStore,
+    pages: std::sync::Arc<
+        std::sync::Mutex<
+            std::collections::HashMap<(String, Option<String>), partner_api::OrderPage>,
+        >,
+    >,
+}
+
+#[cfg(feature = "postgres")]
+#[async_trait::async_trait]
+impl partner_api::OrderStore for PagesByOrganization {
+    async fn orders(
+        &self,
+        organization_id: &str,
+        query: &partner_api::store::OrderQuery,
+    ) -> Result<partner_api::OrderPage, partner_api::StoreError> {
+        let at = (
+            organization_id.to_owned(),
+            query.position().map(|position| position.id.clone()),
+        );
+        if let Some(page) = self.pages.lock().unwrap().get(&at) {
+            return Ok(page.clone());
+        }
+        let page = self.inner.orders(organization_id, query).await?;
+        self.pages.lock().unwrap().insert(at, page.clone());
+        Ok(page)
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn two_keys_views_never_mix_in_two_replicas_caches_and_a_cache_by_organization_fails() {
+    crate::common::needs::needs!(Postgres);
+    let (store, url) = pg::migrated_with(&["org_a"]).await;
+    let orders: Vec<partner_api::Order> = (0..23_i64)
+        .map(|n| {
+            let mut order = order(&format!("o{n:02}"), 1_700_000_000_000 + n * 1_000);
+            order.providers = vec![format!("p{}", n % 3)];
+            order
+        })
+        .collect();
+    store.add_orders("org_a", &orders).await.unwrap();
+    let limited = store
+        .issue(
+            "org_a",
+            NewKey::new(KeyEnvironment::Live)
+                .with_permissions(Permissions::of([Permission::Orders]))
+                .with_providers(&["p1"]),
+        )
+        .await
+        .unwrap();
+    let full = store
+        .issue("org_a", NewKey::new(KeyEnvironment::Live))
+        .await
+        .unwrap();
+    let replica = |url: String| async move {
+        let store = partner_api::PgStore::connect_lazy(&url).unwrap();
+        let notifications = partner_api::cache::postgres::listen(store.pool().clone());
+        let keys = partner_api::cache::CachingKeyStore::new(store.clone())
+            .with_notifications(&notifications);
+        let orders =
+            partner_api::cache::CachingOrderStore::new(store).with_notifications(&notifications);
+        pg::until_answering(&notifications).await;
+        (PartnerApi::new(keys, orders), notifications)
+    };
+    let (first, _first_listener) = replica(url.clone()).await;
+    let (second, _second_listener) = replica(url.clone()).await;
+    views_stay_apart(
+        &[first, second],
+        &store,
+        limited.plaintext(),
+        full.plaintext(),
+    )
+    .await
+    .unwrap();
+
+    // The checker fails a cache that keeps pages by organization.
+    let broken = |store: partner_api::PgStore| {
+        PartnerApi::new(
+            store.clone(),
+            PagesByOrganization {
+                inner: store,
+                pages: Default::default(),
+            },
+        )
+    };
+    let replicas = [broken(store.clone()), broken(store.clone())];
+    let failed = views_stay_apart(&replicas, &store, limited.plaintext(), full.plaintext()).await;
+    assert!(failed.is_err(), "a cache by organization mixes the views");
+}
