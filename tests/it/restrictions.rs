@@ -650,17 +650,19 @@ async fn views_stay_apart(
     Ok(())
 }
 
+/// Pages kept by organization and position (the id of the order they start after).
+#[cfg(feature = "postgres")]
+type KeptPages = std::sync::Arc<
+    std::sync::Mutex<std::collections::HashMap<(String, Option<String>), partner_api::OrderPage>>,
+>;
+
 /// An order store that keeps each organization's pages by position alone, as a cache keyed
 /// by organization would: the broken store the views' checker must fail.
 #[cfg(feature = "postgres")]
 #[derive(Clone)]
 struct PagesByOrganization {
     inner: partner_api::PgStore,
-    pages: std::sync::Arc<
-        std::sync::Mutex<
-            std::collections::HashMap<(String, Option<String>), partner_api::OrderPage>,
-        >,
-    >,
+    pages: KeptPages,
 }
 
 #[cfg(feature = "postgres")]
