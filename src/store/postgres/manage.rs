@@ -199,20 +199,14 @@ impl KeyManager for PgStore {
         .fetch_optional(&mut *transaction)
         .await
         .map_err(store_error)?;
-        // A change that changes nothing writes no entry (and an unknown key is NotFound).
-        let Some(row) = row else {
-            drop(transaction);
-            return self.get(organization_id, key_id).await;
-        };
         let entry = AuditRecord::new(
             organization_id,
             AuditAction::KeyPermissionsChanged,
             Some(key_id),
         )
         .with_detail(permissions_detail(permissions));
-        audited(&mut transaction, entry).await?;
-        transaction.commit().await.map_err(store_error)?;
-        record_from_row(&row)
+        self.after_change(transaction, row, organization_id, key_id, entry)
+            .await
     }
 
     async fn set_providers(
@@ -261,20 +255,14 @@ impl KeyManager for PgStore {
         .fetch_optional(&mut *transaction)
         .await
         .map_err(store_error)?;
-        // A change that changes nothing writes no entry (and an unknown key is NotFound).
-        let Some(row) = row else {
-            drop(transaction);
-            return self.get(organization_id, key_id).await;
-        };
         let entry = AuditRecord::new(
             organization_id,
             AuditAction::KeyProvidersChanged,
             Some(key_id),
         )
         .with_detail(providers_detail(providers.as_deref()));
-        audited(&mut transaction, entry).await?;
-        transaction.commit().await.map_err(store_error)?;
-        record_from_row(&row)
+        self.after_change(transaction, row, organization_id, key_id, entry)
+            .await
     }
 
     async fn pin_api_version(
@@ -300,20 +288,14 @@ impl KeyManager for PgStore {
         .fetch_optional(&mut *transaction)
         .await
         .map_err(store_error)?;
-        // A change that changes nothing writes no entry.
-        let Some(row) = row else {
-            drop(transaction);
-            return self.get(organization_id, key_id).await;
-        };
         let entry = AuditRecord::new(
             organization_id,
             AuditAction::KeyApiVersionPinned,
             Some(key_id),
         )
         .with_detail(version_change(before.0, version));
-        audited(&mut transaction, entry).await?;
-        transaction.commit().await.map_err(store_error)?;
-        record_from_row(&row)
+        self.after_change(transaction, row, organization_id, key_id, entry)
+            .await
     }
 
     async fn roll_back_api_version(
@@ -666,4 +648,26 @@ async fn locked_api_version(
 /// restrictions reads as every key did before permissions existed.
 fn permission_names(permissions: Permissions) -> Option<Vec<&'static str>> {
     (!permissions.is_all()).then(|| permissions.iter().map(Permission::as_str).collect())
+}
+
+impl PgStore {
+    /// The key's record after a change of it (`row`, the updated one): committed with the
+    /// change's audit `entry`; or, for a change that changed nothing (no row), as it is, with
+    /// nothing written (rule `audit-only-changes`; an unknown key is `NotFound`).
+    async fn after_change(
+        &self,
+        mut transaction: sqlx::Transaction<'_, sqlx::Postgres>,
+        row: Option<sqlx::postgres::PgRow>,
+        organization_id: &str,
+        key_id: &str,
+        entry: AuditRecord,
+    ) -> Result<KeyRecord, StoreError> {
+        let Some(row) = row else {
+            drop(transaction);
+            return self.get(organization_id, key_id).await;
+        };
+        audited(&mut transaction, entry).await?;
+        transaction.commit().await.map_err(store_error)?;
+        record_from_row(&row)
+    }
 }
