@@ -224,7 +224,7 @@ impl KeyManager for PgStore {
             .transpose()?;
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
         // The key's permissions, locked: a concurrent change of them is checked against these.
-        let permissions: Option<Option<Vec<String>>> = sqlx::query_scalar(
+        let held = sqlx::query(
             "SELECT permissions FROM partner_api_keys \
              WHERE organization_id = $1 AND id = $2 FOR UPDATE",
         )
@@ -233,16 +233,8 @@ impl KeyManager for PgStore {
         .fetch_optional(&mut *transaction)
         .await
         .map_err(store_error)?;
-        if let Some(names) = permissions {
-            let held = match names {
-                None => Permissions::ALL,
-                Some(names) => {
-                    Permissions::parse(names.iter().map(String::as_str)).map_err(|name| {
-                        StoreError::invalid_data(format!("unknown key permission {name:?}"))
-                    })?
-                }
-            };
-            check_restrictions(held, providers.as_deref())?;
+        if let Some(row) = held {
+            check_restrictions(super::keys::permissions(&row)?, providers.as_deref())?;
         }
         let row = sqlx::query(&format!(
             "UPDATE partner_api_keys SET providers = $3 \
