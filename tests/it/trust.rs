@@ -686,6 +686,50 @@ async fn only_the_key_admin_changes_what_version_a_key_or_endpoint_reads() {
     assert_eq!(sqlstate(&err), "23514", "{err}");
 }
 
+/// What a key may read (its permissions and providers) is the key admin's to change: the
+/// other documented roles, and a role that writes orders, may neither widen nor narrow it,
+/// nor write or read the carried last changes of orders; the key admin writes only what the
+/// columns' checks allow (known permissions, 1 to 50 providers).
+#[tokio::test]
+async fn only_the_key_admin_changes_what_a_key_may_read() {
+    crate::common::needs::needs!(Postgres);
+    let (url, roles) = attacked_database().await;
+    let [serving, keys, writer, delivering] = &roles;
+    for role in [serving, writer, delivering] {
+        let mut attacker = PgConnection::connect(&as_user(&url, role)).await.unwrap();
+        for write in [
+            "UPDATE public.partner_api_keys SET permissions = NULL",
+            "UPDATE public.partner_api_keys SET providers = NULL",
+            "INSERT INTO public.partner_api_order_last_changes VALUES ('a', 'o', now())",
+            "SELECT * FROM public.partner_api_order_last_changes",
+        ] {
+            let err = attacker
+                .execute(write)
+                .await
+                .expect_err(&format!("{role} could run {write}"));
+            assert_eq!(sqlstate(&err), "42501", "{role}: {write}: {err}");
+        }
+    }
+    let mut admin = PgConnection::connect(&as_user(&url, keys)).await.unwrap();
+    admin
+        .execute(
+            "UPDATE public.partner_api_keys SET permissions = '{orders}', providers = '{meta}'",
+        )
+        .await
+        .unwrap();
+    for write in [
+        "UPDATE public.partner_api_keys SET permissions = '{orders,admin}'",
+        "UPDATE public.partner_api_keys SET providers = '{}'",
+        "UPDATE public.partner_api_keys SET providers = ARRAY[NULL]::text[]",
+    ] {
+        let err = admin
+            .execute(write)
+            .await
+            .expect_err(&format!("the key admin could run {write}"));
+        assert_eq!(sqlstate(&err), "23514", "{write}: {err}");
+    }
+}
+
 /// The capture's state (its slot, its position, its lease) is the owner's alone: no
 /// documented role, nor a role that writes orders, may read it, take the lease, move the
 /// position (which would let the caches trust events never written) or name another slot.
