@@ -334,6 +334,7 @@ function render(keys) {
       status.append(" ", where);
     }
     const ips = cell(key.allowedIps.length ? key.allowedIps.join(", ") : "Any", "ips");
+    ips.id = "access-" + key.id;
     const actions = cell("", "actions");
     if (state === "active" || state === "expiring") {
       actions.append(button("Roll", "roll-key", () => showRoll(actions, key), "Roll " + name));
@@ -371,6 +372,7 @@ async function refresh() {
   let keys;
   try { keys = (await call("GET", "/keys")).keys; render(keys); }
   catch (error) { statusLine.textContent = "Could not load the keys: " + error.message; return; }
+  await showSuggestions(keys);
   // The calls per version come after, into the keys' cells where they are.
   if (!abilities.deprecatedCalls) return;
   try {
@@ -381,6 +383,37 @@ async function refresh() {
       if (td) showCallsPerVersion(td, versionCalls.get(key.id));
     }
   } catch (_) { /* the keys are shown without their calls per version */ }
+}
+
+// Flags each key that holds permissions it never used in 30 days (GET
+// /permissions/suggestions), under what it may read, with a button that narrows it to those
+// it used (never adding one).
+async function showSuggestions(keys) {
+  if (!abilities.usage || !abilities.restrictions) return;
+  let suggestions;
+  try { suggestions = (await call("GET", "/permissions/suggestions")).suggestions; }
+  catch (_) { return; /* the keys are shown without suggestions */ }
+  for (const suggestion of suggestions) {
+    const key = keys.find((key) => key.id === suggestion.keyId);
+    const td = document.getElementById("access-" + suggestion.keyId);
+    if (!key || !td || suggestion.unused.length === 0) continue;
+    const name = key.label || "this key";
+    const kept = suggestion.held.filter((permission) => suggestion.suggested.includes(permission));
+    const flag = element("div", "unused", "Unused in 30 days: " + suggestion.unused.join(", ") + " ");
+    const narrow = button("Narrow", "narrow-key", async () => {
+      const to = kept.length ? "reading " + kept.join(" and ") : "/me only";
+      if (!window.confirm(`Narrow ${name} to ${to}? Calls of the routes it drops get a 403.`)) return;
+      statusLine.textContent = "";
+      try {
+        await call("POST", `/keys/${encodeURIComponent(key.id)}/permissions`, { permissions: kept });
+        await refresh();
+      } catch (error) {
+        statusLine.textContent = "Could not narrow the key: " + error.message;
+      }
+    }, "Narrow " + name + " to the permissions it used");
+    flag.append(narrow);
+    td.append(flag);
+  }
 }
 
 function reveal(plaintext, id) {

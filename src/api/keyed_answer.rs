@@ -17,7 +17,7 @@ use crate::api::body::ApiBody;
 use crate::api::conditional::IfNoneMatch;
 use crate::api::config::Config;
 use crate::api::events_request::EventsRequest;
-use crate::api::me_cache::with_me_representation;
+use crate::api::me_cache::{me_representation, with_me_representation, KeyAccess};
 use crate::api::pagination::PageRequest;
 use crate::api::request_facts::{count_usage, KeyedRoute, RequestFacts};
 use crate::api::response::keyed::{self, PageAnswer};
@@ -35,7 +35,7 @@ use crate::store::{
     DeprecatedCallTotal, EventQuery, EventsPage, KeyLookup, OrderQuery, Principal, StoreError,
     UsageOutcome, UsageRoute,
 };
-use crate::versions::{ApiVersion, Resource};
+use crate::versions::ApiVersion;
 
 /// What serving a request needs once its key is known to be usable.
 pub(crate) struct Serving {
@@ -328,29 +328,21 @@ fn limited(
         return done(ApiError::NotFound.into_response());
     }
     let (request, path) = match route {
-        KeyedRoute::Me
-            if config
-                .versions
-                .chain()
-                .reshapes(version, Resource::Organization) =>
-        {
-            let tagged = config.conditional_requests;
-            return done(
-                match keyed::me_at(config, version, &principal.organization, tagged) {
-                    Ok((body, tagged_headers)) => {
-                        keyed::me(if_none_match.as_ref(), body, tagged_headers)
-                    }
-                    Err(err) => failed(config, &principal, StoreError::other(err)),
-                },
-            );
-        }
         KeyedRoute::Me => {
-            // Only clones of the parts leave the thread's cache (small enough to move
-            // without a copy call); the response is made out here.
-            let me = with_me_representation(&principal.organization, |me| {
-                let tagged = config.conditional_requests;
-                (me.body.clone(), tagged.then(|| me.tagged_headers.clone()))
-            });
+            let chain = config.versions.chain();
+            let tagged = config.conditional_requests;
+            let access = KeyAccess::of(&principal);
+            let me = if access.is_unrestricted() {
+                // Only clones of the parts leave the thread's cache (small enough to move
+                // without a copy call); the response is made out here.
+                with_me_representation(chain, version, &principal.organization, |me| {
+                    (me.body.clone(), tagged.then(|| me.tagged_headers.clone()))
+                })
+            } else {
+                // A key with restrictions: its own `data.key`, made for each answer.
+                me_representation(chain, version, &principal.organization, access)
+                    .map(|me| (me.body, tagged.then_some(me.tagged_headers)))
+            };
             return done(match me {
                 Ok((body, tagged_headers)) => {
                     keyed::me(if_none_match.as_ref(), body, tagged_headers)

@@ -9,7 +9,10 @@ use http::HeaderMap;
 
 use crate::api::conditional;
 use crate::api::response::{tagged_headers, ME_CLOSE, ME_OPEN};
+use crate::key::Permissions;
 use crate::model::Organization;
+use crate::store::Principal;
+use crate::versions::{ApiVersion, Resource, Versions};
 
 /// The representation of an organization at `GET /me` ([`with_me_representation`]).
 pub(crate) struct MeRepresentation {
@@ -18,46 +21,86 @@ pub(crate) struct MeRepresentation {
     pub(crate) tagged_headers: HeaderMap,
 }
 
-/// Calls `answer` with the representation of `organization` at `GET /me`: its body and the
-/// headers of its tagged `200` (the entity tag among them).
+/// What a key may read, as `GET /me` says it from [`KEY_ACCESS`](crate::versions::KEY_ACCESS)
+/// on (`data.key`).
+#[derive(Clone, Copy, serde::Serialize)]
+pub(crate) struct KeyAccess<'a> {
+    permissions: Permissions,
+    providers: Option<&'a [String]>,
+}
+
+impl<'a> KeyAccess<'a> {
+    /// What `principal`'s key may read.
+    pub(crate) fn of(principal: &'a Principal) -> Self {
+        Self {
+            permissions: principal.permissions,
+            providers: principal.providers.as_deref(),
+        }
+    }
+
+    /// A key without restrictions: every key's `GET /me` of one organization is the same.
+    pub(crate) fn is_unrestricted(&self) -> bool {
+        self.permissions.is_all() && self.providers.is_none()
+    }
+}
+
+/// Calls `answer` with the representation of `organization` at `GET /me` at `version` of
+/// `chain`, for a key without restrictions: its body and the headers of its tagged `200` (the
+/// entity tag among them).
 ///
-/// They depend on the organization only, and a store that keeps principals in memory hands
-/// out the same `Arc<Organization>` for every request with a key: so each worker thread keeps
-/// the last few it made ([`RECENT_ME_SLOTS`], one slot per organization object, chosen by
-/// its address), and answers a hit without writing, hashing or tagging the body again (about
-/// a fifth of the library's work per `/me` request): `answer` clones what it sends. A slot
-/// holds its organization, so the address cannot be reused while it is there: a hit is the
-/// same immutable object, and so the same body.
+/// They depend on these three only, and a store that keeps principals in memory hands out
+/// the same `Arc<Organization>` for every request with a key: so each worker thread keeps the
+/// last few it made ([`RECENT_ME_SLOTS`], one slot per organization object and version,
+/// chosen by the object's address and the version), and answers a hit without writing,
+/// hashing or tagging the body again (about a fifth of the library's work per `/me`
+/// request): `answer` clones what it sends. A slot holds its organization and chain, so their
+/// addresses cannot be reused while it is there: a hit is the same immutable objects, and so
+/// the same body.
 pub(crate) fn with_me_representation<T>(
+    chain: &Versions,
+    version: ApiVersion,
     organization: &Arc<Organization>,
     answer: impl FnOnce(&MeRepresentation) -> T,
 ) -> Result<T, serde_json::Error> {
-    type Slot = Option<(Arc<Organization>, MeRepresentation)>;
+    struct Held {
+        organization: Arc<Organization>,
+        chain: Versions,
+        version: ApiVersion,
+        representation: MeRepresentation,
+    }
     thread_local! {
-        static RECENT: RefCell<[Slot; RECENT_ME_SLOTS]> =
+        static RECENT: RefCell<[Option<Held>; RECENT_ME_SLOTS]> =
             const { RefCell::new([const { None }; RECENT_ME_SLOTS]) };
     }
-    // Fibonacci hashing of the address: its low bits are the allocator's alignment (an
-    // allocator that rounds to 64 bytes leaves six of them zero), the product's top bits mix
-    // them all.
-    let address = Arc::as_ptr(organization) as u64;
+    // Fibonacci hashing of the address and the version's day: the address's low bits are the
+    // allocator's alignment (an allocator that rounds to 64 bytes leaves six of them zero),
+    // the product's top bits mix them all.
+    let day = chrono::Datelike::num_days_from_ce(&version.date()).unsigned_abs();
+    let address = Arc::as_ptr(organization) as u64 ^ u64::from(day);
     let index =
         (address.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - RECENT_ME_SLOTS.ilog2())) as usize;
     RECENT.with_borrow_mut(|recent| {
         let slot = &mut recent[index];
-        if let Some((held, representation)) = slot {
-            if Arc::ptr_eq(held, organization) {
-                return Ok(answer(representation));
+        if let Some(held) = slot {
+            if Arc::ptr_eq(&held.organization, organization)
+                && held.version == version
+                && held.chain.is(chain)
+            {
+                return Ok(answer(&held.representation));
             }
         }
-        let body = me_body(organization)?;
-        let etag = conditional::entity_tag(&[&body]);
-        let representation = MeRepresentation {
-            tagged_headers: tagged_headers(&etag),
-            body,
+        let unrestricted = KeyAccess {
+            permissions: Permissions::ALL,
+            providers: None,
         };
+        let representation = me_representation(chain, version, organization, unrestricted)?;
         let answered = answer(&representation);
-        *slot = Some((organization.clone(), representation));
+        *slot = Some(Held {
+            organization: organization.clone(),
+            chain: chain.clone(),
+            version,
+            representation,
+        });
         Ok(answered)
     })
 }
@@ -67,25 +110,59 @@ pub(crate) fn with_me_representation<T>(
 const RECENT_ME_SLOTS: usize = 64;
 const _: () = assert!(RECENT_ME_SLOTS.is_power_of_two());
 
-/// The body of `GET /me` for `organization`.
-fn me_body(organization: &Organization) -> Result<Bytes, serde_json::Error> {
-    // Exact when nothing needs escaping, so `Bytes::from` takes the buffer without allocating.
-    let mut body = Vec::with_capacity(
-        ME_OPEN.len()
-            + r#"{"id":"","name":""}"#.len()
-            + organization.id.len()
-            + organization.name.len()
-            + ME_CLOSE.len(),
+/// The representation of `GET /me` for `organization` and a key that may read `access`, at
+/// `version` of `chain`: made for each answer of a key with restrictions (whose `data.key` is
+/// its own), and for the cache of the others.
+pub(crate) fn me_representation(
+    chain: &Versions,
+    version: ApiVersion,
+    organization: &Organization,
+    access: KeyAccess<'_>,
+) -> Result<MeRepresentation, serde_json::Error> {
+    let body = me_body(chain, version, organization, access)?;
+    Ok(MeRepresentation {
+        tagged_headers: tagged_headers(&conditional::entity_tag(&[&body])),
+        body,
+    })
+}
+
+/// The body of `GET /me` for `organization` and a key that may read `access`, at `version`.
+fn me_body(
+    chain: &Versions,
+    version: ApiVersion,
+    organization: &Organization,
+    access: KeyAccess<'_>,
+) -> Result<Bytes, serde_json::Error> {
+    // Exact when nothing needs escaping and the key is unrestricted.
+    let mut object = Vec::with_capacity(
+        r#"{"id":"","name":""}"#.len() + organization.id.len() + organization.name.len(),
     );
+    object.extend_from_slice(br#"{"id":"#);
+    write_json_string(&mut object, &organization.id)?;
+    object.extend_from_slice(br#","name":"#);
+    write_json_string(&mut object, &organization.name)?;
+    object.push(b'}');
+    let mut beside = Vec::with_capacity(UNRESTRICTED_KEY.len());
+    beside.extend_from_slice(br#"{"key":"#);
+    serde_json::to_writer(&mut beside, &access)?;
+    beside.push(b'}');
+    let mut body = Vec::with_capacity(ME_OPEN.len() + object.len() + beside.len() + 32);
     body.extend_from_slice(ME_OPEN);
-    body.extend_from_slice(br#"{"id":"#);
-    write_json_string(&mut body, &organization.id)?;
-    body.extend_from_slice(br#","name":"#);
-    write_json_string(&mut body, &organization.name)?;
-    body.push(b'}');
+    if chain.reshapes(version, Resource::Organization) || chain.reshapes(version, Resource::Me) {
+        body.extend_from_slice(&chain.me_data(version, &object, &beside)?);
+    } else {
+        // The newest shape: the organization first, then what the key may read.
+        body.extend_from_slice(br#"{"organization":"#);
+        body.extend_from_slice(&object);
+        body.push(b',');
+        body.extend_from_slice(&beside[1..]);
+    }
     body.extend_from_slice(ME_CLOSE);
     Ok(body.into())
 }
+
+/// `data.key`'s member for a key without restrictions, as [`me_body`] writes it.
+const UNRESTRICTED_KEY: &[u8] = br#"{"key":{"permissions":["orders","events"],"providers":null}}"#;
 
 /// Writes `text` as a JSON string: as it is when nothing in it needs escaping (the common
 /// case, and a copy), else through serde_json.
@@ -107,6 +184,7 @@ fn write_json_string(out: &mut Vec<u8>, text: &str) -> Result<(), serde_json::Er
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::versions::{FIRST, NEWEST, UPDATED_AT};
     use http::header::{HeaderValue, CACHE_CONTROL, ETAG};
 
     fn organization(id: &str, name: &str) -> Arc<Organization> {
@@ -116,31 +194,57 @@ mod tests {
         })
     }
 
-    /// The body and tag [`with_me_representation`] answers with, checking its headers.
-    fn me_representation(organization: &Arc<Organization>) -> (Bytes, HeaderValue) {
-        with_me_representation(organization, |me| {
+    /// The body and tag [`with_me_representation`] answers with at the newest version,
+    /// checking its headers.
+    fn me_representation_of(organization: &Arc<Organization>) -> (Bytes, HeaderValue) {
+        represented(shipped(), NEWEST, organization)
+    }
+
+    /// One chain for every call, as a service's configuration holds one.
+    fn shipped() -> &'static Versions {
+        static SHIPPED: std::sync::OnceLock<Versions> = std::sync::OnceLock::new();
+        SHIPPED.get_or_init(Versions::shipped)
+    }
+
+    fn represented(
+        chain: &Versions,
+        version: ApiVersion,
+        organization: &Arc<Organization>,
+    ) -> (Bytes, HeaderValue) {
+        with_me_representation(chain, version, organization, |me| {
             assert_eq!(me.tagged_headers[CACHE_CONTROL], "private, no-cache");
             (me.body.clone(), me.tagged_headers[ETAG].clone())
         })
         .unwrap()
     }
 
+    fn body_of(organization: &Organization) -> Bytes {
+        me_body(shipped(), NEWEST, organization, UNRESTRICTED).unwrap()
+    }
+
+    const UNRESTRICTED: KeyAccess<'static> = KeyAccess {
+        permissions: Permissions::ALL,
+        providers: None,
+    };
+
     #[test]
     fn me_representations_are_kept_per_organization_object_and_always_its_own() {
         let demo = organization("org_demo", "Demo \"Media\"");
-        let (body, etag) = me_representation(&demo);
-        let expected = me_body(&demo).unwrap();
+        let (body, etag) = me_representation_of(&demo);
+        let expected = body_of(&demo);
         assert_eq!(body, expected);
         assert_eq!(etag, conditional::entity_tag(&[&expected]));
         // The same object again: the same bytes, kept rather than written again.
-        let (again, again_tag) = me_representation(&demo);
+        let (again, again_tag) = me_representation_of(&demo);
         assert_eq!(again.as_ptr(), body.as_ptr());
         assert_eq!(again_tag, etag);
         // An equal organization in another object: an equal body; a renamed one: its own.
-        let copy = me_representation(&organization("org_demo", "Demo \"Media\""));
+        let copy = me_representation_of(&organization("org_demo", "Demo \"Media\""));
         assert_eq!(copy, (body.clone(), etag.clone()));
-        let (renamed, renamed_tag) = me_representation(&organization("org_demo", "Renamed"));
-        assert!(renamed.ends_with(br#""name":"Renamed"}}}"#));
+        let (renamed, renamed_tag) = me_representation_of(&organization("org_demo", "Renamed"));
+        assert!(renamed.ends_with(
+            br#""name":"Renamed"},"key":{"permissions":["orders","events"],"providers":null}}}"#
+        ));
         assert_ne!(renamed_tag, etag);
         // Many more organizations than slots, each asked twice: every answer is its own.
         let many: Vec<_> = (0..4 * RECENT_ME_SLOTS)
@@ -148,10 +252,56 @@ mod tests {
             .collect();
         for _ in 0..2 {
             for (n, organization) in many.iter().enumerate() {
-                let (body, etag) = me_representation(organization);
-                assert_eq!(body, me_body(organization).unwrap(), "{n}");
+                let (body, etag) = me_representation_of(organization);
+                assert_eq!(body, body_of(organization), "{n}");
                 assert_eq!(etag, conditional::entity_tag(&[&body]));
             }
         }
+    }
+
+    #[test]
+    fn each_version_and_chain_has_its_own_representation() {
+        let demo = organization("org_demo", "Demo");
+        let shipped = shipped();
+        let (newest, _) = represented(shipped, NEWEST, &demo);
+        let (older, older_tag) = represented(shipped, UPDATED_AT, &demo);
+        assert_eq!(
+            UNRESTRICTED_KEY,
+            br#"{"key":{"permissions":["orders","events"],"providers":null}}"#
+        );
+        assert!(newest.ends_with(br#"{"organization":{"id":"org_demo","name":"Demo"},"key":{"permissions":["orders","events"],"providers":null}}}"#));
+        assert!(older.ends_with(br#""data":{"organization":{"id":"org_demo","name":"Demo"}}}"#));
+        assert_eq!(represented(shipped, UPDATED_AT, &demo).1, older_tag);
+        // Another chain (a host's own of one version): the newest shape, kept apart.
+        let own = Versions::new(FIRST);
+        let (own_body, _) = represented(&own, FIRST, &demo);
+        assert_eq!(own_body, newest);
+        assert_eq!(represented(shipped, NEWEST, &demo).0, newest);
+        // A restricted key's own body.
+        let providers = ["meta".to_owned()];
+        let restricted = me_body(
+            shipped,
+            NEWEST,
+            &demo,
+            KeyAccess {
+                permissions: Permissions::of([crate::key::Permission::Orders]),
+                providers: Some(&providers),
+            },
+        )
+        .unwrap();
+        assert!(restricted.ends_with(br#""key":{"permissions":["orders"],"providers":["meta"]}}}"#));
+        assert_eq!(
+            me_body(
+                shipped,
+                UPDATED_AT,
+                &demo,
+                KeyAccess {
+                    permissions: Permissions::NONE,
+                    providers: Some(&providers)
+                }
+            )
+            .unwrap(),
+            older
+        );
     }
 }

@@ -12,12 +12,13 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::deprecation::Deprecation;
-use crate::versions::{ApiVersion, FIRST, UPDATED_AT};
+use crate::versions::{ApiVersion, FIRST, KEY_ACCESS, UPDATED_AT};
 
 /// Each version's document as checked in, with the server URL `/v1`, oldest first.
-pub const DOCUMENTS: [(ApiVersion, &str); 2] = [
+pub const DOCUMENTS: [(ApiVersion, &str); 3] = [
     (FIRST, include_str!("openapi/2026-11-27.json")),
     (UPDATED_AT, include_str!("openapi/2026-11-28.json")),
+    (KEY_ACCESS, include_str!("openapi/2026-12-01.json")),
 ];
 
 /// The newest version's document as checked in: what `{prefix}/openapi.json` serves without

@@ -48,11 +48,10 @@ macro_rules! error_json {
     };
 }
 
-/// What precedes the organization object in the body of `GET /me`.
-pub(crate) const ME_OPEN: &[u8] =
-    concat!(r#"{"meta":"#, meta_json!(), r#","data":{"organization":"#).as_bytes();
+/// What precedes the `data` object in the body of `GET /me`.
+pub(crate) const ME_OPEN: &[u8] = concat!(r#"{"meta":"#, meta_json!(), r#","data":"#).as_bytes();
 /// What closes the body of `GET /me`.
-pub(crate) const ME_CLOSE: &[u8] = b"}}";
+pub(crate) const ME_CLOSE: &[u8] = b"}";
 /// What precedes the orders' JSON array in the body of `GET /orders`.
 pub(crate) const ORDERS_OPEN: &[u8] =
     concat!(r#"{"meta":"#, meta_json!(), r#","data":{"orders":"#).as_bytes();
@@ -616,7 +615,12 @@ mod tests {
             assert_eq!(value["meta"]["status"], "beta");
             assert!(value["error"]["message"].is_string());
         }
-        let me = [ME_OPEN, br#"{"id":"o","name":"n"}"#, ME_CLOSE].concat();
+        let me = [
+            ME_OPEN,
+            br#"{"organization":{"id":"o","name":"n"}}"#,
+            ME_CLOSE,
+        ]
+        .concat();
         serde_json::from_slice::<serde_json::Value>(&me).unwrap();
         let orders = [ORDERS_OPEN, b"[]", ORDERS_CLOSE].concat();
         let value: serde_json::Value = serde_json::from_slice(&orders).unwrap();

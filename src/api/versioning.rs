@@ -180,6 +180,10 @@ mod tests {
         assert_eq!(asked(&[]), AskedVersion::Pinned);
         assert_eq!(asked(&["2026-11-27"]), AskedVersion::Named(FIRST));
         assert_eq!(asked(&["2026-11-28"]), AskedVersion::Named(UPDATED_AT));
+        assert_eq!(
+            asked(&["2026-12-01"]),
+            AskedVersion::Named(crate::versions::KEY_ACCESS)
+        );
         for bad in [
             "2026-11-29",
             "2026-11-27 ",
@@ -194,7 +198,7 @@ mod tests {
         assert_eq!(versions.pinned(Some(UPDATED_AT)), UPDATED_AT);
         assert_eq!(
             versions.pinned(Some(ApiVersion::from_ymd(2027, 1, 1))),
-            UPDATED_AT
+            crate::versions::NEWEST
         );
         assert_eq!(
             versions.pinned(Some(ApiVersion::from_ymd(2020, 1, 1))),

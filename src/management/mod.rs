@@ -16,6 +16,7 @@ mod deprecated_calls;
 mod limits;
 mod preview;
 mod service;
+mod suggestions;
 mod usage;
 #[cfg(feature = "webhooks")]
 mod webhooks;

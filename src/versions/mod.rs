@@ -18,12 +18,13 @@
 //!
 //! let versions = Versions::shipped();
 //! assert_eq!(versions.first(), partner_api::versions::FIRST);
-//! assert_eq!(versions.newest(), partner_api::versions::UPDATED_AT);
+//! assert_eq!(versions.newest(), partner_api::versions::KEY_ACCESS);
 //! assert!(versions.offers("2026-11-27".parse::<ApiVersion>().unwrap()));
 //! assert!("2026-2-1".parse::<ApiVersion>().is_err());
 //! ```
 
 mod fields;
+mod key_access;
 mod updated_at;
 
 use std::fmt;
@@ -34,6 +35,7 @@ use chrono::NaiveDate;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub use fields::Fields;
+pub use key_access::MeKeyAccess;
 pub use updated_at::OrderUpdatedAt;
 
 /// The first version: the API's shape before versions existed, byte for byte. Every key
@@ -41,12 +43,15 @@ pub use updated_at::OrderUpdatedAt;
 pub const FIRST: ApiVersion = ApiVersion::from_ymd(2026, 11, 27);
 
 /// The version that added `updatedAt` to orders and the `updated_since` and
-/// `updated_before` filters ([`OrderUpdatedAt`]): the newest.
+/// `updated_before` filters ([`OrderUpdatedAt`]).
 pub const UPDATED_AT: ApiVersion = ApiVersion::from_ymd(2026, 11, 28);
+
+/// The version that added what the key may read to `GET /me` ([`MeKeyAccess`]): the newest.
+pub const KEY_ACCESS: ApiVersion = ApiVersion::from_ymd(2026, 12, 1);
 
 /// The newest version the crate serves: what a key is pinned to when issued, unless its
 /// issuer names another.
-pub const NEWEST: ApiVersion = UPDATED_AT;
+pub const NEWEST: ApiVersion = KEY_ACCESS;
 
 /// The default name of the request header that names a request's version, and of the
 /// response header that says which version answered.
@@ -145,8 +150,11 @@ impl<'de> Deserialize<'de> for ApiVersion {
 pub enum Resource {
     /// An order: in `GET /orders`, in an event's `data`, in a webhook's body.
     Order,
-    /// The organization of `GET /me`.
+    /// The organization of `GET /me` (`data.organization`).
     Organization,
+    /// The members of `GET /me`'s `data` beside its `organization` (what the key may read,
+    /// from [`KEY_ACCESS`]).
+    Me,
 }
 
 /// One breaking change: what a version changed, with the transforms that answer the version
@@ -178,6 +186,12 @@ pub trait VersionChange: Send + Sync + 'static {
     /// Turns the organization of `GET /me` in the newer shape into the older one.
     fn organization(&self, organization: &mut Fields) {
         let _ = organization;
+    }
+
+    /// Turns the members of `GET /me`'s `data` beside its `organization` in the newer shape
+    /// into the older ones (the organization itself is [`organization`](Self::organization)'s).
+    fn me(&self, data: &mut Fields) {
+        let _ = data;
     }
 
     /// Turns a request's query parameters (each `name=value` as sent, undecoded) of `route`
@@ -239,10 +253,11 @@ impl Versions {
     }
 
     /// The crate's chain, declared here and nowhere else: [`FIRST`], then [`UPDATED_AT`]
-    /// with [`OrderUpdatedAt`].
+    /// with [`OrderUpdatedAt`], then [`KEY_ACCESS`] with [`MeKeyAccess`].
     pub fn shipped() -> Self {
         Self::new(FIRST)
             .with_version(UPDATED_AT, [Arc::new(OrderUpdatedAt) as _])
+            .and_then(|versions| versions.with_version(KEY_ACCESS, [Arc::new(MeKeyAccess) as _]))
             .expect("the shipped versions are in order (tested)")
     }
 
@@ -278,6 +293,11 @@ impl Versions {
             first: self.first,
             releases: releases.into(),
         })
+    }
+
+    /// Whether `other` is this chain, not merely an equal one: what a cache of answers keys on.
+    pub(crate) fn is(&self, other: &Self) -> bool {
+        self.first == other.first && Arc::ptr_eq(&self.releases, &other.releases)
     }
 
     /// The first version.
@@ -350,6 +370,45 @@ impl Versions {
         Ok(Some(fields.to_json()))
     }
 
+    /// The `data` object of `GET /me` as `version` answers it: `organization` (the
+    /// organization's JSON object) and `beside` (a JSON object of the members that follow it),
+    /// both in the newest shape. The organization stays the first member, its bytes as given
+    /// when no change after `version` reshapes it.
+    ///
+    /// # Errors
+    ///
+    /// When `organization` or `beside` is not a JSON object.
+    pub fn me_data(
+        &self,
+        version: ApiVersion,
+        organization: &[u8],
+        beside: &[u8],
+    ) -> Result<Vec<u8>, serde_json::Error> {
+        let older;
+        let organization = match self.render(Resource::Organization, organization, version)? {
+            Some(shaped) => {
+                older = shaped;
+                older.as_slice()
+            }
+            None => organization,
+        };
+        let beside = match self.render(Resource::Me, beside, version)? {
+            Some(shaped) => shaped,
+            None => beside.to_vec(),
+        };
+        let mut data = Vec::with_capacity(organization.len() + beside.len() + 16);
+        data.extend_from_slice(br#"{"organization":"#);
+        data.extend_from_slice(organization);
+        match beside.strip_prefix(b"{") {
+            Some(rest) if rest != b"}" => {
+                data.push(b',');
+                data.extend_from_slice(rest);
+            }
+            _ => data.push(b'}'),
+        }
+        Ok(data)
+    }
+
     /// Turns `fields`, a `resource` in the newest shape, into `version`'s.
     pub fn walk_back(&self, resource: Resource, fields: &mut Fields, version: ApiVersion) {
         for change in self.changes_after(version) {
@@ -357,6 +416,7 @@ impl Versions {
                 match resource {
                     Resource::Order => change.order(fields),
                     Resource::Organization => change.organization(fields),
+                    Resource::Me => change.me(fields),
                 }
             }
         }
@@ -478,22 +538,28 @@ mod tests {
     #[test]
     fn the_shipped_chain_is_in_order_and_offered_newest_first() {
         let versions = Versions::shipped();
-        assert_eq!(versions.offered().collect::<Vec<_>>(), [UPDATED_AT, FIRST]);
+        assert_eq!(
+            versions.offered().collect::<Vec<_>>(),
+            [KEY_ACCESS, UPDATED_AT, FIRST]
+        );
         assert_eq!(versions.newest(), NEWEST);
         assert!(versions.offers(FIRST) && versions.offers(UPDATED_AT));
         assert!(!versions.offers(ApiVersion::from_ymd(2026, 11, 29)));
         assert_eq!(
-            versions.clone().with_version(FIRST, []).err(),
+            versions.clone().with_version(UPDATED_AT, []).err(),
             Some(VersionOutOfOrder {
-                version: FIRST,
-                after: UPDATED_AT
+                version: UPDATED_AT,
+                after: KEY_ACCESS
             })
         );
         assert!(versions.reshapes(FIRST, Resource::Order));
         assert!(!versions.reshapes(UPDATED_AT, Resource::Order));
         assert!(!versions.reshapes(FIRST, Resource::Organization));
+        assert!(versions.reshapes(UPDATED_AT, Resource::Me));
+        assert!(!versions.reshapes(KEY_ACCESS, Resource::Me));
         let log = versions.changelog();
-        assert!(log.starts_with("## 2026-11-28\n\n- "), "{log}");
+        assert!(log.starts_with("## 2026-12-01\n\n- `GET /me` has"), "{log}");
+        assert!(log.contains("## 2026-11-28\n\n- Orders have"), "{log}");
         assert!(
             log.contains("## 2026-11-27\n\n- The first version"),
             "{log}"

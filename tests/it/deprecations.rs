@@ -271,7 +271,7 @@ async fn the_standalone_host_declares_deprecations_from_its_flags() {
     )
     .await;
     assert_eq!(
-        versions.json()["data"]["versions"][1]["deprecated"],
+        versions.json()["data"]["versions"][2]["deprecated"],
         "2026-11-28"
     );
     assert!(host.terminate().await.success());

@@ -897,7 +897,7 @@ async fn webhook_endpoints_are_managed_through_the_documented_routes() {
     );
     // The newest API version by default; another on request, or by a pin (audited); a
     // version not offered is a 422 that lists those offered.
-    assert_eq!(endpoint["apiVersion"], "2026-11-28");
+    assert_eq!(endpoint["apiVersion"], "2026-12-01");
     let older = post(
         &service,
         "/webhooks",
@@ -1704,13 +1704,13 @@ async fn keys_are_issued_at_a_version_pinned_and_rolled_back() {
     let service = KeyManagementService::new(store());
     let versions = get(&service, "/api-versions").await;
     assert_eq!(versions.status, StatusCode::OK, "{}", versions.text);
-    assert_eq!(versions.body["data"]["newKeys"], "2026-11-28");
+    assert_eq!(versions.body["data"]["newKeys"], "2026-12-01");
     assert_eq!(
-        versions.body["data"]["versions"][1]["version"],
+        versions.body["data"]["versions"][2]["version"],
         "2026-11-27"
     );
     let newest = post(&service, "/keys", json!({"environment": "test"})).await;
-    assert_eq!(newest.body["data"]["record"]["apiVersion"], "2026-11-28");
+    assert_eq!(newest.body["data"]["record"]["apiVersion"], "2026-12-01");
     let refused = post(
         &service,
         "/keys",
@@ -1720,7 +1720,7 @@ async fn keys_are_issued_at_a_version_pinned_and_rolled_back() {
     assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(
         refused.body["error"]["message"],
-        "apiVersion must be a version of the API, one of 2026-11-28, 2026-11-27"
+        "apiVersion must be a version of the API, one of 2026-12-01, 2026-11-28, 2026-11-27"
     );
     let first = post(
         &service,
@@ -1871,7 +1871,7 @@ async fn an_upgrade_is_previewed_from_the_organizations_own_orders_and_events() 
     );
     let same = get(
         &service,
-        &format!("/keys/{newest_id}/api-version/preview?version=2026-11-28"),
+        &format!("/keys/{newest_id}/api-version/preview?version=2026-12-01"),
     )
     .await;
     assert_eq!(same.body["data"]["changes"], json!([]));
@@ -1884,7 +1884,7 @@ async fn an_upgrade_is_previewed_from_the_organizations_own_orders_and_events() 
     // organization's key, or none, a 404.
     for path in [
         format!("/keys/{id}/api-version/preview"),
-        format!("/keys/{id}/api-version/preview?version=2026-12-01"),
+        format!("/keys/{id}/api-version/preview?version=2026-12-02"),
         format!("/keys/{id}/api-version/preview?version=latest"),
     ] {
         let refused = get(&service, &path).await;
@@ -1918,7 +1918,7 @@ async fn new_keys_and_endpoints_get_the_organizations_default_version() {
     let memory = store();
     let service = KeyManagementService::new(memory.clone()).with_webhooks(memory.clone());
     let newest = post(&service, "/keys", json!({"environment": "test"})).await;
-    assert_eq!(newest.body["data"]["record"]["apiVersion"], "2026-11-28");
+    assert_eq!(newest.body["data"]["record"]["apiVersion"], "2026-12-01");
     memory
         .set_key_policy(
             "org_demo",
@@ -2119,4 +2119,139 @@ async fn keys_are_limited_to_routes_on_issue_and_changed_later() {
     .await;
     assert_eq!(lifted.status, StatusCode::OK, "{}", lifted.text);
     assert!(lifted.body["data"]["record"]["providers"].is_null());
+}
+
+/// Which permissions a key needs: from its own calls of the last 30 days per route (a call
+/// refused for the missing permission counts: the key wanted it), the narrowest set that
+/// would have allowed them all, and the permissions it holds and never used; one key or
+/// every key not revoked; narrowing to the suggestion leaves nothing unused.
+#[tokio::test]
+async fn the_permissions_a_key_needs_are_suggested_from_its_calls_of_30_days() {
+    use partner_api::store::{UsageCount, UsageOutcome, UsageRoute, UsageStore};
+    let memory = store();
+    let service = KeyManagementService::new(memory.clone()).with_usage(memory.clone());
+    let issue = |body: Value| {
+        let service = service.clone();
+        async move {
+            let issued = post(&service, "/keys", body).await;
+            assert_eq!(issued.status, StatusCode::CREATED, "{}", issued.text);
+            issued.body["data"]["record"]["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let reader = issue(json!({"environment": "live"})).await;
+    let refused = issue(json!({"environment": "live", "permissions": ["orders"]})).await;
+    let idle = issue(json!({"environment": "live"})).await;
+    let revoked = issue(json!({"environment": "live"})).await;
+    assert_eq!(
+        post(&service, &format!("/keys/{revoked}/revoke"), json!({}))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let hour = |hours_ago: i64| {
+        let now = partner_api::Timestamp::now()
+            .as_datetime()
+            .timestamp_millis();
+        partner_api::Timestamp::from_unix_millis((now / 3_600_000 - hours_ago) * 3_600_000).unwrap()
+    };
+    let count = |key: &str, hours_ago, route, outcome, count| UsageCount {
+        key_id: key.to_owned(),
+        hour: hour(hours_ago),
+        route,
+        outcome,
+        count,
+    };
+    memory
+        .record_usage(&[
+            count(&reader, 0, UsageRoute::Orders, UsageOutcome::Ok, 5),
+            count(&reader, 0, UsageRoute::Orders, UsageOutcome::NotModified, 2),
+            count(&reader, 0, UsageRoute::Me, UsageOutcome::Ok, 1),
+            // Hours before the key existed: outside its period (a store keeps what it is
+            // given; the suggestion reads from the key's creation).
+            count(&reader, 48, UsageRoute::Events, UsageOutcome::Ok, 9),
+            count(
+                &refused,
+                0,
+                UsageRoute::Events,
+                UsageOutcome::PermissionMissing,
+                3,
+            ),
+            count(&revoked, 0, UsageRoute::Orders, UsageOutcome::Ok, 1),
+        ])
+        .await
+        .unwrap();
+    let suggestion = |id: &str| {
+        let service = service.clone();
+        let path = format!("/keys/{id}/permissions/suggestion");
+        async move {
+            let answer = get(&service, &path).await;
+            assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
+            let mut suggestion = answer.body["data"]["suggestion"].clone();
+            assert!(suggestion["from"].as_str().unwrap() < suggestion["to"].as_str().unwrap());
+            let object = suggestion.as_object_mut().unwrap();
+            object.remove("from");
+            object.remove("to");
+            suggestion
+        }
+    };
+    assert_eq!(
+        suggestion(&reader).await,
+        json!({"keyId": reader, "held": ["orders", "events"], "used": {"orders": 7, "events": 0},
+               "suggested": ["orders"], "unused": ["events"]})
+    );
+    assert_eq!(
+        suggestion(&refused).await,
+        json!({"keyId": refused, "held": ["orders"], "used": {"orders": 0, "events": 3},
+               "suggested": ["events"], "unused": ["orders"]})
+    );
+    assert_eq!(
+        suggestion(&idle).await,
+        json!({"keyId": idle, "held": ["orders", "events"], "used": {"orders": 0, "events": 0},
+               "suggested": [], "unused": ["orders", "events"]})
+    );
+    // Every key not revoked, in one read.
+    let every = get(&service, "/permissions/suggestions").await;
+    assert_eq!(every.status, StatusCode::OK, "{}", every.text);
+    let listed: Vec<&str> = every.body["data"]["suggestions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|suggestion| suggestion["keyId"].as_str().unwrap())
+        .collect();
+    assert!(
+        [&reader, &refused, &idle]
+            .iter()
+            .all(|id| listed.contains(&id.as_str())),
+        "{listed:?}"
+    );
+    assert!(!listed.contains(&revoked.as_str()), "{listed:?}");
+    // Narrowed to the suggestion: nothing unused.
+    let narrowed = post(
+        &service,
+        &format!("/keys/{reader}/permissions"),
+        json!({"permissions": ["orders"]}),
+    )
+    .await;
+    assert_eq!(narrowed.status, StatusCode::OK, "{}", narrowed.text);
+    assert_eq!(suggestion(&reader).await["unused"], json!([]));
+    // Bad inputs: a query parameter is a 400, another organization's key or none a 404,
+    // and a host without usage does not offer suggestions.
+    let bad = get(
+        &service,
+        &format!("/keys/{reader}/permissions/suggestion?from=2026-01-01T00:00:00Z"),
+    )
+    .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        get(&service, "/keys/999999/permissions/suggestion")
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    let without_usage = KeyManagementService::new(memory.clone());
+    let refused_route = get(&without_usage, "/permissions/suggestions").await;
+    assert_eq!(refused_route.status, StatusCode::NOT_FOUND);
 }

@@ -53,7 +53,7 @@ async fn each_version_has_its_document() {
         .headers_mut()
         .insert("api-version", http::HeaderValue::from_static("2026-11-27"));
     assert_eq!(call(&api(), by_header).await.json(), first);
-    let newest = call(&api(), get("/v1/openapi.json?version=2026-11-28", None)).await;
+    let newest = call(&api(), get("/v1/openapi.json?version=2026-12-01", None)).await;
     assert_eq!(newest.json(), document());
     assert_ne!(first, document());
     for bad in ["2026-11-29", "latest", "2026-11-27&version=2026-11-27"] {
@@ -66,7 +66,7 @@ async fn each_version_has_its_document() {
         assert_eq!(
             refused.error_message(),
             "invalid query parameter version: it must name a version of this API, one of \
-             2026-11-28, 2026-11-27 (newest first)"
+             2026-12-01, 2026-11-28, 2026-11-27 (newest first)"
         );
     }
 }
@@ -111,7 +111,7 @@ fn the_newest_document_adds_the_last_change() {
     let first = openapi::document_at(partner_api::versions::FIRST, "/v1").unwrap();
     assert!(first["components"]["parameters"]["updated_since"].is_null());
     assert_eq!(first["info"]["x-api-version"], "2026-11-27");
-    assert_eq!(newest["info"]["x-api-version"], "2026-11-28");
+    assert_eq!(newest["info"]["x-api-version"], "2026-12-01");
     assert_eq!(first["info"]["version"], newest["info"]["version"]);
 }
 

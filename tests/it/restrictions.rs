@@ -13,6 +13,7 @@ use partner_api::key::{KeyEnvironment, Permission, Permissions};
 use partner_api::store::{AuditLog, AuditQuery, KeyManager, NewKey, RollKey};
 use partner_api::KeyStore;
 use partner_api::{LocalRateLimiter, PartnerApi};
+use serde_json::json;
 
 /// `request` answered by `api`, raw (the contract oracle's document of the first version
 /// predates permissions).
@@ -746,4 +747,101 @@ async fn two_keys_views_never_mix_in_two_replicas_caches_and_a_cache_by_organiza
     let replicas = [broken(store.clone()), broken(store.clone())];
     let failed = views_stay_apart(&replicas, &store, limited.plaintext(), full.plaintext()).await;
     assert!(failed.is_err(), "a cache by organization mixes the views");
+}
+
+/// `GET /me` at `2026-12-01` says what each key may read (`data.key`), its own for a
+/// restricted key and never another's, even interleaved; at the versions before, `data`
+/// holds the organization alone, the same bytes for every key.
+async fn me_says_what_the_key_may_read<S>(store: S)
+where
+    S: KeyStore + KeyManager + partner_api::OrderStore + Clone + 'static,
+{
+    let api = PartnerApi::from_store(store.clone());
+    let full = store
+        .issue("org_a", NewKey::new(KeyEnvironment::Live))
+        .await
+        .unwrap();
+    let limited = store
+        .issue(
+            "org_a",
+            NewKey::new(KeyEnvironment::Live)
+                .with_permissions(Permissions::of([Permission::Orders]))
+                .with_providers(&["p2", "p1"]),
+        )
+        .await
+        .unwrap();
+    let none = store
+        .issue(
+            "org_a",
+            NewKey::new(KeyEnvironment::Live).with_permissions(Permissions::NONE),
+        )
+        .await
+        .unwrap();
+    let mut tags = Vec::new();
+    for _ in 0..2 {
+        for (key, access) in [
+            (
+                &full,
+                json!({"permissions": ["orders", "events"], "providers": null}),
+            ),
+            (
+                &limited,
+                json!({"permissions": ["orders"], "providers": ["p1", "p2"]}),
+            ),
+            (&none, json!({"permissions": [], "providers": null})),
+        ] {
+            let me = send(&api, get("/v1/me", Some(key.plaintext()))).await;
+            assert_eq!(me.status, StatusCode::OK);
+            assert_eq!(me.headers["api-version"], "2026-12-01");
+            assert_eq!(me.json()["data"]["key"], access);
+            assert_eq!(me.json()["data"]["organization"]["id"], "org_a");
+            tags.push(me.headers["etag"].clone());
+            // Its own tag answers 304.
+            let mut again = get("/v1/me", Some(key.plaintext()));
+            again
+                .headers_mut()
+                .insert("if-none-match", me.headers["etag"].clone());
+            assert_eq!(send(&api, again).await.status, StatusCode::NOT_MODIFIED);
+        }
+    }
+    assert_eq!(tags[..3], tags[3..], "each key's tag is stable");
+    assert!(
+        tags[0] != tags[1] && tags[1] != tags[2] && tags[0] != tags[2],
+        "{tags:?}"
+    );
+    // At the version before: the organization alone, byte for byte the same for every key.
+    let mut bodies = Vec::new();
+    for key in [&full, &limited, &none] {
+        let mut older = get("/v1/me", Some(key.plaintext()));
+        older
+            .headers_mut()
+            .insert("api-version", http::HeaderValue::from_static("2026-11-28"));
+        let me = send(&api, older).await;
+        assert_eq!(me.status, StatusCode::OK);
+        assert!(me.json()["data"].get("key").is_none(), "{:?}", me.json());
+        bodies.push(me.body.clone());
+    }
+    assert!(bodies.iter().all(|body| *body == bodies[0]));
+    // A change shows with the next request.
+    store
+        .set_providers("org_a", &limited.record().id, None)
+        .await
+        .unwrap();
+    let me = send(&api, get("/v1/me", Some(limited.plaintext()))).await;
+    assert_eq!(
+        me.json()["data"]["key"],
+        json!({"permissions": ["orders"], "providers": null})
+    );
+}
+
+#[tokio::test]
+async fn the_memory_store_answers_me_with_what_each_key_may_read() {
+    me_says_what_the_key_may_read(store()).await;
+}
+
+#[tokio::test]
+async fn postgres_answers_me_with_what_each_key_may_read() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = pg::migrated_with(&["org_a"]).await;
+    me_says_what_the_key_may_read(store).await;
 }

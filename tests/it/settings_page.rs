@@ -1019,7 +1019,7 @@ async fn webhooks_on_the_page(browser: &Client) {
         .text()
         .await
         .unwrap();
-    assert!(listed.contains("API 2026-11-28"), "{listed}");
+    assert!(listed.contains("API 2026-12-01"), "{listed}");
     click_in(browser, &row_xpath, ".pin-endpoint-version").await;
     browser
         .find(Locator::Css("select.endpoint-versions"))
@@ -1357,11 +1357,51 @@ async fn a_person_manages_keys_on_the_settings_page() {
     }
     assert_eq!(api_status(&example, &limited, other).await, 200);
 
+    // A key that reads orders and never its feed: flagged once its calls are counted (the
+    // example writes usage every 2 s), and narrowed from its row to what it used.
+    let reader = create(&browser, "Reader", "live").await;
+    assert_eq!(api_status(&example, &reader, "/v1/orders").await, 200);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let flagged = "//tbody[@id='keys']/tr[td[1][normalize-space()='Reader']] \
+                       //div[@class='unused' and contains(., 'Unused in 30 days: events')]";
+        let settled = tokio::time::Instant::now() + Duration::from_secs(2);
+        let found = loop {
+            if browser.find(Locator::XPath(flagged)).await.is_ok() {
+                break true;
+            }
+            if tokio::time::Instant::now() > settled {
+                break false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        if found {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the unused permission was never flagged"
+        );
+        browser.refresh().await.unwrap();
+    }
+    click_in_row(&browser, "Reader", "button.narrow-key").await;
+    browser.accept_alert().await.unwrap();
+    wait_for_row_text(&browser, "Reader", "Reads orders").await;
+    assert!(
+        row_of(&browser, "Reader")
+            .await
+            .find(Locator::Css("div.unused"))
+            .await
+            .is_err(),
+        "a key that uses all it holds is not flagged"
+    );
+    assert_eq!(api_status(&example, &reader, "/v1/orders").await, 200);
+
     // A key's API version: issued at the newest, pinned to the first on the page (the API
     // answers at it at once), upgraded again and the upgrade undone.
     let versioned = create(&browser, "Versioned", "live").await;
-    wait_for_row_text(&browser, "Versioned", "API 2026-11-28").await;
-    assert_eq!(me_version(&example, &versioned).await, "2026-11-28");
+    wait_for_row_text(&browser, "Versioned", "API 2026-12-01").await;
+    assert_eq!(me_version(&example, &versioned).await, "2026-12-01");
     let pin = |version: &'static str| {
         let browser = browser.clone();
         async move {
@@ -1425,7 +1465,8 @@ async fn a_person_manages_keys_on_the_settings_page() {
     // The key's calls per version (counted by the API, written every 2 s): the page shows
     // them once it loads them again.
     let xpath = "//tbody[@id='keys']/tr[td[1][normalize-space()='Versioned'] \
-                 and contains(., 'Calls (30 days) 2026-11-28: ') and contains(., '2026-11-27: ')]";
+                 and contains(., 'Calls (30 days) 2026-12-01: ') and contains(., '2026-11-28: ') \
+                 and contains(., '2026-11-27: ')]";
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     'loaded: loop {
         // Each load is given two seconds to read the calls before the next.

@@ -81,10 +81,10 @@ async fn an_issued_key_reads_its_pinned_version_and_an_upgrade_rolls_back() {
     let key = issued.plaintext().to_owned();
     let id = issued.record().id.clone();
     let served = call(&api, get("/v1/orders?limit=1", Some(&key))).await;
-    assert_eq!(served.header("api-version"), Some("2026-11-28"));
+    assert_eq!(served.header("api-version"), Some("2026-12-01"));
     assert!(served.json()["data"]["orders"][0]["updatedAt"].is_string());
     let versions = call(&api, get("/v1/versions", Some(&key))).await;
-    assert_eq!(versions.json()["data"]["pinned"], "2026-11-28");
+    assert_eq!(versions.json()["data"]["pinned"], "2026-12-01");
 
     store.pin_api_version("org_a", &id, FIRST).await.unwrap();
     let served = call(&api, get("/v1/orders?limit=1", Some(&key))).await;
@@ -128,8 +128,8 @@ async fn a_version_not_offered_is_a_400_that_lists_the_versions() {
         assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{bad:?}");
         assert_eq!(
             refused.error_message(),
-            "invalid header Api-Version: it must name a version of this API, one of 2026-11-28, \
-             2026-11-27 (newest first)"
+            "invalid header Api-Version: it must name a version of this API, one of 2026-12-01, \
+             2026-11-28, 2026-11-27 (newest first)"
         );
         assert_eq!(refused.header("api-version"), None);
     }
@@ -257,13 +257,18 @@ async fn versions_lists_the_chain_and_the_keys_pin() {
     let data = &answer.json()["data"];
     assert_eq!(data["pinned"], "2026-11-27");
     let versions = data["versions"].as_array().unwrap();
-    assert_eq!(versions[0]["version"], "2026-11-28");
+    assert_eq!(versions[0]["version"], "2026-12-01");
     assert_eq!(
         versions[0]["changes"],
+        json!([partner_api::versions::MeKeyAccess.description()])
+    );
+    assert_eq!(versions[1]["version"], "2026-11-28");
+    assert_eq!(
+        versions[1]["changes"],
         json!([OrderUpdatedAt.description()])
     );
     assert_eq!(
-        versions[1],
+        versions[2],
         json!({"version": "2026-11-27", "changes": [], "deprecated": null, "sunset": null})
     );
     // Answered at the header's version, the pin is still the key's.
@@ -619,7 +624,7 @@ async fn a_deprecated_version_is_announced_counted_and_gone_past_its_enforced_su
     assert_eq!(anonymous.header("deprecation"), None);
     // GET /versions shows it; GET /deprecations lists the routes' only.
     let versions = call(&api, get("/v1/versions", Some(KEY_A))).await.json();
-    let listed = &versions["data"]["versions"][1];
+    let listed = &versions["data"]["versions"][2];
     assert_eq!(listed["version"], "2026-11-27");
     assert_eq!(
         (&listed["deprecated"], &listed["sunset"]),

@@ -17,7 +17,6 @@ use crate::api::pagination::PageRequest;
 use crate::log::ErrorChain;
 use crate::metrics::{self, AuthFailureReason};
 use crate::model::OrderPage;
-use crate::model::Organization;
 use crate::rate_limit::{whole_seconds_at_least_one, RateLimitDecision};
 use crate::store::events::EventIds;
 use crate::store::{
@@ -45,27 +44,6 @@ pub(crate) fn me(
         return super::not_modified_with(headers);
     }
     super::with_headers(ApiBody::new(body), headers)
-}
-
-/// The body of `GET /me` for `organization` at `version`, a version that reshapes the
-/// organization, and the headers of its tagged `200` when `tagged`: made for each answer (only
-/// a host's own older versions reshape it).
-pub(crate) fn me_at(
-    config: &Config,
-    version: ApiVersion,
-    organization: &Organization,
-    tagged: bool,
-) -> Result<(Bytes, Option<HeaderMap>), serde_json::Error> {
-    let newest = serde_json::to_vec(organization)?;
-    let object = config
-        .versions
-        .chain()
-        .render(Resource::Organization, &newest, version)?
-        .unwrap_or(newest);
-    let body = Bytes::from([super::ME_OPEN, &object, super::ME_CLOSE].concat());
-    let headers =
-        tagged.then(|| super::tagged_headers(&crate::api::conditional::entity_tag(&[&body])));
-    Ok((body, headers))
 }
 
 /// What a page of `GET /orders` answers with: the request and the path it came in on (which

@@ -22,6 +22,8 @@ enum Route<'p> {
     Abilities,
     Usage,
     KeyUsage(&'p str),
+    PermissionSuggestions,
+    PermissionSuggestion(&'p str),
     DeprecatedCalls,
     Audit,
     OpenApi,
@@ -50,6 +52,10 @@ impl<'p> Route<'p> {
             ["audit"] => Some(Self::Audit),
             ["deprecated-calls"] => Some(Self::DeprecatedCalls),
             ["keys", id, "usage"] if valid_id(id) => Some(Self::KeyUsage(id)),
+            ["permissions", "suggestions"] => Some(Self::PermissionSuggestions),
+            ["keys", id, "permissions", "suggestion"] if valid_id(id) => {
+                Some(Self::PermissionSuggestion(id))
+            }
             ["keys", id] if valid_id(id) => Some(Self::Key(id)),
             ["keys", id, "revoke"] if valid_id(id) => Some(Self::Revoke(id)),
             ["keys", id, "roll"] if valid_id(id) => Some(Self::Roll(id)),
@@ -79,6 +85,8 @@ impl<'p> Route<'p> {
             | Self::Abilities
             | Self::Usage
             | Self::KeyUsage(_)
+            | Self::PermissionSuggestions
+            | Self::PermissionSuggestion(_)
             | Self::DeprecatedCalls
             | Self::Audit
             | Self::ApiVersions
@@ -107,6 +115,9 @@ impl Route<'_> {
             Self::Permissions(_) | Self::Providers(_) => vec![Ability::Restrictions],
             Self::VersionPreview(_) => vec![Ability::ApiVersionPreview],
             Self::Usage | Self::KeyUsage(_) => vec![Ability::Usage],
+            Self::PermissionSuggestions | Self::PermissionSuggestion(_) => {
+                vec![Ability::Restrictions, Ability::Usage]
+            }
             Self::Audit => vec![Ability::AuditLog],
             Self::DeprecatedCalls | Self::VersionCalls => vec![Ability::DeprecatedCalls],
             #[cfg(feature = "webhooks")]
@@ -486,6 +497,33 @@ impl KeyManagementService {
                     .ok_or_else(|| Failure::not_offered("usage"))?;
                 crate::management::usage::key_usage(store, organization, id, parts.uri.query())
                     .await
+            }
+            Route::PermissionSuggestions => {
+                let usage = self
+                    .usage
+                    .as_deref()
+                    .ok_or_else(|| Failure::not_offered("usage"))?;
+                crate::management::suggestions::suggestions(
+                    keys,
+                    usage,
+                    organization,
+                    parts.uri.query(),
+                )
+                .await
+            }
+            Route::PermissionSuggestion(id) => {
+                let usage = self
+                    .usage
+                    .as_deref()
+                    .ok_or_else(|| Failure::not_offered("usage"))?;
+                crate::management::suggestions::key_suggestion(
+                    keys,
+                    usage,
+                    organization,
+                    id,
+                    parts.uri.query(),
+                )
+                .await
             }
             Route::DeprecatedCalls => {
                 let store = self
