@@ -1,5 +1,5 @@
 //! The conformance suites of [`KeyManager`]'s optional abilities ([`KeyAbility`]): key
-//! policies, leak reports, last use, keys' API versions; and the check that an ability a store does not claim
+//! policies, leak reports, last use, keys' API versions, restrictions; and the check that an ability a store does not claim
 //! answers `Unsupported`.
 
 use super::calls::organization;
@@ -7,7 +7,8 @@ use super::report::kind_of;
 use super::report::{ensure, Check, Report};
 use super::StoreFixtures;
 use super::{
-    key_lifecycle as lifecycle, key_policy as policy, key_restrictions, key_versions, namespace,
+    key_access, key_lifecycle as lifecycle, key_policy as policy, key_restrictions, key_versions,
+    namespace,
 };
 use crate::store::StoreErrorKind;
 use crate::store::{KeyAbility, KeyManager};
@@ -68,6 +69,20 @@ where
     )
 }
 
+/// Runs the checks of [`KeyAbility::Restrictions`] (which the store must claim).
+pub async fn run_restrictions<F>(fixtures: &F) -> Report
+where
+    F: StoreFixtures,
+    F::Store: KeyManager,
+{
+    ability_report(
+        fixtures,
+        KeyAbility::Restrictions,
+        "each key's permissions and providers hold on issue, lookup, change and roll",
+        key_access::permissions_and_providers(fixtures).await,
+    )
+}
+
 /// The report of an ability's check, with whether the store claims it.
 fn ability_report<F>(fixtures: &F, ability: KeyAbility, name: &'static str, result: Check) -> Report
 where
@@ -123,11 +138,14 @@ where
                 ),
                 kind_of(store.roll_back_api_version(&org.id, "key_0").await),
             ],
-            KeyAbility::Restrictions => vec![kind_of(
-                store
-                    .set_permissions(&org.id, "key_0", crate::key::Permissions::ALL)
-                    .await,
-            )],
+            KeyAbility::Restrictions => vec![
+                kind_of(
+                    store
+                        .set_permissions(&org.id, "key_0", crate::key::Permissions::ALL)
+                        .await,
+                ),
+                kind_of(store.set_providers(&org.id, "key_0", None).await),
+            ],
         };
         ensure!(
             answers.iter().all(|answer| *answer == unsupported),

@@ -52,6 +52,7 @@ mod events;
 mod filters;
 mod fixtures;
 mod key_abilities;
+mod key_access;
 mod key_lifecycle;
 mod key_policy;
 mod key_restrictions;
@@ -69,7 +70,9 @@ pub use audit::run_audit_log;
 pub use deprecated_calls::run_deprecated_calls;
 pub use events::run_event_feed;
 pub use fixtures::StoreFixtures;
-pub use key_abilities::{run_api_versions, run_key_policy, run_last_use, run_leak_reports};
+pub use key_abilities::{
+    run_api_versions, run_key_policy, run_last_use, run_leak_reports, run_restrictions,
+};
 pub use keys::run_key_manager;
 pub use rate_limit::run_rate_limiter;
 pub use report::Report;

@@ -55,6 +55,8 @@ enum Fault {
     IgnoresDeprecatedCallsKey,
     /// Orders are served as never changed: `updatedAt` is always their creation.
     ForgetsChangeTimes,
+    /// A change of a key's providers is recorded but never reaches a lookup.
+    ForgetsProviders,
 }
 
 /// A memory store with one deliberate fault.
@@ -333,6 +335,28 @@ impl KeyManager for Faulty {
     async fn key_policy(&self, org: &str) -> Result<KeyPolicy, StoreError> {
         self.0.key_policy(org).await
     }
+    async fn set_permissions(
+        &self,
+        org: &str,
+        id: &str,
+        permissions: partner_api::key::Permissions,
+    ) -> Result<KeyRecord, StoreError> {
+        self.0.set_permissions(org, id, permissions).await
+    }
+    async fn set_providers(
+        &self,
+        org: &str,
+        id: &str,
+        providers: Option<Vec<String>>,
+    ) -> Result<KeyRecord, StoreError> {
+        match self.1 {
+            Fault::ForgetsProviders => self.0.get(org, id).await.map(|mut record| {
+                record.providers = providers;
+                record
+            }),
+            _ => self.0.set_providers(org, id, providers).await,
+        }
+    }
     async fn set_key_policy(&self, org: &str, policy: KeyPolicy) -> Result<KeyPolicy, StoreError> {
         match self.1 {
             Fault::IgnoresKeyPolicy => Ok(policy),
@@ -361,6 +385,27 @@ async fn a_key_manager_that_ignores_the_policy_fails_the_policy_checks() {
         ["an organization's maximum lifetime and cap on active keys hold for issue and roll"],
         "{report}"
     );
+}
+
+#[tokio::test]
+async fn a_key_manager_whose_lookups_miss_new_providers_fails_the_restrictions_check() {
+    let report = partner_api::testing::run_restrictions(&Faulty(
+        MemoryStore::new(),
+        Fault::ForgetsProviders,
+    ))
+    .await;
+    let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
+    assert_eq!(
+        failed,
+        ["each key's permissions and providers hold on issue, lookup, change and roll"],
+        "{report}"
+    );
+    let report = partner_api::testing::run_restrictions(&Faulty(
+        MemoryStore::new(),
+        Fault::ForgetsChangeTimes,
+    ))
+    .await;
+    report.assert_passed();
 }
 
 #[tokio::test]

@@ -512,6 +512,7 @@ where
         partner_api::testing::run_leak_reports(store).await,
         partner_api::testing::run_last_use(store).await,
         partner_api::testing::run_api_versions(store).await,
+        partner_api::testing::run_restrictions(store).await,
     ] {
         report.assert_passed();
         assert_eq!(report.len(), 2);
