@@ -1,8 +1,9 @@
-//! A checker over histories: replicas on one PostgreSQL, clients, revocations, rolls, bursts
-//! and faults mixed at random for a bounded time; every request is recorded with its send
-//! time and answer, every revocation with its commit, and the whole history is checked
-//! afterwards: a 200 for a key whose revocation committed more than 1 s before the request was
-//! sent is a violation, printed with its causal chain from the replica's [`journal`].
+//! A checker over histories: replicas on one PostgreSQL, clients, revocations, withdrawn
+//! permissions, rolls, bursts and faults mixed at random for a bounded time; every request
+//! (`GET /v1/orders`) is recorded with its send time and answer, every revocation with its
+//! commit, and the whole history is checked afterwards: a 200 for a key whose revocation (or
+//! the withdrawal of its `orders` permission, #58) committed more than 1 s before the request
+//! was sent is a violation, printed with its causal chain from the replica's [`journal`].
 //!
 //! The journal is checked too, for the invariant the bound rests on, on every replica for
 //! every revocation whether or not a client asked at the wrong moment: no evidence sent after a
@@ -196,8 +197,9 @@ fn take_live(live: &mut Vec<usize>, favoured: Option<usize>, random: &mut Random
     (count > 0).then(|| live.swap_remove(random.below(count)))
 }
 
-/// Asks replica `at` for `GET /v1/me` with the key numbered `key`, named `name`, and notes
-/// the answer with the instant it was sent.
+/// Asks replica `at` for `GET /v1/orders?limit=1` with the key numbered `key`, named `name`,
+/// and notes the answer with the instant it was sent: a route a revoked key and a key whose
+/// `orders` permission was withdrawn are both refused (401, 403).
 async fn ask(
     replicas: &[HistoryReplica],
     at: usize,
@@ -205,7 +207,7 @@ async fn ask(
     history: &Mutex<History>,
 ) {
     let sent = Instant::now();
-    let status = call(&replicas[at].api, get("/v1/me", Some(name)))
+    let status = call(&replicas[at].api, get("/v1/orders?limit=1", Some(name)))
         .await
         .status;
     history
@@ -270,6 +272,22 @@ async fn revoke(admin: &mut PgConnection, (key, name): (usize, &str), history: &
     sqlx::query("UPDATE partner_api_keys SET revoked_at = now() WHERE key_sha256 = $1")
         .bind(&KeyDigest::of(name).as_bytes()[..])
         .execute(admin)
+        .await
+        .unwrap();
+    history.lock().unwrap().revoked.insert(key, Instant::now());
+}
+
+/// Withdraws the `orders` permission of the key numbered `key` (its id `key_id`), as its
+/// admin does, and notes when the change committed: from then on the key may not read what
+/// the clients ask for, as if revoked for it.
+async fn withdraw_orders(store: &PgStore, (key, key_id): (usize, &str), history: &Mutex<History>) {
+    history.lock().unwrap().revoking.insert(key, Instant::now());
+    store
+        .set_permissions(
+            "org_demo",
+            key_id,
+            partner_api::key::Permissions::of([partner_api::key::Permission::Events]),
+        )
         .await
         .unwrap();
     history.lock().unwrap().revoked.insert(key, Instant::now());
@@ -429,7 +447,8 @@ async fn check_a_history(journal: Journal, clock: Clock) {
         }
         let choice = random.below(100);
         match choice {
-            // Revoke a live key by plain SQL: most often one a client is asking for.
+            // Revoke a live key by plain SQL, or (one in three) withdraw its `orders`
+            // permission as its admin does: most often one a client is asking for.
             0..=29 => {
                 let favoured = (random.below(3) > 0)
                     .then(|| {
@@ -441,8 +460,12 @@ async fn check_a_history(journal: Journal, clock: Clock) {
                     })
                     .flatten();
                 if let Some(key) = take_live(&mut live, favoured, &mut random) {
-                    let name = keys.read().unwrap()[key].clone();
-                    revoke(&mut admin, (key, &name), &history).await;
+                    if random.below(3) == 0 {
+                        withdraw_orders(&store, (key, &key_ids[key]), &history).await;
+                    } else {
+                        let name = keys.read().unwrap()[key].clone();
+                        revoke(&mut admin, (key, &name), &history).await;
+                    }
                 }
             }
             // Roll a live key with no overlap: the old one ends at the roll's commit.
