@@ -198,8 +198,8 @@ fn authenticated(config: &Config, facts: RequestFacts, principal: Principal) -> 
     // the address's, counted as one of its own kind.
     // A key limited to providers reads no feed until the feed has a view per provider.
     let missing = facts.route.permission().filter(|permission| {
-        !principal.permissions.allows(*permission)
-            || (*permission == crate::key::Permission::Events && principal.providers.is_some())
+        !principal.permissions().allows(*permission)
+            || (*permission == crate::key::Permission::Events && principal.providers().is_some())
     });
     if let Some(recorder) = &config.last_used {
         recorder.record(&principal.key_id);
@@ -364,8 +364,11 @@ fn limited(
             };
             match parsed {
                 Ok(mut request) => {
-                    if let Some(providers) = &principal.providers {
-                        if let Err(outside) = request.within(providers.clone()) {
+                    if let Some(restrictions) = principal
+                        .shared_restrictions()
+                        .filter(|restrictions| restrictions.providers.is_some())
+                    {
+                        if let Err(outside) = request.within(restrictions.clone()) {
                             return done(response::outside_providers(&outside));
                         }
                     }

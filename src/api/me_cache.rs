@@ -33,8 +33,8 @@ impl<'a> KeyAccess<'a> {
     /// What `principal`'s key may read.
     pub(crate) fn of(principal: &'a Principal) -> Self {
         Self {
-            permissions: principal.permissions,
-            providers: principal.providers.as_deref(),
+            permissions: principal.permissions(),
+            providers: principal.providers().map(|providers| &providers[..]),
         }
     }
 

@@ -26,6 +26,7 @@ use crate::api::order_filters::{
     append_to_query, filter_tag, BadFilter, FilterParameter, FilterParameters,
 };
 use crate::model::{Timestamp, MAX_ORDERS};
+use crate::store::read::KeyRestrictions;
 use crate::store::{OrderFilter, OrderPosition, OrderQuery};
 
 /// The version of the token format of an unfiltered page.
@@ -40,16 +41,18 @@ const FIXED_BYTES: usize = 1 + 8 + 8 + 8;
 /// What the query string of `GET /orders` asks for, before the organization is known.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PageRequest {
-    /// `limit` as given, if it was.
-    limit: Option<usize>,
+    /// `limit` as given, if it was (1 to 100: a byte keeps the request small, for it is
+    /// moved along the request's path).
+    limit: Option<u8>,
     /// The decoded `page_token`, if one was given.
     token: Option<PageToken>,
     /// The filters given (none: every order), boxed so an unfiltered request allocates
     /// nothing for them.
     filter: Option<Box<OrderFilter>>,
-    /// The providers of a key limited to them ([`within`](Self::within)): its pages are
-    /// read with them as the provider filter, and its tokens are bound to them.
-    view: Option<std::sync::Arc<[String]>>,
+    /// The restrictions of a key limited to providers ([`within`](Self::within)): its pages
+    /// are read with its providers as the provider filter, and its tokens are bound to them.
+    /// The principal's shared restrictions, so a request holds one pointer for them.
+    view: Option<std::sync::Arc<KeyRestrictions>>,
 }
 
 /// A decoded `page_token`: its organization binding, its filters' (for a filtered page), and
@@ -142,7 +145,11 @@ impl PageRequest {
     /// # Errors
     ///
     /// The first provider of the request's filter that is not among `providers`.
-    pub(crate) fn within(&mut self, providers: std::sync::Arc<[String]>) -> Result<(), String> {
+    pub(crate) fn within(
+        &mut self,
+        restrictions: std::sync::Arc<KeyRestrictions>,
+    ) -> Result<(), String> {
+        let providers: &[String] = restrictions.providers.as_deref().unwrap_or_default();
         if let Some(outside) = self.filter.as_deref().and_then(|filter| {
             filter
                 .providers()
@@ -151,13 +158,20 @@ impl PageRequest {
         }) {
             return Err(outside.clone());
         }
-        self.view = Some(providers);
+        self.view = Some(restrictions);
         Ok(())
+    }
+
+    /// The providers of the key's view, if it is limited to them.
+    fn view_providers(&self) -> Option<&[String]> {
+        self.view
+            .as_deref()
+            .and_then(|restrictions| restrictions.providers.as_deref())
     }
 
     /// The tag that binds this request's tokens to a key's providers, if it has them.
     pub(crate) fn view_tag(&self) -> Option<[u8; 8]> {
-        self.view.as_deref().map(|providers| {
+        self.view_providers().map(|providers| {
             let mut hasher = Sha256::new();
             hasher.update(b"partner-api key providers\0");
             for provider in providers {
@@ -173,7 +187,7 @@ impl PageRequest {
     /// The store query for the organization `organization_id`, or the 400 of a token that
     /// another organization's page links to, or a page of other filters.
     pub(crate) fn query_for(&self, organization_id: &str) -> Result<OrderQuery, BadPageRequest> {
-        let limit = self.limit.unwrap_or(MAX_ORDERS);
+        let limit = self.limit.map_or(MAX_ORDERS, usize::from);
         let query = match &self.token {
             None => OrderQuery::newest(limit),
             Some(token) if token.organization != organization_tag(organization_id) => {
@@ -184,7 +198,7 @@ impl PageRequest {
             }
             Some(token) => OrderQuery::after(token.position.clone(), limit),
         };
-        let filter = match (&self.filter, &self.view) {
+        let filter = match (&self.filter, self.view_providers()) {
             (None, None) => return Ok(query),
             (Some(filter), None) => OrderFilter::clone(filter),
             // The key's providers are the filter unless the request narrows them.
@@ -330,12 +344,14 @@ fn organization_tag(organization_id: &str) -> [u8; 8] {
 }
 
 /// A `limit` value: digits only, from 1 to [`MAX_ORDERS`].
-fn parse_limit(value: &str) -> Result<usize, BadPageRequest> {
+fn parse_limit(value: &str) -> Result<u8, BadPageRequest> {
     if value.is_empty() || value.len() > 3 || !value.bytes().all(|b| b.is_ascii_digit()) {
         return Err(BadPageRequest::Limit);
     }
-    match value.parse() {
-        Ok(limit) if (1..=MAX_ORDERS).contains(&limit) => Ok(limit),
+    match value.parse::<usize>() {
+        Ok(limit) if (1..=MAX_ORDERS).contains(&limit) => {
+            u8::try_from(limit).map_err(|_| BadPageRequest::Limit)
+        }
         _ => Err(BadPageRequest::Limit),
     }
 }

@@ -98,8 +98,9 @@ impl RequestFacts {
     /// ranges; a restricted one only from a known address inside them (an unknown client,
     /// or a forwarding header that does not parse, is outside every range).
     pub(crate) fn allows(&self, principal: &Principal) -> bool {
-        principal.allowed_ips.is_any()
-            || matches!(self.client, Some(ClientAddr::Known(address)) if principal.allowed_ips.allows(address))
+        let allowed_ips = principal.allowed_ips();
+        allowed_ips.is_any()
+            || matches!(self.client, Some(ClientAddr::Known(address)) if allowed_ips.allows(address))
     }
 
     /// Counts a refused key's request in its usage, when the store said which key it was.

@@ -49,8 +49,8 @@ impl std::error::Error for AllowedIpsError {}
 
 impl AllowedIps {
     /// Any address: no restriction.
-    pub fn any() -> Self {
-        Self::default()
+    pub const fn any() -> Self {
+        Self(None)
     }
 
     /// The ranges `ranges`, each as its network (host bits cleared; an IPv4-mapped IPv6 range

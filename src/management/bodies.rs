@@ -149,7 +149,17 @@ pub(super) struct IssueRequest {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct ProvidersRequest {
+    /// Required: `null` lifts the limit, a missing member is refused rather than read so.
+    #[serde(deserialize_with = "present_or_null")]
     pub(super) providers: Option<Vec<String>>,
+}
+
+/// A member that must be present, as a list or as `null` (serde reads a missing `Option`
+/// member as `None` unless told otherwise).
+fn present_or_null<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Vec<String>>, D::Error> {
+    Option::<Vec<String>>::deserialize(deserializer)
 }
 
 /// The body of `POST /keys/{id}/permissions`: the routes the key may call, all of them to

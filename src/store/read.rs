@@ -5,7 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::{OrderQuery, StoreError};
-use crate::key::{AllowedIps, KeyDigest};
+use crate::key::{AllowedIps, KeyDigest, Permissions};
 #[cfg(doc)]
 use crate::model::MAX_ORDERS;
 use crate::model::{OrderPage, Organization, Timestamp};
@@ -14,8 +14,8 @@ use crate::versions::ApiVersion;
 /// What a valid API key resolves to.
 ///
 /// Its parts are shared, so a store that keeps principals in memory hands out reference
-/// counts instead of copies. Built with [`Principal::new`]; later versions may add parts
-/// (a key's expiry, its label) without breaking stores that build one.
+/// counts instead of copies. Built with [`Principal::new`] and its `with_*` setters; later
+/// versions may add parts (a key's expiry, its label) without breaking stores that build one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Principal {
@@ -26,48 +26,67 @@ pub struct Principal {
     pub organization: Arc<Organization>,
     /// When the key expires, if it does: a cache of principals checks it on every hit.
     pub expires_at: Option<Timestamp>,
-    /// The address ranges the key may be used from ([`AllowedIps::any`] for any): the API
-    /// answers 403 to a request from elsewhere.
-    pub allowed_ips: AllowedIps,
     /// The API version the key is pinned to: what a request without a version header is
     /// answered at. `None` (a key of a store that records no version, every key issued before
     /// versions existed) is the first version, [`versions::FIRST`](crate::versions::FIRST).
     pub api_version: Option<ApiVersion>,
-    /// The routes the key may call beyond those open to every key
-    /// ([`Permissions::ALL`](crate::key::Permissions::ALL) for a key without restrictions):
-    /// the API answers 403 `insufficient_scope` to a route it lacks.
-    pub permissions: crate::key::Permissions,
-    /// The providers whose orders the key may read (sorted, each once), or `None` for every
-    /// order of its organization: the API reads its pages with them as the provider filter.
-    pub providers: Option<Arc<[String]>>,
+    /// What restricts the key beyond its organization, `None` for a key without
+    /// restrictions: kept apart so that the principal of nearly every key, moved and cloned
+    /// along each request's path, carries one empty pointer for them.
+    restrictions: Option<Arc<KeyRestrictions>>,
 }
 
+/// What restricts a key beyond its organization: the addresses it may be used from, the
+/// routes it may call, the providers whose orders it reads. Every part at its default is no
+/// restriction at all, which a [`Principal`] holds as none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct KeyRestrictions {
+    pub(crate) allowed_ips: AllowedIps,
+    pub(crate) permissions: Permissions,
+    pub(crate) providers: Option<Arc<[String]>>,
+}
+
+/// A key without restrictions.
+static UNRESTRICTED: KeyRestrictions = KeyRestrictions {
+    allowed_ips: AllowedIps::any(),
+    permissions: Permissions::ALL,
+    providers: None,
+};
+
 impl Principal {
-    /// Creates the principal of the key `key_id` of `organization`.
+    /// Creates the principal of the key `key_id` of `organization`, without restrictions.
     pub fn new(key_id: impl Into<Arc<str>>, organization: impl Into<Arc<Organization>>) -> Self {
         Self {
             key_id: key_id.into(),
             organization: organization.into(),
             expires_at: None,
-            allowed_ips: AllowedIps::any(),
             api_version: None,
-            permissions: crate::key::Permissions::ALL,
-            providers: None,
+            restrictions: None,
         }
+    }
+
+    /// The key's restrictions, changed by `change`: none again when they are all lifted.
+    fn restricted(mut self, change: impl FnOnce(&mut KeyRestrictions)) -> Self {
+        let mut restrictions = self
+            .restrictions
+            .as_deref()
+            .unwrap_or(&UNRESTRICTED)
+            .clone();
+        change(&mut restrictions);
+        self.restrictions = (restrictions != UNRESTRICTED).then(|| Arc::new(restrictions));
+        self
     }
 
     /// Sets the providers whose orders the key may read (`None`: every order).
     #[must_use]
-    pub fn with_providers(mut self, providers: Option<Arc<[String]>>) -> Self {
-        self.providers = providers;
-        self
+    pub fn with_providers(self, providers: Option<Arc<[String]>>) -> Self {
+        self.restricted(|restrictions| restrictions.providers = providers)
     }
 
     /// Sets the routes the key may call.
     #[must_use]
-    pub fn with_permissions(mut self, permissions: crate::key::Permissions) -> Self {
-        self.permissions = permissions;
-        self
+    pub fn with_permissions(self, permissions: Permissions) -> Self {
+        self.restricted(|restrictions| restrictions.permissions = permissions)
     }
 
     /// Sets the API version the key is pinned to.
@@ -86,9 +105,8 @@ impl Principal {
 
     /// Sets the address ranges the key may be used from.
     #[must_use]
-    pub fn with_allowed_ips(mut self, allowed_ips: AllowedIps) -> Self {
-        self.allowed_ips = allowed_ips;
-        self
+    pub fn with_allowed_ips(self, allowed_ips: AllowedIps) -> Self {
+        self.restricted(|restrictions| restrictions.allowed_ips = allowed_ips)
     }
 
     /// Returns the key's id.
@@ -99,6 +117,39 @@ impl Principal {
     /// Returns the organization the key belongs to.
     pub fn organization(&self) -> &Organization {
         &self.organization
+    }
+
+    /// The address ranges the key may be used from ([`AllowedIps::any`] for any): the API
+    /// answers 403 to a request from elsewhere.
+    pub fn allowed_ips(&self) -> &AllowedIps {
+        &self.restrictions().allowed_ips
+    }
+
+    /// The routes the key may call beyond those open to every key ([`Permissions::ALL`] for
+    /// a key without restrictions): the API answers 403 `insufficient_scope` to a route it
+    /// lacks.
+    pub fn permissions(&self) -> Permissions {
+        self.restrictions().permissions
+    }
+
+    /// The providers whose orders the key may read (sorted, each once), or `None` for every
+    /// order of its organization: the API reads its pages with them as the provider filter.
+    pub fn providers(&self) -> Option<&Arc<[String]>> {
+        self.restrictions().providers.as_ref()
+    }
+
+    /// Whether anything restricts the key beyond its organization.
+    pub fn is_restricted(&self) -> bool {
+        self.restrictions.is_some()
+    }
+
+    pub(crate) fn restrictions(&self) -> &KeyRestrictions {
+        self.restrictions.as_deref().unwrap_or(&UNRESTRICTED)
+    }
+
+    /// The shared restrictions, for a request's values to hold without copying them.
+    pub(crate) fn shared_restrictions(&self) -> Option<&Arc<KeyRestrictions>> {
+        self.restrictions.as_ref()
     }
 }
 

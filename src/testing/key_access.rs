@@ -15,8 +15,8 @@ use crate::store::{KeyManager, NewKey, Principal, RollKey, StoreErrorKind};
 fn access(principal: Option<&Principal>) -> Option<(Permissions, Option<Vec<String>>)> {
     principal.map(|principal| {
         (
-            principal.permissions,
-            principal.providers.as_deref().map(<[String]>::to_vec),
+            principal.permissions(),
+            principal.providers().map(|providers| providers.to_vec()),
         )
     })
 }

@@ -47,7 +47,9 @@ where
     );
     let principal = lookup(fixtures, issued.plaintext()).await?;
     ensure!(
-        principal.as_ref().is_some_and(|p| p.allowed_ips == pinned),
+        principal
+            .as_ref()
+            .is_some_and(|p| *p.allowed_ips() == pinned),
         "a pinned key resolves to {principal:?}"
     );
     // A change is seen by the very next lookup, as a revocation is.
@@ -62,7 +64,9 @@ where
     );
     let principal = lookup(fixtures, issued.plaintext()).await?;
     ensure!(
-        principal.as_ref().is_some_and(|p| p.allowed_ips == changed),
+        principal
+            .as_ref()
+            .is_some_and(|p| *p.allowed_ips() == changed),
         "after restrict the key resolves to {principal:?}"
     );
     // Another organization cannot touch it.
@@ -87,7 +91,9 @@ where
     );
     let principal = lookup(fixtures, rolled.plaintext()).await?;
     ensure!(
-        principal.as_ref().is_some_and(|p| p.allowed_ips == changed),
+        principal
+            .as_ref()
+            .is_some_and(|p| *p.allowed_ips() == changed),
         "the rolled key resolves to {principal:?}"
     );
     // No ranges lifts the restriction.
@@ -97,7 +103,7 @@ where
         .map_err(failed("restrict"))?;
     let principal = lookup(fixtures, rolled.plaintext()).await?;
     ensure!(
-        lifted.allowed_ips.is_any() && principal.is_some_and(|p| p.allowed_ips.is_any()),
+        lifted.allowed_ips.is_any() && principal.is_some_and(|p| p.allowed_ips().is_any()),
         "a lifted restriction is still there: {lifted:?}"
     );
     Ok(())

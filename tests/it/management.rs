@@ -2099,6 +2099,21 @@ async fn keys_are_limited_to_routes_on_issue_and_changed_later() {
         );
         assert!(refused.text.contains("providers: "), "{}", refused.text);
     }
+    // The member is required: `null` lifts the limit, a body without it changes nothing.
+    let missing = post(
+        &service,
+        &format!("/keys/{limited_id}/providers"),
+        json!({}),
+    )
+    .await;
+    assert!(
+        missing.status == StatusCode::BAD_REQUEST
+            || missing.status == StatusCode::UNPROCESSABLE_ENTITY,
+        "{} {}",
+        missing.status,
+        missing.text
+    );
+    assert!(missing.text.contains("providers"), "{}", missing.text);
     let widened = post(
         &service,
         &format!("/keys/{limited_id}/permissions"),

@@ -95,7 +95,7 @@ impl KeyManager for MemoryStore {
             );
         }
         entry.record.allowed_ips = allowed_ips.clone();
-        entry.principal.allowed_ips = allowed_ips;
+        entry.principal = entry.principal.clone().with_allowed_ips(allowed_ips);
         Ok(entry.record.clone())
     }
 
@@ -120,7 +120,7 @@ impl KeyManager for MemoryStore {
             );
         }
         entry.record.permissions = permissions;
-        entry.principal.permissions = permissions;
+        entry.principal = entry.principal.clone().with_permissions(permissions);
         Ok(entry.record.clone())
     }
 
@@ -151,7 +151,10 @@ impl KeyManager for MemoryStore {
                 .with_detail(providers_detail(providers.as_deref())),
             );
         }
-        entry.principal.providers = providers.as_deref().map(Into::into);
+        entry.principal = entry
+            .principal
+            .clone()
+            .with_providers(providers.as_deref().map(Into::into));
         entry.record.providers = providers;
         Ok(entry.record.clone())
     }
