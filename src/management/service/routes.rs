@@ -148,6 +148,13 @@ impl Route<'_> {
 }
 
 impl KeyManagementService {
+    /// The usage store, or the 404 of a host that passed none.
+    fn usage_store(&self) -> Result<&dyn crate::store::UsageStore, Failure> {
+        self.usage
+            .as_deref()
+            .ok_or_else(|| Failure::not_offered("usage"))
+    }
+
     /// What the service was given, asked which abilities it offers.
     pub(super) fn offered(&self) -> Offered<'_> {
         Offered {
@@ -484,25 +491,16 @@ impl KeyManagementService {
                 &serde_json::json!({ "data": { "abilities": self.offered().abilities() } }),
             )),
             Route::Usage => {
-                let store = self
-                    .usage
-                    .as_deref()
-                    .ok_or_else(|| Failure::not_offered("usage"))?;
+                let store = self.usage_store()?;
                 crate::management::usage::usage_totals(store, organization, parts.uri.query()).await
             }
             Route::KeyUsage(id) => {
-                let store = self
-                    .usage
-                    .as_deref()
-                    .ok_or_else(|| Failure::not_offered("usage"))?;
+                let store = self.usage_store()?;
                 crate::management::usage::key_usage(store, organization, id, parts.uri.query())
                     .await
             }
             Route::PermissionSuggestions => {
-                let usage = self
-                    .usage
-                    .as_deref()
-                    .ok_or_else(|| Failure::not_offered("usage"))?;
+                let usage = self.usage_store()?;
                 crate::management::suggestions::suggestions(
                     keys,
                     usage,
@@ -512,10 +510,7 @@ impl KeyManagementService {
                 .await
             }
             Route::PermissionSuggestion(id) => {
-                let usage = self
-                    .usage
-                    .as_deref()
-                    .ok_or_else(|| Failure::not_offered("usage"))?;
+                let usage = self.usage_store()?;
                 crate::management::suggestions::key_suggestion(
                     keys,
                     usage,
