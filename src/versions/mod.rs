@@ -220,6 +220,43 @@ struct Release {
 pub struct Versions {
     first: ApiVersion,
     releases: Arc<[Release]>,
+    /// What the changes after each offered version touch, worked out once when the chain is
+    /// declared: the request path asks it of every request, and a walk of the chain per
+    /// question would cost each request more with every version released.
+    after: Arc<[AfterVersion]>,
+}
+
+/// What the changes released after `version` touch.
+struct AfterVersion {
+    version: ApiVersion,
+    /// The resources they reshape.
+    resources: Vec<Resource>,
+    /// The routes they added.
+    added_routes: Vec<&'static str>,
+}
+
+impl AfterVersion {
+    fn of(version: ApiVersion, releases: &[Release]) -> Self {
+        let changes = || {
+            releases
+                .iter()
+                .filter(move |release| release.version > version)
+                .flat_map(|release| release.changes.iter())
+        };
+        let mut facts = Self {
+            version,
+            resources: Vec::new(),
+            added_routes: Vec::new(),
+        };
+        for change in changes() {
+            facts.resources.extend(change.resources());
+            facts.added_routes.extend(change.added_routes());
+        }
+        facts.added_routes.sort_unstable();
+        facts.added_routes.dedup();
+        facts.resources.dedup();
+        facts
+    }
 }
 
 /// A version declared out of order: each must be later than the one before it.
@@ -246,10 +283,25 @@ impl std::error::Error for VersionOutOfOrder {}
 impl Versions {
     /// A chain of one version, `first`: every request is answered in the newest shape.
     pub fn new(first: ApiVersion) -> Self {
+        Self::of(first, Vec::new())
+    }
+
+    /// The chain of `first` and `releases`, with what follows each version worked out.
+    fn of(first: ApiVersion, releases: Vec<Release>) -> Self {
+        let after = std::iter::once(first)
+            .chain(releases.iter().map(|release| release.version))
+            .map(|version| AfterVersion::of(version, &releases))
+            .collect();
         Self {
             first,
-            releases: Arc::new([]),
+            releases: releases.into(),
+            after,
         }
+    }
+
+    /// What follows `version`, when it is one of the chain's.
+    fn after(&self, version: ApiVersion) -> Option<&AfterVersion> {
+        self.after.iter().find(|after| after.version == version)
     }
 
     /// The crate's chain, declared here and nowhere else: [`FIRST`], then [`UPDATED_AT`]
@@ -289,10 +341,7 @@ impl Versions {
             version,
             changes: changes.into_iter().collect(),
         });
-        Ok(Self {
-            first: self.first,
-            releases: releases.into(),
-        })
+        Ok(Self::of(self.first, releases))
     }
 
     /// Whether `other` is this chain, not merely an equal one: what a cache of answers keys on.
@@ -346,8 +395,12 @@ impl Versions {
 
     /// Whether an answer at `version` differs from the newest in `resource`'s shape.
     pub fn reshapes(&self, version: ApiVersion, resource: Resource) -> bool {
-        self.changes_after(version)
-            .any(|change| change.resources().contains(&resource))
+        match self.after(version) {
+            Some(after) => after.resources.contains(&resource),
+            None => self
+                .changes_after(version)
+                .any(|change| change.resources().contains(&resource)),
+        }
     }
 
     /// The JSON object `newest` of a `resource` (an order, an organization) in the newest
@@ -444,9 +497,12 @@ impl Versions {
 
     /// Whether `route` exists at `version`: not when a later change added it.
     pub fn has_route(&self, route: &str, version: ApiVersion) -> bool {
-        !self
-            .changes_after(version)
-            .any(|change| change.added_routes().contains(&route))
+        match self.after(version) {
+            Some(after) => !after.added_routes.contains(&route),
+            None => !self
+                .changes_after(version)
+                .any(|change| change.added_routes().contains(&route)),
+        }
     }
 
     /// The changelog, made from the changes' descriptions: a Markdown section per version,
@@ -533,6 +589,55 @@ mod tests {
             serde_json::to_string(&UPDATED_AT).unwrap(),
             "\"2026-11-28\""
         );
+    }
+
+    /// A change that adds a route and reshapes the organization, for the facts' test.
+    struct AddsRoute;
+
+    impl VersionChange for AddsRoute {
+        fn description(&self) -> &'static str {
+            "adds /reports"
+        }
+        fn routes(&self) -> &'static [&'static str] {
+            &["/reports"]
+        }
+        fn resources(&self) -> &'static [Resource] {
+            &[Resource::Organization]
+        }
+        fn added_routes(&self) -> &'static [&'static str] {
+            &["/reports"]
+        }
+    }
+
+    #[test]
+    fn the_facts_kept_per_version_agree_with_a_walk_of_the_chain() {
+        let chain = Versions::shipped()
+            .with_version(ApiVersion::from_ymd(2027, 1, 1), [Arc::new(AddsRoute) as _])
+            .unwrap();
+        let unknown = ApiVersion::from_ymd(2026, 11, 30);
+        for version in chain.offered().chain([unknown]) {
+            for resource in [Resource::Order, Resource::Organization, Resource::Me] {
+                assert_eq!(
+                    chain.reshapes(version, resource),
+                    chain
+                        .changes_after(version)
+                        .any(|change| change.resources().contains(&resource)),
+                    "{version} {resource:?}"
+                );
+            }
+            for route in ["/reports", "/orders", "/me"] {
+                assert_eq!(
+                    chain.has_route(route, version),
+                    !chain
+                        .changes_after(version)
+                        .any(|change| change.added_routes().contains(&route)),
+                    "{version} {route}"
+                );
+            }
+        }
+        assert!(!chain.has_route("/reports", KEY_ACCESS));
+        assert!(chain.has_route("/reports", ApiVersion::from_ymd(2027, 1, 1)));
+        assert!(chain.reshapes(FIRST, Resource::Organization));
     }
 
     #[test]
