@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The events feed's retention at scale, on a throwaway PostgreSQL with durable commits, in
 # two parts:
-# 1. a backlog of ORGANIZATIONS organizations (default 1,600) x EVENTS expired events each
-#    (default 500), none ever read (so none stamped), drained by retention's own calls
-#    (`partner_api_prune_order_events`, 1,000 events and 100 ms of work at most each, as the
-#    API's rounds make them) while a reader of another organization stamps and reads its feed
-#    in a loop: the longest call, the calls and seconds the backlog took, the reader's slowest
-#    read, what is left;
+# 1. a backlog of ORGANIZATIONS organizations (default 1,600) x EVENTS events each (default
+#    500), written 40 days ago and never read (so none stamped), worked through by retention's
+#    own calls (`partner_api_prune_order_events`, 1,000 events and 100 ms of work at most each,
+#    as the API's rounds make them) while a reader of another organization stamps and reads
+#    its feed in a loop: first the calls that give the backlog its positions (retention keeps
+#    an event a period from when it became readable, so none is deleted then), then, the
+#    period made past (its entry times moved back 40 days), the calls that delete it: the
+#    longest call, the calls and seconds each part took, the reader's slowest read, what is
+#    left;
 # 2. a steady RATE events a second (default 1,000) written across WRITTEN organizations
 #    (default 2,000) for STEADY_SECONDS (default 600), kept for KEEP_SECONDS (default 60), with
 #    a round of retention a minute as the API runs it (calls until one has visited the last
@@ -83,16 +86,30 @@ reader_log="$work/reader"
 reader org_reader "$reader_log" &
 reader_pid=$!
 
+seconds_since() { awk -v a="$(date +%s.%N)" -v b="$1" 'BEGIN { printf "%.1f", a - b }'; }
 started=$(date +%s.%N)
 calls=0
 longest=0
 deleted_total=0
+stamping=
 while true; do
   call 2592000
   longest=$(awk -v a="$took" -v b="$longest" 'BEGIN { print (a > b) ? a : b }')
   calls=$((calls + 1))
   deleted_total=$((deleted_total + deleted))
   if [ "$done" = true ] && [ "$deleted" = 0 ]; then
+    if [ -z "$stamping" ]; then
+      unstamped=$(psql -qAt "$database" -c "SELECT count(*) FROM partner_api_order_events WHERE position IS NULL AND organization_id <> 'org_reader'")
+      [ "$unstamped" = 0 ] || continue
+      [ "$deleted_total" = 0 ] || { echo "retention deleted $deleted_total events no reader could read yet" >&2; exit 1; }
+      stamping="$calls calls, $(seconds_since "$started") s; longest call ${longest} ms"
+      echo "positions: the backlog stamped in $stamping (none deleted)"
+      psql -q "$database" -c "UPDATE partner_api_order_events SET stamped_at = stamped_at - interval '40 days' WHERE organization_id <> 'org_reader'" -c "VACUUM ANALYZE partner_api_order_events"
+      started=$(date +%s.%N)
+      calls=0
+      longest=0
+      continue
+    fi
     left=$(psql -qAt "$database" -c "SELECT count(*) FROM partner_api_order_events WHERE organization_id <> 'org_reader'")
     [ "$left" -le "$ORGANIZATIONS" ] && break
   fi

@@ -246,9 +246,15 @@ pub trait EventFeed: Send + Sync {
         query: &EventQuery,
     ) -> Result<EventsPage, StoreError>;
 
-    /// Deletes at most `batch` events written more than `older_than` ago (by the store's
-    /// clock), in feed order, never one after an event it keeps, and never a feed's newest
-    /// event; remembers each deleted event's id (its tombstone) until its tombstone is as old
+    /// Deletes at most `batch` events that became part of the feed (readable: a position in
+    /// it) more than `older_than` ago, by the store's clock, in feed order, never one after an
+    /// event it keeps, and never a feed's newest event. An event is counted from when it
+    /// became readable, not from when it was written (they differ by a writer's long
+    /// transaction, or a change capture's lag): a reader that reads its feed to the end at
+    /// least once every `older_than` is never told [`EventsPage::Expired`]. A store that
+    /// hands positions out when reading gives them to the events it finds without one here
+    /// (every one, however young: they are readable from now), so a feed nobody reads is
+    /// pruned too; remembers each deleted event's id (its tombstone) until its tombstone is as old
     /// as `older_than` and a day (the newest of a feed for ever), and forgets older ones; returns how
     /// many it deleted. Fewer than `batch` means nothing more was due (or the store stopped
     /// to keep its call short; the next call goes on).

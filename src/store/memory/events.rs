@@ -157,7 +157,9 @@ impl EventFeed for MemoryStore {
         let mut deleted = 0;
         for feed in feeds.by_organization.values_mut() {
             // From the front only: what a feed keeps stays a suffix of it; and never the
-            // newest, where a reader that has it resumes, however quiet the feed.
+            // newest, where a reader that has it resumes, however quiet the feed. An event is
+            // readable from its write (appended under the feed's lock), so its `created_at` is
+            // when it became part of the feed.
             while deleted < u64::from(batch) && feed.events.len() > 1 {
                 match feed.events.front() {
                     Some(oldest) if oldest.created_at.as_datetime() < cutoff => {
