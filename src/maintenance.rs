@@ -96,7 +96,8 @@ impl Maintenance {
         Self::default()
     }
 
-    /// Deletes the events of `feed` older than `keep`, a round at start and one every
+    /// Deletes the events of `feed` readable for longer than `keep` (counted from when each
+    /// became part of the feed: [`EventFeed::prune_events`]), a round at start and one every
     /// [`EVENTS_RETENTION_INTERVAL`], in batches (the store keeps what is left a suffix of
     /// the feed; a reader further back gets 410). A round's failure is logged and counted in
     /// `partner_api_store_errors_total`; the next round comes all the same.

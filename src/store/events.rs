@@ -393,8 +393,8 @@ fn checksum(bytes: &[u8]) -> [u8; 4] {
     [digest[0], digest[1], digest[2], digest[3]]
 }
 
-/// Deletes `feed`'s events written more than `older_than` ago, `batch` at a time, at most
-/// `batches` batches; returns how many it deleted.
+/// Deletes `feed`'s events readable for more than `older_than` ([`EventFeed::prune_events`]),
+/// `batch` at a time, at most `batches` batches; returns how many it deleted.
 ///
 /// # Errors
 ///
