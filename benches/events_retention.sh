@@ -11,7 +11,8 @@
 #    longest call, the calls and seconds each part took, the reader's slowest read, what is
 #    left;
 # 2. a steady RATE events a second (default 1,000) written across WRITTEN organizations
-#    (default 2,000) for STEADY_SECONDS (default 600), kept for KEEP_SECONDS (default 60), with
+#    (default 2,000) for STEADY_SECONDS (default 600), kept for KEEP_SECONDS (default 60) from
+#    when each got its position (a reader's, or the first round of retention that saw it), with
 #    a round of retention a minute as the API runs it (calls until one has visited the last
 #    organization) and a reader of one of the written organizations stamping and reading in a
 #    loop: the events kept and the table's size every 30 s (flat once the first rounds ran),

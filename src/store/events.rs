@@ -251,13 +251,16 @@ pub trait EventFeed: Send + Sync {
     /// event it keeps, and never a feed's newest event. An event is counted from when it
     /// became readable, not from when it was written (they differ by a writer's long
     /// transaction, or a change capture's lag): a reader that reads its feed to the end at
-    /// least once every `older_than` is never told [`EventsPage::Expired`]. A store that
+    /// least once every `older_than` (less the moment a position takes to commit after the
+    /// store's clock was read for it) is never told [`EventsPage::Expired`]. A store that
     /// hands positions out when reading gives them to the events it finds without one here
     /// (every one, however young: they are readable from now), so a feed nobody reads is
-    /// pruned too; remembers each deleted event's id (its tombstone) until its tombstone is as old
-    /// as `older_than` and a day (the newest of a feed for ever), and forgets older ones; returns how
-    /// many it deleted. Fewer than `batch` means nothing more was due (or the store stopped
-    /// to keep its call short; the next call goes on).
+    /// pruned too.
+    ///
+    /// It remembers each deleted event's id (its tombstone) until its tombstone is as old as
+    /// `older_than` and a day (the newest of a feed for ever), and forgets older ones. Returns
+    /// how many it deleted: fewer than `batch` means nothing more was due (or the store
+    /// stopped to keep its call short; the next call goes on).
     async fn prune_events(
         &self,
         older_than: std::time::Duration,

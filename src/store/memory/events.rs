@@ -158,8 +158,9 @@ impl EventFeed for MemoryStore {
         for feed in feeds.by_organization.values_mut() {
             // From the front only: what a feed keeps stays a suffix of it; and never the
             // newest, where a reader that has it resumes, however quiet the feed. An event is
-            // readable from its write (appended under the feed's lock), so its `created_at` is
-            // when it became part of the feed.
+            // readable from its write (appended under the feed's lock), so its `created_at`
+            // (read just before, in milliseconds) is when it became part of the feed, to the
+            // millisecond.
             while deleted < u64::from(batch) && feed.events.len() > 1 {
                 match feed.events.front() {
                     Some(oldest) if oldest.created_at.as_datetime() < cutoff => {
