@@ -237,24 +237,25 @@ struct AfterVersion {
 
 impl AfterVersion {
     fn of(version: ApiVersion, releases: &[Release]) -> Self {
-        let changes = || {
-            releases
-                .iter()
-                .filter(move |release| release.version > version)
-                .flat_map(|release| release.changes.iter())
-        };
         let mut facts = Self {
             version,
             resources: Vec::new(),
             added_routes: Vec::new(),
         };
-        for change in changes() {
-            facts.resources.extend(change.resources());
+        let changes = releases
+            .iter()
+            .filter(|release| release.version > version)
+            .flat_map(|release| release.changes.iter());
+        for change in changes {
+            for resource in change.resources() {
+                if !facts.resources.contains(resource) {
+                    facts.resources.push(*resource);
+                }
+            }
             facts.added_routes.extend(change.added_routes());
         }
         facts.added_routes.sort_unstable();
         facts.added_routes.dedup();
-        facts.resources.dedup();
         facts
     }
 }

@@ -308,18 +308,14 @@ impl State {
         record.permissions = new.permissions();
         record.providers = new.canonical_providers();
         if let Some(entry) = self.keys.get_mut(&key.digest()) {
-            entry.record.providers = record.providers.clone();
             entry.principal = entry
                 .principal
                 .clone()
                 .with_providers(record.providers.as_deref().map(Into::into))
                 .with_allowed_ips(record.allowed_ips.clone())
                 .with_permissions(record.permissions);
-            entry.record.lifetime = record.lifetime;
-            entry.record.allowed_ips = record.allowed_ips.clone();
-            entry.record.api_version = record.api_version;
-            entry.record.permissions = record.permissions;
             entry.principal.api_version = record.api_version;
+            entry.record = record.clone();
         }
         Ok(IssuedKey::new(key, record))
     }
