@@ -68,17 +68,11 @@ function accessOf(key) {
   return parts.join(" · ");
 }
 
-// Sets a key's access: its permissions and providers, in the order the service accepts (a
-// key limited to providers holds no events permission, so that goes first, and comes back
-// last).
+// Sets a key's access: its permissions, then its providers.
 async function setAccess(key, permissions, providers) {
   const id = encodeURIComponent(key.id);
-  const calls = [
-    () => call("POST", `/keys/${id}/permissions`, { permissions }),
-    () => call("POST", `/keys/${id}/providers`, { providers }),
-  ];
-  if (providers === null) calls.reverse();
-  for (const next of calls) await next();
+  await call("POST", `/keys/${id}/permissions`, { permissions });
+  await call("POST", `/keys/${id}/providers`, { providers });
 }
 
 function rangesOf(input, what) {

@@ -3,6 +3,11 @@
 //! same events (an event never changes once written, see
 //! [`FeedEvent`](crate::store::FeedEvent)), so a hit is answered without encoding a hundred
 //! events again (their ids' checksums and times were four fifths of the route's own work).
+//!
+//! A page is kept by its events' numbers *and types*: in a key's view of providers an event
+//! may be another type than in the feed (an order that left the view is its deletion, `{"id"}`
+//! only), and a number and a type decide an event's bytes in every view, so two keys of
+//! different views share a body only when their pages are the same bytes.
 
 use std::cell::RefCell;
 use std::sync::{Arc, Weak};
@@ -10,7 +15,7 @@ use std::sync::{Arc, Weak};
 use bytes::Bytes;
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::store::{EventFeed, FeedEvent};
+use crate::store::{EventFeed, FeedEvent, OrderChange};
 use crate::versions::ApiVersion;
 
 /// Pages each worker thread keeps: a power of two, indexed by the low bits of a hash.
@@ -29,7 +34,7 @@ struct Kept {
     feed: Weak<dyn EventFeed>,
     organization_id: Box<str>,
     version: ApiVersion,
-    numbers: Box<[u64]>,
+    events: Box<[(u64, OrderChange)]>,
     body: Bytes,
 }
 
@@ -44,12 +49,12 @@ impl Kept {
         std::ptr::addr_eq(self.feed.as_ptr(), Arc::as_ptr(feed))
             && *self.organization_id == *organization_id
             && self.version == version
-            && self.numbers.len() == events.len()
+            && self.events.len() == events.len()
             && self
-                .numbers
+                .events
                 .iter()
                 .zip(events)
-                .all(|(number, event)| *number == event.id)
+                .all(|(kept, event)| *kept == (event.id, event.change))
     }
 }
 
@@ -72,6 +77,7 @@ pub(crate) fn events_body(
     hasher.update(&version.date().to_string().into_bytes());
     for event in events {
         hasher.update(&event.id.to_le_bytes());
+        hasher.update(&[event.change as u8]);
     }
     // The mask keeps the index below RECENT_PAGES, so the cast cannot truncate.
     #[allow(clippy::cast_possible_truncation)]
@@ -95,7 +101,10 @@ pub(crate) fn events_body(
             feed: Arc::downgrade(feed),
             organization_id: organization_id.into(),
             version,
-            numbers: events.iter().map(|event| event.id).collect(),
+            events: events
+                .iter()
+                .map(|event| (event.id, event.change))
+                .collect(),
             body: body.clone(),
         };
         // The entry it replaces is dropped once the borrow ends.
@@ -168,6 +177,21 @@ mod tests {
             let (body, encoded) = served(feed, organization, numbers, "fresh");
             assert!(encoded && body == "fresh", "{organization} {numbers:?}");
         }
+    }
+
+    #[test]
+    fn the_same_numbers_of_other_types_are_encoded_afresh() {
+        // Two views of one feed: an event that is an update in one is a deletion in another.
+        let feed: Arc<dyn EventFeed> = Arc::new(MemoryStore::new());
+        let page = |change| vec![event(1), FeedEvent { change, ..event(2) }];
+        let serve = |events: Vec<FeedEvent>, body: &'static str| {
+            events_body(&feed, "org_views", crate::versions::FIRST, &events, || {
+                Bytes::from_static(body.as_bytes())
+            })
+        };
+        assert_eq!(serve(page(OrderChange::Updated), "updated"), "updated");
+        assert_eq!(serve(page(OrderChange::Deleted), "deleted"), "deleted");
+        assert_eq!(serve(page(OrderChange::Deleted), "again"), "deleted");
     }
 
     #[test]

@@ -196,10 +196,16 @@ fn authenticated(config: &Config, facts: RequestFacts, principal: Principal) -> 
     }
     // A use of the key (its last use recorded), but not of its rate limit: a refusal like
     // the address's, counted as one of its own kind.
-    // A key limited to providers reads no feed until the feed has a view per provider.
+    // A key limited to providers reads no feed that cannot show it its view (a host's store
+    // written before views): it would see every order's events.
     let missing = facts.route.permission().filter(|permission| {
         !principal.permissions().allows(*permission)
-            || (*permission == crate::key::Permission::Events && principal.providers().is_some())
+            || (*permission == crate::key::Permission::Events
+                && principal.providers().is_some()
+                && !config
+                    .events
+                    .as_ref()
+                    .is_some_and(|feed| feed.serves_provider_views()))
     });
     if let Some(recorder) = &config.last_used {
         recorder.record(&principal.key_id);
@@ -401,10 +407,11 @@ fn limited(
         KeyedRoute::Events(Ok(request), path) => {
             return match request.query_for(&principal.organization.id) {
                 Ok(query) => AfterReply::Next(Ask::Events(EventsAsk {
+                    // The key's view: the orders of its providers, if it is limited to any.
+                    query: query.with_providers(principal.providers().cloned()),
                     principal,
                     decision,
                     version,
-                    query,
                     request,
                     path,
                 })),

@@ -3,6 +3,8 @@
 //!
 //! The feed's invariant and its argument are on [`EventFeed`].
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
@@ -43,6 +45,22 @@ impl OrderChange {
     /// The change named `name` ([`as_str`](Self::as_str)), if it is one.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|change| change.as_str() == name)
+    }
+
+    /// What this change of an order is in a view that saw the order before it (`was_in`:
+    /// a provider of the view was among the order's providers before the change, as the feed
+    /// showed it) and sees it after (`is_in`): `None` when the view sees neither, a creation
+    /// when the order comes into the view, a deletion when it leaves it, else the change
+    /// itself. A feed read in a view ([`EventQuery::with_providers`]) gives each event this
+    /// type, so every view's history of an order is well formed (created, updated, deleted)
+    /// when the feed's is.
+    pub const fn in_view(self, was_in: bool, is_in: bool) -> Option<Self> {
+        match (was_in, is_in) {
+            (false, false) => None,
+            (false, true) => Some(Self::Created),
+            (true, false) => Some(Self::Deleted),
+            (true, true) => Some(self),
+        }
     }
 
     const fn bit(self) -> u8 {
@@ -95,10 +113,13 @@ impl Default for OrderChanges {
     }
 }
 
-/// One event of an organization's feed.
+/// One event of an organization's feed, as a read sees it (in its view, for a read limited to
+/// providers: [`EventQuery::with_providers`]).
 ///
 /// An event never changes once written, and its number is never reused: the API keeps the
-/// body it encoded of a page and serves it again when the feed returns the same events.
+/// body it encoded of a page and serves it again when the feed returns the same events. In
+/// every view an event's number and `change` decide its `data`: the order after the change,
+/// or `{"id":...}` when `change` is [`OrderChange::Deleted`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FeedEvent {
     /// The event's number in the store: unique in the store, taken when the change was
@@ -117,13 +138,21 @@ pub struct FeedEvent {
     pub data: Bytes,
 }
 
+/// The most events of a feed one read in a view ([`EventQuery::with_providers`]) looks at:
+/// a read of a rare provider's orders returns at most this many events' worth of the feed,
+/// and its `through` is the last it looked at, so each read costs a bounded amount and the
+/// reader moves on.
+pub const MAX_EVENTS_LOOKED_AT_IN_VIEW: usize = 1_000;
+
 /// Which events of an organization's feed a read asks for: those after an event (or from
-/// the oldest kept), of some types, at most a number of them.
+/// the oldest kept), of some types, at most a number of them, in the view of some providers
+/// or of every order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventQuery {
     after: Option<u64>,
     limit: usize,
     types: OrderChanges,
+    providers: Option<Arc<[String]>>,
 }
 
 impl EventQuery {
@@ -133,6 +162,7 @@ impl EventQuery {
             after: None,
             limit: limit.clamp(1, MAX_ORDERS),
             types: OrderChanges::ALL,
+            providers: None,
         }
     }
 
@@ -149,6 +179,24 @@ impl EventQuery {
     pub fn with_types(mut self, types: OrderChanges) -> Self {
         self.types = types;
         self
+    }
+
+    /// The feed in the view of a key limited to `providers` (sorted, each once; `None`: every
+    /// order, the feed as it is). The read returns the events of the orders whose providers
+    /// include one of them before or after the change, each with its type in the view
+    /// ([`OrderChange::in_view`]): an order that comes into the view is created for it, one
+    /// that leaves it deleted (`{"id":...}` only), the changes of an order outside it are
+    /// not in it. It looks at [`MAX_EVENTS_LOOKED_AT_IN_VIEW`] events of the feed at most, and
+    /// its `through` is the last it looked at (the last returned when the page is full).
+    #[must_use]
+    pub fn with_providers(mut self, providers: Option<Arc<[String]>>) -> Self {
+        self.providers = providers;
+        self
+    }
+
+    /// The providers whose view is read; `None`: every order.
+    pub fn providers(&self) -> Option<&[String]> {
+        self.providers.as_deref()
     }
 
     /// The event after which the read starts; `None`: from the oldest kept.
@@ -245,6 +293,14 @@ pub trait EventFeed: Send + Sync {
         organization_id: &str,
         query: &EventQuery,
     ) -> Result<EventsPage, StoreError>;
+
+    /// Whether [`events`](Self::events) reads the feed in a view of providers
+    /// ([`EventQuery::with_providers`]). `false` (the default, for a store written before
+    /// views): the API answers a key limited to providers 403 on `GET /events` rather than
+    /// serve it every order's events.
+    fn serves_provider_views(&self) -> bool {
+        false
+    }
 
     /// Deletes at most `batch` events that became part of the feed (readable: a position in
     /// it) more than `older_than` ago, by the store's clock, in feed order, never one after an

@@ -32,7 +32,7 @@ pub use deprecated_calls::{
 pub(crate) use error::{StoreError, StoreErrorKind};
 pub use events::{
     prune_event_batches, BadEventId, EventFeed, EventId, EventQuery, EventsPage, FeedEvent,
-    OrderChange, OrderChanges, DEFAULT_EVENTS_RETENTION,
+    OrderChange, OrderChanges, DEFAULT_EVENTS_RETENTION, MAX_EVENTS_LOOKED_AT_IN_VIEW,
 };
 pub(crate) use key_manager::{check_label, describe_plaintext, lifetime_until, KeyRefusal};
 pub use key_manager::{

@@ -1,6 +1,7 @@
 //! The conformance suite of [`EventFeed`]: rule `feed-exactly-once` as one writer sees it
-//! (every change once, in order, resumable from each event, by page), the types filter, and
-//! the feed's scope. Concurrent writers are the history checker's (`tests/it/events.rs`).
+//! (every change once, in order, resumable from each event, by page), the types filter, the
+//! feed's scope, and the feed in a view of providers (rule `feed-in-view`, for a store that
+//! serves views). Concurrent writers are the history checker's (`tests/it/events.rs`).
 
 use std::time::Duration;
 
@@ -36,6 +37,12 @@ where
         "scope: a feed holds its organization's events only; another's event or one never written is unknown",
         scoped(fixtures).await,
     );
+    if fixtures.store().serves_provider_views() {
+        record(
+            "rule feed-in-view: a view of providers holds the events of its orders, an order coming in created and one leaving deleted, by page and type",
+            in_view(fixtures).await,
+        );
+    }
     report
 }
 
@@ -324,5 +331,203 @@ where
         .map_err(failed("prune_events"))?;
     let kept = events(fixtures, &org, &EventQuery::oldest(100)).await?;
     ensure!(kept == all, "retention of 50 years deleted new events");
+    Ok(())
+}
+
+/// Writes a history in which orders come into the view of `p1` and leave it; returns the
+/// organization and the events the view of `p1` holds, oldest first.
+async fn view_history<F: StoreFixtures>(
+    fixtures: &F,
+) -> Result<(String, Vec<(OrderChange, Vec<u8>)>), String>
+where
+    F::Store: EventFeed,
+{
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "views").await?;
+    let with = |mut order: Order, providers: &[&str]| {
+        order.providers = providers.iter().map(|&p| p.to_owned()).collect();
+        order
+    };
+    let update = |order: &Order| {
+        let order = order.clone();
+        let org = org.id.clone();
+        async move {
+            fixtures
+                .update_order(&org, &order)
+                .await
+                .map_err(failed("update_order"))
+        }
+    };
+    let inside = with(order(format!("{ns}-in"), 1_000), &["p1"]);
+    let outside = with(order(format!("{ns}-out"), 2_000), &["p2"]);
+    let never = with(order(format!("{ns}-never"), 3_000), &["p3"]);
+    add_orders(fixtures, &org.id, &[inside.clone(), outside.clone()]).await?;
+    add_orders(fixtures, &org.id, std::slice::from_ref(&never)).await?;
+    // Outside the view: nothing. Into it: created, as the order is after the change.
+    let mut never_changed = never.clone();
+    never_changed.status = "running".into();
+    update(&never_changed).await?;
+    let came_in = with(outside.clone(), &["p2", "p1"]);
+    update(&came_in).await?;
+    // Inside it: the change itself. Out of it: deleted. Back: created again.
+    let mut inside_changed = inside.clone();
+    inside_changed.budget_dkk += 1;
+    update(&inside_changed).await?;
+    let left = with(inside_changed.clone(), &["p3"]);
+    update(&left).await?;
+    let back = with(left.clone(), &["p3", "p1"]);
+    update(&back).await?;
+    fixtures
+        .remove_order(&org.id, &came_in.id)
+        .await
+        .map_err(failed("remove_order"))?;
+    fixtures
+        .remove_order(&org.id, &never.id)
+        .await
+        .map_err(failed("remove_order"))?;
+    let expected = vec![
+        expected(OrderChange::Created, &inside)?,
+        expected(OrderChange::Created, &came_in)?,
+        expected(OrderChange::Updated, &inside_changed)?,
+        expected(OrderChange::Deleted, &left)?,
+        expected(OrderChange::Created, &back)?,
+        expected(OrderChange::Deleted, &came_in)?,
+    ];
+    Ok((org.id, expected))
+}
+
+async fn in_view<F: StoreFixtures>(fixtures: &F) -> Check
+where
+    F::Store: EventFeed,
+{
+    let (org, expected) = view_history(fixtures).await?;
+    let view = |providers: &[&str]| -> Option<std::sync::Arc<[String]>> {
+        Some(providers.iter().map(|&p| p.to_owned()).collect())
+    };
+    let all = events(fixtures, &org, &EventQuery::oldest(100)).await?;
+    let p1 = EventQuery::oldest(100).with_providers(view(&["p1"]));
+    let read_p1 = events(fixtures, &org, &p1).await?;
+    ensure!(
+        seen(&read_p1) == expected,
+        "the view of p1 holds {:?}, not {:?}",
+        read_p1.iter().map(|e| e.change).collect::<Vec<_>>(),
+        expected.iter().map(|e| e.0).collect::<Vec<_>>()
+    );
+    // Each of its events is the feed's event of that number, in the feed's order.
+    let numbers: Vec<u64> = read_p1.iter().map(|event| event.id).collect();
+    let in_feed: Vec<u64> = all
+        .iter()
+        .map(|event| event.id)
+        .filter(|id| numbers.contains(id))
+        .collect();
+    ensure!(
+        numbers == in_feed,
+        "the view of p1 has events {numbers:?}, not the feed's {in_feed:?} in its order"
+    );
+    // A read that went through the whole feed resumes after its newest event.
+    let page = read(fixtures, &org, &p1).await?;
+    let newest = all.last().map(|event| event.id);
+    ensure!(
+        matches!(page, EventsPage::Events { through, .. } if through == newest),
+        "the view of p1 read to the end went through {page:?}, not the newest event {newest:?}"
+    );
+    // By pages of 1, each resumed after the last one, and after every event of the feed.
+    let mut walked: Vec<FeedEvent> = Vec::new();
+    let mut after = None;
+    for _ in 0..=all.len() {
+        let query = match after {
+            None => EventQuery::oldest(1),
+            Some(id) => EventQuery::after(id, 1),
+        }
+        .with_providers(view(&["p1"]));
+        let EventsPage::Events { events, through } = read(fixtures, &org, &query).await? else {
+            return Err(format!(
+                "a page of 1 of the view answered otherwise: {query:?}"
+            ));
+        };
+        walked.extend(events);
+        if through.is_none() {
+            break;
+        }
+        after = through;
+    }
+    ensure!(
+        walked == read_p1,
+        "pages of 1 of the view of p1 give other events than one page"
+    );
+    for (index, event) in all.iter().enumerate() {
+        let after = events(
+            fixtures,
+            &org,
+            &EventQuery::after(event.id, 100).with_providers(view(&["p1"])),
+        )
+        .await?;
+        let want: Vec<&FeedEvent> = read_p1
+            .iter()
+            .filter(|seen| all[index + 1..].iter().any(|later| later.id == seen.id))
+            .collect();
+        ensure!(
+            after.iter().collect::<Vec<_>>() == want,
+            "the view of p1 after event {} gives {} events, not {}",
+            event.id,
+            after.len(),
+            want.len()
+        );
+    }
+    // Types in the view are the view's types.
+    let created = OrderChanges::NONE.with(OrderChange::Created);
+    let got = events(fixtures, &org, &p1.clone().with_types(created)).await?;
+    let want: Vec<&FeedEvent> = read_p1
+        .iter()
+        .filter(|event| event.change == OrderChange::Created)
+        .collect();
+    ensure!(
+        got.iter().collect::<Vec<_>>() == want,
+        "the creations of the view of p1 are {} events, not {}",
+        got.len(),
+        want.len()
+    );
+    // A view of two providers: the order moved between them is updated in it; one of
+    // nobody's providers holds nothing; the view of every order is the feed.
+    let both = events(
+        fixtures,
+        &org,
+        &EventQuery::oldest(100).with_providers(view(&["p1", "p3"])),
+    )
+    .await?;
+    let kinds: Vec<OrderChange> = both.iter().map(|event| event.change).collect();
+    let want = [
+        OrderChange::Created,
+        OrderChange::Created,
+        OrderChange::Updated,
+        OrderChange::Created,
+        OrderChange::Updated,
+        OrderChange::Updated,
+        OrderChange::Updated,
+        OrderChange::Deleted,
+        OrderChange::Deleted,
+    ];
+    ensure!(
+        kinds == want,
+        "the view of p1 and p3 holds {kinds:?}, not {want:?}"
+    );
+    let nobody = events(
+        fixtures,
+        &org,
+        &EventQuery::oldest(100).with_providers(view(&["p9"])),
+    )
+    .await?;
+    ensure!(
+        nobody.is_empty(),
+        "the view of p9 holds {} events",
+        nobody.len()
+    );
+    let every = events(
+        fixtures,
+        &org,
+        &EventQuery::oldest(100).with_providers(None),
+    )
+    .await?;
+    ensure!(every == all, "the view of every order is not the feed");
     Ok(())
 }

@@ -71,28 +71,19 @@ where
         access(principal.as_ref())
     );
 
-    // Until the feed has a view per key, a key limited to providers holds no `events`.
-    for refused in [
-        kind_of(
-            store
-                .issue(
-                    &org.id,
-                    NewKey::new(KeyEnvironment::Live).with_providers(&["p1"]),
-                )
-                .await,
-        ),
-        kind_of(store.set_permissions(&org.id, &id, Permissions::ALL).await),
-        kind_of(
-            store
-                .set_providers(&org.id, full.record().id.as_str(), providers(&["p1"]))
-                .await,
-        ),
-    ] {
-        ensure!(
-            refused == Some(StoreErrorKind::InvalidData),
-            "a key limited to providers with the events permission answered {refused:?}, not InvalidData"
-        );
-    }
+    // Providers alone: every permission, the events feed in the providers' view.
+    let viewer = issue(
+        fixtures,
+        &org.id,
+        NewKey::new(KeyEnvironment::Live).with_providers(&["p1"]),
+    )
+    .await?;
+    let principal = lookup(fixtures, viewer.plaintext()).await?;
+    ensure!(
+        access(principal.as_ref()) == Some((Permissions::ALL, providers(&["p1"]))),
+        "a key issued for the orders of p1 alone resolves to {:?}",
+        access(principal.as_ref())
+    );
 
     // Providers that are no list of 1 to 50 ids are refused, and nothing changes.
     let too_many: Vec<String> = (0..=MAX_KEY_PROVIDERS).map(|n| format!("p{n}")).collect();

@@ -57,6 +57,9 @@ enum Fault {
     ForgetsChangeTimes,
     /// A change of a key's providers is recorded but never reaches a lookup.
     ForgetsProviders,
+    /// The feed in a view of providers is the whole feed's page filtered after the fact, by
+    /// the providers of each event's order after the change.
+    FiltersViewsAfterTheFact,
 }
 
 /// A memory store with one deliberate fault.
@@ -116,7 +119,15 @@ impl OrderStore for Faulty {
 #[async_trait]
 impl EventFeed for Faulty {
     async fn events(&self, org: &str, query: &EventQuery) -> Result<EventsPage, StoreError> {
-        let page = self.0.events(org, query).await?;
+        let view: Option<Vec<String>> = query.providers().map(<[String]>::to_vec);
+        let page = match self.1 {
+            Fault::FiltersViewsAfterTheFact => {
+                self.0
+                    .events(org, &query.clone().with_providers(None))
+                    .await?
+            }
+            _ => self.0.events(org, query).await?,
+        };
         let EventsPage::Events {
             mut events,
             through,
@@ -125,6 +136,18 @@ impl EventFeed for Faulty {
             return Ok(page);
         };
         match self.1 {
+            Fault::FiltersViewsAfterTheFact => {
+                if let Some(view) = view {
+                    events.retain(|event| {
+                        let data: serde_json::Value = serde_json::from_slice(&event.data).unwrap();
+                        data["providers"].as_array().is_some_and(|providers| {
+                            providers
+                                .iter()
+                                .any(|provider| view.iter().any(|p| provider == p.as_str()))
+                        })
+                    });
+                }
+            }
             Fault::SkipsEvents if events.len() > 1 => {
                 events.remove(1);
             }
@@ -133,19 +156,29 @@ impl EventFeed for Faulty {
         }
         Ok(EventsPage::Events { events, through })
     }
+    fn serves_provider_views(&self) -> bool {
+        self.0.serves_provider_views()
+    }
     async fn prune_events(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
         self.0.prune_events(older_than, batch).await
     }
 }
 
 #[tokio::test]
-async fn the_memory_feed_passes_the_suite_and_feeds_that_skip_or_reorder_fail_it() {
+async fn the_memory_feed_passes_the_suite_and_feeds_that_skip_reorder_or_filter_after_fail_it() {
     let store = MemoryStore::new();
     for _ in 0..2 {
         let report = partner_api::testing::run_event_feed(&store).await;
         report.assert_passed();
-        assert_eq!(report.len(), 4);
+        assert_eq!(report.len(), 5);
     }
+    let report = partner_api::testing::run_event_feed(&Faulty(
+        MemoryStore::new(),
+        Fault::FiltersViewsAfterTheFact,
+    ))
+    .await;
+    let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
+    assert_eq!(failed, ["rule feed-in-view: a view of providers holds the events of its orders, an order coming in created and one leaving deleted, by page and type"], "{report}");
     for fault in [Fault::SkipsEvents, Fault::ReordersEvents] {
         let report = partner_api::testing::run_event_feed(&Faulty(MemoryStore::new(), fault)).await;
         let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();

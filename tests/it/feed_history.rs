@@ -33,7 +33,7 @@ async fn the_pg_feed_passes_the_conformance_suite() {
     for _ in 0..2 {
         let report = partner_api::testing::run_event_feed(&store).await;
         report.assert_passed();
-        assert_eq!(report.len(), 4);
+        assert_eq!(report.len(), 5);
     }
 }
 

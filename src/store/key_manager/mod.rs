@@ -328,22 +328,6 @@ pub fn providers_detail(providers: Option<&[String]>) -> String {
     providers.map_or_else(|| "any".to_owned(), |providers| providers.join(", "))
 }
 
-/// Why `permissions` and `providers` cannot be one key's, if they cannot: the events feed
-/// has no view per provider yet, so a key limited to providers may not read it (it would
-/// see every order's events).
-pub(crate) fn check_restrictions(
-    permissions: Permissions,
-    providers: Option<&[String]>,
-) -> Result<(), StoreError> {
-    if providers.is_some() && permissions.allows(crate::key::Permission::Events) {
-        return Err(StoreError::refusal(
-            crate::store::StoreErrorKind::InvalidData,
-            "a key limited to providers cannot hold the events permission (the events feed has no view per provider yet): give it the orders permission alone",
-        ));
-    }
-    Ok(())
-}
-
 /// The detail of a `key.permissions_changed` entry: the permissions the key now holds,
 /// space-separated, or `none`.
 pub fn permissions_detail(permissions: Permissions) -> String {

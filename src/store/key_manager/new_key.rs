@@ -110,8 +110,7 @@ impl NewKey {
 
     /// Limits the key to the orders of `providers` (kept sorted, each once; checked by
     /// [`check`](Self::check) with [`canonical_providers`](crate::key::canonical_providers)).
-    /// Until the events feed has a view per provider, such a key may not hold the `events`
-    /// permission: give it [`Permission::Orders`](crate::key::Permission::Orders) alone.
+    /// Its pages and its events feed are those of these providers' orders.
     #[must_use]
     pub fn with_providers<S: AsRef<str>>(mut self, providers: &[S]) -> Self {
         self.providers = Some(providers.iter().map(|p| p.as_ref().to_owned()).collect());
@@ -171,7 +170,7 @@ impl NewKey {
         if let Some(providers) = &self.providers {
             crate::key::canonical_providers(providers).map_err(StoreError::invalid_data)?;
         }
-        super::check_restrictions(self.permissions, self.providers.as_deref())
+        Ok(())
     }
 }
 

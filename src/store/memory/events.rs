@@ -10,7 +10,21 @@ use bytes::Bytes;
 
 use super::{MemoryStore, PoisonError};
 use crate::model::Timestamp;
-use crate::store::{EventFeed, EventQuery, EventsPage, FeedEvent, OrderChange, StoreError};
+use crate::store::{
+    EventFeed, EventQuery, EventsPage, FeedEvent, OrderChange, StoreError,
+    MAX_EVENTS_LOOKED_AT_IN_VIEW,
+};
+
+/// One change of an order as a writer records it: what happened, to which order, its `data`,
+/// and the order's providers before the change and after it (`None`: no order before, a
+/// creation; no order after, a deletion), which decide what it is in a view.
+pub(super) struct Written {
+    pub(super) change: OrderChange,
+    pub(super) order_id: String,
+    pub(super) data: Bytes,
+    pub(super) before: Option<Vec<String>>,
+    pub(super) after: Option<Vec<String>>,
+}
 
 /// One change of an order, as the writers record it: its event and the order it is about
 /// (which the webhooks' outbox reads; without that feature, nothing does).
@@ -30,10 +44,54 @@ pub(super) struct Feeds {
     by_organization: HashMap<String, Feed>,
 }
 
+/// An event as the feed keeps it: as every order's view sees it, and the order's providers
+/// before and after the change (for the views of providers).
+struct Kept {
+    event: FeedEvent,
+    order_id: String,
+    before: Option<Vec<String>>,
+    after: Option<Vec<String>>,
+}
+
+impl Kept {
+    /// The event in the view of `providers` (`None`: every order's view), if it is in it.
+    fn in_view(&self, providers: Option<&[String]>) -> Option<FeedEvent> {
+        let Some(view) = providers else {
+            return Some(self.event.clone());
+        };
+        let seen = |side: &Option<Vec<String>>| {
+            side.as_ref()
+                .is_some_and(|held| held.iter().any(|provider| view.contains(provider)))
+        };
+        let change = self
+            .event
+            .change
+            .in_view(seen(&self.before), seen(&self.after))?;
+        // Left the view: its id only. Else the order after the change, as the feed has it.
+        let data = if change == OrderChange::Deleted && self.event.change != change {
+            deleted_data(&self.order_id)
+        } else {
+            self.event.data.clone()
+        };
+        Some(FeedEvent {
+            change,
+            data,
+            ..self.event.clone()
+        })
+    }
+}
+
+/// The `data` of an order's deletion: `{"id":...}`.
+pub(super) fn deleted_data(order_id: &str) -> Bytes {
+    serde_json::to_vec(&serde_json::json!({ "id": order_id }))
+        .unwrap_or_default()
+        .into()
+}
+
 #[derive(Default)]
 struct Feed {
     /// Oldest first; ids increase along it.
-    events: VecDeque<FeedEvent>,
+    events: VecDeque<Kept>,
     /// The tombstones of the events retention deleted, oldest first (ids increase along it):
     /// each one's id and when it was deleted. Kept as long as events are (a day at least),
     /// the newest for ever: a reader at it missed nothing.
@@ -41,13 +99,13 @@ struct Feed {
 }
 
 impl Feeds {
-    /// Appends one event per `(change, order id, data)` to `organization_id`'s feed, all
-    /// written at `at`; returns them with their orders.
+    /// Appends one event per written change to `organization_id`'s feed, all written at
+    /// `at`; returns them with their orders.
     fn append(
         &mut self,
         organization_id: &str,
         at: Timestamp,
-        changes: impl IntoIterator<Item = (OrderChange, String, Bytes)>,
+        changes: impl IntoIterator<Item = Written>,
     ) -> Vec<Change> {
         let feed = self
             .by_organization
@@ -55,16 +113,24 @@ impl Feeds {
             .or_default();
         changes
             .into_iter()
-            .map(|(change, order_id, data)| {
+            .map(|written| {
                 self.last_id += 1;
                 let event = FeedEvent {
                     id: self.last_id,
-                    change,
+                    change: written.change,
                     created_at: at,
-                    data,
+                    data: written.data,
                 };
-                feed.events.push_back(event.clone());
-                Change { order_id, event }
+                feed.events.push_back(Kept {
+                    event: event.clone(),
+                    order_id: written.order_id.clone(),
+                    before: written.before,
+                    after: written.after,
+                });
+                Change {
+                    order_id: written.order_id,
+                    event,
+                }
             })
             .collect()
     }
@@ -77,7 +143,7 @@ impl MemoryStore {
         &self,
         organization_id: &str,
         at: Timestamp,
-        changes: impl IntoIterator<Item = (OrderChange, String, Bytes)>,
+        changes: impl IntoIterator<Item = Written>,
     ) {
         let recorded = self
             .events
@@ -110,7 +176,10 @@ impl EventFeed for MemoryStore {
         };
         let start = match query.after_id() {
             None => 0,
-            Some(after) => match feed.events.binary_search_by_key(&after, |event| event.id) {
+            Some(after) => match feed
+                .events
+                .binary_search_by_key(&after, |kept| kept.event.id)
+            {
                 Ok(index) => index + 1,
                 // Deleted, and the last one deleted: every event after it is kept.
                 Err(_) if feed.pruned.back().is_some_and(|(id, _)| *id == after) => 0,
@@ -125,19 +194,35 @@ impl EventFeed for MemoryStore {
                 Err(_) => return Ok(EventsPage::Unknown),
             },
         };
+        // A view looks at a bounded part of the feed, as a store's query would.
+        let looked_at = match query.providers() {
+            None => feed.events.len(),
+            Some(_) => MAX_EVENTS_LOOKED_AT_IN_VIEW.max(query.limit()),
+        };
         let events: Vec<FeedEvent> = feed
             .events
             .iter()
             .skip(start)
+            .take(looked_at)
+            .filter_map(|kept| kept.in_view(query.providers()))
             .filter(|event| query.types().contains(event.change))
             .take(query.limit())
-            .cloned()
             .collect();
         let through = match events.last() {
             Some(last) if events.len() == query.limit() => Some(last.id),
-            _ => feed.events.iter().skip(start).last().map(|event| event.id),
+            _ => feed
+                .events
+                .iter()
+                .skip(start)
+                .take(looked_at)
+                .last()
+                .map(|kept| kept.event.id),
         };
         Ok(EventsPage::Events { events, through })
+    }
+
+    fn serves_provider_views(&self) -> bool {
+        true
     }
 
     async fn prune_events(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
@@ -162,7 +247,7 @@ impl EventFeed for MemoryStore {
             // (read just before, in milliseconds) is when it became part of the feed, to the
             // millisecond.
             while deleted < u64::from(batch) && feed.events.len() > 1 {
-                match feed.events.front() {
+                match feed.events.front().map(|kept| &kept.event) {
                     Some(oldest) if oldest.created_at.as_datetime() < cutoff => {
                         feed.pruned.push_back((oldest.id, now));
                         feed.events.pop_front();

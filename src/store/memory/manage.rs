@@ -7,7 +7,7 @@ use crate::key::{canonical_providers, AllowedIps, KeyEnvironment, Permissions};
 use crate::model::Timestamp;
 use crate::store::audit::restriction;
 use crate::store::key_manager::{
-    check_restrictions, no_rollback, permissions_detail, providers_detail, version_change,
+    no_rollback, permissions_detail, providers_detail, version_change,
 };
 use crate::store::StoreError;
 use crate::store::SECRET_SCANNING_ACTOR;
@@ -107,7 +107,6 @@ impl KeyManager for MemoryStore {
     ) -> Result<KeyRecord, StoreError> {
         let mut state = self.write();
         let entry = state.entry_mut(organization_id, key_id)?;
-        check_restrictions(permissions, entry.record.providers.as_deref())?;
         // A change that changes nothing writes no entry.
         if entry.record.permissions != permissions {
             self.audit(
@@ -139,7 +138,6 @@ impl KeyManager for MemoryStore {
             .transpose()?;
         let mut state = self.write();
         let entry = state.entry_mut(organization_id, key_id)?;
-        check_restrictions(entry.record.permissions, providers.as_deref())?;
         // A change that changes nothing writes no entry.
         if entry.record.providers != providers {
             self.audit(

@@ -2,6 +2,7 @@
 //! replaced whole (readers never wait), each recorded in the events feed and raising its
 //! webhook events.
 
+use super::events::{deleted_data, Written};
 use super::*;
 use crate::store::OrderChange;
 
@@ -23,18 +24,28 @@ impl MemoryStore {
             .order_writer
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let current = self.read().orders.get(organization_id).cloned();
-        let Some(next) = current.and_then(|orders| orders.without(order_id)) else {
+        let Some(current) = self.read().orders.get(organization_id).cloned() else {
+            return false;
+        };
+        let before = current
+            .get(order_id)
+            .map(|held| held.order().providers.clone());
+        let Some(next) = current.without(order_id) else {
             return false;
         };
         self.write()
             .orders
             .insert(organization_id.to_owned(), Arc::new(next));
-        let data = serde_json::to_vec(&serde_json::json!({ "id": order_id })).unwrap_or_default();
         self.record_changes(
             organization_id,
             Timestamp::now(),
-            [(OrderChange::Deleted, order_id.to_owned(), data.into())],
+            [Written {
+                change: OrderChange::Deleted,
+                order_id: order_id.to_owned(),
+                data: deleted_data(order_id),
+                before,
+                after: None,
+            }],
         );
         true
     }
@@ -73,12 +84,7 @@ impl MemoryStore {
         self.write()
             .orders
             .insert(organization_id.to_owned(), Arc::new(next));
-        self.record_written(
-            organization_id,
-            OrderChange::Created,
-            Timestamp::now(),
-            &encoded,
-        );
+        self.record_written(organization_id, Timestamp::now(), &encoded, |_| None);
         Ok(())
     }
 
@@ -108,8 +114,9 @@ impl MemoryStore {
             )));
         };
         // A write that changes no field is no change: neither its time nor an event.
-        let unchanged = current.get(order_id).map(|held| {
-            let (held, written) = (held.order(), encoded.order());
+        let held = current.get(order_id).map(|held| held.order().clone());
+        let unchanged = held.as_ref().map(|held| {
+            let written = encoded.order();
             Order {
                 updated_at: if named_change_time {
                     held.updated_at
@@ -134,24 +141,23 @@ impl MemoryStore {
         self.write()
             .orders
             .insert(organization_id.to_owned(), Arc::new(next));
-        self.record_written(
-            organization_id,
-            OrderChange::Updated,
-            now,
-            std::slice::from_ref(&encoded),
-        );
+        let before = held.map(|held| held.providers);
+        self.record_written(organization_id, now, std::slice::from_ref(&encoded), |_| {
+            before.clone()
+        });
         Ok(())
     }
 
     /// Records one change per written order at `at` (while the caller holds
-    /// `order_writer`): each event's `data` is the order in the newest shape, its `updatedAt`
-    /// the event's time.
+    /// `order_writer`): a creation for an order that `before` gives no providers before the
+    /// change, else an update; each event's `data` is the order in the newest shape, its
+    /// `updatedAt` the event's time.
     fn record_written(
         &self,
         organization_id: &str,
-        change: OrderChange,
         at: Timestamp,
         orders: &[EncodedOrder],
+        before: impl Fn(&Order) -> Option<Vec<String>>,
     ) {
         self.record_changes(
             organization_id,
@@ -169,7 +175,18 @@ impl MemoryStore {
                         .map(|encoded| bytes::Bytes::copy_from_slice(encoded.json()))
                         .unwrap_or_else(|_| bytes::Bytes::copy_from_slice(order.json()))
                 };
-                (change, order.order().id.clone(), data)
+                let before = before(order.order());
+                Written {
+                    change: if before.is_some() {
+                        OrderChange::Updated
+                    } else {
+                        OrderChange::Created
+                    },
+                    order_id: order.order().id.clone(),
+                    data,
+                    before,
+                    after: Some(order.order().providers.clone()),
+                }
             }),
         );
     }

@@ -13,7 +13,10 @@ use sqlx::Row;
 use super::timestamp::PgTimestamp;
 use super::{column, store_error, PgStore};
 use crate::model::{EncodedOrder, Order, Timestamp};
-use crate::store::{EventFeed, EventQuery, EventsPage, FeedEvent, OrderChange, StoreError};
+use crate::store::{
+    EventFeed, EventQuery, EventsPage, FeedEvent, OrderChange, StoreError,
+    MAX_EVENTS_LOOKED_AT_IN_VIEW,
+};
 
 /// An order as the trigger's snapshot (`to_jsonb` of the row) holds it.
 #[derive(serde::Deserialize)]
@@ -111,7 +114,7 @@ const PRUNE_CALL_MILLIS: i32 = 100;
 const MAX_PRUNE_CALLS: usize = 50;
 
 const READ: &str = "SELECT outcome, id, change, order_id, order_row, created_at \
-                    FROM partner_api_read_order_events($1, $2, $3, $4, $5)";
+                    FROM partner_api_read_order_events($1, $2, $3, $4, $5, $6, $7)";
 
 impl PgStore {
     /// One read of the feed; `None` when it has events without a position (and `check` was
@@ -133,6 +136,8 @@ impl PgStore {
             .bind(limit)
             .bind(kinds)
             .bind(check)
+            .bind(query.providers())
+            .bind(i32::try_from(MAX_EVENTS_LOOKED_AT_IN_VIEW).unwrap_or(i32::MAX))
             .fetch_all(&self.pool)
             .await
             .map_err(store_error)?;
@@ -225,6 +230,10 @@ impl EventFeed for PgStore {
         Err(StoreError::unavailable(
             "the event to resume after has no position yet: the feed is still stamping a backlog",
         ))
+    }
+
+    fn serves_provider_views(&self) -> bool {
+        true
     }
 
     /// Calls of `partner_api_prune_order_events`, each one short transaction (about 100 ms

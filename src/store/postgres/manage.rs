@@ -18,7 +18,7 @@ use crate::key::{
 use crate::model::Timestamp;
 use crate::store::audit::restriction;
 use crate::store::key_manager::{
-    check_restrictions, no_rollback, permissions_detail, providers_detail, version_change,
+    no_rollback, permissions_detail, providers_detail, version_change,
 };
 use crate::store::StoreError;
 use crate::store::{AuditAction, AuditContext, AuditRecord};
@@ -176,18 +176,6 @@ impl KeyManager for PgStore {
         permissions: Permissions,
     ) -> Result<KeyRecord, StoreError> {
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
-        // The key's providers, locked: a concurrent change of them is checked against these.
-        let providers: Option<Vec<String>> = sqlx::query_scalar(
-            "SELECT providers FROM partner_api_keys \
-             WHERE organization_id = $1 AND id = $2 FOR UPDATE",
-        )
-        .bind(organization_id)
-        .bind(parse_id(key_id)?)
-        .fetch_optional(&mut *transaction)
-        .await
-        .map_err(store_error)?
-        .flatten();
-        check_restrictions(permissions, providers.as_deref())?;
         let row = sqlx::query(&format!(
             "UPDATE partner_api_keys SET permissions = $3 \
              WHERE organization_id = $1 AND id = $2 AND permissions IS DISTINCT FROM $3 \
@@ -223,19 +211,6 @@ impl KeyManager for PgStore {
             })
             .transpose()?;
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
-        // The key's permissions, locked: a concurrent change of them is checked against these.
-        let held = sqlx::query(
-            "SELECT permissions FROM partner_api_keys \
-             WHERE organization_id = $1 AND id = $2 FOR UPDATE",
-        )
-        .bind(organization_id)
-        .bind(parse_id(key_id)?)
-        .fetch_optional(&mut *transaction)
-        .await
-        .map_err(store_error)?;
-        if let Some(row) = held {
-            check_restrictions(super::keys::permissions(&row)?, providers.as_deref())?;
-        }
         let row = sqlx::query(&format!(
             "UPDATE partner_api_keys SET providers = $3 \
              WHERE organization_id = $1 AND id = $2 AND providers IS DISTINCT FROM $3 \

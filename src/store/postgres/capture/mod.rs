@@ -512,11 +512,13 @@ impl OrderCapture {
         if !events.is_empty() {
             let written = sqlx::query(&format!(
                 "INSERT INTO {schema}.partner_api_order_events \
-                     (organization_id, change, order_id, order_row, created_at, captured_lsn, captured_index) \
-                 SELECT x.organization_id, x.change, x.order_id, x.order_row, \
+                     (organization_id, change, order_id, order_row, previous_providers, created_at, \
+                      captured_lsn, captured_index) \
+                 SELECT x.organization_id, x.change, x.order_id, x.order_row, x.previous_providers, \
                         x.created_at::timestamptz, x.lsn::pg_lsn, x.index \
                  FROM pg_catalog.jsonb_to_recordset($1) AS x(ordinal integer, organization_id text, \
-                     change text, order_id text, order_row jsonb, created_at text, lsn text, index integer) \
+                     change text, order_id text, order_row jsonb, previous_providers jsonb, \
+                     created_at text, lsn text, index integer) \
                  ORDER BY x.ordinal \
                  ON CONFLICT (captured_lsn, captured_index) WHERE captured_lsn IS NOT NULL DO NOTHING"
             ))
@@ -806,7 +808,8 @@ struct Tables {
     events: String,
 }
 
-/// An order's organization and id through the map, and its checked snapshot (the row after).
+/// An order's organization and id through the map, and its checked snapshot (`None` when the
+/// contract cannot show it).
 struct Keys {
     organization_id: Option<String>,
     id: Option<String>,
@@ -831,23 +834,40 @@ fn events_of(
 ) {
     let old = rendered.old.as_ref();
     let new = rendered.new.as_ref();
-    let kinds: Vec<(&Keys, &str, Option<&Value>)> = match (change.operation, old, new) {
-        (Operation::Insert, _, Some(new)) => vec![(new, "order.created", new.shown.as_ref())],
-        (Operation::Delete, Some(old), _) => vec![(old, "order.deleted", None)],
+    // The providers the feed showed before the change, as the triggers record them: the old
+    // order's when it was shown, `[]` when it was not; NULL when the old row is not known.
+    let before = |old: Option<&Keys>| {
+        old.map(|old| {
+            old.shown
+                .as_ref()
+                .and_then(|shown| shown.get("providers").cloned())
+                .unwrap_or_else(|| json!([]))
+        })
+    };
+    type Event<'a> = (&'a Keys, &'static str, Option<&'a Value>, Option<Value>);
+    let kinds: Vec<Event<'_>> = match (change.operation, old, new) {
+        (Operation::Insert, _, Some(new)) => {
+            vec![(new, "order.created", new.shown.as_ref(), None)]
+        }
+        (Operation::Delete, Some(old), _) => {
+            vec![(old, "order.deleted", None, before(Some(old)))]
+        }
         (Operation::Update, Some(old), Some(new))
             if old.organization_id != new.organization_id || old.id != new.id =>
         {
             // Moved: gone from where it was, new where it is.
             vec![
-                (old, "order.deleted", None),
-                (new, "order.created", new.shown.as_ref()),
+                (old, "order.deleted", None, before(Some(old))),
+                (new, "order.created", new.shown.as_ref(), None),
             ]
         }
         (Operation::Update, Some(_), Some(_)) if rendered.same => vec![],
-        (Operation::Update, _, Some(new)) => vec![(new, "order.updated", new.shown.as_ref())],
+        (Operation::Update, old, Some(new)) => {
+            vec![(new, "order.updated", new.shown.as_ref(), before(old))]
+        }
         _ => vec![],
     };
-    for (keys, kind, row) in kinds {
+    for (keys, kind, row, previous_providers) in kinds {
         let (Some(organization_id), Some(order_id)) = (&keys.organization_id, &keys.id) else {
             tracing::warn!(
                 table = %change.table,
@@ -861,6 +881,7 @@ fn events_of(
             "change": kind,
             "order_id": order_id,
             "order_row": row,
+            "previous_providers": previous_providers,
             "created_at": committed.committed_at,
             "lsn": committed.commit_lsn,
             "index": *index,
@@ -889,11 +910,12 @@ async fn render_all(
             .map(|&at| json!({"i": at, "old": changes[at].old, "new": changes[at].new}))
             .collect();
         let statement = format!(
-            "SELECT x.i, o.organization_id AS old_organization, o.id AS old_id, \
+            "SELECT x.i, o.organization_id AS old_organization, o.id AS old_id, o.shown AS old_shown, \
                     n.organization_id AS new_organization, n.id AS new_id, n.shown, \
                     COALESCE(o.row OPERATOR(pg_catalog.=) n.row, false) AS same \
              FROM pg_catalog.jsonb_to_recordset($1) AS x(i integer, old jsonb, new jsonb) \
-             LEFT JOIN LATERAL (SELECT t.organization_id, t.id, pg_catalog.to_jsonb(t) AS row \
+             LEFT JOIN LATERAL (SELECT t.organization_id, t.id, pg_catalog.to_jsonb(t) AS row, \
+                     {SHOWN_ORDER} AS shown \
                  FROM (SELECT {list} FROM pg_catalog.jsonb_populate_record(NULL::{table}, x.old) AS r) AS t) o \
                ON x.old IS NOT NULL \
              LEFT JOIN LATERAL (SELECT t.organization_id, t.id, pg_catalog.to_jsonb(t) AS row, \
@@ -914,15 +936,11 @@ async fn render_all(
                 for row in rows {
                     let at: i32 = row.try_get("i").map_err(store_error)?;
                     let keys =
-                        |organization: &str, id: &str, shown: bool| -> Result<Keys, StoreError> {
+                        |organization: &str, id: &str, shown: &str| -> Result<Keys, StoreError> {
                             Ok(Keys {
                                 organization_id: row.try_get(organization).map_err(store_error)?,
                                 id: row.try_get(id).map_err(store_error)?,
-                                shown: if shown {
-                                    row.try_get("shown").map_err(store_error)?
-                                } else {
-                                    None
-                                },
+                                shown: row.try_get(shown).map_err(store_error)?,
                             })
                         };
                     let change = changes[at as usize];
@@ -930,12 +948,12 @@ async fn render_all(
                         old: change
                             .old
                             .as_ref()
-                            .map(|_| keys("old_organization", "old_id", false))
+                            .map(|_| keys("old_organization", "old_id", "old_shown"))
                             .transpose()?,
                         new: change
                             .new
                             .as_ref()
-                            .map(|_| keys("new_organization", "new_id", true))
+                            .map(|_| keys("new_organization", "new_id", "shown"))
                             .transpose()?,
                         same: row.try_get("same").map_err(store_error)?,
                     });

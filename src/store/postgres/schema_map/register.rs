@@ -102,8 +102,8 @@ pub(in crate::store::postgres) fn orders_trigger(
         orders.item(OrderField::Organization),
         orders.item(OrderField::Id)
     );
-    let old_order = read_through_map("OLD", &list, &keys, None);
-    let new_order = read_through_map("NEW", &list, &keys, Some(SHOWN));
+    let old_order = read_through_map("OLD", &list, &keys);
+    let new_order = read_through_map("NEW", &list, &keys);
     let body = format!(
         r#"
 CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
@@ -116,7 +116,9 @@ DECLARE
     new_org text;
     new_id text;
     new_row jsonb;
-    shown jsonb;
+    new_shown jsonb;
+    old_shown jsonb;
+    before jsonb;
     orgs text[];
     kinds text[];
     order_keys text[];
@@ -136,6 +138,9 @@ BEGIN
     IF TG_OP <> 'DELETE' THEN
 {new_order}
     END IF;
+    -- The providers the feed showed before the change: the old order's, when it was shown
+    -- (`[]` when it was not: no view saw it).
+    before := COALESCE(old_shown -> 'providers', '[]'::jsonb);
     IF TG_OP = 'INSERT' THEN
         orgs := ARRAY[new_org];
         kinds := ARRAY['order.created'];
@@ -165,9 +170,11 @@ BEGIN
         END IF;
         -- The change's one record: the caches read it, and its webhooks are written from it
         -- when it is stamped.
-        INSERT INTO {schema}.partner_api_order_events (organization_id, change, order_id, order_row)
+        INSERT INTO {schema}.partner_api_order_events
+                (organization_id, change, order_id, order_row, previous_providers)
             VALUES (orgs[i], kinds[i], order_keys[i],
-                    CASE WHEN kinds[i] = 'order.deleted' THEN NULL ELSE shown END);
+                    CASE WHEN kinds[i] = 'order.deleted' THEN NULL ELSE new_shown END,
+                    CASE WHEN kinds[i] = 'order.created' THEN NULL ELSE before END);
     END LOOP;
     RETURN NULL;
 END
@@ -193,26 +200,19 @@ $partner_api$"#
 }
 
 /// The trigger's block that reads `row` (`OLD` or `NEW`) through the map (`list`, and
-/// `keys`: the organization's and id's items) into `{old|new}_org`, `_id` and `_row` (and,
-/// with `shown`, the checked snapshot into `shown`). A row the map cannot show whole still
-/// has its organization and id when those convert; one without is in no feed.
-fn read_through_map(row: &str, list: &str, keys: &str, shown: Option<&str>) -> String {
+/// `keys`: the organization's and id's items) into `{old|new}_org`, `_id`, `_row` and the
+/// checked snapshot `_shown` ([`SHOWN`]). A row the map cannot show whole still has its
+/// organization and id when those convert; one without is in no feed.
+fn read_through_map(row: &str, list: &str, keys: &str) -> String {
     let prefix = row.to_ascii_lowercase();
-    let (snapshot, into, cleared) = match shown {
-        Some(shown) => (
-            format!(", {shown}"),
-            ", shown",
-            "\n            shown := NULL;",
-        ),
-        None => (String::new(), "", ""),
-    };
     format!(
         "        BEGIN
-            SELECT t.organization_id, t.id, pg_catalog.to_jsonb(t){snapshot}
-                INTO {prefix}_org, {prefix}_id, {prefix}_row{into}
+            SELECT t.organization_id, t.id, pg_catalog.to_jsonb(t), {SHOWN}
+                INTO {prefix}_org, {prefix}_id, {prefix}_row, {prefix}_shown
                 FROM (SELECT {list} FROM (SELECT {row}.*) AS r) AS t;
         EXCEPTION WHEN OTHERS THEN
-            {prefix}_row := NULL;{cleared}
+            {prefix}_row := NULL;
+            {prefix}_shown := NULL;
             BEGIN
                 SELECT {keys} INTO {prefix}_org, {prefix}_id FROM (SELECT {row}.*) AS r;
             EXCEPTION WHEN OTHERS THEN
