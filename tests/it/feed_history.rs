@@ -6,6 +6,12 @@
 //! by insert id alone (no positions) misses an event in the interleaving that the checker was
 //! built for, and the checker says so. `PARTNER_API_FEED_HISTORY_SECONDS` lengthens the run
 //! (the long mode, `benches/feed_history.sh`).
+//!
+//! The writers also move orders between providers, and two more pollers (one per replica)
+//! read the feed in the view of a key limited to one provider: what each reads must be
+//! exactly the view the checker works out itself from the whole feed (an order coming into
+//! the view is created for it, one leaving it deleted), which a feed filtered after the fact
+//! is not (checked on each run's own history).
 #![cfg(feature = "postgres")]
 
 use std::collections::{BTreeMap, HashMap};
@@ -21,6 +27,10 @@ use sqlx::{Connection, PgPool, Row};
 use crate::common::{order, BASE_MILLIS};
 
 const ORGANIZATIONS: [&str; 2] = ["org_h1", "org_h2"];
+
+/// The providers the writers give orders, and the view the restricted pollers read.
+const PROVIDER_SETS: [&[&str]; 4] = [&["meta"], &["p1"], &["p2"], &["p1", "p2"]];
+const VIEW: &str = "p1";
 
 async fn migrated() -> (PgStore, String) {
     crate::common::pg::migrated_with(&ORGANIZATIONS).await
@@ -155,6 +165,55 @@ async fn events_of(store: &PgStore, organization: &str, query: &EventQuery) -> V
     }
 }
 
+/// The providers of an event's order after the change; `None` for a deletion.
+fn providers_of(event: &FeedEvent) -> Option<Vec<String>> {
+    let data: serde_json::Value = serde_json::from_slice(&event.data).unwrap();
+    data["providers"].as_array().map(|providers| {
+        providers
+            .iter()
+            .map(|provider| provider.as_str().unwrap().to_owned())
+            .collect()
+    })
+}
+
+/// The view of `provider` of one organization's whole feed, worked out here from each order's
+/// providers before and after each change (its event before in this feed): an order that
+/// comes into the view is created for it, one that leaves it deleted (its id only), the
+/// changes of an order outside it are not in it. Each event's id, type in the view and data.
+fn view_of(feed: &[FeedEvent], provider: &str) -> Vec<(u64, OrderChange, Vec<u8>)> {
+    let mut providers: HashMap<String, Vec<String>> = HashMap::new();
+    let mut view = Vec::new();
+    for event in feed {
+        let data: serde_json::Value = serde_json::from_slice(&event.data).unwrap();
+        let order = data["id"].as_str().unwrap().to_owned();
+        let before = match event.change {
+            OrderChange::Created => None,
+            _ => providers.get(&order).cloned(),
+        };
+        let after = providers_of(event);
+        match &after {
+            Some(after) => providers.insert(order.clone(), after.clone()),
+            None => providers.remove(&order),
+        };
+        let was_in = before.is_some_and(|p| p.iter().any(|p| p == provider));
+        let is_in = after.is_some_and(|p| p.iter().any(|p| p == provider));
+        let change = match (was_in, is_in) {
+            (false, false) => continue,
+            (false, true) => OrderChange::Created,
+            (true, false) => OrderChange::Deleted,
+            (true, true) => event.change,
+        };
+        let data = match change {
+            OrderChange::Deleted => {
+                serde_json::to_vec(&serde_json::json!({ "id": order })).unwrap()
+            }
+            _ => event.data.to_vec(),
+        };
+        view.push((event.id, change, data));
+    }
+    view
+}
+
 /// xorshift64*: random enough for a schedule, repeatable from its seed.
 struct Rng(u64);
 
@@ -208,11 +267,15 @@ async fn writer(pool: PgPool, number: u64, stop: Arc<AtomicBool>, orders: Vec<St
             let id = &orders[rng.between(0, orders.len() - 1)];
             let roll = rng.between(0, 9);
             let result = if roll < 7 {
+                // Its providers too, now and then: in and out of the view of VIEW.
                 sqlx::query(
-                    "UPDATE partner_orders SET budget_dkk = budget_dkk + 1, status = $2 WHERE id = $1",
+                    "UPDATE partner_orders SET budget_dkk = budget_dkk + 1, status = $2, \
+                     providers = CASE WHEN $3 THEN $4::text[] ELSE providers END WHERE id = $1",
                 )
                 .bind(id)
                 .bind(format!("s{number}"))
+                .bind(rng.between(0, 2) == 0)
+                .bind(PROVIDER_SETS[rng.between(0, PROVIDER_SETS.len() - 1)])
                 .execute(&mut *transaction)
                 .await
             } else if roll < 9 {
@@ -287,7 +350,13 @@ impl Progress {
 /// One poller: resumes after the last event it was given, with pages of random size, until
 /// `stop` and then once more after the writers are done; says in `progress` when each round
 /// it completed began.
-async fn poller(store: PgStore, seed: u64, stop: Arc<AtomicBool>, progress: Progress) -> Read {
+async fn poller(
+    store: PgStore,
+    seed: u64,
+    view: Option<Arc<[String]>>,
+    stop: Arc<AtomicBool>,
+    progress: Progress,
+) -> Read {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut read: BTreeMap<String, Vec<FeedEvent>> = BTreeMap::new();
     let mut last: HashMap<&str, u64> = HashMap::new();
@@ -300,22 +369,25 @@ async fn poller(store: PgStore, seed: u64, stop: Arc<AtomicBool>, progress: Prog
                 let query = match last.get(organization) {
                     Some(after) => EventQuery::after(*after, limit),
                     None => EventQuery::oldest(limit),
-                };
-                let events = match store.events(organization, &query).await.unwrap() {
-                    EventsPage::Events { events, .. } => events,
+                }
+                .with_providers(view.clone());
+                let (events, through) = match store.events(organization, &query).await.unwrap() {
+                    EventsPage::Events { events, through } => (events, through),
                     EventsPage::Expired => return None,
                     EventsPage::Unknown => {
                         panic!("a feed position the poller was given is unknown")
                     }
                 };
-                if let Some(event) = events.last() {
-                    last.insert(organization, event.id);
+                // Resumed where the read went through (past the events outside a view).
+                if let Some(through) = through {
+                    last.insert(organization, through);
                 }
                 let full = events.len() == limit;
                 read.entry(organization.to_owned())
                     .or_default()
                     .extend(events);
-                if !full {
+                // A view's read looks at a bounded part of the feed: read on while it moves.
+                if !full && (view.is_none() || through.is_none()) {
                     break;
                 }
             }
@@ -456,15 +528,23 @@ async fn history(capture: Capture) {
         .map(|n| tokio::spawn(writer(pool.clone(), n, stop.clone(), orders.clone())))
         .collect();
     let start = std::time::Instant::now();
-    let progress = [Progress::new(start), Progress::new(start)];
-    let pollers: Vec<_> = replicas
+    // On each replica a poller of the whole feed and one of the view of VIEW.
+    let views: [Option<Arc<[String]>>; 4] = [
+        None,
+        None,
+        Some([VIEW.to_owned()].into()),
+        Some([VIEW.to_owned()].into()),
+    ];
+    let progress = views.clone().map(|_| Progress::new(start));
+    let pollers: Vec<_> = views
         .iter()
         .zip(&progress)
         .enumerate()
-        .map(|(n, (replica, progress))| {
+        .map(|(n, (view, progress))| {
             tokio::spawn(poller(
-                replica.clone(),
+                replicas[n % 2].clone(),
                 100 + n as u64,
+                view.clone(),
                 stop.clone(),
                 progress.clone(),
             ))
@@ -614,32 +694,39 @@ async fn history(capture: Capture) {
     // One more read after the writers, from each replica, resumed where it stopped: the
     // pollers' last round may have started before the last commit.
     let mut events_total = 0;
-    for (read, replica) in reads.iter_mut().zip(&replicas) {
+    for (n, read) in reads.iter_mut().enumerate() {
         let Some(read) = read else { continue };
         for organization in ORGANIZATIONS {
             let events = read.entry(organization.to_owned()).or_default();
+            let mut after = events.last().map(|event| event.id);
             loop {
-                let query = match events.last() {
-                    Some(event) => EventQuery::after(event.id, 100),
+                let query = match after {
+                    Some(id) => EventQuery::after(id, 100),
                     None => EventQuery::oldest(100),
-                };
-                let EventsPage::Events { events: more, .. } =
-                    replica.events(organization, &query).await.unwrap()
+                }
+                .with_providers(views[n].clone());
+                let EventsPage::Events {
+                    events: more,
+                    through,
+                } = replicas[n % 2].events(organization, &query).await.unwrap()
                 else {
                     panic!("resuming failed")
                 };
-                if more.is_empty() {
+                events.extend(more);
+                if through.is_none() {
                     break;
                 }
-                events.extend(more);
+                after = through;
             }
             events_total += events.len();
         }
-        let feeds: BTreeMap<String, Vec<Seen>> = read
-            .iter()
-            .map(|(organization, events)| (organization.clone(), seen(events)))
-            .collect();
-        check_history(&feeds, &finals).unwrap();
+        if views[n].is_none() {
+            let feeds: BTreeMap<String, Vec<Seen>> = read
+                .iter()
+                .map(|(organization, events)| (organization.clone(), seen(events)))
+                .collect();
+            check_history(&feeds, &finals).unwrap();
+        }
     }
     // Retention, paced by the pollers, went past neither: both read every change, and the
     // same feed, event for event.
@@ -652,13 +739,60 @@ async fn history(capture: Capture) {
         .await
         .unwrap();
         panic!(
-            "retention went past a poller ({} of 2); the longest an event kept waited for its \
+            "retention went past a poller ({} of 4); the longest an event kept waited for its \
              position: {waited:?} s",
             reads.iter().filter(|read| read.is_none()).count()
         );
     }
     let complete: Vec<_> = reads.iter().flatten().collect();
     assert_eq!(complete[0], complete[1]);
+    // The view's pollers read exactly the view of the whole feed, on both replicas; the feed
+    // filtered after the fact is not it.
+    let mut moved = 0;
+    for organization in ORGANIZATIONS {
+        let feed = &complete[0][organization];
+        let view = view_of(feed, VIEW);
+        for restricted in &complete[2..] {
+            let read: Vec<(u64, OrderChange, Vec<u8>)> = restricted[organization]
+                .iter()
+                .map(|event| (event.id, event.change, event.data.to_vec()))
+                .collect();
+            if let Some(at) = (0..read.len().max(view.len())).find(|&i| read.get(i) != view.get(i))
+            {
+                panic!(
+                    "{organization}: the view of {VIEW} read {} events, the whole feed's view has {}; \
+                     first difference at {at}: read {:?}, expected {:?}",
+                    read.len(),
+                    view.len(),
+                    read.get(at).map(|(id, change, data)| (id, change, String::from_utf8_lossy(data))),
+                    view.get(at).map(|(id, change, data)| (id, change, String::from_utf8_lossy(data)))
+                );
+            }
+        }
+        let filtered_after: Vec<(u64, OrderChange, Vec<u8>)> = feed
+            .iter()
+            .filter(|event| providers_of(event).is_some_and(|p| p.iter().any(|p| p == VIEW)))
+            .map(|event| (event.id, event.change, event.data.to_vec()))
+            .collect();
+        let moved_here = view
+            .iter()
+            .filter(|(id, change, _)| {
+                feed.iter()
+                    .any(|event| event.id == *id && event.change != *change)
+            })
+            .count();
+        if moved_here > 0 {
+            assert_ne!(
+                filtered_after, view,
+                "{organization}: the checker cannot tell a feed filtered after the fact"
+            );
+        }
+        moved += moved_here;
+    }
+    assert!(
+        moved > 0,
+        "no order came into the view of {VIEW} or left it"
+    );
     let changes: u64 = finals.values().map(|(_, version)| version + 1).sum();
     assert!(
         changes > 40,
