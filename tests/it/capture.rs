@@ -24,6 +24,7 @@ const WRITES: &[&str] = &[
       'booked', 'PO', '2026-02-01 10:00:00.123+01')",
     "UPDATE partner_orders SET status = 'live' WHERE id = 'a'",
     "UPDATE partner_orders SET status = 'live' WHERE id = 'a'",
+    "UPDATE partner_orders SET providers = '{p1}' WHERE id = 'a'",
     "UPDATE partner_orders SET organization_id = 'org_c2' WHERE id = 'a'",
     "INSERT INTO partner_orders (organization_id, id, providers, advertiser_name, campaign_name, \
      budget_dkk, start_date, end_date, status, external_reference, created_at) VALUES \
@@ -37,11 +38,21 @@ const WRITES: &[&str] = &[
     "DELETE FROM partner_orders WHERE id = 'a'",
 ];
 
-/// The events of a database, as a reader sees them: organization, change, order and
-/// snapshot, in id order.
-async fn events(pool: &PgPool) -> Vec<(String, String, String, Option<serde_json::Value>)> {
+/// An event as a reader sees it: organization, change, order, snapshot, and the providers
+/// before the change (which decide its type in a key's view).
+type Event = (
+    String,
+    String,
+    String,
+    Option<serde_json::Value>,
+    Option<serde_json::Value>,
+);
+
+/// The events of a database, in id order.
+async fn events(pool: &PgPool) -> Vec<Event> {
     sqlx::query(
-        "SELECT organization_id, change, order_id, order_row FROM partner_api_order_events ORDER BY id",
+        "SELECT organization_id, change, order_id, order_row, previous_providers \
+         FROM partner_api_order_events ORDER BY id",
     )
     .fetch_all(pool)
     .await
@@ -53,6 +64,7 @@ async fn events(pool: &PgPool) -> Vec<(String, String, String, Option<serde_json
             row.get("change"),
             row.get("order_id"),
             row.get("order_row"),
+            row.get("previous_providers"),
         )
     })
     .collect()
@@ -95,7 +107,32 @@ async fn the_capture_writes_the_events_the_triggers_would() {
         "a batch of 10 changes read everything in one round"
     );
     let want = events(&triggered_pool).await;
-    assert_eq!(want.len(), 10, "{want:#?}");
+    assert_eq!(want.len(), 11, "{want:#?}");
+    // Each update's and deletion's providers before it, as the feed showed the order (`[]`
+    // for the order the contract cannot show); none for a creation.
+    let before = serde_json::json!(["meta", "goo gle"]);
+    let moved = serde_json::json!(["p1"]);
+    let none = serde_json::json!([]);
+    let previous: Vec<(&str, Option<&serde_json::Value>)> = want
+        .iter()
+        .map(|event| (event.1.as_str(), event.4.as_ref()))
+        .collect();
+    assert_eq!(
+        previous,
+        [
+            ("order.created", None),
+            ("order.updated", Some(&before)),
+            ("order.updated", Some(&before)),
+            ("order.deleted", Some(&moved)),
+            ("order.created", None),
+            ("order.created", None),
+            ("order.updated", Some(&moved)),
+            ("order.deleted", Some(&none)),
+            ("order.deleted", Some(&moved)),
+            ("order.created", None),
+            ("order.deleted", Some(&moved)),
+        ]
+    );
     assert_eq!(events(&captured_pool).await, want);
     // The event's time is its transaction's commit.
     let times_ordered: bool = sqlx::query_scalar(

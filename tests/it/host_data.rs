@@ -1345,6 +1345,7 @@ async fn the_capture_reads_the_hosts_table_through_the_map_as_its_trigger_does()
              '2026-02-01 10:00:00+02'); \
         UPDATE media_buys SET internal_note = 'seen' WHERE buy_ref = 'b1'; \
         UPDATE media_buys SET state = 'LIVE', po_number = 'PO-1' WHERE buy_ref = 'b1'; \
+        UPDATE media_buys SET channels = '{google}' WHERE buy_ref = 'b1'; \
         INSERT INTO media_buys (buy_ref, account_code, channels, advertiser, campaign, budget_ore, \
             starts_on, ends_on, state, po_number, created) VALUES \
             ('b2', 'a1', ARRAY['meta', NULL], 'A', 'C', 100, '2026-03-01', '2026-04-30', 'BOOKED', \
@@ -1355,9 +1356,18 @@ async fn the_capture_reads_the_hosts_table_through_the_map_as_its_trigger_does()
         COMMIT; \
         DELETE FROM media_buys WHERE buy_ref = 'b1'";
     let events = |store: PgStore| async move {
-        sqlx::query_as::<_, (String, String, String, Option<serde_json::Value>)>(
-            "SELECT organization_id, change, order_id, order_row FROM partner_api_order_events \
-             ORDER BY id",
+        sqlx::query_as::<
+            _,
+            (
+                String,
+                String,
+                String,
+                Option<serde_json::Value>,
+                Option<serde_json::Value>,
+            ),
+        >(
+            "SELECT organization_id, change, order_id, order_row, previous_providers \
+             FROM partner_api_order_events ORDER BY id",
         )
         .fetch_all(store.pool())
         .await
@@ -1387,9 +1397,53 @@ async fn the_capture_reads_the_hosts_table_through_the_map_as_its_trigger_does()
         .unwrap();
     let reader = captured.order_capture();
     while !reader.round().await.unwrap().caught_up {}
-    let want = events(triggered).await;
-    assert_eq!(want.len(), 7, "{want:#?}");
+    let want = events(triggered.clone()).await;
+    assert_eq!(want.len(), 8, "{want:#?}");
+    // The providers before each update and deletion, as the map showed the order (`[]` for
+    // the buy it cannot show): what the key's views of the feed are worked out from.
+    let previous: Vec<(&str, Option<serde_json::Value>)> = want
+        .iter()
+        .map(|event| (event.1.as_str(), event.4.clone()))
+        .collect();
+    let (meta, google) = (json!(["meta"]), json!(["google"]));
+    assert_eq!(
+        previous,
+        [
+            ("order.created", None),
+            ("order.updated", Some(meta.clone())),
+            ("order.updated", Some(meta)),
+            ("order.created", None),
+            ("order.deleted", Some(google.clone())),
+            ("order.created", None),
+            ("order.deleted", Some(json!([]))),
+            ("order.deleted", Some(google)),
+        ]
+    );
     assert_eq!(events(captured.clone()).await, want);
+    // In the view of meta: the buy created, updated, then gone to google (its id only); the
+    // buy the map cannot show is in no view.
+    let view = partner_api::store::EventQuery::oldest(100)
+        .with_providers(Some(["meta".to_owned()].into()));
+    let partner_api::store::EventsPage::Events { events: seen, .. } =
+        triggered.events("a1", &view).await.unwrap()
+    else {
+        panic!("the view of meta was not read")
+    };
+    let seen: Vec<(&str, String)> = seen
+        .iter()
+        .map(|event| {
+            (
+                event.change.as_str(),
+                String::from_utf8_lossy(&event.data).into_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(seen.len(), 3, "{seen:#?}");
+    assert_eq!(
+        seen.iter().map(|(change, _)| *change).collect::<Vec<_>>(),
+        ["order.created", "order.updated", "order.deleted"]
+    );
+    assert_eq!(seen[2].1, r#"{"id":"b1"}"#);
     captured
         .stop_order_capture(std::time::Duration::from_secs(10))
         .await
