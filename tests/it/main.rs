@@ -14,6 +14,7 @@ mod conditional_get;
 mod conformance;
 mod deprecations;
 mod docs_truth;
+mod event_views;
 mod events;
 mod fairness;
 mod feed_history;
