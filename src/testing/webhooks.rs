@@ -10,6 +10,7 @@ mod audit_log;
 mod fairness;
 mod outbox;
 mod versions;
+mod views;
 
 pub use audit_log::run_webhook_audit_log;
 
@@ -78,6 +79,10 @@ where
     report.results.push((
         "webhooks: bodies at each endpoint's API version",
         versions::endpoint_versions(fixtures).await,
+    ));
+    report.results.push((
+        "webhooks: an endpoint limited to providers hears of its view, as a key reads it",
+        views::endpoint_views(fixtures).await,
     ));
     report.results.push((
         "webhooks: retention deletes old messages in batches",

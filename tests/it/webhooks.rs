@@ -62,7 +62,7 @@ async fn the_memory_store_conforms() {
     let store = MemoryStore::new();
     let report = partner_api::testing::run_webhooks(&store).await;
     report.assert_passed();
-    assert_eq!(report.len(), 10);
+    assert_eq!(report.len(), 11);
     partner_api::testing::run_webhook_audit_log(&store)
         .await
         .assert_passed();

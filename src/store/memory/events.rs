@@ -26,13 +26,6 @@ pub(super) struct Written {
     pub(super) after: Option<Vec<String>>,
 }
 
-/// One change of an order, as the writers record it: its event and the order it is about
-/// (which the webhooks' outbox reads; without that feature, nothing does).
-#[cfg_attr(not(feature = "webhooks"), allow(dead_code))]
-pub(super) struct Change {
-    pub(super) order_id: String,
-    pub(super) event: FeedEvent,
-}
 
 /// How long a tombstone is kept at the least, whatever the retention: a day.
 const TOMBSTONES_AT_LEAST: Duration = Duration::from_secs(24 * 3600);
@@ -44,18 +37,20 @@ pub(super) struct Feeds {
     by_organization: HashMap<String, Feed>,
 }
 
-/// An event as the feed keeps it: as every order's view sees it, and the order's providers
+/// One change of an order as the feed keeps it (and the webhooks' outbox hears of it): its
+/// event as every order's view sees it, the order it is about, and the order's providers
 /// before and after the change (for the views of providers).
-struct Kept {
-    event: FeedEvent,
-    order_id: String,
+#[derive(Clone)]
+pub(super) struct Change {
+    pub(super) event: FeedEvent,
+    pub(super) order_id: String,
     before: Option<Vec<String>>,
     after: Option<Vec<String>>,
 }
 
-impl Kept {
+impl Change {
     /// The event in the view of `providers` (`None`: every order's view), if it is in it.
-    fn in_view(&self, providers: Option<&[String]>) -> Option<FeedEvent> {
+    pub(super) fn in_view(&self, providers: Option<&[String]>) -> Option<FeedEvent> {
         let Some(view) = providers else {
             return Some(self.event.clone());
         };
@@ -91,7 +86,7 @@ pub(super) fn deleted_data(order_id: &str) -> Bytes {
 #[derive(Default)]
 struct Feed {
     /// Oldest first; ids increase along it.
-    events: VecDeque<Kept>,
+    events: VecDeque<Change>,
     /// The tombstones of the events retention deleted, oldest first (ids increase along it):
     /// each one's id and when it was deleted. Kept as long as events are (a day at least),
     /// the newest for ever: a reader at it missed nothing.
@@ -121,16 +116,14 @@ impl Feeds {
                     created_at: at,
                     data: written.data,
                 };
-                feed.events.push_back(Kept {
-                    event: event.clone(),
-                    order_id: written.order_id.clone(),
+                let change = Change {
+                    event,
+                    order_id: written.order_id,
                     before: written.before,
                     after: written.after,
-                });
-                Change {
-                    order_id: written.order_id,
-                    event,
-                }
+                };
+                feed.events.push_back(change.clone());
+                change
             })
             .collect()
     }

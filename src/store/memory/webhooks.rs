@@ -137,26 +137,31 @@ impl Outbox {
         message_id
     }
 
-    /// Queues `changes` of `organization_id` for its enabled endpoints subscribed to them,
-    /// each body naming its event's id and time.
+    /// Queues `changes` of `organization_id` for its enabled endpoints that hear of them
+    /// (in their view of providers, each change of its type there) and subscribe to that
+    /// type, each body naming its event's id and time.
     pub(super) fn raise(&mut self, organization_id: &str, changes: &[Change]) {
-        for Change { order_id, event } in changes {
-            let kind = EventType::from(event.change);
-            let subscribed: Vec<u64> = self
+        for change in changes {
+            let heard: Vec<(u64, crate::store::FeedEvent)> = self
                 .endpoints
                 .iter()
                 .filter(|(_, entry)| {
-                    entry.record.enabled
-                        && entry.record.organization_id == organization_id
-                        && entry.record.subscribes_to(kind)
+                    entry.record.enabled && entry.record.organization_id == organization_id
                 })
-                .map(|(id, _)| *id)
+                .filter_map(|(id, entry)| {
+                    let event = change.in_view(entry.record.providers.as_deref())?;
+                    entry
+                        .record
+                        .subscribes_to(EventType::from(event.change))
+                        .then_some((*id, event))
+                })
                 .collect();
-            if subscribed.is_empty() {
+            if heard.is_empty() {
                 continue;
             }
-            let id = EventId::new(organization_id, event.id).to_string();
-            for endpoint in subscribed {
+            let id = EventId::new(organization_id, change.event.id).to_string();
+            for (endpoint, event) in heard {
+                let kind = EventType::from(event.change);
                 let body = match event.change {
                     crate::store::OrderChange::Deleted => {
                         Body::Fixed(payload(Some(&id), kind, event.created_at, &event.data))
@@ -164,10 +169,10 @@ impl Outbox {
                     _ => Body::Order {
                         event_id: id.clone(),
                         at: event.created_at,
-                        newest: event.data.clone(),
+                        newest: event.data,
                     },
                 };
-                self.queue(endpoint, kind, Some(order_id.clone()), body);
+                self.queue(endpoint, kind, Some(change.order_id.clone()), body);
             }
         }
     }
@@ -211,6 +216,7 @@ impl WebhookManager for MemoryStore {
         new: NewEndpoint,
     ) -> Result<CreatedEndpoint, StoreError> {
         let events = new.check()?;
+        let providers = new.checked_providers()?;
         let policy = self.read().policy(organization_id)?;
         let secret = new_secret()?;
         let mut outbox = self.outbox();
@@ -225,6 +231,7 @@ impl WebhookManager for MemoryStore {
         record.events = events;
         record.description = new.description;
         record.api_version = Some(new.api_version);
+        record.providers = providers;
         outbox.endpoints.insert(
             id,
             EndpointEntry {

@@ -23,6 +23,11 @@
 -- hold the events permission), so no reader's history is broken by it.
 ALTER TABLE partner_api_order_events ADD COLUMN previous_providers JSONB;
 
+-- A webhook endpoint may be limited to providers as a key is: it hears of the events of its
+-- view, each with its type in the view (the same table). NULL: every order.
+ALTER TABLE partner_webhook_endpoints ADD COLUMN providers TEXT[]
+    CHECK (providers IS NULL OR pg_catalog.cardinality(providers) BETWEEN 1 AND 50);
+
 DO $migration$
 DECLARE
     schema_name text := current_schema();
@@ -134,6 +139,80 @@ BEGIN
                         CASE WHEN before IS NULL THEN 'order.created' ELSE 'order.updated' END,
                         NEW.id::text, shown, before);
             RETURN NULL;
+        END
+        $body$
+    $sql$, schema_name);
+
+    -- As in 20261209000001, and each endpoint hears of the events in its view, each with its
+    -- type there (for an endpoint limited to providers: the table above, as the feed's read
+    -- below works it out): a message per event and type heard, a delivery per endpoint.
+    EXECUTE format($sql$
+        CREATE OR REPLACE FUNCTION %1$I.partner_api_stamp_order_events(org text, max_events integer) RETURNS bigint
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = %1$I, pg_temp AS $body$
+        DECLARE
+            last_stamped bigint;
+            stamped_now bigint;
+        BEGIN
+            INSERT INTO %1$I.partner_api_event_feeds (organization_id) VALUES (org)
+                ON CONFLICT (organization_id) DO NOTHING;
+            SELECT f.last_position INTO last_stamped FROM %1$I.partner_api_event_feeds f
+                WHERE f.organization_id = org FOR UPDATE;
+            WITH fresh AS (
+                SELECT e.id, last_stamped + pg_catalog.row_number() OVER (ORDER BY e.id) AS stamp
+                FROM %1$I.partner_api_order_events e
+                WHERE e.organization_id = org AND e.position IS NULL
+                ORDER BY e.id
+                LIMIT GREATEST(max_events, 1)),
+            stamped AS (
+                UPDATE %1$I.partner_api_order_events e
+                    SET position = fresh.stamp, stamped_at = pg_catalog.clock_timestamp()
+                FROM fresh WHERE e.id = fresh.id
+                RETURNING e.id, e.position, e.change, e.order_id, e.order_row, e.created_at,
+                          e.previous_providers),
+            heard AS (
+                SELECT s.id AS event_id, s.order_id, s.order_row, s.created_at,
+                       w.id AS endpoint_id, v.change
+                FROM stamped s
+                JOIN %1$I.partner_webhook_endpoints w
+                  ON w.organization_id = org AND w.enabled AND s.created_at >= w.enabled_at
+                CROSS JOIN LATERAL (
+                    SELECT COALESCE(s.order_row -> 'providers'
+                                    OPERATOR(pg_catalog.?|) w.providers, false) AS now_in) n
+                CROSS JOIN LATERAL (
+                    SELECT CASE WHEN s.previous_providers IS NOT NULL
+                                THEN s.previous_providers OPERATOR(pg_catalog.?|) w.providers
+                                ELSE s.change OPERATOR(pg_catalog.=) 'order.updated' AND n.now_in
+                           END AS was_in) i
+                CROSS JOIN LATERAL (
+                    SELECT CASE WHEN w.providers IS NULL OR (n.now_in AND i.was_in) THEN s.change
+                                WHEN n.now_in THEN 'order.created'
+                                WHEN i.was_in THEN 'order.deleted' END AS change) v
+                WHERE s.id > (SELECT b.after_event FROM %1$I.partner_api_webhooks_from b)
+                  AND v.change IS NOT NULL
+                  AND (pg_catalog.cardinality(w.events) = 0 OR v.change = ANY (w.events))),
+            messages AS (
+                INSERT INTO %1$I.partner_webhook_messages
+                    (organization_id, event_type, order_id, order_row, event_id, raised_at)
+                SELECT org, h.change, h.order_id,
+                       CASE WHEN h.change OPERATOR(pg_catalog.=) 'order.deleted' THEN NULL
+                            ELSE h.order_row END,
+                       h.event_id, h.created_at
+                FROM (SELECT DISTINCT ON (h.event_id, h.change) h.*
+                      FROM heard h ORDER BY h.event_id, h.change) h
+                ORDER BY h.event_id, h.change
+                RETURNING id, event_id, event_type),
+            deliveries AS (
+                INSERT INTO %1$I.partner_webhook_deliveries (message_id, endpoint_id, order_id)
+                SELECT m.id, h.endpoint_id, h.order_id
+                FROM messages m
+                JOIN heard h ON h.event_id = m.event_id AND h.change = m.event_type
+                ORDER BY m.id, h.endpoint_id)
+            SELECT pg_catalog.count(*), COALESCE(pg_catalog.max(s.position), last_stamped)
+                INTO stamped_now, last_stamped
+                FROM stamped s;
+            UPDATE %1$I.partner_api_event_feeds SET last_position = last_stamped
+                WHERE organization_id = org;
+            RETURN stamped_now;
         END
         $body$
     $sql$, schema_name);

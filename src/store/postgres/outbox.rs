@@ -99,7 +99,7 @@ const CLAIM: &str = "\
               m.event_type, m.order_id AS message_order_id, m.order_row, m.data, m.raised_at, \
               m.event_id, \
               e.id, e.organization_id, e.url, e.events, e.description, e.enabled, e.created_at, \
-              e.api_version, e.secret, \
+              e.api_version, e.providers, e.secret, \
               CASE WHEN e.previous_secret_until > now() THEN e.previous_secret END AS previous_secret, \
               e.failing_since";
 
@@ -132,7 +132,7 @@ const FINISH: &str = "\
         WHERE e.id = c.endpoint_id AND before.id = e.id AND before.enabled = e.enabled \
           AND (($5 = 'succeeded') = (e.failing_since IS NOT NULL) OR ($11 AND e.enabled)) \
         RETURNING e.id, e.organization_id, e.url, e.events, e.description, e.enabled, \
-                  e.created_at, e.api_version, before.enabled AS was_enabled) \
+                  e.created_at, e.api_version, e.providers, before.enabled AS was_enabled) \
     SELECT EXISTS (SELECT 1 FROM current) AS current, endpoint.* \
     FROM (SELECT 1) one LEFT JOIN endpoint ON true";
 

@@ -23,7 +23,7 @@ use crate::versions::{ApiVersion, FIRST};
 
 /// The columns of an [`Endpoint`], in `endpoint_from_row`'s names.
 const ENDPOINT: &str =
-    "id, organization_id, url, events, description, enabled, created_at, api_version";
+    "id, organization_id, url, events, description, enabled, created_at, api_version, providers";
 
 pub(super) fn endpoint_id(text: &str) -> Result<i64, StoreError> {
     text.parse::<i64>().map_err(|_| no_endpoint(text))
@@ -52,6 +52,7 @@ pub(super) fn endpoint_from_row(row: &PgRow) -> Result<Endpoint, StoreError> {
     endpoint.description = column(row, "description")?;
     endpoint.api_version = super::keys::api_version(row, "api_version")?;
     endpoint.enabled = column(row, "enabled")?;
+    endpoint.providers = row.try_get("providers").map_err(store_error)?;
     Ok(endpoint)
 }
 
@@ -107,6 +108,7 @@ impl WebhookManager for PgStore {
         new: NewEndpoint,
     ) -> Result<CreatedEndpoint, StoreError> {
         let events = new.check()?;
+        let providers = new.checked_providers()?;
         let secret = WebhookSecret::generate().map_err(StoreError::other)?;
         let names: Vec<&str> = events.iter().map(|kind| kind.as_str()).collect();
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
@@ -130,8 +132,8 @@ impl WebhookManager for PgStore {
         policy.check_webhook_endpoints(endpoints.unsigned_abs())?;
         let row = sqlx::query(&format!(
             "INSERT INTO partner_webhook_endpoints \
-                 (organization_id, url, events, description, secret, api_version) \
-             VALUES ($1, $2, $3, $4, $5, $6) RETURNING {ENDPOINT}"
+                 (organization_id, url, events, description, secret, api_version, providers) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {ENDPOINT}"
         ))
         .bind(organization_id)
         .bind(&new.url)
@@ -139,6 +141,7 @@ impl WebhookManager for PgStore {
         .bind(&new.description)
         .bind(secret.expose())
         .bind(new.api_version.date())
+        .bind(&providers)
         .fetch_one(&mut *transaction)
         .await
         .map_err(store_error)?;

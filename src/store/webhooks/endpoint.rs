@@ -24,7 +24,7 @@ pub const MAX_RECOVERED: u64 = 100;
 
 /// An endpoint's record, without its secret. Serializes in camelCase: `id`,
 /// `organizationId`, `url`, `events` (empty: every type), `description`, `enabled`,
-/// `createdAt`, `apiVersion`.
+/// `createdAt`, `apiVersion`, `providers` (`null`: every order).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -48,6 +48,10 @@ pub struct Endpoint {
     /// listed as it.
     #[serde(serialize_with = "crate::versions::serialize_pinned")]
     pub api_version: Option<ApiVersion>,
+    /// The providers whose orders it hears of (sorted, each once), as a key limited to them
+    /// reads the events feed: an order that comes into their view is `order.created` for the
+    /// endpoint, one that leaves it `order.deleted` (its id only). `None`: every order.
+    pub providers: Option<Vec<String>>,
 }
 
 impl Endpoint {
@@ -67,6 +71,7 @@ impl Endpoint {
             enabled: true,
             created_at,
             api_version: None,
+            providers: None,
         }
     }
 
@@ -118,6 +123,8 @@ pub struct NewEndpoint {
     /// ([`versions::NEWEST`](crate::versions::NEWEST)), as for a new key. The caller checks
     /// that the API offers it.
     pub api_version: ApiVersion,
+    /// The providers whose orders it hears of ([`Endpoint::providers`]); `None`: every order.
+    pub providers: Option<Vec<String>>,
 }
 
 impl Default for NewEndpoint {
@@ -127,6 +134,7 @@ impl Default for NewEndpoint {
             events: Vec::new(),
             description: String::new(),
             api_version: crate::versions::NEWEST,
+            providers: None,
         }
     }
 }
@@ -161,6 +169,30 @@ impl NewEndpoint {
         self
     }
 
+    /// Limits it to the orders of `providers` ([`Endpoint::providers`]).
+    #[must_use]
+    pub fn with_providers<S: AsRef<str>>(mut self, providers: &[S]) -> Self {
+        self.providers = Some(providers.iter().map(|p| p.as_ref().to_owned()).collect());
+        self
+    }
+
+    /// The providers as a store keeps them: sorted, each once (`None`: every order).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidData` for a list [`canonical_providers`](crate::key::canonical_providers)
+    /// refuses (none, more than 50, an empty id or one with control characters).
+    pub fn checked_providers(&self) -> Result<Option<Vec<String>>, StoreError> {
+        self.providers
+            .as_deref()
+            .map(|providers| {
+                crate::key::canonical_providers(providers).map_err(|message| {
+                    StoreError::refusal(crate::store::StoreErrorKind::InvalidData, message)
+                })
+            })
+            .transpose()
+    }
+
     /// Checks what a store must refuse (`InvalidData`), and returns the event types sorted
     /// and without repeats. Stores call it before they write.
     ///
@@ -168,9 +200,11 @@ impl NewEndpoint {
     ///
     /// `InvalidData` for a URL that is not absolute `http`/`https` with a host, holds
     /// credentials or a fragment, or is longer than [`MAX_URL_BYTES`]; a description over
-    /// [`MAX_DESCRIPTION_CHARS`] or with control characters.
+    /// [`MAX_DESCRIPTION_CHARS`] or with control characters; providers that
+    /// [`checked_providers`](Self::checked_providers) refuses.
     pub fn check(&self) -> Result<Vec<EventType>, StoreError> {
         check_url(&self.url)?;
+        self.checked_providers()?;
         if self.description.chars().count() > MAX_DESCRIPTION_CHARS {
             return Err(StoreError::invalid_data(format!(
                 "the description is longer than {MAX_DESCRIPTION_CHARS} characters"
