@@ -44,7 +44,9 @@ function renderEndpoints(endpoints) {
     const version = element("small", "version", "API " + endpoint.apiVersion);
     version.title = "The API version its orders' bodies are rendered at";
     url.append(version);
-    row.append(url, cell(endpoint.events.length ? endpoint.events.join(", ") : "All", "events"),
+    const heard = (endpoint.events.length ? endpoint.events.join(", ") : "All")
+      + (endpoint.providers ? " · Providers " + endpoint.providers.join(", ") : "");
+    row.append(url, cell(heard, "events"),
       cell(endpoint.description || "—", "description"), dateCell(endpoint.createdAt), status, actions);
   }
 }
@@ -76,7 +78,10 @@ async function addEndpoint(event) {
   webhookStatus.textContent = "";
   const form = event.target;
   const events = [...form.querySelectorAll('input[name="events"]:checked')].map((box) => box.value);
-  const body = { url: form.url.value.trim(), events, description: form.description.value.trim() };
+  // Providers: the view of their orders it hears of (none: every order).
+  const providers = providersOf(form.providers);
+  const body = { url: form.url.value.trim(), events, description: form.description.value.trim(),
+    providers: providers.length ? providers : null };
   try {
     const added = await call("POST", "/webhooks", body);
     form.reset();

@@ -74,6 +74,10 @@ pub(crate) enum WebhooksAction {
         /// newest).
         #[arg(long, value_name = "DATE", value_parser = parse_api_version)]
         api_version: Option<partner_api::versions::ApiVersion>,
+        /// A provider whose orders it hears of; repeatable. Without it, every order. An
+        /// order that comes into their view is its creation, one that leaves it its deletion.
+        #[arg(long = "provider", value_name = "PROVIDER")]
+        provider: Vec<String>,
     },
     /// Pin an endpoint to an API version: its orders' bodies are rendered at it from the next
     /// delivery attempt on. Prints its record.
@@ -186,7 +190,8 @@ pub(crate) enum KeysAction {
         #[arg(long = "permission", value_name = "PERMISSION", value_parser = parse_permission)]
         permission: Vec<partner_api::key::Permission>,
         /// A provider whose orders the key may read; repeatable. Without it, every order.
-        /// Needs `--permission orders` (a key limited to providers reads no feed yet).
+        /// Its events feed is their view (an order that comes into it is created for the key,
+        /// one that leaves it deleted).
         #[arg(long = "provider", value_name = "PROVIDER")]
         provider: Vec<String>,
     },

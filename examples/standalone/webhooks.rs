@@ -96,10 +96,14 @@ async fn execute(args: &Args, action: &WebhooksAction) -> Result<Vec<String>, St
             events,
             description,
             api_version,
+            provider,
         } => {
             let mut new = NewEndpoint::new(url.clone())
                 .with_events(events.iter().copied())
                 .with_description(description.clone());
+            if !provider.is_empty() {
+                new = new.with_providers(provider);
+            }
             let default = crate::commands::default_api_version(&store, organization).await;
             if let Some(version) = api_version.or(default) {
                 new = new.with_api_version(version);

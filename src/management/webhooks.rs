@@ -91,6 +91,9 @@ struct AddRequest {
     description: String,
     /// Absent: the organization's default (its key policy's), else the newest.
     api_version: Option<String>,
+    /// Absent or `null`: every order.
+    #[serde(default)]
+    providers: Option<Vec<String>>,
 }
 
 /// The body of `POST /webhooks/{id}/rotate`.
@@ -179,15 +182,19 @@ where
                 events,
                 description,
                 api_version,
+                providers,
             } = read_json(body).await?;
             let version = match api_version {
                 Some(name) => offered_version(versions, &name)?,
                 None => new_endpoints,
             };
-            let new = NewEndpoint::new(url)
+            let mut new = NewEndpoint::new(url)
                 .with_events(events)
                 .with_description(description)
                 .with_api_version(version);
+            if let Some(providers) = providers {
+                new = new.with_providers(&providers);
+            }
             new.check().map_err(|err| {
                 Failure::new(StatusCode::UNPROCESSABLE_ENTITY, caller_message(&err))
             })?;

@@ -910,6 +910,33 @@ async fn webhook_endpoints_are_managed_through_the_documented_routes() {
         .unwrap()
         .to_owned();
     assert_eq!(older.body["data"]["endpoint"]["apiVersion"], "2026-11-27");
+    assert!(endpoint["providers"].is_null(), "{endpoint}");
+    // Limited to providers: kept sorted, each once.
+    let limited = post(
+        &service,
+        "/webhooks",
+        json!({"url": "https://partner.example/meta", "providers": ["meta", "google", "meta"]}),
+    )
+    .await;
+    assert_eq!(limited.status, StatusCode::CREATED, "{}", limited.text);
+    assert_eq!(
+        limited.body["data"]["endpoint"]["providers"],
+        json!(["google", "meta"])
+    );
+    let limited_id = limited.body["data"]["endpoint"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        post(
+            &service,
+            &format!("/webhooks/{limited_id}/remove"),
+            json!({})
+        )
+        .await
+        .status,
+        StatusCode::OK
+    );
     let pinned = post(
         &service,
         &format!("/webhooks/{older_id}/api-version"),
@@ -992,6 +1019,18 @@ async fn webhook_endpoints_are_managed_through_the_documented_routes() {
             StatusCode::UNPROCESSABLE_ENTITY,
         ),
         (json!({}), StatusCode::UNPROCESSABLE_ENTITY),
+        (
+            json!({"url": "https://partner.example/", "providers": []}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"url": "https://partner.example/", "providers": ["a\u{1}b"]}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"url": "https://partner.example/", "providers": "meta"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
     ] {
         let refused = post(&service, "/webhooks", body.clone()).await;
         assert_eq!(refused.status, status, "{body}: {}", refused.text);
@@ -2114,11 +2153,11 @@ async fn keys_are_limited_to_routes_on_issue_and_changed_later() {
         json!({"permissions": ["orders", "events"]}),
     )
     .await;
+    // The feed too, still limited (its view of the feed).
+    assert_eq!(widened.status, StatusCode::OK, "{}", widened.text);
     assert_eq!(
-        widened.status,
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "{}",
-        widened.text
+        widened.body["data"]["record"]["providers"],
+        json!(["google", "meta"])
     );
     let lifted = post(
         &service,

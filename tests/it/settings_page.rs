@@ -948,6 +948,8 @@ async fn webhooks_on_the_page(browser: &Client) {
     fill(browser, Locator::Id("endpoint-url"), &url).await;
     click(browser, Locator::Css("input[value='order.created']")).await;
     fill(browser, Locator::Id("endpoint-description"), "Partner ERP").await;
+    // Limited to two providers' orders, kept sorted.
+    fill(browser, Locator::Id("endpoint-providers"), "meta, google").await;
     click(browser, Locator::Id("add-endpoint-button")).await;
     let secret_text = wait_for_text(browser, "new-secret", "", "no secret was shown").await;
     let secret: WebhookSecret = secret_text.parse().expect("a whsec_ secret");
@@ -962,6 +964,7 @@ async fn webhooks_on_the_page(browser: &Client) {
     let row_text = row.text().await.unwrap();
     assert!(
         row_text.contains("order.created")
+            && row_text.contains("Providers google, meta")
             && row_text.contains("Partner ERP")
             && row_text.contains("Enabled"),
         "{row_text}"

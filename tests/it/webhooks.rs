@@ -1484,6 +1484,10 @@ mod standalone {
                 "ERP",
                 "--api-version",
                 "2026-11-27",
+                "--provider",
+                "meta",
+                "--provider",
+                "google",
             ],
         )
         .await;
@@ -1497,6 +1501,8 @@ mod standalone {
             serde_json::json!(["order.created", "order.updated"])
         );
         assert_eq!(endpoint["description"], "ERP");
+        // It hears of the orders of meta and google (the order below books meta).
+        assert_eq!(endpoint["providers"], serde_json::json!(["google", "meta"]));
         assert_eq!(endpoint["enabled"], true);
         assert!(endpoint["createdAt"].as_str().unwrap().ends_with('Z'));
         let listed = cli(&database, &["list", "--organization", "org_a"]).await;

@@ -26,7 +26,6 @@ pub(super) struct Written {
     pub(super) after: Option<Vec<String>>,
 }
 
-
 /// How long a tombstone is kept at the least, whatever the retention: a day.
 const TOMBSTONES_AT_LEAST: Duration = Duration::from_secs(24 * 3600);
 
