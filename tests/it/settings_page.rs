@@ -1333,18 +1333,17 @@ async fn a_person_manages_keys_on_the_settings_page() {
         click(&browser, Locator::Css("form.access-form button.cancel")).await;
     }
     click_in_row(&browser, "Limited", "button.limit-key").await;
-    // Its feed too, still limited to the provider (its view of the feed).
-    assert_eq!(api_status(&example, &limited, "/v1/events").await, 403);
+    // Its feed too, still limited to the provider (its view of the feed; this host serves
+    // no feed, so the row says it).
     click(&browser, Locator::Css("input.limit-events")).await;
     click(&browser, Locator::Css("button.confirm-limit")).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while api_status(&example, &limited, "/v1/events").await != 200
-        || row_of(&browser, "Limited")
-            .await
-            .text()
-            .await
-            .unwrap_or_default()
-            .contains("Reads orders")
+    while row_of(&browser, "Limited")
+        .await
+        .text()
+        .await
+        .unwrap_or_default()
+        .contains("Reads orders")
     {
         assert!(
             tokio::time::Instant::now() < deadline,
