@@ -277,6 +277,20 @@ pub enum EventsPage {
 /// reader missed nothing, however quiet the feed was); an id that was never this feed's is
 /// [`EventsPage::Unknown`].
 ///
+/// # In a view of providers
+///
+/// A read with [`EventQuery::with_providers`] (a key limited to providers) serves the feed in
+/// that view, for a store whose [`serves_provider_views`](Self::serves_provider_views) says so:
+/// the events of the orders whose providers, as the feed showed them, include one of the
+/// view's before or after the change, each of its type there ([`OrderChange::in_view`]).
+/// The store records with each event the order's providers before the change, when the
+/// change is written; one order's changes are serialized by its row lock, so each event's
+/// "before" is the "after" of the order's event before it, and every view's history of an
+/// order is well formed when the feed's is. A view's read is the feed's read filtered and
+/// retyped event by event, so rule `feed-exactly-once` holds from the view (rule
+/// `feed-in-view` of `partner_api::testing::run_event_feed`; `tests/it/feed_history.rs`
+/// under concurrent writers). It looks at [`MAX_EVENTS_LOOKED_AT_IN_VIEW`] events at most.
+///
 /// A stored event never fails a read: the `data` of an order that cannot be shown in the
 /// contract's form (a row written outside it) is the order's id and `"unshowable": true`
 /// (see [`FeedEvent::data`]).
