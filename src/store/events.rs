@@ -287,9 +287,9 @@ pub enum EventsPage {
 /// change is written; one order's changes are serialized by its row lock, so each event's
 /// "before" is the "after" of the order's event before it, and every view's history of an
 /// order is well formed when the feed's is. A view's read is the feed's read filtered and
-/// retyped event by event, so rule `feed-exactly-once` holds from the view (rule
-/// `feed-in-view` of `partner_api::testing::run_event_feed`; `tests/it/feed_history.rs`
-/// under concurrent writers). It looks at [`MAX_EVENTS_LOOKED_AT_IN_VIEW`] events at most.
+/// retyped event by event, so rule `feed-exactly-once` holds from the view:
+/// **rule `feed-in-view`** (`partner_api::testing::run_event_feed` checks it as one writer
+/// sees it; `tests/it/feed_history.rs` under concurrent writers). It looks at [`MAX_EVENTS_LOOKED_AT_IN_VIEW`] events at most.
 ///
 /// A stored event never fails a read: the `data` of an order that cannot be shown in the
 /// contract's form (a row written outside it) is the order's id and `"unshowable": true`

@@ -275,7 +275,9 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
         for call in [
             "SELECT partner_api_stamp_order_events('org_demo', 100)",
             "SELECT count(*) FROM partner_api_read_order_events('org_demo', NULL, 100, \
-             ARRAY['order.created'], false)",
+             ARRAY['order.created'], false, NULL, 1000)",
+            "SELECT count(*) FROM partner_api_read_order_events('org_demo', NULL, 100, \
+             ARRAY['order.created'], false, ARRAY['meta'], 1000)",
             "SELECT * FROM partner_api_prune_order_events(3153600000, 10, 100)",
             "SELECT * FROM partner_api_order_changes_after(0)",
         ] {

@@ -357,14 +357,15 @@ BEGIN
         END
         $body$
     $sql$, schema_name);
-    -- The read of before, for the replicas of the version before during an upgrade: the read
-    -- of every order.
+    -- The read of before, for the replicas of the version before during an upgrade (their
+    -- roles get the new read below): the read of every order, as its caller (no longer as
+    -- the owner: the read it calls is).
     EXECUTE format($sql$
         CREATE OR REPLACE FUNCTION %1$I.partner_api_read_order_events(
             org text, after_event bigint, max_events integer, kinds text[], check_unstamped boolean)
         RETURNS TABLE (outcome text, id bigint, change text, order_id text, order_row jsonb,
                        created_at timestamptz)
-        LANGUAGE sql STABLE SECURITY DEFINER SET search_path = %1$I, pg_temp AS $body$
+        LANGUAGE sql STABLE SECURITY INVOKER SET search_path = %1$I, pg_temp AS $body$
             SELECT * FROM %1$I.partner_api_read_order_events(
                 org, after_event, max_events, kinds, check_unstamped, NULL::text[], 0)
         $body$
