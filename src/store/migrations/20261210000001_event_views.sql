@@ -236,6 +236,7 @@ BEGIN
             pruned_position bigint;
             feed record;
             page_size integer := GREATEST(LEAST(max_events, 100), 1);
+            returned bigint;
         BEGIN
             IF check_unstamped AND EXISTS (
                 SELECT 1 FROM %1$I.partner_api_order_events u
@@ -278,48 +279,53 @@ BEGIN
                 END IF;
             END IF;
             IF view IS NOT NULL THEN
+                -- The page: the feed's events in position order, at most max_looked_at of
+                -- them, each with its type in the view; the scan stops once the page is full.
                 RETURN QUERY
-                    WITH looked AS (
-                        SELECT e.id, e.change, e.order_id, e.order_row, e.created_at, e.position,
-                               COALESCE(e.order_row -> 'providers'
-                                        OPERATOR(pg_catalog.?|) view, false) AS now_in,
-                               CASE WHEN e.previous_providers IS NOT NULL
-                                    THEN e.previous_providers OPERATOR(pg_catalog.?|) view
-                                    -- Written before views: an update's before as its after.
-                                    ELSE e.change OPERATOR(pg_catalog.=) 'order.updated'
-                                         AND COALESCE(e.order_row -> 'providers'
-                                                      OPERATOR(pg_catalog.?|) view, false)
-                               END AS was_in
-                        FROM %1$I.partner_api_order_events e
-                        WHERE e.organization_id = org AND e.position > after_position
-                        ORDER BY e.position
-                        LIMIT GREATEST(max_looked_at, page_size)),
-                    page AS (
-                        SELECT v.* FROM (
-                            SELECT l.id, l.order_id, l.order_row, l.created_at, l.position,
-                                   CASE WHEN l.now_in AND l.was_in THEN l.change
-                                        WHEN l.now_in THEN 'order.created'
-                                        ELSE 'order.deleted' END AS change
-                            FROM looked l
-                            WHERE l.now_in OR l.was_in) v
-                        WHERE v.change OPERATOR(pg_catalog.=) ANY (kinds)
-                        ORDER BY v.position
-                        LIMIT page_size)
-                    SELECT x.outcome, x.id, x.change, x.order_id, x.order_row, x.created_at
+                    SELECT 'event'::text, v.id, v.change, v.order_id::text,
+                           CASE WHEN v.change OPERATOR(pg_catalog.=) 'order.deleted' THEN NULL
+                                ELSE v.order_row END,
+                           v.created_at::timestamptz
                     FROM (
-                        SELECT 'event'::text AS outcome, p.id, p.change, p.order_id::text AS order_id,
-                               CASE WHEN p.change OPERATOR(pg_catalog.=) 'order.deleted' THEN NULL
-                                    ELSE p.order_row END AS order_row,
-                               p.created_at::timestamptz AS created_at, p.position
-                        FROM page p
-                        UNION ALL
-                        -- The last event looked at: where a reader whose page is not full
-                        -- resumes.
+                        SELECT l.id, l.order_id, l.order_row, l.created_at, l.position,
+                               CASE WHEN l.now_in AND l.was_in THEN l.change
+                                    WHEN l.now_in THEN 'order.created'
+                                    WHEN l.was_in THEN 'order.deleted' END AS change
+                        FROM (
+                            SELECT e.id, e.change, e.order_id, e.order_row, e.created_at,
+                                   e.position,
+                                   COALESCE(e.order_row -> 'providers'
+                                            OPERATOR(pg_catalog.?|) view, false) AS now_in,
+                                   CASE WHEN e.previous_providers IS NOT NULL
+                                        THEN e.previous_providers OPERATOR(pg_catalog.?|) view
+                                        -- Written before views: an update's before as its
+                                        -- after.
+                                        ELSE e.change OPERATOR(pg_catalog.=) 'order.updated'
+                                             AND COALESCE(e.order_row -> 'providers'
+                                                          OPERATOR(pg_catalog.?|) view, false)
+                                   END AS was_in
+                            FROM %1$I.partner_api_order_events e
+                            WHERE e.organization_id = org AND e.position > after_position
+                            ORDER BY e.position
+                            LIMIT GREATEST(max_looked_at, page_size)) l
+                        WHERE l.now_in OR l.was_in) v
+                    WHERE v.change OPERATOR(pg_catalog.=) ANY (kinds)
+                    ORDER BY v.position
+                    LIMIT page_size;
+                GET DIAGNOSTICS returned = ROW_COUNT;
+                IF returned < page_size THEN
+                    -- The last event looked at: where a reader whose page is not full
+                    -- resumes.
+                    RETURN QUERY
                         SELECT 'through'::text, l.id, NULL::text, NULL::text, NULL::jsonb,
-                               NULL::timestamptz, NULL::bigint
-                        FROM (SELECT l.id FROM looked l ORDER BY l.position DESC LIMIT 1) l
-                    ) x
-                    ORDER BY x.position NULLS LAST;
+                               NULL::timestamptz
+                        FROM (SELECT e.id, e.position FROM %1$I.partner_api_order_events e
+                              WHERE e.organization_id = org AND e.position > after_position
+                              ORDER BY e.position
+                              LIMIT GREATEST(max_looked_at, page_size)) l
+                        ORDER BY l.position DESC
+                        LIMIT 1;
+                END IF;
             ELSIF pg_catalog.cardinality(kinds) >= 3 THEN
                 RETURN QUERY
                     SELECT 'event'::text, e.id, e.change, e.order_id::text, e.order_row,
