@@ -212,6 +212,18 @@ async fn no_documented_role_can_turn_our_functions_against_the_database() {
                     .await
                     .unwrap();
             }
+            // An operator more exact than pg_catalog's for `jsonb -> 'literal'` (which has
+            // no `->(jsonb, jsonb)`): the feed's views must not call it.
+            attacker
+                .execute(
+                    "CREATE FUNCTION public.take_arrow(jsonb, jsonb) RETURNS jsonb \
+                     LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_temp.take_everything(); \
+                     RETURN NULL; END $$; \
+                     CREATE OPERATOR public.-> (LEFTARG = jsonb, RIGHTARG = jsonb, \
+                     FUNCTION = public.take_arrow)",
+                )
+                .await
+                .unwrap();
         }
         // Each of our trigger functions attached to a table of the attacker's, with the
         // columns of an order: refused when attached (the SECURITY DEFINER one, which PUBLIC

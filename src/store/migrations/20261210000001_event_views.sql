@@ -17,10 +17,14 @@
 --   yes       | no       | order.deleted ({"id"} only)
 --   yes       | yes      | the change itself
 --
--- An event written before this migration has no record of before: an update's is taken as
--- its after (a view sees it as an update when it sees the order after), a deletion's as in no
--- view. No view read the feed before this migration (a key limited to providers could not
--- hold the events permission), so no reader's history is broken by it.
+-- The events written before this migration get theirs here, from the order's event before
+-- them in their feed (the chain above, read backwards): its order's providers, `[]` after a
+-- deletion or an unshowable order; an event whose order has no event kept before it (retention
+-- deleted it) takes, for an update, its own providers (a view that sees the order after sees
+-- an update, as a reader that starts there), and for a deletion `[]` (in no view). An event
+-- written later without a record (by a host table's trigger not registered again since, or
+-- by a replica of the version before during an upgrade) is read the same way: an update's
+-- before as its after, a deletion in no view.
 ALTER TABLE partner_api_order_events ADD COLUMN previous_providers JSONB;
 
 -- A webhook endpoint may be limited to providers as a key is: it hears of the events of its
@@ -40,6 +44,27 @@ BEGIN
     FOR served IN SELECT t.relid FROM partner_api_order_tables t LOOP
         EXECUTE format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', served);
     END LOOP;
+
+    -- The events written before: each update's and deletion's before, from its order's event
+    -- before it in its feed (ids follow one order's commits: its row lock).
+    EXECUTE format($sql$
+        UPDATE %1$I.partner_api_order_events e SET previous_providers = b.before
+        FROM (
+            SELECT x.id,
+                   CASE WHEN x.previous_change IS NULL AND x.change = 'order.updated'
+                            THEN COALESCE(x.order_row -> 'providers', '[]'::jsonb)
+                        WHEN x.previous_change IS NULL OR x.previous_change = 'order.deleted'
+                            THEN '[]'::jsonb
+                        ELSE COALESCE(x.previous_row -> 'providers', '[]'::jsonb) END AS before
+            FROM (
+                SELECT p.id, p.change, p.order_row,
+                       pg_catalog.lag(p.change) OVER w AS previous_change,
+                       pg_catalog.lag(p.order_row) OVER w AS previous_row
+                FROM %1$I.partner_api_order_events p
+                WINDOW w AS (PARTITION BY p.organization_id, p.order_id ORDER BY p.id)) x
+            WHERE x.change <> 'order.created') b
+        WHERE e.id = b.id
+    $sql$, schema_name);
 
     -- As in 20261204000001, and each update's or deletion's event records the providers of
     -- the order before it, when the order before was shown (`[]` when it was not).
@@ -176,7 +201,7 @@ BEGIN
                 JOIN %1$I.partner_webhook_endpoints w
                   ON w.organization_id = org AND w.enabled AND s.created_at >= w.enabled_at
                 CROSS JOIN LATERAL (
-                    SELECT COALESCE(s.order_row -> 'providers'
+                    SELECT COALESCE(s.order_row OPERATOR(pg_catalog.->) 'providers'
                                     OPERATOR(pg_catalog.?|) w.providers, false) AS now_in) n
                 CROSS JOIN LATERAL (
                     SELECT CASE WHEN s.previous_providers IS NOT NULL
@@ -236,6 +261,8 @@ BEGIN
             pruned_position bigint;
             feed record;
             page_size integer := GREATEST(LEAST(max_events, 100), 1);
+            -- At most 1,000 events, whatever the caller asks: the read runs as the owner.
+            looked_at_most integer := LEAST(GREATEST(max_looked_at, page_size), 1000);
             returned bigint;
         BEGIN
             IF check_unstamped AND EXISTS (
@@ -294,20 +321,20 @@ BEGIN
                         FROM (
                             SELECT e.id, e.change, e.order_id, e.order_row, e.created_at,
                                    e.position,
-                                   COALESCE(e.order_row -> 'providers'
+                                   COALESCE(e.order_row OPERATOR(pg_catalog.->) 'providers'
                                             OPERATOR(pg_catalog.?|) view, false) AS now_in,
                                    CASE WHEN e.previous_providers IS NOT NULL
                                         THEN e.previous_providers OPERATOR(pg_catalog.?|) view
                                         -- Written before views: an update's before as its
                                         -- after.
                                         ELSE e.change OPERATOR(pg_catalog.=) 'order.updated'
-                                             AND COALESCE(e.order_row -> 'providers'
+                                             AND COALESCE(e.order_row OPERATOR(pg_catalog.->) 'providers'
                                                           OPERATOR(pg_catalog.?|) view, false)
                                    END AS was_in
                             FROM %1$I.partner_api_order_events e
                             WHERE e.organization_id = org AND e.position > after_position
                             ORDER BY e.position
-                            LIMIT GREATEST(max_looked_at, page_size)) l
+                            LIMIT looked_at_most) l
                         WHERE l.now_in OR l.was_in) v
                     WHERE v.change OPERATOR(pg_catalog.=) ANY (kinds)
                     ORDER BY v.position
@@ -322,7 +349,7 @@ BEGIN
                         FROM (SELECT e.id, e.position FROM %1$I.partner_api_order_events e
                               WHERE e.organization_id = org AND e.position > after_position
                               ORDER BY e.position
-                              LIMIT GREATEST(max_looked_at, page_size)) l
+                              LIMIT looked_at_most) l
                         ORDER BY l.position DESC
                         LIMIT 1;
                 END IF;
