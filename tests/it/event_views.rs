@@ -153,6 +153,66 @@ where
     );
 }
 
+/// A rare provider's key behind more than 1,000 events outside its view: an answer looks at
+/// 1,000 events at most, so the first is empty and its link moves on; following links, the
+/// key reads its one event, and the end is an answer whose link names the `after` it was
+/// asked with.
+async fn a_rare_view_moves_on_by_its_links<S>(store: S)
+where
+    S: KeyStore + KeyManager + StoreFixtures + OrderStore + EventFeed + Clone + 'static,
+{
+    let key = store
+        .issue(
+            ORG,
+            NewKey::new(KeyEnvironment::Live).with_providers(&["rare"]),
+        )
+        .await
+        .unwrap();
+    let common: Vec<Order> = (0..1_100)
+        .map(|n| with_providers(&format!("c{n:04}"), n, &["common"]))
+        .collect();
+    store.add_orders(ORG, &common).await.unwrap();
+    store
+        .add_orders(ORG, &[with_providers("r1", 2_000, &["rare"])])
+        .await
+        .unwrap();
+    let api = PartnerApi::from_store(store.clone()).with_events(store.clone());
+    let (first, link) = page(&api, key.plaintext(), "/v1/events").await;
+    assert!(first.is_empty(), "{first:?}");
+    assert!(link.contains("after="), "the link moved on: {link}");
+    let (second, link) = page(&api, key.plaintext(), &link).await;
+    assert_eq!(
+        second
+            .iter()
+            .map(|(kind, id, _)| (kind.as_str(), id.as_str()))
+            .collect::<Vec<_>>(),
+        [("order.created", "r1")]
+    );
+    let (third, end) = page(&api, key.plaintext(), &link).await;
+    assert!(third.is_empty(), "{third:?}");
+    assert_eq!(end, link, "the end names the after it was asked with");
+}
+
+#[tokio::test]
+async fn the_memory_store_moves_a_rare_view_on_by_its_links() {
+    let store = MemoryStore::new();
+    store
+        .add_organization(Organization {
+            id: ORG.into(),
+            name: "Views".into(),
+        })
+        .unwrap();
+    a_rare_view_moves_on_by_its_links(store).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn postgres_moves_a_rare_view_on_by_its_links() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = pg::migrated_with(&[ORG]).await;
+    a_rare_view_moves_on_by_its_links(store).await;
+}
+
 #[tokio::test]
 async fn the_memory_store_serves_each_key_its_view_of_the_feed() {
     let store = MemoryStore::new();

@@ -10,8 +10,7 @@
 //! The writers also move orders between providers, and two more pollers (one per replica)
 //! read the feed in the view of a key limited to one provider: what each reads must be
 //! exactly the view the checker works out itself from the whole feed (an order coming into
-//! the view is created for it, one leaving it deleted), which a feed filtered after the fact
-//! is not (checked on each run's own history).
+//! the view is created for it, one leaving it deleted).
 #![cfg(feature = "postgres")]
 
 use std::collections::{BTreeMap, HashMap};
@@ -746,8 +745,9 @@ async fn history(capture: Capture) {
     }
     let complete: Vec<_> = reads.iter().flatten().collect();
     assert_eq!(complete[0], complete[1]);
-    // The view's pollers read exactly the view of the whole feed, on both replicas; the feed
-    // filtered after the fact is not it.
+    // The view's pollers read exactly the view of the whole feed, on both replicas (a feed
+    // filtered after the fact fails this: the conformance suite's fault and, by hand, a store
+    // that retyped no event), and orders came into it or left it.
     let mut moved = 0;
     for organization in ORGANIZATIONS {
         let feed = &complete[0][organization];
@@ -769,11 +769,6 @@ async fn history(capture: Capture) {
                 );
             }
         }
-        let filtered_after: Vec<(u64, OrderChange, Vec<u8>)> = feed
-            .iter()
-            .filter(|event| providers_of(event).is_some_and(|p| p.iter().any(|p| p == VIEW)))
-            .map(|event| (event.id, event.change, event.data.to_vec()))
-            .collect();
         let moved_here = view
             .iter()
             .filter(|(id, change, _)| {
@@ -781,12 +776,6 @@ async fn history(capture: Capture) {
                     .any(|event| event.id == *id && event.change != *change)
             })
             .count();
-        if moved_here > 0 {
-            assert_ne!(
-                filtered_after, view,
-                "{organization}: the checker cannot tell a feed filtered after the fact"
-            );
-        }
         moved += moved_here;
     }
     assert!(
