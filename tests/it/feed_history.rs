@@ -213,6 +213,86 @@ fn view_of(feed: &[FeedEvent], provider: &str) -> Vec<(u64, OrderChange, Vec<u8>
     view
 }
 
+/// Whether `read` is exactly the view of `provider` of the whole feed `feed` ([`view_of`]);
+/// else where they first differ.
+fn check_view(feed: &[FeedEvent], provider: &str, read: &[FeedEvent]) -> Result<(), String> {
+    let view = view_of(feed, provider);
+    let read: Vec<(u64, OrderChange, Vec<u8>)> = read
+        .iter()
+        .map(|event| (event.id, event.change, event.data.to_vec()))
+        .collect();
+    match (0..read.len().max(view.len())).find(|&i| read.get(i) != view.get(i)) {
+        None => Ok(()),
+        Some(at) => Err(format!(
+            "the view of {provider} read {} events, the whole feed's view has {}; first \
+             difference at {at}: read {:?}, expected {:?}",
+            read.len(),
+            view.len(),
+            read.get(at)
+                .map(|(id, change, data)| (id, change, String::from_utf8_lossy(data))),
+            view.get(at)
+                .map(|(id, change, data)| (id, change, String::from_utf8_lossy(data)))
+        )),
+    }
+}
+
+/// The view checker passes the store's view of a history in which an order comes into the
+/// view, changes in it, leaves it and comes back, and fails the same feed filtered after the
+/// fact (by each event's providers after the change: no deletion when the order leaves, an
+/// update where it came in).
+#[tokio::test]
+async fn the_view_checker_passes_the_stores_view_and_fails_a_feed_filtered_after_the_fact() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = migrated().await;
+    let organization = ORGANIZATIONS[0];
+    let mut order = new_order("v1");
+    order.providers = vec!["p2".into()];
+    store
+        .add_orders(organization, &[order.clone()])
+        .await
+        .unwrap();
+    for (providers, budget) in [
+        (&["p2", "p1"][..], 1),
+        (&["p2", "p1"][..], 2),
+        (&["p2"][..], 3),
+        (&["p1"][..], 4),
+    ] {
+        order.providers = providers.iter().map(|&p| p.to_owned()).collect();
+        order.budget_dkk = budget;
+        partner_api::testing::StoreFixtures::update_order(&store, organization, &order)
+            .await
+            .unwrap();
+    }
+    partner_api::testing::StoreFixtures::remove_order(&store, organization, "v1")
+        .await
+        .unwrap();
+    let feed = events_of(&store, organization, &EventQuery::oldest(100)).await;
+    let view = events_of(
+        &store,
+        organization,
+        &EventQuery::oldest(100).with_providers(Some([VIEW.to_owned()].into())),
+    )
+    .await;
+    check_view(&feed, VIEW, &view).unwrap();
+    assert_eq!(
+        view.iter().map(|event| event.change).collect::<Vec<_>>(),
+        [
+            OrderChange::Created,
+            OrderChange::Updated,
+            OrderChange::Deleted,
+            OrderChange::Created,
+            OrderChange::Deleted
+        ]
+    );
+    let filtered_after: Vec<FeedEvent> = feed
+        .iter()
+        .filter(|event| providers_of(event).is_some_and(|p| p.iter().any(|p| p == VIEW)))
+        .cloned()
+        .collect();
+    let refused = check_view(&feed, VIEW, &filtered_after).unwrap_err();
+    assert!(refused.contains("first difference at 0"), "{refused}");
+}
+
 /// xorshift64*: random enough for a schedule, repeatable from its seed.
 struct Rng(u64);
 
@@ -753,21 +833,8 @@ async fn history(capture: Capture) {
         let feed = &complete[0][organization];
         let view = view_of(feed, VIEW);
         for restricted in &complete[2..] {
-            let read: Vec<(u64, OrderChange, Vec<u8>)> = restricted[organization]
-                .iter()
-                .map(|event| (event.id, event.change, event.data.to_vec()))
-                .collect();
-            if let Some(at) = (0..read.len().max(view.len())).find(|&i| read.get(i) != view.get(i))
-            {
-                panic!(
-                    "{organization}: the view of {VIEW} read {} events, the whole feed's view has {}; \
-                     first difference at {at}: read {:?}, expected {:?}",
-                    read.len(),
-                    view.len(),
-                    read.get(at).map(|(id, change, data)| (id, change, String::from_utf8_lossy(data))),
-                    view.get(at).map(|(id, change, data)| (id, change, String::from_utf8_lossy(data)))
-                );
-            }
+            check_view(feed, VIEW, &restricted[organization])
+                .unwrap_or_else(|difference| panic!("{organization}: {difference}"));
         }
         let moved_here = view
             .iter()
