@@ -16,6 +16,18 @@ use crate::common::*;
 
 const ORG: &str = "org_v";
 
+/// A memory store with the organization `ORG` and nothing else.
+fn memory_store() -> MemoryStore {
+    let store = MemoryStore::new();
+    store
+        .add_organization(Organization {
+            id: ORG.into(),
+            name: "Views".into(),
+        })
+        .unwrap();
+    store
+}
+
 async fn send(api: &PartnerApi, request: http::Request<()>) -> Collected {
     use tower::ServiceExt;
     collect(api.clone().oneshot(request).await.unwrap()).await
@@ -195,13 +207,7 @@ where
 
 #[tokio::test]
 async fn the_memory_store_moves_a_rare_view_on_by_its_links() {
-    let store = MemoryStore::new();
-    store
-        .add_organization(Organization {
-            id: ORG.into(),
-            name: "Views".into(),
-        })
-        .unwrap();
+    let store = memory_store();
     a_rare_view_moves_on_by_its_links(store).await;
 }
 
@@ -215,13 +221,7 @@ async fn postgres_moves_a_rare_view_on_by_its_links() {
 
 #[tokio::test]
 async fn the_memory_store_serves_each_key_its_view_of_the_feed() {
-    let store = MemoryStore::new();
-    store
-        .add_organization(Organization {
-            id: ORG.into(),
-            name: "Views".into(),
-        })
-        .unwrap();
+    let store = memory_store();
     views_through_the_api(store).await;
 }
 
@@ -254,13 +254,7 @@ impl EventFeed for FeedWithoutViews {
 
 #[tokio::test]
 async fn a_feed_without_views_is_refused_to_a_key_limited_to_providers() {
-    let store = MemoryStore::new();
-    store
-        .add_organization(Organization {
-            id: ORG.into(),
-            name: "Views".into(),
-        })
-        .unwrap();
+    let store = memory_store();
     let limited = store
         .issue(
             ORG,
