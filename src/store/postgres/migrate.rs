@@ -22,6 +22,12 @@ const LOCK: i64 = 0x7061_7274_6e65_7201;
 
 /// Applies the migrations of [`MIGRATOR`] that are not applied yet, in one transaction.
 pub(super) async fn run(pool: &PgPool) -> Result<(), StoreError> {
+    run_before(pool, i64::MAX).await
+}
+
+/// Applies the migrations of [`MIGRATOR`] older than `version` that are not applied yet, in
+/// one transaction (a test's database as a version before it left it).
+pub(super) async fn run_before(pool: &PgPool, version: i64) -> Result<(), StoreError> {
     let mut transaction = pool.begin().await.map_err(store_error)?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(LOCK)
@@ -55,6 +61,7 @@ pub(super) async fn run(pool: &PgPool) -> Result<(), StoreError> {
     for migration in MIGRATOR
         .iter()
         .filter(|migration| migration.migration_type.is_up_migration())
+        .filter(|migration| migration.version < version)
     {
         match applied.get(&migration.version) {
             Some(checksum) if checksum[..] == migration.checksum[..] => {}

@@ -280,35 +280,11 @@ async fn events_written_before_views_get_the_providers_before_them() {
         return;
     };
     let store = database.store.clone();
-    // The migrations before views, recorded as the migrator records them.
-    let mut connection = store.pool().acquire().await.unwrap();
-    sqlx::raw_sql(
-        "CREATE TABLE partner_api_migrations (version BIGINT PRIMARY KEY, \
-         description TEXT NOT NULL, checksum BYTEA NOT NULL, \
-         installed_on TIMESTAMPTZ NOT NULL DEFAULT now())",
-    )
-    .execute(&mut *connection)
-    .await
-    .unwrap();
-    for migration in super::migrate::MIGRATOR
-        .iter()
-        .filter(|migration| migration.version < VIEWS)
-    {
-        sqlx::raw_sql(&migration.sql)
-            .execute(&mut *connection)
-            .await
-            .unwrap();
-        sqlx::query(
-            "INSERT INTO partner_api_migrations (version, description, checksum) \
-             VALUES ($1, $2, $3)",
-        )
-        .bind(migration.version)
-        .bind(&*migration.description)
-        .bind(&*migration.checksum)
-        .execute(&mut *connection)
+    // The migrations before views.
+    super::migrate::run_before(store.pool(), VIEWS)
         .await
         .unwrap();
-    }
+    let mut connection = store.pool().acquire().await.unwrap();
     sqlx::raw_sql(
         "INSERT INTO partner_organizations (id, name) VALUES ('org_v', 'V'), ('org_w', 'W'); \
          INSERT INTO partner_orders (organization_id, id, providers, advertiser_name, \
