@@ -3,6 +3,7 @@
 # whatever the machine's load or speed, a request costs the same instructions.
 #
 #   bash benches/instructions.sh         # benches/load.sh runs it (CALLGRIND=0 skips it there)
+#   SERVERS= ROUTES= bash benches/instructions.sh   # the host's layers alone (LAYERS=0 skips them)
 #
 # For each server of the load harness (`baseline`: bare hyper sending the captured bytes;
 # `api`: the same loop serving `PartnerApi` over the demo data, counting usage, with the
@@ -21,8 +22,8 @@ MANY=${MANY:-1300}
 # API_VERSION=2026-11-28 sends `Api-Version` with every request (the demo keys are pinned to the
 # first version): the cost of each version. SERVERS and ROUTES narrow the table.
 API_VERSION=${API_VERSION:-}
-SERVERS=${SERVERS:-baseline api host}
-ROUTES=${ROUTES:-me orders}
+SERVERS=${SERVERS-baseline api host}
+ROUTES=${ROUTES-me orders}
 
 if ! command -v valgrind >/dev/null; then
   echo "installing valgrind (Debian package)" >&2
@@ -129,6 +130,27 @@ for route in $ROUTES; do
   printf '%-10s %14s %14s %14s %14s %14s\n' "/v1/$route" "${per[baseline]}" "${per[api]}" "${per[host]}" \
     "$((per[api] - per[baseline]))" "$((per[host] - per[baseline]))"
 done
+
+# Each layer of the standalone host by itself around the API, in process (benches/host_layers.rs:
+# GET /v1/me, the body read to its end): its instructions per request, and those it adds to
+# the API alone. LAYERS=0 skips it.
+if [ "${LAYERS:-1}" != 0 ]; then
+  layers=$(CARGO_PROFILE_BENCH_DEBUG=line-tables-only cargo bench --bench host_layers --no-run 2>&1 |
+    grep -o 'target/release/deps/host_layers-[0-9a-f]*' | head -n 1)
+  echo
+  echo "the host's layers, each alone around the API (benches/host_layers.rs, GET /v1/me in process, ($MANY - $FEW) calls)"
+  printf '%-20s %14s %14s\n' case instructions "added to api"
+  api_alone=
+  for case in api request_ids access_log panics request_timeout host library_request_id tower_http_timeout; do
+    for n in "$FEW" "$MANY"; do
+      valgrind --tool=callgrind --callgrind-out-file="$work/layers.$case.$n.out" \
+        "$layers" --only "$case" --calls "$n" 2>"$work/valgrind.log" >/dev/null
+    done
+    per=$((($(total "$work/layers.$case.$MANY.out") - $(total "$work/layers.$case.$FEW.out")) / (MANY - FEW)))
+    api_alone=${api_alone:-$per}
+    printf '%-20s %14s %14s\n' "$case" "$per" "$((per - api_alone))"
+  done
+fi
 
 # The crate's functions on the library's path, per request (inclusive), from the api server's
 # two profiles: the functions whose cost grew with the requests.

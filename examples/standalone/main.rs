@@ -33,9 +33,7 @@ use clap::Parser;
 use partner_api::seed::DEMO_KEY;
 use tokio::net::TcpListener;
 
-mod access_log;
 mod audit;
-mod catch_panic;
 mod cli;
 mod commands;
 mod keys;
@@ -48,7 +46,6 @@ mod stack;
 mod stores;
 #[cfg(test)]
 mod tests;
-mod timeout;
 mod tls;
 #[cfg(all(feature = "postgres", feature = "webhooks"))]
 mod webhooks;
@@ -227,7 +224,7 @@ async fn main() -> ExitCode {
         }
     };
     let routes = secret_scanning::Routes { api, endpoint };
-    let app = move |peer| stack::app(routes.with_peer_addr(peer), &options);
+    let app = move |peer| stack::app(routes.with_peer_addr(peer), options.request_timeout);
     serve::serve(listener, app, tls, limits, shutdown).await;
     #[cfg(all(feature = "postgres", feature = "webhooks"))]
     if let Some(worker) = worker {

@@ -1,38 +1,43 @@
-//! The layers this host puts around the API.
+//! The layers this host puts around the API: tower-http's and tower's own, configured for
+//! what a request costs. `benches/host_layers.rs` measures each one by itself, through the
+//! functions here.
 
+use std::any::Any;
 use std::convert::Infallible;
+use std::time::Duration;
 
-use http::{Request, Response};
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
 use http_body::Body;
-use partner_api::request_id::RequestIdLayer;
-use partner_api::ApiBody;
-use tower::{Service, ServiceBuilder};
-
-use crate::access_log::AccessLogLayer;
-use crate::catch_panic::CatchPanicLayer;
-use crate::cli::Options;
-use crate::timeout::RequestTimeoutLayer;
+use partner_api::{error_response, request_id, ApiBody};
+use tower::layer::util::{Identity, Stack};
+use tower::timeout::TimeoutLayer;
+use tower::util::{MapRequestLayer, MapResultLayer};
+use tower::{BoxError, Service, ServiceBuilder};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
+use tower_http::trace::{DefaultOnFailure, DefaultOnResponse, TraceLayer};
+use tower_http::LatencyUnit;
+use tracing::{Level, Span};
 
 /// The service this host serves: `service` (the partner API, or anything that answers like
-/// it) inside the host's layers, outermost first:
+/// it) inside the host's layers, outermost first: [`request_ids`], [`access_log`],
+/// [`panics`] and [`request_timeout`] (of `timeout`).
 ///
-/// 1. request ids ([`RequestIdLayer`]): the request's well-formed `x-request-id` or a new
-///    UUID, handed to the API (which echoes it and records it in the span) and put on the
-///    responses the layers below make themselves;
-/// 2. the access log ([`AccessLogLayer`]): a tracing span per request (method, path, and the
-///    request and organization ids that the API records) and one INFO line per response
-///    with its status and latency;
-/// 3. a panic anywhere below becomes the API's JSON 500 ([`CatchPanicLayer`]);
-/// 4. a request over `options.request_timeout` becomes the API's JSON 503
-///    ([`RequestTimeoutLayer`]).
-///
-/// Every layer answers with the API's own body, so no body is boxed, and none reads the
-/// clock or allocates for an answer that is ready at once (see `docs::performance`).
+/// Its error type is tower's `BoxError`, but it returns none: the API's is `Infallible`
+/// and the time-out's is answered (see [`request_timeout`]).
 pub(crate) fn app<S, B>(
     service: S,
-    options: &Options,
-) -> impl Service<Request<B>, Response = Response<ApiBody>, Error = Infallible, Future: Send + 'static>
-       + Clone
+    timeout: Duration,
+) -> impl Service<
+    Request<B>,
+    Response = Response<impl Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static>,
+    Error = BoxError,
+    Future: Send + 'static,
+> + Clone
        + Send
        + 'static
 where
@@ -44,9 +49,131 @@ where
     B: Body + Send + 'static,
 {
     ServiceBuilder::new()
-        .layer(RequestIdLayer::new())
-        .layer(AccessLogLayer)
-        .layer(CatchPanicLayer)
-        .layer(RequestTimeoutLayer::new(options.request_timeout))
+        .layer(request_ids())
+        .layer(access_log())
+        .layer(panics())
+        .layer(request_timeout(timeout))
         .service(service)
+}
+
+/// The layers of [`request_ids`].
+pub(crate) type RequestIds<B> = ServiceBuilder<
+    Stack<
+        PropagateRequestIdLayer,
+        Stack<
+            SetRequestIdLayer<GeneratedId>,
+            Stack<MapRequestLayer<fn(Request<B>) -> Request<B>>, Identity>,
+        >,
+    >,
+>;
+
+/// Request ids: an `x-request-id` the API would not keep (malformed, or more than one) is
+/// dropped ([`request_id::remove_unusable`]), then tower-http's `SetRequestIdLayer` gives a
+/// request without one a new UUID ([`request_id::generate`]) and its
+/// `PropagateRequestIdLayer` puts the id on the responses the layers below make themselves.
+/// So the API (which echoes the request's id and records it in the span), the log and every
+/// response agree on the id.
+pub(crate) fn request_ids<B>() -> RequestIds<B> {
+    ServiceBuilder::new()
+        .map_request(without_unusable_id as fn(Request<B>) -> Request<B>)
+        .layer(SetRequestIdLayer::x_request_id(GeneratedId))
+        .layer(PropagateRequestIdLayer::x_request_id())
+}
+
+fn without_unusable_id<B>(mut request: Request<B>) -> Request<B> {
+    request_id::remove_unusable(request.headers_mut());
+    request
+}
+
+/// Makes the id of a request that brought none: a UUID, as the API would.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GeneratedId;
+
+impl MakeRequestId for GeneratedId {
+    fn make_request_id<B>(&mut self, _request: &Request<B>) -> Option<RequestId> {
+        Some(RequestId::new(request_id::generate()))
+    }
+}
+
+/// The layer of [`access_log`].
+pub(crate) type AccessLog<B> = TraceLayer<
+    SharedClassifier<ServerErrorsAsFailures>,
+    fn(&Request<B>) -> Span,
+    (),
+    DefaultOnResponse,
+    (),
+    (),
+    DefaultOnFailure,
+>;
+
+/// The access log, tower-http's `TraceLayer`: a span per request ([`request_span`]) and one
+/// INFO line per response with its status and latency in microseconds, and an ERROR line
+/// for a 5xx; nothing when a request starts, per body frame or at a body's end.
+pub(crate) fn access_log<B>() -> AccessLog<B> {
+    TraceLayer::new_for_http()
+        .make_span_with(request_span as fn(&Request<B>) -> Span)
+        .on_request(())
+        .on_response(
+            DefaultOnResponse::new()
+                .level(Level::INFO)
+                .latency_unit(LatencyUnit::Micros),
+        )
+        .on_body_chunk(())
+        .on_eos(())
+        .on_failure(DefaultOnFailure::new().latency_unit(LatencyUnit::Micros))
+}
+
+/// The access log's span: `method` and `path`, and `request_id` and `organization_id` for
+/// the API to record. Never a header: the `Authorization` one holds a key.
+fn request_span<B>(request: &Request<B>) -> Span {
+    tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path(),
+        request_id = tracing::field::Empty,
+        organization_id = tracing::field::Empty,
+    )
+}
+
+/// The layer of [`panics`].
+pub(crate) type Panics = CatchPanicLayer<fn(Box<dyn Any + Send + 'static>) -> Response<ApiBody>>;
+
+/// A panic anywhere below, in `call` or in the response future, becomes the API's JSON 500
+/// (tower-http's `CatchPanicLayer`), not a dropped connection.
+pub(crate) fn panics() -> Panics {
+    CatchPanicLayer::custom(panicked as fn(_) -> _)
+}
+
+/// The answer to a panic. Its payload could hold anything: it is not logged.
+fn panicked(_payload: Box<dyn Any + Send + 'static>) -> Response<ApiBody> {
+    tracing::error!("request handler panicked");
+    error_response(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// The layers of [`request_timeout`].
+pub(crate) type RequestTimeout =
+    ServiceBuilder<Stack<TimeoutLayer, Stack<MapResultLayer<TimedOut>, Identity>>>;
+
+/// What [`request_timeout`] makes of its inner result.
+pub(crate) type TimedOut =
+    fn(Result<Response<ApiBody>, BoxError>) -> Result<Response<ApiBody>, BoxError>;
+
+/// A request over `timeout` becomes the API's JSON 503: tower's `TimeoutLayer`, whose
+/// elapsed time is answered by a `map_result`. Tower's polls the answer before its timer, so
+/// an answer ready at once never arms one (tower-http's arms a timer for every request:
+/// `docs::performance` measures both).
+pub(crate) fn request_timeout(timeout: Duration) -> RequestTimeout {
+    ServiceBuilder::new()
+        .map_result(timed_out as TimedOut)
+        .layer(TimeoutLayer::new(timeout))
+}
+
+/// The answer when the timeout elapsed. The service below answers every request (its error
+/// is `Infallible`), so the time-out is the only error here, and none goes up: the stack's
+/// `BoxError` is there because tower's `MapResult` keeps its inner error type's `From`.
+fn timed_out(result: Result<Response<ApiBody>, BoxError>) -> Result<Response<ApiBody>, BoxError> {
+    Ok(result.unwrap_or_else(|error| {
+        tracing::warn!(error = %error, "request timed out");
+        error_response(StatusCode::SERVICE_UNAVAILABLE)
+    }))
 }

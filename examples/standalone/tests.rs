@@ -32,7 +32,12 @@ struct Server {
 /// The standalone host's stack around `api` (told each connection's peer), served on
 /// 127.0.0.1:0 without TLS.
 async fn start(api: PartnerApi) -> Server {
-    let app = move |peer| app(api.clone().with_peer_addr(peer), &Options::default());
+    let app = move |peer| {
+        app(
+            api.clone().with_peer_addr(peer),
+            Options::default().request_timeout,
+        )
+    };
     start_within(app, None, Limits::default()).await
 }
 
@@ -279,7 +284,7 @@ async fn a_stuck_store_is_a_json_503_at_the_request_timeout() {
         request_timeout: Duration::from_millis(300),
         ..Options::default()
     };
-    let server = start_app(app(api, &options), None).await;
+    let server = start_app(app(api, options.request_timeout), None).await;
     let url = format!("http://{}/v1/me", server.address);
     let response = tokio::time::timeout(
         Duration::from_secs(10),
@@ -305,7 +310,7 @@ async fn a_panic_below_the_host_layers_is_a_json_500_not_a_dropped_connection() 
             Ok::<_, std::convert::Infallible>(partner_api::error_response(StatusCode::NOT_FOUND))
         }
     });
-    let server = start_app(app(panicking, &Options::default()), None).await;
+    let server = start_app(app(panicking, Options::default().request_timeout), None).await;
     let client = http1();
     for path in ["/v1/me", "/v1/orders", "/v1/me"] {
         let url = format!("http://{}{path}", server.address);
@@ -328,7 +333,11 @@ async fn a_panic_below_the_host_layers_is_a_json_500_not_a_dropped_connection() 
 async fn https_serves_http1_and_http2_by_alpn_to_a_verifying_client() {
     let certificate = Certificate::generate("in-process");
     let acceptor = tls_acceptor(&certificate.cert_path, &certificate.key_path).unwrap();
-    let server = start_app(app(api(), &Options::default()), Some(acceptor)).await;
+    let server = start_app(
+        app(api(), Options::default().request_timeout),
+        Some(acceptor),
+    )
+    .await;
     for (alpn, version) in [
         (&b"h2"[..], http::Version::HTTP_2),
         (b"http/1.1", http::Version::HTTP_11),
@@ -428,7 +437,12 @@ async fn a_connection_that_sent_nothing_yet_waits_under_the_idle_timeout_alone()
 
 /// The host's stack around the demo API within `limits`, and a raw connection to it.
 async fn raw_connection(limits: Limits) -> (Server, tokio::net::TcpStream) {
-    let server = start_within(|_peer| app(api(), &Options::default()), None, limits).await;
+    let server = start_within(
+        |_peer| app(api(), Options::default().request_timeout),
+        None,
+        limits,
+    )
+    .await;
     let stream = tokio::net::TcpStream::connect(server.address)
         .await
         .unwrap();

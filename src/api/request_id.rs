@@ -40,6 +40,33 @@ fn given_id(headers: &HeaderMap) -> Option<&HeaderValue> {
     }
 }
 
+/// Removes every `x-request-id` of `headers` unless there is exactly one and it is
+/// well-formed ([`is_well_formed`]): what the API would replace, gone before a host's own
+/// id layer looks. tower-http's `SetRequestIdLayer` keeps any id the request brought and
+/// makes one only where there is none, so a host that runs this first (a `map_request`)
+/// and has that layer make ids with [`generate`] logs the same id the API answers with,
+/// for every request.
+///
+/// ```
+/// use http::HeaderMap;
+/// use partner_api::request_id::{remove_unusable, REQUEST_ID_HEADER};
+///
+/// let mut headers = HeaderMap::new();
+/// headers.insert(REQUEST_ID_HEADER, "two words".parse().unwrap());
+/// remove_unusable(&mut headers);
+/// assert!(headers.is_empty());
+///
+/// headers.insert(REQUEST_ID_HEADER, "poll-1".parse().unwrap());
+/// remove_unusable(&mut headers);
+/// assert_eq!(headers[REQUEST_ID_HEADER], "poll-1");
+/// ```
+pub fn remove_unusable(headers: &mut HeaderMap) {
+    let any = headers.iter().any(|(name, _)| is_request_id(name));
+    if any && given_id(headers).is_none() {
+        headers.remove(REQUEST_ID_HEADER);
+    }
+}
+
 /// Whether `name` is [`REQUEST_ID_HEADER`]. The id is found by walking a message's few
 /// headers with this, not by a lookup: the name is not a standard one, so a lookup hashes it
 /// byte by byte, which costs more than comparing a message's names (most of them standard
@@ -270,6 +297,29 @@ mod tests {
             assert_eq!(uuid.get_version_num(), 4);
             assert_eq!(uuid.get_variant(), uuid::Variant::RFC4122);
             assert_eq!(id.to_str().unwrap(), uuid.hyphenated().to_string());
+        }
+    }
+
+    #[test]
+    fn remove_unusable_leaves_exactly_the_ids_the_api_would_keep() {
+        let cases: [(&[&[u8]], bool); 6] = [
+            (&[], false),
+            (&[b"ok-1"], true),
+            (&[b""], false),
+            (&[b"has space"], false),
+            (&[b"one", b"two"], false),
+            (&[&[b'a'; 129]], false),
+        ];
+        for (ids, kept) in cases {
+            let mut headers = with_ids(ids);
+            headers.insert(http::header::ACCEPT, HeaderValue::from_static("*/*"));
+            remove_unusable(&mut headers);
+            let left: Vec<_> = headers.get_all(REQUEST_ID_HEADER).iter().collect();
+            assert_eq!(left.len(), usize::from(kept), "{ids:?}");
+            assert_eq!(headers.len(), 1 + usize::from(kept), "other headers stay");
+            if kept {
+                assert_eq!(request_id(&headers).as_bytes(), ids[0]);
+            }
         }
     }
 
