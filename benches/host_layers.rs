@@ -151,7 +151,14 @@ where
     S::Error: Into<BoxError>,
     B: Body<Data = Bytes>,
 {
-    let mut context = Context::from_waker(std::task::Waker::noop());
+    // A waker that does nothing (`Waker::noop` is newer than the crate's MSRV): nothing
+    // here waits.
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: std::sync::Arc<Self>) {}
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Noop));
+    let mut context = Context::from_waker(&waker);
     let authorization = HeaderValue::try_from(format!("Bearer {DEMO_KEY}")).expect("a header");
     for _ in 0..calls {
         let request = Request::get("/v1/me")

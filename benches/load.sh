@@ -6,6 +6,7 @@
 #   CALLGRIND=0 bash benches/load.sh    # skip the instructions per request (benches/instructions.sh)
 #   SERVER_CPU=1 bash benches/load.sh    # each server on its whole CPU (default 0.7: a cgroup quota)
 #   ROUTES=me bash benches/load.sh       # the three servers compared on these routes only (default: me orders events)
+#   WORKERS=0 bash benches/load.sh       # skip the multi-core section (1 and 2 runtime workers, one key and 1,000)
 #
 # Builds both servers in release mode, captures the host's responses for /v1/me, /v1/orders
 # (100 orders of the demo data) and /v1/events (its oldest 100 events) with curl, and serves those bytes from `examples/baseline.rs`.
@@ -28,6 +29,8 @@
 #
 # Then the metrics' cost (METRICS=0 skips it): the host with the Prometheus exporter installed
 # (--metrics-listen, scraped every second) against the same host without, alternated.
+# Then multi-core (WORKERS=0 skips it): the library's server and the host on 1 and 2 runtime
+# workers, one hot key and 1,000 keys, and the server's CPU time per request of each.
 # Then the PostgreSQL path (POSTGRES=0 skips it): on a throwaway PostgreSQL (.ci/servers.sh),
 # one seed of 50 organizations x 200 orders, the standalone host on MemoryStore (`memory`), on
 # PostgreSQL with its caches (`pg`, the default) and without them (`pg-nocache`), alternated
@@ -39,7 +42,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUNS=${RUNS:-5}
-ROUTES=${ROUTES:-me orders events}
+ROUTES=${ROUTES-me orders events}
 for route in $ROUTES; do
   case $route in
     me | orders | events) ;;
@@ -303,6 +306,76 @@ if [ "${METRICS:-1}" = 1 ]; then
     paste -d' ' "$work/$route.host" "$work/$route.host-metrics" | awk '{ printf "%.4f\n", $4 / $1 }' >"$work/$route.metrics.ratios"
     printf '%-10s ratio host-metrics/host: %s (runs: %s)\n' "/v1/$route" \
       "$(median <"$work/$route.metrics.ratios")" "$(tr '\n' ' ' <"$work/$route.metrics.ratios" | xargs)"
+  done
+fi
+
+# Multi-core (WORKERS=0 skips it): the library's server (`api`) and the host on 1 and 2
+# runtime workers, for one hot key and for 1,000 keys (each request the next key of a seed
+# of 1,000 organizations), GET /v1/me. Servers and wrk share both CPUs, unpinned and
+# unthrottled: what is compared is the server's CPU time per request (user + system, from
+# /proc, over wrk's seconds), which stays flat when nothing on the path is shared between
+# the workers more than it must be.
+if [ "${WORKERS:-1}" != 0 ]; then
+  python3 - "$work/keys.json" "$work/keys.txt" <<'PY'
+import json, sys
+orgs = [{"id": f"org_{o:04}", "name": f"Organization {o}"} for o in range(1000)]
+keys = [{"key": f"pk_test_many_{o:04}_abcdefghijklmnopqrst", "organizationId": f"org_{o:04}"} for o in range(1000)]
+json.dump({"organizations": orgs, "apiKeys": keys, "orders": []}, open(sys.argv[1], "w"))
+open(sys.argv[2], "w").write("".join(k["key"] + "\n" for k in keys))
+PY
+  cat >"$work/keys.lua" <<'LUA'
+local keys = {}
+for line in io.lines(os.getenv("KEYS_FILE")) do keys[#keys + 1] = line end
+local next_key = 0
+request = function()
+  next_key = next_key % #keys + 1
+  return wrk.format("GET", "/v1/me", { ["Authorization"] = "Bearer " .. keys[next_key] })
+end
+LUA
+  echo
+  echo "multi-core: GET /v1/me, servers and wrk -t2 -c$CONNECTIONS unpinned on both CPUs, $RUNS runs of ${DURATION} s; CPU per request is the server's user + system time over its requests"
+  printf '%-6s %8s %-10s %10s %10s %16s\n' server workers keys "req/s" "CPUs used" "CPU us/request"
+  for server in api host; do
+    for workers in 1 2; do
+      for keys in one 1000; do
+        case $server in
+          api) command=("$bin/baseline" --partner-api --seed "$work/keys.json") ;;
+          host) command=("$bin/standalone" --seed "$work/keys.json") ;;
+        esac
+        : >"$work/out"
+        RUST_LOG=warn TOKIO_WORKER_THREADS=$workers "${command[@]}" --listen 127.0.0.1:0 >"$work/out" 2>/dev/null &
+        pid=$!
+        base=
+        for _ in $(seq 1 600); do
+          base=$(sed -n 's/^listening on //p' "$work/out" | head -n 1)
+          [ -n "$base" ] && break
+          sleep 0.05
+        done
+        [ -n "$base" ] || { echo "server did not start: ${command[*]}" >&2; exit 1; }
+        : >"$work/workers.runs"
+        for _ in $(seq 1 "$RUNS"); do
+          before=$(cpu_ticks "$pid")
+          if [ "$keys" = one ]; then
+            wrk -t2 -c"$CONNECTIONS" -d"${DURATION}s" -H "Authorization: Bearer pk_test_many_0000_abcdefghijklmnopqrst" "$base/v1/me" >"$work/wrk"
+          else
+            KEYS_FILE="$work/keys.txt" wrk -t2 -c"$CONNECTIONS" -d"${DURATION}s" -s "$work/keys.lua" "$base/v1/me" >"$work/wrk"
+          fi
+          after=$(cpu_ticks "$pid")
+          if grep -q 'Non-2xx\|Socket errors' "$work/wrk"; then
+            cat "$work/wrk" >&2
+            echo "error: requests failed" >&2
+            exit 1
+          fi
+          awk -v ticks=$((after - before)) -v hz="$ticks_per_second" '
+            / requests in / { n = $1; for (i = 1; i < NF; i++) if ($i == "in") { d = $(i + 1); sub(/s,?$/, "", d) } }
+            END { printf "%.0f %.2f %.2f\n", n / d, ticks / hz / d, ticks / hz * 1e6 / n }' "$work/wrk" >>"$work/workers.runs"
+        done
+        stop
+        printf '%-6s %8s %-10s %10s %10s %16s\n' "$server" "$workers" "$keys" \
+          "$(cut -d' ' -f1 "$work/workers.runs" | median)" "$(cut -d' ' -f2 "$work/workers.runs" | median)" \
+          "$(cut -d' ' -f3 "$work/workers.runs" | median)"
+      done
+    done
   done
 fi
 

@@ -11,10 +11,10 @@
 //! bodiless 404. `benches/load.sh` captures the files from the standalone host, so both
 //! servers put the identical bytes on the wire.
 //!
-//! With `--partner-api` it serves the partner API itself (`PartnerApi` over the demo data,
-//! counting each key's usage, as a hyper service) on this same loop instead: the library's
-//! request path with no host layers around it, so the harness can tell the library's cost
-//! from the host's.
+//! With `--partner-api` it serves the partner API itself (`PartnerApi` over the demo data or
+//! `--seed FILE`, counting each key's usage, as a hyper service) on this same loop instead:
+//! the library's request path with no host layers around it, so the harness can tell the
+//! library's cost from the host's.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -44,6 +44,9 @@ struct Args {
     /// Serve the partner API over the demo data instead of captured responses.
     #[arg(long, conflicts_with = "routes")]
     partner_api: bool,
+    /// With `--partner-api`: serve this seed file's data instead of the demo data.
+    #[arg(long, requires = "partner_api")]
+    seed: Option<std::path::PathBuf>,
 }
 
 fn parse_route(text: &str) -> Result<(String, String), String> {
@@ -137,7 +140,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // the events feed and its retention, in the host's maintenance (running while it serves).
     let (api, _maintenance) = match args.partner_api {
         true => {
-            let store = Seed::demo().to_memory_store()?;
+            let seed = match &args.seed {
+                Some(path) => Seed::from_path(path)?,
+                None => Seed::demo(),
+            };
+            let store = seed.to_memory_store()?;
             let usage = partner_api::usage::UsageRecorder::new(store.clone());
             let maintenance = partner_api::maintenance::Maintenance::new()
                 .with_usage(usage.clone())

@@ -377,7 +377,7 @@ async fn a_request_in_flight_is_never_cut_as_idle() {
         ..Limits::default()
     };
     let api = stores::api(slow, &Options::default());
-    let app = move |_peer| app(api.clone(), &Options::default());
+    let app = move |_peer| app(api.clone(), Options::default().request_timeout);
     let server = start_within(app, None, limits).await;
     for client in [http1(), http2()] {
         let url = format!("http://{}/v1/me", server.address);
