@@ -75,6 +75,11 @@ mod tests {
             Some("limit=2&status=a".to_owned())
         );
         assert_eq!(versions.query_at("/orders", "limit=2", FIRST), None);
+        assert_eq!(versions.query_at("/orders", "", FIRST), None);
+        assert_eq!(
+            versions.query_at("/orders", "updated_since=x", FIRST),
+            Some(String::new())
+        );
         assert_eq!(
             versions.query_at("/orders", "updated_since=x", UPDATED_AT),
             None
