@@ -135,20 +135,26 @@ done
 # GET /v1/me, the body read to its end): its instructions per request, and those it adds to
 # the API alone. LAYERS=0 skips it.
 if [ "${LAYERS:-1}" != 0 ]; then
-  layers=$(CARGO_PROFILE_BENCH_DEBUG=line-tables-only cargo bench --bench host_layers --no-run 2>&1 |
-    grep -o 'target/release/deps/host_layers-[0-9a-f]*' | head -n 1)
+  if ! CARGO_PROFILE_BENCH_DEBUG=line-tables-only cargo bench --bench host_layers --no-run >"$work/build.log" 2>&1; then
+    cat "$work/build.log" >&2
+    exit 1
+  fi
+  layers=$(grep -o 'target/release/deps/host_layers-[0-9a-f]*' "$work/build.log" | head -n 1)
   echo
   echo "the host's layers, each alone around the API (benches/host_layers.rs, GET /v1/me in process, ($MANY - $FEW) calls)"
   printf '%-20s %14s %14s\n' case instructions "added to api"
   api_alone=
   for case in api request_ids access_log panics request_timeout host library_request_id tower_http_timeout; do
     for n in "$FEW" "$MANY"; do
-      valgrind --tool=callgrind --callgrind-out-file="$work/layers.$case.$n.out" \
-        "$layers" --only "$case" --calls "$n" 2>"$work/valgrind.log" >/dev/null
+      if ! valgrind --tool=callgrind --callgrind-out-file="$work/layers.$case.$n.out" \
+        "$layers" --only "$case" --calls "$n" 2>"$work/valgrind.log" >/dev/null; then
+        cat "$work/valgrind.log" >&2
+        exit 1
+      fi
     done
-    per=$((($(total "$work/layers.$case.$MANY.out") - $(total "$work/layers.$case.$FEW.out")) / (MANY - FEW)))
-    api_alone=${api_alone:-$per}
-    printf '%-20s %14s %14s\n' "$case" "$per" "$((per - api_alone))"
+    per_case=$((($(total "$work/layers.$case.$MANY.out") - $(total "$work/layers.$case.$FEW.out")) / (MANY - FEW)))
+    api_alone=${api_alone:-$per_case}
+    printf '%-20s %14s %14s\n' "$case" "$per_case" "$((per_case - api_alone))"
   done
 fi
 

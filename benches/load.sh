@@ -5,7 +5,7 @@
 #   METRICS=0 POSTGRES=0 bash benches/load.sh   # skip the metrics or PostgreSQL sections
 #   CALLGRIND=0 bash benches/load.sh    # skip the instructions per request (benches/instructions.sh)
 #   SERVER_CPU=1 bash benches/load.sh    # each server on its whole CPU (default 0.7: a cgroup quota)
-#   ROUTES=me bash benches/load.sh       # the three servers compared on these routes only (default: me orders events)
+#   ROUTES=me bash benches/load.sh       # the three servers compared on these routes only (default: me orders events; empty: none)
 #   WORKERS=0 bash benches/load.sh       # skip the multi-core section (1 and 2 runtime workers, one key and 1,000)
 #
 # Builds both servers in release mode, captures the host's responses for /v1/me, /v1/orders
@@ -315,7 +315,7 @@ fi
 # unthrottled: what is compared is the server's CPU time per request (user + system, from
 # /proc, over wrk's seconds), which stays flat when nothing on the path is shared between
 # the workers more than it must be.
-if [ "${WORKERS:-1}" != 0 ]; then
+if [ "${WORKERS:-1}" = 1 ]; then
   python3 - "$work/keys.json" "$work/keys.txt" <<'PY'
 import json, sys
 orgs = [{"id": f"org_{o:04}", "name": f"Organization {o}"} for o in range(1000)]
@@ -343,7 +343,7 @@ LUA
           host) command=("$bin/standalone" --seed "$work/keys.json") ;;
         esac
         : >"$work/out"
-        RUST_LOG=warn TOKIO_WORKER_THREADS=$workers "${command[@]}" --listen 127.0.0.1:0 >"$work/out" 2>/dev/null &
+        RUST_LOG=${RUST_LOG:-warn} TOKIO_WORKER_THREADS=$workers "${command[@]}" --listen 127.0.0.1:0 >"$work/out" 2>/dev/null &
         pid=$!
         base=
         for _ in $(seq 1 600); do

@@ -19,13 +19,13 @@ use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
-use tower_http::trace::{DefaultOnFailure, DefaultOnResponse, TraceLayer};
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tower_http::LatencyUnit;
 use tracing::{Level, Span};
 
 /// The service this host serves: `service` (the partner API, or anything that answers like
 /// it) inside the host's layers, outermost first: [`request_ids`], [`access_log`],
-/// [`panics`] and [`request_timeout`] (of `timeout`).
+/// [`catch_panics`] and [`request_timeout`] (of `timeout`).
 ///
 /// Its error type is tower's `BoxError`, but it returns none: the API's is `Infallible`
 /// and the time-out's is answered (see [`request_timeout`]).
@@ -51,7 +51,7 @@ where
     ServiceBuilder::new()
         .layer(request_ids())
         .layer(access_log())
-        .layer(panics())
+        .layer(catch_panics())
         .layer(request_timeout(timeout))
         .service(service)
 }
@@ -103,12 +103,13 @@ pub(crate) type AccessLog<B> = TraceLayer<
     DefaultOnResponse,
     (),
     (),
-    DefaultOnFailure,
+    (),
 >;
 
 /// The access log, tower-http's `TraceLayer`: a span per request ([`request_span`]) and one
-/// INFO line per response with its status and latency in microseconds, and an ERROR line
-/// for a 5xx; nothing when a request starts, per body frame or at a body's end.
+/// INFO line per response with its status and latency in microseconds (target
+/// `tower_http::trace::on_response`); nothing when a request starts, per body frame, at a
+/// body's end, or as a second line for a 5xx.
 pub(crate) fn access_log<B>() -> AccessLog<B> {
     TraceLayer::new_for_http()
         .make_span_with(request_span as fn(&Request<B>) -> Span)
@@ -120,7 +121,8 @@ pub(crate) fn access_log<B>() -> AccessLog<B> {
         )
         .on_body_chunk(())
         .on_eos(())
-        .on_failure(DefaultOnFailure::new().latency_unit(LatencyUnit::Micros))
+        // The line per response already says a 5xx, and the API logs its causes.
+        .on_failure(())
 }
 
 /// The access log's span: `method` and `path`, and `request_id` and `organization_id` for
@@ -135,12 +137,13 @@ fn request_span<B>(request: &Request<B>) -> Span {
     )
 }
 
-/// The layer of [`panics`].
-pub(crate) type Panics = CatchPanicLayer<fn(Box<dyn Any + Send + 'static>) -> Response<ApiBody>>;
+/// The layer of [`catch_panics`].
+pub(crate) type CatchPanics =
+    CatchPanicLayer<fn(Box<dyn Any + Send + 'static>) -> Response<ApiBody>>;
 
 /// A panic anywhere below, in `call` or in the response future, becomes the API's JSON 500
 /// (tower-http's `CatchPanicLayer`), not a dropped connection.
-pub(crate) fn panics() -> Panics {
+pub(crate) fn catch_panics() -> CatchPanics {
     CatchPanicLayer::custom(panicked as fn(_) -> _)
 }
 
@@ -152,10 +155,10 @@ fn panicked(_payload: Box<dyn Any + Send + 'static>) -> Response<ApiBody> {
 
 /// The layers of [`request_timeout`].
 pub(crate) type RequestTimeout =
-    ServiceBuilder<Stack<TimeoutLayer, Stack<MapResultLayer<TimedOut>, Identity>>>;
+    ServiceBuilder<Stack<TimeoutLayer, Stack<MapResultLayer<TimeoutAnswer>, Identity>>>;
 
 /// What [`request_timeout`] makes of its inner result.
-pub(crate) type TimedOut =
+pub(crate) type TimeoutAnswer =
     fn(Result<Response<ApiBody>, BoxError>) -> Result<Response<ApiBody>, BoxError>;
 
 /// A request over `timeout` becomes the API's JSON 503: tower's `TimeoutLayer`, whose
@@ -164,16 +167,21 @@ pub(crate) type TimedOut =
 /// `docs::performance` measures both).
 pub(crate) fn request_timeout(timeout: Duration) -> RequestTimeout {
     ServiceBuilder::new()
-        .map_result(timed_out as TimedOut)
+        .map_result(timed_out as TimeoutAnswer)
         .layer(TimeoutLayer::new(timeout))
 }
 
-/// The answer when the timeout elapsed. The service below answers every request (its error
-/// is `Infallible`), so the time-out is the only error here, and none goes up: the stack's
-/// `BoxError` is there because tower's `MapResult` keeps its inner error type's `From`.
+/// The answer when the timeout elapsed: the API's JSON 503. Any other error goes up as it
+/// is; the API's error is `Infallible`, so in this host there is none. The stack's error type
+/// is `BoxError` only because tower's `MapResult` requires `From` of its inner error (for
+/// `poll_ready`), which `Infallible` has not for `BoxError`: that no error goes up is this
+/// function's doing, not the type's.
 fn timed_out(result: Result<Response<ApiBody>, BoxError>) -> Result<Response<ApiBody>, BoxError> {
-    Ok(result.unwrap_or_else(|error| {
-        tracing::warn!(error = %error, "request timed out");
-        error_response(StatusCode::SERVICE_UNAVAILABLE)
-    }))
+    match result {
+        Err(error) if error.is::<tower::timeout::error::Elapsed>() => {
+            tracing::warn!("request timed out");
+            Ok(error_response(StatusCode::SERVICE_UNAVAILABLE))
+        }
+        other => other,
+    }
 }
