@@ -10,6 +10,7 @@
 //! ```text
 //! cargo bench --bench host_layers                      # nanoseconds per request, each case
 //! cargo bench --bench host_layers -- --only host --calls 1000   # one case, for callgrind
+//! cargo bench --bench host_layers -- --list            # the cases' names, one a line
 //! ```
 //!
 //! `benches/instructions.sh` runs the second form under callgrind for each case, twice
@@ -89,6 +90,12 @@ fn main() {
     let api = PartnerApi::from_store(store);
     let _entered = runtime.enter();
 
+    if arguments.iter().any(|argument| argument == "--list") {
+        for (name, _) in CASES {
+            println!("{name}");
+        }
+        return;
+    }
     if let Some(only) = value("--only") {
         let calls = value("--calls").map_or(1_000, |calls| calls.parse().expect("--calls N"));
         run_case(only, &api, calls);

@@ -144,7 +144,7 @@ if [ "${LAYERS:-1}" != 0 ]; then
   echo "the host's layers, each alone around the API (benches/host_layers.rs, GET /v1/me in process, ($MANY - $FEW) calls)"
   printf '%-20s %14s %14s\n' case instructions "added to api"
   api_alone=
-  for case in api request_ids access_log panics request_timeout host library_request_id tower_http_timeout; do
+  for case in $("$layers" --list); do
     for n in "$FEW" "$MANY"; do
       if ! valgrind --tool=callgrind --callgrind-out-file="$work/layers.$case.$n.out" \
         "$layers" --only "$case" --calls "$n" 2>"$work/valgrind.log" >/dev/null; then
