@@ -8,7 +8,7 @@
 # For each server of the load harness (`baseline`: bare hyper sending the captured bytes;
 # `api`: the same loop serving `PartnerApi` over the demo data, counting usage, with the
 # events feed; `host`: the standalone host with its layers) and each route (/v1/me,
-# /v1/orders), it runs the server under callgrind twice, once answering FEW and once MANY
+# /v1/orders, /v1/events: its oldest 100 events), it runs the server under callgrind twice, once answering FEW and once MANY
 # requests on one keep-alive connection, and divides the difference of the two totals by
 # MANY - FEW: start-up, the first requests' warm-up and shutdown cancel out. Every thread of
 # the process is counted (the runtime has one worker, as in the load harness). Then, for the
@@ -22,8 +22,12 @@ MANY=${MANY:-1300}
 # API_VERSION=2026-11-28 sends `Api-Version` with every request (the demo keys are pinned to the
 # first version): the cost of each version. SERVERS and ROUTES narrow the table.
 API_VERSION=${API_VERSION:-}
+# KEY_ARGS="--key-version 2026-11-28 --key-provider meta" has the library's server issue a key
+# so (examples/baseline.rs's --key-* flags) and ask with it: the cost of a key pinned to a
+# version or restricted. It applies to the `api` server only (the others answer the demo key).
+KEY_ARGS=${KEY_ARGS:-}
 SERVERS=${SERVERS-baseline api host}
-ROUTES=${ROUTES-me orders}
+ROUTES=${ROUTES-me orders events}
 
 if ! command -v valgrind >/dev/null; then
   echo "installing valgrind (Debian package)" >&2
@@ -85,6 +89,10 @@ profile() {
   local name=$1 n=$2
   shift 2
   under_callgrind "$work/$name.$route.$n.out" "$@"
+  local key=$demo_key
+  if [ "$name" = api ] && [ -n "$KEY_ARGS" ]; then
+    key=$(sed -n 's/^key: //p' "$work/stdout")
+  fi
   requests "$base/v1/$route" "$n"
   kill -INT "$pid"
   wait "$pid" 2>/dev/null || true
@@ -102,16 +110,16 @@ for _ in $(seq 1 600); do
   [ -n "$base" ] && break
   sleep 0.05
 done
-key=$(grep -o 'Bearer [A-Za-z0-9_]*' "$work/stdout" | head -n 1 | cut -d' ' -f2)
-for route in me orders; do
-  curl -s --include -H "Authorization: Bearer $key" ${API_VERSION:+-H "Api-Version: $API_VERSION"} \
+demo_key=$(grep -o 'Bearer [A-Za-z0-9_]*' "$work/stdout" | head -n 1 | cut -d' ' -f2)
+for route in me orders events; do
+  curl -s --include -H "Authorization: Bearer $demo_key" ${API_VERSION:+-H "Api-Version: $API_VERSION"} \
     "$base/v1/$route" >"$work/$route.http"
 done
 kill "$pid"
 wait "$pid" 2>/dev/null || true
 pid=
 
-echo "instructions per request (callgrind, user space, one keep-alive connection, ($MANY - $FEW) requests${API_VERSION:+, Api-Version: $API_VERSION})"
+echo "instructions per request (callgrind, user space, one keep-alive connection, ($MANY - $FEW) requests${API_VERSION:+, Api-Version: $API_VERSION}${KEY_ARGS:+, the api server's key: $KEY_ARGS})"
 printf '%-10s %14s %14s %14s %14s %14s\n' route baseline api host "api added" "host added"
 declare -A added=()
 for route in $ROUTES; do
@@ -120,7 +128,8 @@ for route in $ROUTES; do
     for n in "$FEW" "$MANY"; do
       case $server in
         baseline) profile "$server" "$n" "$bin/baseline" --route "/v1/$route=$work/$route.http" ;;
-        api) profile "$server" "$n" "$bin/baseline" --partner-api ;;
+        # shellcheck disable=SC2086 # KEY_ARGS is a list of flags
+        api) profile "$server" "$n" "$bin/baseline" --partner-api $KEY_ARGS ;;
         host) profile "$server" "$n" "$bin/standalone" ;;
       esac
     done

@@ -28,7 +28,10 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use partner_api::key::{KeyEnvironment, Permissions};
 use partner_api::seed::Seed;
+use partner_api::store::{KeyManager, NewKey};
+use partner_api::versions::ApiVersion;
 use partner_api::PartnerApi;
 use tokio::net::TcpListener;
 
@@ -47,6 +50,42 @@ struct Args {
     /// With `--partner-api`: serve this seed file's data instead of the demo data.
     #[arg(long, requires = "partner_api")]
     seed: Option<std::path::PathBuf>,
+    /// With `--partner-api`: also issue a key of the data's first organization, pinned to this
+    /// API version (`YYYY-MM-DD`, default the newest), and print it on a line `key: ...` (what a
+    /// request of a key pinned or restricted so costs; the demo keys are unrestricted and
+    /// pinned to the first version).
+    #[arg(long, requires = "partner_api")]
+    key_version: Option<ApiVersion>,
+    /// With `--partner-api`: the printed key may call only these routes (repeated; `orders`,
+    /// `events`); by default every one.
+    #[arg(long = "key-permission", requires = "partner_api")]
+    key_permissions: Vec<String>,
+    /// With `--partner-api`: the printed key reads only the orders of these providers (repeated).
+    #[arg(long = "key-provider", requires = "partner_api")]
+    key_providers: Vec<String>,
+}
+
+impl Args {
+    /// The key to issue besides the data's, when any `--key-*` flag asks for one.
+    fn new_key(&self) -> Result<Option<NewKey>, String> {
+        if self.key_version.is_none()
+            && self.key_permissions.is_empty()
+            && self.key_providers.is_empty()
+        {
+            return Ok(None);
+        }
+        let mut new = NewKey::new(KeyEnvironment::Test)
+            .with_api_version(self.key_version.unwrap_or(partner_api::versions::NEWEST));
+        if !self.key_permissions.is_empty() {
+            new = new.with_permissions(Permissions::parse(
+                self.key_permissions.iter().map(String::as_str),
+            )?);
+        }
+        if !self.key_providers.is_empty() {
+            new = new.with_providers(&self.key_providers);
+        }
+        Ok(Some(new))
+    }
 }
 
 fn parse_route(text: &str) -> Result<(String, String), String> {
@@ -130,11 +169,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     let routes = Arc::new(routes);
-    let listener = TcpListener::bind(&args.listen).await?;
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "listening on http://{}", listener.local_addr()?)?;
-    stdout.flush()?;
-    drop(stdout);
     let builder = auto::Builder::new(TokioExecutor::new());
     // The library as a host mounts it: counting each key's usage (written every 10 s), with
     // the events feed and its retention, in the host's maintenance (running while it serves).
@@ -145,6 +179,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 None => Seed::demo(),
             };
             let store = seed.to_memory_store()?;
+            if let Some(new) = args.new_key()? {
+                let organization = seed
+                    .organizations
+                    .first()
+                    .ok_or("the data has no organization")?;
+                let issued = store.issue(&organization.id, new).await?;
+                println!("key: {}", issued.plaintext());
+            }
             let usage = partner_api::usage::UsageRecorder::new(store.clone());
             let maintenance = partner_api::maintenance::Maintenance::new()
                 .with_usage(usage.clone())
@@ -157,6 +199,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         false => (None, None),
     };
+    // Listening is announced last, so a key printed above is there once a harness sees it.
+    let listener = TcpListener::bind(&args.listen).await?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "listening on http://{}", listener.local_addr()?)?;
+    stdout.flush()?;
+    drop(stdout);
     loop {
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => accepted?,

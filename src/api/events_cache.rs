@@ -13,7 +13,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
-use xxhash_rust::xxh3::Xxh3;
+use chrono::Datelike as _;
 
 use crate::store::{EventFeed, FeedEvent, OrderChange};
 use crate::versions::ApiVersion;
@@ -72,16 +72,7 @@ pub(crate) fn events_body(
         static RECENT: RefCell<[Option<Kept>; RECENT_PAGES]> =
             const { RefCell::new([const { None }; RECENT_PAGES]) };
     }
-    let mut hasher = Xxh3::new();
-    hasher.update(organization_id.as_bytes());
-    hasher.update(&version.date().to_string().into_bytes());
-    for event in events {
-        hasher.update(&event.id.to_le_bytes());
-        hasher.update(&[event.change as u8]);
-    }
-    // The mask keeps the index below RECENT_PAGES, so the cast cannot truncate.
-    #[allow(clippy::cast_possible_truncation)]
-    let index = hasher.digest() as usize & (RECENT_PAGES - 1);
+    let index = slot(organization_id, version, events);
     // A thread being torn down encodes every page.
     let kept = RECENT
         .try_with(|recent| {
@@ -112,6 +103,24 @@ pub(crate) fn events_body(
         drop(replaced);
     }
     body
+}
+
+/// The slot of a page, below `RECENT_PAGES`: a hash of its organization, version and events.
+/// Only where a page is kept depends on it ([`Kept::is`] decides a hit), so it is a fold of a
+/// multiply and a rotation per event (a streaming hasher's call per event cost more than
+/// the page's encoding saved on `/events`).
+fn slot(organization_id: &str, version: ApiVersion, events: &[FeedEvent]) -> usize {
+    const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut hash = xxhash_rust::xxh3::xxh3_64(organization_id.as_bytes())
+        ^ u64::from(version.date().num_days_from_ce().unsigned_abs());
+    for event in events {
+        hash = (hash.rotate_left(23) ^ event.id ^ ((event.change as u64) << 58)).wrapping_mul(MIX);
+    }
+    // The high bits are the best mixed; the mask keeps the index below RECENT_PAGES, so the
+    // cast cannot truncate.
+    #[allow(clippy::cast_possible_truncation)]
+    let index = (hash >> 32) as usize & (RECENT_PAGES - 1);
+    index
 }
 
 #[cfg(test)]

@@ -119,10 +119,13 @@ impl EventsRequest {
         let mut link = BytesMut::with_capacity(path.len() + 96);
         link.extend_from_slice(b"<");
         link.extend_from_slice(path.as_bytes());
-        let mut separator = '?';
+        let mut separator = b'?';
         let mut parameter = |link: &mut BytesMut, name: &str, value: &str| {
-            link.extend_from_slice(format!("{separator}{name}={value}").as_bytes());
-            separator = '&';
+            link.extend_from_slice(&[separator]);
+            link.extend_from_slice(name.as_bytes());
+            link.extend_from_slice(b"=");
+            link.extend_from_slice(value.as_bytes());
+            separator = b'&';
         };
         if let Some(after) = &after {
             // An id of this feed (checked before the store was asked): base64url, no escaping.

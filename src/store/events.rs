@@ -398,7 +398,10 @@ impl<'a> EventId<'a> {
         let bytes = URL_SAFE_NO_PAD
             .decode(encoded)
             .map_err(|_| BadEventId::Malformed)?;
-        if bytes.len() != EVENT_ID_BYTES || checksum(&bytes[..12]) != bytes[12..] {
+        let Ok(head) = <[u8; 12]>::try_from(bytes.get(..12).unwrap_or_default()) else {
+            return Err(BadEventId::Malformed);
+        };
+        if bytes.len() != EVENT_ID_BYTES || remembered_checksum(&head) != bytes[12..] {
             return Err(BadEventId::Malformed);
         }
         if bytes[8..12] != organization_tag(organization_id) {
@@ -431,19 +434,24 @@ impl EventIds {
     /// The id of the event numbered `number`, as [`EventId`] writes it.
     pub(crate) fn id(&self, number: u64) -> String {
         let mut id = Vec::with_capacity(EVENT_ID_PREFIX.len() + EVENT_ID_TEXT_LEN);
-        self.write_id(number, &mut id);
+        self.write_id_with(number, &mut id, remembered_checksum);
         String::from_utf8(id).expect("a prefix and base64url are ASCII")
     }
 
     /// Appends the id of the event numbered `number` to `out`, as [`id`](Self::id) makes it.
     pub(crate) fn write_id(&self, number: u64, out: &mut Vec<u8>) {
+        self.write_id_with(number, out, checksum);
+    }
+
+    fn write_id_with(&self, number: u64, out: &mut Vec<u8>, checksum: fn(&[u8; 12]) -> [u8; 4]) {
         use base64::engine::general_purpose::URL_SAFE_NO_PAD;
         use base64::Engine as _;
         let mut bytes = [0; EVENT_ID_BYTES];
         bytes[..8].copy_from_slice(&number.to_be_bytes());
         bytes[8..12].copy_from_slice(&self.tag);
-        let sum = checksum(&bytes[..12]);
-        bytes[12..].copy_from_slice(&sum);
+        let mut head = [0; 12];
+        head.copy_from_slice(&bytes[..12]);
+        bytes[12..].copy_from_slice(&checksum(&head));
         let mut text = [0; EVENT_ID_TEXT_LEN];
         let written = URL_SAFE_NO_PAD
             .encode_slice(bytes, &mut text)
@@ -453,7 +461,28 @@ impl EventIds {
     }
 }
 
+/// The 4 bytes of `organization_id` in its events' ids. A worker thread keeps the last one it
+/// worked out: a page's `Link` and the next request's `after` are of the same organization,
+/// and a SHA-256 is most of an id's cost where the processor has no SHA instructions.
 fn organization_tag(organization_id: &str) -> [u8; 4] {
+    thread_local! {
+        static LAST: std::cell::RefCell<(String, [u8; 4])> =
+            const { std::cell::RefCell::new((String::new(), [0; 4])) };
+    }
+    // A thread being torn down works it out afresh.
+    LAST.try_with(|last| {
+        let mut last = last.borrow_mut();
+        if last.0 != organization_id || last.0.is_empty() {
+            last.1 = organization_tag_of(organization_id);
+            last.0.clear();
+            last.0.push_str(organization_id);
+        }
+        last.1
+    })
+    .unwrap_or_else(|_| organization_tag_of(organization_id))
+}
+
+fn organization_tag_of(organization_id: &str) -> [u8; 4] {
     let mut hasher = Sha256::new();
     hasher.update(b"partner-api event id\0");
     hasher.update(organization_id.as_bytes());
@@ -461,9 +490,29 @@ fn organization_tag(organization_id: &str) -> [u8; 4] {
     [digest[0], digest[1], digest[2], digest[3]]
 }
 
-fn checksum(bytes: &[u8]) -> [u8; 4] {
-    let digest = Sha256::digest(bytes);
+fn checksum(head: &[u8; 12]) -> [u8; 4] {
+    let digest = Sha256::digest(head);
     [digest[0], digest[1], digest[2], digest[3]]
+}
+
+/// [`checksum`], of the last id a worker thread checked or wrote alone: a page's `Link` names
+/// the id its next request brings as `after`, and a poll at the feed's end brings the same
+/// one again. A page's ids are each checked once and do not pass here.
+fn remembered_checksum(head: &[u8; 12]) -> [u8; 4] {
+    thread_local! {
+        static LAST: std::cell::Cell<Option<([u8; 12], [u8; 4])>> =
+            const { std::cell::Cell::new(None) };
+    }
+    // A thread being torn down works it out afresh.
+    LAST.try_with(|last| match last.get() {
+        Some((known, sum)) if known == *head => sum,
+        _ => {
+            let sum = checksum(head);
+            last.set(Some((*head, sum)));
+            sum
+        }
+    })
+    .unwrap_or_else(|_| checksum(head))
 }
 
 /// Deletes `feed`'s events readable for more than `older_than` ([`EventFeed::prune_events`]),
@@ -515,6 +564,34 @@ mod tests {
             EventId::parse(&format!("ord_{}", &id[4..]), "org_a"),
             Err(BadEventId::Malformed)
         );
+    }
+
+    #[test]
+    fn what_a_thread_remembers_never_passes_a_forged_or_foreign_id() {
+        // The thread's last organization and checksum are remembered: the same id with another
+        // checksum, and another organization's id, are refused right after the real one passed.
+        let id = EventId::new("org_a", 9).to_string();
+        assert_eq!(EventId::parse(&id, "org_a"), Ok(9));
+        let mut forged = id.clone().into_bytes();
+        // A character of the checksum's, decodable either way.
+        let at = forged.len() - 3;
+        forged[at] = if forged[at] == b'A' { b'B' } else { b'A' };
+        let forged = String::from_utf8(forged).unwrap();
+        assert_eq!(
+            EventId::parse(&forged, "org_a"),
+            Err(BadEventId::Malformed),
+            "{forged}"
+        );
+        assert_eq!(EventId::parse(&id, "org_b"), Err(BadEventId::Foreign));
+        assert_eq!(EventId::parse(&id, "org_a"), Ok(9));
+        // An organization with an empty id is no match for a thread that remembers none yet.
+        let empty = std::thread::spawn(|| {
+            let id = EventId::new("", 3).to_string();
+            (EventId::parse(&id, ""), EventId::parse(&id, "org_a"))
+        })
+        .join()
+        .unwrap();
+        assert_eq!(empty, (Ok(3), Err(BadEventId::Foreign)));
     }
 
     #[test]

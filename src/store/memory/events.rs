@@ -191,24 +191,31 @@ impl EventFeed for MemoryStore {
             None => feed.events.len(),
             Some(_) => MAX_EVENTS_LOOKED_AT_IN_VIEW.max(query.limit()),
         };
-        let events: Vec<FeedEvent> = feed
-            .events
-            .iter()
-            .skip(start)
-            .take(looked_at)
-            .filter_map(|kept| kept.in_view(query.providers()))
-            .filter(|event| query.types().contains(event.change))
-            .take(query.limit())
-            .collect();
+        let end = feed.events.len().min(start.saturating_add(looked_at));
+        let (types, limit) = (query.types(), query.limit());
+        // Sized once (a page is usually full), and an event cloned only once it is taken.
+        let mut events = Vec::with_capacity(limit.min(end - start));
+        for kept in feed.events.range(start..end) {
+            if events.len() == limit {
+                break;
+            }
+            let event = match query.providers() {
+                None if types.contains(kept.event.change) => kept.event.clone(),
+                None => continue,
+                Some(view) => match kept.in_view(Some(view)) {
+                    Some(event) if types.contains(event.change) => event,
+                    _ => continue,
+                },
+            };
+            events.push(event);
+        }
         let through = match events.last() {
-            Some(last) if events.len() == query.limit() => Some(last.id),
-            _ => feed
-                .events
-                .iter()
-                .skip(start)
-                .take(looked_at)
-                .last()
-                .map(|kept| kept.event.id),
+            Some(last) if events.len() == limit => Some(last.id),
+            // Not full: through everything looked at.
+            _ => end
+                .checked_sub(1)
+                .filter(|&last| last >= start)
+                .map(|last| feed.events[last].event.id),
         };
         Ok(EventsPage::Events { events, through })
     }
