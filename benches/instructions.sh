@@ -119,7 +119,7 @@ kill "$pid"
 wait "$pid" 2>/dev/null || true
 pid=
 
-echo "instructions per request (callgrind, user space, one keep-alive connection, ($MANY - $FEW) requests${API_VERSION:+, Api-Version: $API_VERSION}${KEY_ARGS:+, the api server's key: $KEY_ARGS})"
+echo "instructions per request (callgrind, user space, one keep-alive connection, ($MANY - $FEW) requests${API_VERSION:+, Api-Version: $API_VERSION}${KEY_ARGS:+, the api server asks with a key of: $KEY_ARGS})"
 printf '%-10s %14s %14s %14s %14s %14s\n' route baseline api host "api added" "host added"
 declare -A added=()
 for route in $ROUTES; do

@@ -17,7 +17,7 @@ use crate::api::body::ApiBody;
 use crate::api::conditional::IfNoneMatch;
 use crate::api::config::Config;
 use crate::api::events_request::EventsRequest;
-use crate::api::me_cache::{me_representation, with_me_representation, KeyAccess};
+use crate::api::me_cache::{with_me_representation, KeyAccess};
 use crate::api::pagination::PageRequest;
 use crate::api::request_facts::{count_usage, KeyedRoute, RequestFacts};
 use crate::api::response::keyed::{self, PageAnswer};
@@ -338,17 +338,12 @@ fn limited(
             let chain = config.versions.chain();
             let tagged = config.conditional_requests;
             let access = KeyAccess::of(&principal);
-            let me = if access.is_unrestricted() {
-                // Only clones of the parts leave the thread's cache (small enough to move
-                // without a copy call); the response is made out here.
-                with_me_representation(chain, version, &principal.organization, |me| {
+            // Only clones of the parts leave the thread's cache (small enough to move without
+            // a copy call); the response is made out here.
+            let me =
+                with_me_representation(chain, version, &principal.organization, access, |me| {
                     (me.body.clone(), tagged.then(|| me.tagged_headers.clone()))
-                })
-            } else {
-                // A key with restrictions: its own `data.key`, made for each answer.
-                me_representation(chain, version, &principal.organization, access)
-                    .map(|me| (me.body, tagged.then_some(me.tagged_headers)))
-            };
+                });
             return done(match me {
                 Ok((body, tagged_headers)) => {
                     keyed::me(if_none_match.as_ref(), body, tagged_headers)

@@ -37,21 +37,16 @@ impl<'a> KeyAccess<'a> {
             providers: principal.providers().map(|providers| &providers[..]),
         }
     }
-
-    /// A key without restrictions: every key's `GET /me` of one organization is the same.
-    pub(crate) fn is_unrestricted(&self) -> bool {
-        self.permissions.is_all() && self.providers.is_none()
-    }
 }
 
 /// Calls `answer` with the representation of `organization` at `GET /me` at `version` of
-/// `chain`, for a key without restrictions: its body and the headers of its tagged `200` (the
-/// entity tag among them).
+/// `chain`, for a key that may read `access`: its body and the headers of its tagged `200`
+/// (the entity tag among them).
 ///
-/// They depend on these three only, and a store that keeps principals in memory hands out
+/// They depend on these four only, and a store that keeps principals in memory hands out
 /// the same `Arc<Organization>` for every request with a key: so each worker thread keeps the
-/// last few it made ([`RECENT_ME_SLOTS`], one slot per organization object and version,
-/// chosen by the object's address and the version), and answers a hit without writing,
+/// last few it made ([`RECENT_ME_SLOTS`], one slot per organization object, version and
+/// access, chosen by the object's address, the version and the access), and answers a hit without writing,
 /// hashing or tagging the body again (about a fifth of the library's work per `/me`
 /// request): `answer` clones what it sends. A slot holds its organization and chain, so their
 /// addresses cannot be reused while it is there: a hit is the same immutable objects, and so
@@ -60,12 +55,15 @@ pub(crate) fn with_me_representation<T>(
     chain: &Versions,
     version: ApiVersion,
     organization: &Arc<Organization>,
+    access: KeyAccess<'_>,
     answer: impl FnOnce(&MeRepresentation) -> T,
 ) -> Result<T, serde_json::Error> {
     struct Held {
         organization: Arc<Organization>,
         chain: Versions,
         version: ApiVersion,
+        permissions: Permissions,
+        providers: Option<Box<[String]>>,
         representation: MeRepresentation,
     }
     thread_local! {
@@ -76,7 +74,15 @@ pub(crate) fn with_me_representation<T>(
     // allocator's alignment (an allocator that rounds to 64 bytes leaves six of them zero),
     // the product's top bits mix them all.
     let day = chrono::Datelike::num_days_from_ce(&version.date()).unsigned_abs();
-    let address = Arc::as_ptr(organization) as u64 ^ u64::from(day);
+    // A restricted key's access moves it to another slot than its organization's other keys
+    // (by its permissions and its providers), so they do not take turns at one.
+    let restricted = access.providers.map_or(0, |providers| {
+        providers.iter().fold(1, |hash, provider| {
+            (hash ^ xxhash_rust::xxh3::xxh3_64(provider.as_bytes()))
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        })
+    }) ^ u64::from(access.permissions.bits()) << 32;
+    let address = Arc::as_ptr(organization) as u64 ^ u64::from(day) ^ restricted;
     let index =
         (address.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - RECENT_ME_SLOTS.ilog2())) as usize;
     RECENT.with_borrow_mut(|recent| {
@@ -85,20 +91,20 @@ pub(crate) fn with_me_representation<T>(
             if Arc::ptr_eq(&held.organization, organization)
                 && held.version == version
                 && held.chain.is(chain)
+                && held.permissions == access.permissions
+                && held.providers.as_deref() == access.providers
             {
                 return Ok(answer(&held.representation));
             }
         }
-        let unrestricted = KeyAccess {
-            permissions: Permissions::ALL,
-            providers: None,
-        };
-        let representation = me_representation(chain, version, organization, unrestricted)?;
+        let representation = me_representation(chain, version, organization, access)?;
         let answered = answer(&representation);
         *slot = Some(Held {
             organization: organization.clone(),
             chain: chain.clone(),
             version,
+            permissions: access.permissions,
+            providers: access.providers.map(Box::from),
             representation,
         });
         Ok(answered)
@@ -111,9 +117,8 @@ const RECENT_ME_SLOTS: usize = 64;
 const _: () = assert!(RECENT_ME_SLOTS.is_power_of_two());
 
 /// The representation of `GET /me` for `organization` and a key that may read `access`, at
-/// `version` of `chain`: made for each answer of a key with restrictions (whose `data.key` is
-/// its own), and for the cache of the others.
-pub(crate) fn me_representation(
+/// `version` of `chain`: what [`with_me_representation`] keeps.
+fn me_representation(
     chain: &Versions,
     version: ApiVersion,
     organization: &Organization,
@@ -211,7 +216,7 @@ mod tests {
         version: ApiVersion,
         organization: &Arc<Organization>,
     ) -> (Bytes, HeaderValue) {
-        with_me_representation(chain, version, organization, |me| {
+        with_me_representation(chain, version, organization, UNRESTRICTED, |me| {
             assert_eq!(me.tagged_headers[CACHE_CONTROL], "private, no-cache");
             (me.body.clone(), me.tagged_headers[ETAG].clone())
         })
@@ -256,6 +261,55 @@ mod tests {
                 assert_eq!(body, body_of(organization), "{n}");
                 assert_eq!(etag, conditional::entity_tag(&[&body]));
             }
+        }
+    }
+
+    #[test]
+    fn each_access_has_its_own_representation_and_keeps_it() {
+        let demo = organization("org_demo", "Demo");
+        let meta = ["meta".to_owned()];
+        let google = ["google".to_owned()];
+        let orders = Permissions::of([crate::key::Permission::Orders]);
+        let accesses = [
+            UNRESTRICTED,
+            KeyAccess {
+                permissions: orders,
+                providers: None,
+            },
+            KeyAccess {
+                permissions: orders,
+                providers: Some(&meta),
+            },
+            KeyAccess {
+                permissions: orders,
+                providers: Some(&google),
+            },
+            KeyAccess {
+                permissions: Permissions::ALL,
+                providers: Some(&meta),
+            },
+        ];
+        let represent = |access| {
+            with_me_representation(shipped(), NEWEST, &demo, access, |me| me.body.clone()).unwrap()
+        };
+        // Each asked twice: its own body, kept (the same bytes) for the second time.
+        let first: Vec<Bytes> = accesses
+            .iter()
+            .map(|&access| {
+                let body = represent(access);
+                assert_eq!(body, me_body(shipped(), NEWEST, &demo, access).unwrap());
+                assert_eq!(represent(access).as_ptr(), body.as_ptr());
+                body
+            })
+            .collect();
+        // Asked in turns (some may share a slot): each still its own body.
+        for _ in 0..2 {
+            for (access, body) in accesses.iter().zip(&first) {
+                assert_eq!(represent(*access), body);
+            }
+        }
+        for (n, body) in first.iter().enumerate() {
+            assert!(first[n + 1..].iter().all(|other| other != body), "{n}");
         }
     }
 

@@ -101,6 +101,11 @@ impl Permissions {
         self == Self::ALL
     }
 
+    /// The set as bits, one per permission (for a cache's hash).
+    pub(crate) const fn bits(self) -> u8 {
+        self.0
+    }
+
     /// The permissions held, in [`Permission::ALL`]'s order.
     pub fn iter(self) -> impl Iterator<Item = Permission> {
         Permission::ALL

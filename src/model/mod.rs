@@ -113,7 +113,15 @@ pub struct EncodedOrder(Arc<EncodedInner>);
 struct EncodedInner {
     order: Order,
     json: Box<[u8]>,
+    /// The order in older versions' shapes, made when first read so: a page built afresh
+    /// for each request (a key's view of providers, a filter) walks back only orders no
+    /// earlier page had walked back. Allocated for the first such read only.
+    renditions: OnceLock<Box<OrderRenditions>>,
 }
+
+/// An order's JSON in other shapes: as many as a page keeps ([`RENDITIONS`]), each tagged
+/// with its shape's day.
+type OrderRenditions = [OnceLock<(NaiveDate, Box<[u8]>)>; RENDITIONS];
 
 impl EncodedOrder {
     /// Checks `order` against the wire contract and encodes it.
@@ -151,7 +159,41 @@ impl EncodedOrder {
             json.extend_from_slice(br#""}"#);
         }
         let json = json.into_boxed_slice();
-        Ok(Self(Arc::new(EncodedInner { order, json })))
+        Ok(Self(Arc::new(EncodedInner {
+            order,
+            json,
+            renditions: OnceLock::new(),
+        })))
+    }
+
+    /// The order's JSON in the shape named `shape` (an API version's day), made by `make`
+    /// from the newest JSON the first time and kept with the order (`None` from `make`: the
+    /// same as the newest); made afresh each time once the order keeps as many other shapes
+    /// as it can.
+    pub(crate) fn rendition(
+        &self,
+        shape: NaiveDate,
+        make: impl FnOnce(&[u8]) -> Option<Box<[u8]>>,
+    ) -> std::borrow::Cow<'_, [u8]> {
+        use std::borrow::Cow;
+        let mut make = Some(make);
+        let mut made = || {
+            make.take()
+                .and_then(|make| make(&self.0.json))
+                .unwrap_or_else(|| self.0.json.clone())
+        };
+        let slots = self.0.renditions.get_or_init(Box::default);
+        for slot in slots.iter() {
+            let mut filled = false;
+            let (held, json) = slot.get_or_init(|| {
+                filled = true;
+                (shape, made())
+            });
+            if filled || *held == shape {
+                return Cow::Borrowed(json);
+            }
+        }
+        Cow::Owned(made().into_vec())
     }
 
     /// Returns the order.
@@ -433,6 +475,40 @@ impl fmt::Debug for OrderPage {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn an_orders_older_shapes_are_made_once_each_and_kept() {
+        let encoded = EncodedOrder::new(order("ord_1", "2026-01-01T00:00:00Z")).unwrap();
+        let made = std::cell::Cell::new(0);
+        let shape = |day: u32| {
+            let day = NaiveDate::from_ymd_opt(2026, 1, day).unwrap();
+            encoded
+                .rendition(day, |newest| {
+                    made.set(made.get() + 1);
+                    Some(format!("{day} {}", newest.len()).into_bytes().into())
+                })
+                .into_owned()
+        };
+        let newest_len = encoded.json().len();
+        assert_eq!(shape(1), format!("2026-01-01 {newest_len}").into_bytes());
+        assert_eq!(shape(1), format!("2026-01-01 {newest_len}").into_bytes());
+        assert_eq!(made.get(), 1, "kept after the first read");
+        for day in 2..=4 {
+            assert_eq!(
+                shape(day),
+                format!("2026-01-0{day} {newest_len}").into_bytes()
+            );
+        }
+        assert_eq!(made.get(), 4, "as many shapes as a page keeps");
+        // One shape more than it keeps: made afresh on every read, the kept ones still kept.
+        assert_eq!(shape(5), format!("2026-01-05 {newest_len}").into_bytes());
+        assert_eq!(shape(5), format!("2026-01-05 {newest_len}").into_bytes());
+        assert_eq!(shape(1), format!("2026-01-01 {newest_len}").into_bytes());
+        assert_eq!(made.get(), 6);
+        // A shape the order reads the same in is its newest JSON.
+        let same = encoded.rendition(NaiveDate::from_ymd_opt(2026, 2, 1).unwrap(), |_| None);
+        assert_eq!(&*same, encoded.json());
+    }
 
     /// An order for tests elsewhere in the crate too.
     pub(crate) fn order(id: &str, created_at: &str) -> Order {

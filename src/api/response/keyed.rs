@@ -16,7 +16,7 @@ use crate::api::events_request::{BadEventsRequest, EventsRequest};
 use crate::api::pagination::PageRequest;
 use crate::log::ErrorChain;
 use crate::metrics::{self, AuthFailureReason};
-use crate::model::OrderPage;
+use crate::model::{EncodedOrder, OrderPage};
 use crate::rate_limit::{whole_seconds_at_least_one, RateLimitDecision};
 use crate::store::events::EventIds;
 use crate::store::{
@@ -93,8 +93,8 @@ pub(crate) fn orders(
     };
     let mut response = if chain.reshapes(asked.version, Resource::Order) {
         // Walked back once per stored page and kept with it, as its tag is.
-        let rendition = page.rendition(asked.version.date(), |newest| {
-            older_orders(chain, newest, asked.version)
+        let rendition = page.rendition(asked.version.date(), |_| {
+            older_orders(chain, page.orders(), asked.version)
         });
         let viewed = view
             .filter(|_| config.conditional_requests)
@@ -145,22 +145,29 @@ pub(crate) fn orders(
     response
 }
 
-/// The JSON array `newest` of orders in the newest shape, as `version` answers it. An order
-/// that does not read as an object (never one a store encoded) is served as it is.
-fn older_orders(chain: &Versions, newest: &Bytes, version: ApiVersion) -> Bytes {
-    let Ok(orders) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(newest) else {
-        return newest.clone();
-    };
-    let mut json = Vec::with_capacity(newest.len());
+/// The JSON array of `orders` as `version` answers it, each order walked back once and kept
+/// with it ([`EncodedOrder::rendition`]). An order that does not read as an object (never
+/// one a store encoded) is served as it is.
+fn older_orders(chain: &Versions, orders: &[EncodedOrder], version: ApiVersion) -> Bytes {
+    let mut json = Vec::with_capacity(
+        2 + orders
+            .iter()
+            .map(|order| order.json().len() + 1)
+            .sum::<usize>(),
+    );
     json.push(b'[');
     for (index, order) in orders.iter().enumerate() {
         if index > 0 {
             json.push(b',');
         }
-        match chain.render(Resource::Order, order.get().as_bytes(), version) {
-            Ok(Some(older)) => json.extend_from_slice(&older),
-            Ok(None) | Err(_) => json.extend_from_slice(order.get().as_bytes()),
-        }
+        let older = order.rendition(version.date(), |newest| {
+            chain
+                .render(Resource::Order, newest, version)
+                .ok()
+                .flatten()
+                .map(Vec::into_boxed_slice)
+        });
+        json.extend_from_slice(&older);
     }
     json.push(b']');
     json.into()

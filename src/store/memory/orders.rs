@@ -1,7 +1,8 @@
 //! One organization's orders in the memory store: sorted newest first, with the first page
-//! kept ready.
+//! kept ready and the other pages read since the last write kept too.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Mutex, PoisonError};
 
 use crate::model::{EncodedOrder, OrderPage, MAX_ORDERS};
 use crate::store::OrderQuery;
@@ -14,6 +15,45 @@ pub(super) struct OrganizationOrders {
     /// The page of the newest [`MAX_ORDERS`], what `GET /orders` reads; rebuilt on write, so
     /// a read is two reference-count increments.
     newest_page: OrderPage,
+    /// The other pages read since the last write (a key's view of providers, a filter, a later
+    /// page), as [`CachingOrderStore`](crate::cache::CachingOrderStore) keeps them in front of
+    /// a database: a page read again is the same page, with what was worked out for it (its
+    /// tag, older versions' renditions) instead of a scan and all that afresh.
+    recent_pages: RecentPages,
+}
+
+/// The most pages [`RecentPages`] keeps; past it, the oldest kept goes.
+const MAX_RECENT_PAGES: usize = 8;
+
+/// Pages by the query that read them. A write makes a new [`OrganizationOrders`], whose clone
+/// of this starts empty: a kept page is always of the orders it was read from.
+#[derive(Default)]
+struct RecentPages(Mutex<VecDeque<(OrderQuery, OrderPage)>>);
+
+impl Clone for RecentPages {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl RecentPages {
+    fn page(&self, query: &OrderQuery, read: impl FnOnce() -> OrderPage) -> OrderPage {
+        let kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, page)) = kept.iter().find(|(asked, _)| asked == query) {
+            return page.clone();
+        }
+        // Read without the lock held: readers of other pages do not wait on the scan.
+        drop(kept);
+        let page = read();
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if !kept.iter().any(|(asked, _)| asked == query) {
+            if kept.len() == MAX_RECENT_PAGES {
+                kept.pop_front();
+            }
+            kept.push_back((query.clone(), page.clone()));
+        }
+        page
+    }
 }
 
 impl OrganizationOrders {
@@ -84,6 +124,10 @@ impl OrganizationOrders {
         if query.is_default_first_page() {
             return self.newest_page.clone();
         }
+        self.recent_pages.page(query, || self.read_page(query))
+    }
+
+    fn read_page(&self, query: &OrderQuery) -> OrderPage {
         let start = query.position().map_or(0, |position| {
             self.newest_first
                 .partition_point(|held| !position.precedes(held.order()))

@@ -86,6 +86,56 @@ async fn the_cached_newest_page_follows_every_insert() {
 }
 
 #[tokio::test]
+async fn a_kept_page_is_the_same_page_until_a_write_and_never_after() {
+    let store = store();
+    let meta = |id: &str, millis| Order {
+        providers: vec!["meta".to_owned()],
+        ..order(id, millis)
+    };
+    store
+        .add_orders("a", [meta("m1", 1), order("g1", 2), meta("m2", 3)])
+        .unwrap();
+    let view = OrderQuery::newest(MAX_ORDERS)
+        .with_filter(crate::store::OrderFilter::default().with_providers(["meta"]));
+    let read = || async {
+        let page = store.orders("a", &view).await.unwrap();
+        let ids: Vec<String> = page.orders().iter().map(|o| o.order().id.clone()).collect();
+        (page, ids)
+    };
+    let (first, ids) = read().await;
+    assert_eq!(ids, ["m2", "m1"]);
+    let (again, _) = read().await;
+    // The same bytes, not a copy: the page kept.
+    assert_eq!(first.json().as_ptr(), again.json().as_ptr());
+    // Each kind of write: a page read after it is of the orders after it.
+    store.add_order("a", meta("m3", 4)).unwrap();
+    assert_eq!(read().await.1, ["m3", "m2", "m1"]);
+    store
+        .update_order(
+            "a",
+            Order {
+                providers: vec!["google".to_owned()],
+                ..order("m2", 3)
+            },
+        )
+        .unwrap();
+    assert_eq!(read().await.1, ["m3", "m1"]);
+    assert!(store.remove_order("a", "m3"));
+    assert_eq!(read().await.1, ["m1"]);
+    // More queries than are kept: each still reads its own page.
+    for limit in 1..=20 {
+        let page = store
+            .orders(
+                "a",
+                &OrderQuery::newest(limit).with_filter(view.filter().clone()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(page.len(), 1, "limit {limit}");
+    }
+}
+
+#[tokio::test]
 async fn failed_bulk_insert_adds_nothing() {
     let store = store();
     store.add_order("a", order("o1", 1)).unwrap();
