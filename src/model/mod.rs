@@ -1,5 +1,6 @@
 //! The resources of contract section 2: [`Organization`], [`Order`] and their wire formats.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
@@ -174,8 +175,7 @@ impl EncodedOrder {
         &self,
         shape: NaiveDate,
         make: impl FnOnce(&[u8]) -> Option<Box<[u8]>>,
-    ) -> std::borrow::Cow<'_, [u8]> {
-        use std::borrow::Cow;
+    ) -> Cow<'_, [u8]> {
         let mut make = Some(make);
         let mut made = || {
             make.take()
@@ -254,7 +254,7 @@ pub struct OrderPage {
     has_more: bool,
     /// The `ETag` of the `GET /orders` body around this page, computed the first time it is
     /// asked for and shared by every clone, so a stored page is hashed once.
-    etag: Arc<OnceLock<HeaderValue>>,
+    etag: Arc<KeptTag>,
     /// The `Link` to the next page as the first request that needed it was answered, with
     /// what it depends on: a page is asked for again and again the same way, and the link
     /// costs a hash and an encoding (about 9,000 instructions) to make.
@@ -271,27 +271,61 @@ const RENDITIONS: usize = 4;
 /// A page's JSON in another shape, with the entity tag of the body around it.
 pub(crate) struct Rendition {
     pub(crate) json: Bytes,
-    etag: OnceLock<HeaderValue>,
+    etag: KeptTag,
 }
 
 impl Rendition {
     fn new(json: Bytes) -> Self {
         Self {
             json,
-            etag: OnceLock::new(),
+            etag: KeptTag::default(),
         }
     }
 
-    /// The entity tag of the body around this JSON, computed by `compute` once.
-    pub(crate) fn etag(&self, compute: impl FnOnce(&Bytes) -> HeaderValue) -> &HeaderValue {
-        self.etag.get_or_init(|| compute(&self.json))
+    /// The entity tag of the body around this JSON for a key of the view `view` (the tag of
+    /// its providers, `None` for a key without), computed by `compute` once for the first view
+    /// asked ([`KeptTag`]).
+    pub(crate) fn etag(
+        &self,
+        view: Option<[u8; 8]>,
+        compute: impl FnOnce(&Bytes) -> HeaderValue,
+    ) -> Cow<'_, HeaderValue> {
+        self.etag.get(view, &self.json, compute)
     }
 }
 
-/// A next-page link made for one organization and one request path and query.
+/// The entity tag of a body kept for the view it was first asked for: a page is read by the
+/// keys of one view (a filter of providers is a page of its own), so a tag of another view
+/// is computed afresh each time.
+#[derive(Default)]
+pub(crate) struct KeptTag(OnceLock<(Option<[u8; 8]>, HeaderValue)>);
+
+impl KeptTag {
+    fn get(
+        &self,
+        view: Option<[u8; 8]>,
+        json: &Bytes,
+        compute: impl FnOnce(&Bytes) -> HeaderValue,
+    ) -> Cow<'_, HeaderValue> {
+        if let Some((kept_view, tag)) = self.0.get() {
+            return if *kept_view == view {
+                Cow::Borrowed(tag)
+            } else {
+                Cow::Owned(compute(json))
+            };
+        }
+        let tag = compute(json);
+        // A request of another view that kept its tag first keeps it: this one is this view's.
+        let _ = self.0.set((view, tag.clone()));
+        Cow::Owned(tag)
+    }
+}
+
+/// A next-page link made for one organization, one request path and query and one view.
 struct NextLink {
     organization_id: Box<str>,
     path_and_query: Box<str>,
+    view: Option<[u8; 8]>,
     link: HeaderValue,
 }
 
@@ -366,22 +400,32 @@ impl OrderPage {
         &self.json
     }
 
-    /// The entity tag of the body served around this page, computed by `compute` once.
-    pub(crate) fn etag(&self, compute: impl FnOnce(&Bytes) -> HeaderValue) -> &HeaderValue {
-        self.etag.get_or_init(|| compute(&self.json))
+    /// The entity tag of the body served around this page for a key of the view `view` (the
+    /// tag of its providers, `None` for a key without), computed by `compute` once for the
+    /// first view asked ([`KeptTag`]).
+    pub(crate) fn etag(
+        &self,
+        view: Option<[u8; 8]>,
+        compute: impl FnOnce(&Bytes) -> HeaderValue,
+    ) -> Cow<'_, HeaderValue> {
+        self.etag.get(view, &self.json, compute)
     }
 
     /// The `Link` to the page after this one for a request of `organization_id` that came
-    /// in on `path_and_query`: made by `make` the first time, then the same for the same
-    /// organization and request (any other is made afresh each time).
+    /// in on `path_and_query` with a key of the view `view`: made by `make` the first time,
+    /// then the same for the same organization, request and view (any other is made afresh
+    /// each time).
     pub(crate) fn next_link(
         &self,
         organization_id: &str,
         path_and_query: &str,
+        view: Option<[u8; 8]>,
         make: impl FnOnce() -> Option<HeaderValue>,
     ) -> Option<HeaderValue> {
         if let Some(made) = self.next_link.get() {
-            if *made.organization_id == *organization_id && *made.path_and_query == *path_and_query
+            if *made.organization_id == *organization_id
+                && *made.path_and_query == *path_and_query
+                && made.view == view
             {
                 return Some(made.link.clone());
             }
@@ -391,6 +435,7 @@ impl OrderPage {
         let _ = self.next_link.set(NextLink {
             organization_id: organization_id.into(),
             path_and_query: path_and_query.into(),
+            view,
             link: link.clone(),
         });
         Some(link)
@@ -475,6 +520,57 @@ impl fmt::Debug for OrderPage {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_pages_tag_and_link_are_kept_for_the_first_view_and_made_afresh_for_others() {
+        let page = OrderPage::new(vec![EncodedOrder::new(order(
+            "ord_1",
+            "2026-01-01T00:00:00Z",
+        ))
+        .unwrap()]);
+        let computed = std::cell::Cell::new(0);
+        let tag_of = |view: Option<[u8; 8]>| {
+            page.etag(view, |json| {
+                computed.set(computed.get() + 1);
+                let seen = view.map_or(0, |view| view[0]);
+                HeaderValue::from_str(&format!("\"{}-{seen}\"", json.len())).unwrap()
+            })
+            .into_owned()
+        };
+        let meta = Some([1; 8]);
+        let google = Some([2; 8]);
+        let kept = tag_of(meta);
+        assert_eq!(tag_of(meta), kept);
+        assert_eq!(computed.get(), 1, "kept for its view");
+        // Another view, or none: its own tag, every time.
+        assert_ne!(tag_of(google), kept);
+        assert_ne!(tag_of(None), kept);
+        assert_ne!(tag_of(google), kept);
+        assert_eq!(computed.get(), 4);
+        assert_eq!(tag_of(meta), kept);
+        assert_eq!(computed.get(), 4);
+
+        let made = std::cell::Cell::new(0);
+        let link_of = |organization: &str, path: &str, view: Option<[u8; 8]>| {
+            page.next_link(organization, path, view, || {
+                made.set(made.get() + 1);
+                let seen = view.map_or(0, |view| view[0]);
+                Some(HeaderValue::from_str(&format!("<{path}>; {organization}; {seen}")).unwrap())
+            })
+        };
+        let link = link_of("org_a", "/v1/orders", meta).unwrap();
+        assert_eq!(link_of("org_a", "/v1/orders", meta).unwrap(), link);
+        assert_eq!(made.get(), 1);
+        for (organization, path, view) in [
+            ("org_a", "/v1/orders", google),
+            ("org_a", "/v1/orders", None),
+            ("org_b", "/v1/orders", meta),
+            ("org_a", "/v1/orders?limit=5", meta),
+        ] {
+            assert_ne!(link_of(organization, path, view).unwrap(), link);
+        }
+        assert_eq!(made.get(), 5);
+    }
 
     #[test]
     fn an_orders_older_shapes_are_made_once_each_and_kept() {

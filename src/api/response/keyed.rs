@@ -79,7 +79,7 @@ pub(crate) fn orders(
     };
     let chain = config.versions.chain();
     // A key limited to providers: its tag is bound to them too, so keys of other views never
-    // share one (computed per request, as its link is, instead of kept with the page).
+    // share one (kept with the page for the view it was first asked for, as its link is).
     let view = asked.request.view_tag();
     let etag_of = |json: &Bytes| match view {
         None => super::orders_etag(json),
@@ -96,32 +96,24 @@ pub(crate) fn orders(
         let rendition = page.rendition(asked.version.date(), |_| {
             older_orders(chain, page.orders(), asked.version)
         });
-        let viewed = view
-            .filter(|_| config.conditional_requests)
-            .map(|_| etag_of(&rendition.json));
-        let etag = config.conditional_requests.then(|| match &viewed {
-            None => rendition.etag(super::orders_etag),
-            Some(viewed) => viewed,
-        });
+        let etag = config
+            .conditional_requests
+            .then(|| rendition.etag(view, etag_of));
         tagged_or_not(
             if_none_match,
             super::orders_body_of(&rendition.json),
-            etag,
+            etag.as_deref(),
             super::tagged_headers,
         )
     } else {
         // Computed once per stored page and shared by its clones.
-        let viewed = view
-            .filter(|_| config.conditional_requests)
-            .map(|_| etag_of(page.json()));
-        let etag = config.conditional_requests.then(|| match &viewed {
-            None => page.etag(super::orders_etag),
-            Some(viewed) => viewed,
-        });
+        let etag = config
+            .conditional_requests
+            .then(|| page.etag(view, etag_of));
         tagged_or_not(
             if_none_match,
             super::orders_body(&page),
-            etag,
+            etag.as_deref(),
             super::tagged_headers,
         )
     };
@@ -132,12 +124,9 @@ pub(crate) fn orders(
                 .request
                 .next_link(asked.path.path(), asked.organization_id, &last)
         };
-        // Made once per stored page, for the way it is usually asked for; a key limited to
-        // providers gets its own (its token is bound to them).
-        let link = match view {
-            None => page.next_link(asked.organization_id, asked.path.as_str(), make),
-            Some(_) => make(),
-        };
+        // Made once per stored page, for the way it is usually asked for (a key limited to
+        // providers gets its own: its token is bound to them).
+        let link = page.next_link(asked.organization_id, asked.path.as_str(), view, make);
         if let Some(link) = link {
             response.headers_mut().insert(LINK, link);
         }
