@@ -22,7 +22,6 @@ use crate::api::order_filters::FilterParameter;
 use crate::api::pagination::BadPageRequest;
 use crate::api::request_id::{is_request_id, REQUEST_ID_HEADER};
 use crate::api::versioning::ApiVersions;
-use crate::model::OrderPage;
 use crate::rate_limit::whole_seconds_at_least_one;
 use crate::store::DeprecatedCallTotal;
 use crate::versions::{ApiVersion, Versions, DEFAULT_VERSION_HEADER};
@@ -418,15 +417,6 @@ pub(crate) fn openapi(document: Bytes) -> Response<ApiBody> {
         HeaderValue::from_static("public, max-age=300"),
     );
     response
-}
-
-/// The body of `GET /orders` around `page`'s ready JSON, without a copy.
-pub(crate) fn orders_body(page: &OrderPage) -> ApiBody {
-    ApiBody::chunks([
-        Bytes::from_static(ORDERS_OPEN),
-        page.json().clone(),
-        Bytes::from_static(ORDERS_CLOSE),
-    ])
 }
 
 /// The body of `GET /orders` around the orders' JSON array `orders`, without a copy.

@@ -124,6 +124,41 @@ struct EncodedInner {
 /// with its shape's day.
 type OrderRenditions = [OnceLock<(NaiveDate, Box<[u8]>)>; RENDITIONS];
 
+/// What `slots` keep for `shape`: the slot that holds it, or the first free one, filled by
+/// `make`; `Err` of `make`'s value when every slot holds another shape. (Two threads filling
+/// the last free slot at once: the one that lost makes its value again, the same value.)
+fn kept_for_shape<T>(
+    slots: &[OnceLock<(NaiveDate, T)>],
+    shape: NaiveDate,
+    mut make: impl FnMut() -> T,
+) -> Result<&T, T> {
+    for slot in slots {
+        let (held, kept) = slot.get_or_init(|| (shape, make()));
+        if *held == shape {
+            return Ok(kept);
+        }
+    }
+    Err(make())
+}
+
+/// The JSON array of `elements`, each a JSON value.
+fn json_array<E: AsRef<[u8]>>(elements: impl Iterator<Item = E> + Clone) -> Vec<u8> {
+    let length = 2 + elements
+        .clone()
+        .map(|element| element.as_ref().len() + 1)
+        .sum::<usize>();
+    let mut json = Vec::with_capacity(length);
+    json.push(b'[');
+    for (index, element) in elements.enumerate() {
+        if index > 0 {
+            json.push(b',');
+        }
+        json.extend_from_slice(element.as_ref());
+    }
+    json.push(b']');
+    json
+}
+
 impl EncodedOrder {
     /// Checks `order` against the wire contract and encodes it.
     ///
@@ -174,26 +209,16 @@ impl EncodedOrder {
     pub(crate) fn rendition(
         &self,
         shape: NaiveDate,
-        make: impl FnOnce(&[u8]) -> Option<Box<[u8]>>,
+        make: impl Fn(&[u8]) -> Option<Box<[u8]>>,
     ) -> Cow<'_, [u8]> {
-        let mut make = Some(make);
-        let mut made = || {
-            make.take()
-                .and_then(|make| make(&self.0.json))
-                .unwrap_or_else(|| self.0.json.clone())
-        };
+        let json = &self.0.json;
         let slots = self.0.renditions.get_or_init(Box::default);
-        for slot in slots.iter() {
-            let mut filled = false;
-            let (held, json) = slot.get_or_init(|| {
-                filled = true;
-                (shape, made())
-            });
-            if filled || *held == shape {
-                return Cow::Borrowed(json);
-            }
+        match kept_for_shape(&slots[..], shape, || {
+            make(json).unwrap_or_else(|| json.clone())
+        }) {
+            Ok(kept) => Cow::Borrowed(kept),
+            Err(made) => Cow::Owned(made.into_vec()),
         }
-        Cow::Owned(made().into_vec())
     }
 
     /// Returns the order.
@@ -249,12 +274,12 @@ impl TryFrom<Order> for EncodedOrder {
 #[derive(Clone)]
 pub struct OrderPage {
     orders: Arc<[EncodedOrder]>,
-    json: Bytes,
+    /// The JSON array of the orders in the newest shape, with the `ETag` of the `GET /orders`
+    /// body around it (computed the first time it is asked for and shared by every clone, so
+    /// a stored page is hashed once).
+    newest: Arc<Rendition>,
     /// Whether more orders follow the page's last one.
     has_more: bool,
-    /// The `ETag` of the `GET /orders` body around this page, computed the first time it is
-    /// asked for and shared by every clone, so a stored page is hashed once.
-    etag: Arc<KeptTag>,
     /// The `Link` to the next page as the first request that needed it was answered, with
     /// what it depends on: a page is asked for again and again the same way, and the link
     /// costs a hash and an encoding (about 9,000 instructions) to make.
@@ -356,24 +381,11 @@ impl OrderPage {
     /// Creates a page of `orders`, sorted newest first, after which no order follows.
     pub fn new(mut orders: Vec<EncodedOrder>) -> Self {
         sort_newest_first(&mut orders);
-        let length = 2 + orders
-            .iter()
-            .map(|order| order.json().len() + 1)
-            .sum::<usize>();
-        let mut json = Vec::with_capacity(length);
-        json.push(b'[');
-        for (index, order) in orders.iter().enumerate() {
-            if index > 0 {
-                json.push(b',');
-            }
-            json.extend_from_slice(order.json());
-        }
-        json.push(b']');
+        let json = json_array(orders.iter().map(EncodedOrder::json));
         Self {
             orders: orders.into(),
-            json: json.into(),
+            newest: Arc::new(Rendition::new(json.into())),
             has_more: false,
-            etag: Arc::default(),
             next_link: Arc::default(),
             renditions: Arc::default(),
         }
@@ -397,18 +409,7 @@ impl OrderPage {
     /// Returns the JSON array of the orders, exactly as it is served at the newest API
     /// version.
     pub fn json(&self) -> &Bytes {
-        &self.json
-    }
-
-    /// The entity tag of the body served around this page for a key of the view `view` (the
-    /// tag of its providers, `None` for a key without), computed by `compute` once for the
-    /// first view asked ([`KeptTag`]).
-    pub(crate) fn etag(
-        &self,
-        view: Option<[u8; 8]>,
-        compute: impl FnOnce(&Bytes) -> HeaderValue,
-    ) -> Cow<'_, HeaderValue> {
-        self.etag.get(view, &self.json, compute)
+        &self.newest.json
     }
 
     /// The `Link` to the page after this one for a request of `organization_id` that came
@@ -441,28 +442,31 @@ impl OrderPage {
         Some(link)
     }
 
-    /// The page's JSON in the shape named `shape` (an API version's day), made by `make` from
-    /// the page's JSON the first time and kept with the page; made afresh each time when the
-    /// page keeps as many other shapes as it can.
-    pub(crate) fn rendition<'a>(
-        &'a self,
+    /// The page's JSON in the newest shape, with its tag.
+    pub(crate) fn newest(&self) -> &Rendition {
+        &self.newest
+    }
+
+    /// The page's JSON in the shape named `shape` (an API version's day): its orders' JSON in
+    /// that shape ([`EncodedOrder::rendition`], `make` of an order's newest JSON, `None` for
+    /// the same), joined the first time and kept with the page; joined afresh each time when
+    /// the page keeps as many other shapes as it can.
+    pub(crate) fn rendition(
+        &self,
         shape: NaiveDate,
-        make: impl FnOnce(&Bytes) -> Bytes,
-    ) -> RenditionRef<'a> {
-        // `make` runs at most once: a slot this call fills is returned at once.
-        let mut make = Some(make);
-        let mut made = |json: &Bytes| make.take().map_or_else(Bytes::new, |make| make(json));
-        for slot in self.renditions.iter() {
-            let mut filled = false;
-            let (held, rendition) = slot.get_or_init(|| {
-                filled = true;
-                (shape, Rendition::new(made(&self.json)))
-            });
-            if filled || *held == shape {
-                return RenditionRef::Kept(rendition);
-            }
+        make: impl Fn(&[u8]) -> Option<Box<[u8]>>,
+    ) -> RenditionRef<'_> {
+        let join = || {
+            let orders = self
+                .orders
+                .iter()
+                .map(|order| order.rendition(shape, &make));
+            Rendition::new(json_array(orders.collect::<Vec<_>>().iter()).into())
+        };
+        match kept_for_shape(&self.renditions[..], shape, join) {
+            Ok(kept) => RenditionRef::Kept(kept),
+            Err(made) => RenditionRef::Made(made),
         }
-        RenditionRef::Made(Rendition::new(made(&self.json)))
     }
 
     /// Returns this page cut to its newest `limit` orders (more follow when it was cut).
@@ -530,12 +534,13 @@ pub(crate) mod tests {
         .unwrap()]);
         let computed = std::cell::Cell::new(0);
         let tag_of = |view: Option<[u8; 8]>| {
-            page.etag(view, |json| {
-                computed.set(computed.get() + 1);
-                let seen = view.map_or(0, |view| view[0]);
-                HeaderValue::from_str(&format!("\"{}-{seen}\"", json.len())).unwrap()
-            })
-            .into_owned()
+            page.newest()
+                .etag(view, |json| {
+                    computed.set(computed.get() + 1);
+                    let seen = view.map_or(0, |view| view[0]);
+                    HeaderValue::from_str(&format!("\"{}-{seen}\"", json.len())).unwrap()
+                })
+                .into_owned()
         };
         let meta = Some([1; 8]);
         let google = Some([2; 8]);

@@ -398,10 +398,13 @@ impl<'a> EventId<'a> {
         let bytes = URL_SAFE_NO_PAD
             .decode(encoded)
             .map_err(|_| BadEventId::Malformed)?;
-        let Ok(head) = <[u8; 12]>::try_from(bytes.get(..12).unwrap_or_default()) else {
+        let Some((head, sum)) = bytes
+            .split_first_chunk::<12>()
+            .filter(|_| bytes.len() == EVENT_ID_BYTES)
+        else {
             return Err(BadEventId::Malformed);
         };
-        if bytes.len() != EVENT_ID_BYTES || remembered_checksum(&head) != bytes[12..] {
+        if remembered_checksum(head) != sum {
             return Err(BadEventId::Malformed);
         }
         if bytes[8..12] != organization_tag(organization_id) {
@@ -446,11 +449,11 @@ impl EventIds {
     fn write_id_with(&self, number: u64, out: &mut Vec<u8>, checksum: fn(&[u8; 12]) -> [u8; 4]) {
         use base64::engine::general_purpose::URL_SAFE_NO_PAD;
         use base64::Engine as _;
-        let mut bytes = [0; EVENT_ID_BYTES];
-        bytes[..8].copy_from_slice(&number.to_be_bytes());
-        bytes[8..12].copy_from_slice(&self.tag);
         let mut head = [0; 12];
-        head.copy_from_slice(&bytes[..12]);
+        head[..8].copy_from_slice(&number.to_be_bytes());
+        head[8..].copy_from_slice(&self.tag);
+        let mut bytes = [0; EVENT_ID_BYTES];
+        bytes[..12].copy_from_slice(&head);
         bytes[12..].copy_from_slice(&checksum(&head));
         let mut text = [0; EVENT_ID_TEXT_LEN];
         let written = URL_SAFE_NO_PAD

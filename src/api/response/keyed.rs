@@ -16,7 +16,7 @@ use crate::api::events_request::{BadEventsRequest, EventsRequest};
 use crate::api::pagination::PageRequest;
 use crate::log::ErrorChain;
 use crate::metrics::{self, AuthFailureReason};
-use crate::model::{EncodedOrder, OrderPage};
+use crate::model::{OrderPage, RenditionRef};
 use crate::rate_limit::{whole_seconds_at_least_one, RateLimitDecision};
 use crate::store::events::EventIds;
 use crate::store::{
@@ -91,32 +91,28 @@ pub(crate) fn orders(
             &view,
         ]),
     };
-    let mut response = if chain.reshapes(asked.version, Resource::Order) {
-        // Walked back once per stored page and kept with it, as its tag is.
-        let rendition = page.rendition(asked.version.date(), |_| {
-            older_orders(chain, page.orders(), asked.version)
-        });
-        let etag = config
-            .conditional_requests
-            .then(|| rendition.etag(view, etag_of));
-        tagged_or_not(
-            if_none_match,
-            super::orders_body_of(&rendition.json),
-            etag.as_deref(),
-            super::tagged_headers,
-        )
+    // An older version's JSON: each order walked back once and kept with it, the page's
+    // joined once and kept with the page, as its tag is.
+    let rendition = if chain.reshapes(asked.version, Resource::Order) {
+        page.rendition(asked.version.date(), |newest| {
+            chain
+                .render(Resource::Order, newest, asked.version)
+                .ok()
+                .flatten()
+                .map(Vec::into_boxed_slice)
+        })
     } else {
-        // Computed once per stored page and shared by its clones.
-        let etag = config
-            .conditional_requests
-            .then(|| page.etag(view, etag_of));
-        tagged_or_not(
-            if_none_match,
-            super::orders_body(&page),
-            etag.as_deref(),
-            super::tagged_headers,
-        )
+        RenditionRef::Kept(page.newest())
     };
+    let etag = config
+        .conditional_requests
+        .then(|| rendition.etag(view, etag_of));
+    let mut response = tagged_or_not(
+        if_none_match,
+        super::orders_body_of(&rendition.json),
+        etag.as_deref(),
+        super::tagged_headers,
+    );
     if let (true, Some(last)) = (page.has_more(), page.orders().last()) {
         let make = || {
             let last = OrderPosition::of(last.order());
@@ -132,34 +128,6 @@ pub(crate) fn orders(
         }
     }
     response
-}
-
-/// The JSON array of `orders` as `version` answers it, each order walked back once and kept
-/// with it ([`EncodedOrder::rendition`]). An order that does not read as an object (never
-/// one a store encoded) is served as it is.
-fn older_orders(chain: &Versions, orders: &[EncodedOrder], version: ApiVersion) -> Bytes {
-    let mut json = Vec::with_capacity(
-        2 + orders
-            .iter()
-            .map(|order| order.json().len() + 1)
-            .sum::<usize>(),
-    );
-    json.push(b'[');
-    for (index, order) in orders.iter().enumerate() {
-        if index > 0 {
-            json.push(b',');
-        }
-        let older = order.rendition(version.date(), |newest| {
-            chain
-                .render(Resource::Order, newest, version)
-                .ok()
-                .flatten()
-                .map(Vec::into_boxed_slice)
-        });
-        json.extend_from_slice(&older);
-    }
-    json.push(b']');
-    json.into()
 }
 
 /// The answer of `GET /events` to `page`, the feed's answer to the request `request` that
