@@ -8,6 +8,11 @@
 //! may be another type than in the feed (an order that left the view is its deletion, `{"id"}`
 //! only), and a number and a type decide an event's bytes in every view, so two keys of
 //! different views share a body only when their pages are the same bytes.
+//!
+//! A feed that says its revision at hand ([`EventFeed::revision_now`]) is not even read for a
+//! read answered before at the same revision: each thread also keeps its last answers by
+//! read (organization, query, version) and revision, the body and where the next read
+//! resumes. Why that is exact is rule `feed-revision`'s argument, on the trait.
 
 use std::cell::RefCell;
 use std::sync::{Arc, Weak};
@@ -15,12 +20,16 @@ use std::sync::{Arc, Weak};
 use bytes::Bytes;
 use chrono::Datelike as _;
 
-use crate::store::{EventFeed, FeedEvent, OrderChange};
+use crate::store::{EventFeed, EventQuery, FeedEvent, OrderChange};
 use crate::versions::ApiVersion;
 
 /// Pages each worker thread keeps: a power of two, indexed by the low bits of a hash.
 const RECENT_PAGES: usize = 4;
 const _: () = assert!(RECENT_PAGES.is_power_of_two());
+
+/// Answers by read and revision each worker thread keeps: a power of two, as above.
+const RECENT_READS: usize = 8;
+const _: () = assert!(RECENT_READS.is_power_of_two());
 
 /// Bodies longer than this are not kept (a page of large orders), so a thread keeps at most
 /// `RECENT_PAGES` times this.
@@ -105,6 +114,106 @@ pub(crate) fn events_body(
     body
 }
 
+/// A read as it was answered: whose feed, which organization, at which revision, version
+/// and query, its body, and the last event it went through (where the next read resumes).
+struct KeptRead {
+    /// Weakly held, as [`Kept::feed`].
+    feed: Weak<dyn EventFeed>,
+    organization_id: Box<str>,
+    revision: u64,
+    version: ApiVersion,
+    query: EventQuery,
+    body: Bytes,
+    through: Option<u64>,
+}
+
+impl KeptRead {
+    fn is(&self, read: &Read<'_>) -> bool {
+        std::ptr::addr_eq(self.feed.as_ptr(), Arc::as_ptr(read.feed))
+            && self.revision == read.revision
+            && self.version == read.version
+            && *self.organization_id == *read.organization_id
+            && self.query == *read.query
+    }
+}
+
+/// One read of a feed at a revision: what an answer is kept by.
+pub(crate) struct Read<'a> {
+    /// The feed read.
+    pub(crate) feed: &'a Arc<dyn EventFeed>,
+    /// Whose feed.
+    pub(crate) organization_id: &'a str,
+    /// The feed's revision taken before the read ([`EventFeed::revision_now`]).
+    pub(crate) revision: u64,
+    /// The version the answer is in.
+    pub(crate) version: ApiVersion,
+    /// What was read.
+    pub(crate) query: &'a EventQuery,
+}
+
+thread_local! {
+    static READS: RefCell<[Option<KeptRead>; RECENT_READS]> =
+        const { RefCell::new([const { None }; RECENT_READS]) };
+}
+
+/// The body this thread answered `read` with, and the last event that answer went through,
+/// if it kept them: the answer of the feed at `read`'s revision or later.
+pub(crate) fn answered_read(read: &Read<'_>) -> Option<(Bytes, Option<u64>)> {
+    let index = read_slot(read);
+    READS
+        .try_with(|reads| {
+            reads.borrow()[index]
+                .as_ref()
+                .filter(|kept| kept.is(read))
+                .map(|kept| (kept.body.clone(), kept.through))
+        })
+        .ok()
+        .flatten()
+}
+
+/// Keeps `body` and `through`, the answer of a read of the feed made after `read`'s revision
+/// was taken, for the next time this thread is asked `read`.
+pub(crate) fn keep_read(read: &Read<'_>, body: &Bytes, through: Option<u64>) {
+    if body.len() > MAX_KEPT_BODY {
+        return;
+    }
+    let kept = KeptRead {
+        feed: Arc::downgrade(read.feed),
+        organization_id: read.organization_id.into(),
+        revision: read.revision,
+        version: read.version,
+        query: read.query.clone(),
+        body: body.clone(),
+        through,
+    };
+    let index = read_slot(read);
+    // The entry it replaces is dropped once the borrow ends.
+    let replaced = READS.try_with(|reads| reads.borrow_mut()[index].replace(kept));
+    drop(replaced);
+}
+
+/// The slot of a read, below `RECENT_READS`: as [`slot`], a hash of what tells reads apart
+/// most often ([`KeptRead::is`] decides a hit).
+fn read_slot(read: &Read<'_>) -> usize {
+    const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
+    let query = read.query;
+    let mut hash = xxhash_rust::xxh3::xxh3_64(read.organization_id.as_bytes())
+        ^ u64::from(read.version.date().num_days_from_ce().unsigned_abs());
+    for part in [
+        read.revision,
+        query.after_id().map_or(u64::MAX, |after| after),
+        query.limit() as u64,
+        u64::from(query.types().bits()),
+        query.providers().map_or(0, <[String]>::len) as u64,
+    ] {
+        hash = (hash.rotate_left(23) ^ part).wrapping_mul(MIX);
+    }
+    // As in `slot`: the mask keeps the index below RECENT_READS.
+    #[allow(clippy::cast_possible_truncation)]
+    let index = (hash >> 32) as usize & (RECENT_READS - 1);
+    index
+}
+
 /// The slot of a page, below `RECENT_PAGES`: a hash of its organization, version and events.
 /// Only where a page is kept depends on it ([`Kept::is`] decides a hit), so it is a fold of a
 /// multiply and a rotation per event (a streaming hasher's call per event cost more than
@@ -129,7 +238,7 @@ mod tests {
 
     use super::*;
     use crate::model::Timestamp;
-    use crate::store::OrderChange;
+    use crate::store::{OrderChange, OrderChanges};
     use crate::MemoryStore;
 
     fn event(id: u64) -> FeedEvent {
@@ -204,10 +313,84 @@ mod tests {
     }
 
     #[test]
+    fn a_read_is_answered_as_kept_at_its_revision_only() {
+        let feed: Arc<dyn EventFeed> = Arc::new(MemoryStore::new());
+        let other_feed: Arc<dyn EventFeed> = Arc::new(MemoryStore::new());
+        let query = EventQuery::oldest(100);
+        // An equal query, not the same value.
+        let same_query = query.clone();
+        let read = |feed, organization_id, revision, version, query| Read {
+            feed,
+            organization_id,
+            revision,
+            version,
+            query,
+        };
+        let first = crate::versions::FIRST;
+        let kept = read(&feed, "org_reads", 7, first, &query);
+        assert_eq!(answered_read(&kept), None);
+        keep_read(&kept, &Bytes::from_static(b"page"), Some(12));
+        assert_eq!(
+            answered_read(&read(&feed, "org_reads", 7, first, &same_query)),
+            Some((Bytes::from_static(b"page"), Some(12)))
+        );
+        // Anything else is not that answer: another revision, organization, feed, version,
+        // or query (position, limit, types, view).
+        let later = crate::versions::ApiVersion::from_date(
+            chrono::NaiveDate::from_ymd_opt(2030, 1, 1).expect("a date"),
+        );
+        let view = Some(Arc::<[String]>::from(vec!["meta".to_owned()]));
+        let others = [
+            EventQuery::after(3, 100),
+            EventQuery::oldest(99),
+            EventQuery::oldest(100).with_types(OrderChanges::NONE.with(OrderChange::Deleted)),
+            EventQuery::oldest(100).with_providers(view),
+        ];
+        let mut reads = vec![
+            read(&feed, "org_reads", 8, first, &query),
+            read(&feed, "org_reads", 6, first, &query),
+            read(&feed, "org_other", 7, first, &query),
+            read(&other_feed, "org_reads", 7, first, &query),
+            read(&feed, "org_reads", 7, later, &query),
+        ];
+        reads.extend(
+            others
+                .iter()
+                .map(|other| read(&feed, "org_reads", 7, first, other)),
+        );
+        for other in &reads {
+            assert_eq!(
+                answered_read(other),
+                None,
+                "{} {} {:?}",
+                other.organization_id,
+                other.revision,
+                other.query
+            );
+        }
+        // Kept side by side, as far as the slots go: each its own.
+        keep_read(&reads[0], &Bytes::from_static(b"newer"), None);
+        assert_eq!(
+            answered_read(&reads[0]),
+            Some((Bytes::from_static(b"newer"), None))
+        );
+    }
+
+    #[test]
     fn a_body_past_the_bound_is_not_kept() {
         let feed: Arc<dyn EventFeed> = Arc::new(MemoryStore::new());
         let large: &'static str = Box::leak("x".repeat(MAX_KEPT_BODY + 1).into_boxed_str());
         assert!(served(&feed, "org_large", &[7], large).1);
         assert!(served(&feed, "org_large", &[7], large).1, "encoded again");
+        let query = EventQuery::oldest(100);
+        let read = Read {
+            feed: &feed,
+            organization_id: "org_large",
+            revision: 1,
+            version: crate::versions::FIRST,
+            query: &query,
+        };
+        keep_read(&read, &Bytes::from_static(large.as_bytes()), None);
+        assert_eq!(answered_read(&read), None, "not kept by its read either");
     }
 }

@@ -10,12 +10,14 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use http::uri::PathAndQuery;
 use http::{Response, StatusCode};
 
 use crate::api::body::ApiBody;
 use crate::api::conditional::IfNoneMatch;
 use crate::api::config::Config;
+use crate::api::events_cache::{self, Read};
 use crate::api::events_request::EventsRequest;
 use crate::api::me_cache::{with_me_representation, KeyAccess};
 use crate::api::pagination::PageRequest;
@@ -32,8 +34,8 @@ use crate::metrics::{self, AuthFailureReason, StoreCall};
 use crate::model::OrderPage;
 use crate::rate_limit::{or_unlimited, RateLimitDecision};
 use crate::store::{
-    DeprecatedCallTotal, EventQuery, EventsPage, KeyLookup, OrderQuery, Principal, StoreError,
-    UsageOutcome, UsageRoute,
+    DeprecatedCallTotal, EventFeed, EventQuery, EventsPage, KeyLookup, OrderQuery, Principal,
+    StoreError, UsageOutcome, UsageRoute,
 };
 use crate::versions::ApiVersion;
 
@@ -409,6 +411,7 @@ fn limited(
                     version,
                     request,
                     path,
+                    revision: None,
                 })),
                 Err(bad) => done(ApiError::BadEventsRequest(bad).into_response()),
             };
@@ -486,6 +489,9 @@ pub(crate) struct EventsAsk {
     /// The request the answer is for, and the path it came in on (for the resuming link).
     request: EventsRequest,
     path: PathAndQuery,
+    /// The feed's revision, taken before the feed is read ([`EventsAsk::answer_at_hand`]):
+    /// what the answer is kept by.
+    revision: Option<u64>,
 }
 
 impl EventsAsk {
@@ -499,24 +505,66 @@ impl EventsAsk {
         &self.query
     }
 
-    /// Takes the feed's answer.
+    /// The answer this thread kept of the same read at the feed's revision now, without
+    /// reading the feed; else `None`, the revision taken for the read of the feed to be kept
+    /// by. The revision is taken and the answer looked for in one go (rule `feed-revision`).
+    pub(crate) fn answer_at_hand(&mut self, config: &Config) -> Option<AfterReply> {
+        let feed = config.events.as_ref()?;
+        self.revision = feed.revision_now(&self.principal.organization.id);
+        let kept = self
+            .revision
+            .and_then(|revision| events_cache::answered_read(&self.read(feed, revision)));
+        let (body, through) = kept?;
+        let response = self.page(body, through);
+        Some(self.finish(config, response))
+    }
+
+    /// Takes the feed's answer, and keeps it by the revision taken before the read.
     pub(crate) fn answer(
         self,
         config: &Config,
         page: Result<EventsPage, StoreError>,
     ) -> AfterReply {
-        let response = match page {
-            Ok(page) => keyed::events(
-                config,
-                self.version,
-                &self.request,
-                self.path.path(),
-                &self.principal.organization.id,
-                &self.query,
-                page,
-            ),
+        let organization_id = &self.principal.organization.id;
+        let response = match page.map(|page| {
+            keyed::events_page(config, self.version, organization_id, &self.query, page)
+        }) {
+            Ok(Ok((body, through))) => {
+                if let (Some(feed), Some(revision)) = (&config.events, self.revision) {
+                    events_cache::keep_read(&self.read(feed, revision), &body, through);
+                }
+                self.page(body, through)
+            }
+            Ok(Err(refused)) => refused.into_response(),
             Err(err) => failed(config, &self.principal, err),
         };
+        self.finish(config, response)
+    }
+
+    /// This read of `feed` at `revision`, as answers are kept by.
+    fn read<'a>(&'a self, feed: &'a Arc<dyn EventFeed>, revision: u64) -> Read<'a> {
+        Read {
+            feed,
+            organization_id: &self.principal.organization.id,
+            revision,
+            version: self.version,
+            query: &self.query,
+        }
+    }
+
+    /// The 200 of the page `body`, resuming after `through`.
+    fn page(&self, body: Bytes, through: Option<u64>) -> Response<ApiBody> {
+        keyed::events(
+            &self.request,
+            self.path.path(),
+            &self.principal.organization.id,
+            body,
+            through,
+        )
+    }
+
+    /// The flow's end with `response`: counted, limited, recorded as the route's.
+    fn finish(&self, config: &Config, response: Response<ApiBody>) -> AfterReply {
         finish(
             config,
             UsageRoute::Events,

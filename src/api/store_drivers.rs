@@ -1,5 +1,6 @@
 //! The two drivers of the keyed flow's [`Ask`]s: [`answer_now`] asks the stores for their
-//! immediate answers (`lookup_now`, `check_now`, `orders_now`), inside `call`, with no future,
+//! immediate answers (`lookup_now`, `check_now`, `orders_now`, an events read kept at the
+//! feed's `revision_now`), inside `call`, with no future,
 //! box or timer; from the first question a store must wait for, [`answer_awaited`] asks with
 //! awaited answers under the store timeout.
 
@@ -131,8 +132,12 @@ fn reply_now(config: &Config, ask: Ask) -> Replied {
                 None => Replied::Wait(Ask::Orders(orders)),
             }
         }
-        // No feed answers at once: each read asks the store.
-        Ask::Events(events) => Replied::Wait(Ask::Events(events)),
+        // A read answered before at the feed's revision now is answered again; any other
+        // reads the feed.
+        Ask::Events(mut events) => match events.answer_at_hand(config) {
+            Some(after) => Replied::Now(after),
+            None => Replied::Wait(Ask::Events(events)),
+        },
         // Nor does a read of deprecated calls.
         Ask::Deprecations(asked) => Replied::Wait(Ask::Deprecations(asked)),
     }

@@ -98,6 +98,11 @@ impl OrderChanges {
         self.0 == Self::ALL.0
     }
 
+    /// The set as bits, one per type (for a hash).
+    pub(crate) const fn bits(self) -> u8 {
+        self.0
+    }
+
     /// The names of the types in the set, in [`OrderChange::ALL`]'s order.
     pub fn names(self) -> impl Iterator<Item = &'static str> {
         OrderChange::ALL
@@ -314,6 +319,28 @@ pub trait EventFeed: Send + Sync {
     /// serve it every order's events.
     fn serves_provider_views(&self) -> bool {
         false
+    }
+
+    /// The revision of `organization_id`'s feed when the store has it at hand without waiting
+    /// (as [`KeyStore::lookup_now`](crate::store::KeyStore::lookup_now)), or `None` (the
+    /// default): then the API reads the feed for every request.
+    ///
+    /// **The promise, rule `feed-revision`**: a change to what any read of the organization's
+    /// feed returns (an event appended, one deleted by retention, a tombstone forgotten) makes
+    /// the calls from then on return a revision this one never returned for the organization
+    /// before. A counter raised under the feed's lock is one.
+    ///
+    /// A worker thread keeps what it answered for a read at a revision and, while the feed
+    /// says the same revision, answers the same read again with it, without reading the
+    /// feed. Why that is exact: a kept answer is of a read made after its revision was
+    /// taken, so of the feed at that revision or later; a thread takes the revision and looks
+    /// for a kept answer in one go, so when it finds one, the revision was current when it
+    /// asked and the answer's read was made before it looked: the answer is of the feed
+    /// between the request's start and its end. A store that cannot say it without waiting
+    /// (a database) answers `None`.
+    fn revision_now(&self, organization_id: &str) -> Option<u64> {
+        let _ = organization_id;
+        None
     }
 
     /// Deletes at most `batch` events that became part of the feed (readable: a position in

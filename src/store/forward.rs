@@ -3,7 +3,9 @@
 //! recorders and the dispatcher at once, whichever way the host holds it.
 //!
 //! Each forwarding impl is written once, for both pointers, by `forward!`: a trait that gains
-//! a method fails to compile here until it is forwarded (no default can hide it).
+//! a required method fails to compile here until it is forwarded. A provided method compiles
+//! unforwarded and answers its default through the pointer, so each is forwarded by hand and
+//! checked by the tests below.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -248,6 +250,14 @@ forward!(EventFeed {
         (**self).events(organization_id, query).await
     }
 
+    fn serves_provider_views(&self) -> bool {
+        (**self).serves_provider_views()
+    }
+
+    fn revision_now(&self, organization_id: &str) -> Option<u64> {
+        (**self).revision_now(organization_id)
+    }
+
     async fn prune_events(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
         (**self).prune_events(older_than, batch).await
     }
@@ -422,14 +432,14 @@ mod tests {
     /// Every store trait, so that `Arc<S>` and `&S` are checked to implement each.
     fn every_store_trait<S>(store: S) -> S
     where
-        S: KeyStore + OrderStore + KeyDigests + KeyManager + UsageStore + AuditLog,
+        S: KeyStore + OrderStore + KeyDigests + KeyManager + UsageStore + AuditLog + EventFeed,
     {
         store
     }
 
     /// The defaulted methods are forwarded too: through either pointer, a store says what it
     /// says itself, never the trait's default (`false`, `None`).
-    fn says_what_the_store_says<S: KeyStore + OrderStore + KeyManager>(store: &S) {
+    fn says_what_the_store_says<S: KeyStore + OrderStore + KeyManager + EventFeed>(store: &S) {
         for ability in KeyAbility::ALL {
             assert!(store.supports(ability), "{ability:?}");
         }
@@ -439,6 +449,8 @@ mod tests {
             Some(Ok(KeyLookup::Valid(_)))
         ));
         assert!(store.orders_now("org_1", &OrderQuery::newest(10)).is_some());
+        assert!(store.serves_provider_views());
+        assert!(store.revision_now("org_1").is_some());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The conformance suite of [`EventFeed`]: rule `feed-exactly-once` as one writer sees it
 //! (every change once, in order, resumable from each event, by page), the types filter, the
 //! feed's scope, and the feed in a view of providers (rule `feed-in-view`, for a store that
-//! serves views). Concurrent writers are the history checker's (`tests/it/events.rs`).
+//! serves views), and its revision (rule `feed-revision`, for a store that says it).
+//! Concurrent writers are the history checker's (`tests/it/events.rs`).
 
 use std::time::Duration;
 
@@ -41,6 +42,12 @@ where
         record(
             "rule feed-in-view: a view of providers holds the events of its orders, an order coming in created and one leaving deleted, by page and type",
             in_view(fixtures).await,
+        );
+    }
+    if fixtures.store().revision_now(&namespace()).is_some() {
+        record(
+            "rule feed-revision: after each write that makes an event, the feed's revision is one it never was",
+            revisions(fixtures).await,
         );
     }
     report
@@ -529,5 +536,53 @@ where
     )
     .await?;
     ensure!(every == all, "the view of every order is not the feed");
+    Ok(())
+}
+
+/// Checks that the revision of `organization_id`'s feed, `after` a write, is one it never was
+/// (`seen`), and adds it to them.
+fn new_revision<S: EventFeed>(
+    store: &S,
+    organization_id: &str,
+    seen: &mut Vec<u64>,
+    after: &str,
+) -> Check {
+    let revision = store
+        .revision_now(organization_id)
+        .ok_or_else(|| format!("no revision after {after}, where there was one before"))?;
+    ensure!(
+        !seen.contains(&revision),
+        "the feed's revision after {after} is {revision}, one it was before: {seen:?}"
+    );
+    seen.push(revision);
+    Ok(())
+}
+
+async fn revisions<F: StoreFixtures>(fixtures: &F) -> Check
+where
+    F::Store: EventFeed,
+{
+    let ns = namespace();
+    let org = organization(fixtures, &ns, "revisions").await?;
+    let store = fixtures.store();
+    let mut seen = Vec::new();
+    new_revision(store, &org.id, &mut seen, "the organization was made")?;
+    let first = order(format!("{ns}-a"), 1_000);
+    add_orders(fixtures, &org.id, std::slice::from_ref(&first)).await?;
+    new_revision(store, &org.id, &mut seen, "an order was added")?;
+    add_orders(fixtures, &org.id, &[order(format!("{ns}-b"), 2_000)]).await?;
+    new_revision(store, &org.id, &mut seen, "a second order was added")?;
+    let mut changed = first.clone();
+    changed.status = "running".into();
+    fixtures
+        .update_order(&org.id, &changed)
+        .await
+        .map_err(failed("update_order"))?;
+    new_revision(store, &org.id, &mut seen, "an order was updated")?;
+    fixtures
+        .remove_order(&org.id, &first.id)
+        .await
+        .map_err(failed("remove_order"))?;
+    new_revision(store, &org.id, &mut seen, "an order was removed")?;
     Ok(())
 }

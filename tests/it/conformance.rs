@@ -60,6 +60,8 @@ enum Fault {
     /// The feed in a view of providers is the whole feed's page filtered after the fact, by
     /// the providers of each event's order after the change.
     FiltersViewsAfterTheFact,
+    /// The feed's revision is the same whatever is written.
+    KeepsItsRevision,
 }
 
 /// A memory store with one deliberate fault.
@@ -159,19 +161,31 @@ impl EventFeed for Faulty {
     fn serves_provider_views(&self) -> bool {
         self.0.serves_provider_views()
     }
+    fn revision_now(&self, org: &str) -> Option<u64> {
+        match self.1 {
+            Fault::KeepsItsRevision => Some(1),
+            _ => self.0.revision_now(org),
+        }
+    }
     async fn prune_events(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
         self.0.prune_events(older_than, batch).await
     }
 }
 
 #[tokio::test]
-async fn the_memory_feed_passes_the_suite_and_feeds_that_skip_reorder_or_filter_after_fail_it() {
+async fn the_memory_feed_passes_the_suite_and_feeds_that_skip_reorder_filter_after_or_keep_their_revision_fail_it(
+) {
     let store = MemoryStore::new();
     for _ in 0..2 {
         let report = partner_api::testing::run_event_feed(&store).await;
         report.assert_passed();
-        assert_eq!(report.len(), 5);
+        assert_eq!(report.len(), 6);
     }
+    let report =
+        partner_api::testing::run_event_feed(&Faulty(MemoryStore::new(), Fault::KeepsItsRevision))
+            .await;
+    let failed: Vec<&str> = report.failures().map(|(name, _)| name).collect();
+    assert_eq!(failed, ["rule feed-revision: after each write that makes an event, the feed's revision is one it never was"], "{report}");
     let report = partner_api::testing::run_event_feed(&Faulty(
         MemoryStore::new(),
         Fault::FiltersViewsAfterTheFact,

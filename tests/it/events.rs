@@ -3,10 +3,12 @@
 //! store and stores that skip or reorder (which must fail it), and the webhook of a change
 //! naming its event.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
-use partner_api::store::{EventFeed, EventId, EventQuery, EventsPage};
+use partner_api::store::{EventFeed, EventId, EventQuery, EventsPage, OrderChange};
 use partner_api::testing::StoreFixtures;
 use partner_api::{MemoryStore, Organization, PartnerApi, Timestamp};
 
@@ -370,4 +372,197 @@ where
 #[tokio::test]
 async fn every_webhook_of_the_memory_store_names_its_event_in_the_feed() {
     every_webhook_names_its_event_in_the_feed(&MemoryStore::new()).await;
+}
+
+/// The memory store's feed, counting its reads, and saying its revision or not.
+struct CountedFeed {
+    store: MemoryStore,
+    reads: Arc<AtomicUsize>,
+    says_revision: bool,
+}
+
+#[async_trait::async_trait]
+impl EventFeed for CountedFeed {
+    async fn events(
+        &self,
+        organization_id: &str,
+        query: &EventQuery,
+    ) -> Result<EventsPage, partner_api::StoreError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.store.events(organization_id, query).await
+    }
+    fn serves_provider_views(&self) -> bool {
+        true
+    }
+    fn revision_now(&self, organization_id: &str) -> Option<u64> {
+        self.says_revision
+            .then(|| self.store.revision_now(organization_id))
+            .flatten()
+    }
+    async fn prune_events(
+        &self,
+        older_than: Duration,
+        batch: u32,
+    ) -> Result<u64, partner_api::StoreError> {
+        self.store.prune_events(older_than, batch).await
+    }
+}
+
+#[tokio::test]
+async fn a_read_answered_at_the_feeds_revision_is_answered_again_without_reading_it_until_it_changes(
+) {
+    let store = store();
+    let reads = Arc::new(AtomicUsize::new(0));
+    let api = |says_revision| {
+        PartnerApi::from_store(store.clone()).with_events(CountedFeed {
+            store: store.clone(),
+            reads: reads.clone(),
+            says_revision,
+        })
+    };
+    let read_count = || reads.load(Ordering::SeqCst);
+    let api_with_revisions = api(true);
+    let first = call(&api_with_revisions, get("/v1/events", Some(KEY_B))).await;
+    assert_eq!((first.status, read_count()), (StatusCode::OK, 1));
+    let again = call(&api_with_revisions, get("/v1/events", Some(KEY_B))).await;
+    assert_eq!(read_count(), 1, "answered as before, the feed unread");
+    assert_eq!(
+        (again.status, &again.body, again.header("link")),
+        (first.status, &first.body, first.header("link"))
+    );
+    // Every other read is its own, each kept for the next time.
+    let resume = next(&first);
+    for (n, path) in [
+        "/v1/events?limit=2",
+        "/v1/events?types=order.deleted",
+        resume.as_str(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let fresh = call(&api_with_revisions, get(path, Some(KEY_B))).await;
+        assert_eq!(
+            (fresh.status, read_count()),
+            (StatusCode::OK, 2 + n),
+            "{path}"
+        );
+        let kept = call(&api_with_revisions, get(path, Some(KEY_B))).await;
+        assert_eq!(read_count(), 2 + n, "{path} again");
+        assert_eq!(kept.body, fresh.body, "{path}");
+    }
+    // Another organization's key reads its own feed.
+    let other = call(&api_with_revisions, get("/v1/events", Some(KEY_A))).await;
+    assert_eq!(read_count(), 5);
+    assert_ne!(other.body, first.body);
+    // A write: the feed is read again, and the change is in the answer.
+    let mut changed = order("b2", BASE_MILLIS + 5);
+    changed.status = "running".into();
+    store.update_order("org_b", changed).unwrap();
+    let news = call(&api_with_revisions, get(&resume, Some(KEY_B))).await;
+    assert_eq!(read_count(), 6);
+    assert_eq!(
+        event_kinds(&news),
+        [("order.updated".to_owned(), "b2".to_owned())]
+    );
+    let all = call(&api_with_revisions, get("/v1/events", Some(KEY_B))).await;
+    assert_eq!((read_count(), event_ids(&all).len()), (7, 4));
+    // A feed that does not say its revision is read for every request.
+    let api_without = api(false);
+    for n in 1..=2 {
+        call(&api_without, get("/v1/events", Some(KEY_B))).await;
+        assert_eq!(read_count(), 7 + n);
+    }
+}
+
+/// Rule `feed-revision` under load: pollers on two worker threads follow the API's links
+/// while writers change orders; every worker thread keeps answers by the feed's revision.
+/// Each poller must see every event once, in the feed's order, and reach the newest once
+/// the writers stop: a kept answer served past a change, or to another read, would skip,
+/// repeat or never reach it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pollers_through_the_api_see_every_change_once_in_order_under_concurrent_writers() {
+    use std::sync::atomic::AtomicBool;
+
+    let store = store();
+    let api = api_with_events(&store);
+    let writers_done = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..2)
+        .map(|writer| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for n in 0..150_i64 {
+                    let id = format!("w{writer}-{}", n / 3);
+                    match n % 3 {
+                        0 => store
+                            .add_order("org_b", order(&id, BASE_MILLIS + n))
+                            .unwrap(),
+                        1 => {
+                            let mut changed = order(&id, BASE_MILLIS + n - 1);
+                            changed.status = "running".into();
+                            store.update_order("org_b", changed).unwrap();
+                        }
+                        _ if n % 2 == 0 => assert!(store.remove_order("org_b", &id)),
+                        _ => {}
+                    }
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    let pollers: Vec<_> = [
+        "/v1/events?limit=5",
+        "/v1/events?limit=5",
+        "/v1/events",
+        "/v1/events?types=order.updated,order.deleted&limit=3",
+    ]
+    .into_iter()
+    .map(|start| {
+        let (api, writers_done) = (api.clone(), writers_done.clone());
+        tokio::spawn(async move {
+            let (mut seen, mut path) = (Vec::new(), start.to_owned());
+            loop {
+                // Read before the request: an empty page after the last write is the end.
+                let done = writers_done.load(Ordering::SeqCst);
+                let page = call(&api, get(&path, Some(KEY_B))).await;
+                assert_eq!(page.status, StatusCode::OK, "{path}");
+                let ids = event_ids(&page);
+                if ids.is_empty() && done {
+                    return (start, seen);
+                }
+                seen.extend(event_kinds(&page).into_iter().zip(ids));
+                path = next(&page);
+                tokio::task::yield_now().await;
+            }
+        })
+    })
+    .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    writers_done.store(true, Ordering::SeqCst);
+    // The whole feed, as the store holds it.
+    let mut feed = Vec::new();
+    let mut query = EventQuery::oldest(100);
+    loop {
+        let EventsPage::Events { events, through } = store.events("org_b", &query).await.unwrap()
+        else {
+            panic!("the feed from its start is events");
+        };
+        feed.extend(events);
+        match through {
+            Some(last) if Some(last) != query.after_id() => query = EventQuery::after(last, 100),
+            _ => break,
+        }
+    }
+    assert_eq!(feed.len(), 3 + 2 * (50 + 50 + 25), "every write's event");
+    for poller in pollers {
+        let (start, seen) = poller.await.unwrap();
+        let want: Vec<String> = feed
+            .iter()
+            .filter(|event| !start.contains("types=") || event.change != OrderChange::Created)
+            .map(|event| EventId::new("org_b", event.id).to_string())
+            .collect();
+        let got: Vec<&String> = seen.iter().map(|(_, id)| id).collect();
+        assert_eq!(got, want.iter().collect::<Vec<_>>(), "{start}");
+    }
 }

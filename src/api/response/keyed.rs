@@ -130,24 +130,22 @@ pub(crate) fn orders(
     response
 }
 
-/// The answer of `GET /events` to `page`, the feed's answer to the request `request` that
-/// came in on `path`, at `version`: the 200 with the events and the resuming `Link` (after
-/// the last event the read went through), the 410 of an `after` retention deleted, or the
-/// 400 of one the feed never held.
-pub(crate) fn events(
+/// The page of `GET /events` that `page`, the feed's answer to `query` of
+/// `organization_id`'s feed, is at `version`: its body and the last event the read went
+/// through (where the next read resumes); or the refusal to answer with, the 410 of an
+/// `after` retention deleted or the 400 of one the feed never held.
+pub(crate) fn events_page(
     config: &Config,
     version: ApiVersion,
-    request: &EventsRequest,
-    path: &str,
     organization_id: &str,
     query: &EventQuery,
     page: EventsPage,
-) -> Response<ApiBody> {
+) -> Result<(Bytes, Option<u64>), ApiError> {
     let (mut events, mut through) = match page {
         EventsPage::Events { events, through } => (events, through),
-        EventsPage::Expired => return ApiError::EventsExpired.into_response(),
+        EventsPage::Expired => return Err(ApiError::EventsExpired),
         EventsPage::Unknown => {
-            return ApiError::BadEventsRequest(BadEventsRequest::UnknownAfter).into_response()
+            return Err(ApiError::BadEventsRequest(BadEventsRequest::UnknownAfter))
         }
     };
     if events.len() > query.limit() {
@@ -165,11 +163,25 @@ pub(crate) fn events(
         Some(feed) => events_cache::events_body(feed, organization_id, version, &events, encode),
         None => encode(),
     };
+    // Past what this read went through (events of types not asked for too), else after the
+    // last event returned.
+    Ok((
+        body,
+        through.or_else(|| events.last().map(|event| event.id)),
+    ))
+}
+
+/// The 200 of `GET /events` with `body`, for the request `request` that came in on `path`,
+/// and the `Link` that resumes after `through`.
+pub(crate) fn events(
+    request: &EventsRequest,
+    path: &str,
+    organization_id: &str,
+    body: Bytes,
+    through: Option<u64>,
+) -> Response<ApiBody> {
     let mut response = super::json(StatusCode::OK, body);
-    // Where the next read resumes: past what this read went through (events of types not
-    // asked for too), else after the last event returned.
-    let last = through.or_else(|| events.last().map(|event| event.id));
-    if let Some(link) = request.next_link(path, organization_id, last) {
+    if let Some(link) = request.next_link(path, organization_id, through) {
         response.headers_mut().insert(LINK, link);
     }
     response

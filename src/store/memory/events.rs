@@ -29,10 +29,15 @@ pub(super) struct Written {
 /// How long a tombstone is kept at the least, whatever the retention: a day.
 const TOMBSTONES_AT_LEAST: Duration = Duration::from_secs(24 * 3600);
 
-/// Every organization's feed, and the number of the next event.
+/// Every organization's feed, the number of the last event, and the last revision handed
+/// out (rule `feed-revision`: one counter for every feed, raised with each change to one of
+/// them, so no feed's revision is ever one it had before).
 #[derive(Default)]
 pub(super) struct Feeds {
     last_id: u64,
+    last_revision: u64,
+    /// A feed is never removed, so an organization without one has had no event: its
+    /// revision is 0, below every revision handed out.
     by_organization: HashMap<String, Feed>,
 }
 
@@ -90,6 +95,8 @@ struct Feed {
     /// each one's id and when it was deleted. Kept as long as events are (a day at least),
     /// the newest for ever: a reader at it missed nothing.
     pruned: VecDeque<(u64, Timestamp)>,
+    /// Raised past every revision before with each change to `events` or `pruned`.
+    revision: u64,
 }
 
 impl Feeds {
@@ -105,6 +112,8 @@ impl Feeds {
             .by_organization
             .entry(organization_id.to_owned())
             .or_default();
+        self.last_revision += 1;
+        feed.revision = self.last_revision;
         changes
             .into_iter()
             .map(|written| {
@@ -224,6 +233,16 @@ impl EventFeed for MemoryStore {
         true
     }
 
+    fn revision_now(&self, organization_id: &str) -> Option<u64> {
+        let feeds = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        Some(
+            feeds
+                .by_organization
+                .get(organization_id)
+                .map_or(0, |feed| feed.revision),
+        )
+    }
+
     async fn prune_events(&self, older_than: Duration, batch: u32) -> Result<u64, StoreError> {
         let now = Timestamp::now();
         let ago = |keep: Duration| {
@@ -239,7 +258,13 @@ impl EventFeed for MemoryStore {
         let tombstones_cutoff = ago(older_than.max(TOMBSTONES_AT_LEAST));
         let mut feeds = self.events.lock().unwrap_or_else(PoisonError::into_inner);
         let mut deleted = 0;
-        for feed in feeds.by_organization.values_mut() {
+        let Feeds {
+            by_organization,
+            last_revision,
+            ..
+        } = &mut *feeds;
+        for feed in by_organization.values_mut() {
+            let (events, tombstones) = (feed.events.len(), feed.pruned.len());
             // From the front only: what a feed keeps stays a suffix of it; and never the
             // newest, where a reader that has it resumes, however quiet the feed. An event is
             // readable from its write (appended under the feed's lock), so its `created_at`
@@ -263,6 +288,10 @@ impl EventFeed for MemoryStore {
                     .is_some_and(|(_, at)| Some(at.as_datetime()) < tombstones_cutoff)
             {
                 feed.pruned.pop_front();
+            }
+            if (events, tombstones) != (feed.events.len(), feed.pruned.len()) {
+                *last_revision += 1;
+                feed.revision = *last_revision;
             }
         }
         Ok(deleted)

@@ -3,6 +3,7 @@
 use super::*;
 use crate::model::Timestamp;
 use crate::model::MAX_ORDERS;
+use crate::store::{EventFeed, EventQuery};
 
 fn order(id: &str, millis: i64) -> Order {
     Order {
@@ -188,4 +189,49 @@ fn debug_shows_counts_not_keys() {
     let debug = format!("{store:?}");
     assert!(!debug.contains("secret-a"));
     assert!(debug.contains("keys: 1"));
+}
+
+#[tokio::test]
+async fn the_feed_revision_is_new_after_every_change_to_the_feed() {
+    let store = store();
+    let revision = |org: &str| store.revision_now(org).expect("the memory store says it");
+    // No event yet: 0, below every revision handed out.
+    assert_eq!(revision("a"), 0);
+    let mut seen = vec![0];
+    let mut is_new = |revision: u64, after: &str| {
+        assert!(!seen.contains(&revision), "{revision} again, after {after}");
+        seen.push(revision);
+    };
+    store.add_order("a", order("a1", 1)).unwrap();
+    is_new(revision("a"), "an order added");
+    // Reads change nothing.
+    let before = revision("a");
+    store.events("a", &EventQuery::oldest(100)).await.unwrap();
+    assert_eq!(revision("a"), before);
+    // Another organization's write is another feed's change; each feed's revision is one
+    // no feed had before.
+    store.add_order("b", order("b1", 1)).unwrap();
+    assert_eq!(revision("a"), before);
+    is_new(revision("b"), "another organization's order");
+    let mut changed = order("a1", 1);
+    changed.status = "running".to_owned();
+    store.update_order("a", changed.clone()).unwrap();
+    is_new(revision("a"), "an update");
+    // A write that changes nothing makes no event, and leaves the revision.
+    let before = revision("a");
+    store.update_order("a", changed).unwrap();
+    assert_eq!(revision("a"), before);
+    assert!(store.remove_order("a", "a1"));
+    is_new(revision("a"), "a removal");
+    // Retention's deletion: every event but the newest is older than now.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let before = revision("b");
+    let deleted = store
+        .prune_events(std::time::Duration::ZERO, 100)
+        .await
+        .unwrap();
+    assert_eq!(deleted, 2, "a's two oldest events");
+    is_new(revision("a"), "retention");
+    // b's feed holds one event, its newest, which retention keeps: no change.
+    assert_eq!(revision("b"), before);
 }
