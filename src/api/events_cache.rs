@@ -32,7 +32,7 @@ const RECENT_READS: usize = 8;
 const _: () = assert!(RECENT_READS.is_power_of_two());
 
 /// Bodies longer than this are not kept (a page of large orders), so a thread keeps at most
-/// `RECENT_PAGES` times this.
+/// `RECENT_PAGES + RECENT_READS` times this (3 MiB; a body kept both ways is one).
 const MAX_KEPT_BODY: usize = 256 * 1024;
 
 /// A page as it was served: whose feed, which organization, which events, and its body.

@@ -171,6 +171,7 @@ fn every_rule_stated_on_a_store_trait_is_checked_by_name() {
         "audit-only-changes",
         "feed-exactly-once",
         "feed-in-view",
+        "feed-revision",
         "filters-hold",
         "last-change",
         "outbox-with-the-order",
