@@ -210,7 +210,7 @@ fn read_slot(read: &Read<'_>) -> usize {
     }
     // As in `slot`: the mask keeps the index below RECENT_READS.
     #[allow(clippy::cast_possible_truncation)]
-    let index = (hash >> 32) as usize & (RECENT_READS - 1);
+    let index = (crate::hashing::mix64(hash) >> 32) as usize & (RECENT_READS - 1);
     index
 }
 
@@ -225,10 +225,10 @@ fn slot(organization_id: &str, version: ApiVersion, events: &[FeedEvent]) -> usi
     for event in events {
         hash = (hash.rotate_left(23) ^ event.id ^ ((event.change as u64) << 58)).wrapping_mul(MIX);
     }
-    // The high bits are the best mixed; the mask keeps the index below RECENT_PAGES, so the
-    // cast cannot truncate.
+    // Mixed, as event numbers and revisions are counters; the mask keeps the index below
+    // RECENT_PAGES, so the cast cannot truncate.
     #[allow(clippy::cast_possible_truncation)]
-    let index = (hash >> 32) as usize & (RECENT_PAGES - 1);
+    let index = (crate::hashing::mix64(hash) >> 32) as usize & (RECENT_PAGES - 1);
     index
 }
 
