@@ -105,12 +105,15 @@ thread_local! {
     static MEMO: RefCell<Option<Option<DigestMemo>>> = const { RefCell::new(None) };
 }
 
+/// One set of the memo: `(tag, digest)` entries, the one used last first.
+type MemoSet = [(u128, [u8; 32]); MEMO_WAYS];
+
 /// A two-way memo from a presented key's tag to its digest.
 struct DigestMemo {
     tagger: SipHasher24,
     /// `(tag, digest)` in sets of [`MEMO_WAYS`], the one used last first; a tag is never zero
     /// (its lowest bit is set), so a zero entry is empty.
-    entries: Box<[[(u128, [u8; 32]); MEMO_WAYS]]>,
+    entries: Box<[MemoSet]>,
 }
 
 impl DigestMemo {
