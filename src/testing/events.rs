@@ -125,6 +125,21 @@ where
     }
 }
 
+/// Writes `order` of `organization_id` as running; returns it so.
+async fn set_running<F: StoreFixtures>(
+    fixtures: &F,
+    organization_id: &str,
+    order: &Order,
+) -> Result<Order, String> {
+    let mut changed = order.clone();
+    changed.status = "running".into();
+    fixtures
+        .update_order(organization_id, &changed)
+        .await
+        .map_err(failed("update_order"))?;
+    Ok(changed)
+}
+
 /// Writes a history of changes to a fresh organization: two orders created, one updated,
 /// one written unchanged (no event), one deleted; returns the organization and the events
 /// expected, oldest first.
@@ -141,12 +156,7 @@ where
     let second = order(format!("{ns}-b"), 2_000);
     add_orders(fixtures, &org.id, std::slice::from_ref(&first)).await?;
     add_orders(fixtures, &org.id, std::slice::from_ref(&second)).await?;
-    let mut changed = first.clone();
-    changed.status = "running".into();
-    fixtures
-        .update_order(&org.id, &changed)
-        .await
-        .map_err(failed("update_order"))?;
+    let changed = set_running(fixtures, &org.id, &first).await?;
     // The same order again: no change, no event.
     fixtures
         .update_order(&org.id, &changed)
@@ -572,12 +582,7 @@ where
     new_revision(store, &org.id, &mut seen, "an order was added")?;
     add_orders(fixtures, &org.id, &[order(format!("{ns}-b"), 2_000)]).await?;
     new_revision(store, &org.id, &mut seen, "a second order was added")?;
-    let mut changed = first.clone();
-    changed.status = "running".into();
-    fixtures
-        .update_order(&org.id, &changed)
-        .await
-        .map_err(failed("update_order"))?;
+    set_running(fixtures, &org.id, &first).await?;
     new_revision(store, &org.id, &mut seen, "an order was updated")?;
     fixtures
         .remove_order(&org.id, &first.id)
