@@ -21,9 +21,9 @@ use bytes::Bytes;
 use chrono::Datelike as _;
 
 use crate::store::{EventFeed, EventQuery, FeedEvent, OrderChange};
-use crate::versions::ApiVersion;
+use crate::versions::{ApiVersion, Versions};
 
-/// Pages each worker thread keeps: a power of two, indexed by the low bits of a hash.
+/// Pages each worker thread keeps: a power of two, indexed by bits of a mixed hash.
 const RECENT_PAGES: usize = 4;
 const _: () = assert!(RECENT_PAGES.is_power_of_two());
 
@@ -42,6 +42,8 @@ struct Kept {
     /// (a pool of connections, say) alive.
     feed: Weak<dyn EventFeed>,
     organization_id: Box<str>,
+    /// The chain the body was shaped by (two services may share a feed, each its chain).
+    chain: Versions,
     version: ApiVersion,
     events: Box<[(u64, OrderChange)]>,
     body: Bytes,
@@ -52,12 +54,14 @@ impl Kept {
         &self,
         feed: &Arc<dyn EventFeed>,
         organization_id: &str,
+        chain: &Versions,
         version: ApiVersion,
         events: &[FeedEvent],
     ) -> bool {
         std::ptr::addr_eq(self.feed.as_ptr(), Arc::as_ptr(feed))
             && *self.organization_id == *organization_id
             && self.version == version
+            && self.chain.is(chain)
             && self.events.len() == events.len()
             && self
                 .events
@@ -67,12 +71,13 @@ impl Kept {
     }
 }
 
-/// The body of the page of `events` that `feed` returned for `organization_id`, at `version`:
-/// the one this thread encoded last time it served exactly these events of that feed and
-/// organization at that version, or `encode`'s, kept for the next time.
+/// The body of the page of `events` that `feed` returned for `organization_id`, at `version`
+/// of `chain`: the one this thread encoded last time it served exactly these events of that
+/// feed and organization at that version of that chain, or `encode`'s, kept for the next time.
 pub(crate) fn events_body(
     feed: &Arc<dyn EventFeed>,
     organization_id: &str,
+    chain: &Versions,
     version: ApiVersion,
     events: &[FeedEvent],
     encode: impl FnOnce() -> Bytes,
@@ -87,7 +92,7 @@ pub(crate) fn events_body(
         .try_with(|recent| {
             recent.borrow()[index]
                 .as_ref()
-                .filter(|kept| kept.is(feed, organization_id, version, events))
+                .filter(|kept| kept.is(feed, organization_id, chain, version, events))
                 .map(|kept| kept.body.clone())
         })
         .ok()
@@ -100,6 +105,7 @@ pub(crate) fn events_body(
         let kept = Kept {
             feed: Arc::downgrade(feed),
             organization_id: organization_id.into(),
+            chain: chain.clone(),
             version,
             events: events
                 .iter()
@@ -121,6 +127,8 @@ struct KeptRead {
     feed: Weak<dyn EventFeed>,
     organization_id: Box<str>,
     revision: u64,
+    /// As [`Kept::chain`].
+    chain: Versions,
     version: ApiVersion,
     query: EventQuery,
     body: Bytes,
@@ -132,6 +140,7 @@ impl KeptRead {
         std::ptr::addr_eq(self.feed.as_ptr(), Arc::as_ptr(read.feed))
             && self.revision == read.revision
             && self.version == read.version
+            && self.chain.is(read.chain)
             && *self.organization_id == *read.organization_id
             && self.query == *read.query
     }
@@ -145,6 +154,8 @@ pub(crate) struct Read<'a> {
     pub(crate) organization_id: &'a str,
     /// The feed's revision taken before the read ([`EventFeed::revision_now`]).
     pub(crate) revision: u64,
+    /// The chain of versions the answer is shaped by, and its version.
+    pub(crate) chain: &'a Versions,
     /// The version the answer is in.
     pub(crate) version: ApiVersion,
     /// What was read.
@@ -181,6 +192,7 @@ pub(crate) fn keep_read(read: &Read<'_>, body: &Bytes, through: Option<u64>) {
         feed: Arc::downgrade(read.feed),
         organization_id: read.organization_id.into(),
         revision: read.revision,
+        chain: read.chain.clone(),
         version: read.version,
         query: read.query.clone(),
         body: body.clone(),
@@ -225,7 +237,7 @@ fn slot(organization_id: &str, version: ApiVersion, events: &[FeedEvent]) -> usi
     for event in events {
         hash = (hash.rotate_left(23) ^ event.id ^ ((event.change as u64) << 58)).wrapping_mul(MIX);
     }
-    // Mixed, as event numbers and revisions are counters; the mask keeps the index below
+    // Mixed, as event numbers are counters; the mask keeps the index below
     // RECENT_PAGES, so the cast cannot truncate.
     #[allow(clippy::cast_possible_truncation)]
     let index = (crate::hashing::mix64(hash) >> 32) as usize & (RECENT_PAGES - 1);
@@ -250,6 +262,12 @@ mod tests {
         }
     }
 
+    /// One chain for every call, as a service's configuration holds one.
+    fn chain() -> &'static Versions {
+        static SHIPPED: std::sync::OnceLock<Versions> = std::sync::OnceLock::new();
+        SHIPPED.get_or_init(Versions::shipped)
+    }
+
     /// The body `events_body` answers with, and whether it had to encode it.
     fn served(
         feed: &Arc<dyn EventFeed>,
@@ -262,6 +280,7 @@ mod tests {
         let answered = events_body(
             feed,
             organization_id,
+            chain(),
             crate::versions::FIRST,
             &events,
             || {
@@ -284,6 +303,17 @@ mod tests {
             served(&feed, "org_a", &[1, 2, 3], "again"),
             ("first".into(), false)
         );
+        // Another chain of versions (another service sharing the feed) shapes its own.
+        let another_chain = Versions::shipped();
+        let reshaped = events_body(
+            &feed,
+            "org_a",
+            &another_chain,
+            crate::versions::FIRST,
+            &[1, 2, 3].map(event),
+            || Bytes::from_static(b"its own"),
+        );
+        assert_eq!(reshaped, "its own");
         // Anything else is encoded afresh: other events, another organization, another feed.
         for (feed, organization, numbers) in [
             (&feed, "org_a", &[1, 2][..]),
@@ -303,9 +333,14 @@ mod tests {
         let feed: Arc<dyn EventFeed> = Arc::new(MemoryStore::new());
         let page = |change| vec![event(1), FeedEvent { change, ..event(2) }];
         let serve = |events: Vec<FeedEvent>, body: &'static str| {
-            events_body(&feed, "org_views", crate::versions::FIRST, &events, || {
-                Bytes::from_static(body.as_bytes())
-            })
+            events_body(
+                &feed,
+                "org_views",
+                chain(),
+                crate::versions::FIRST,
+                &events,
+                || Bytes::from_static(body.as_bytes()),
+            )
         };
         assert_eq!(serve(page(OrderChange::Updated), "updated"), "updated");
         assert_eq!(serve(page(OrderChange::Deleted), "deleted"), "deleted");
@@ -319,15 +354,28 @@ mod tests {
         let query = EventQuery::oldest(100);
         // An equal query, not the same value.
         let same_query = query.clone();
+        let another_chain = Versions::shipped();
         let read = |feed, organization_id, revision, version, query| Read {
             feed,
             organization_id,
             revision,
+            chain: chain(),
             version,
             query,
         };
         let first = crate::versions::FIRST;
         let kept = read(&feed, "org_reads", 7, first, &query);
+        let kept_entry = KeptRead {
+            feed: Arc::downgrade(&feed),
+            organization_id: "org_reads".into(),
+            revision: 7,
+            chain: chain().clone(),
+            version: first,
+            query: query.clone(),
+            body: Bytes::new(),
+            through: None,
+        };
+        assert!(kept_entry.is(&kept));
         assert_eq!(answered_read(&kept), None);
         keep_read(&kept, &Bytes::from_static(b"page"), Some(12));
         assert_eq!(
@@ -352,6 +400,10 @@ mod tests {
             read(&feed, "org_other", 7, first, &query),
             read(&other_feed, "org_reads", 7, first, &query),
             read(&feed, "org_reads", 7, later, &query),
+            Read {
+                chain: &another_chain,
+                ..read(&feed, "org_reads", 7, first, &query)
+            },
         ];
         reads.extend(
             others
@@ -359,14 +411,13 @@ mod tests {
                 .map(|other| read(&feed, "org_reads", 7, first, other)),
         );
         for other in &reads {
-            assert_eq!(
-                answered_read(other),
-                None,
+            // Whatever slot it hashes to: the kept entry itself is not it.
+            let described = format!(
                 "{} {} {:?}",
-                other.organization_id,
-                other.revision,
-                other.query
+                other.organization_id, other.revision, other.query
             );
+            assert!(!kept_entry.is(other), "{described}");
+            assert_eq!(answered_read(other), None, "{described}");
         }
         // Kept side by side, as far as the slots go: each its own.
         keep_read(&reads[0], &Bytes::from_static(b"newer"), None);
@@ -387,6 +438,7 @@ mod tests {
             feed: &feed,
             organization_id: "org_large",
             revision: 1,
+            chain: chain(),
             version: crate::versions::FIRST,
             query: &query,
         };

@@ -513,7 +513,7 @@ impl EventsAsk {
         self.revision = feed.revision_now(&self.principal.organization.id);
         let kept = self
             .revision
-            .and_then(|revision| events_cache::answered_read(&self.read(feed, revision)));
+            .and_then(|revision| events_cache::answered_read(&self.read(config, feed, revision)));
         let (body, through) = kept?;
         let response = self.page(body, through);
         Some(self.finish(config, response))
@@ -531,7 +531,7 @@ impl EventsAsk {
         }) {
             Ok(Ok((body, through))) => {
                 if let (Some(feed), Some(revision)) = (&config.events, self.revision) {
-                    events_cache::keep_read(&self.read(feed, revision), &body, through);
+                    events_cache::keep_read(&self.read(config, feed, revision), &body, through);
                 }
                 self.page(body, through)
             }
@@ -541,12 +541,18 @@ impl EventsAsk {
         self.finish(config, response)
     }
 
-    /// This read of `feed` at `revision`, as answers are kept by.
-    fn read<'a>(&'a self, feed: &'a Arc<dyn EventFeed>, revision: u64) -> Read<'a> {
+    /// This read of `feed` at `revision`, answered by `config`, as answers are kept by.
+    fn read<'a>(
+        &'a self,
+        config: &'a Config,
+        feed: &'a Arc<dyn EventFeed>,
+        revision: u64,
+    ) -> Read<'a> {
         Read {
             feed,
             organization_id: &self.principal.organization.id,
             revision,
+            chain: config.versions.chain(),
             version: self.version,
             query: &self.query,
         }

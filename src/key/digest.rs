@@ -91,8 +91,9 @@ impl KeyDigest {
 /// Entries of a thread's memo: a power of two, so a tag's bits pick a set of [`MEMO_WAYS`].
 const MEMO_ENTRIES: usize = 4096;
 
-/// Entries per set of the memo.
+/// Entries per set of the memo (`DigestMemo::digest` looks at two).
 const MEMO_WAYS: usize = 2;
+const _: () = assert!(MEMO_WAYS == 2 && (MEMO_ENTRIES / MEMO_WAYS).is_power_of_two());
 
 /// Keys longer than this are not memoised (a generated key has 38 characters; a host's own
 /// keys may be longer, but a token of kilobytes is no partner's key).

@@ -160,7 +160,9 @@ pub(crate) fn events_page(
     let older = chain.reshapes(version, Resource::Order).then_some(version);
     let encode = || encode_events(organization_id, &events, older.map(|at| (chain, at)));
     let body = match config.events.as_ref() {
-        Some(feed) => events_cache::events_body(feed, organization_id, version, &events, encode),
+        Some(feed) => {
+            events_cache::events_body(feed, organization_id, chain, version, &events, encode)
+        }
         None => encode(),
     };
     // Past what this read went through (events of types not asked for too), else after the
