@@ -207,23 +207,19 @@ pub(crate) fn keep_read(read: &Read<'_>, body: &Bytes, through: Option<u64>) {
 /// The slot of a read, below `RECENT_READS`: as [`slot`], a hash of what tells reads apart
 /// most often ([`KeptRead::is`] decides a hit).
 fn read_slot(read: &Read<'_>) -> usize {
-    const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
     let query = read.query;
-    let mut hash = xxhash_rust::xxh3::xxh3_64(read.organization_id.as_bytes())
-        ^ u64::from(read.version.date().num_days_from_ce().unsigned_abs());
-    for part in [
-        read.revision,
-        query.after_id().map_or(u64::MAX, |after| after),
-        query.limit() as u64,
-        u64::from(query.types().bits()),
-        query.providers().map_or(0, <[String]>::len) as u64,
-    ] {
-        hash = (hash.rotate_left(23) ^ part).wrapping_mul(MIX);
-    }
-    // As in `slot`: the mask keeps the index below RECENT_READS.
-    #[allow(clippy::cast_possible_truncation)]
-    let index = (crate::hashing::mix64(hash) >> 32) as usize & (RECENT_READS - 1);
-    index
+    slot_of(
+        read.organization_id,
+        read.version,
+        [
+            read.revision,
+            query.after_id().map_or(u64::MAX, |after| after),
+            query.limit() as u64,
+            u64::from(query.types().bits()),
+            query.providers().map_or(0, <[String]>::len) as u64,
+        ],
+        RECENT_READS,
+    )
 }
 
 /// The slot of a page, below `RECENT_PAGES`: a hash of its organization, version and events.
@@ -231,16 +227,34 @@ fn read_slot(read: &Read<'_>) -> usize {
 /// multiply and a rotation per event (a streaming hasher's call per event cost more than
 /// the page's encoding saved on `/events`).
 fn slot(organization_id: &str, version: ApiVersion, events: &[FeedEvent]) -> usize {
+    slot_of(
+        organization_id,
+        version,
+        events
+            .iter()
+            .map(|event| event.id ^ ((event.change as u64) << 58)),
+        RECENT_PAGES,
+    )
+}
+
+/// The slot, below `slots` (a power of two), of `organization_id`'s entry at `version` told
+/// apart by `parts`: a fold of a multiply and a rotation per part, then mixed (the parts are
+/// counters: event numbers, revisions).
+fn slot_of(
+    organization_id: &str,
+    version: ApiVersion,
+    parts: impl IntoIterator<Item = u64>,
+    slots: usize,
+) -> usize {
     const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut hash = xxhash_rust::xxh3::xxh3_64(organization_id.as_bytes())
+    let seed = xxhash_rust::xxh3::xxh3_64(organization_id.as_bytes())
         ^ u64::from(version.date().num_days_from_ce().unsigned_abs());
-    for event in events {
-        hash = (hash.rotate_left(23) ^ event.id ^ ((event.change as u64) << 58)).wrapping_mul(MIX);
-    }
-    // Mixed, as event numbers are counters; the mask keeps the index below
-    // RECENT_PAGES, so the cast cannot truncate.
+    let hash = parts.into_iter().fold(seed, |hash, part| {
+        (hash.rotate_left(23) ^ part).wrapping_mul(MIX)
+    });
+    // The mask keeps the index below `slots`, so the cast cannot truncate.
     #[allow(clippy::cast_possible_truncation)]
-    let index = (crate::hashing::mix64(hash) >> 32) as usize & (RECENT_PAGES - 1);
+    let index = (crate::hashing::mix64(hash) >> 32) as usize & (slots - 1);
     index
 }
 
