@@ -395,7 +395,16 @@ async fn writer(pool: PgPool, number: u64, stop: Arc<AtomicBool>, orders: Vec<St
 
 /// What a poller read of each feed, or `None` when retention went past it (a 410: told, so no
 /// silent hole, and nothing more to check of its reads).
-type Read = Option<BTreeMap<String, Vec<FeedEvent>>>;
+type Read = Option<Polled>;
+
+/// A poller's reads.
+struct Polled {
+    /// The events of each feed, in the order read.
+    events: BTreeMap<String, Vec<FeedEvent>>,
+    /// Where each feed's reads went through: the position to resume after (for a view, past
+    /// its last event, over the events outside it).
+    through: HashMap<&'static str, u64>,
+}
 
 /// How far a poller got: when (milliseconds after the run's start, plus one; 0 for none) the
 /// last round it completed began. A round reads each feed to its end.
@@ -438,7 +447,7 @@ async fn poller(
 ) -> Read {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut read: BTreeMap<String, Vec<FeedEvent>> = BTreeMap::new();
-    let mut last: HashMap<&str, u64> = HashMap::new();
+    let mut last: HashMap<&'static str, u64> = HashMap::new();
     loop {
         let stopping = stop.load(Ordering::Acquire);
         let began = progress.now();
@@ -473,7 +482,10 @@ async fn poller(
         }
         progress.round_began.store(began, Ordering::Release);
         if stopping {
-            return Some(read);
+            return Some(Polled {
+                events: read,
+                through: last,
+            });
         }
         tokio::time::sleep(Duration::from_millis(rng.between(0, 19) as u64)).await;
     }
@@ -688,7 +700,9 @@ async fn history(capture: Capture) {
         })
     };
     // The capture's readers, one per replica, with a short lease: a killed one's is taken
-    // over within a second. Each reads through a pool of its own, which its kill closes: a
+    // over within its 3 s (longer than a round takes on loaded cores, whose decoding reads
+    // every parallel test's log: a lease shorter than a round would be taken over mid-round,
+    // and two readers could take it from each other without end). Each reads through a pool of its own, which its kill closes: a
     // replica's process that dies closes its connections, and the server then ends the
     // transaction it had under way. (Only aborting the task left that transaction idle in
     // the replica's pool, its locks held until the connection was used again: on CI's
@@ -704,7 +718,7 @@ async fn history(capture: Capture) {
                 let reader = replica
                     .order_capture()
                     .with_holder(format!("replica-{n}"))
-                    .with_lease(Duration::from_secs(1))
+                    .with_lease(Duration::from_secs(3))
                     .with_batch(50);
                 tokio::spawn(reader.run())
             })
@@ -725,7 +739,7 @@ async fn history(capture: Capture) {
             let _ = (&mut capture_readers[killed]).await;
             reader_stores[killed].pool().close().await;
             tokio::time::sleep(run * 2 / 3).await;
-            // The other replica took the lease over (within its second, and the other's look,
+            // The other replica took the lease over (within the lease, and the other's look,
             // on an idle machine; waited for here, as loaded cores may delay it).
             let killed = format!("replica-{killed}");
             lease_holder(&pool, |holder| holder != killed).await;
@@ -774,10 +788,18 @@ async fn history(capture: Capture) {
     // pollers' last round may have started before the last commit.
     let mut events_total = 0;
     for (n, read) in reads.iter_mut().enumerate() {
-        let Some(read) = read else { continue };
+        let Some(Polled {
+            events: read,
+            through: read_through,
+        }) = read
+        else {
+            continue;
+        };
         for organization in ORGANIZATIONS {
             let events = read.entry(organization.to_owned()).or_default();
-            let mut after = events.last().map(|event| event.id);
+            // Where the poller's reads went through, not its last event: a view's last event
+            // may be long gone to retention, with events outside the view after it.
+            let mut after = read_through.get(organization).copied();
             loop {
                 let query = match after {
                     Some(id) => EventQuery::after(id, 100),
@@ -823,7 +845,7 @@ async fn history(capture: Capture) {
             reads.iter().filter(|read| read.is_none()).count()
         );
     }
-    let complete: Vec<_> = reads.iter().flatten().collect();
+    let complete: Vec<_> = reads.iter().flatten().map(|read| &read.events).collect();
     assert_eq!(complete[0], complete[1]);
     // The view's pollers read exactly the view of the whole feed, on both replicas (a feed
     // filtered after the fact fails this: the conformance suite's fault and, by hand, a store

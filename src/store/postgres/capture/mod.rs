@@ -12,12 +12,16 @@
 //! **Invariant**: every order change committed at or before the recorded `materialized_lsn`
 //! has its events, each once, whatever the mode it was written in. **Argument**:
 //! - A round peeks at the slot (which does not move it), renders the events of each decoded
-//!   transaction, writes them keyed by (the transaction's commit position, the event's
-//!   index in it) with `ON CONFLICT DO NOTHING`, and records how far it got, in one
-//!   transaction that first checks the lease under a row lock; only after that commit does it
-//!   advance the slot. A reader killed anywhere leaves the slot where the last commit was or
-//!   before: the next reader decodes the same transactions again (decoding is deterministic)
-//!   and writes nothing twice.
+//!   transaction that ends above the recorded `materialized_lsn`, writes them, and records
+//!   how far it got, in one transaction that first locks the lease's row (renewing the lease
+//!   if this reader still holds it, writing nothing if another took it); only after that
+//!   commit does it advance the slot. The row lock orders every reader's rounds, so each
+//!   reads the position the last one recorded. A reader killed anywhere leaves the slot where
+//!   the last commit was or before: the next reader decodes the same transactions again
+//!   (decoding is deterministic) and skips those at or below the recorded position, whose
+//!   events exist or were deleted since by retention. (The events are also keyed by (the
+//!   transaction's commit position, the event's index in it) with `ON CONFLICT DO NOTHING`:
+//!   a second guard, which alone would not do, as retention may have deleted the first copy.)
 //! - A decoded transaction that also inserted into `partner_api_order_events` wrote its
 //!   events through the trigger (the default mode, before the switch or after it): it is
 //!   skipped. So switching either way loses and duplicates nothing: from the slot's creation
@@ -28,7 +32,9 @@
 //!   event precedes the triggers' first.
 //! - `materialized_lsn` is the last decoded commit's end, or, when a round decoded everything
 //!   there was, the flush position taken before it (the decoding reads up to the flushed
-//!   log): no committed change ends at or below it undecoded.
+//!   log): no committed change ends at or below it undecoded, and every transaction a round
+//!   materialized ends at or below what it recorded (a commit's end is one of the decoded
+//!   rows' positions), so "above the recorded position" is exactly "not materialized yet".
 //!
 //! The caches' listeners, in this mode, date their evidence by it (`src/cache/postgres.rs`).
 
@@ -41,11 +47,11 @@ use serde_json::{json, Value};
 use sqlx::{PgPool, Postgres, Row, Transaction};
 
 use self::decode::{Operation, RowChange};
-use super::error::{is_object_in_use, is_undefined_object};
+use super::error::{is_lock_timeout, is_object_in_use, is_undefined_object};
 use super::schema_map::{OrderField, OrdersMap, SHOWN_ORDER};
 use super::{store_error, PgStore};
 use crate::log::ErrorChain;
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreErrorKind};
 
 /// The gauge of the log the slot holds unconfirmed: re-exported as
 /// [`metrics::ORDER_CAPTURE_LAG_BYTES`](crate::metrics::ORDER_CAPTURE_LAG_BYTES).
@@ -110,7 +116,9 @@ impl PgStore {
     /// # Errors
     ///
     /// When the server is not set up for it, with a message naming the setting (the mode
-    /// never falls back silently), or the database fails; the triggers stay as they were then.
+    /// never falls back silently), or the database fails, or the order writes did not pause
+    /// for 2 s in three tries ([`StoreErrorKind::Unavailable`]: run it again); the triggers
+    /// stay as they were then.
     pub async fn start_order_capture(&self) -> Result<(), StoreError> {
         let pool = self.pool();
         self.order_capture().drop_retired_slot().await?;
@@ -168,8 +176,7 @@ impl PgStore {
                 .map_err(|err| slot_refused(&err).unwrap_or_else(|| store_error(err)))?;
             creating.commit().await.map_err(store_error)?;
         }
-        let mut transaction = pool.begin().await.map_err(store_error)?;
-        let tables = lock_order_tables(&mut transaction, "DISABLE").await?;
+        let (mut transaction, tables) = switch_transaction(pool, "DISABLE").await?;
         for table in &tables.full_identity_missing {
             // Locks out reads too, for a moment: only where it is not so already.
             execute(
@@ -201,8 +208,9 @@ impl PgStore {
     ///
     /// # Errors
     ///
-    /// When the database fails, or the capture did not catch up within `drain`: nothing is
-    /// changed then (the capture goes on).
+    /// When the database fails, or the capture did not catch up within `drain`, or the order
+    /// writes did not pause for 2 s in three tries: nothing is changed then (the capture goes
+    /// on).
     ///
     /// A lost slot (the server removed log it had not read, or it was dropped) is not
     /// drained: the changes after the capture's last position have no events, so every feed
@@ -228,8 +236,7 @@ impl PgStore {
                     .map_err(store_error)?;
             capture.drain_through(lsn(&now)?, deadline).await?;
         }
-        let mut transaction = pool.begin().await.map_err(store_error)?;
-        lock_order_tables(&mut transaction, "ENABLE").await?;
+        let (mut transaction, _) = switch_transaction(pool, "ENABLE").await?;
         // The order writes are held: every one committed without the triggers ends below the
         // log's insert position now. The capture materializes through it (this transaction
         // holds no lock that its rounds take); or, its slot lost, the feeds are fenced.
@@ -452,19 +459,27 @@ impl OrderCapture {
         };
         let mut transaction = self.pool.begin().await.map_err(store_error)?;
         // The row lock gives the transaction its id before it takes any event id, as the
-        // caches' reader of the events requires (see `OrderLog` in src/cache/postgres.rs).
-        let holds: bool = sqlx::query_scalar(
-            "SELECT lease_holder = $1 AND lease_until > pg_catalog.clock_timestamp() \
-             FROM partner_api_order_capture FOR UPDATE",
+        // caches' reader of the events requires (see `OrderLog` in src/cache/postgres.rs),
+        // and orders the rounds of every reader: each sees the position the last one
+        // recorded. The lease is renewed here, so a round slower than the lease (a long
+        // decoding on loaded cores) still writes what it decoded, unless another reader
+        // took the lease meanwhile.
+        let held: Option<Option<String>> = sqlx::query_scalar(
+            "UPDATE partner_api_order_capture \
+             SET lease_until = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $2) \
+             WHERE lease_holder = $1 AND slot_name IS NOT NULL \
+             RETURNING materialized_lsn::text",
         )
         .bind(&self.holder)
-        .fetch_one(&mut *transaction)
+        .bind(self.lease.as_secs_f64())
+        .fetch_optional(&mut *transaction)
         .await
         .map_err(store_error)?;
-        if !holds {
+        let Some(recorded) = held else {
             // Another reader took over: it writes what this one would have.
             return Ok(CaptureRound::default());
-        }
+        };
+        let recorded = recorded.as_deref().map(lsn).transpose()?.unwrap_or(0);
         let schema: String = sqlx::query_scalar("SELECT pg_catalog.quote_ident(current_schema())")
             .fetch_one(&mut *transaction)
             .await
@@ -478,11 +493,17 @@ impl OrderCapture {
             ),
         )
         .await?;
-        let materialized: Vec<&Committed> = decoded
-            .transactions
-            .iter()
-            .filter(|committed| !committed.wrote_events)
-            .collect();
+        // A transaction that ends at or below the recorded position has its events already
+        // (a reader killed between its commit and the slot's advance left the slot behind
+        // them); retention may have deleted them since, so the events' own key cannot be
+        // what tells.
+        let mut pending = Vec::with_capacity(decoded.transactions.len());
+        for committed in &decoded.transactions {
+            if !committed.wrote_events && lsn(&committed.commit_lsn)? > recorded {
+                pending.push(committed);
+            }
+        }
+        let materialized = pending;
         let changes: Vec<&RowChange> = materialized
             .iter()
             .flat_map(|committed| &committed.changes)
@@ -1114,6 +1135,34 @@ struct LockedTables {
     full_identity_missing: Vec<String>,
 }
 
+/// How many times a switch tries to pause the order writes (each try holds them queued 2 s
+/// at most, and between tries they go on): a writer can hold a row for a second and more on
+/// its own, `deadlock_timeout`'s second when two writers deadlock, so one try of 2 s is
+/// refused now and then under a busy write load, and the operator would only run it again.
+const SWITCH_LOCK_TRIES: u32 = 3;
+
+/// Begins a switch's transaction with the order tables locked and their triggers switched
+/// (`lock_order_tables`), in up to [`SWITCH_LOCK_TRIES`] tries.
+async fn switch_transaction(
+    pool: &PgPool,
+    switch: &str,
+) -> Result<(Transaction<'static, Postgres>, LockedTables), StoreError> {
+    let mut tries = 1;
+    loop {
+        let mut transaction = pool.begin().await.map_err(store_error)?;
+        match lock_order_tables(&mut transaction, switch).await {
+            Ok(tables) => return Ok((transaction, tables)),
+            Err(err) if err.kind() == StoreErrorKind::Unavailable && tries < SWITCH_LOCK_TRIES => {
+                // Rolled back, so the queued writes go on before the next try.
+                transaction.rollback().await.map_err(store_error)?;
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
 /// Locks the crate's orders table and the served ones against writes (until the transaction
 /// ends), and `ENABLE`s or `DISABLE`s (`switch`) their events' triggers: what the switches
 /// change.
@@ -1140,11 +1189,19 @@ async fn lock_order_tables(
     .await
     .map_err(store_error)?;
     for (table, _, _) in &tables {
-        execute(
-            transaction,
-            &format!("LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE"),
-        )
-        .await?;
+        sqlx::query(&format!("LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE"))
+            .execute(&mut **transaction)
+            .await
+            .map_err(|err| {
+                if is_lock_timeout(&err) {
+                    StoreError::unavailable(format!(
+                        "the order writes did not pause within 2 s for the switch ({table} \
+                         stayed locked by a transaction under way); nothing changed"
+                    ))
+                } else {
+                    store_error(err)
+                }
+            })?;
     }
     for (table, triggers, _) in &tables {
         for trigger in triggers {
