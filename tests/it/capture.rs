@@ -252,6 +252,78 @@ async fn a_role_that_may_not_replicate_is_refused_the_capture_and_the_triggers_s
     drop(store);
 }
 
+/// A switch pauses the order writes for 2 s at most a try, in three tries: a writer that
+/// holds its table past all three has the switch refused as unavailable, changing nothing; one
+/// that ends during the second try lets it through.
+#[tokio::test]
+async fn a_switch_refused_by_a_writer_past_its_three_tries_changes_nothing_and_one_during_them_goes_through(
+) {
+    crate::common::needs::needs!(Postgres);
+    let (store, url) = migrated_with(&ORGANIZATIONS).await;
+    let pool = PgPool::connect(&url).await.unwrap();
+    // A writer's lock without a transaction id (the slot's creation waits for those).
+    let writing = || async {
+        let mut writer = pool.begin().await.unwrap();
+        writer
+            .execute("LOCK TABLE partner_orders IN ROW EXCLUSIVE MODE")
+            .await
+            .unwrap();
+        writer
+    };
+    let writer = writing().await;
+    let started = std::time::Instant::now();
+    let refused = store.start_order_capture().await.unwrap_err();
+    let waited = started.elapsed();
+    assert_eq!(refused.kind(), partner_api::StoreErrorKind::Unavailable);
+    let message = std::error::Error::source(&refused).unwrap().to_string();
+    assert!(message.contains("did not pause within 2 s"), "{message}");
+    assert!(
+        waited >= Duration::from_secs(6),
+        "three tries took {waited:?}"
+    );
+    writer.rollback().await.unwrap();
+    // Nothing changed: the default mode, whose trigger writes the events, and no slot kept
+    // for it (it would keep the server's log).
+    assert_eq!(store.order_capture().mode().await.unwrap(), None);
+    let slots: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(slots, 0, "the refused start left its slot");
+    pool.execute(
+        "INSERT INTO partner_orders (organization_id, id, providers, advertiser_name, campaign_name, \
+         budget_dkk, start_date, end_date, status, external_reference, created_at) VALUES \
+         ('org_c1', 'x', '{meta}', 'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now())",
+    )
+    .await
+    .unwrap();
+    assert_eq!(events(&pool).await.len(), 1);
+
+    // A writer that ends 3 s in: the second try has the lock.
+    let writer = writing().await;
+    let ending = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        writer.commit().await.unwrap();
+    });
+    store.start_order_capture().await.unwrap();
+    ending.await.unwrap();
+    assert!(store.order_capture().mode().await.unwrap().is_some());
+    // The same for the way back, and the slot goes with the test (the server is shared).
+    let writer = writing().await;
+    let ending = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        writer.commit().await.unwrap();
+    });
+    store
+        .stop_order_capture(Duration::from_secs(30))
+        .await
+        .unwrap();
+    ending.await.unwrap();
+    assert_eq!(store.order_capture().mode().await.unwrap(), None);
+}
+
 /// A lost slot: the changes after the capture's last position have no events, so stopping
 /// fences every feed: a reader resuming from an event of before is answered 410 (never served
 /// a feed with a hole), one starting afresh reads what the triggers write from then on.

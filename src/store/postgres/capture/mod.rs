@@ -176,26 +176,51 @@ impl PgStore {
                 .map_err(|err| slot_refused(&err).unwrap_or_else(|| store_error(err)))?;
             creating.commit().await.map_err(store_error)?;
         }
-        let (mut transaction, tables) = switch_transaction(pool, "DISABLE").await?;
-        for table in &tables.full_identity_missing {
-            // Locks out reads too, for a moment: only where it is not so already.
-            execute(
-                &mut transaction,
-                &format!("ALTER TABLE {table} REPLICA IDENTITY FULL"),
+        let switched = async {
+            let (mut transaction, tables) = switch_transaction(pool, "DISABLE").await?;
+            for table in &tables.full_identity_missing {
+                // Locks out reads too, for a moment: only where it is not so already.
+                execute(
+                    &mut transaction,
+                    &format!("ALTER TABLE {table} REPLICA IDENTITY FULL"),
+                )
+                .await?;
+            }
+            sqlx::query(
+                "UPDATE partner_api_order_capture SET slot_name = $1, \
+                     materialized_lsn = COALESCE(materialized_lsn, (SELECT s.confirmed_flush_lsn \
+                         FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = $1)) \
+                 WHERE slot_name IS NULL",
             )
-            .await?;
+            .bind(&slot)
+            .execute(&mut *transaction)
+            .await
+            .map_err(store_error)?;
+            transaction.commit().await.map_err(store_error)
         }
-        sqlx::query(
-            "UPDATE partner_api_order_capture SET slot_name = $1, \
-                 materialized_lsn = COALESCE(materialized_lsn, (SELECT s.confirmed_flush_lsn \
-                     FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = $1)) \
-             WHERE slot_name IS NULL",
-        )
-        .bind(&slot)
-        .execute(&mut *transaction)
-        .await
-        .map_err(store_error)?;
-        transaction.commit().await.map_err(store_error)
+        .await;
+        if switched.is_err() && owner.is_none() {
+            // The slot this call made goes with its refusal: left behind, it would keep
+            // the server's log for a mode that never started.
+            let dropped = sqlx::query(
+                "SELECT pg_catalog.pg_drop_replication_slot(s.slot_name) \
+                 FROM pg_catalog.pg_replication_slots s \
+                 WHERE s.slot_name = $1 AND NOT EXISTS \
+                     (SELECT 1 FROM partner_api_order_capture c WHERE c.slot_name = $1)",
+            )
+            .bind(&slot)
+            .execute(pool)
+            .await;
+            if let Err(err) = dropped {
+                tracing::warn!(
+                    slot = %slot,
+                    error = %ErrorChain(&store_error(err)),
+                    "partner API order capture: the slot of a start that failed was not dropped; \
+                     drop it (pg_drop_replication_slot), or run the start again"
+                );
+            }
+        }
+        switched
     }
 
     /// Switches the order writes back to the default mode: waits until the capture has
