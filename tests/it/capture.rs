@@ -253,8 +253,8 @@ async fn a_role_that_may_not_replicate_is_refused_the_capture_and_the_triggers_s
 }
 
 /// A switch pauses the order writes for 2 s at most a try, in three tries: a writer that
-/// holds its table past all three has the switch refused as unavailable, changing nothing; one
-/// that ends during the second try lets it through.
+/// holds its table past all three has the switch refused as unavailable, changing nothing (no
+/// slot left behind); one that ends after a try was refused lets the next through.
 #[tokio::test]
 async fn a_switch_refused_by_a_writer_past_its_three_tries_changes_nothing_and_one_during_them_goes_through(
 ) {
@@ -301,21 +301,36 @@ async fn a_switch_refused_by_a_writer_past_its_three_tries_changes_nothing_and_o
     .unwrap();
     assert_eq!(events(&pool).await.len(), 1);
 
-    // A writer that ends 3 s in: the second try has the lock.
-    let writer = writing().await;
-    let ending = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        writer.commit().await.unwrap();
-    });
+    // A writer that ends 2.5 s after it saw the switch wait for it, so past the first try's
+    // 2 s: the next try has the lock.
+    let ending_after_a_refused_try = |writer: sqlx::Transaction<'static, sqlx::Postgres>| {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            loop {
+                let waiting: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM pg_locks l \
+                     WHERE l.relation = 'partner_orders'::regclass AND NOT l.granted \
+                       AND l.database = (SELECT oid FROM pg_database \
+                                         WHERE datname = current_database()))",
+                )
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                if waiting {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(2_500)).await;
+            writer.commit().await.unwrap();
+        })
+    };
+    let ending = ending_after_a_refused_try(writing().await);
     store.start_order_capture().await.unwrap();
     ending.await.unwrap();
     assert!(store.order_capture().mode().await.unwrap().is_some());
     // The same for the way back, and the slot goes with the test (the server is shared).
-    let writer = writing().await;
-    let ending = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        writer.commit().await.unwrap();
-    });
+    let ending = ending_after_a_refused_try(writing().await);
     store
         .stop_order_capture(Duration::from_secs(30))
         .await

@@ -122,6 +122,19 @@ impl PgStore {
     pub async fn start_order_capture(&self) -> Result<(), StoreError> {
         let pool = self.pool();
         self.order_capture().drop_retired_slot().await?;
+        // A stop's slot still read after the drop's wait would be taken for this start's,
+        // at the position it was left at, and dropped later as the retired one.
+        let retired: Option<String> =
+            sqlx::query_scalar("SELECT retired_slot FROM partner_api_order_capture")
+                .fetch_one(pool)
+                .await
+                .map_err(store_error)?;
+        if let Some(retired) = retired {
+            return Err(StoreError::unavailable(format!(
+                "the slot {retired:?} of the last stop is still being read; nothing changed: \
+                 run the start again in a moment"
+            )));
+        }
         let (wal_level, database): (String, String) =
             sqlx::query_as("SELECT pg_catalog.current_setting('wal_level'), current_database()")
                 .fetch_one(pool)
@@ -180,11 +193,27 @@ impl PgStore {
             let (mut transaction, tables) = switch_transaction(pool, "DISABLE").await?;
             for table in &tables.full_identity_missing {
                 // Locks out reads too, for a moment: only where it is not so already.
-                execute(
-                    &mut transaction,
-                    &format!("ALTER TABLE {table} REPLICA IDENTITY FULL"),
-                )
-                .await?;
+                sqlx::query(&format!("ALTER TABLE {table} REPLICA IDENTITY FULL"))
+                    .execute(&mut *transaction)
+                    .await
+                    .map_err(|err| switch_lock_refused(err, table))?;
+            }
+            // Under the row's lock, which a failed start's drop of its slot takes too: the
+            // slot is still there, and stays until this commits.
+            let slot_kept: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots s \
+                                WHERE s.slot_name = $1) \
+                 FROM partner_api_order_capture FOR UPDATE",
+            )
+            .bind(&slot)
+            .fetch_one(&mut *transaction)
+            .await
+            .map_err(store_error)?;
+            if !slot_kept {
+                return Err(StoreError::unavailable(format!(
+                    "the slot {slot:?} was dropped meanwhile (by a start that failed at the same \
+                     time); nothing changed: run the start again"
+                )));
             }
             sqlx::query(
                 "UPDATE partner_api_order_capture SET slot_name = $1, \
@@ -201,15 +230,26 @@ impl PgStore {
         .await;
         if switched.is_err() && owner.is_none() {
             // The slot this call made goes with its refusal: left behind, it would keep
-            // the server's log for a mode that never started.
-            let dropped = sqlx::query(
-                "SELECT pg_catalog.pg_drop_replication_slot(s.slot_name) \
-                 FROM pg_catalog.pg_replication_slots s \
-                 WHERE s.slot_name = $1 AND NOT EXISTS \
-                     (SELECT 1 FROM partner_api_order_capture c WHERE c.slot_name = $1)",
-            )
-            .bind(&slot)
-            .execute(pool)
+            // the server's log for a mode that never started. Under the row's lock, and only
+            // while no start has taken it (one that found it made, at the same time).
+            let dropped = async {
+                let mut dropping = pool.begin().await?;
+                let untaken: bool = sqlx::query_scalar(
+                    "SELECT slot_name IS NULL FROM partner_api_order_capture FOR UPDATE",
+                )
+                .fetch_one(&mut *dropping)
+                .await?;
+                if untaken {
+                    sqlx::query(
+                        "SELECT pg_catalog.pg_drop_replication_slot(slot_name) \
+                         FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
+                    )
+                    .bind(&slot)
+                    .execute(&mut *dropping)
+                    .await?;
+                }
+                dropping.commit().await
+            }
             .await;
             if let Err(err) = dropped {
                 tracing::warn!(
@@ -486,21 +526,18 @@ impl OrderCapture {
         // The row lock gives the transaction its id before it takes any event id, as the
         // caches' reader of the events requires (see `OrderLog` in src/cache/postgres.rs),
         // and orders the rounds of every reader: each sees the position the last one
-        // recorded. The lease is renewed here, so a round slower than the lease (a long
-        // decoding on loaded cores) still writes what it decoded, unless another reader
-        // took the lease meanwhile.
-        let held: Option<Option<String>> = sqlx::query_scalar(
-            "UPDATE partner_api_order_capture \
-             SET lease_until = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $2) \
-             WHERE lease_holder = $1 AND slot_name IS NOT NULL \
-             RETURNING materialized_lsn::text",
+        // recorded. The holder is checked here, not the lease's end, and the lease renewed
+        // with the position: a round slower than the lease (a long decoding on loaded cores)
+        // still writes what it decoded, unless another reader took the lease meanwhile.
+        let held: Option<(Option<bool>, Option<String>)> = sqlx::query_as(
+            "SELECT lease_holder = $1, materialized_lsn::text FROM partner_api_order_capture \
+             WHERE slot_name IS NOT NULL FOR UPDATE",
         )
         .bind(&self.holder)
-        .bind(self.lease.as_secs_f64())
         .fetch_optional(&mut *transaction)
         .await
         .map_err(store_error)?;
-        let Some(recorded) = held else {
+        let Some((Some(true), recorded)) = held else {
             // Another reader took over: it writes what this one would have.
             return Ok(CaptureRound::default());
         };
@@ -577,10 +614,12 @@ impl OrderCapture {
         sqlx::query(&format!(
             "UPDATE {schema}.partner_api_order_capture \
              SET materialized_lsn = GREATEST(materialized_lsn, $1::pg_lsn), \
-                 caught_up_at = CASE WHEN $2 THEN pg_catalog.clock_timestamp() ELSE caught_up_at END"
+                 caught_up_at = CASE WHEN $2 THEN pg_catalog.clock_timestamp() ELSE caught_up_at END, \
+                 lease_until = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $3)"
         ))
         .bind(&through)
         .bind(done.caught_up)
+        .bind(self.lease.as_secs_f64())
         .execute(&mut *transaction)
         .await
         .map_err(store_error)?;
@@ -1166,6 +1205,19 @@ struct LockedTables {
 /// refused now and then under a busy write load, and the operator would only run it again.
 const SWITCH_LOCK_TRIES: u32 = 3;
 
+/// A switch's statement that waited for its lock past `lock_timeout`, as the refusal the
+/// operator runs again; any other error as it is.
+fn switch_lock_refused(err: sqlx::Error, table: &str) -> StoreError {
+    if is_lock_timeout(&err) {
+        StoreError::unavailable(format!(
+            "the order writes did not pause within 2 s for the switch ({table} stayed locked by \
+             a transaction under way); nothing changed"
+        ))
+    } else {
+        store_error(err)
+    }
+}
+
 /// Begins a switch's transaction with the order tables locked and their triggers switched
 /// (`lock_order_tables`), in up to [`SWITCH_LOCK_TRIES`] tries.
 async fn switch_transaction(
@@ -1217,16 +1269,7 @@ async fn lock_order_tables(
         sqlx::query(&format!("LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE"))
             .execute(&mut **transaction)
             .await
-            .map_err(|err| {
-                if is_lock_timeout(&err) {
-                    StoreError::unavailable(format!(
-                        "the order writes did not pause within 2 s for the switch ({table} \
-                         stayed locked by a transaction under way); nothing changed"
-                    ))
-                } else {
-                    store_error(err)
-                }
-            })?;
+            .map_err(|err| switch_lock_refused(err, table))?;
     }
     for (table, triggers, _) in &tables {
         for trigger in triggers {
