@@ -76,6 +76,19 @@ async fn run_writes(pool: &PgPool) {
     }
 }
 
+/// Asserts that an order written now has its event from the trigger (the default mode), in
+/// a database with no event yet.
+async fn assert_the_trigger_writes_the_events(pool: &PgPool) {
+    pool.execute(
+        "INSERT INTO partner_orders (organization_id, id, providers, advertiser_name, campaign_name, \
+         budget_dkk, start_date, end_date, status, external_reference, created_at) VALUES \
+         ('org_c1', 'x', '{meta}', 'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now())",
+    )
+    .await
+    .unwrap();
+    assert_eq!(events(pool).await.len(), 1);
+}
+
 #[tokio::test]
 async fn the_capture_writes_the_events_the_triggers_would() {
     crate::common::needs::needs!(Postgres);
@@ -239,14 +252,7 @@ async fn a_role_that_may_not_replicate_is_refused_the_capture_and_the_triggers_s
     assert!(message.contains("REPLICATION"), "{message}");
     assert_eq!(refused.kind(), partner_api::StoreErrorKind::Unsupported);
     // Nothing changed: the triggers write the events.
-    pool.execute(
-        "INSERT INTO partner_orders (organization_id, id, providers, advertiser_name, campaign_name, \
-         budget_dkk, start_date, end_date, status, external_reference, created_at) VALUES \
-         ('org_c1', 'x', '{meta}', 'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now())",
-    )
-    .await
-    .unwrap();
-    assert_eq!(events(&pool).await.len(), 1);
+    assert_the_trigger_writes_the_events(&pool).await;
     let mode: Option<String> = owner.order_capture().mode().await.unwrap();
     assert_eq!(mode, None);
     drop(store);
@@ -292,14 +298,7 @@ async fn a_switch_refused_by_a_writer_past_its_three_tries_changes_nothing_and_o
     .await
     .unwrap();
     assert_eq!(slots, 0, "the refused start left its slot");
-    pool.execute(
-        "INSERT INTO partner_orders (organization_id, id, providers, advertiser_name, campaign_name, \
-         budget_dkk, start_date, end_date, status, external_reference, created_at) VALUES \
-         ('org_c1', 'x', '{meta}', 'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now())",
-    )
-    .await
-    .unwrap();
-    assert_eq!(events(&pool).await.len(), 1);
+    assert_the_trigger_writes_the_events(&pool).await;
 
     // A writer that ends 2.5 s after it saw the switch wait for it, so past the first try's
     // 2 s: the next try has the lock.
