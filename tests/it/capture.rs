@@ -338,6 +338,88 @@ async fn a_switch_refused_by_a_writer_past_its_three_tries_changes_nothing_and_o
     assert_eq!(store.order_capture().mode().await.unwrap(), None);
 }
 
+/// A stop's slot still read when the next start comes (a reader's round under way on the
+/// server; here a `pg_recvlogical` streaming from it) is not taken for the start's own, at the
+/// position it was left at: the start is refused, changing nothing, and goes through once
+/// the slot is free to drop.
+#[tokio::test]
+async fn a_start_while_the_last_stops_slot_is_still_read_is_refused_then_goes_through() {
+    crate::common::needs::needs!(Postgres);
+    let (store, url) = migrated_with(&ORGANIZATIONS).await;
+    let pool = PgPool::connect(&url).await.unwrap();
+    store.start_order_capture().await.unwrap();
+    let slot: String = sqlx::query_scalar("SELECT slot_name FROM partner_api_order_capture")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    store
+        .stop_order_capture(Duration::from_secs(30))
+        .await
+        .unwrap();
+    // The stop's slot as a reader still held it: retired, and read.
+    sqlx::query("SELECT pg_create_logical_replication_slot($1, 'test_decoding')")
+        .bind(&slot)
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE partner_api_order_capture SET retired_slot = $1")
+        .bind(&slot)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut reading = std::process::Command::new("pg_recvlogical")
+        .args(["-d", &url, "--slot", &slot, "--start", "-f", "/dev/null"])
+        .spawn()
+        .expect("pg_recvlogical (Debian's postgresql-client) runs");
+    let active = || async {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT coalesce(bool_or(active), false) FROM pg_replication_slots WHERE slot_name = $1",
+        )
+        .bind(&slot)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    for _ in 0..500 {
+        if active().await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        active().await,
+        "pg_recvlogical did not start reading the slot"
+    );
+    let refused = store.start_order_capture().await.unwrap_err();
+    assert_eq!(refused.kind(), partner_api::StoreErrorKind::Unavailable);
+    let message = std::error::Error::source(&refused).unwrap().to_string();
+    assert!(message.contains("still being read"), "{message}");
+    assert_eq!(store.order_capture().mode().await.unwrap(), None);
+    assert_the_trigger_writes_the_events(&pool).await;
+
+    reading.kill().unwrap();
+    reading.wait().unwrap();
+    for _ in 0..500 {
+        if !active().await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    store.start_order_capture().await.unwrap();
+    let retired: Option<String> =
+        sqlx::query_scalar("SELECT retired_slot FROM partner_api_order_capture")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(retired, None);
+    assert!(store.order_capture().mode().await.unwrap().is_some());
+    // The slot goes with the test (the server is shared).
+    store
+        .stop_order_capture(Duration::from_secs(30))
+        .await
+        .unwrap();
+}
+
 /// A lost slot: the changes after the capture's last position have no events, so stopping
 /// fences every feed: a reader resuming from an event of before is answered 410 (never served
 /// a feed with a hole), one starting afresh reads what the triggers write from then on.
