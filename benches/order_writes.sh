@@ -25,6 +25,7 @@
 #
 #   bash benches/order_writes.sh
 #   BASELINE=318bde6 bash benches/order_writes.sh
+#   MODES="none capture-deferred" CAPTURE_BATCH=50000 bash benches/order_writes.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CLIENTS=${CLIENTS:-8}
@@ -48,7 +49,9 @@ INSERT INTO partner_webhook_endpoints (organization_id, url, secret, enabled)
     SELECT id, 'https://partner.example/hooks', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', false
     FROM partner_organizations;
 SQL
-modes=(outbox outbox+endpoints notify none capture capture-deferred mapped mapped-none mapped-capture)
+# MODES="none capture" runs those alone; CAPTURE_BATCH sets the capture reader's round size.
+read -r -a modes <<<"${MODES:-outbox outbox+endpoints notify none capture capture-deferred mapped mapped-none mapped-capture}"
+capture_batch=(${CAPTURE_BATCH:+--batch "$CAPTURE_BATCH"})
 if [ -n "${BASELINE:-}" ]; then
   baseline_database=${database%/*}/baseline
   psql -q "$database" -c "CREATE DATABASE baseline"
@@ -128,7 +131,8 @@ for _ in $(seq 1 "$ROUNDS"); do
           map=(--schema-map "$work/schema-map.toml")
         fi
         read_capture() {
-          "$standalone" --no-migrate --database-url "$target" "${map[@]}" order-capture run 2>/dev/null &
+          "$standalone" --no-migrate --database-url "$target" "${map[@]}" order-capture run \
+            "${capture_batch[@]}" 2>/dev/null &
           reader=$!
         }
         # The reader beside the writes, after it caught up with the log the other modes

@@ -393,7 +393,12 @@ pub(crate) enum OrderCaptureAction {
     Status,
     /// Read the capture in the foreground until stopped (a process dedicated to it; every
     /// server reads it too, one replica at a time).
-    Run,
+    Run {
+        /// How many decoded rows (an order change, or a transaction's begin or commit) a
+        /// round reads at most; 10 at least.
+        #[arg(long, value_name = "CHANGES", default_value_t = partner_api::OrderCapture::DEFAULT_BATCH)]
+        batch: u32,
+    },
 }
 
 /// The organization's default API version for new keys and endpoints (its key policy's),

@@ -365,8 +365,8 @@ pub(crate) async fn order_capture(
             .await
             .map_err(error)?,
         OrderCaptureAction::Status => {}
-        OrderCaptureAction::Run => {
-            store.order_capture().run().await;
+        OrderCaptureAction::Run { batch } => {
+            store.order_capture().with_batch(*batch).run().await;
         }
     }
     let mode = store.order_capture().mode().await.map_err(error)?;
