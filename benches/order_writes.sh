@@ -11,7 +11,7 @@
 # same on a host's own table mapped with --schema-map (the hosting page's media_buys and
 # accounts, its trigger registered by the standalone host's `migrate`): `mapped` with the
 # trigger, `mapped-none` without. `capture` and `mapped-capture`: the capture mode (no
-# trigger; the events built from the write-ahead log by `standalone order-capture run`,
+# trigger; the events built from the write-ahead log by `standalone order-capture run` (built for release),
 # running beside the writes, after it caught up with the log the other modes wrote), on
 # databases of their own (the server has wal_level = logical for every mode);
 # `capture-deferred`: the same with the reader started after the writes (what the writes
@@ -91,8 +91,8 @@ psql -q "${database%/*}/template1" -c "CREATE DATABASE capture TEMPLATE ${databa
 capture_database=${database%/*}/capture
 mapped_capture_database=${database%/*}/mapped_capture
 psql -q "$capture_database" -c "DROP TRIGGER partner_orders_notify_before ON partner_orders"
-cargo build -q --example standalone --features postgres
-standalone=target/debug/examples/standalone
+cargo build -q --release --example standalone --features postgres
+standalone=target/release/examples/standalone
 "$standalone" --no-migrate --database-url "$capture_database" order-capture start >/dev/null
 "$standalone" --no-migrate --database-url "$mapped_capture_database" --schema-map "$work/schema-map.toml" \
   order-capture start >/dev/null
