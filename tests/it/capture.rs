@@ -420,6 +420,75 @@ async fn a_start_while_the_last_stops_slot_is_still_read_is_refused_then_goes_th
         .unwrap();
 }
 
+/// The standalone host's `order-capture` subcommands: `status` and each switch print the mode
+/// they leave, `run --batch` reads the capture in the foreground until stopped.
+#[tokio::test]
+async fn the_standalone_host_switches_reads_and_says_the_capture() {
+    use crate::common::{standalone_binary, standalone_command};
+    crate::common::needs::needs!(Postgres);
+    let (_store, url) = migrated_with(&ORGANIZATIONS).await;
+    let pool = PgPool::connect(&url).await.unwrap();
+    let capture = |args: &[&str]| {
+        let mut full = vec!["--no-migrate", "--database-url", &url, "order-capture"];
+        full.extend_from_slice(args);
+        let full: Vec<String> = full.into_iter().map(str::to_owned).collect();
+        async move {
+            let full: Vec<&str> = full.iter().map(String::as_str).collect();
+            let (ok, stdout, stderr) = standalone_command(&full).await;
+            assert!(ok, "{stderr}");
+            stdout
+        }
+    };
+    assert_eq!(capture(&["status"]).await, "triggers\n");
+    let started = capture(&["start"]).await;
+    let slot: String = sqlx::query_scalar("SELECT slot_name FROM partner_api_order_capture")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(slot.starts_with("partner_api_"), "{slot}");
+    assert_eq!(started, format!("capture {slot}\n"));
+    assert_eq!(capture(&["status"]).await, format!("capture {slot}\n"));
+    let mut reading = tokio::process::Command::new(standalone_binary())
+        .args([
+            "--no-migrate",
+            "--database-url",
+            &url,
+            "order-capture",
+            "run",
+            "--batch",
+            "10",
+        ])
+        .env_remove("DATABASE_URL")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    run_writes(&pool).await;
+    // Every write's event, read by the process in rounds of 10 decoded rows.
+    let mut read = Vec::new();
+    for _ in 0..500 {
+        read = events(&pool).await;
+        if read.len() == 11 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(read.len(), 11, "{read:#?}");
+    reading.kill().await.unwrap();
+    assert_eq!(
+        capture(&["stop", "--drain-seconds", "10"]).await,
+        "triggers\n"
+    );
+    let slots: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1")
+            .bind(&slot)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(slots, 0);
+}
+
 /// A lost slot: the changes after the capture's last position have no events, so stopping
 /// fences every feed: a reader resuming from an event of before is answered 410 (never served
 /// a feed with a hole), one starting afresh reads what the triggers write from then on.
