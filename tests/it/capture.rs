@@ -425,7 +425,7 @@ async fn a_start_while_the_last_stops_slot_is_still_read_is_refused_then_goes_th
 #[tokio::test]
 async fn the_standalone_host_switches_reads_and_says_the_capture() {
     use crate::common::{standalone_binary, standalone_command};
-    crate::common::needs::needs!(Postgres);
+    crate::common::needs::needs!(Postgres, Examples);
     let (_store, url) = migrated_with(&ORGANIZATIONS).await;
     let pool = PgPool::connect(&url).await.unwrap();
     let capture = |args: &[&str]| {
