@@ -229,36 +229,8 @@ impl PgStore {
         }
         .await;
         if switched.is_err() && owner.is_none() {
-            // The slot this call made goes with its refusal: left behind, it would keep
-            // the server's log for a mode that never started. Under the row's lock, and only
-            // while no start has taken it (one that found it made, at the same time).
-            let dropped = async {
-                let mut dropping = pool.begin().await?;
-                let untaken: bool = sqlx::query_scalar(
-                    "SELECT slot_name IS NULL FROM partner_api_order_capture FOR UPDATE",
-                )
-                .fetch_one(&mut *dropping)
-                .await?;
-                if untaken {
-                    sqlx::query(
-                        "SELECT pg_catalog.pg_drop_replication_slot(slot_name) \
-                         FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
-                    )
-                    .bind(&slot)
-                    .execute(&mut *dropping)
-                    .await?;
-                }
-                dropping.commit().await
-            }
-            .await;
-            if let Err(err) = dropped {
-                tracing::warn!(
-                    slot = %slot,
-                    error = %ErrorChain(&store_error(err)),
-                    "partner API order capture: the slot of a start that failed was not dropped; \
-                     drop it (pg_drop_replication_slot), or run the start again"
-                );
-            }
+            // The slot this call made goes with its refusal.
+            drop_unstarted_slot(pool, &slot).await;
         }
         switched
     }
@@ -1197,6 +1169,39 @@ async fn fence_feeds(transaction: &mut Transaction<'_, Postgres>) -> Result<(), 
 struct LockedTables {
     /// The tables whose updates and deletions do not log the old row whole.
     full_identity_missing: Vec<String>,
+}
+
+/// Drops `slot`, made by a start that then failed, unless a start took it meanwhile (one that
+/// found it made, at the same time): under the capture row's lock, which a start's switch
+/// takes too. Left behind, it would keep the server's log for a mode that never started.
+async fn drop_unstarted_slot(pool: &PgPool, slot: &str) {
+    let dropped = async {
+        let mut dropping = pool.begin().await?;
+        let untaken: bool = sqlx::query_scalar(
+            "SELECT slot_name IS NULL FROM partner_api_order_capture FOR UPDATE",
+        )
+        .fetch_one(&mut *dropping)
+        .await?;
+        if untaken {
+            sqlx::query(
+                "SELECT pg_catalog.pg_drop_replication_slot(slot_name) \
+                 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
+            )
+            .bind(slot)
+            .execute(&mut *dropping)
+            .await?;
+        }
+        dropping.commit().await
+    }
+    .await;
+    if let Err(err) = dropped {
+        tracing::warn!(
+            slot = %slot,
+            error = %ErrorChain(&store_error(err)),
+            "partner API order capture: the slot of a start that failed was not dropped; \
+             drop it (pg_drop_replication_slot), or run the start again"
+        );
+    }
 }
 
 /// How many times a switch tries to pause the order writes (each try holds them queued 2 s
