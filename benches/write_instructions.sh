@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# What the crate's orders trigger costs an order write, in instructions (#56): the figure that
+# compares across machines and runs, where `benches/order_writes.sh`'s throughput on a shared
+# 2-core machine spreads by a fifth between runs. PostgreSQL's own backend runs in single-user
+# mode (`postgres --single`, no client, no network) under callgrind, executing N_FEW and then
+# N_MANY single-row order inserts, each its own transaction as a host's writes are (parsed,
+# planned, executed, committed); the difference of the two totals divided by their difference
+# in inserts is the backend's user-space instructions per insert, start-up and catalog
+# loading cancelled out. Modes, each on a database of its own on one throwaway server:
+#   none, triggers               the crate's `partner_orders`, its triggers off, on
+#   mapped-none, mapped          a host's own table mapped with --schema-map (the hosting
+#                                page's media_buys and accounts, registered by `migrate`)
+#   baseline-none, baseline      with BASELINE=<commit>: `partner_orders` migrated with that
+#                                commit's migrations (a before and after in one run)
+# "of none" is the insert without triggers over the insert with them: what the write
+# throughput would be where the server's CPU is the limit and the kernel's share (the commit's
+# flush, the client's socket) is left out.
+#
+#   bash benches/write_instructions.sh
+#   BASELINE=4e8dde5 MODES="none triggers" bash benches/write_instructions.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N_FEW=${N_FEW:-200}
+N_MANY=${N_MANY:-1200}
+read -r -a modes <<<"${MODES:-none triggers mapped-none mapped}"
+
+if ! command -v valgrind >/dev/null; then
+  echo "installing valgrind (Debian package)" >&2
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
+fi
+source .ci/servers.sh
+work=$(mktemp -d /tmp/partner-api-write-instructions.XXXXXX)
+cleanup() { stop_servers; rm -rf "$work"; }
+trap cleanup EXIT
+start_bench_postgres "the write-instructions bench"
+database=$bench_database
+bin=$(postgres_bin)
+psql -q "$database" -c \
+  "INSERT INTO partner_organizations SELECT format('org_%s', o), 'x' FROM generate_series(0, 49) o"
+if [ -n "${BASELINE:-}" ]; then
+  psql -q "$database" -c "CREATE DATABASE baseline"
+  for migration in $(git ls-tree --name-only "$BASELINE" src/store/migrations/ | sort); do
+    git show "$BASELINE:$migration" | psql -q "${database%/*}/baseline" >/dev/null
+  done
+  psql -q "${database%/*}/baseline" -c \
+    "INSERT INTO partner_organizations SELECT format('org_%s', o), 'x' FROM generate_series(0, 49) o"
+  modes+=(baseline-none baseline)
+fi
+# The host's own tables, migrated and registered as the hosting page says (as
+# benches/order_writes.sh does).
+mapped_database=${database%/*}/mapped
+psql -q "$database" -c "CREATE DATABASE mapped"
+psql -q "$mapped_database" <<'SQL'
+CREATE TABLE public.accounts (id bigserial PRIMARY KEY, display_name text NOT NULL);
+CREATE TABLE public.media_buys (buy_id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    account_id bigint NOT NULL REFERENCES public.accounts (id), channels text[] NOT NULL,
+    advertiser text NOT NULL, campaign text NOT NULL, budget_ore bigint NOT NULL,
+    starts_on date NOT NULL, ends_on date NOT NULL, state text NOT NULL, po_number text,
+    created timestamptz NOT NULL DEFAULT now());
+INSERT INTO accounts (display_name) SELECT format('account %s', a) FROM generate_series(1, 50) a;
+SQL
+sed -n '/^```toml$/,/^```$/p' src/docs/hosting.md | sed '1d;$d' >"$work/schema-map.toml"
+cargo run -q --example standalone --features postgres -- \
+  --database-url "$mapped_database" --schema-map "$work/schema-map.toml" migrate >/dev/null
+cargo run -q --example standalone --features postgres -- \
+  --database-url "$mapped_database" --schema-map "$work/schema-map.toml" indexes |
+  while read -r statement; do psql -q "$mapped_database" -c "$statement"; done
+
+# Single-user mode needs the server stopped, and runs as the data directory's owner.
+data=$(psql -Atc "SHOW data_directory" "$database")
+run=()
+[ "$(id -u)" = 0 ] && run=(runuser -u "$(stat -c %U "$data")" --)
+"${run[@]}" "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null
+
+# instructions DATABASE SETUP-STATEMENT INSERTS TABLE: the backend's total for the setup and
+# INSERTS single-row inserts into TABLE (`crate` or `mapped`).
+instructions() {
+  local database=$1 setup=$2 inserts=$3 table=$4
+  {
+    echo "$setup"
+    for i in $(seq 1 "$inserts"); do
+      if [ "$table" = mapped ]; then
+        echo "INSERT INTO media_buys (account_id, channels, advertiser, campaign, budget_ore, starts_on, ends_on, state, po_number) VALUES ($((i % 50 + 1)), ARRAY['meta'], 'A', 'C', 100, '2026-03-01', '2026-04-30', 'BOOKED', 'PO');"
+      else
+        echo "INSERT INTO partner_orders VALUES ('org_$((i % 50))', md5(random()::text || clock_timestamp()::text), ARRAY['meta'], 'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now());"
+      fi
+    done
+  } | "${run[@]}" valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+    "$bin/postgres" --single -D "$data" "$database" 2>&1 >/dev/null |
+    sed -n 's/.*Collected : //p'
+}
+
+echo "order inserts, one a transaction; PostgreSQL $("$bin/postgres" --version | awk '{print $3}') backend in single-user mode under callgrind"
+printf '%-10s %-14s %14s %8s\n' table mode "instr./insert" "of none"
+declare -A per_insert
+for mode in "${modes[@]}"; do
+  case $mode in
+    none | triggers)
+      database_name=postgres table=crate relation=partner_orders trigger=partner_orders_webhooks ;;
+    mapped-none | mapped)
+      database_name=mapped table=mapped relation=media_buys trigger=partner_api_orders ;;
+    baseline-none | baseline)
+      database_name=baseline table=crate relation=partner_orders trigger=USER ;;
+    *) echo "error: unknown mode $mode" >&2; exit 2 ;;
+  esac
+  state=ENABLE
+  case $mode in *none) state=DISABLE ;; esac
+  setup="ALTER TABLE $relation $state TRIGGER $trigger;"
+  few=$(instructions "$database_name" "$setup" "$N_FEW" "$table")
+  many=$(instructions "$database_name" "$setup" "$N_MANY" "$table")
+  [ -n "$few" ] && [ -n "$many" ] || { echo "error: callgrind counted nothing for $mode" >&2; exit 1; }
+  per_insert[$mode]=$(((many - few) / (N_MANY - N_FEW)))
+  case $mode in none | triggers) base=none ;; mapped*) base=mapped-none ;; *) base=baseline-none ;; esac
+  none=${per_insert[$base]:-}
+  ratio=-
+  [ -n "$none" ] && ratio=$(awk "BEGIN { printf \"%.3f\", $none / ${per_insert[$mode]} }")
+  printf '%-10s %-14s %14d %8s\n' "$table" "$mode" "${per_insert[$mode]}" "$ratio"
+done

@@ -1,0 +1,11 @@
+-- The order writes' cost (#56): the events table's `CHECK (change IN (...))` goes.
+--
+-- Every order change inserts its event from the orders trigger, one statement per change, and
+-- PostgreSQL prepares a table's CHECK constraints afresh for every statement that inserts into
+-- it (the stored expression parsed from its text and planned again): about 38,000 instructions
+-- of each single-row order insert's 293,000 that the crate's trigger adds, 13 % of its cost
+-- (`benches/write_instructions.sh`, 2026-11-29). The constraint guarded only the crate's own
+-- writers: the table is written by the orders triggers and the capture reader, each of which
+-- names one of the three types, and no documented role may insert into it directly. A reader
+-- still refuses any other value as invalid data (`OrderChange::from_name`), never guesses.
+ALTER TABLE partner_api_order_events DROP CONSTRAINT IF EXISTS partner_api_order_events_change_check;
