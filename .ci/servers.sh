@@ -45,6 +45,25 @@ exited() {
   [ -z "$state" ] || [ "$state" = Z ]
 }
 
+# sweep_stale_servers: removes the data directories of throwaway servers that no longer run.
+# A caller killed before its EXIT trap (a session's end, a kill -9) leaves its server's
+# directory behind, in memory when under /dev/shm; across runs on one machine these once
+# filled its memory. A directory is kept while the pid in its pid file lives, and while it is
+# younger than 10 minutes (a server starting beside us has no pid file yet).
+sweep_stale_servers() {
+  local dir pidfile pid
+  for dir in /tmp/partner-api-pg.* /dev/shm/partner-api-pg.* /tmp/partner-api-redis.*; do
+    [ -d "$dir" ] || continue
+    [ -n "$(find "$dir" -maxdepth 0 -mmin +10)" ] || continue
+    pidfile=$dir/pid
+    [ -f "$dir/db/postmaster.pid" ] && pidfile=$dir/db/postmaster.pid
+    pid=$(head -n 1 "$pidfile" 2>/dev/null) || pid=
+    if [ -n "$pid" ] && ! exited "$pid"; then continue; fi
+    rm -rf "$dir" 2>/dev/null && echo "removed a stopped throwaway server's files: $dir" ||
+      echo "warning: could not remove $dir" >&2
+  done
+}
+
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -69,6 +88,7 @@ postgres_bin() {
 
 start_postgres() {
   [ -n "${PARTNER_API_TEST_DATABASE_URL:-}" ] && return 0
+  sweep_stale_servers
   [ -n "$(postgres_bin)" ] || install_packages "the PostgreSQL tests and benches" postgresql || return 1
   local bin data port
   bin=$(postgres_bin)
@@ -116,6 +136,7 @@ start_bench_postgres() {
 
 start_redis() {
   [ -n "${PARTNER_API_TEST_REDIS_URL:-}" ] && return 0
+  sweep_stale_servers
   command -v redis-server >/dev/null || install_packages "the Redis tests" redis-server || return 1
   local dir port
   dir=$(mktemp -d /tmp/partner-api-redis.XXXXXX)

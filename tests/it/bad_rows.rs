@@ -83,7 +83,7 @@ async fn an_order_out_of_range_fails_its_page_alone_through_the_standalone_host(
         .unwrap();
     owner.execute(insert).await.unwrap();
 
-    let log = std::env::temp_dir().join(format!("partner-api-{}-bad-row.log", std::process::id()));
+    let log = crate::common::scratch::scratch_path("bad-row.log");
     let args = serving(&url);
     let mut process = Process::spawn_with_stderr(&args, &[("RUST_LOG", "error")], &log);
     let base = process.base_url().await;

@@ -356,8 +356,7 @@ async fn a_statement_timeout_is_a_503() {
 async fn the_binary_serves_a_seed_from_postgres() {
     crate::common::needs::needs!(Postgres, Examples);
     let url = fresh_database().await;
-    let seed =
-        std::env::temp_dir().join(format!("partner-api-pg-seed-{}.json", std::process::id()));
+    let seed = crate::common::scratch::scratch_path("pg-seed.json");
     std::fs::write(&seed, serde_json::to_string(&Seed::demo()).unwrap()).unwrap();
     for _ in 0..2 {
         // Twice: the second start runs the migrations and loads the seed again over the data.

@@ -188,7 +188,7 @@ async fn a_bad_seed_file_is_a_clear_error_and_a_failing_exit() {
 #[tokio::test]
 async fn the_binary_logs_one_structured_line_per_request_without_the_key() {
     crate::common::needs::needs!(Examples);
-    let log = std::env::temp_dir().join(format!("partner-api-{}-access.log", std::process::id()));
+    let log = crate::common::scratch::scratch_path("access.log");
     let mut process = Process::spawn_with_stderr(
         &["--listen", "127.0.0.1:0", "--rate-limit", "50"],
         &[("RUST_LOG", "info")],
@@ -278,7 +278,7 @@ async fn the_binary_serves_https_when_given_a_certificate() {
 async fn the_load_baseline_replays_a_captured_response_byte_for_byte() {
     crate::common::needs::needs!(Examples);
     // A response as `curl --include` saves it: hyper writes Date and Content-Length itself.
-    let dir = std::env::temp_dir().join(format!("partner-api-baseline-{}", std::process::id()));
+    let dir = crate::common::scratch::scratch_path("baseline");
     std::fs::create_dir_all(&dir).unwrap();
     let capture = dir.join("me.http");
     std::fs::write(

@@ -96,8 +96,7 @@ async fn the_host_holds_mixed_load_with_exact_answers_and_flat_memory() {
     }
     let expected = Arc::new(expected);
 
-    let seed_file =
-        std::env::temp_dir().join(format!("partner-api-soak-{}.json", std::process::id()));
+    let seed_file = crate::common::scratch::scratch_path("soak.json");
     std::fs::write(&seed_file, serde_json::to_string(&seed).unwrap()).unwrap();
     let mut process = crate::common::Process::spawn_with_env(
         &[

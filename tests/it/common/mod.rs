@@ -8,6 +8,7 @@ pub mod net;
 pub mod pg;
 #[cfg(feature = "webhooks")]
 pub mod receiver;
+pub mod scratch;
 pub mod spy;
 
 #[allow(unused_imports)] // the standalone example's tests include this module too

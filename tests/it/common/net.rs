@@ -80,8 +80,9 @@ pub async fn read_feed(
     }
 }
 
+/// `name` in the test process's scratch folder, written with `contents`.
 pub fn temp_file(name: &str, contents: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("partner-api-{}-{name}", std::process::id()));
+    let path = super::scratch::scratch_path(name);
     std::fs::write(&path, contents).unwrap();
     path
 }
