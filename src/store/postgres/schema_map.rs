@@ -15,7 +15,7 @@ pub use indexes::SchemaIndex;
 
 pub(super) use register::bare_identifier;
 /// A mapped order's snapshot as the triggers check and render it (over `t`): for the capture.
-pub(super) use register::SHOWN as SHOWN_ORDER;
+pub(super) use register::shown as shown_order;
 
 impl super::PgStore {
     /// The indexes the [schema map](Self::with_schema_map) needs on the host's tables, so

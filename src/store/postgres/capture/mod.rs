@@ -48,7 +48,7 @@ use sqlx::{PgPool, Postgres, Row, Transaction};
 
 use self::decode::{Operation, RowChange};
 use super::error::{is_lock_timeout, is_object_in_use, is_undefined_object};
-use super::schema_map::{OrderField, OrdersMap, SHOWN_ORDER};
+use super::schema_map::{shown_order, OrderField, OrdersMap};
 use super::{store_error, PgStore};
 use crate::log::ErrorChain;
 use crate::store::{StoreError, StoreErrorKind};
@@ -543,7 +543,7 @@ impl OrderCapture {
             .flat_map(|committed| &committed.changes)
             .filter(|change| tables.orders.contains_key(&change.table))
             .collect();
-        let mut rendered = render_all(&mut transaction, &tables, &changes)
+        let mut rendered = render_all(&mut transaction, &tables, &shown_order(&schema), &changes)
             .await?
             .into_iter();
         let mut events = Vec::new();
@@ -952,6 +952,7 @@ fn events_of(
 async fn render_all(
     transaction: &mut Transaction<'_, Postgres>,
     tables: &Tables,
+    shown: &str,
     changes: &[&RowChange],
 ) -> Result<Vec<Rendered>, StoreError> {
     let mut rendered: Vec<Option<Rendered>> = changes.iter().map(|_| None).collect();
@@ -972,11 +973,11 @@ async fn render_all(
                     COALESCE(o.row OPERATOR(pg_catalog.=) n.row, false) AS same \
              FROM pg_catalog.jsonb_to_recordset($1) AS x(i integer, old jsonb, new jsonb) \
              LEFT JOIN LATERAL (SELECT t.organization_id, t.id, pg_catalog.to_jsonb(t) AS row, \
-                     {SHOWN_ORDER} AS shown \
+                     {shown} AS shown \
                  FROM (SELECT {list} FROM pg_catalog.jsonb_populate_record(NULL::{table}, x.old) AS r) AS t) o \
                ON x.old IS NOT NULL \
              LEFT JOIN LATERAL (SELECT t.organization_id, t.id, pg_catalog.to_jsonb(t) AS row, \
-                     {SHOWN_ORDER} AS shown \
+                     {shown} AS shown \
                  FROM (SELECT {list} FROM pg_catalog.jsonb_populate_record(NULL::{table}, x.new) AS r) AS t) n \
                ON x.new IS NOT NULL"
         );
@@ -1019,7 +1020,8 @@ async fn render_all(
             Err(sqlx::Error::Database(_)) => {
                 attempt.rollback().await.map_err(store_error)?;
                 for &at in &indexes {
-                    rendered[at] = Some(render_one(transaction, table, map, changes[at]).await?);
+                    rendered[at] =
+                        Some(render_one(transaction, table, map, shown, changes[at]).await?);
                 }
             }
             Err(other) => return Err(store_error(other)),
@@ -1037,11 +1039,12 @@ async fn render_one(
     transaction: &mut Transaction<'_, Postgres>,
     table: &str,
     map: &OrdersMap,
+    shown: &str,
     change: &RowChange,
 ) -> Result<Rendered, StoreError> {
     let list = map.select_list();
     let whole = format!(
-        "SELECT t.organization_id, t.id, pg_catalog.to_jsonb(t) AS row, {SHOWN_ORDER} AS shown \
+        "SELECT t.organization_id, t.id, pg_catalog.to_jsonb(t) AS row, {shown} AS shown \
          FROM (SELECT {list} FROM pg_catalog.jsonb_populate_record(NULL::{table}, $1) AS r) AS t"
     );
     let keys = format!(

@@ -61,30 +61,34 @@ pub(in crate::store::postgres) fn fingerprint(statements: &[String]) -> String {
 
 /// The contract's checks, as the trigger of the crate's own table makes them (#54), over the
 /// mapped order `t`: a snapshot only for an order every reader can show, its times in UTC
-/// whatever the writer's session says; NULL otherwise.
-pub(in crate::store::postgres) const SHOWN: &str =
-    "CASE WHEN t.id IS NOT NULL AND t.providers IS NOT NULL \
-        AND pg_catalog.array_position(t.providers, NULL) IS NULL \
-        AND t.advertiser_name IS NOT NULL AND t.campaign_name IS NOT NULL \
-        AND t.status IS NOT NULL AND t.external_reference IS NOT NULL \
-        AND t.budget_dkk OPERATOR(pg_catalog.>=) 0::bigint \
-        AND t.budget_dkk OPERATOR(pg_catalog.<=) 9007199254740991::bigint \
-        AND t.start_date OPERATOR(pg_catalog.>=) '0001-01-01'::date \
-        AND t.start_date OPERATOR(pg_catalog.<) '10000-01-01'::date \
-        AND t.end_date OPERATOR(pg_catalog.>=) '0001-01-01'::date \
-        AND t.end_date OPERATOR(pg_catalog.<) '10000-01-01'::date \
-        AND t.created_at OPERATOR(pg_catalog.>=) '0001-01-01 00:00:00+00'::timestamptz \
-        AND t.created_at OPERATOR(pg_catalog.<) '10000-01-01 00:00:00+00'::timestamptz \
-    THEN pg_catalog.jsonb_build_object( \
-        'id', t.id, 'providers', pg_catalog.to_jsonb(t.providers), \
-        'advertiser_name', t.advertiser_name, 'campaign_name', t.campaign_name, \
-        'budget_dkk', t.budget_dkk, \
-        'start_date', pg_catalog.to_char(t.start_date, 'YYYY-MM-DD'), \
-        'end_date', pg_catalog.to_char(t.end_date, 'YYYY-MM-DD'), \
-        'status', t.status, 'external_reference', t.external_reference, \
-        'created_at', pg_catalog.to_char(t.created_at AT TIME ZONE 'UTC', \
-                                         'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')) \
-    END";
+/// whatever the writer's session says; NULL otherwise. The snapshot is a row of the crate's
+/// type `partner_api_order_snapshot` (in `schema`, quoted) turned to JSON whole: the same JSON
+/// as `jsonb_build_object` over its fields, with a catalog look-up per field instead of one
+/// per key and one per value (migration `20261211000002_order_snapshot_row`).
+pub(in crate::store::postgres) fn shown(schema: &str) -> String {
+    format!(
+        "CASE WHEN t.id IS NOT NULL AND t.providers IS NOT NULL \
+            AND pg_catalog.array_position(t.providers, NULL) IS NULL \
+            AND t.advertiser_name IS NOT NULL AND t.campaign_name IS NOT NULL \
+            AND t.status IS NOT NULL AND t.external_reference IS NOT NULL \
+            AND t.budget_dkk OPERATOR(pg_catalog.>=) 0::bigint \
+            AND t.budget_dkk OPERATOR(pg_catalog.<=) 9007199254740991::bigint \
+            AND t.start_date OPERATOR(pg_catalog.>=) '0001-01-01'::date \
+            AND t.start_date OPERATOR(pg_catalog.<) '10000-01-01'::date \
+            AND t.end_date OPERATOR(pg_catalog.>=) '0001-01-01'::date \
+            AND t.end_date OPERATOR(pg_catalog.<) '10000-01-01'::date \
+            AND t.created_at OPERATOR(pg_catalog.>=) '0001-01-01 00:00:00+00'::timestamptz \
+            AND t.created_at OPERATOR(pg_catalog.<) '10000-01-01 00:00:00+00'::timestamptz \
+        THEN pg_catalog.to_jsonb(ROW( \
+            t.id, t.providers, t.advertiser_name, t.campaign_name, t.budget_dkk, \
+            pg_catalog.to_char(t.start_date, 'YYYY-MM-DD'), \
+            pg_catalog.to_char(t.end_date, 'YYYY-MM-DD'), \
+            t.status, t.external_reference, \
+            pg_catalog.to_char(t.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') \
+        )::{schema}.partner_api_order_snapshot) \
+        END"
+    )
+}
 
 /// The statements that make the orders' trigger for `table` read through `orders`, in the
 /// crate's schema `schema` (quoted).
@@ -102,8 +106,9 @@ pub(in crate::store::postgres) fn orders_trigger(
         orders.item(OrderField::Organization),
         orders.item(OrderField::Id)
     );
-    let old_order = read_through_map("OLD", &list, &keys);
-    let new_order = read_through_map("NEW", &list, &keys);
+    let shown = shown(schema);
+    let old_order = read_through_map("OLD", &list, &keys, &shown);
+    let new_order = read_through_map("NEW", &list, &keys, &shown);
     let body = format!(
         r#"
 CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
@@ -205,17 +210,17 @@ $partner_api$"#
 
 /// The trigger's block that reads `row` (`OLD` or `NEW`) through the map (`list`, and
 /// `keys`: the organization's and id's items) into `{old|new}_org`, `_id`, `_row` and the
-/// checked snapshot `_shown` ([`SHOWN`]). A row the map cannot show whole still has its
+/// checked snapshot `_shown` (`shown`, of [`shown`]). A row the map cannot show whole still has its
 /// organization and id when those convert; one without is in no feed. `_row`, the mapped row
 /// whole, is made for an update only, the one change that compares it: an insert or a
 /// deletion would spend about a tenth of its trigger's cost on a value nobody reads.
-fn read_through_map(row: &str, list: &str, keys: &str) -> String {
+fn read_through_map(row: &str, list: &str, keys: &str, shown: &str) -> String {
     let prefix = row.to_ascii_lowercase();
     format!(
         "        BEGIN
             SELECT t.organization_id, t.id,
                    CASE WHEN TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN pg_catalog.to_jsonb(t) END,
-                   {SHOWN}
+                   {shown}
                 INTO {prefix}_org, {prefix}_id, {prefix}_row, {prefix}_shown
                 FROM (SELECT {list} FROM (SELECT {row}.*) AS r) AS t;
         EXCEPTION WHEN OTHERS THEN
