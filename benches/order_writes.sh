@@ -33,6 +33,7 @@ DURATION=${DURATION:-10}
 ROUNDS=${ROUNDS:-2}
 
 source .ci/servers.sh
+source benches/mapped_tables.sh
 work=$(mktemp -d /tmp/partner-api-writes.XXXXXX)
 cleanup() { stop_servers; rm -rf "$work"; }
 trap cleanup EXIT
@@ -69,22 +70,7 @@ fi
 # The host's own tables, in a database of their own, migrated and registered as the hosting
 # page says.
 mapped_database=${database%/*}/mapped
-psql -q "$database" -c "CREATE DATABASE mapped"
-psql -q "$mapped_database" <<'SQL'
-CREATE TABLE public.accounts (id bigserial PRIMARY KEY, display_name text NOT NULL);
-CREATE TABLE public.media_buys (buy_id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-    account_id bigint NOT NULL REFERENCES public.accounts (id), channels text[] NOT NULL,
-    advertiser text NOT NULL, campaign text NOT NULL, budget_ore bigint NOT NULL,
-    starts_on date NOT NULL, ends_on date NOT NULL, state text NOT NULL, po_number text,
-    created timestamptz NOT NULL DEFAULT now());
-INSERT INTO accounts (display_name) SELECT format('account %s', a) FROM generate_series(1, 50) a;
-SQL
-sed -n '/^```toml$/,/^```$/p' src/docs/hosting.md | sed '1d;$d' >"$work/schema-map.toml"
-cargo run -q --example standalone --features postgres -- \
-  --database-url "$mapped_database" --schema-map "$work/schema-map.toml" migrate >/dev/null
-cargo run -q --example standalone --features postgres -- \
-  --database-url "$mapped_database" --schema-map "$work/schema-map.toml" indexes |
-  while read -r statement; do psql -q "$mapped_database" -c "$statement"; done
+make_mapped_database "$mapped_database" "$work"
 # The capture's databases: copies, switched to the capture mode.
 psql -q "${database%/*}/template1" -c "CREATE DATABASE capture TEMPLATE ${database##*/}" \
   -c "CREATE DATABASE mapped_capture TEMPLATE mapped"
