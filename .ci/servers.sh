@@ -48,19 +48,30 @@ exited() {
 # sweep_stale_servers: removes the data directories of throwaway servers that no longer run.
 # A caller killed before its EXIT trap (a session's end, a kill -9) leaves its server's
 # directory behind, in memory when under /dev/shm; across runs on one machine these once
-# filled its memory. A directory is kept while the pid in its pid file lives, and while it is
-# younger than 10 minutes (a server starting beside us has no pid file yet).
+# filled its memory. A directory is kept while the shell that made it (its `owner` file)
+# lives, or the server (its pid file; PostgreSQL's single-user mode writes its pid negated),
+# and while it is younger than 10 minutes (one being made beside us has neither file yet);
+# only directories of this user, or of the postgres user the servers run as, are looked at.
 sweep_stale_servers() {
-  local dir pidfile pid
+  local dir file pid alive
   for dir in /tmp/partner-api-pg.* /dev/shm/partner-api-pg.* /tmp/partner-api-redis.*; do
-    [ -d "$dir" ] || continue
-    [ -n "$(find "$dir" -maxdepth 0 -mmin +10)" ] || continue
-    pidfile=$dir/pid
-    [ -f "$dir/db/postmaster.pid" ] && pidfile=$dir/db/postmaster.pid
-    pid=$(head -n 1 "$pidfile" 2>/dev/null) || pid=
-    if [ -n "$pid" ] && ! exited "$pid"; then continue; fi
-    rm -rf "$dir" 2>/dev/null && echo "removed a stopped throwaway server's files: $dir" ||
+    [ -d "$dir" ] && [ ! -L "$dir" ] || continue
+    [ -n "$(find "$dir" -maxdepth 0 \( -user "$(id -u)" -o -user postgres \) -mmin +10 2>/dev/null)" ] ||
+      continue
+    alive=
+    for file in "$dir/owner" "$dir/pid" "$dir/db/postmaster.pid"; do
+      [ -f "$file" ] && [ ! -L "$file" ] || continue
+      pid=$(head -n 1 "$file" 2>/dev/null) || pid=
+      pid=${pid#-}
+      case $pid in '' | *[!0-9]*) continue ;; esac
+      if ! exited "$pid"; then alive=1; break; fi
+    done
+    [ -z "$alive" ] || continue
+    if rm -rf "$dir" 2>/dev/null; then
+      echo "removed a stopped throwaway server's files: $dir"
+    else
       echo "warning: could not remove $dir" >&2
+    fi
   done
 }
 
@@ -100,6 +111,7 @@ start_postgres() {
     parent=/dev/shm
   fi
   data=$(mktemp -d "$parent/partner-api-pg.XXXXXX")
+  echo $$ >"$data/owner"
   port=$(free_port)
   # initdb and postgres refuse to run as root: use the package's postgres user then.
   local run=()
@@ -130,7 +142,7 @@ start_bench_postgres() {
   bench_database=$PARTNER_API_TEST_DATABASE_URL
   local migration
   for migration in src/store/migrations/*.sql; do
-    psql -q "$bench_database" -f "$migration" >/dev/null
+    psql -q -v ON_ERROR_STOP=1 "$bench_database" -f "$migration" >/dev/null
   done
 }
 
@@ -140,6 +152,7 @@ start_redis() {
   command -v redis-server >/dev/null || install_packages "the Redis tests" redis-server || return 1
   local dir port
   dir=$(mktemp -d /tmp/partner-api-redis.XXXXXX)
+  echo $$ >"$dir/owner"
   port=$(free_port)
   redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$dir" --daemonize yes --pidfile "$dir/pid" --logfile "$dir/log"

@@ -8,7 +8,7 @@
 make_mapped_database() {
   local url=$1 work=$2
   psql -q "${url%/*}/postgres" -c "CREATE DATABASE ${url##*/}"
-  psql -q "$url" <<'SQL'
+  psql -q -v ON_ERROR_STOP=1 "$url" <<'SQL'
 CREATE TABLE public.accounts (id bigserial PRIMARY KEY, display_name text NOT NULL);
 CREATE TABLE public.media_buys (buy_id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
     account_id bigint NOT NULL REFERENCES public.accounts (id), channels text[] NOT NULL,

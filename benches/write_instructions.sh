@@ -22,6 +22,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N_FEW=${N_FEW:-200}
 N_MANY=${N_MANY:-1200}
+if [ "$N_MANY" -le "$N_FEW" ]; then
+  echo "error: N_MANY ($N_MANY) must be more than N_FEW ($N_FEW)" >&2
+  exit 2
+fi
 read -r -a modes <<<"${MODES:-none triggers mapped-none mapped}"
 
 if ! command -v valgrind >/dev/null; then
@@ -42,7 +46,7 @@ psql -q "$database" -c \
 if [ -n "${BASELINE:-}" ]; then
   psql -q "$database" -c "CREATE DATABASE baseline"
   for migration in $(git ls-tree --name-only "$BASELINE" src/store/migrations/ | sort); do
-    git show "$BASELINE:$migration" | psql -q "${database%/*}/baseline" >/dev/null
+    git show "$BASELINE:$migration" | psql -q -v ON_ERROR_STOP=1 "${database%/*}/baseline" >/dev/null
   done
   psql -q "${database%/*}/baseline" -c \
     "INSERT INTO partner_organizations SELECT format('org_%s', o), 'x' FROM generate_series(0, 49) o"
@@ -59,9 +63,10 @@ run=()
 "${run[@]}" "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null
 
 # instructions DATABASE SETUP-STATEMENT INSERTS TABLE: the backend's total for the setup and
-# INSERTS single-row inserts into TABLE (`crate` or `mapped`).
+# INSERTS single-row inserts into TABLE (`crate` or `mapped`). A statement that fails fails
+# the bench: the cost of failing inserts is no figure.
 instructions() {
-  local database=$1 setup=$2 inserts=$3 table=$4
+  local database=$1 setup=$2 inserts=$3 table=$4 log=$work/single-user.log
   {
     echo "$setup"
     for i in $(seq 1 "$inserts"); do
@@ -72,8 +77,13 @@ instructions() {
       fi
     done
   } | "${run[@]}" valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-    "$bin/postgres" --single -D "$data" "$database" 2>&1 >/dev/null |
-    sed -n 's/.*Collected : //p'
+    "$bin/postgres" --single -D "$data" "$database" >"$log" 2>&1
+  if grep -Eq '(ERROR|FATAL|PANIC): ' "$log"; then
+    grep -E '(ERROR|FATAL|PANIC): ' "$log" | head -n 5 >&2
+    echo "error: a statement failed in $database" >&2
+    return 1
+  fi
+  sed -n 's/.*Collected : //p' "$log"
 }
 
 echo "order inserts, one a transaction; PostgreSQL $("$bin/postgres" --version | awk '{print $3}') backend in single-user mode under callgrind"

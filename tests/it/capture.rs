@@ -567,3 +567,87 @@ async fn a_lost_slot_is_said_and_stopping_fences_every_feed_so_no_reader_crosses
         .collect();
     assert_eq!(ids, ["after"]);
 }
+
+/// A reader whose database has not run the migration that makes the snapshot's type (a
+/// replica upgraded before the owner's `migrate`) refuses its round: rendered without the
+/// type every snapshot would fail, be taken for an order the contract cannot show, and the
+/// slot would move past it for good. Once the type is there, the same changes are read whole.
+#[tokio::test]
+async fn a_reader_ahead_of_its_databases_migrations_refuses_its_round_and_moves_nothing() {
+    crate::common::needs::needs!(Postgres);
+    let (store, url) = migrated_with(&ORGANIZATIONS).await;
+    let pool = PgPool::connect(&url).await.unwrap();
+    store.start_order_capture().await.unwrap();
+    pool.execute(WRITES[0]).await.unwrap();
+    pool.execute("DROP TYPE partner_api_order_snapshot")
+        .await
+        .unwrap();
+    let reader = store.order_capture();
+    let refused = reader.round().await.unwrap_err();
+    let message = std::error::Error::source(&refused).unwrap().to_string();
+    assert!(
+        message.contains("partner_api_order_snapshot") && message.contains("migrate"),
+        "{message}"
+    );
+    assert!(events(&pool).await.is_empty(), "a refused round wrote");
+    // The type as its migration makes it.
+    let migration =
+        include_str!("../../src/store/migrations/20261211000002_order_snapshot_row.sql");
+    let create_type = &migration[migration.find("CREATE TYPE").unwrap()..];
+    let create_type = &create_type[..=create_type.find(";").unwrap()];
+    pool.execute(create_type).await.unwrap();
+    loop {
+        if reader.round().await.unwrap().caught_up {
+            break;
+        }
+    }
+    let read = events(&pool).await;
+    assert_eq!(read.len(), 1, "{read:#?}");
+    let snapshot = read[0].3.as_ref().expect("the order read whole");
+    assert_eq!(snapshot["advertiser_name"], "A's \"x\"");
+}
+
+/// The snapshot built as a row of `partner_api_order_snapshot` (migration
+/// `20261211000002_order_snapshot_row`) is, to the byte, the JSON the trigger built before
+/// with `jsonb_build_object`, on text that needs escaping (quotes, backslashes, control
+/// characters, other scripts), in the trigger and in the capture reader alike.
+#[tokio::test]
+async fn the_snapshot_row_is_the_json_jsonb_build_object_made() {
+    crate::common::needs::needs!(Postgres);
+    const BEFORE: &str = "pg_catalog.jsonb_build_object('id', o.id, \
+        'providers', pg_catalog.to_jsonb(o.providers), 'advertiser_name', o.advertiser_name, \
+        'campaign_name', o.campaign_name, 'budget_dkk', o.budget_dkk, \
+        'start_date', pg_catalog.to_char(o.start_date, 'YYYY-MM-DD'), \
+        'end_date', pg_catalog.to_char(o.end_date, 'YYYY-MM-DD'), 'status', o.status, \
+        'external_reference', o.external_reference, \
+        'created_at', pg_catalog.to_char(o.created_at AT TIME ZONE 'UTC', \
+                                         'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'))";
+    const ORDERS: &str = "INSERT INTO partner_orders (organization_id, id, providers, \
+        advertiser_name, campaign_name, budget_dkk, start_date, end_date, status, \
+        external_reference, created_at) \
+        SELECT 'org_c1', 'o' || n, ARRAY['meta', 'a\"b', E'c\\\\d', E'e\\tf', 'ø✓'], \
+               E'A \"q\" \\\\ \\n \\u0001 ' || n, 'Kampagne Ærø 東京 ' || n, 9007199254740991 - n, \
+               '0001-01-01'::date + n, '9999-12-31'::date - n, 'booked', E'PO\\r' || n, \
+               '2026-02-01 10:00:00.5+01'::timestamptz + n * interval '1 microsecond' \
+        FROM pg_catalog.generate_series(1, 50) n";
+    let compare = format!(
+        "SELECT pg_catalog.count(*) FILTER (WHERE e.order_row::text = ({BEFORE})::text), \
+                pg_catalog.count(*) \
+         FROM partner_api_order_events e JOIN partner_orders o ON o.id = e.order_id"
+    );
+    // The trigger's.
+    let (_triggered, url) = migrated_with(&ORGANIZATIONS).await;
+    let pool = PgPool::connect(&url).await.unwrap();
+    pool.execute(ORDERS).await.unwrap();
+    let (same, all): (i64, i64) = sqlx::query_as(&compare).fetch_one(&pool).await.unwrap();
+    assert_eq!((same, all), (50, 50));
+    // The capture reader's.
+    let (captured, url) = migrated_with(&ORGANIZATIONS).await;
+    let pool = PgPool::connect(&url).await.unwrap();
+    captured.start_order_capture().await.unwrap();
+    pool.execute(ORDERS).await.unwrap();
+    let reader = captured.order_capture();
+    while !reader.round().await.unwrap().caught_up {}
+    let (same, all): (i64, i64) = sqlx::query_as(&compare).fetch_one(&pool).await.unwrap();
+    assert_eq!((same, all), (50, 50));
+}

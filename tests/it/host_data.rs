@@ -106,6 +106,24 @@ async fn registered(store: PgStore, map: SchemaMap) -> PgStore {
     store
 }
 
+/// A registration on a database whose migrations are older than the code (no snapshot type)
+/// is refused, naming `migrate`: its trigger would take every order for one the contract
+/// cannot show.
+#[tokio::test]
+async fn a_registration_ahead_of_its_databases_migrations_is_refused() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = with_host_schema().await;
+    store
+        .pool()
+        .execute("DROP TYPE partner_api_order_snapshot")
+        .await
+        .unwrap();
+    let store = store.with_schema_map(host_map()).await.unwrap();
+    let refused = store.register_schema_map().await.unwrap_err();
+    let message = std::error::Error::source(&refused).unwrap().to_string();
+    assert!(message.contains("run `migrate`"), "{message}");
+}
+
 /// [`host_store`] with the account `id` named `name`, and `key` issued to it.
 async fn host_with_key(id: &str, name: &str, key: &str) -> PgStore {
     let (store, _) = host_store().await;

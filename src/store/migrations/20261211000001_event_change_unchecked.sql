@@ -3,7 +3,7 @@
 -- Every order change inserts its event from the orders trigger, one statement per change, and
 -- PostgreSQL prepares a table's CHECK constraints afresh for every statement that inserts into
 -- it (the stored expression parsed from its text and planned again): about 38,000 instructions
--- of each single-row order insert's 293,000 that the crate's trigger adds, 13 % of its cost
+-- of the 296,000 the crate's trigger added to each single-row order insert, 13 % of its cost
 -- (`benches/write_instructions.sh`, 2026-11-29). The constraint guarded only the crate's own
 -- writers: the table is written by the orders triggers and the capture reader, each of which
 -- names one of the three types, and no documented role may insert into it directly. A reader

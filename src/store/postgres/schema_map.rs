@@ -15,7 +15,7 @@ pub use indexes::SchemaIndex;
 
 pub(super) use register::bare_identifier;
 /// A mapped order's snapshot as the triggers check and render it (over `t`): for the capture.
-pub(super) use register::shown as shown_order;
+pub(super) use register::{require_snapshot_type, shown as shown_order};
 
 impl super::PgStore {
     /// The indexes the [schema map](Self::with_schema_map) needs on the host's tables, so
@@ -78,6 +78,7 @@ impl super::PgStore {
             .fetch_one(&mut *transaction)
             .await
             .map_err(failed)?;
+        register::require_snapshot_type(&mut transaction, &schema).await?;
         let (references, tables) = self.registration(&schema);
         if let Some(references) = references {
             sqlx::query(&references)

@@ -1,8 +1,7 @@
 //! The test process's scratch folder: every file a test writes for a process it starts (a
 //! seed, a schema map, a log) goes into `$TMPDIR/partner-api-tests-<pid>`. A test binary has
-//! no hook at its exit, so each run, when it first needs the folder, removes the folders (and
-//! the loose `partner-api-<pid>-...` files of earlier versions) that runs whose process has
-//! exited left behind.
+//! no hook at its exit, so each run, when it first needs the folder, removes the folders that
+//! runs whose process has exited left behind.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -23,8 +22,9 @@ pub fn scratch_path(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Removes what exited test processes left in `temp`: this version's folders and the loose
-/// files of the versions before it. Only where `/proc` says which processes live.
+/// Removes the scratch folders in `temp` of test processes that have exited: folders named
+/// as [`scratch_path`] names them (not a link, nor a file), whose pid `/proc` does not know.
+/// Nothing where there is no `/proc` to ask.
 fn sweep(temp: &Path) {
     let proc = Path::new("/proc");
     if !proc.join("self").exists() {
@@ -35,32 +35,20 @@ fn sweep(temp: &Path) {
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let pid = if let Some(pid) = name.strip_prefix(FOLDER_PREFIX) {
-            pid
-        } else if let Some(rest) = name.strip_prefix("partner-api-") {
-            // partner-api-<pid>-<name>, partner-api-{pg-seed,soak,baseline}-<pid>[.json]
-            let rest = rest
-                .strip_prefix("pg-seed-")
-                .or_else(|| rest.strip_prefix("soak-"))
-                .or_else(|| rest.strip_prefix("baseline-"))
-                .unwrap_or(rest);
-            rest.split(['-', '.']).next().unwrap_or("")
-        } else {
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(FOLDER_PREFIX))
+        else {
             continue;
         };
-        if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        let is_folder = entry.file_type().is_ok_and(|kind| kind.is_dir());
+        if !is_folder || pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
             continue;
         }
-        if proc.join(pid).exists() {
-            continue;
+        if !proc.join(pid).exists() {
+            // Another run's sweep may remove it first, or it is another user's: either way
+            // it is not ours to keep.
+            let _ = std::fs::remove_dir_all(entry.path());
         }
-        let path = entry.path();
-        // Another run's sweep may remove it first: either way it is gone.
-        let _ = if path.is_dir() {
-            std::fs::remove_dir_all(&path)
-        } else {
-            std::fs::remove_file(&path)
-        };
     }
 }

@@ -90,6 +90,28 @@ pub(in crate::store::postgres) fn shown(schema: &str) -> String {
     )
 }
 
+/// Refuses where the crate's migrations have not made the type [`shown`] casts to (a
+/// registration or a capture reader ahead of its database's `migrate`): every snapshot would
+/// otherwise fail, and be taken for an order the map cannot show, silently.
+pub(in crate::store::postgres) async fn require_snapshot_type(
+    connection: &mut sqlx::PgConnection,
+    schema: &str,
+) -> Result<(), crate::store::StoreError> {
+    let present: bool = sqlx::query_scalar("SELECT pg_catalog.to_regtype($1) IS NOT NULL")
+        .bind(format!("{schema}.partner_api_order_snapshot"))
+        .fetch_one(connection)
+        .await
+        .map_err(crate::store::postgres::store_error)?;
+    if present {
+        Ok(())
+    } else {
+        Err(crate::store::StoreError::other(format!(
+            "the type {schema}.partner_api_order_snapshot is missing: this database's \
+             migrations are older than this code; run `migrate` (as the schema's owner) first"
+        )))
+    }
+}
+
 /// The statements that make the orders' trigger for `table` read through `orders`, in the
 /// crate's schema `schema` (quoted).
 pub(in crate::store::postgres) fn orders_trigger(
