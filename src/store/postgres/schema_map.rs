@@ -14,7 +14,8 @@ mod register;
 pub use indexes::SchemaIndex;
 
 pub(super) use register::bare_identifier;
-/// A mapped order's snapshot as the triggers check and render it (over `t`): for the capture.
+/// A mapped order's snapshot as the triggers check and render it (over `t`), and the check
+/// that the type it is rendered through exists: for the capture.
 pub(super) use register::{require_snapshot_type, shown as shown_order};
 
 impl super::PgStore {
