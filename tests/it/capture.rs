@@ -596,11 +596,7 @@ async fn a_reader_ahead_of_its_databases_migrations_refuses_its_round_and_moves_
     let create_type = &migration[migration.find("CREATE TYPE").unwrap()..];
     let create_type = &create_type[..=create_type.find(";").unwrap()];
     pool.execute(create_type).await.unwrap();
-    loop {
-        if reader.round().await.unwrap().caught_up {
-            break;
-        }
-    }
+    while !reader.round().await.unwrap().caught_up {}
     let read = events(&pool).await;
     assert_eq!(read.len(), 1, "{read:#?}");
     let snapshot = read[0].3.as_ref().expect("the order read whole");

@@ -14,9 +14,9 @@ mod register;
 pub use indexes::SchemaIndex;
 
 pub(super) use register::bare_identifier;
-/// A mapped order's snapshot as the triggers check and render it (over `t`), and the check
-/// that the type it is rendered through exists: for the capture.
-pub(super) use register::{require_snapshot_type, shown as shown_order};
+/// A mapped order's snapshot as the triggers check and render it (over `t`), and the crate's
+/// schema once that type exists: for the capture.
+pub(super) use register::{migrated_schema, shown as shown_order};
 
 impl super::PgStore {
     /// The indexes the [schema map](Self::with_schema_map) needs on the host's tables, so
@@ -75,11 +75,7 @@ impl super::PgStore {
                 .await
                 .map_err(failed)?;
         }
-        let schema: String = sqlx::query_scalar("SELECT pg_catalog.quote_ident(current_schema())")
-            .fetch_one(&mut *transaction)
-            .await
-            .map_err(failed)?;
-        register::require_snapshot_type(&mut transaction, &schema).await?;
+        let schema = register::migrated_schema(&mut transaction).await?;
         let (references, tables) = self.registration(&schema);
         if let Some(references) = references {
             sqlx::query(&references)

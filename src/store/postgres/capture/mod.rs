@@ -48,7 +48,7 @@ use sqlx::{PgPool, Postgres, Row, Transaction};
 
 use self::decode::{Operation, RowChange};
 use super::error::{is_lock_timeout, is_object_in_use, is_undefined_object};
-use super::schema_map::{require_snapshot_type, shown_order, OrderField, OrdersMap};
+use super::schema_map::{migrated_schema, shown_order, OrderField, OrdersMap};
 use super::{store_error, PgStore};
 use crate::log::ErrorChain;
 use crate::store::{StoreError, StoreErrorKind};
@@ -514,13 +514,9 @@ impl OrderCapture {
             return Ok(CaptureRound::default());
         };
         let recorded = recorded.as_deref().map(lsn).transpose()?.unwrap_or(0);
-        let schema: String = sqlx::query_scalar("SELECT pg_catalog.quote_ident(current_schema())")
-            .fetch_one(&mut *transaction)
-            .await
-            .map_err(store_error)?;
         // Before anything is rendered: a reader ahead of its database's migrations would take
         // every snapshot for an unshowable order, and the slot would move past them for good.
-        require_snapshot_type(&mut transaction, &schema).await?;
+        let schema = migrated_schema(&mut transaction).await?;
         // The map's expressions are evaluated as the triggers evaluate them.
         execute(
             &mut transaction,

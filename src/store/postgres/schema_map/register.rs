@@ -90,20 +90,23 @@ pub(in crate::store::postgres) fn shown(schema: &str) -> String {
     )
 }
 
-/// Refuses where the crate's migrations have not made the type [`shown`] casts to (a
-/// registration or a capture reader ahead of its database's `migrate`): every snapshot would
-/// otherwise fail, and be taken for an order the map cannot show, silently.
-pub(in crate::store::postgres) async fn require_snapshot_type(
+/// The crate's schema (`current_schema()`, quoted), once its migrations have made the type
+/// [`shown`] casts to; refused, naming `migrate`, where they have not (a registration or a
+/// capture reader ahead of its database): every snapshot would otherwise fail, and be taken
+/// for an order the map cannot show, silently. One query for both.
+pub(in crate::store::postgres) async fn migrated_schema(
     connection: &mut sqlx::PgConnection,
-    schema: &str,
-) -> Result<(), crate::store::StoreError> {
-    let present: bool = sqlx::query_scalar("SELECT pg_catalog.to_regtype($1) IS NOT NULL")
-        .bind(format!("{schema}.partner_api_order_snapshot"))
-        .fetch_one(connection)
-        .await
-        .map_err(crate::store::postgres::store_error)?;
+) -> Result<String, crate::store::StoreError> {
+    let (schema, present): (String, bool) = sqlx::query_as(
+        "SELECT pg_catalog.quote_ident(current_schema()), \
+                pg_catalog.to_regtype(pg_catalog.format('%I.partner_api_order_snapshot', \
+                                                        current_schema())) IS NOT NULL",
+    )
+    .fetch_one(connection)
+    .await
+    .map_err(crate::store::postgres::store_error)?;
     if present {
-        Ok(())
+        Ok(schema)
     } else {
         Err(crate::store::StoreError::other(format!(
             "the type {schema}.partner_api_order_snapshot is missing: this database's \
