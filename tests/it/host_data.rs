@@ -708,6 +708,21 @@ async fn a_role_that_only_writes_orders_raises_events_and_cannot_borrow_the_trig
         .execute("INSERT INTO partner_api_order_events (organization_id, change, order_id) VALUES ('acme', 'order.created', 'forged')")
         .await;
     assert!(forged.is_err());
+    for statement in [
+        "ALTER TYPE partner_api_order_snapshot RENAME ATTRIBUTE id TO order_id",
+        "DROP TYPE partner_api_order_snapshot",
+    ] {
+        let refused = as_writer
+            .pool()
+            .execute(statement)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("must be owner"),
+            "the writer: {statement}: {refused}"
+        );
+    }
     let function: String = sqlx::query_scalar(
         "SELECT p.oid::regprocedure::text FROM pg_proc p \
          WHERE p.proname LIKE 'partner\\_api\\_orders\\_media\\_buys\\_%'",
@@ -1268,6 +1283,23 @@ async fn the_documented_roles_serve_and_issue_through_the_map_and_can_do_no_more
             )
             .await;
         assert!(attached.is_err(), "{role} attached the crate's trigger");
+        // Nor change the type every snapshot is rendered through (its JSON), nor drop it
+        // (every write's snapshot would fail).
+        for statement in [
+            "ALTER TYPE partner_api_order_snapshot RENAME ATTRIBUTE id TO order_id",
+            "DROP TYPE partner_api_order_snapshot",
+        ] {
+            let refused = store
+                .pool()
+                .execute(statement)
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(
+                refused.contains("must be owner"),
+                "{role}: {statement}: {refused}"
+            );
+        }
         if let Ok(mapped) = store.with_schema_map(host_map()).await {
             assert!(
                 mapped.register_schema_map().await.is_err(),
