@@ -929,7 +929,11 @@ async fn a_feed_read_by_insert_id_alone_misses_a_late_commit_and_the_checker_fin
         let pool = pool.clone();
         async move {
             sqlx::query(
-                "SELECT id, change, order_id, order_row FROM partner_api_order_events \
+                // The order's budget as written, whether or not a stamping rendered the
+                // event's snapshot yet.
+                "SELECT id, change, order_id, \
+                        COALESCE((order_row ->> 'budget_dkk')::bigint, new_budget_dkk) AS budget \
+                 FROM partner_api_order_events \
                  WHERE organization_id = $1 AND id > $2 ORDER BY id",
             )
             .bind(organization)
@@ -940,14 +944,14 @@ async fn a_feed_read_by_insert_id_alone_misses_a_late_commit_and_the_checker_fin
             .into_iter()
             .map(|row| {
                 let change: String = row.get("change");
-                let order_row: Option<serde_json::Value> = row.get("order_row");
+                let budget: Option<i64> = row.get("budget");
                 let order_id: String = row.get("order_id");
                 (
                     row.get::<i64, _>("id"),
                     Seen {
                         order_id,
                         change: OrderChange::from_name(&change).unwrap(),
-                        version: order_row.and_then(|row| row["budget_dkk"].as_u64()),
+                        version: budget.and_then(|budget| u64::try_from(budget).ok()),
                     },
                 )
             })
