@@ -51,7 +51,7 @@ type Event = (
 /// The events of a database, in id order, each stamped first as a reader of its feed would
 /// (the trigger's events of `partner_orders` get their snapshot there).
 async fn events(pool: &PgPool) -> Vec<Event> {
-    stamp_all(pool).await;
+    crate::common::pg::stamp_written(pool).await;
     sqlx::query(
         "SELECT organization_id, change, order_id, order_row, previous_providers \
          FROM partner_api_order_events ORDER BY id",
@@ -70,19 +70,6 @@ async fn events(pool: &PgPool) -> Vec<Event> {
         )
     })
     .collect()
-}
-
-/// The organizations whose events the trigger wrote unrendered are stamped, as the feed's
-/// readers and retention do, so that their snapshots are there. Only those: a stamping is a
-/// transaction the capture decodes too (its rows count in a round's batch).
-async fn stamp_all(pool: &PgPool) {
-    pool.execute(
-        "SELECT partner_api_stamp_order_events(u.organization_id, 100000) \
-         FROM (SELECT DISTINCT organization_id FROM partner_api_order_events \
-               WHERE position IS NULL AND new_created_at IS NOT NULL) u",
-    )
-    .await
-    .unwrap();
 }
 
 async fn run_writes(pool: &PgPool) {
@@ -650,7 +637,7 @@ async fn the_snapshot_row_is_the_json_jsonb_build_object_made() {
     let (_triggered, url) = migrated_with(&ORGANIZATIONS).await;
     let pool = PgPool::connect(&url).await.unwrap();
     pool.execute(ORDERS).await.unwrap();
-    stamp_all(&pool).await;
+    crate::common::pg::stamp_written(&pool).await;
     let (same, all): (i64, i64) = sqlx::query_as(&compare).fetch_one(&pool).await.unwrap();
     assert_eq!((same, all), (50, 50));
     // The capture reader's.
@@ -660,7 +647,7 @@ async fn the_snapshot_row_is_the_json_jsonb_build_object_made() {
     pool.execute(ORDERS).await.unwrap();
     let reader = captured.order_capture();
     while !reader.round().await.unwrap().caught_up {}
-    stamp_all(&pool).await;
+    crate::common::pg::stamp_written(&pool).await;
     let (same, all): (i64, i64) = sqlx::query_as(&compare).fetch_one(&pool).await.unwrap();
     assert_eq!((same, all), (50, 50));
 }

@@ -124,6 +124,72 @@ async fn a_registration_ahead_of_its_databases_migrations_is_refused() {
     assert!(message.contains("run `migrate`"), "{message}");
 }
 
+/// An insert takes the trigger's one-statement way when the map converts the row, and the
+/// general way otherwise, with the same outcomes as before it had two: a row whose conversion
+/// fails (here a division by zero in the budget's expression) is in the feed with its keys,
+/// unshowable; a row without an organization through the map is in none; a row converted is
+/// rendered at its stamping as the contract shows it.
+#[tokio::test]
+async fn an_insert_the_map_cannot_convert_is_unshowable_and_one_without_an_organization_in_no_feed()
+{
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = with_host_schema().await;
+    let map = map_with_orders(
+        orders_map()
+            .with(OrderField::Organization, "nullif(account_code, 'nobody')")
+            .with(OrderField::BudgetDkk, "budget_ore / (budget_ore - 100)"),
+    );
+    let store = registered(store, map).await;
+    let account = Organization {
+        id: "acme".into(),
+        name: "Acme".into(),
+    };
+    add_account(&store, &account).await.unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO media_buys (buy_ref, account_code, channels, advertiser, campaign, \
+            budget_ore, starts_on, ends_on, state, po_number, created) VALUES \
+         ('converted', 'acme', '{meta}', 'A', 'C', 1000, '2026-03-01', '2026-04-30', 'booked', \
+          'PO', '2026-02-01 10:00:00Z'), \
+         ('unconvertible', 'acme', '{meta}', 'A', 'C', 100, '2026-03-01', '2026-04-30', \
+          'booked', 'PO', '2026-02-01 10:00:00Z'), \
+         ('orphan', 'nobody', '{meta}', 'A', 'C', 1000, '2026-03-01', '2026-04-30', 'booked', \
+          'PO', '2026-02-01 10:00:00Z')",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    crate::common::pg::stamp_written(store.pool()).await;
+    let events: Vec<(String, String, String, Option<serde_json::Value>)> = sqlx::query_as(
+        "SELECT organization_id, change, order_id, order_row FROM partner_api_order_events \
+         ORDER BY id",
+    )
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        events,
+        [
+            (
+                "acme".to_owned(),
+                "order.created".to_owned(),
+                "converted".to_owned(),
+                Some(json!({
+                    "id": "converted", "providers": ["meta"], "advertiser_name": "A",
+                    "campaign_name": "C", "budget_dkk": 1, "start_date": "2026-03-01",
+                    "end_date": "2026-04-30", "status": "booked", "external_reference": "PO",
+                    "created_at": "2026-02-01T10:00:00.000000Z"
+                }))
+            ),
+            (
+                "acme".to_owned(),
+                "order.created".to_owned(),
+                "unconvertible".to_owned(),
+                None
+            ),
+        ]
+    );
+}
+
 /// [`host_store`] with the account `id` named `name`, and `key` issued to it.
 async fn host_with_key(id: &str, name: &str, key: &str) -> PgStore {
     let (store, _) = host_store().await;
@@ -687,6 +753,7 @@ async fn a_role_that_only_writes_orders_raises_events_and_cannot_borrow_the_trig
         .unwrap();
     let order = crate::common::order("by-writer", 1_700_000_000_000);
     write_buy(&as_writer, "acme", &order).await.unwrap();
+    crate::common::pg::stamp_written(store.pool()).await;
     let snapshot: serde_json::Value = sqlx::query_scalar(
         "SELECT order_row FROM partner_api_order_events WHERE order_id = 'by-writer'",
     )
@@ -1406,6 +1473,7 @@ async fn the_capture_reads_the_hosts_table_through_the_map_as_its_trigger_does()
         COMMIT; \
         DELETE FROM media_buys WHERE buy_ref = 'b1'";
     let events = |store: PgStore| async move {
+        crate::common::pg::stamp_written(store.pool()).await;
         sqlx::query_as::<
             _,
             (

@@ -327,3 +327,18 @@ pub async fn stamp_for_webhooks(pool: &sqlx::PgPool) {
         .await
         .unwrap();
 }
+
+/// The organizations whose events a trigger wrote with the order's fields (rendered at the
+/// stamping, migration `20261212000001_render_at_stamping`) stamped, as the feed's readers and
+/// retention do, so that a direct read of the events table finds their snapshots. Only those:
+/// a stamping is a transaction the capture decodes too (its rows count in a round's batch).
+pub async fn stamp_written(pool: &sqlx::PgPool) {
+    sqlx::query(
+        "SELECT partner_api_stamp_order_events(u.organization_id, 100000) \
+         FROM (SELECT DISTINCT organization_id FROM partner_api_order_events \
+               WHERE position IS NULL AND new_created_at IS NOT NULL) u",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}

@@ -134,6 +134,7 @@ pub(in crate::store::postgres) fn orders_trigger(
     let shown = shown(schema);
     let old_order = read_through_map("OLD", &list, &keys, &shown);
     let new_order = read_through_map("NEW", &list, &keys, &shown);
+    let fields = written_fields("t");
     let body = format!(
         r#"
 CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
@@ -154,6 +155,24 @@ DECLARE
     order_keys text[];
     i integer;
 BEGIN
+    -- An insert into the table this function was made for, the writes' common case, in one
+    -- statement: the order's fields as the map converts them, which the stamping renders
+    -- (migration `20261212000001_render_at_stamping`). A row the map cannot convert, or
+    -- without its organization or id, takes the general way below.
+    IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' AND TG_RELID OPERATOR(pg_catalog.=) {oid}::oid THEN
+        BEGIN
+            INSERT INTO {schema}.partner_api_order_events
+                    (organization_id, change, order_id, {WRITTEN_COLUMNS})
+                SELECT t.organization_id, 'order.created', t.id, {fields}
+                FROM (SELECT {list} FROM (SELECT NEW.*) AS r) AS t
+                WHERE t.organization_id IS NOT NULL AND t.id IS NOT NULL;
+            IF FOUND THEN
+                RETURN NULL;
+            END IF;
+        EXCEPTION WHEN OTHERS THEN
+            NULL;
+        END;
+    END IF;
     -- Only for a table registered (by the owner, who alone may attach this function): a
     -- table renamed stays registered, its oid is. The table this function was made for
     -- (registered in the same statements) passes without a look-up, a query the change would
@@ -231,6 +250,29 @@ $partner_api$"#
              FOR EACH STATEMENT EXECUTE FUNCTION {schema}.partner_api_refuse_truncate()"
         ),
     ]
+}
+
+/// The event's columns that hold an order's fields as written, for the stamping to render
+/// (migration `20261212000001_render_at_stamping`), in the order of [`written_fields`].
+const WRITTEN_COLUMNS: &str = "new_providers, new_advertiser_name, new_campaign_name, \
+    new_budget_dkk, new_start_date, new_end_date, new_status, new_external_reference, \
+    new_created_at";
+
+/// The mapped order `order`'s fields for [`WRITTEN_COLUMNS`].
+fn written_fields(order: &str) -> String {
+    [
+        "providers",
+        "advertiser_name",
+        "campaign_name",
+        "budget_dkk",
+        "start_date",
+        "end_date",
+        "status",
+        "external_reference",
+        "created_at",
+    ]
+    .map(|field| format!("{order}.{field}"))
+    .join(", ")
 }
 
 /// The trigger's block that reads `row` (`OLD` or `NEW`) through the map (`list`, and
