@@ -8,10 +8,18 @@
 # in inserts is the backend's user-space instructions per insert, start-up and catalog
 # loading cancelled out. Modes, each on a database of its own on one throwaway server:
 #   none, triggers               the crate's `partner_orders`, its triggers off, on
+#   stamped                      triggers on, and every organization's new events stamped
+#                                after the inserts, as a reader of the feed or retention does
+#                                (the snapshots are rendered there): the write's whole work
+#   endpoints                    triggers on, an enabled webhook endpoint on every
+#                                organization, and the dispatcher's stamping after the inserts
+#                                (which writes each event's message and delivery)
 #   mapped-none, mapped          a host's own table mapped with --schema-map (the hosting
 #                                page's media_buys and accounts, registered by `migrate`)
-#   baseline-none, baseline      with BASELINE=<commit>: `partner_orders` migrated with that
-#                                commit's migrations (a before and after in one run)
+#   baseline-none, baseline,     with BASELINE=<commit>: `partner_orders` migrated with that
+#   baseline-stamped,            commit's migrations, as none, triggers, stamped and endpoints
+#   baseline-endpoints           (a before and after in one run; BASELINE_MODES picks
+#                                among them, by default baseline-none and baseline)
 # "of none" is the insert without triggers over the insert with them: what the write
 # throughput would be where the server's CPU is the limit and the kernel's share (the commit's
 # flush, the client's socket) is left out.
@@ -26,7 +34,7 @@ if [ "$N_MANY" -le "$N_FEW" ]; then
   echo "error: N_MANY ($N_MANY) must be more than N_FEW ($N_FEW)" >&2
   exit 2
 fi
-read -r -a modes <<<"${MODES:-none triggers mapped-none mapped}"
+read -r -a modes <<<"${MODES:-none triggers stamped endpoints mapped-none mapped}"
 
 if ! command -v valgrind >/dev/null; then
   echo "installing valgrind (Debian package)" >&2
@@ -42,15 +50,22 @@ start_bench_postgres "the write-instructions bench"
 database=$bench_database
 bin=$(postgres_bin)
 psql -q "$database" -c \
-  "INSERT INTO partner_organizations SELECT format('org_%s', o), 'x' FROM generate_series(0, 49) o"
+  "INSERT INTO partner_organizations SELECT format('org_%s', o), 'x' FROM generate_series(0, 49) o" \
+  -c "INSERT INTO partner_webhook_endpoints (organization_id, url, secret, enabled)
+      SELECT id, 'https://partner.example/hooks', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', false
+      FROM partner_organizations"
 if [ -n "${BASELINE:-}" ]; then
   psql -q "$database" -c "CREATE DATABASE baseline"
   for migration in $(git ls-tree --name-only "$BASELINE" src/store/migrations/ | sort); do
     git show "$BASELINE:$migration" | psql -q -v ON_ERROR_STOP=1 "${database%/*}/baseline" >/dev/null
   done
   psql -q "${database%/*}/baseline" -c \
-    "INSERT INTO partner_organizations SELECT format('org_%s', o), 'x' FROM generate_series(0, 49) o"
-  modes+=(baseline-none baseline)
+    "INSERT INTO partner_organizations SELECT format('org_%s', o), 'x' FROM generate_series(0, 49) o" \
+    -c "INSERT INTO partner_webhook_endpoints (organization_id, url, secret, enabled)
+        SELECT id, 'https://partner.example/hooks', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', false
+        FROM partner_organizations"
+  read -r -a baseline_modes <<<"${BASELINE_MODES:-baseline-none baseline}"
+  modes+=("${baseline_modes[@]}")
 fi
 # The host's own tables, migrated and registered as the hosting page says.
 mapped_database=${database%/*}/mapped
@@ -62,11 +77,22 @@ run=()
 [ "$(id -u)" = 0 ] && run=(runuser -u "$(stat -c %U "$data")" --)
 "${run[@]}" "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null
 
-# instructions DATABASE SETUP-STATEMENT INSERTS TABLE: the backend's total for the setup and
-# INSERTS single-row inserts into TABLE (`crate` or `mapped`). A statement that fails fails
-# the bench: the cost of failing inserts is no figure.
+# Every organization's events stamped: what a reader of each feed would do.
+stamp_all="SELECT partner_api_stamp_order_events(format('org_%s', o), 100000000) FROM generate_series(0, 49) o;"
+
+# single_user DATABASE [COMMAND...]: PostgreSQL's backend on DATABASE, in single-user mode,
+# reading statements from the standard input (under COMMAND, a profiler, when given).
+single_user() {
+  local database=$1
+  shift
+  "${run[@]}" "$@" "$bin/postgres" --single -D "$data" "$database"
+}
+
+# instructions DATABASE SETUP-STATEMENT INSERTS TABLE [AFTER]: the backend's total for the
+# setup, INSERTS single-row inserts into TABLE (`crate` or `mapped`) and the statements AFTER
+# them. A statement that fails fails the bench: the cost of failing inserts is no figure.
 instructions() {
-  local database=$1 setup=$2 inserts=$3 table=$4 log=$work/single-user.log
+  local database=$1 setup=$2 inserts=$3 table=$4 after=${5:-} log=$work/single-user.log
   {
     echo "$setup"
     for i in $(seq 1 "$inserts"); do
@@ -76,8 +102,9 @@ instructions() {
         echo "INSERT INTO partner_orders VALUES ('org_$((i % 50))', md5(random()::text || clock_timestamp()::text), ARRAY['meta'], 'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now());"
       fi
     done
-  } | "${run[@]}" valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-    "$bin/postgres" --single -D "$data" "$database" >"$log" 2>&1
+    echo "$after"
+  } | single_user "$database" valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+    >"$log" 2>&1
   if grep -Eq '(ERROR|FATAL|PANIC): ' "$log"; then
     grep -E '(ERROR|FATAL|PANIC): ' "$log" | head -n 5 >&2
     echo "error: a statement failed in $database" >&2
@@ -87,28 +114,46 @@ instructions() {
 }
 
 echo "order inserts, one a transaction; PostgreSQL $("$bin/postgres" --version | awk '{print $3}') backend in single-user mode under callgrind"
-printf '%-10s %-14s %14s %8s\n' table mode "instr./insert" "of none"
+printf '%-10s %-18s %14s %8s\n' table mode "instr./insert" "of none"
 declare -A per_insert
 for mode in "${modes[@]}"; do
   case $mode in
-    none | triggers)
+    none | triggers | stamped | endpoints)
       database_name=postgres table=crate relation=partner_orders trigger=partner_orders_webhooks ;;
     mapped-none | mapped)
       database_name=mapped table=mapped relation=media_buys trigger=partner_api_orders ;;
-    baseline-none | baseline)
+    baseline-none | baseline | baseline-stamped | baseline-endpoints)
       database_name=baseline table=crate relation=partner_orders trigger=USER ;;
     *) echo "error: unknown mode $mode" >&2; exit 2 ;;
   esac
   state=ENABLE
   case $mode in *none) state=DISABLE ;; esac
   setup="ALTER TABLE $relation $state TRIGGER $trigger;"
-  few=$(instructions "$database_name" "$setup" "$N_FEW" "$table")
-  many=$(instructions "$database_name" "$setup" "$N_MANY" "$table")
+  after=
+  case $mode in
+    stamped | baseline-stamped) after=$stamp_all ;;
+    endpoints | baseline-endpoints)
+      after="SELECT partner_api_open_feeds_for_webhooks(1000);
+SELECT partner_api_stamp_for_webhooks(1000, 100000000);" ;;
+  esac
+  if [ "$table" = crate ]; then
+    enabled=false
+    case $mode in *endpoints) enabled=true ;; esac
+    setup="$setup
+UPDATE partner_webhook_endpoints SET enabled = $enabled;"
+    # The events earlier modes left unstamped, stamped outside the count: each counted run
+    # then stamps its own inserts' events alone.
+    if [ -n "$after" ]; then
+      printf '%s\n' "$stamp_all" | single_user "$database_name" >"$work/prepare.log" 2>&1
+    fi
+  fi
+  few=$(instructions "$database_name" "$setup" "$N_FEW" "$table" "$after")
+  many=$(instructions "$database_name" "$setup" "$N_MANY" "$table" "$after")
   [ -n "$few" ] && [ -n "$many" ] || { echo "error: callgrind counted nothing for $mode" >&2; exit 1; }
   per_insert[$mode]=$(((many - few) / (N_MANY - N_FEW)))
-  case $mode in none | triggers) base=none ;; mapped*) base=mapped-none ;; *) base=baseline-none ;; esac
+  case $mode in none | triggers | stamped | endpoints) base=none ;; mapped*) base=mapped-none ;; *) base=baseline-none ;; esac
   none=${per_insert[$base]:-}
   ratio=-
   [ -n "$none" ] && ratio=$(awk "BEGIN { printf \"%.3f\", $none / ${per_insert[$mode]} }")
-  printf '%-10s %-14s %14d %8s\n' "$table" "$mode" "${per_insert[$mode]}" "$ratio"
+  printf '%-10s %-18s %14d %8s\n' "$table" "$mode" "${per_insert[$mode]}" "$ratio"
 done
