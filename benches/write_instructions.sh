@@ -14,6 +14,8 @@
 #   endpoints                    triggers on, an enabled webhook endpoint on every
 #                                organization, and the dispatcher's stamping after the inserts
 #                                (which writes each event's message and delivery)
+#   updates-none, updates        single-row updates of `partner_orders` (a budget raised, on
+#                                100 orders in turn), its triggers off, on
 #   mapped-none, mapped          a host's own table mapped with --schema-map (the hosting
 #                                page's media_buys and accounts, registered by `migrate`)
 #   baseline-none, baseline,     with BASELINE=<commit>: `partner_orders` migrated with that
@@ -53,7 +55,9 @@ psql -q "$database" -c \
   "INSERT INTO partner_organizations SELECT format('org_%s', o), 'x' FROM generate_series(0, 49) o" \
   -c "INSERT INTO partner_webhook_endpoints (organization_id, url, secret, enabled)
       SELECT id, 'https://partner.example/hooks', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', false
-      FROM partner_organizations"
+      FROM partner_organizations" \
+  -c "INSERT INTO partner_orders SELECT 'org_0', 'u' || n, ARRAY['meta'], 'A', 'C', 1,
+      '2026-03-01', '2026-04-30', 'booked', 'PO', now() FROM generate_series(0, 99) n"
 if [ -n "${BASELINE:-}" ]; then
   psql -q "$database" -c "CREATE DATABASE baseline"
   for migration in $(git ls-tree --name-only "$BASELINE" src/store/migrations/ | sort); do
@@ -96,7 +100,9 @@ instructions() {
   {
     echo "$setup"
     for i in $(seq 1 "$inserts"); do
-      if [ "$table" = mapped ]; then
+      if [ "$table" = updates ]; then
+        echo "UPDATE partner_orders SET budget_dkk = budget_dkk + 1 WHERE organization_id = 'org_0' AND id = 'u$((i % 100))';"
+      elif [ "$table" = mapped ]; then
         echo "INSERT INTO media_buys (account_id, channels, advertiser, campaign, budget_ore, starts_on, ends_on, state, po_number) VALUES ($((i % 50 + 1)), ARRAY['meta'], 'A', 'C', 100, '2026-03-01', '2026-04-30', 'BOOKED', 'PO');"
       else
         echo "INSERT INTO partner_orders VALUES ('org_$((i % 50))', md5(random()::text || clock_timestamp()::text), ARRAY['meta'], 'A', 'C', 1, '2026-03-01', '2026-04-30', 'booked', 'PO', now());"
@@ -113,13 +119,15 @@ instructions() {
   sed -n 's/.*Collected : //p' "$log"
 }
 
-echo "order inserts, one a transaction; PostgreSQL $("$bin/postgres" --version | awk '{print $3}') backend in single-user mode under callgrind"
-printf '%-10s %-18s %14s %8s\n' table mode "instr./insert" "of none"
+echo "order writes, one a transaction; PostgreSQL $("$bin/postgres" --version | awk '{print $3}') backend in single-user mode under callgrind"
+printf '%-10s %-18s %14s %8s\n' table mode "instr./write" "of none"
 declare -A per_insert
 for mode in "${modes[@]}"; do
   case $mode in
     none | triggers | stamped | endpoints)
       database_name=postgres table=crate relation=partner_orders trigger=partner_orders_webhooks ;;
+    updates-none | updates)
+      database_name=postgres table=updates relation=partner_orders trigger=partner_orders_webhooks ;;
     mapped-none | mapped)
       database_name=mapped table=mapped relation=media_buys trigger=partner_api_orders ;;
     baseline-none | baseline | baseline-stamped | baseline-endpoints)
@@ -136,7 +144,7 @@ for mode in "${modes[@]}"; do
       after="SELECT partner_api_open_feeds_for_webhooks(1000);
 SELECT partner_api_stamp_for_webhooks(1000, 100000000);" ;;
   esac
-  if [ "$table" = crate ]; then
+  if [ "$table" != mapped ]; then
     enabled=false
     case $mode in *endpoints) enabled=true ;; esac
     setup="$setup
@@ -151,7 +159,7 @@ UPDATE partner_webhook_endpoints SET enabled = $enabled;"
   many=$(instructions "$database_name" "$setup" "$N_MANY" "$table" "$after")
   [ -n "$few" ] && [ -n "$many" ] || { echo "error: callgrind counted nothing for $mode" >&2; exit 1; }
   per_insert[$mode]=$(((many - few) / (N_MANY - N_FEW)))
-  case $mode in none | triggers | stamped | endpoints) base=none ;; mapped*) base=mapped-none ;; *) base=baseline-none ;; esac
+  case $mode in none | triggers | stamped | endpoints) base=none ;; updates*) base=updates-none ;; mapped*) base=mapped-none ;; *) base=baseline-none ;; esac
   none=${per_insert[$base]:-}
   ratio=-
   [ -n "$none" ] && ratio=$(awk "BEGIN { printf \"%.3f\", $none / ${per_insert[$mode]} }")
