@@ -153,6 +153,11 @@ UPDATE partner_webhook_endpoints SET enabled = $enabled;"
     # then stamps its own inserts' events alone.
     if [ -n "$after" ]; then
       printf '%s\n' "$stamp_all" | single_user "$database_name" >"$work/prepare.log" 2>&1
+      if grep -Eq '(ERROR|FATAL|PANIC): ' "$work/prepare.log"; then
+        grep -E '(ERROR|FATAL|PANIC): ' "$work/prepare.log" | head -n 5 >&2
+        echo "error: stamping the events left before $mode failed" >&2
+        exit 1
+      fi
     fi
   fi
   few=$(instructions "$database_name" "$setup" "$N_FEW" "$table" "$after")

@@ -803,3 +803,64 @@ async fn retention_says_when_it_cannot_run_and_replicas_rounds_at_once_delete_ea
     .unwrap();
     assert_eq!((kept, remembered, distinct), (10, 290, 290));
 }
+
+/// An order no snapshot can be made of (providers of two dimensions, which `array_position`
+/// refuses), as any writer of `partner_orders` may write one: its trigger writes it, the
+/// stamping renders it unshowable and stamps on (one statement renders a round, so one such
+/// row would otherwise stop its organization's feed, retention and the webhooks' stamping),
+/// its updates are written, and the order is shown again once it can be.
+#[tokio::test]
+async fn an_order_no_snapshot_can_be_made_of_stops_no_stamping() {
+    crate::common::needs::needs!(Postgres);
+    let (store, _) = migrated(&["org_deep"]).await;
+    store
+        .pool()
+        .execute(
+            "INSERT INTO partner_orders VALUES ('org_deep', 'deep', '{{meta}}', 'A', 'C', 1, \
+                 '2026-03-01', '2026-04-30', 'booked', 'PO', '2026-02-01T00:00:00Z'); \
+             UPDATE partner_orders SET status = 'live' WHERE id = 'deep'; \
+             UPDATE partner_orders SET providers = ARRAY['meta'] WHERE id = 'deep'; \
+             UPDATE partner_orders SET status = 'done' WHERE id = 'deep';",
+        )
+        .await
+        .unwrap();
+    let events = all_events(&store, "org_deep").await;
+    let seen: Vec<(String, serde_json::Value)> = events
+        .iter()
+        .map(|event| {
+            let data = data(event);
+            (
+                format!("{:?}", event.change),
+                data.get("unshowable")
+                    .cloned()
+                    .unwrap_or_else(|| data["status"].clone()),
+            )
+        })
+        .collect();
+    let unshowable = serde_json::json!(true);
+    assert_eq!(
+        seen,
+        [
+            ("Created".to_owned(), unshowable.clone()),
+            ("Updated".to_owned(), unshowable),
+            ("Updated".to_owned(), serde_json::json!("live")),
+            ("Updated".to_owned(), serde_json::json!("done")),
+        ]
+    );
+    // The providers each update's order had as the feed showed it: none while it could not
+    // be shown.
+    let before: Vec<Option<serde_json::Value>> =
+        sqlx::query_scalar("SELECT previous_providers FROM partner_api_order_events ORDER BY id")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        before,
+        [
+            None,
+            Some(serde_json::json!([])),
+            Some(serde_json::json!([])),
+            Some(serde_json::json!(["meta"])),
+        ]
+    );
+}

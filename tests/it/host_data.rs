@@ -106,22 +106,23 @@ async fn registered(store: PgStore, map: SchemaMap) -> PgStore {
     store
 }
 
-/// A registration on a database whose migrations are older than the code (no snapshot type)
-/// is refused, naming `migrate`: its trigger would take every order for one the contract
-/// cannot show.
+/// A registration on a database whose migrations are older than the code (no snapshot type,
+/// or no columns of an order as written) is refused, naming `migrate`: its trigger would take
+/// every order for one the contract cannot show, or fail every insert into the host's table.
 #[tokio::test]
 async fn a_registration_ahead_of_its_databases_migrations_is_refused() {
     crate::common::needs::needs!(Postgres);
-    let (store, _) = with_host_schema().await;
-    store
-        .pool()
-        .execute("DROP TYPE partner_api_order_snapshot")
-        .await
-        .unwrap();
-    let store = store.with_schema_map(host_map()).await.unwrap();
-    let refused = store.register_schema_map().await.unwrap_err();
-    let message = std::error::Error::source(&refused).unwrap().to_string();
-    assert!(message.contains("run `migrate`"), "{message}");
+    for older in [
+        "DROP TYPE partner_api_order_snapshot CASCADE",
+        "ALTER TABLE partner_api_order_events DROP COLUMN new_created_at",
+    ] {
+        let (store, _) = with_host_schema().await;
+        store.pool().execute(older).await.unwrap();
+        let store = store.with_schema_map(host_map()).await.unwrap();
+        let refused = store.register_schema_map().await.unwrap_err();
+        let message = std::error::Error::source(&refused).unwrap().to_string();
+        assert!(message.contains("run `migrate`"), "{older}: {message}");
+    }
 }
 
 /// An insert takes the trigger's one-statement way when the map converts the row, and the

@@ -91,16 +91,24 @@ pub(in crate::store::postgres) fn shown(schema: &str) -> String {
 }
 
 /// The crate's schema (`current_schema()`, quoted), once its migrations have made the type
-/// [`shown`] casts to; refused, naming `migrate`, where they have not (a registration or a
-/// capture reader ahead of its database): every snapshot would otherwise fail, and be taken
-/// for an order the map cannot show, silently. One query for both.
+/// [`shown`] casts to and the events' columns of an order as written (which a mapped
+/// table's trigger inserts into, outside any exception block); refused, naming `migrate`,
+/// where they have not (a registration or a capture reader ahead of its database): every
+/// snapshot would otherwise fail, and be taken for an order the map cannot show, silently,
+/// and every insert into a mapped table would fail. One query for all.
 pub(in crate::store::postgres) async fn migrated_schema(
     connection: &mut sqlx::PgConnection,
 ) -> Result<String, crate::store::StoreError> {
     let (schema, present): (String, bool) = sqlx::query_as(
         "SELECT pg_catalog.quote_ident(current_schema()), \
                 pg_catalog.to_regtype(pg_catalog.format('%I.partner_api_order_snapshot', \
-                                                        current_schema())) IS NOT NULL",
+                                                        current_schema())) IS NOT NULL \
+                AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a \
+                            WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass( \
+                                      pg_catalog.format('%I.partner_api_order_events', \
+                                                        current_schema())) \
+                              AND a.attname OPERATOR(pg_catalog.=) 'new_created_at' \
+                              AND NOT a.attisdropped)",
     )
     .fetch_one(connection)
     .await
@@ -109,8 +117,9 @@ pub(in crate::store::postgres) async fn migrated_schema(
         Ok(schema)
     } else {
         Err(crate::store::StoreError::other(format!(
-            "the type {schema}.partner_api_order_snapshot is missing: this database's \
-             migrations are older than this code; run `migrate` (as the schema's owner) first"
+            "the type {schema}.partner_api_order_snapshot or the column \
+             partner_api_order_events.new_created_at is missing: this database's migrations \
+             are older than this code; run `migrate` (as the schema's owner) first"
         )))
     }
 }
@@ -154,24 +163,39 @@ DECLARE
     kinds text[];
     order_keys text[];
     i integer;
+    written_org text;
+    written_id text;
+    written_providers text[];
+    written_advertiser_name text;
+    written_campaign_name text;
+    written_budget_dkk bigint;
+    written_start_date date;
+    written_end_date date;
+    written_status text;
+    written_external_reference text;
+    written_created_at timestamptz;
 BEGIN
-    -- An insert into the table this function was made for, the writes' common case, in one
-    -- statement: the order's fields as the map converts them, which the stamping renders
-    -- (migration `20261212000001_render_at_stamping`). A row the map cannot convert, or
-    -- without its organization or id, takes the general way below.
+    -- An insert into the table this function was made for, the writes' common case: the
+    -- order's fields as the map converts them, which the stamping renders (migration
+    -- `20261212000001_render_at_stamping`), read in an exception block (a conversion may
+    -- fail per row) and inserted after it: a block that only reads takes no transaction id
+    -- of its own, where one that inserted would take one per order written (and a host's
+    -- batch of more than 64 would overflow its backend's cache of them). A row the map
+    -- cannot convert, or without its organization or id, takes the general way below.
     IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' AND TG_RELID OPERATOR(pg_catalog.=) {oid}::oid THEN
         BEGIN
+            SELECT t.organization_id, t.id, {fields}
+                INTO {WRITTEN_VARIABLES}
+                FROM (SELECT {list} FROM (SELECT NEW.*) AS r) AS t;
+        EXCEPTION WHEN OTHERS THEN
+            written_org := NULL;
+        END;
+        IF written_org IS NOT NULL AND written_id IS NOT NULL THEN
             INSERT INTO {schema}.partner_api_order_events
                     (organization_id, change, order_id, {WRITTEN_COLUMNS})
-                SELECT t.organization_id, 'order.created', t.id, {fields}
-                FROM (SELECT {list} FROM (SELECT NEW.*) AS r) AS t
-                WHERE t.organization_id IS NOT NULL AND t.id IS NOT NULL;
-            IF FOUND THEN
-                RETURN NULL;
-            END IF;
-        EXCEPTION WHEN OTHERS THEN
-            NULL;
-        END;
+                VALUES ({WRITTEN_VARIABLES_VALUES});
+            RETURN NULL;
+        END IF;
     END IF;
     -- Only for a table registered (by the owner, who alone may attach this function): a
     -- table renamed stays registered, its oid is. The table this function was made for
@@ -257,6 +281,19 @@ $partner_api$"#
 const WRITTEN_COLUMNS: &str = "new_providers, new_advertiser_name, new_campaign_name, \
     new_budget_dkk, new_start_date, new_end_date, new_status, new_external_reference, \
     new_created_at";
+
+/// The trigger's variables the mapped order is read into, in the order of the select list
+/// of the insert's fast way: its organization, its id, then [`WRITTEN_COLUMNS`]'s.
+const WRITTEN_VARIABLES: &str = "written_org, written_id, written_providers, \
+    written_advertiser_name, written_campaign_name, written_budget_dkk, written_start_date, \
+    written_end_date, written_status, written_external_reference, written_created_at";
+
+/// The values of the fast way's insert: the event of an order created, from
+/// [`WRITTEN_VARIABLES`].
+const WRITTEN_VARIABLES_VALUES: &str = "written_org, 'order.created', written_id, \
+    written_providers, written_advertiser_name, written_campaign_name, written_budget_dkk, \
+    written_start_date, written_end_date, written_status, written_external_reference, \
+    written_created_at";
 
 /// The mapped order `order`'s fields for [`WRITTEN_COLUMNS`].
 fn written_fields(order: &str) -> String {
