@@ -20,7 +20,7 @@
 -- order written with its fields but without a creation time (a map's NULL) is unshowable
 -- either way.
 --
--- The render never fails (`partner_api_order_snapshot_of`): the trigger's exception block
+-- The stamping's render never fails: the trigger's exception block
 -- made an order whose render failed unshowable; the stamping renders a round in one
 -- statement, where one failing row would stop its organization's feed, retention and the
 -- webhooks' stamping, so what could fail is checked first instead.
@@ -82,7 +82,7 @@ BEGIN
                             -- The providers the feed showed before: the order's, when it was
                             -- shown (the checks of the general way below, on typed columns).
                             -- First what the stamping's render takes for unshowable as it
-                            -- could not render it (partner_api_order_snapshot_of, below).
+                            -- could not render it (the stamping's checks, below).
                             CASE WHEN
                                     pg_catalog.array_ndims(OLD.providers) OPERATOR(pg_catalog.<>) 1
                                  OR pg_catalog.cardinality(OLD.providers) OPERATOR(pg_catalog.>) 10000000
@@ -223,60 +223,14 @@ BEGIN
         $body$
     $sql$, schema_name);
 
-    -- An order's snapshot from its fields as written: the contract's checks, then a row of
-    -- partner_api_order_snapshot turned to JSON whole, as the trigger made it before; NULL for
-    -- an order the contract cannot show. It never fails, whatever a writer wrote: a writer's
-    -- row must not stop a feed, and the stamping renders a round of events in one statement.
-    -- So what made the trigger's render fail (caught there) is checked first and unshowable:
-    -- providers of more than one dimension (`array_position` refuses them), and text past
-    -- what a jsonb value holds (2^28 bytes of strings, 2^28 elements; 250,000,000 bytes and
-    -- 10,000,000 providers here). A SQL function of one expression, so PostgreSQL inlines it
-    -- into the stamping's statement (no call per event); it cannot pin its search path (that
-    -- would stop the inlining), so every name in it is qualified.
-    EXECUTE format($sql$
-        CREATE FUNCTION %1$I.partner_api_order_snapshot_of(
-            order_id text, providers text[], advertiser_name text, campaign_name text,
-            budget_dkk bigint, start_date date, end_date date, status text,
-            external_reference text, created_at timestamptz)
-        RETURNS jsonb LANGUAGE sql STABLE AS $body$
-            SELECT CASE
-                WHEN pg_catalog.array_ndims(providers) OPERATOR(pg_catalog.<>) 1 THEN NULL
-                WHEN pg_catalog.cardinality(providers) OPERATOR(pg_catalog.>) 10000000 THEN NULL
-                WHEN pg_catalog.octet_length(order_id)::pg_catalog.int8
-                     OPERATOR(pg_catalog.+) pg_catalog.octet_length(advertiser_name)::pg_catalog.int8
-                     OPERATOR(pg_catalog.+) pg_catalog.octet_length(campaign_name)::pg_catalog.int8
-                     OPERATOR(pg_catalog.+) pg_catalog.octet_length(status)::pg_catalog.int8
-                     OPERATOR(pg_catalog.+) pg_catalog.octet_length(external_reference)::pg_catalog.int8
-                     OPERATOR(pg_catalog.+) pg_catalog.octet_length(
-                         pg_catalog.array_to_string(providers, ''))::pg_catalog.int8
-                     OPERATOR(pg_catalog.>=) 250000000::pg_catalog.int8 THEN NULL
-                WHEN order_id IS NOT NULL AND providers IS NOT NULL
-                 AND pg_catalog.array_position(providers, NULL) IS NULL
-                 AND advertiser_name IS NOT NULL AND campaign_name IS NOT NULL
-                 AND status IS NOT NULL AND external_reference IS NOT NULL
-                 AND budget_dkk OPERATOR(pg_catalog.>=) 0::pg_catalog.int8
-                 AND budget_dkk OPERATOR(pg_catalog.<=) 9007199254740991::pg_catalog.int8
-                 AND start_date OPERATOR(pg_catalog.>=) '0001-01-01'::pg_catalog.date
-                 AND start_date OPERATOR(pg_catalog.<) '10000-01-01'::pg_catalog.date
-                 AND end_date OPERATOR(pg_catalog.>=) '0001-01-01'::pg_catalog.date
-                 AND end_date OPERATOR(pg_catalog.<) '10000-01-01'::pg_catalog.date
-                 AND created_at OPERATOR(pg_catalog.>=) '0001-01-01 00:00:00+00'::pg_catalog.timestamptz
-                 AND created_at OPERATOR(pg_catalog.<) '10000-01-01 00:00:00+00'::pg_catalog.timestamptz
-                THEN pg_catalog.to_jsonb(ROW(
-                    order_id, providers, advertiser_name, campaign_name, budget_dkk,
-                    pg_catalog.to_char(start_date, 'YYYY-MM-DD'),
-                    pg_catalog.to_char(end_date, 'YYYY-MM-DD'),
-                    status, external_reference,
-                    pg_catalog.to_char(created_at AT TIME ZONE 'UTC',
-                                       'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))::%1$I.partner_api_order_snapshot)
-            END
-        $body$
-    $sql$, schema_name);
-    EXECUTE format('REVOKE EXECUTE ON FUNCTION %1$I.partner_api_order_snapshot_of(text, text[], text, text, bigint, date, date, text, text, timestamptz) FROM PUBLIC',
-                   schema_name);
-
-    -- As in 20261210000001, and each event written with its order's fields gets its snapshot,
-    -- rendered here as the trigger rendered it before (same checks, same row, same JSON).
+    -- As in 20261210000001, and each event written with its order's fields gets its snapshot:
+    -- the contract's checks, then a row of partner_api_order_snapshot turned to JSON whole, as
+    -- the trigger made it before; NULL for an order the contract cannot show. The render never
+    -- fails, whatever a writer wrote: a writer's row must not stop a feed, and a round of
+    -- events is rendered in one statement. So what made the trigger's render fail (caught
+    -- there) is checked first and unshowable: providers of more than one dimension
+    -- (`array_position` refuses them), and text past what a jsonb value holds (2^28 bytes of
+    -- strings, 2^28 elements; 250,000,000 bytes and 10,000,000 providers here).
     EXECUTE format($sql$
         CREATE OR REPLACE FUNCTION %1$I.partner_api_stamp_order_events(org text, max_events integer) RETURNS bigint
         LANGUAGE plpgsql SECURITY DEFINER SET search_path = %1$I, pg_temp AS $body$
@@ -299,11 +253,35 @@ BEGIN
                     SET position = fresh.stamp, stamped_at = pg_catalog.clock_timestamp(),
                         order_row = CASE
                             WHEN e.new_created_at IS NULL THEN e.order_row
-                            ELSE %1$I.partner_api_order_snapshot_of(
-                                e.order_id::text, e.new_providers, e.new_advertiser_name,
-                                e.new_campaign_name, e.new_budget_dkk, e.new_start_date,
-                                e.new_end_date, e.new_status, e.new_external_reference,
-                                e.new_created_at)
+                            WHEN pg_catalog.array_ndims(e.new_providers) OPERATOR(pg_catalog.<>) 1 THEN NULL
+                            WHEN pg_catalog.cardinality(e.new_providers) OPERATOR(pg_catalog.>) 10000000 THEN NULL
+                            WHEN pg_catalog.octet_length(e.order_id::text)::pg_catalog.int8
+                                 OPERATOR(pg_catalog.+) pg_catalog.octet_length(e.new_advertiser_name)::pg_catalog.int8
+                                 OPERATOR(pg_catalog.+) pg_catalog.octet_length(e.new_campaign_name)::pg_catalog.int8
+                                 OPERATOR(pg_catalog.+) pg_catalog.octet_length(e.new_status)::pg_catalog.int8
+                                 OPERATOR(pg_catalog.+) pg_catalog.octet_length(e.new_external_reference)::pg_catalog.int8
+                                 OPERATOR(pg_catalog.+) pg_catalog.octet_length(
+                                     pg_catalog.array_to_string(e.new_providers, ''))::pg_catalog.int8
+                                 OPERATOR(pg_catalog.>=) 250000000::pg_catalog.int8 THEN NULL
+                            WHEN e.order_id::text IS NOT NULL AND e.new_providers IS NOT NULL
+                             AND pg_catalog.array_position(e.new_providers, NULL) IS NULL
+                             AND e.new_advertiser_name IS NOT NULL AND e.new_campaign_name IS NOT NULL
+                             AND e.new_status IS NOT NULL AND e.new_external_reference IS NOT NULL
+                             AND e.new_budget_dkk OPERATOR(pg_catalog.>=) 0::pg_catalog.int8
+                             AND e.new_budget_dkk OPERATOR(pg_catalog.<=) 9007199254740991::pg_catalog.int8
+                             AND e.new_start_date OPERATOR(pg_catalog.>=) '0001-01-01'::pg_catalog.date
+                             AND e.new_start_date OPERATOR(pg_catalog.<) '10000-01-01'::pg_catalog.date
+                             AND e.new_end_date OPERATOR(pg_catalog.>=) '0001-01-01'::pg_catalog.date
+                             AND e.new_end_date OPERATOR(pg_catalog.<) '10000-01-01'::pg_catalog.date
+                             AND e.new_created_at OPERATOR(pg_catalog.>=) '0001-01-01 00:00:00+00'::pg_catalog.timestamptz
+                             AND e.new_created_at OPERATOR(pg_catalog.<) '10000-01-01 00:00:00+00'::pg_catalog.timestamptz
+                            THEN pg_catalog.to_jsonb(ROW(
+                                e.order_id::text, e.new_providers, e.new_advertiser_name, e.new_campaign_name, e.new_budget_dkk,
+                                pg_catalog.to_char(e.new_start_date, 'YYYY-MM-DD'),
+                                pg_catalog.to_char(e.new_end_date, 'YYYY-MM-DD'),
+                                e.new_status, e.new_external_reference,
+                                pg_catalog.to_char(e.new_created_at AT TIME ZONE 'UTC',
+                                                   'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))::%1$I.partner_api_order_snapshot)
                         END,
                         new_providers = NULL, new_advertiser_name = NULL, new_campaign_name = NULL,
                         new_budget_dkk = NULL, new_start_date = NULL, new_end_date = NULL,
