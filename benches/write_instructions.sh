@@ -18,6 +18,8 @@
 #                                100 orders in turn), its triggers off, on
 #   mapped-none, mapped          a host's own table mapped with --schema-map (the hosting
 #                                page's media_buys and accounts, registered by `migrate`)
+#   mapped-updates-none,         single-row updates of that table (a budget raised, on 100
+#   mapped-updates               buys in turn), its trigger off, on
 #   baseline-none, baseline,     with BASELINE=<commit>: `partner_orders` migrated with that
 #   baseline-stamped,            commit's migrations, as none, triggers, stamped and endpoints
 #   baseline-endpoints           (a before and after in one run; BASELINE_MODES picks
@@ -74,6 +76,12 @@ fi
 # The host's own tables, migrated and registered as the hosting page says.
 mapped_database=${database%/*}/mapped
 make_mapped_database "$mapped_database" "$work"
+psql -q "$mapped_database" -c \
+  "INSERT INTO media_buys (buy_id, account_id, channels, advertiser, campaign, budget_ore,
+       starts_on, ends_on, state, po_number)
+   SELECT format('00000000-0000-0000-0000-%s', pg_catalog.lpad(n::text, 12, '0'))::uuid, 1,
+       ARRAY['meta'], 'A', 'C', 100, '2026-03-01', '2026-04-30', 'BOOKED', 'PO'
+   FROM generate_series(0, 99) n"
 
 # Single-user mode needs the server stopped, and runs as the data directory's owner.
 data=$(psql -Atc "SHOW data_directory" "$database")
@@ -100,7 +108,9 @@ instructions() {
   {
     echo "$setup"
     for i in $(seq 1 "$inserts"); do
-      if [ "$table" = updates ]; then
+      if [ "$table" = mapped-updates ]; then
+        echo "UPDATE media_buys SET budget_ore = budget_ore + 100 WHERE buy_id = '00000000-0000-0000-0000-$(printf %012d $((i % 100)))';"
+      elif [ "$table" = updates ]; then
         echo "UPDATE partner_orders SET budget_dkk = budget_dkk + 1 WHERE organization_id = 'org_0' AND id = 'u$((i % 100))';"
       elif [ "$table" = mapped ]; then
         echo "INSERT INTO media_buys (account_id, channels, advertiser, campaign, budget_ore, starts_on, ends_on, state, po_number) VALUES ($((i % 50 + 1)), ARRAY['meta'], 'A', 'C', 100, '2026-03-01', '2026-04-30', 'BOOKED', 'PO');"
@@ -128,6 +138,8 @@ for mode in "${modes[@]}"; do
       database_name=postgres table=crate relation=partner_orders trigger=partner_orders_webhooks ;;
     updates-none | updates)
       database_name=postgres table=updates relation=partner_orders trigger=partner_orders_webhooks ;;
+    mapped-updates-none | mapped-updates)
+      database_name=mapped table=mapped-updates relation=media_buys trigger=partner_api_orders ;;
     mapped-none | mapped)
       database_name=mapped table=mapped relation=media_buys trigger=partner_api_orders ;;
     baseline-none | baseline | baseline-stamped | baseline-endpoints)
@@ -144,7 +156,7 @@ for mode in "${modes[@]}"; do
       after="SELECT partner_api_open_feeds_for_webhooks(1000);
 SELECT partner_api_stamp_for_webhooks(1000, 100000000);" ;;
   esac
-  if [ "$table" != mapped ]; then
+  if [ "$table" != mapped ] && [ "$table" != mapped-updates ]; then
     enabled=false
     case $mode in *endpoints) enabled=true ;; esac
     setup="$setup
@@ -164,7 +176,7 @@ UPDATE partner_webhook_endpoints SET enabled = $enabled;"
   many=$(instructions "$database_name" "$setup" "$N_MANY" "$table" "$after")
   [ -n "$few" ] && [ -n "$many" ] || { echo "error: callgrind counted nothing for $mode" >&2; exit 1; }
   per_insert[$mode]=$(((many - few) / (N_MANY - N_FEW)))
-  case $mode in none | triggers | stamped | endpoints) base=none ;; updates*) base=updates-none ;; mapped*) base=mapped-none ;; *) base=baseline-none ;; esac
+  case $mode in none | triggers | stamped | endpoints) base=none ;; updates*) base=updates-none ;; mapped-updates*) base=mapped-updates-none ;; mapped*) base=mapped-none ;; *) base=baseline-none ;; esac
   none=${per_insert[$base]:-}
   ratio=-
   [ -n "$none" ] && ratio=$(awk "BEGIN { printf \"%.3f\", $none / ${per_insert[$mode]} }")

@@ -189,6 +189,45 @@ async fn an_insert_the_map_cannot_convert_is_unshowable_and_one_without_an_organ
             ),
         ]
     );
+    // Updates of a row the map converts take the update's own way: one that changes nothing
+    // the map reads is no event; the providers before are those of the order as the feed
+    // showed it (`[]` while it could not be shown: here a negative budget).
+    sqlx::raw_sql(
+        "DELETE FROM partner_api_order_events; \
+         UPDATE media_buys SET budget_ore = 50 WHERE buy_ref = 'converted'; \
+         UPDATE media_buys SET internal_note = 'called' WHERE buy_ref = 'converted'; \
+         UPDATE media_buys SET state = 'live' WHERE buy_ref = 'converted'; \
+         UPDATE media_buys SET budget_ore = 1000 WHERE buy_ref = 'converted'; \
+         UPDATE media_buys SET state = 'done' WHERE buy_ref = 'converted';",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    crate::common::pg::stamp_written(store.pool()).await;
+    let updates: Vec<(String, Option<serde_json::Value>, Option<serde_json::Value>)> =
+        sqlx::query_as(
+            "SELECT change, previous_providers, order_row -> 'status' \
+             FROM partner_api_order_events ORDER BY id",
+        )
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+    let updated = |before: serde_json::Value, status: Option<&str>| {
+        (
+            "order.updated".to_owned(),
+            Some(before),
+            status.map(|s| json!(s)),
+        )
+    };
+    assert_eq!(
+        updates,
+        [
+            updated(json!(["meta"]), None),
+            updated(json!([]), None),
+            updated(json!([]), Some("live")),
+            updated(json!(["meta"]), Some("done")),
+        ]
+    );
 }
 
 /// [`host_store`] with the account `id` named `name`, and `key` issued to it.

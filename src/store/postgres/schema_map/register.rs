@@ -67,18 +67,7 @@ pub(in crate::store::postgres) fn fingerprint(statements: &[String]) -> String {
 /// per key and one per value (migration `20261211000002_order_snapshot_row`).
 pub(in crate::store::postgres) fn shown(schema: &str) -> String {
     format!(
-        "CASE WHEN t.id IS NOT NULL AND t.providers IS NOT NULL \
-            AND pg_catalog.array_position(t.providers, NULL) IS NULL \
-            AND t.advertiser_name IS NOT NULL AND t.campaign_name IS NOT NULL \
-            AND t.status IS NOT NULL AND t.external_reference IS NOT NULL \
-            AND t.budget_dkk OPERATOR(pg_catalog.>=) 0::bigint \
-            AND t.budget_dkk OPERATOR(pg_catalog.<=) 9007199254740991::bigint \
-            AND t.start_date OPERATOR(pg_catalog.>=) '0001-01-01'::date \
-            AND t.start_date OPERATOR(pg_catalog.<) '10000-01-01'::date \
-            AND t.end_date OPERATOR(pg_catalog.>=) '0001-01-01'::date \
-            AND t.end_date OPERATOR(pg_catalog.<) '10000-01-01'::date \
-            AND t.created_at OPERATOR(pg_catalog.>=) '0001-01-01 00:00:00+00'::timestamptz \
-            AND t.created_at OPERATOR(pg_catalog.<) '10000-01-01 00:00:00+00'::timestamptz \
+        "CASE WHEN {} \
         THEN pg_catalog.to_jsonb(ROW( \
             t.id, t.providers, t.advertiser_name, t.campaign_name, t.budget_dkk, \
             pg_catalog.to_char(t.start_date, 'YYYY-MM-DD'), \
@@ -86,7 +75,38 @@ pub(in crate::store::postgres) fn shown(schema: &str) -> String {
             t.status, t.external_reference, \
             pg_catalog.to_char(t.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') \
         )::{schema}.partner_api_order_snapshot) \
-        END"
+        END",
+        contract_checks(|field| format!("t.{field}"))
+    )
+}
+
+/// The contract's checks of an order whose fields `field` names (`id`, `providers`, ...):
+/// true for an order every reader can show ([`shown`], and the providers before an update).
+fn contract_checks(field: impl Fn(&str) -> String) -> String {
+    let [id, providers, advertiser_name, campaign_name, status, external_reference] = [
+        "id",
+        "providers",
+        "advertiser_name",
+        "campaign_name",
+        "status",
+        "external_reference",
+    ]
+    .map(&field);
+    let [budget_dkk, start_date, end_date, created_at] =
+        ["budget_dkk", "start_date", "end_date", "created_at"].map(&field);
+    format!(
+        "{id} IS NOT NULL AND {providers} IS NOT NULL \
+            AND pg_catalog.array_position({providers}, NULL) IS NULL \
+            AND {advertiser_name} IS NOT NULL AND {campaign_name} IS NOT NULL \
+            AND {status} IS NOT NULL AND {external_reference} IS NOT NULL \
+            AND {budget_dkk} OPERATOR(pg_catalog.>=) 0::bigint \
+            AND {budget_dkk} OPERATOR(pg_catalog.<=) 9007199254740991::bigint \
+            AND {start_date} OPERATOR(pg_catalog.>=) '0001-01-01'::date \
+            AND {start_date} OPERATOR(pg_catalog.<) '10000-01-01'::date \
+            AND {end_date} OPERATOR(pg_catalog.>=) '0001-01-01'::date \
+            AND {end_date} OPERATOR(pg_catalog.<) '10000-01-01'::date \
+            AND {created_at} OPERATOR(pg_catalog.>=) '0001-01-01 00:00:00+00'::timestamptz \
+            AND {created_at} OPERATOR(pg_catalog.<) '10000-01-01 00:00:00+00'::timestamptz"
     )
 }
 
@@ -144,6 +164,15 @@ pub(in crate::store::postgres) fn orders_trigger(
     let old_order = read_through_map("OLD", &list, &keys, &shown);
     let new_order = read_through_map("NEW", &list, &keys, &shown);
     let fields = written_fields("t");
+    let unchanged = ORDER_FIELDS
+        .map(|field| format!("written_{field} IS NOT DISTINCT FROM before_{field}"))
+        .join(" AND ");
+    let shown_before = format!(
+        "CASE WHEN {} THEN '[]'::jsonb WHEN {} THEN pg_catalog.to_jsonb(before_providers) \
+         ELSE '[]'::jsonb END",
+        unrenderable(|field| format!("before_{field}")),
+        contract_checks(|field| format!("before_{field}"))
+    );
     let body = format!(
         r#"
 CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
@@ -174,6 +203,17 @@ DECLARE
     written_status text;
     written_external_reference text;
     written_created_at timestamptz;
+    before_org text;
+    before_id text;
+    before_providers text[];
+    before_advertiser_name text;
+    before_campaign_name text;
+    before_budget_dkk bigint;
+    before_start_date date;
+    before_end_date date;
+    before_status text;
+    before_external_reference text;
+    before_created_at timestamptz;
 BEGIN
     -- An insert into the table this function was made for, the writes' common case: the
     -- order's fields as the map converts them, which the stamping renders (migration
@@ -194,6 +234,37 @@ BEGIN
             INSERT INTO {schema}.partner_api_order_events
                     (organization_id, change, order_id, {WRITTEN_COLUMNS})
                 VALUES ({WRITTEN_VARIABLES_VALUES});
+            RETURN NULL;
+        END IF;
+    END IF;
+    -- An update of that table which leaves the order where it is, the next most common:
+    -- the order before and after read through the map into typed variables (in a block that
+    -- only reads, as above). Nothing the contract shows changed (a column the map does not
+    -- read, say): no event. Otherwise its event with the order's fields, and the providers
+    -- the feed showed before: the order before's, when the stamping could show it (what
+    -- would make its render fail first, then the contract's checks). A row the map cannot
+    -- convert, or an order that moved, takes the general way below.
+    IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' AND TG_RELID OPERATOR(pg_catalog.=) {oid}::oid THEN
+        BEGIN
+            SELECT t.organization_id, t.id, {fields}
+                INTO {WRITTEN_VARIABLES}
+                FROM (SELECT {list} FROM (SELECT NEW.*) AS r) AS t;
+            SELECT t.organization_id, t.id, {fields}
+                INTO {BEFORE_VARIABLES}
+                FROM (SELECT {list} FROM (SELECT OLD.*) AS r) AS t;
+        EXCEPTION WHEN OTHERS THEN
+            written_org := NULL;
+        END;
+        IF written_org IS NOT NULL AND written_id IS NOT NULL
+           AND written_org IS NOT DISTINCT FROM before_org
+           AND written_id IS NOT DISTINCT FROM before_id THEN
+            IF {unchanged} THEN
+                RETURN NULL;
+            END IF;
+            INSERT INTO {schema}.partner_api_order_events
+                    (organization_id, change, order_id, previous_providers, {WRITTEN_COLUMNS})
+                VALUES (written_org, 'order.updated', written_id, {shown_before},
+                        {WRITTEN_FIELD_VARIABLES});
             RETURN NULL;
         END IF;
     END IF;
@@ -295,21 +366,62 @@ const WRITTEN_VARIABLES_VALUES: &str = "written_org, 'order.created', written_id
     written_start_date, written_end_date, written_status, written_external_reference, \
     written_created_at";
 
+/// The variables the order before an update is read into, as [`WRITTEN_VARIABLES`].
+const BEFORE_VARIABLES: &str = "before_org, before_id, before_providers, \
+    before_advertiser_name, before_campaign_name, before_budget_dkk, before_start_date, \
+    before_end_date, before_status, before_external_reference, before_created_at";
+
+/// The order's fields among [`WRITTEN_VARIABLES`], in the order of [`WRITTEN_COLUMNS`].
+const WRITTEN_FIELD_VARIABLES: &str = "written_providers, written_advertiser_name, \
+    written_campaign_name, written_budget_dkk, written_start_date, written_end_date, \
+    written_status, written_external_reference, written_created_at";
+
+/// An order's fields besides its organization and id, in the order of [`WRITTEN_COLUMNS`].
+const ORDER_FIELDS: [&str; 9] = [
+    "providers",
+    "advertiser_name",
+    "campaign_name",
+    "budget_dkk",
+    "start_date",
+    "end_date",
+    "status",
+    "external_reference",
+    "created_at",
+];
+
 /// The mapped order `order`'s fields for [`WRITTEN_COLUMNS`].
 fn written_fields(order: &str) -> String {
-    [
+    ORDER_FIELDS
+        .map(|field| format!("{order}.{field}"))
+        .join(", ")
+}
+
+/// True for an order whose snapshot the stamping could not render, as it checks before
+/// rendering (migration `20261212000001_render_at_stamping`): providers of more than one
+/// dimension, or more of them or of text than a jsonb value holds. Such an order is
+/// unshowable, as the trigger's exception block made it when the trigger rendered.
+fn unrenderable(field: impl Fn(&str) -> String) -> String {
+    let [id, providers, advertiser_name, campaign_name, status, external_reference] = [
+        "id",
         "providers",
         "advertiser_name",
         "campaign_name",
-        "budget_dkk",
-        "start_date",
-        "end_date",
         "status",
         "external_reference",
-        "created_at",
     ]
-    .map(|field| format!("{order}.{field}"))
-    .join(", ")
+    .map(&field);
+    format!(
+        "pg_catalog.array_ndims({providers}) OPERATOR(pg_catalog.<>) 1 \
+         OR pg_catalog.cardinality({providers}) OPERATOR(pg_catalog.>) 10000000 \
+         OR pg_catalog.octet_length({id})::bigint \
+            OPERATOR(pg_catalog.+) pg_catalog.octet_length({advertiser_name})::bigint \
+            OPERATOR(pg_catalog.+) pg_catalog.octet_length({campaign_name})::bigint \
+            OPERATOR(pg_catalog.+) pg_catalog.octet_length({status})::bigint \
+            OPERATOR(pg_catalog.+) pg_catalog.octet_length({external_reference})::bigint \
+            OPERATOR(pg_catalog.+) pg_catalog.octet_length( \
+                pg_catalog.array_to_string({providers}, ''))::bigint \
+            OPERATOR(pg_catalog.>=) 250000000::bigint"
+    )
 }
 
 /// The trigger's block that reads `row` (`OLD` or `NEW`) through the map (`list`, and
