@@ -80,18 +80,22 @@ pub(in crate::store::postgres) fn shown(schema: &str) -> String {
     )
 }
 
+/// An order's fields of text (its id, providers and words), as [`contract_checks`] and
+/// [`unrenderable`] name them.
+const TEXT_FIELDS: [&str; 6] = [
+    "id",
+    "providers",
+    "advertiser_name",
+    "campaign_name",
+    "status",
+    "external_reference",
+];
+
 /// The contract's checks of an order whose fields `field` names (`id`, `providers`, ...):
 /// true for an order every reader can show ([`shown`], and the providers before an update).
 fn contract_checks(field: impl Fn(&str) -> String) -> String {
-    let [id, providers, advertiser_name, campaign_name, status, external_reference] = [
-        "id",
-        "providers",
-        "advertiser_name",
-        "campaign_name",
-        "status",
-        "external_reference",
-    ]
-    .map(&field);
+    let [id, providers, advertiser_name, campaign_name, status, external_reference] =
+        TEXT_FIELDS.map(&field);
     let [budget_dkk, start_date, end_date, created_at] =
         ["budget_dkk", "start_date", "end_date", "created_at"].map(&field);
     format!(
@@ -401,15 +405,8 @@ fn written_fields(order: &str) -> String {
 /// dimension, or more of them or of text than a jsonb value holds. Such an order is
 /// unshowable, as the trigger's exception block made it when the trigger rendered.
 fn unrenderable(field: impl Fn(&str) -> String) -> String {
-    let [id, providers, advertiser_name, campaign_name, status, external_reference] = [
-        "id",
-        "providers",
-        "advertiser_name",
-        "campaign_name",
-        "status",
-        "external_reference",
-    ]
-    .map(&field);
+    let [id, providers, advertiser_name, campaign_name, status, external_reference] =
+        TEXT_FIELDS.map(&field);
     format!(
         "pg_catalog.array_ndims({providers}) OPERATOR(pg_catalog.<>) 1 \
          OR pg_catalog.cardinality({providers}) OPERATOR(pg_catalog.>) 10000000 \
