@@ -3,8 +3,10 @@
 //! calls it, for a page of 100 after the middle of the organization's orders, unfiltered and
 //! with each filter (a status of a quarter of the orders, a rare status, two statuses, a
 //! creation range, a common and a rare provider, the last change since a time (one order in
-//! ten) and in a narrow range (one in a thousand), all four of the first at once). Prints the median and
-//! p90 of ROUNDS calls each (default 200) and each one's ratio to the unfiltered page.
+//! ten) and in a narrow range (one in a thousand), all four of the first at once), and then the
+//! unfiltered page and the common provider's again once its list has an index of its own
+//! (`PgStore::provider_index`). Prints the median and p90 of ROUNDS calls each (default 200,
+//! the cases taken in turn in each round) and each one's ratio to the unfiltered page.
 //!
 //! `PARTNER_API_TEST_DATABASE_URL=postgres://... cargo bench --features postgres --bench
 //! filtered_pages`
@@ -161,31 +163,60 @@ async fn main() {
     println!("{count} orders in one organization, a page of 100 after the middle one, {rounds} calls each");
     println!("| page | orders | median | p90 | of unfiltered (median) |");
     println!("|---|---|---|---|---|");
-    let mut unfiltered = None;
-    for (what, query) in &cases {
-        // Warm: the statement prepared, the pages in the buffer cache.
-        let page = store.orders("org_big", query).await.expect("page");
-        let mut times: Vec<Duration> = Vec::with_capacity(rounds);
-        for _ in 0..rounds {
-            let started = Instant::now();
-            store.orders("org_big", query).await.expect("page");
-            times.push(started.elapsed());
-        }
-        times.sort();
-        let median = times[rounds / 2];
-        let p90 = times[rounds * 9 / 10];
-        let base = *unfiltered.get_or_insert(median);
-        println!(
-            "| {what} | {} | {:.2} ms | {:.2} ms | {:.2} |",
-            page.len(),
-            median.as_secs_f64() * 1e3,
-            p90.as_secs_f64() * 1e3,
-            median.as_secs_f64() / base.as_secs_f64()
-        );
-    }
+    print_rounds(&store, &cases, rounds).await;
+    // The common provider's page again, with an index of its own, beside the unfiltered page.
+    let index = store.provider_index(&["p3"]).expect("an index");
+    sqlx::query(index.statement().trim_end_matches(';'))
+        .execute(store.pool())
+        .await
+        .expect("the provider's index");
+    sqlx::query("VACUUM ANALYZE partner_orders")
+        .execute(store.pool())
+        .await
+        .expect("analyze");
+    let with_own_index = [
+        ("unfiltered (again)", deep(OrderFilter::default())),
+        (
+            "provider (1 in 10), its own index",
+            deep(OrderFilter::default().with_providers(["p3"])),
+        ),
+    ];
+    print_rounds(&store, &with_own_index, rounds).await;
     store.pool().close().await;
     connection
         .execute(format!("DROP DATABASE {name}").as_str())
         .await
         .expect("drop database");
+}
+
+/// Times `rounds` calls of each case, the cases in turn within each round (so a change of the
+/// machine's speed during the run weighs on every case alike), and prints a row each: the
+/// median and p90, and the median's ratio to the first case's.
+async fn print_rounds(store: &PgStore, cases: &[(&str, OrderQuery)], rounds: usize) {
+    let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); cases.len()];
+    let mut sizes = Vec::with_capacity(cases.len());
+    // Warm: the statements prepared, the pages in the buffer cache.
+    for (_, query) in cases {
+        sizes.push(store.orders("org_big", query).await.expect("page").len());
+    }
+    for _ in 0..rounds {
+        for ((_, query), times) in cases.iter().zip(&mut times) {
+            let started = Instant::now();
+            store.orders("org_big", query).await.expect("page");
+            times.push(started.elapsed());
+        }
+    }
+    let mut base = None;
+    for (((what, _), times), size) in cases.iter().zip(&mut times).zip(sizes) {
+        times.sort();
+        let median = times[rounds / 2];
+        let p90 = times[rounds * 9 / 10];
+        let base = *base.get_or_insert(median);
+        println!(
+            "| {what} | {size} | {:.2} ms | {:.2} ms | {:.2} |",
+            median.as_secs_f64() * 1e3,
+            p90.as_secs_f64() * 1e3,
+            median.as_secs_f64() / base.as_secs_f64()
+        );
+    }
 }

@@ -14,6 +14,10 @@
 #   endpoints                    triggers on, an enabled webhook endpoint on every
 #                                organization, and the dispatcher's stamping after the inserts
 #                                (which writes each event's message and delivery)
+#   provider-index               triggers off, with a provider's own index (what
+#                                `standalone indexes --provider meta` prints), which every
+#                                insert enters (each books meta): its check and its entry
+#   other-provider-index         the same with another provider's index: its check alone
 #   updates-none, updates        single-row updates of `partner_orders` (a budget raised, on
 #                                100 orders in turn), its triggers off, on
 #   mapped-none, mapped          a host's own table mapped with --schema-map (the hosting
@@ -134,7 +138,7 @@ printf '%-10s %-18s %14s %8s\n' table mode "instr./write" "of none"
 declare -A per_insert
 for mode in "${modes[@]}"; do
   case $mode in
-    none | triggers | stamped | endpoints)
+    none | triggers | stamped | endpoints | provider-index | other-provider-index)
       database_name=postgres table=crate relation=partner_orders trigger=partner_orders_webhooks ;;
     updates-none | updates)
       database_name=postgres table=updates relation=partner_orders trigger=partner_orders_webhooks ;;
@@ -147,7 +151,22 @@ for mode in "${modes[@]}"; do
     *) echo "error: unknown mode $mode" >&2; exit 2 ;;
   esac
   state=ENABLE
-  case $mode in *none) state=DISABLE ;; esac
+  case $mode in *none | *provider-index) state=DISABLE ;; esac
+  # A provider's own index, built and dropped outside the count.
+  provider_index=
+  case $mode in
+    provider-index) provider_index=meta ;;
+    other-provider-index) provider_index=google ;;
+  esac
+  if [ -n "$provider_index" ]; then
+    printf '%s\n' "CREATE INDEX partner_orders_for_bench ON partner_orders USING btree (organization_id, created_at DESC, id DESC) WHERE providers && ARRAY[E'$provider_index']::text[];" |
+      single_user "$database_name" >"$work/prepare.log" 2>&1
+    if grep -Eq '(ERROR|FATAL|PANIC): ' "$work/prepare.log"; then
+      grep -E '(ERROR|FATAL|PANIC): ' "$work/prepare.log" | head -n 5 >&2
+      echo "error: building the provider's index for $mode failed" >&2
+      exit 1
+    fi
+  fi
   setup="ALTER TABLE $relation $state TRIGGER $trigger;"
   after=
   case $mode in
@@ -175,8 +194,11 @@ UPDATE partner_webhook_endpoints SET enabled = $enabled;"
   few=$(instructions "$database_name" "$setup" "$N_FEW" "$table" "$after")
   many=$(instructions "$database_name" "$setup" "$N_MANY" "$table" "$after")
   [ -n "$few" ] && [ -n "$many" ] || { echo "error: callgrind counted nothing for $mode" >&2; exit 1; }
+  if [ -n "$provider_index" ]; then
+    echo "DROP INDEX partner_orders_for_bench;" | single_user "$database_name" >"$work/prepare.log" 2>&1
+  fi
   per_insert[$mode]=$(((many - few) / (N_MANY - N_FEW)))
-  case $mode in none | triggers | stamped | endpoints) base=none ;; updates*) base=updates-none ;; mapped-updates*) base=mapped-updates-none ;; mapped*) base=mapped-none ;; *) base=baseline-none ;; esac
+  case $mode in none | triggers | stamped | endpoints | *provider-index) base=none ;; updates*) base=updates-none ;; mapped-updates*) base=mapped-updates-none ;; mapped*) base=mapped-none ;; *) base=baseline-none ;; esac
   none=${per_insert[$base]:-}
   ratio=-
   [ -n "$none" ] && ratio=$(awk "BEGIN { printf \"%.3f\", $none / ${per_insert[$mode]} }")

@@ -84,8 +84,8 @@ async fn main() -> ExitCode {
         Some(cli::Command::Audit(audit)) => return operator.scope(audit::run(&args, audit)).await,
         Some(cli::Command::Migrate) => return keys::migrate_only(&args).await,
         #[cfg(feature = "postgres")]
-        Some(cli::Command::Indexes { missing }) => {
-            return keys::print(stores::indexes(&args, *missing).await)
+        Some(cli::Command::Indexes { missing, provider }) => {
+            return keys::print(stores::indexes(&args, *missing, provider).await)
         }
         #[cfg(not(feature = "postgres"))]
         Some(cli::Command::Indexes { .. }) => {

@@ -347,8 +347,8 @@ async fn warn_of_missing_indexes(store: &partner_api::PgStore) {
     }
 }
 
-/// `standalone indexes`: the statements of the indexes the schema map needs (with
-/// `missing`, those the database lacks), one a line.
+/// `standalone indexes`: the statements of the indexes the schema map needs, or with
+/// `providers` the index of that list (with `missing`, those the database lacks), one a line.
 #[cfg(feature = "postgres")]
 /// The `order-capture` command: switches the mode or prints it.
 #[cfg(feature = "postgres")]
@@ -376,16 +376,25 @@ pub(crate) async fn order_capture(
     }])
 }
 
-pub(crate) async fn indexes(args: &Args, missing: bool) -> Result<Vec<String>, String> {
-    if args.schema_map.is_none() {
-        return Err("indexes needs --schema-map: the crate's own tables have theirs".into());
+pub(crate) async fn indexes(
+    args: &Args,
+    missing: bool,
+    providers: &[String],
+) -> Result<Vec<String>, String> {
+    if args.schema_map.is_none() && providers.is_empty() {
+        return Err(
+            "indexes needs --schema-map (the crate's own tables have theirs) or --provider".into(),
+        );
     }
     let (store, error) = command_database(args, "indexes").await?;
-    let indexes = if missing {
-        store.missing_schema_indexes().await.map_err(error)?
-    } else {
+    let mut indexes = if providers.is_empty() {
         store.schema_indexes()
+    } else {
+        vec![store.provider_index(providers).map_err(error)?]
     };
+    if missing {
+        indexes = store.missing_indexes(&indexes).await.map_err(error)?;
+    }
     Ok(indexes.iter().map(|index| index.statement()).collect())
 }
 

@@ -10,6 +10,10 @@ use super::StoreFixtures;
 use crate::model::{Order, Timestamp};
 use crate::store::{OrderFilter, OrderQuery};
 
+/// A provider id with what SQL, an array's text and JSON quote: a quote, a backslash, braces,
+/// a comma, double quotes, a dollar sign and a space.
+const AWKWARD_PROVIDER: &str = "q4 it's \\ {a,\"b\"} $1";
+
 /// For every kind of filter and their combination, at page sizes that cut through ties, the
 /// walk of filtered pages holds exactly the orders the filter holds, newest first, once each.
 pub(super) async fn filters_hold<F: StoreFixtures>(fixtures: &F) -> Check {
@@ -23,7 +27,11 @@ pub(super) async fn filters_hold<F: StoreFixtures>(fixtures: &F) -> Check {
                 i64::try_from(n / 2).unwrap_or(0) * 1_000,
             );
             order.status = ["booked", "running", "paused"][n % 3].into();
-            order.providers = vec![format!("p{}", n % 4), format!("q{}", n % 5)];
+            let second = match n % 5 {
+                4 => AWKWARD_PROVIDER.to_owned(),
+                family => format!("q{family}"),
+            };
+            order.providers = vec![format!("p{}", n % 4), second];
             order
         })
         .collect();
@@ -37,6 +45,8 @@ pub(super) async fn filters_hold<F: StoreFixtures>(fixtures: &F) -> Check {
         OrderFilter::default().with_statuses(["running", "paused"]),
         OrderFilter::default().with_providers(["p1"]),
         OrderFilter::default().with_providers(["p1", "q3"]),
+        OrderFilter::default().with_providers([AWKWARD_PROVIDER]),
+        OrderFilter::default().with_providers(["q3", AWKWARD_PROVIDER, "p1"]),
         OrderFilter::default().with_created_since(since),
         OrderFilter::default().with_created_before(before),
         OrderFilter::default()

@@ -1050,6 +1050,27 @@ async fn the_standalone_host_serves_media_buys_and_accounts_through_schema_map_o
     }
     let (ok, missing, err) = command(&["indexes", "--missing"]).await;
     assert!(ok && missing.is_empty(), "{missing}{err}");
+    // A provider's own index, on the host's table through the map: the same for the list in
+    // any order; missing until built.
+    let (ok, own, err) = command(&["indexes", "--provider", "tiktok", "--provider", "meta"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(own.lines().count(), 1, "{own}");
+    assert!(
+        own.starts_with("CREATE INDEX CONCURRENTLY IF NOT EXISTS partner_api_for_")
+            && own.contains(" ON public.media_buys ")
+            && own.contains("ARRAY[E'meta', E'tiktok']::text[]"),
+        "{own}"
+    );
+    let (_, again, _) = command(&["indexes", "--provider", "meta", "--provider", "tiktok"]).await;
+    assert_eq!(again, own);
+    let args = ["indexes", "--missing", "--provider", "meta", "--provider", "tiktok"];
+    let (_, missing, _) = command(&args).await;
+    assert_eq!(missing, own);
+    owner.pool().execute(own.trim()).await.unwrap();
+    let (ok, missing, err) = command(&args).await;
+    assert!(ok && missing.is_empty(), "{missing}{err}");
+    let (ok, _, err) = command(&["indexes", "--provider", ""]).await;
+    assert!(!ok && err.contains("provider \"\" must be"), "{err}");
 
     // The host's data, written the host's way.
     sqlx::raw_sql(

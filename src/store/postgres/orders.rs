@@ -31,8 +31,12 @@ pub(super) struct OrderStatements {
     /// of the previous page's last order. A keyset, not an offset: page 50 costs what page 1
     /// does, and orders created meanwhile never shift it.
     pub(super) page_after: String,
-    /// The filtered pages, by what they hold (the bits below).
+    /// The filtered pages, by what they hold (the bits below), providers bound as a
+    /// parameter.
     pub(super) filtered: Vec<String>,
+    /// What they read from, for a statement with its providers written in (see
+    /// [`filtered_page_text`]).
+    source: String,
 }
 
 impl OrderStatements {
@@ -49,10 +53,42 @@ impl OrderStatements {
                  ORDER BY created_at DESC, id DESC LIMIT $2"
             ),
             filtered: (0..FILTER_SHAPES)
-                .map(|holds| filtered_page_text(source, holds))
+                .map(|holds| filtered_page_text(source, holds, None))
                 .collect(),
+            source: source.to_owned(),
         }
     }
+
+    /// The text of the page `query` asks for with its providers written in as a constant,
+    /// where it has providers that can be (see [`text_array`]); `None` for the others.
+    pub(super) fn with_providers_written(&self, query: &OrderQuery) -> Option<String> {
+        let providers = query.filter().providers();
+        if providers.is_empty() {
+            return None;
+        }
+        let array = text_array(&bound_providers(query.filter()))?;
+        Some(filtered_page_text(
+            &self.source,
+            shape(query),
+            Some(&array),
+        ))
+    }
+}
+
+/// `values` as an SQL constant of type `text[]`, `ARRAY[E'..', ...]::text[]`, or `None` when
+/// one holds a control character (kept out of statement texts; such a list is bound as a
+/// parameter instead). Each element is an escape string, so its meaning does not depend on
+/// `standard_conforming_strings`: within one, only a backslash and a quote are special, and
+/// both are doubled.
+pub(super) fn text_array(values: &[String]) -> Option<String> {
+    if values.iter().any(|value| value.chars().any(char::is_control)) {
+        return None;
+    }
+    let elements: Vec<String> = values
+        .iter()
+        .map(|value| format!("E'{}'", value.replace('\\', "\\\\").replace('\'', "''")))
+        .collect();
+    Some(format!("ARRAY[{}]::text[]", elements.join(", ")))
 }
 
 /// The date column `name` of the order `id`: an error that names the order for a date no
@@ -118,7 +154,8 @@ impl PgStore {
         organization_id: &str,
         query: &OrderQuery,
     ) -> Result<OrderPage, StoreError> {
-        let rows = page_query(&self.statements.orders, organization_id, query)
+        let written = self.statements.orders.with_providers_written(query);
+        let rows = page_query(&self.statements.orders, written.as_deref(), organization_id, query)
             .fetch_all(&self.pool)
             .await
             .map_err(store_error)?;
@@ -130,9 +167,11 @@ impl PgStore {
     }
 }
 
-/// The statement that reads the page `query` asks for, with its parameters bound.
+/// The statement that reads the page `query` asks for, with its parameters bound: the text
+/// `written` where its providers are written in.
 fn page_query<'q>(
     statements: &'q OrderStatements,
+    written: Option<&'q str>,
     organization_id: &'q str,
     query: &'q OrderQuery,
 ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
@@ -141,7 +180,7 @@ fn page_query<'q>(
         .unwrap_or(i64::MAX)
         .saturating_add(1);
     if !query.filter().is_empty() {
-        return filtered_page_query(statements, organization_id, query, rows);
+        return filtered_page_query(statements, written, organization_id, query, rows);
     }
     match query.position() {
         None => sqlx::query(&statements.first_page)
@@ -172,10 +211,21 @@ const FILTER_SHAPES: usize = 128;
 // narrow the range scan of `partner_orders_newest`; with statuses, one scan of
 // `partner_orders_status` per status, merged newest first, so a page deep in the orders
 // costs what the first does. Providers are read through `partner_orders_providers` (the
-// array's own index) when rare, and as a condition on the rows of the range scan when common.
+// array's own index) when rare, as a condition on the rows of the range scan when common, and
+// through their own partial index where the host built one (`PgStore::provider_index`).
+//
+// Which of these serves depends on the providers, so the statement is planned with them: they
+// are written into its text as a constant, and it is prepared once per list and connection
+// like the others (sqlx's statement cache, least recently used first out). Even its generic
+// plan then knows the list, and a list's own index serves it: the planner proves the index's
+// predicate from the same constant. (Bound as a parameter, a prepared statement would settle on
+// one generic plan for every list, which read a rare provider's page in 18 ms; unnamed, it
+// costs a parse, a plan and a round trip to describe it on every page.) A list with a control
+// character, which no key or request filter holds, is bound in an unnamed statement.
 
-/// The text of the filtered page over `source` that holds what `holds` says (bits above).
-fn filtered_page_text(source: &str, holds: usize) -> String {
+/// The text of the filtered page over `source` that holds what `holds` says (bits above); its
+/// providers `written` in as a constant, or else a parameter.
+fn filtered_page_text(source: &str, holds: usize, written: Option<&str>) -> String {
     let mut conditions = String::new();
     let mut next = 3;
     let mut parameter = || {
@@ -194,7 +244,10 @@ fn filtered_page_text(source: &str, holds: usize) -> String {
         conditions.push_str(&format!(" AND created_at < ${}", parameter()));
     }
     if holds & PROVIDERS != 0 {
-        conditions.push_str(&format!(" AND providers && ${}::text[]", parameter()));
+        match written {
+            Some(array) => conditions.push_str(&format!(" AND providers && {array}")),
+            None => conditions.push_str(&format!(" AND providers && ${}::text[]", parameter())),
+        }
     }
     if holds & UPDATED_SINCE != 0 {
         conditions.push_str(&format!(" AND {LAST_CHANGE} >= ${}", parameter()));
@@ -218,15 +271,10 @@ fn filtered_page_text(source: &str, holds: usize) -> String {
     )
 }
 
-/// The statement of a filtered page, with its parameters bound in the order of its text.
-fn filtered_page_query<'q>(
-    statements: &'q OrderStatements,
-    organization_id: &'q str,
-    query: &'q OrderQuery,
-    rows: i64,
-) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+/// What the filtered page `query` asks for holds: the bits above.
+fn shape(query: &OrderQuery) -> usize {
     let filter = query.filter();
-    let holds = [
+    [
         (query.position().is_some(), AFTER),
         (filter.created_since().is_some(), SINCE),
         (filter.created_before().is_some(), BEFORE),
@@ -237,13 +285,25 @@ fn filtered_page_query<'q>(
     ]
     .into_iter()
     .filter(|(has, _)| *has)
-    .fold(0, |holds, (_, bit)| holds | bit);
-    // With providers, the plan depends on the providers asked for: a rare one is read through
-    // `partner_orders_providers`, a common one fills the page from `partner_orders_newest`.
-    // A prepared statement would settle on one generic plan for both; an unnamed one is
-    // planned with its values each time.
-    let mut statement = sqlx::query(statements.filtered[holds].as_str())
-        .persistent(holds & PROVIDERS == 0)
+    .fold(0, |holds, (_, bit)| holds | bit)
+}
+
+/// The statement of a filtered page, with its parameters bound in the order of its text: the
+/// text `written` where its providers are written in, else the shape's, its providers bound in
+/// an unnamed statement (planned with them each time).
+fn filtered_page_query<'q>(
+    statements: &'q OrderStatements,
+    written: Option<&'q str>,
+    organization_id: &'q str,
+    query: &'q OrderQuery,
+    rows: i64,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    let filter = query.filter();
+    let holds = shape(query);
+    let bind_providers = holds & PROVIDERS != 0 && written.is_none();
+    let text = written.unwrap_or(statements.filtered[holds].as_str());
+    let mut statement = sqlx::query(text)
+        .persistent(!bind_providers)
         .bind(organization_id)
         .bind(rows);
     if let Some(position) = query.position() {
@@ -257,8 +317,8 @@ fn filtered_page_query<'q>(
     if let Some(before) = filter.created_before() {
         statement = statement.bind(before.as_datetime());
     }
-    if !filter.providers().is_empty() {
-        statement = statement.bind(filter.providers());
+    if bind_providers {
+        statement = statement.bind(bound_providers(filter));
     }
     if let Some(since) = filter.updated_since() {
         statement = statement.bind(since.as_datetime());
@@ -270,4 +330,13 @@ fn filtered_page_query<'q>(
         statement = statement.bind(filter.statuses());
     }
     statement
+}
+
+/// The filter's providers as the page statement holds them: sorted, as a key holds its
+/// providers and `PgStore::provider_index` puts them, since the planner uses a list's own
+/// index only for the same list (and one statement serves a list in any order).
+pub(super) fn bound_providers(filter: &crate::store::OrderFilter) -> Vec<String> {
+    let mut providers = filter.providers().to_vec();
+    providers.sort_unstable();
+    providers
 }

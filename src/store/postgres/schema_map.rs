@@ -37,7 +37,50 @@ impl super::PgStore {
     ///
     /// When the database fails (the check makes temporary tables, which it rolls back).
     pub async fn missing_schema_indexes(&self) -> Result<Vec<SchemaIndex>, super::StoreError> {
-        indexes::missing(&self.pool, &self.schema_indexes())
+        self.missing_indexes(&self.schema_indexes()).await
+    }
+
+    /// The index that makes a page of the orders booking one of `providers` (a key limited
+    /// to them, or the `provider` filter naming them all) cost what an unfiltered page
+    /// costs, on the orders table this store reads (the crate's, or the host's through the
+    /// [schema map](Self::with_schema_map)): its newest-first index, partial to those orders.
+    /// Worth building for a provider on more than about one order in a hundred; a rarer
+    /// one's pages are read through the providers' own index already. Each such index costs
+    /// the orders' writes a check of the list, and an entry for the orders it holds. See the
+    /// [hosting page](crate::docs::hosting).
+    ///
+    /// The page's statement is planned with its list, and the planner uses the index when
+    /// the list is the same: a key's providers as the key holds them, sorted and each once
+    /// (the list is put so here too).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidData` for a list that could not limit a key
+    /// ([`canonical_providers`](crate::key::canonical_providers)), `Unsupported` where the
+    /// orders are a host's view (index its table).
+    pub fn provider_index<S: AsRef<str>>(
+        &self,
+        providers: &[S],
+    ) -> Result<SchemaIndex, super::StoreError> {
+        let providers =
+            crate::key::canonical_providers(providers).map_err(super::StoreError::invalid_data)?;
+        let mapped = self.statements.mapped.as_ref().map(|(map, resolved)| (map, resolved));
+        indexes::for_providers(mapped, &providers)
+            .ok_or_else(|| super::StoreError::unsupported("indexes on a view of orders"))
+    }
+
+    /// Those of `indexes` ([`schema_indexes`](Self::schema_indexes),
+    /// [`provider_index`](Self::provider_index)) the database lacks: each is compared, by
+    /// its definition as PostgreSQL writes it, with the valid indexes of its table.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails (the check makes temporary tables, which it rolls back).
+    pub async fn missing_indexes(
+        &self,
+        indexes: &[SchemaIndex],
+    ) -> Result<Vec<SchemaIndex>, super::StoreError> {
+        indexes::missing(&self.pool, indexes)
             .await
             .map_err(super::store_error)
     }

@@ -35,24 +35,11 @@ async fn every_page_is_one_index_range_scan() {
     assert_plans(&mut connection, own, "partner_orders", &own_indexes).await;
 
     // A host's table with other names and types, mapped; its indexes as the map prints them.
-    sqlx::raw_sql(
-        "CREATE TABLE accounts (id bigint PRIMARY KEY, display_name text NOT NULL); \
-         CREATE TABLE media_buys (buy_id uuid PRIMARY KEY, account_id bigint NOT NULL, \
-         channels text[] NOT NULL, advertiser text NOT NULL, campaign text NOT NULL, \
-         budget_ore bigint NOT NULL, starts_on date NOT NULL, ends_on date NOT NULL, \
-         state text NOT NULL, po_number text, created timestamptz NOT NULL, \
-         modified timestamptz)",
-    )
-    .execute(&mut *connection)
-    .await
-    .unwrap();
-    // The hosting page's example, as a host copies it.
-    let documented = include_str!("../../docs/hosting.md")
-        .split("```toml")
-        .nth(1)
-        .and_then(|rest| rest.split("```").next())
-        .expect("the hosting page's schema map");
-    let map: SchemaMap = toml::from_str(documented).unwrap();
+    sqlx::raw_sql(HOST_TABLES)
+        .execute(&mut *connection)
+        .await
+        .unwrap();
+    let map = documented_map();
     // The documented map (no updated_at: the recorded last change, read through the events'
     // index) and the same with a column of the last change, which has its own index.
     let with_column = map.clone().with_orders(
@@ -88,6 +75,110 @@ async fn every_page_is_one_index_range_scan() {
         };
         assert_plans(&mut connection, statements, "media_buys", &host_indexes).await;
     }
+    drop(connection);
+    database.drop().await;
+}
+
+/// A host's tables with other names and types than the crate's, as the hosting page maps them.
+const HOST_TABLES: &str = "CREATE TABLE accounts (id bigint PRIMARY KEY, display_name text NOT NULL); \
+     CREATE TABLE media_buys (buy_id uuid PRIMARY KEY, account_id bigint NOT NULL, \
+     channels text[] NOT NULL, advertiser text NOT NULL, campaign text NOT NULL, \
+     budget_ore bigint NOT NULL, starts_on date NOT NULL, ends_on date NOT NULL, \
+     state text NOT NULL, po_number text, created timestamptz NOT NULL, \
+     modified timestamptz)";
+
+/// The hosting page's schema map of [`HOST_TABLES`], as a host copies it.
+fn documented_map() -> SchemaMap {
+    let documented = include_str!("../../docs/hosting.md")
+        .split("```toml")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the hosting page's schema map");
+    toml::from_str(documented).unwrap()
+}
+
+/// A provider's own index ([`PgStore::provider_index`]) serves the pages of its list of
+/// providers (one, and two that need quoting in SQL and in an array's text), on the crate's
+/// table and on a host's through the map; a list it was not built for is not read through it.
+#[tokio::test]
+async fn a_provider_list_with_its_own_index_is_read_through_it() {
+    let Some(database) = OwnDatabase::new("partner_api_provider_index").await else {
+        return;
+    };
+    let store = database.store.clone();
+    store.migrate().await.unwrap();
+    let mut connection = store.pool().acquire().await.unwrap();
+    sqlx::raw_sql("SET enable_seqscan = off; SET enable_bitmapscan = off")
+        .execute(&mut *connection)
+        .await
+        .unwrap();
+    sqlx::raw_sql(HOST_TABLES)
+        .execute(&mut *connection)
+        .await
+        .unwrap();
+    let mapped = store.clone().with_schema_map(documented_map()).await.unwrap();
+    // Sorted as a key holds them: the quote, backslash, braces, comma and double quote one
+    // first.
+    let awkward = ["it's \\ {a,b} \"q\" $q", "meta"];
+    let holds = AFTER | PROVIDERS;
+    let (generic, types) = (
+        "text, bigint, timestamptz, text",
+        "text, bigint, timestamptz, text, text[]",
+    );
+    let after = OrderPosition {
+        created_at: Timestamp::now(),
+        id: "o_50".into(),
+    };
+    for (store, table) in [(&store, "partner_orders"), (&mapped, "media_buys")] {
+        for providers in [&["meta"][..], &awkward[..]] {
+            let index = store.provider_index(providers).unwrap();
+            let one = std::slice::from_ref(&index);
+            assert_eq!(store.missing_indexes(one).await.unwrap(), one);
+            sqlx::query(index.statement().trim_end_matches(';'))
+                .execute(store.pool())
+                .await
+                .unwrap();
+            assert_eq!(store.missing_indexes(one).await.unwrap(), []);
+            let read_through_it = format!("Index Scan using {} on {table}", index.name());
+            // The list written into the statement (as the store reads pages), in another
+            // order: its generic plan, which a prepared statement settles on, is served too.
+            let reversed: Vec<&str> = providers.iter().rev().copied().collect();
+            let page = OrderQuery::after(after.clone(), 100)
+                .with_filter(crate::store::OrderFilter::default().with_providers(reversed));
+            let written = store.statements.orders.with_providers_written(&page).unwrap();
+            sqlx::query("SET plan_cache_mode = force_generic_plan")
+                .execute(&mut *connection)
+                .await
+                .unwrap();
+            let without_list = "'org_1', 101, now(), 'o_50'";
+            let plan = plan_of(&mut connection, &written, generic, without_list).await;
+            assert!(plan.contains(&read_through_it), "{table} {providers:?}: {plan}");
+            sqlx::query("RESET plan_cache_mode")
+                .execute(&mut *connection)
+                .await
+                .unwrap();
+            // The list as a parameter (a list that cannot be written in), written in the test
+            // without the index's quoting.
+            let list: Vec<String> = providers.iter().map(|p| format!("$v${p}$v$")).collect();
+            let parameters = format!("{without_list}, ARRAY[{}]", list.join(", "));
+            let statement = &store.statements.orders.filtered[holds];
+            let plan = plan_of(&mut connection, statement, types, &parameters).await;
+            assert!(plan.contains(&read_through_it), "{table} {providers:?}: {plan}");
+        }
+        // The same list in another order names the same index; another list has none.
+        assert_eq!(
+            store.provider_index(&["meta", awkward[0], "meta"]).unwrap(),
+            store.provider_index(&awkward).unwrap()
+        );
+        let statement = &store.statements.orders.filtered[holds];
+        let parameters = "'org_1', 101, now(), 'o_50', ARRAY['google']";
+        let plan = plan_of(&mut connection, statement, types, parameters).await;
+        assert!(!plan.contains("_for_"), "{table}: {plan}");
+    }
+    // A list with a control character is bound, never written.
+    let bell = OrderQuery::newest(100)
+        .with_filter(crate::store::OrderFilter::default().with_providers(["a\u{7}"]));
+    assert_eq!(store.statements.orders.with_providers_written(&bell), None);
     drop(connection);
     database.drop().await;
 }
