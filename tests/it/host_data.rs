@@ -1063,7 +1063,14 @@ async fn the_standalone_host_serves_media_buys_and_accounts_through_schema_map_o
     );
     let (_, again, _) = command(&["indexes", "--provider", "meta", "--provider", "tiktok"]).await;
     assert_eq!(again, own);
-    let args = ["indexes", "--missing", "--provider", "meta", "--provider", "tiktok"];
+    let args = [
+        "indexes",
+        "--missing",
+        "--provider",
+        "meta",
+        "--provider",
+        "tiktok",
+    ];
     let (_, missing, _) = command(&args).await;
     assert_eq!(missing, own);
     owner.pool().execute(own.trim()).await.unwrap();

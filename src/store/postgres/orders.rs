@@ -67,11 +67,7 @@ impl OrderStatements {
             return None;
         }
         let array = text_array(&bound_providers(query.filter()))?;
-        Some(filtered_page_text(
-            &self.source,
-            shape(query),
-            Some(&array),
-        ))
+        Some(filtered_page_text(&self.source, shape(query), Some(&array)))
     }
 }
 
@@ -81,7 +77,10 @@ impl OrderStatements {
 /// `standard_conforming_strings`: within one, only a backslash and a quote are special, and
 /// both are doubled.
 pub(super) fn text_array(values: &[String]) -> Option<String> {
-    if values.iter().any(|value| value.chars().any(char::is_control)) {
+    if values
+        .iter()
+        .any(|value| value.chars().any(char::is_control))
+    {
         return None;
     }
     let elements: Vec<String> = values
@@ -155,10 +154,15 @@ impl PgStore {
         query: &OrderQuery,
     ) -> Result<OrderPage, StoreError> {
         let written = self.statements.orders.with_providers_written(query);
-        let rows = page_query(&self.statements.orders, written.as_deref(), organization_id, query)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(store_error)?;
+        let rows = page_query(
+            &self.statements.orders,
+            written.as_deref(),
+            organization_id,
+            query,
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(store_error)?;
         let orders = rows
             .iter()
             .map(order_from_row)

@@ -64,7 +64,11 @@ impl super::PgStore {
     ) -> Result<SchemaIndex, super::StoreError> {
         let providers =
             crate::key::canonical_providers(providers).map_err(super::StoreError::invalid_data)?;
-        let mapped = self.statements.mapped.as_ref().map(|(map, resolved)| (map, resolved));
+        let mapped = self
+            .statements
+            .mapped
+            .as_ref()
+            .map(|(map, resolved)| (map, resolved));
         indexes::for_providers(mapped, &providers)
             .ok_or_else(|| super::StoreError::unsupported("indexes on a view of orders"))
     }

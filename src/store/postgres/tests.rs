@@ -80,7 +80,8 @@ async fn every_page_is_one_index_range_scan() {
 }
 
 /// A host's tables with other names and types than the crate's, as the hosting page maps them.
-const HOST_TABLES: &str = "CREATE TABLE accounts (id bigint PRIMARY KEY, display_name text NOT NULL); \
+const HOST_TABLES: &str =
+    "CREATE TABLE accounts (id bigint PRIMARY KEY, display_name text NOT NULL); \
      CREATE TABLE media_buys (buy_id uuid PRIMARY KEY, account_id bigint NOT NULL, \
      channels text[] NOT NULL, advertiser text NOT NULL, campaign text NOT NULL, \
      budget_ore bigint NOT NULL, starts_on date NOT NULL, ends_on date NOT NULL, \
@@ -116,7 +117,11 @@ async fn a_provider_list_with_its_own_index_is_read_through_it() {
         .execute(&mut *connection)
         .await
         .unwrap();
-    let mapped = store.clone().with_schema_map(documented_map()).await.unwrap();
+    let mapped = store
+        .clone()
+        .with_schema_map(documented_map())
+        .await
+        .unwrap();
     // Sorted as a key holds them: the quote, backslash, braces, comma and double quote one
     // first.
     let awkward = ["it's \\ {a,b} \"q\" $q", "meta"];
@@ -145,14 +150,21 @@ async fn a_provider_list_with_its_own_index_is_read_through_it() {
             let reversed: Vec<&str> = providers.iter().rev().copied().collect();
             let page = OrderQuery::after(after.clone(), 100)
                 .with_filter(crate::store::OrderFilter::default().with_providers(reversed));
-            let written = store.statements.orders.with_providers_written(&page).unwrap();
+            let written = store
+                .statements
+                .orders
+                .with_providers_written(&page)
+                .unwrap();
             sqlx::query("SET plan_cache_mode = force_generic_plan")
                 .execute(&mut *connection)
                 .await
                 .unwrap();
             let without_list = "'org_1', 101, now(), 'o_50'";
             let plan = plan_of(&mut connection, &written, generic, without_list).await;
-            assert!(plan.contains(&read_through_it), "{table} {providers:?}: {plan}");
+            assert!(
+                plan.contains(&read_through_it),
+                "{table} {providers:?}: {plan}"
+            );
             sqlx::query("RESET plan_cache_mode")
                 .execute(&mut *connection)
                 .await
@@ -163,7 +175,10 @@ async fn a_provider_list_with_its_own_index_is_read_through_it() {
             let parameters = format!("{without_list}, ARRAY[{}]", list.join(", "));
             let statement = &store.statements.orders.filtered[holds];
             let plan = plan_of(&mut connection, statement, types, &parameters).await;
-            assert!(plan.contains(&read_through_it), "{table} {providers:?}: {plan}");
+            assert!(
+                plan.contains(&read_through_it),
+                "{table} {providers:?}: {plan}"
+            );
         }
         // The same list in another order names the same index; another list has none.
         assert_eq!(

@@ -130,7 +130,10 @@ pub(in crate::store::postgres) fn for_providers(
     // A name of at most 63 bytes (PostgreSQL cuts longer ones, and two lists cut alike would
     // then pass for one another): the list's digest, not its text.
     let digest = sha2::Sha256::digest(providers.join("\0").as_bytes());
-    let tag: String = digest[..5].iter().map(|byte| format!("{byte:02x}")).collect();
+    let tag: String = digest[..5]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
     let serves = "the pages of /v1/orders of a key limited to these providers, or filtered by them";
     let Some((map, resolved)) = mapped else {
         return Some(SchemaIndex {
