@@ -13,19 +13,10 @@ use sqlx::Connection;
 /// starts one).
 #[tokio::test]
 async fn every_page_is_one_index_range_scan() {
-    let Some(database) = OwnDatabase::new("partner_api_plans").await else {
+    let Some((database, mut connection)) = planning_database("partner_api_plans").await else {
         return;
     };
     let store = database.store.clone();
-    store.migrate().await.unwrap();
-    // Plans as for a large table, whatever this database holds.
-    let mut connection = store.pool().acquire().await.unwrap();
-    // An empty table's estimates favour a bitmap scan and a sort, which a table of any size
-    // does not.
-    sqlx::raw_sql("SET enable_seqscan = off; SET enable_bitmapscan = off")
-        .execute(&mut *connection)
-        .await
-        .unwrap();
     let own = &store.statements.orders;
     let own_indexes = Indexes {
         newest: "partner_orders_newest",
@@ -35,10 +26,6 @@ async fn every_page_is_one_index_range_scan() {
     assert_plans(&mut connection, own, "partner_orders", &own_indexes).await;
 
     // A host's table with other names and types, mapped; its indexes as the map prints them.
-    sqlx::raw_sql(HOST_TABLES)
-        .execute(&mut *connection)
-        .await
-        .unwrap();
     let map = documented_map();
     // The documented map (no updated_at: the recorded last change, read through the events'
     // index) and the same with a column of the last change, which has its own index.
@@ -79,6 +66,26 @@ async fn every_page_is_one_index_range_scan() {
     database.drop().await;
 }
 
+/// A database of the test's own, migrated, with [`HOST_TABLES`], and a connection that plans
+/// as for large tables, whatever they hold (an empty table's estimates favour a bitmap scan
+/// and a sort, which a table of any size does not).
+async fn planning_database(
+    prefix: &str,
+) -> Option<(OwnDatabase, sqlx::pool::PoolConnection<Postgres>)> {
+    let database = OwnDatabase::new(prefix).await?;
+    database.store.migrate().await.unwrap();
+    let mut connection = database.store.pool().acquire().await.unwrap();
+    sqlx::raw_sql("SET enable_seqscan = off; SET enable_bitmapscan = off")
+        .execute(&mut *connection)
+        .await
+        .unwrap();
+    sqlx::raw_sql(HOST_TABLES)
+        .execute(&mut *connection)
+        .await
+        .unwrap();
+    Some((database, connection))
+}
+
 /// A host's tables with other names and types than the crate's, as the hosting page maps them.
 const HOST_TABLES: &str =
     "CREATE TABLE accounts (id bigint PRIMARY KEY, display_name text NOT NULL); \
@@ -103,20 +110,11 @@ fn documented_map() -> SchemaMap {
 /// table and on a host's through the map; a list it was not built for is not read through it.
 #[tokio::test]
 async fn a_provider_list_with_its_own_index_is_read_through_it() {
-    let Some(database) = OwnDatabase::new("partner_api_provider_index").await else {
+    let Some((database, mut connection)) = planning_database("partner_api_provider_index").await
+    else {
         return;
     };
     let store = database.store.clone();
-    store.migrate().await.unwrap();
-    let mut connection = store.pool().acquire().await.unwrap();
-    sqlx::raw_sql("SET enable_seqscan = off; SET enable_bitmapscan = off")
-        .execute(&mut *connection)
-        .await
-        .unwrap();
-    sqlx::raw_sql(HOST_TABLES)
-        .execute(&mut *connection)
-        .await
-        .unwrap();
     let mapped = store
         .clone()
         .with_schema_map(documented_map())
