@@ -2,7 +2,8 @@
 //! in an organization of ORDERS orders (default 100,000): `PgStore::orders` timed as the API
 //! calls it, for a page of 100 after the middle of the organization's orders, unfiltered and
 //! with each filter (a status of a quarter of the orders, a rare status, two statuses, a
-//! creation range, a common and a rare provider, the last change since a time (one order in
+//! creation range, a common and a rare provider (as a key's own list and as a request's
+//! filter, which the store reads differently), the last change since a time (one order in
 //! ten) and in a narrow range (one in a thousand), all four of the first at once), and then the
 //! unfiltered page and the common provider's again once its list has an index of its own
 //! (`PgStore::provider_index`). Prints the median and p90 of ROUNDS calls each (default 200,
@@ -130,11 +131,19 @@ async fn main() {
             ),
         ),
         (
-            "provider (1 in 10)",
+            "provider (1 in 10), a key's",
+            deep(OrderFilter::default().with_key_providers(&["p3".into()])),
+        ),
+        (
+            "provider (1 in 10), a filter's",
             deep(OrderFilter::default().with_providers(["p3"])),
         ),
         (
-            "provider (1 in 1,000)",
+            "provider (1 in 1,000), a key's",
+            deep(OrderFilter::default().with_key_providers(&["rare".into()])),
+        ),
+        (
+            "provider (1 in 1,000), a filter's",
             deep(OrderFilter::default().with_providers(["rare"])),
         ),
         (
@@ -177,7 +186,11 @@ async fn main() {
     let with_own_index = [
         ("unfiltered (again)", deep(OrderFilter::default())),
         (
-            "provider (1 in 10), its own index",
+            "provider (1 in 10), a key's, its own index",
+            deep(OrderFilter::default().with_key_providers(&["p3".into()])),
+        ),
+        (
+            "provider (1 in 10), a filter's, its own index",
             deep(OrderFilter::default().with_providers(["p3"])),
         ),
     ];

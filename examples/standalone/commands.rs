@@ -14,7 +14,7 @@ pub(crate) enum Command {
     /// Print the CREATE INDEX CONCURRENTLY statements the --schema-map needs on the host's
     /// tables, one a line (run them with psql; each is safe to run again). With --provider,
     /// only the index of that list of providers instead: it makes the pages of a key limited
-    /// to them (or filtered by them all) cost what unfiltered pages cost, on the crate's orders
+    /// to exactly them (or filtered by exactly them) cost what unfiltered pages cost, on the crate's orders
     /// table or the mapped one; worth it for providers on more than about one order in a
     /// hundred.
     Indexes {

@@ -347,9 +347,6 @@ async fn warn_of_missing_indexes(store: &partner_api::PgStore) {
     }
 }
 
-/// `standalone indexes`: the statements of the indexes the schema map needs, or with
-/// `providers` the index of that list (with `missing`, those the database lacks), one a line.
-#[cfg(feature = "postgres")]
 /// The `order-capture` command: switches the mode or prints it.
 #[cfg(feature = "postgres")]
 pub(crate) async fn order_capture(
@@ -376,6 +373,9 @@ pub(crate) async fn order_capture(
     }])
 }
 
+/// `standalone indexes`: the statements of the indexes the schema map needs, or with
+/// `providers` the index of that list (with `missing`, those the database lacks), one a line.
+#[cfg(feature = "postgres")]
 pub(crate) async fn indexes(
     args: &Args,
     missing: bool,

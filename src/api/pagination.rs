@@ -205,7 +205,7 @@ impl PageRequest {
             (filter, Some(view)) => {
                 let filter = filter.as_deref().cloned().unwrap_or_default();
                 if filter.providers().is_empty() {
-                    filter.with_providers(view.iter().cloned())
+                    filter.with_key_providers(view)
                 } else {
                     filter
                 }

@@ -54,6 +54,10 @@ pub struct OrderFilter {
     created_before: Option<Timestamp>,
     updated_since: Option<Timestamp>,
     updated_before: Option<Timestamp>,
+    /// Whether `providers` are the reading key's own list (set by the API, not by a request's
+    /// filter): a list of the host's making, of which there are as many as keys, where a
+    /// request's filter can name any. PostgreSQL keeps a statement per such list.
+    providers_of_key: bool,
 }
 
 impl OrderFilter {
@@ -73,7 +77,29 @@ impl OrderFilter {
         providers: impl IntoIterator<Item = S>,
     ) -> Self {
         self.providers = distinct(providers);
+        self.providers_of_key = false;
         self
+    }
+
+    /// Holds only orders whose providers include one of `providers`, the reading key's own
+    /// list ([`Principal::providers`](crate::Principal::providers)), as the API asks a store
+    /// for the pages of a key limited to providers. Like
+    /// [`with_providers`](Self::with_providers), and the list is marked as a key's
+    /// ([`providers_are_the_keys`](Self::providers_are_the_keys)).
+    #[must_use]
+    pub fn with_key_providers(mut self, providers: &[String]) -> Self {
+        self.providers = distinct(providers.iter().cloned());
+        self.providers_of_key = true;
+        self
+    }
+
+    /// Whether the providers are a key's own list ([`with_key_providers`](Self::with_key_providers)),
+    /// not a request's `provider` filter: one of as many lists as the host made keys, where a
+    /// request can name any. A store may keep what it prepares for such a list (the
+    /// PostgreSQL store keeps a statement per list and connection); a request's list it should
+    /// not.
+    pub fn providers_are_the_keys(&self) -> bool {
+        self.providers_of_key && !self.providers.is_empty()
     }
 
     /// Holds only orders created at or after `since`.
@@ -203,6 +229,7 @@ static NO_FILTER: OrderFilter = OrderFilter {
     created_before: None,
     updated_since: None,
     updated_before: None,
+    providers_of_key: false,
 };
 
 impl OrderQuery {

@@ -47,6 +47,10 @@ pub(super) async fn filters_hold<F: StoreFixtures>(fixtures: &F) -> Check {
         OrderFilter::default().with_providers(["p1", "q3"]),
         OrderFilter::default().with_providers([AWKWARD_PROVIDER]),
         OrderFilter::default().with_providers(["q3", AWKWARD_PROVIDER, "p1"]),
+        OrderFilter::default()
+            .with_providers(["p1"])
+            .with_updated_since(since)
+            .with_updated_before(before),
         OrderFilter::default().with_created_since(since),
         OrderFilter::default().with_created_before(before),
         OrderFilter::default()

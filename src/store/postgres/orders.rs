@@ -60,20 +60,24 @@ impl OrderStatements {
     }
 
     /// The text of the page `query` asks for with its providers written in as a constant,
-    /// where it has providers that can be (see [`text_array`]); `None` for the others.
+    /// where they are the reading key's own list and printable ASCII; `None` for the others.
     pub(super) fn with_providers_written(&self, query: &OrderQuery) -> Option<String> {
-        let providers = query.filter().providers();
-        if providers.is_empty() {
+        let filter = query.filter();
+        let printable = |provider: &String| {
+            provider
+                .bytes()
+                .all(|byte| byte.is_ascii_graphic() || byte == b' ')
+        };
+        if !filter.providers_are_the_keys() || !filter.providers().iter().all(printable) {
             return None;
         }
-        let array = text_array(&bound_providers(query.filter()))?;
+        let array = text_array(&bound_providers(filter))?;
         Some(filtered_page_text(&self.source, shape(query), Some(&array)))
     }
 }
 
 /// `values` as an SQL constant of type `text[]`, `ARRAY[E'..', ...]::text[]`, or `None` when
-/// one holds a control character (kept out of statement texts; such a list is bound as a
-/// parameter instead). Each element is an escape string, so its meaning does not depend on
+/// one holds a control character (kept out of statement texts; no key holds one). Each element is an escape string, so its meaning does not depend on
 /// `standard_conforming_strings`: within one, only a backslash and a quote are special, and
 /// both are doubled.
 pub(super) fn text_array(values: &[String]) -> Option<String> {
@@ -218,18 +222,20 @@ const FILTER_SHAPES: usize = 128;
 // array's own index) when rare, as a condition on the rows of the range scan when common, and
 // through their own partial index where the host built one (`PgStore::provider_index`).
 //
-// Which of these serves depends on the providers, so the statement is planned with them: they
-// are written into its text as a constant, and it is prepared once per list and connection
-// like the others (sqlx's statement cache, least recently used first out). Even its generic
-// plan then knows the list, and a list's own index serves it: the planner proves the index's
-// predicate from the same constant. (Bound as a parameter, a prepared statement would settle on
-// one generic plan for every list, which read a rare provider's page in 18 ms; unnamed, it
-// costs a parse, a plan and a round trip to describe it on every page.) A list with a control
-// character, which no key or request filter holds, is bound in an unnamed statement.
+// Which of these serves depends on the providers, so the statement is planned with them. A
+// request's `provider` filter is bound as a parameter of an unnamed statement, planned with
+// its value on every page (a prepared one would settle on one generic plan for every list,
+// which read a rare provider's page in 18 ms). A key's own list, of which there are as many
+// as the host made keys (where a request can name any, and each would take a statement of
+// the connection's cache), is written into the text as a constant, and the statement is
+// prepared once per list and connection like the others: a parse, a plan and a round trip
+// less per page, and even the generic plan knows the list, so the list's own index serves it
+// (the planner proves the index's predicate from the same constant). Only printable ASCII is
+// written in: its bytes mean the same in any client encoding a host could set.
 
 /// The text of the filtered page over `source` that holds what `holds` says (bits above); its
 /// providers `written` in as a constant, or else a parameter.
-fn filtered_page_text(source: &str, holds: usize, written: Option<&str>) -> String {
+pub(super) fn filtered_page_text(source: &str, holds: usize, written: Option<&str>) -> String {
     let mut conditions = String::new();
     let mut next = 3;
     let mut parameter = || {

@@ -41,7 +41,7 @@ impl super::PgStore {
     }
 
     /// The index that makes a page of the orders booking one of `providers` (a key limited
-    /// to them, or the `provider` filter naming them all) cost what an unfiltered page
+    /// to them, or the `provider` filter naming exactly them) cost what an unfiltered page
     /// costs, on the orders table this store reads (the crate's, or the host's through the
     /// [schema map](Self::with_schema_map)): its newest-first index, partial to those orders.
     /// Worth building for a provider on more than about one order in a hundred; a rarer

@@ -66,6 +66,42 @@ async fn every_page_is_one_index_range_scan() {
     database.drop().await;
 }
 
+/// Every filtered statement's parameters are numbered 1 to n without a gap, n what
+/// `filtered_page_query` binds for its shape: two always (the organization and the row
+/// count), two for a position, one for each other part but providers written in.
+#[test]
+fn every_filtered_statement_numbers_its_parameters_as_they_are_bound() {
+    for holds in 0..128 {
+        for written in [None, Some("ARRAY[E'p']::text[]")] {
+            let text = super::orders::filtered_page_text("partner_orders", holds, written);
+            let bound = 2 + [
+                AFTER,
+                AFTER,
+                SINCE,
+                BEFORE,
+                PROVIDERS,
+                UPDATED_SINCE,
+                UPDATED_BEFORE,
+                STATUSES,
+            ]
+            .iter()
+            .filter(|&&bit| holds & bit != 0)
+            .count()
+                - usize::from(holds & PROVIDERS != 0 && written.is_some());
+            let numbers: std::collections::BTreeSet<usize> = text
+                .split('$')
+                .skip(1)
+                .filter_map(|rest| {
+                    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                    digits.parse().ok()
+                })
+                .collect();
+            let want: std::collections::BTreeSet<usize> = (1..=bound).collect();
+            assert_eq!(numbers, want, "{holds:b} {written:?}: {text}");
+        }
+    }
+}
+
 /// A database of the test's own, migrated, with [`HOST_TABLES`], and a connection that plans
 /// as for large tables, whatever they hold (an empty table's estimates favour a bitmap scan
 /// and a sort, which a table of any size does not).
@@ -145,9 +181,9 @@ async fn a_provider_list_with_its_own_index_is_read_through_it() {
             let read_through_it = format!("Index Scan using {} on {table}", index.name());
             // The list written into the statement (as the store reads pages), in another
             // order: its generic plan, which a prepared statement settles on, is served too.
-            let reversed: Vec<&str> = providers.iter().rev().copied().collect();
+            let reversed: Vec<String> = providers.iter().rev().map(|p| p.to_string()).collect();
             let page = OrderQuery::after(after.clone(), 100)
-                .with_filter(crate::store::OrderFilter::default().with_providers(reversed));
+                .with_filter(crate::store::OrderFilter::default().with_key_providers(&reversed));
             let written = store
                 .statements
                 .orders
@@ -188,10 +224,67 @@ async fn a_provider_list_with_its_own_index_is_read_through_it() {
         let plan = plan_of(&mut connection, statement, types, parameters).await;
         assert!(!plan.contains("_for_"), "{table}: {plan}");
     }
-    // A list with a control character is bound, never written.
-    let bell = OrderQuery::newest(100)
-        .with_filter(crate::store::OrderFilter::default().with_providers(["a\u{7}"]));
-    assert_eq!(store.statements.orders.with_providers_written(&bell), None);
+    // The written statement reads what the bound one does: the order of the awkward
+    // provider, through either.
+    store
+        .add_organization(&crate::Organization {
+            id: "org_q".into(),
+            name: "Q".into(),
+        })
+        .await
+        .unwrap();
+    let start = chrono::NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
+    let orders: Vec<crate::Order> = [("o_awkward", awkward[0]), ("o_other", "google")]
+        .into_iter()
+        .map(|(id, provider)| crate::Order {
+            id: id.into(),
+            providers: vec![provider.to_owned()],
+            advertiser_name: "A".into(),
+            campaign_name: "C".into(),
+            budget_dkk: 1,
+            start_date: start,
+            end_date: start,
+            status: "booked".into(),
+            external_reference: "PO".into(),
+            created_at: Timestamp::now(),
+            updated_at: None,
+        })
+        .collect();
+    store.add_orders("org_q", &orders).await.unwrap();
+    let list = [awkward[0].to_owned()];
+    for filter in [
+        crate::store::OrderFilter::default().with_key_providers(&list),
+        crate::store::OrderFilter::default().with_providers(list.clone()),
+    ] {
+        let page = crate::OrderStore::orders(
+            &store,
+            "org_q",
+            &OrderQuery::newest(100).with_filter(filter),
+        )
+        .await
+        .unwrap();
+        let ids: Vec<&str> = page
+            .orders()
+            .iter()
+            .map(|o| o.order().id.as_str())
+            .collect();
+        assert_eq!(ids, ["o_awkward"]);
+    }
+    // A request's list is bound, never written (a request could name any); so is a key's
+    // with a byte outside printable ASCII.
+    let written = |filter| {
+        let page = OrderQuery::newest(100).with_filter(filter);
+        store.statements.orders.with_providers_written(&page)
+    };
+    let filter = crate::store::OrderFilter::default;
+    assert_eq!(written(filter().with_providers(["meta"])), None);
+    assert!(written(filter().with_key_providers(&["meta".to_owned()])).is_some());
+    for unwritten in ["a\u{7}", "é"] {
+        assert_eq!(
+            written(filter().with_key_providers(&[unwritten.to_owned()])),
+            None
+        );
+    }
     drop(connection);
     database.drop().await;
 }

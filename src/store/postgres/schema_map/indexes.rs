@@ -5,8 +5,10 @@
 
 use super::{OrderField, Resolved, SchemaMap};
 
-/// An index a host's table needs for the crate's reads through a [`SchemaMap`]
-/// ([`PgStore::schema_indexes`](crate::PgStore::schema_indexes)).
+/// An index of an orders or organizations table for the crate's reads: one a host's table
+/// needs through a [`SchemaMap`] ([`PgStore::schema_indexes`](crate::PgStore::schema_indexes)),
+/// or a provider list's own, on the crate's table or the host's
+/// ([`PgStore::provider_index`](crate::PgStore::provider_index)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SchemaIndex {
     name: String,
@@ -114,8 +116,9 @@ pub(in crate::store::postgres) fn needed(map: &SchemaMap, resolved: &Resolved) -
 /// orders table's newest-first index, partial to those orders. A page filtered by a common
 /// provider is otherwise the newest-first scan skipping the orders without it (about ten rows
 /// read a row kept, for a provider on one order in ten); with this index it is one range scan
-/// of its own orders. The page statement's `providers && $n` is planned with its value, so
-/// the planner proves this index's predicate from it when the value is the same list.
+/// of its own orders. The page statement's `providers && ...` is planned with its list (a
+/// constant written in for a key's list, a parameter's value for a request's), so the
+/// planner proves this index's predicate from it when it is the same list.
 ///
 /// `None` where orders are a host's view (an index belongs on its table, which the crate
 /// does not know), or for providers with a control character (which no key holds).
