@@ -374,6 +374,27 @@ mod tests {
         link[start..end].to_owned()
     }
 
+    /// A key's providers are its pages' filter marked as the key's own list (a store may
+    /// keep a statement for it); a `provider` filter that narrows them is a request's list.
+    #[test]
+    fn a_keys_providers_are_its_filter_marked_as_its_own() {
+        let restrictions = std::sync::Arc::new(KeyRestrictions {
+            providers: Some(["google".to_owned(), "meta".to_owned()].into()),
+            allowed_ips: crate::key::AllowedIps::any(),
+            permissions: crate::key::Permissions::ALL,
+        });
+        for (query, providers, the_keys) in [
+            (None, &["google", "meta"][..], true),
+            (Some("provider=meta"), &["meta"][..], false),
+        ] {
+            let mut request = PageRequest::parse(query).unwrap();
+            request.within(restrictions.clone()).unwrap();
+            let read = request.query_for("org").unwrap();
+            assert_eq!(read.filter().providers(), providers);
+            assert_eq!(read.filter().providers_are_the_keys(), the_keys);
+        }
+    }
+
     #[test]
     fn no_query_is_the_first_page_of_100() {
         for query in [None, Some(""), Some("foo=bar&x")] {
