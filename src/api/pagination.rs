@@ -171,17 +171,9 @@ impl PageRequest {
 
     /// The tag that binds this request's tokens to a key's providers, if it has them.
     pub(crate) fn view_tag(&self) -> Option<[u8; 8]> {
-        self.view_providers().map(|providers| {
-            let mut hasher = Sha256::new();
-            hasher.update(b"partner-api key providers\0");
-            for provider in providers {
-                hasher.update(provider.as_bytes());
-                hasher.update([0]);
-            }
-            let mut tag = [0; 8];
-            tag.copy_from_slice(&hasher.finalize()[..8]);
-            tag
-        })
+        self.view
+            .as_deref()
+            .and_then(|restrictions| restrictions.providers_tag)
     }
 
     /// The store query for the organization `organization_id`, or the 400 of a token that
@@ -378,10 +370,11 @@ mod tests {
     /// keep a statement for it); a `provider` filter that narrows them is a request's list.
     #[test]
     fn a_keys_providers_are_its_filter_marked_as_its_own() {
+        let providers = ["google".to_owned(), "meta".to_owned()];
         let restrictions = std::sync::Arc::new(KeyRestrictions {
-            providers: Some(["google".to_owned(), "meta".to_owned()].into()),
-            allowed_ips: crate::key::AllowedIps::any(),
-            permissions: crate::key::Permissions::ALL,
+            providers: Some(providers.clone().into()),
+            providers_tag: Some(crate::store::read::providers_tag(&providers)),
+            ..crate::store::read::UNRESTRICTED.clone()
         });
         for (query, providers, the_keys) in [
             (None, &["google", "meta"][..], true),

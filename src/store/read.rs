@@ -44,14 +44,33 @@ pub(crate) struct KeyRestrictions {
     pub(crate) allowed_ips: AllowedIps,
     pub(crate) permissions: Permissions,
     pub(crate) providers: Option<Arc<[String]>>,
+    /// [`providers_tag`] of `providers`, made once with them (a key's principal is kept and
+    /// read by every request of the key): what binds its page tokens and tags to them.
+    pub(crate) providers_tag: Option<[u8; 8]>,
 }
 
 /// A key without restrictions.
-static UNRESTRICTED: KeyRestrictions = KeyRestrictions {
+pub(crate) static UNRESTRICTED: KeyRestrictions = KeyRestrictions {
     allowed_ips: AllowedIps::any(),
     permissions: Permissions::ALL,
     providers: None,
+    providers_tag: None,
 };
+
+/// The tag of a key's `providers`: the first 8 bytes of a SHA-256 over them, which a page
+/// token and an entity tag of the key's pages carry, so another view's do not pass for them.
+pub(crate) fn providers_tag(providers: &[String]) -> [u8; 8] {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(b"partner-api key providers\0");
+    for provider in providers {
+        hasher.update(provider.as_bytes());
+        hasher.update([0]);
+    }
+    let mut tag = [0; 8];
+    tag.copy_from_slice(&hasher.finalize()[..8]);
+    tag
+}
 
 impl Principal {
     /// Creates the principal of the key `key_id` of `organization`, without restrictions.
@@ -80,7 +99,10 @@ impl Principal {
     /// Sets the providers whose orders the key may read (`None`: every order).
     #[must_use]
     pub fn with_providers(self, providers: Option<Arc<[String]>>) -> Self {
-        self.restricted(|restrictions| restrictions.providers = providers)
+        self.restricted(|restrictions| {
+            restrictions.providers_tag = providers.as_deref().map(providers_tag);
+            restrictions.providers = providers;
+        })
     }
 
     /// Sets the routes the key may call.
