@@ -71,27 +71,21 @@ impl OrderStatements {
         if !filter.providers_are_the_keys() || !filter.providers().iter().all(printable) {
             return None;
         }
-        let array = text_array(&bound_providers(filter))?;
+        let array = text_array(&bound_providers(filter));
         Some(filtered_page_text(&self.source, shape(query), Some(&array)))
     }
 }
 
-/// `values` as an SQL constant of type `text[]`, `ARRAY[E'..', ...]::text[]`, or `None` when
-/// one holds a control character (kept out of statement texts; no key holds one). Each element is an escape string, so its meaning does not depend on
-/// `standard_conforming_strings`: within one, only a backslash and a quote are special, and
-/// both are doubled.
-pub(super) fn text_array(values: &[String]) -> Option<String> {
-    if values
-        .iter()
-        .any(|value| value.chars().any(char::is_control))
-    {
-        return None;
-    }
+/// `values` as an SQL constant of type `text[]`, `ARRAY[E'..', ...]::text[]`. Each element is
+/// an escape string, so its meaning does not depend on `standard_conforming_strings`: within
+/// one, only a backslash and a quote are special, and both are doubled. Its callers hold no
+/// control character (no key's providers can, and a page writes in printable ASCII only).
+pub(super) fn text_array(values: &[String]) -> String {
     let elements: Vec<String> = values
         .iter()
         .map(|value| format!("E'{}'", value.replace('\\', "\\\\").replace('\'', "''")))
         .collect();
-    Some(format!("ARRAY[{}]::text[]", elements.join(", ")))
+    format!("ARRAY[{}]::text[]", elements.join(", "))
 }
 
 /// The date column `name` of the order `id`: an error that names the order for a date no

@@ -121,15 +121,15 @@ pub(in crate::store::postgres) fn needed(map: &SchemaMap, resolved: &Resolved) -
 /// planner proves this index's predicate from it when it is the same list.
 ///
 /// `None` where orders are a host's view (an index belongs on its table, which the crate
-/// does not know), or for providers with a control character (which no key holds).
+/// does not know).
 pub(in crate::store::postgres) fn for_providers(
     mapped: Option<(&SchemaMap, &Resolved)>,
     providers: &[String],
 ) -> Option<SchemaIndex> {
     use sha2::Digest;
     // The predicate's array as the page statement writes it: the planner folds both into the
-    // same constant. No key's providers hold a control character.
-    let list = crate::store::postgres::orders::text_array(providers)?;
+    // same constant.
+    let list = crate::store::postgres::orders::text_array(providers);
     // A name of at most 63 bytes (PostgreSQL cuts longer ones, and two lists cut alike would
     // then pass for one another): the list's digest, not its text.
     let digest = sha2::Sha256::digest(providers.join("\0").as_bytes());

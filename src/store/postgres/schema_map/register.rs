@@ -167,7 +167,17 @@ pub(in crate::store::postgres) fn orders_trigger(
     let shown = shown(schema);
     let old_order = read_through_map("OLD", &list, &keys, &shown);
     let new_order = read_through_map("NEW", &list, &keys, &shown);
-    let fields = written_fields("t");
+    // The mapped order of the row `row` (`NEW`, `OLD`) read into the trigger's variables
+    // that start with `into` (`written_`, `before_`): its organization, its id, its fields.
+    let read_into = |row: &str, into: &str| {
+        format!(
+            "SELECT t.organization_id, t.id, {}\n                INTO {into}org, {into}id, {}\n                FROM (SELECT {list} FROM (SELECT {row}.*) AS r) AS t;",
+            prefixed_fields("t."),
+            prefixed_fields(into),
+        )
+    };
+    let (read_new, read_old) = (read_into("NEW", "written_"), read_into("OLD", "before_"));
+    let (columns, written) = (prefixed_fields("new_"), prefixed_fields("written_"));
     let unchanged = ORDER_FIELDS
         .map(|field| format!("written_{field} IS NOT DISTINCT FROM before_{field}"))
         .join(" AND ");
@@ -228,16 +238,14 @@ BEGIN
     -- cannot convert, or without its organization or id, takes the general way below.
     IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' AND TG_RELID OPERATOR(pg_catalog.=) {oid}::oid THEN
         BEGIN
-            SELECT t.organization_id, t.id, {fields}
-                INTO {WRITTEN_VARIABLES}
-                FROM (SELECT {list} FROM (SELECT NEW.*) AS r) AS t;
+            {read_new}
         EXCEPTION WHEN OTHERS THEN
             written_org := NULL;
         END;
         IF written_org IS NOT NULL AND written_id IS NOT NULL THEN
             INSERT INTO {schema}.partner_api_order_events
-                    (organization_id, change, order_id, {WRITTEN_COLUMNS})
-                VALUES ({WRITTEN_VARIABLES_VALUES});
+                    (organization_id, change, order_id, {columns})
+                VALUES (written_org, 'order.created', written_id, {written});
             RETURN NULL;
         END IF;
     END IF;
@@ -250,12 +258,8 @@ BEGIN
     -- convert, or an order that moved, takes the general way below.
     IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' AND TG_RELID OPERATOR(pg_catalog.=) {oid}::oid THEN
         BEGIN
-            SELECT t.organization_id, t.id, {fields}
-                INTO {WRITTEN_VARIABLES}
-                FROM (SELECT {list} FROM (SELECT NEW.*) AS r) AS t;
-            SELECT t.organization_id, t.id, {fields}
-                INTO {BEFORE_VARIABLES}
-                FROM (SELECT {list} FROM (SELECT OLD.*) AS r) AS t;
+            {read_new}
+            {read_old}
         EXCEPTION WHEN OTHERS THEN
             written_org := NULL;
         END;
@@ -266,9 +270,9 @@ BEGIN
                 RETURN NULL;
             END IF;
             INSERT INTO {schema}.partner_api_order_events
-                    (organization_id, change, order_id, previous_providers, {WRITTEN_COLUMNS})
+                    (organization_id, change, order_id, previous_providers, {columns})
                 VALUES (written_org, 'order.updated', written_id, {shown_before},
-                        {WRITTEN_FIELD_VARIABLES});
+                        {written});
             RETURN NULL;
         END IF;
     END IF;
@@ -351,36 +355,9 @@ $partner_api$"#
     ]
 }
 
-/// The event's columns that hold an order's fields as written, for the stamping to render
-/// (migration `20261212000001_render_at_stamping`), in the order of [`written_fields`].
-const WRITTEN_COLUMNS: &str = "new_providers, new_advertiser_name, new_campaign_name, \
-    new_budget_dkk, new_start_date, new_end_date, new_status, new_external_reference, \
-    new_created_at";
-
-/// The trigger's variables the mapped order is read into, in the order of the select list
-/// of the insert's fast way: its organization, its id, then [`WRITTEN_COLUMNS`]'s.
-const WRITTEN_VARIABLES: &str = "written_org, written_id, written_providers, \
-    written_advertiser_name, written_campaign_name, written_budget_dkk, written_start_date, \
-    written_end_date, written_status, written_external_reference, written_created_at";
-
-/// The values of the fast way's insert: the event of an order created, from
-/// [`WRITTEN_VARIABLES`].
-const WRITTEN_VARIABLES_VALUES: &str = "written_org, 'order.created', written_id, \
-    written_providers, written_advertiser_name, written_campaign_name, written_budget_dkk, \
-    written_start_date, written_end_date, written_status, written_external_reference, \
-    written_created_at";
-
-/// The variables the order before an update is read into, as [`WRITTEN_VARIABLES`].
-const BEFORE_VARIABLES: &str = "before_org, before_id, before_providers, \
-    before_advertiser_name, before_campaign_name, before_budget_dkk, before_start_date, \
-    before_end_date, before_status, before_external_reference, before_created_at";
-
-/// The order's fields among [`WRITTEN_VARIABLES`], in the order of [`WRITTEN_COLUMNS`].
-const WRITTEN_FIELD_VARIABLES: &str = "written_providers, written_advertiser_name, \
-    written_campaign_name, written_budget_dkk, written_start_date, written_end_date, \
-    written_status, written_external_reference, written_created_at";
-
-/// An order's fields besides its organization and id, in the order of [`WRITTEN_COLUMNS`].
+/// An order's fields besides its organization and id: the event's columns that hold them as
+/// written are these with `new_` before (migration `20261212000001_render_at_stamping`), the
+/// trigger's variables they are read into these with `written_` or `before_`.
 const ORDER_FIELDS: [&str; 9] = [
     "providers",
     "advertiser_name",
@@ -393,10 +370,11 @@ const ORDER_FIELDS: [&str; 9] = [
     "created_at",
 ];
 
-/// The mapped order `order`'s fields for [`WRITTEN_COLUMNS`].
-fn written_fields(order: &str) -> String {
+/// [`ORDER_FIELDS`] each after `prefix` (`t.`, `new_`, `written_`, `before_`), in their
+/// order.
+fn prefixed_fields(prefix: &str) -> String {
     ORDER_FIELDS
-        .map(|field| format!("{order}.{field}"))
+        .map(|field| format!("{prefix}{field}"))
         .join(", ")
 }
 
