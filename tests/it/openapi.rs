@@ -7,6 +7,7 @@ use crate::common::contract::{assert_conforms, produced};
 use crate::common::*;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode};
+use partner_api::store::KeyManager as _;
 use partner_api::{openapi, PartnerApi, StoreError};
 use serde_json::{json, Value};
 
@@ -222,6 +223,30 @@ async fn every_documented_response_is_produced() {
         );
     }
     call(&api(), get("/v1/openapi.json", None)).await;
+    // The 403 of every keyed route: a key pinned to an address range, asked from outside it
+    // (here, not left to `allowed_ips.rs`, which may not have run when this checks).
+    let pinned_store = store();
+    let pinned = pinned_store
+        .issue(
+            "org_a",
+            partner_api::store::NewKey::new(partner_api::key::KeyEnvironment::Live)
+                .with_allowed_ips(partner_api::key::AllowedIps::parse(["192.0.2.0/24"]).unwrap()),
+        )
+        .await
+        .unwrap();
+    let outside = PartnerApi::from_store(pinned_store.clone())
+        .with_events(pinned_store)
+        .with_peer_addr("198.51.100.7:40000".parse().unwrap());
+    for path in [
+        "/v1/me",
+        "/v1/orders",
+        "/v1/events",
+        "/v1/deprecations",
+        "/v1/versions",
+    ] {
+        let refused = call(&outside, get(path, Some(pinned.plaintext()))).await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{path}");
+    }
     call(&api(), get("/v1/orders?limit=0", Some(KEY_A))).await;
     events_responses().await;
     deprecations_responses().await;
@@ -258,7 +283,7 @@ impl partner_api::store::EventFeed for FailingFeed {
     }
 }
 
-/// Every documented answer of `GET /events` but the 403 (`allowed_ips.rs`).
+/// Every documented answer of `GET /events` but the 403 (above).
 async fn events_responses() {
     let store = store();
     let api = PartnerApi::from_store(store.clone()).with_events(store.clone());
@@ -350,7 +375,7 @@ impl partner_api::store::DeprecatedCallStore for FailingCalls {
     }
 }
 
-/// Every documented answer of `GET /deprecations` but the 403 (`allowed_ips.rs`).
+/// Every documented answer of `GET /deprecations` but the 403 (above).
 async fn deprecations_responses() {
     use partner_api::deprecated_calls::DeprecatedCallRecorder;
     let deprecated = |api: PartnerApi| api.with_deprecation("/me=2026-01-01".parse().unwrap());
