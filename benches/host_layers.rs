@@ -35,16 +35,19 @@ use http_body_util::Empty;
 use partner_api::seed::{Seed, DEMO_KEY};
 use partner_api::PartnerApi;
 use tower::{BoxError, Layer, Service, ServiceBuilder};
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
 
 /// The request timeout of every case that has one: the host's default.
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Each case: its name, and what it measures.
-const CASES: [(&str, &str); 8] = [
+const CASES: [(&str, &str); 9] = [
     ("api", "PartnerApi alone"),
     (
         "request_ids",
-        "+ the host's request ids (tower-http's SetRequestId, PropagateRequestId)",
+        "+ the host's request ids (tower-http's SetRequestHeader, PropagateHeader)",
     ),
     (
         "access_log",
@@ -58,7 +61,14 @@ const CASES: [(&str, &str); 8] = [
         "request_timeout",
         "+ the host's request timeout (tower's TimeoutLayer, map_result)",
     ),
-    ("host", "+ all four, as the host stacks them (stack::app)"),
+    (
+        "host",
+        "+ the host's stack (stack::app; INFO off: the access log left out)",
+    ),
+    (
+        "tower_http_request_id",
+        "+ tower-http's SetRequestId, PropagateRequestId for the ids (not used)",
+    ),
     (
         "library_request_id",
         "+ partner_api's RequestIdLayer instead of tower-http's (not used)",
@@ -133,6 +143,17 @@ fn run_case(name: &str, api: &PartnerApi, calls: u32) {
                 calls,
             );
         }
+        "tower_http_request_id" => serve(
+            ServiceBuilder::new()
+                .map_request(|mut request: Request<Empty<Bytes>>| {
+                    partner_api::request_id::remove_unusable(request.headers_mut());
+                    request
+                })
+                .layer(SetRequestIdLayer::x_request_id(GeneratedId))
+                .layer(PropagateRequestIdLayer::x_request_id())
+                .service(api),
+            calls,
+        ),
         "tower_http_timeout" => serve(
             ServiceBuilder::new()
                 .layer(tower_http::timeout::TimeoutLayer::with_status_code(
@@ -186,5 +207,16 @@ where
             };
             black_box(frame.ok());
         }
+    }
+}
+
+/// Makes the id of a request that brought none for tower-http's request-id layers: a UUID,
+/// as the API would.
+#[derive(Clone, Copy)]
+struct GeneratedId;
+
+impl MakeRequestId for GeneratedId {
+    fn make_request_id<B>(&mut self, _request: &Request<B>) -> Option<RequestId> {
+        Some(RequestId::new(partner_api::request_id::generate()))
     }
 }

@@ -7,25 +7,28 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::header::HeaderValue;
 use http::{Request, Response, StatusCode};
 use http_body::Body;
-use partner_api::{error_response, request_id, ApiBody};
+use http_body_util as body;
+use partner_api::request_id::{self, REQUEST_ID_HEADER};
+use partner_api::{error_response, ApiBody};
 use tower::layer::util::{Identity, Stack};
 use tower::timeout::TimeoutLayer;
-use tower::util::{MapRequestLayer, MapResultLayer};
+use tower::util::{Either, MapResultLayer};
 use tower::{BoxError, Service, ServiceBuilder};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
-use tower_http::request_id::{
-    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
-};
+use tower_http::propagate_header::PropagateHeaderLayer;
+use tower_http::set_header::SetRequestHeaderLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tower_http::LatencyUnit;
 use tracing::{Level, Span};
 
 /// The service this host serves: `service` (the partner API, or anything that answers like
-/// it) inside the host's layers, outermost first: [`request_ids`], [`access_log`],
-/// [`catch_panics`] and [`request_timeout`] (of `timeout`).
+/// it) inside the host's layers, outermost first: [`request_ids`], [`access_log`] (only
+/// where its span or its line would be kept: [`access_log_enabled`]), [`catch_panics`] and
+/// [`request_timeout`] (of `timeout`).
 ///
 /// Its error type is tower's `BoxError`, but it returns none: the API's is `Infallible`
 /// and the time-out's is answered (see [`request_timeout`]).
@@ -48,51 +51,75 @@ where
     S::Future: Send + 'static,
     B: Body + Send + 'static,
 {
-    ServiceBuilder::new()
-        .layer(request_ids())
-        .layer(access_log())
+    let inner = ServiceBuilder::new()
         .layer(catch_panics())
         .layer(request_timeout(timeout))
-        .service(service)
+        .service(service);
+    // Both ways answer with one body type, `http_body_util::Either`'s: a stack is chosen per
+    // connection, a body type once.
+    let logged_or_not = if access_log_enabled() {
+        Either::Left(
+            ServiceBuilder::new()
+                .map_response(|response: Response<_>| response.map(body::Either::Left))
+                .layer(access_log())
+                .service(inner),
+        )
+    } else {
+        Either::Right(
+            ServiceBuilder::new()
+                .map_response(|response: Response<_>| response.map(body::Either::Right))
+                .service(inner),
+        )
+    };
+    ServiceBuilder::new()
+        .layer(request_ids())
+        .service(logged_or_not)
 }
 
 /// The layers of [`request_ids`].
-pub(crate) type RequestIds<B> = ServiceBuilder<
-    Stack<
-        PropagateRequestIdLayer,
-        Stack<
-            SetRequestIdLayer<GeneratedId>,
-            Stack<MapRequestLayer<fn(Request<B>) -> Request<B>>, Identity>,
-        >,
-    >,
->;
+pub(crate) type RequestIds<B> =
+    ServiceBuilder<Stack<PropagateHeaderLayer, Stack<SetRequestHeaderLayer<NewId<B>>, Identity>>>;
 
-/// Request ids: an `x-request-id` the API would not keep (malformed, or more than one) is
-/// dropped ([`request_id::remove_unusable`]), then tower-http's `SetRequestIdLayer` gives a
-/// request without one a new UUID ([`request_id::generate`]) and its
-/// `PropagateRequestIdLayer` puts the id on the responses the layers below make themselves.
-/// So the API (which echoes the request's id and records it in the span), the log and every
-/// response agree on the id.
+/// What makes a request's id in [`request_ids`].
+pub(crate) type NewId<B> = fn(&Request<B>) -> Option<HeaderValue>;
+
+/// Request ids, from tower-http's header layers: its `SetRequestHeaderLayer` gives a request
+/// whose `x-request-id` the API would not keep (none, a malformed one, or more than one) a
+/// new UUID in its place ([`new_id_unless_usable`]), and its `PropagateHeaderLayer` puts the
+/// request's id on every response, the ones the layers below make themselves (the 500 of a
+/// panic, the 503 of a timeout) included. So the API (which echoes the request's id and
+/// records it in the span), the log and every response agree on the id.
+///
+/// Not tower-http's request-id layers, which do the same and also put the id into the
+/// request's and the response's extensions, each a map allocated per message for one entry
+/// that nothing here reads: about twice the cost (`docs::performance`, "The host's layers").
 pub(crate) fn request_ids<B>() -> RequestIds<B> {
     ServiceBuilder::new()
-        .map_request(without_unusable_id as fn(Request<B>) -> Request<B>)
-        .layer(SetRequestIdLayer::x_request_id(GeneratedId))
-        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestHeaderLayer::overriding(
+            REQUEST_ID_HEADER,
+            new_id_unless_usable as NewId<B>,
+        ))
+        .layer(PropagateHeaderLayer::new(REQUEST_ID_HEADER))
 }
 
-fn without_unusable_id<B>(mut request: Request<B>) -> Request<B> {
-    request_id::remove_unusable(request.headers_mut());
-    request
-}
-
-/// Makes the id of a request that brought none: a UUID, as the API would.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct GeneratedId;
-
-impl MakeRequestId for GeneratedId {
-    fn make_request_id<B>(&mut self, _request: &Request<B>) -> Option<RequestId> {
-        Some(RequestId::new(request_id::generate()))
+/// A new id ([`request_id::generate`]: a UUID, as the API would make) for a request without
+/// one the API would keep ([`request_id::usable`]); `None` keeps the request's own.
+fn new_id_unless_usable<B>(request: &Request<B>) -> Option<HeaderValue> {
+    match request_id::usable(request.headers()) {
+        Some(_) => None,
+        None => Some(request_id::generate()),
     }
+}
+
+/// Whether the access log would keep anything: its span (INFO, this module's target) or its
+/// line per response (INFO, target `tower_http::trace::on_response`) enabled by the
+/// subscriber. Where neither is (the load harness's `RUST_LOG=warn`), [`app`] leaves the
+/// layer out: tower-http's `TraceLayer` reads the clock for every request and body frame
+/// whatever its callbacks, about 1,000 instructions a request for nothing. Asked per
+/// connection, so it follows the subscriber a process set (the host sets one at start).
+pub(crate) fn access_log_enabled() -> bool {
+    tracing::span_enabled!(Level::INFO)
+        || tracing::event_enabled!(target: "tower_http::trace::on_response", Level::INFO)
 }
 
 /// The layer of [`access_log`].

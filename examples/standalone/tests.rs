@@ -329,6 +329,74 @@ async fn a_panic_below_the_host_layers_is_a_json_500_not_a_dropped_connection() 
     assert_eq!(other.status, StatusCode::NOT_FOUND);
 }
 
+/// A subscriber's writer that keeps what it is given.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_access_log_writes_a_line_per_response_where_info_is_kept_and_is_left_out_elsewhere() {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    for (filter, logged) in [("info", true), ("warn", false)] {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _default = tracing::subscriber::set_default(subscriber);
+        assert_eq!(crate::stack::access_log_enabled(), logged, "{filter}");
+
+        let mut request = get("/v1/me", Some(KEY_A)).map(|()| Empty::<Bytes>::new());
+        request
+            .headers_mut()
+            .insert("x-request-id", "logged-1".parse().unwrap());
+        let peer = SocketAddr::from(([127, 0, 0, 1], 50_000));
+        let service = app(
+            api().with_peer_addr(peer),
+            Options::default().request_timeout,
+        );
+        let response = service.oneshot(request).await.unwrap();
+        let response =
+            collect(response.map(|body| body.map_err(Into::<tower::BoxError>::into))).await;
+        assert_eq!(response.status, StatusCode::OK);
+        assert_eq!(response.header("x-request-id"), Some("logged-1"));
+
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|line| line.contains("finished processing request"))
+            .collect();
+        if logged {
+            // One line, in the request's span with the id and organization the API recorded.
+            assert_eq!(lines.len(), 1, "{log}");
+            for field in [
+                "status=200",
+                "request_id=logged-1",
+                "organization_id=\"org_a\"",
+                "path=/v1/me",
+            ] {
+                assert!(lines[0].contains(field), "{field} in {log}");
+            }
+            assert!(!log.contains(KEY_A), "{log}");
+        } else {
+            assert_eq!(log, "");
+        }
+    }
+}
+
 #[tokio::test]
 async fn https_serves_http1_and_http2_by_alpn_to_a_verifying_client() {
     let certificate = Certificate::generate("in-process");

@@ -25,11 +25,28 @@ pub const MAX_REQUEST_ID_LEN: usize = 128;
 /// 1 to [`MAX_REQUEST_ID_LEN`] bytes of ASCII letters, digits and `-_.:+/=@`; else a new
 /// random (v4) UUID. The character set keeps ids safe to log and to quote.
 pub(crate) fn request_id(headers: &HeaderMap) -> HeaderValue {
-    given_id(headers).cloned().unwrap_or_else(generate)
+    usable(headers).cloned().unwrap_or_else(generate)
 }
 
-/// The request's own id, when it has exactly one and it is well-formed.
-fn given_id(headers: &HeaderMap) -> Option<&HeaderValue> {
+/// The request's own id, when `headers` hold exactly one `x-request-id` and it is
+/// well-formed ([`is_well_formed`]): the id the API answers with. `None`: the API answers
+/// with a new one. A host that sets ids itself replaces the id of a request where this is
+/// `None` with one of [`generate`] (tower-http's `SetRequestHeaderLayer::overriding`, with a
+/// function that returns `None` where this is `Some`), so its logs and the API agree on
+/// every id.
+///
+/// ```
+/// use http::HeaderMap;
+/// use partner_api::request_id::{usable, REQUEST_ID_HEADER};
+///
+/// let mut headers = HeaderMap::new();
+/// assert_eq!(usable(&headers), None);
+/// headers.insert(REQUEST_ID_HEADER, "poll-1".parse().unwrap());
+/// assert_eq!(usable(&headers).unwrap(), "poll-1");
+/// headers.append(REQUEST_ID_HEADER, "poll-2".parse().unwrap());
+/// assert_eq!(usable(&headers), None);
+/// ```
+pub fn usable(headers: &HeaderMap) -> Option<&HeaderValue> {
     let mut given = headers
         .iter()
         .filter(|(name, _)| is_request_id(name))
@@ -62,7 +79,7 @@ fn given_id(headers: &HeaderMap) -> Option<&HeaderValue> {
 /// ```
 pub fn remove_unusable(headers: &mut HeaderMap) {
     let any = headers.iter().any(|(name, _)| is_request_id(name));
-    if any && given_id(headers).is_none() {
+    if any && usable(headers).is_none() {
         headers.remove(REQUEST_ID_HEADER);
     }
 }
@@ -219,7 +236,7 @@ where
     }
 
     fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
-        let id = match given_id(request.headers()) {
+        let id = match usable(request.headers()) {
             Some(id) => id.clone(),
             None => {
                 // Replaces every malformed or repeated id the request had.
