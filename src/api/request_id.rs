@@ -62,7 +62,7 @@ pub fn usable(headers: &HeaderMap) -> Option<&HeaderValue> {
 /// id layer looks. tower-http's `SetRequestIdLayer` keeps any id the request brought and
 /// makes one only where there is none, so a host that runs this first (a `map_request`)
 /// and has that layer make ids with [`generate`] logs the same id the API answers with,
-/// for every request.
+/// for every request. (A host that sets the header itself asks [`usable`] instead.)
 ///
 /// ```
 /// use http::HeaderMap;
