@@ -11,15 +11,17 @@
 //!
 //! A feed that says its revision at hand ([`EventFeed::revision_now`]) is not even read for a
 //! read answered before at the same revision: each thread also keeps its last answers by
-//! read (organization, query, version) and revision, the body and where the next read
-//! resumes. Why that is exact is rule `feed-revision`'s argument, on the trait.
+//! read (organization, query, version, and the request's own words and path) and revision,
+//! the body and the `Link` to where the next read resumes. Why that is exact is rule `feed-revision`'s argument, on the trait.
 
 use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use chrono::Datelike as _;
+use http::HeaderValue;
 
+use crate::api::events_request::EventsRequest;
 use crate::store::{EventFeed, EventQuery, FeedEvent, OrderChange};
 use crate::versions::{ApiVersion, Versions};
 
@@ -121,7 +123,7 @@ pub(crate) fn events_body(
 }
 
 /// A read as it was answered: whose feed, which organization, at which revision, version
-/// and query, its body, and the last event it went through (where the next read resumes).
+/// and query, asked how and where, its body, and its `Link` to where the next read resumes.
 struct KeptRead {
     /// Weakly held, as [`Kept::feed`].
     feed: Weak<dyn EventFeed>,
@@ -131,8 +133,12 @@ struct KeptRead {
     chain: Versions,
     version: ApiVersion,
     query: EventQuery,
+    /// As the request said it (the `Link` repeats its `limit` and `types` as given), and the
+    /// path it came in on.
+    request: EventsRequest,
+    path: Box<str>,
     body: Bytes,
-    through: Option<u64>,
+    link: Option<HeaderValue>,
 }
 
 impl KeptRead {
@@ -143,6 +149,8 @@ impl KeptRead {
             && self.chain.is(read.chain)
             && *self.organization_id == *read.organization_id
             && self.query == *read.query
+            && self.request == *read.request
+            && *self.path == *read.path
     }
 }
 
@@ -160,6 +168,9 @@ pub(crate) struct Read<'a> {
     pub(crate) version: ApiVersion,
     /// What was read.
     pub(crate) query: &'a EventQuery,
+    /// The request, as it said it, and the path it came in on: the `Link` repeats both.
+    pub(crate) request: &'a EventsRequest,
+    pub(crate) path: &'a str,
 }
 
 thread_local! {
@@ -167,24 +178,24 @@ thread_local! {
         const { RefCell::new([const { None }; RECENT_READS]) };
 }
 
-/// The body this thread answered `read` with, and the last event that answer went through,
-/// if it kept them: the answer of the feed at `read`'s revision or later.
-pub(crate) fn answered_read(read: &Read<'_>) -> Option<(Bytes, Option<u64>)> {
+/// The body and `Link` this thread answered `read` with, if it kept them: the answer of the
+/// feed at `read`'s revision or later.
+pub(crate) fn answered_read(read: &Read<'_>) -> Option<(Bytes, Option<HeaderValue>)> {
     let index = read_slot(read);
     READS
         .try_with(|reads| {
             reads.borrow()[index]
                 .as_ref()
                 .filter(|kept| kept.is(read))
-                .map(|kept| (kept.body.clone(), kept.through))
+                .map(|kept| (kept.body.clone(), kept.link.clone()))
         })
         .ok()
         .flatten()
 }
 
-/// Keeps `body` and `through`, the answer of a read of the feed made after `read`'s revision
+/// Keeps `body` and `link`, the answer of a read of the feed made after `read`'s revision
 /// was taken, for the next time this thread is asked `read`.
-pub(crate) fn keep_read(read: &Read<'_>, body: &Bytes, through: Option<u64>) {
+pub(crate) fn keep_read(read: &Read<'_>, body: &Bytes, link: Option<&HeaderValue>) {
     if body.len() > MAX_KEPT_BODY {
         return;
     }
@@ -195,8 +206,10 @@ pub(crate) fn keep_read(read: &Read<'_>, body: &Bytes, through: Option<u64>) {
         chain: read.chain.clone(),
         version: read.version,
         query: read.query.clone(),
+        request: read.request.clone(),
+        path: read.path.into(),
         body: body.clone(),
-        through,
+        link: link.cloned(),
     };
     let index = read_slot(read);
     // The entry it replaces is dropped once the borrow ends.
@@ -369,6 +382,7 @@ mod tests {
         // An equal query, not the same value.
         let same_query = query.clone();
         let another_chain = Versions::shipped();
+        let request = EventsRequest::parse(None).expect("no query");
         let read = |feed, organization_id, revision, version, query| Read {
             feed,
             organization_id,
@@ -376,6 +390,8 @@ mod tests {
             chain: chain(),
             version,
             query,
+            request: &request,
+            path: "/v1/events",
         };
         let first = crate::versions::FIRST;
         let kept = read(&feed, "org_reads", 7, first, &query);
@@ -386,15 +402,18 @@ mod tests {
             chain: chain().clone(),
             version: first,
             query: query.clone(),
+            request: request.clone(),
+            path: "/v1/events".into(),
             body: Bytes::new(),
-            through: None,
+            link: None,
         };
         assert!(kept_entry.is(&kept));
         assert_eq!(answered_read(&kept), None);
-        keep_read(&kept, &Bytes::from_static(b"page"), Some(12));
+        let link = HeaderValue::from_static("</v1/events?after=x>; rel=\"next\"");
+        keep_read(&kept, &Bytes::from_static(b"page"), Some(&link));
         assert_eq!(
             answered_read(&read(&feed, "org_reads", 7, first, &same_query)),
-            Some((Bytes::from_static(b"page"), Some(12)))
+            Some((Bytes::from_static(b"page"), Some(link)))
         );
         // Anything else is not that answer: another revision, organization, feed, version,
         // or query (position, limit, types, view).
@@ -408,7 +427,18 @@ mod tests {
             EventQuery::oldest(100).with_types(OrderChanges::NONE.with(OrderChange::Deleted)),
             EventQuery::oldest(100).with_providers(view),
         ];
+        // The same query, asked in other words (its `limit` given: the `Link` repeats it) or
+        // on another path (a host's prefix).
+        let limit_given = EventsRequest::parse(Some("limit=100")).expect("a limit");
         let mut reads = vec![
+            Read {
+                request: &limit_given,
+                ..read(&feed, "org_reads", 7, first, &query)
+            },
+            Read {
+                path: "/partner/v1/events",
+                ..read(&feed, "org_reads", 7, first, &query)
+            },
             read(&feed, "org_reads", 8, first, &query),
             read(&feed, "org_reads", 6, first, &query),
             read(&feed, "org_other", 7, first, &query),
@@ -448,6 +478,7 @@ mod tests {
         assert!(served(&feed, "org_large", &[7], large).1);
         assert!(served(&feed, "org_large", &[7], large).1, "encoded again");
         let query = EventQuery::oldest(100);
+        let request = EventsRequest::parse(None).expect("no query");
         let read = Read {
             feed: &feed,
             organization_id: "org_large",
@@ -455,6 +486,8 @@ mod tests {
             chain: chain(),
             version: crate::versions::FIRST,
             query: &query,
+            request: &request,
+            path: "/v1/events",
         };
         keep_read(&read, &Bytes::from_static(large.as_bytes()), None);
         assert_eq!(answered_read(&read), None, "not kept by its read either");

@@ -10,7 +10,6 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::uri::PathAndQuery;
 use http::{Response, StatusCode};
 
@@ -514,9 +513,8 @@ impl EventsAsk {
         let kept = self
             .revision
             .and_then(|revision| events_cache::answered_read(&self.read(config, feed, revision)));
-        let (body, through) = kept?;
-        let response = self.page(body, through);
-        Some(self.finish(config, response))
+        let (body, link) = kept?;
+        Some(self.finish(config, keyed::events(body, link)))
     }
 
     /// Takes the feed's answer, and keeps it by the revision taken before the read.
@@ -530,10 +528,14 @@ impl EventsAsk {
             keyed::events_page(config, self.version, organization_id, &self.query, page)
         }) {
             Ok(Ok((body, through))) => {
+                let link = self
+                    .request
+                    .next_link(self.path.path(), organization_id, through);
                 if let (Some(feed), Some(revision)) = (&config.events, self.revision) {
-                    events_cache::keep_read(&self.read(config, feed, revision), &body, through);
+                    let read = self.read(config, feed, revision);
+                    events_cache::keep_read(&read, &body, link.as_ref());
                 }
-                self.page(body, through)
+                keyed::events(body, link)
             }
             Ok(Err(refused)) => refused.into_response(),
             Err(err) => failed(config, &self.principal, err),
@@ -555,18 +557,9 @@ impl EventsAsk {
             chain: config.versions.chain(),
             version: self.version,
             query: &self.query,
+            request: &self.request,
+            path: self.path.path(),
         }
-    }
-
-    /// The 200 of the page `body`, resuming after `through`.
-    fn page(&self, body: Bytes, through: Option<u64>) -> Response<ApiBody> {
-        keyed::events(
-            &self.request,
-            self.path.path(),
-            &self.principal.organization.id,
-            body,
-            through,
-        )
     }
 
     /// The flow's end with `response`: counted, limited, recorded as the route's.

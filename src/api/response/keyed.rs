@@ -12,7 +12,7 @@ use crate::api::body::ApiBody;
 use crate::api::conditional::IfNoneMatch;
 use crate::api::config::Config;
 use crate::api::events_cache;
-use crate::api::events_request::{BadEventsRequest, EventsRequest};
+use crate::api::events_request::BadEventsRequest;
 use crate::api::pagination::PageRequest;
 use crate::log::ErrorChain;
 use crate::metrics::{self, AuthFailureReason};
@@ -173,17 +173,12 @@ pub(crate) fn events_page(
     ))
 }
 
-/// The 200 of `GET /events` with `body`, for the request `request` that came in on `path`,
-/// and the `Link` that resumes after `through`.
-pub(crate) fn events(
-    request: &EventsRequest,
-    path: &str,
-    organization_id: &str,
-    body: Bytes,
-    through: Option<u64>,
-) -> Response<ApiBody> {
+/// The 200 of `GET /events` with `body`, and `link` (made by
+/// [`EventsRequest::next_link`](crate::api::events_request::EventsRequest::next_link)): where
+/// the next read resumes.
+pub(crate) fn events(body: Bytes, link: Option<HeaderValue>) -> Response<ApiBody> {
     let mut response = super::json(StatusCode::OK, body);
-    if let Some(link) = request.next_link(path, organization_id, through) {
+    if let Some(link) = link {
         response.headers_mut().insert(LINK, link);
     }
     response
