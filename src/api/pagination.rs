@@ -173,7 +173,7 @@ impl PageRequest {
     pub(crate) fn view_tag(&self) -> Option<[u8; 8]> {
         self.view
             .as_deref()
-            .and_then(|restrictions| restrictions.providers_tag)
+            .and_then(KeyRestrictions::providers_tag)
     }
 
     /// The store query for the organization `organization_id`, or the 400 of a token that
@@ -370,12 +370,15 @@ mod tests {
     /// keep a statement for it); a `provider` filter that narrows them is a request's list.
     #[test]
     fn a_keys_providers_are_its_filter_marked_as_its_own() {
-        let providers = ["google".to_owned(), "meta".to_owned()];
-        let restrictions = std::sync::Arc::new(KeyRestrictions {
-            providers: Some(providers.clone().into()),
-            providers_tag: Some(crate::store::read::providers_tag(&providers)),
-            ..crate::store::read::UNRESTRICTED.clone()
-        });
+        let principal = crate::Principal::new(
+            "key",
+            crate::Organization {
+                id: "org".into(),
+                name: "Org".into(),
+            },
+        )
+        .with_providers(Some(vec!["google".to_owned(), "meta".to_owned()].into()));
+        let restrictions = principal.shared_restrictions().unwrap().clone();
         for (query, providers, the_keys) in [
             (None, &["google", "meta"][..], true),
             (Some("provider=meta"), &["meta"][..], false),

@@ -44,13 +44,22 @@ pub(crate) struct KeyRestrictions {
     pub(crate) allowed_ips: AllowedIps,
     pub(crate) permissions: Permissions,
     pub(crate) providers: Option<Arc<[String]>>,
-    /// [`providers_tag`] of `providers`, made once with them (a key's principal is kept and
-    /// read by every request of the key): what binds its page tokens and tags to them.
-    pub(crate) providers_tag: Option<[u8; 8]>,
+    /// The tag of `providers` ([`tag_of`]), made with them by [`Principal::with_providers`],
+    /// the one place that sets them (a key's principal is kept and read by every request of
+    /// the key): private, so the two cannot disagree.
+    providers_tag: Option<[u8; 8]>,
+}
+
+impl KeyRestrictions {
+    /// The tag that binds the page tokens and entity tags of a key limited to providers to
+    /// them, so another view's do not pass for them; `None` for a key without providers.
+    pub(crate) fn providers_tag(&self) -> Option<[u8; 8]> {
+        self.providers_tag
+    }
 }
 
 /// A key without restrictions.
-pub(crate) static UNRESTRICTED: KeyRestrictions = KeyRestrictions {
+static UNRESTRICTED: KeyRestrictions = KeyRestrictions {
     allowed_ips: AllowedIps::any(),
     permissions: Permissions::ALL,
     providers: None,
@@ -59,7 +68,7 @@ pub(crate) static UNRESTRICTED: KeyRestrictions = KeyRestrictions {
 
 /// The tag of a key's `providers`: the first 8 bytes of a SHA-256 over them, which a page
 /// token and an entity tag of the key's pages carry, so another view's do not pass for them.
-pub(crate) fn providers_tag(providers: &[String]) -> [u8; 8] {
+fn tag_of(providers: &[String]) -> [u8; 8] {
     use sha2::Digest;
     let mut hasher = sha2::Sha256::new();
     hasher.update(b"partner-api key providers\0");
@@ -100,7 +109,7 @@ impl Principal {
     #[must_use]
     pub fn with_providers(self, providers: Option<Arc<[String]>>) -> Self {
         self.restricted(|restrictions| {
-            restrictions.providers_tag = providers.as_deref().map(providers_tag);
+            restrictions.providers_tag = providers.as_deref().map(tag_of);
             restrictions.providers = providers;
         })
     }

@@ -45,13 +45,7 @@ async fn a_pinned_key_is_served_inside_its_ranges_and_refused_outside_them() {
         .with_rate_limiter(limiter);
     let key = pinned(&store, &["192.0.2.0/24", "2001:db8::/48"]).await;
 
-    for path in [
-        "/v1/me",
-        "/v1/orders",
-        "/v1/events",
-        "/v1/deprecations",
-        "/v1/versions",
-    ] {
+    for path in KEYED_ROUTES {
         let refused = call(&api, from("198.51.100.7", path, &key, &[])).await;
         assert_eq!(refused.status, StatusCode::FORBIDDEN, "{path}");
         assert_eq!(

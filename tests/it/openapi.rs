@@ -203,14 +203,7 @@ async fn every_documented_response_is_produced() {
     );
     // A version header that names no version: a 400 on every route with a key, and on the
     // document.
-    for path in [
-        "/v1/me",
-        "/v1/orders",
-        "/v1/events",
-        "/v1/deprecations",
-        "/v1/versions",
-        "/v1/openapi.json",
-    ] {
+    for path in KEYED_ROUTES.into_iter().chain(["/v1/openapi.json"]) {
         let mut request = get(path, Some(KEY_A));
         request
             .headers_mut()
@@ -237,13 +230,7 @@ async fn every_documented_response_is_produced() {
     let outside = PartnerApi::from_store(pinned_store.clone())
         .with_events(pinned_store)
         .with_peer_addr("198.51.100.7:40000".parse().unwrap());
-    for path in [
-        "/v1/me",
-        "/v1/orders",
-        "/v1/events",
-        "/v1/deprecations",
-        "/v1/versions",
-    ] {
+    for path in KEYED_ROUTES {
         let refused = call(&outside, get(path, Some(pinned.plaintext()))).await;
         assert_eq!(refused.status, StatusCode::FORBIDDEN, "{path}");
     }

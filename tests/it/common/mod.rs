@@ -34,6 +34,15 @@ use partner_api::{
 use serde_json::Value;
 use tower::ServiceExt;
 
+/// Every route that needs a key, as served under `/v1`.
+pub const KEYED_ROUTES: [&str; 5] = [
+    "/v1/me",
+    "/v1/orders",
+    "/v1/events",
+    "/v1/deprecations",
+    "/v1/versions",
+];
+
 pub const KEY_A: &str = "pk_test_alpha_4fG7hJ2kL9mN3pQ5rS8t";
 pub const KEY_B: &str = "pk_test_bravo_Zx1Cv2Bn3Mq4Wd5Fg6Hj";
 pub const KEY_EMPTY: &str = "pk_test_empty_Ab12Cd34Ef56Gh78Ij90";
