@@ -24,6 +24,16 @@
 #                                page's media_buys and accounts, registered by `migrate`)
 #   mapped-updates-none,         single-row updates of that table (a budget raised, on 100
 #   mapped-updates               buys in turn), its trigger off, on
+#   capture, updates-capture,    the capture mode (#56): copies of the two databases switched
+#   mapped-capture,              by `standalone order-capture start` (the events' triggers
+#   mapped-updates-capture       disabled, the tables' old rows logged whole), their slots
+#                                dropped before the count, counted with `wal_level = logical`
+#                                (the other modes run with the server's default, `replica`):
+#                                what the writes themselves pay in that mode, of the same
+#                                writes with no trigger in the default deployment. The
+#                                capture's reader decodes and materializes later, on a
+#                                replica's connection; it is not in this count
+#                                (`benches/order_writes.sh` times it)
 #   baseline-none, baseline,     with BASELINE=<commit>: `partner_orders` migrated with that
 #   baseline-stamped,            commit's migrations, as none, triggers, stamped and endpoints
 #   baseline-endpoints           (a before and after in one run; BASELINE_MODES picks
@@ -42,7 +52,7 @@ if [ "$N_MANY" -le "$N_FEW" ]; then
   echo "error: N_MANY ($N_MANY) must be more than N_FEW ($N_FEW)" >&2
   exit 2
 fi
-read -r -a modes <<<"${MODES:-none triggers stamped endpoints mapped-none mapped}"
+read -r -a modes <<<"${MODES:-none triggers stamped endpoints capture mapped-none mapped mapped-capture}"
 
 if ! command -v valgrind >/dev/null; then
   echo "installing valgrind (Debian package)" >&2
@@ -87,6 +97,24 @@ psql -q "$mapped_database" -c \
        ARRAY['meta'], 'A', 'C', 100, '2026-03-01', '2026-04-30', 'BOOKED', 'PO'
    FROM generate_series(0, 99) n"
 
+# The capture mode's databases: copies switched to it while the server runs (with
+# `wal_level = logical`, as .ci/servers.sh starts it), their slots dropped then, since
+# single-user mode starts with the default `wal_level` unless told (a logical slot would stop
+# it) and reads no slot anyway. The switch is what a host runs: `order-capture start`.
+case " ${modes[*]} " in
+  *capture*)
+    psql -q "${database%/*}/template1" -c "CREATE DATABASE capture TEMPLATE ${database##*/}" \
+      -c "CREATE DATABASE mapped_capture TEMPLATE ${mapped_database##*/}"
+    cargo run -q --example standalone --features postgres -- --no-migrate \
+      --database-url "${database%/*}/capture" order-capture start >/dev/null
+    cargo run -q --example standalone --features postgres -- --no-migrate \
+      --database-url "${database%/*}/mapped_capture" --schema-map "$work/schema-map.toml" \
+      order-capture start >/dev/null
+    psql -q -o /dev/null "$database" -c "SELECT pg_catalog.pg_drop_replication_slot(slot_name)
+                            FROM pg_catalog.pg_replication_slots"
+    ;;
+esac
+
 # Single-user mode needs the server stopped, and runs as the data directory's owner.
 data=$(psql -Atc "SHOW data_directory" "$database")
 run=()
@@ -101,8 +129,9 @@ stamp_all="SELECT partner_api_stamp_order_events(format('org_%s', o), 100000000)
 single_user() {
   local database=$1
   shift
-  "${run[@]}" "$@" "$bin/postgres" --single -D "$data" "$database"
+  "${run[@]}" "$@" "$bin/postgres" --single -D "$data" "${server_options[@]}" "$database"
 }
+server_options=()
 
 # instructions DATABASE SETUP-STATEMENT INSERTS TABLE [AFTER]: the backend's total for the
 # setup, INSERTS single-row inserts into TABLE (`crate` or `mapped`) and the statements AFTER
@@ -146,6 +175,10 @@ for mode in "${modes[@]}"; do
       database_name=mapped table=mapped-updates relation=media_buys trigger=partner_api_orders ;;
     mapped-none | mapped)
       database_name=mapped table=mapped relation=media_buys trigger=partner_api_orders ;;
+    capture) database_name=capture table=crate ;;
+    updates-capture) database_name=capture table=updates ;;
+    mapped-capture) database_name=mapped_capture table=mapped ;;
+    mapped-updates-capture) database_name=mapped_capture table=mapped-updates ;;
     baseline-none | baseline | baseline-stamped | baseline-endpoints)
       database_name=baseline table=crate relation=partner_orders trigger=USER ;;
     *) echo "error: unknown mode $mode" >&2; exit 2 ;;
@@ -168,6 +201,11 @@ for mode in "${modes[@]}"; do
     fi
   fi
   setup="ALTER TABLE $relation $state TRIGGER $trigger;"
+  server_options=()
+  case $mode in
+    # The switch disabled the triggers: nothing to set but the server's log level.
+    *capture) setup= server_options=(-c wal_level=logical) ;;
+  esac
   after=
   case $mode in
     stamped | baseline-stamped) after=$stamp_all ;;
@@ -198,7 +236,13 @@ UPDATE partner_webhook_endpoints SET enabled = $enabled;"
     echo "DROP INDEX partner_orders_for_bench;" | single_user "$database_name" >"$work/prepare.log" 2>&1
   fi
   per_insert[$mode]=$(((many - few) / (N_MANY - N_FEW)))
-  case $mode in none | triggers | stamped | endpoints | *provider-index) base=none ;; updates*) base=updates-none ;; mapped-updates*) base=mapped-updates-none ;; mapped*) base=mapped-none ;; *) base=baseline-none ;; esac
+  case $mode in
+    none | triggers | stamped | endpoints | *provider-index | capture) base=none ;;
+    updates*) base=updates-none ;;
+    mapped-updates*) base=mapped-updates-none ;;
+    mapped*) base=mapped-none ;;
+    *) base=baseline-none ;;
+  esac
   none=${per_insert[$base]:-}
   ratio=-
   [ -n "$none" ] && ratio=$(awk "BEGIN { printf \"%.3f\", $none / ${per_insert[$mode]} }")
