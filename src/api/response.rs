@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{
     HeaderMap, HeaderName, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, ETAG,
-    RETRY_AFTER, VARY, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
+    LINK, RETRY_AFTER, VARY, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
 };
 use http::{Response, StatusCode};
 
@@ -226,6 +226,16 @@ static TAGGED_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new
     headers
 });
 
+/// [`TAGGED_HEADERS`] with a last slot for a `Link` (a page of orders with a next one): the
+/// headers of such a page in the order they had when its `Link` was added to a map cloned
+/// from [`TAGGED_HEADERS`], where adding it grew the map (a clone has room for exactly what
+/// it holds).
+static TAGGED_HEADERS_WITH_LINK: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(|| {
+    let mut headers = TAGGED_HEADERS.clone();
+    headers.insert(LINK, HeaderValue::from_static(""));
+    headers
+});
+
 /// The slot of [`TAGGED_HEADERS`] for the version's echo: the default header's name.
 pub(crate) const VERSION_SLOT: HeaderName = HeaderName::from_static(DEFAULT_VERSION_HEADER);
 
@@ -233,6 +243,16 @@ pub(crate) const VERSION_SLOT: HeaderName = HeaderName::from_static(DEFAULT_VERS
 pub(crate) fn tagged_headers(etag: &HeaderValue) -> HeaderMap {
     let mut headers = TAGGED_HEADERS.clone();
     headers.insert(ETAG, etag.clone());
+    headers
+}
+
+/// The headers of a `200` tagged `etag` with `link` (the next page's): the same as
+/// [`tagged_headers`] with the `Link` added after them, but filled into a slot (inserting a
+/// header the map holds replaces its value in place).
+pub(crate) fn tagged_headers_with_link(etag: &HeaderValue, link: HeaderValue) -> HeaderMap {
+    let mut headers = TAGGED_HEADERS_WITH_LINK.clone();
+    headers.insert(ETAG, etag.clone());
+    headers.insert(LINK, link);
     headers
 }
 
@@ -576,6 +596,72 @@ pub(crate) fn unauthorized(challenge: HeaderValue) -> Response<ApiBody> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A header map as the bytes hyper writes it: every value in order, with its name.
+    fn written(headers: &HeaderMap) -> Vec<(String, String)> {
+        headers
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_owned()))
+            .collect()
+    }
+
+    /// A page with a next one is answered from its own ready map: the headers must be those,
+    /// in the order, that adding its `Link` to the tagged map wrote, through every later step
+    /// an answer takes (the version's echo in its slot or under a host's own name, the
+    /// request's id or none, a deprecation's `Link` and headers, `HEAD`'s length).
+    #[test]
+    fn a_page_with_a_next_one_writes_the_headers_of_the_tagged_map_and_its_link() {
+        let etag = HeaderValue::from_static("\"tag\"");
+        let link = HeaderValue::from_static("</v1/orders?page_token=t>; rel=\"next\"");
+        let version = HeaderValue::from_static("2026-11-27");
+        type Step = fn(&mut HeaderMap, &HeaderValue);
+        let steps: [(&str, Step); 6] = [
+            ("echo in its slot", |headers, version| {
+                headers.insert(VERSION_SLOT, version.clone());
+            }),
+            ("echo under the host's own name", |headers, version| {
+                headers.remove(VERSION_SLOT);
+                headers.insert(HeaderName::from_static("x-api-version"), version.clone());
+            }),
+            ("no request id", |headers, _| {
+                headers.remove(REQUEST_ID_HEADER);
+            }),
+            ("a request id", |headers, _| {
+                headers.insert(REQUEST_ID_HEADER, HeaderValue::from_static("req-1"));
+            }),
+            ("a deprecation", |headers, _| {
+                headers.append(
+                    LINK,
+                    HeaderValue::from_static("<https://d>; rel=\"deprecation\""),
+                );
+                headers.insert(
+                    HeaderName::from_static("deprecation"),
+                    HeaderValue::from_static("@1"),
+                );
+            }),
+            ("HEAD", |headers, _| {
+                headers.insert(CONTENT_LENGTH, HeaderValue::from(10));
+            }),
+        ];
+        for first in 0..steps.len() {
+            for second in 0..steps.len() {
+                let mut ready = tagged_headers_with_link(&etag, link.clone());
+                let mut added = tagged_headers(&etag);
+                added.insert(LINK, link.clone());
+                for (_, step) in [&steps[first], &steps[second]] {
+                    step(&mut ready, &version);
+                    step(&mut added, &version);
+                }
+                assert_eq!(
+                    written(&ready),
+                    written(&added),
+                    "{} then {}",
+                    steps[first].0,
+                    steps[second].0
+                );
+            }
+        }
+    }
 
     #[test]
     fn error_responses_for_hosts_share_the_envelope() {

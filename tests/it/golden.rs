@@ -249,3 +249,99 @@ fn the_golden_files_differ_where_a_change_says() {
         first.contains("api-version: 2026-11-27") && !first.contains("api-version: 2026-11-28")
     );
 }
+
+/// The requests whose headers' order is recorded: a page with a next one and without, its
+/// `304` and `HEAD`, `/me`, a page of events, and errors.
+const ORDER_CASES: &[(&str, &str, Option<&str>)] = &[
+    ("GET", "/v1/me", Some(KEY)),
+    ("GET", "/v1/orders", Some(KEY)),
+    ("GET", "/v1/orders?limit=2", Some(KEY)),
+    ("HEAD", "/v1/orders?limit=2", Some(KEY)),
+    ("GET", "/v1/events?limit=1", Some(KEY)),
+    ("GET", "/v1/orders?limit=0", Some(KEY)),
+    ("GET", "/v1/me", None),
+    ("GET", "/v1/nowhere", Some(KEY)),
+];
+
+/// The headers' order of every answer of [`ORDER_CASES`] (each `GET` of a page asked again
+/// with its tag, for its `304`), at every version, with request ids on and off, with the
+/// first version and the `provider` parameter deprecated and without: the names as written,
+/// in order, one answer a line.
+async fn header_orders() -> String {
+    let deprecations: [&str; 2] = [
+        "2026-11-27=2026-11-01,sunset=2099-01-01,link=https://example.com/v1",
+        "/orders?provider=2026-01-01",
+    ];
+    let mut text = String::new();
+    for deprecated in [false, true] {
+        for request_ids in [false, true] {
+            let mut api = api().with_request_ids(request_ids);
+            if deprecated {
+                for deprecation in deprecations {
+                    api = api.with_deprecation(deprecation.parse().unwrap());
+                }
+            }
+            for version in Versions::shipped().offered() {
+                for (method, path, key) in ORDER_CASES {
+                    let mut etag = None;
+                    for conditional in [false, true] {
+                        if conditional && etag.is_none() {
+                            continue;
+                        }
+                        let mut request = Request::builder()
+                            .method(Method::from_bytes(method.as_bytes()).unwrap())
+                            .uri(*path)
+                            .header("api-version", version.to_string())
+                            .header("x-request-id", "req-order");
+                        if let Some(key) = key {
+                            request = request.header("authorization", format!("Bearer {key}"));
+                        }
+                        if let (true, Some(etag)) = (conditional, &etag) {
+                            request = request.header("if-none-match", etag);
+                        }
+                        let response = api
+                            .clone()
+                            .oneshot(request.body(()).unwrap())
+                            .await
+                            .unwrap();
+                        etag = response.headers().get("etag").cloned();
+                        let names: Vec<&str> = response
+                            .headers()
+                            .iter()
+                            .map(|(name, _)| name.as_str())
+                            .collect();
+                        writeln!(
+                            text,
+                            "deprecated={deprecated} ids={request_ids} {version} {method} {path}{}{}: {} {}",
+                            if key.is_some() { "" } else { " (no key)" },
+                            if conditional { " (if-none-match)" } else { "" },
+                            response.status().as_u16(),
+                            names.join(" ")
+                        )
+                        .unwrap();
+                    }
+                }
+            }
+        }
+    }
+    text
+}
+
+/// The golden files record headers by name; their order is part of the bytes an existing
+/// key is answered with too (`tests/golden/header-order.txt`, written with
+/// `PARTNER_API_UPDATE_GOLDEN=1`).
+#[tokio::test]
+async fn every_answer_writes_its_headers_in_the_committed_order() {
+    let served = header_orders().await;
+    let file =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/header-order.txt");
+    if std::env::var_os("PARTNER_API_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&file, &served).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(&file).unwrap();
+    for (line, (served, committed)) in served.lines().zip(committed.lines()).enumerate() {
+        assert_eq!(served, committed, "line {} of {}", line + 1, file.display());
+    }
+    assert_eq!(served.lines().count(), committed.lines().count());
+}

@@ -107,27 +107,37 @@ pub(crate) fn orders(
     let etag = config
         .conditional_requests
         .then(|| rendition.etag(view, etag_of));
-    let mut response = tagged_or_not(
-        if_none_match,
-        super::orders_body_of(&rendition.json),
-        etag.as_deref(),
-        super::tagged_headers,
-    );
-    if let (true, Some(last)) = (page.has_more(), page.orders().last()) {
-        let make = || {
-            let last = OrderPosition::of(last.order());
-            asked
-                .request
-                .next_link(asked.path.path(), asked.organization_id, &last)
-        };
-        // Made once per stored page, for the way it is usually asked for (a key limited to
-        // providers gets its own: its token is bound to them).
-        let link = page.next_link(asked.organization_id, asked.path.as_str(), view, make);
-        if let Some(link) = link {
-            response.headers_mut().insert(LINK, link);
+    let link = match (page.has_more(), page.orders().last()) {
+        (true, Some(last)) => {
+            let make = || {
+                let last = OrderPosition::of(last.order());
+                asked
+                    .request
+                    .next_link(asked.path.path(), asked.organization_id, &last)
+            };
+            // Made once per stored page, for the way it is usually asked for (a key limited
+            // to providers gets its own: its token is bound to them).
+            page.next_link(asked.organization_id, asked.path.as_str(), view, make)
+        }
+        _ => None,
+    };
+    let body = super::orders_body_of(&rendition.json);
+    match (etag.as_deref(), link) {
+        // The common answer: the tagged headers with the `Link` in its slot, the headers in
+        // the order of the other ways (the `Link` added last).
+        (Some(etag), Some(link))
+            if !if_none_match.is_some_and(|condition| condition.matches(etag)) =>
+        {
+            super::with_headers(body, super::tagged_headers_with_link(etag, link))
+        }
+        (etag, link) => {
+            let mut response = tagged_or_not(if_none_match, body, etag, super::tagged_headers);
+            if let Some(link) = link {
+                response.headers_mut().insert(LINK, link);
+            }
+            response
         }
     }
-    response
 }
 
 /// The page of `GET /events` that `page`, the feed's answer to `query` of
