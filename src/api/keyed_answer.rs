@@ -514,7 +514,7 @@ impl EventsAsk {
             .revision
             .and_then(|revision| events_cache::answered_read(&self.read(config, feed, revision)));
         let (body, link) = kept?;
-        Some(self.finish(config, keyed::events(body, link)))
+        Some(self.finish(config, keyed::events(body, link, self.echo_next(config))))
     }
 
     /// Takes the feed's answer, and keeps it by the revision taken before the read.
@@ -535,12 +535,22 @@ impl EventsAsk {
                     let read = self.read(config, feed, revision);
                     events_cache::keep_read(&read, &body, link.as_ref());
                 }
-                keyed::events(body, link)
+                keyed::events(body, link, self.echo_next(config))
             }
             Ok(Err(refused)) => refused.into_response(),
             Err(err) => failed(config, &self.principal, err),
         };
         self.finish(config, response)
+    }
+
+    /// Whether the version's echo is the first header [`finish`] adds: no deprecation of the
+    /// answer's version adds its own before it.
+    fn echo_next(&self, config: &Config) -> bool {
+        config
+            .deprecations
+            .of_version(self.version)
+            .and_then(|index| config.deprecations.notices_of(index))
+            .is_none()
     }
 
     /// This read of `feed` at `revision`, answered by `config`, as answers are kept by.

@@ -265,21 +265,31 @@ const ORDER_CASES: &[(&str, &str, Option<&str>)] = &[
 
 /// The headers' order of every answer of [`ORDER_CASES`] (each `GET` of a page asked again
 /// with its tag, for its `304`), at every version, with request ids on and off, with the
-/// first version and the `provider` parameter deprecated and without: the names as written,
-/// in order, one answer a line.
+/// first version and the `provider` parameter deprecated and without, with the version's
+/// echo under its own name and a host's: the names as written, in order, one answer a line.
 async fn header_orders() -> String {
     let deprecations: [&str; 2] = [
         "2026-11-27=2026-11-01,sunset=2099-01-01,link=https://example.com/v1",
         "/orders?provider=2026-01-01",
     ];
     let mut text = String::new();
-    for deprecated in [false, true] {
-        for request_ids in [false, true] {
+    for (deprecated, request_ids, own_echo) in [
+        (false, false, false),
+        (false, true, false),
+        (true, false, false),
+        (true, true, false),
+        (false, true, true),
+        (true, false, true),
+    ] {
+        {
             let mut api = api().with_request_ids(request_ids);
             if deprecated {
                 for deprecation in deprecations {
                     api = api.with_deprecation(deprecation.parse().unwrap());
                 }
+            }
+            if own_echo {
+                api = api.with_version_header(http::HeaderName::from_static("x-api-version"));
             }
             for version in Versions::shipped().offered() {
                 for (method, path, key) in ORDER_CASES {
@@ -312,7 +322,7 @@ async fn header_orders() -> String {
                             .collect();
                         writeln!(
                             text,
-                            "deprecated={deprecated} ids={request_ids} {version} {method} {path}{}{}: {} {}",
+                            "deprecated={deprecated} ids={request_ids} own_echo={own_echo} {version} {method} {path}{}{}: {} {}",
                             if key.is_some() { "" } else { " (no key)" },
                             if conditional { " (if-none-match)" } else { "" },
                             response.status().as_u16(),

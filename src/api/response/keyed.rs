@@ -185,13 +185,21 @@ pub(crate) fn events_page(
 
 /// The 200 of `GET /events` with `body`, and `link` (made by
 /// [`EventsRequest::next_link`](crate::api::events_request::EventsRequest::next_link)): where
-/// the next read resumes.
-pub(crate) fn events(body: Bytes, link: Option<HeaderValue>) -> Response<ApiBody> {
-    let mut response = super::json(StatusCode::OK, body);
-    if let Some(link) = link {
-        response.headers_mut().insert(LINK, link);
+/// the next read resumes. `echo_slot`: the version's echo is the next header the answer gets
+/// (the answer's finish fills or takes out the slot it then has).
+pub(crate) fn events(body: Bytes, link: Option<HeaderValue>, echo_slot: bool) -> Response<ApiBody> {
+    match link {
+        // The common answer: the headers with slots for the `Link` and the echo, when
+        // nothing comes between them (`echo_slot`: no deprecation of the answer's version).
+        Some(link) if echo_slot => super::json_with_link(body, link),
+        link => {
+            let mut response = super::json(StatusCode::OK, body);
+            if let Some(link) = link {
+                response.headers_mut().insert(LINK, link);
+            }
+            response
+        }
     }
-    response
 }
 
 /// The body of a page of `events` of `organization_id`'s feed: each order in `data` as the
