@@ -245,9 +245,10 @@ where
     fn call(&self, request: Request<B>) -> Self::Future {
         let mut service = self.inner.clone();
         let in_flight = Some(InFlight::enter(&self.activity));
-        // Each way builds the whole answer in one expression, so the stack's future (some
-        // 500 bytes) is written once, in place, instead of moved through `Called` into
-        // `CountedFuture` (two copies a request).
+        // Each way builds the whole answer in one expression, so the stack's future (about
+        // 560 bytes) is written once, in place, instead of moved into a `Called` and that
+        // into the `CountedFuture` (callgrind counted four copies a request; that the
+        // compiler writes it in place is measured, not promised by the language).
         if request.version() == Version::HTTP_2 {
             self.activity.http2.store(true, Ordering::Relaxed);
             // hyper calls an HTTP/2 service on the connection's task and spawns only its

@@ -543,14 +543,15 @@ impl EventsAsk {
         self.finish(config, response)
     }
 
-    /// Whether the version's echo is the first header [`finish`] adds: no deprecation of the
-    /// answer's version adds its own before it.
+    /// Whether the version's echo is the first header [`finish`] adds: no rate limiter's
+    /// headers and no deprecation of the answer's version's come before it.
     fn echo_next(&self, config: &Config) -> bool {
-        config
-            .deprecations
-            .of_version(self.version)
-            .and_then(|index| config.deprecations.notices_of(index))
-            .is_none()
+        self.decision.is_none()
+            && config
+                .deprecations
+                .of_version(self.version)
+                .and_then(|index| config.deprecations.notices_of(index))
+                .is_none()
     }
 
     /// This read of `feed` at `revision`, answered by `config`, as answers are kept by.

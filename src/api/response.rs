@@ -239,8 +239,9 @@ static TAGGED_HEADERS_WITH_LINK: std::sync::LazyLock<HeaderMap> = std::sync::Laz
 /// [`JSON_HEADERS`] with slots for a `Link` and the version's echo (a page of events): the
 /// headers such a page had when its `Link` and then the echo were added to a map cloned from
 /// [`JSON_HEADERS`], where adding them grew the map. Only for an answer that gets no other
-/// header before the echo (no deprecation of its version): those came between the two.
-static LINKED_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(|| {
+/// header before the echo (no rate limiter's, no deprecation's of its version): those came
+/// between the two.
+static EVENTS_PAGE_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(|| {
     let mut headers = JSON_HEADERS.clone();
     headers.insert(LINK, HeaderValue::from_static(""));
     headers.insert(VERSION_SLOT, HeaderValue::from_static(""));
@@ -248,14 +249,15 @@ static LINKED_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new
 });
 
 /// A `200` of JSON `body` with `link`, from a map with slots for it and the version's echo,
-/// which the answer's finish fills or takes out (see [`LINKED_HEADERS`]).
+/// which the answer's finish fills or takes out (see [`EVENTS_PAGE_HEADERS`]).
 pub(crate) fn json_with_link(body: Bytes, link: HeaderValue) -> Response<ApiBody> {
-    let mut response = with_headers(ApiBody::new(body), LINKED_HEADERS.clone());
+    let mut response = with_headers(ApiBody::new(body), EVENTS_PAGE_HEADERS.clone());
     response.headers_mut().insert(LINK, link);
     response
 }
 
-/// The slot of [`TAGGED_HEADERS`] for the version's echo: the default header's name.
+/// The slot of [`TAGGED_HEADERS`] (and [`EVENTS_PAGE_HEADERS`]) for the version's echo: the
+/// default header's name.
 pub(crate) const VERSION_SLOT: HeaderName = HeaderName::from_static(DEFAULT_VERSION_HEADER);
 
 /// The headers of a `200` tagged `etag` ([`TAGGED_HEADERS`] with the tag in its slot).
@@ -275,7 +277,7 @@ pub(crate) fn tagged_headers_with_link(etag: &HeaderValue, link: HeaderValue) ->
     headers
 }
 
-/// A response of `body` with `headers`, which [`tagged_headers`] made.
+/// A response of `body` with `headers`, a ready map's clone (as [`tagged_headers`] makes).
 #[inline]
 pub(crate) fn with_headers(body: ApiBody, headers: HeaderMap) -> Response<ApiBody> {
     let mut response = Response::new(body);

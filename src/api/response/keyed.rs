@@ -122,22 +122,28 @@ pub(crate) fn orders(
         _ => None,
     };
     let body = super::orders_body_of(&rendition.json);
-    match (etag.as_deref(), link) {
-        // The common answer: the tagged headers with the `Link` in its slot, the headers in
-        // the order of the other ways (the `Link` added last).
-        (Some(etag), Some(link))
-            if !if_none_match.is_some_and(|condition| condition.matches(etag)) =>
-        {
-            super::with_headers(body, super::tagged_headers_with_link(etag, link))
-        }
-        (etag, link) => {
-            let mut response = tagged_or_not(if_none_match, body, etag, super::tagged_headers);
-            if let Some(link) = link {
-                response.headers_mut().insert(LINK, link);
-            }
-            response
-        }
+    let Some(etag) = etag.as_deref() else {
+        return with_link(super::json_body(StatusCode::OK, body), link);
+    };
+    if if_none_match.is_some_and(|condition| condition.matches(etag)) {
+        // Its `Content-Type` taken out before the `Link` is added, as it always was (which
+        // puts the version's echo first).
+        return with_link(super::not_modified(etag), link);
     }
+    match link {
+        // The tagged headers with the `Link` in a slot of its own: the headers in the order
+        // the `Link` added last gave them, without growing the map.
+        Some(link) => super::with_headers(body, super::tagged_headers_with_link(etag, link)),
+        None => super::with_headers(body, super::tagged_headers(etag)),
+    }
+}
+
+/// `response` with `link` added, when there is one.
+fn with_link(mut response: Response<ApiBody>, link: Option<HeaderValue>) -> Response<ApiBody> {
+    if let Some(link) = link {
+        response.headers_mut().insert(LINK, link);
+    }
+    response
 }
 
 /// The page of `GET /events` that `page`, the feed's answer to `query` of
@@ -190,15 +196,10 @@ pub(crate) fn events_page(
 pub(crate) fn events(body: Bytes, link: Option<HeaderValue>, echo_slot: bool) -> Response<ApiBody> {
     match link {
         // The common answer: the headers with slots for the `Link` and the echo, when
-        // nothing comes between them (`echo_slot`: no deprecation of the answer's version).
+        // nothing comes between them (`echo_slot`: no rate limiter's headers, no deprecation
+        // of the answer's version).
         Some(link) if echo_slot => super::json_with_link(body, link),
-        link => {
-            let mut response = super::json(StatusCode::OK, body);
-            if let Some(link) = link {
-                response.headers_mut().insert(LINK, link);
-            }
-            response
-        }
+        link => with_link(super::json(StatusCode::OK, body), link),
     }
 }
 
@@ -245,24 +246,6 @@ fn encode_events(
     }
     body.extend_from_slice(super::EVENTS_CLOSE);
     Bytes::from(body)
-}
-
-/// The `200` of `body`, tagged `etag` when there is one (with the headers
-/// `tagged_headers(etag)` makes), or the `304` when `if_none_match` matches that tag.
-fn tagged_or_not(
-    if_none_match: Option<&IfNoneMatch>,
-    body: ApiBody,
-    etag: Option<&HeaderValue>,
-    tagged_headers: impl FnOnce(&HeaderValue) -> HeaderMap,
-) -> Response<ApiBody> {
-    let Some(etag) = etag else {
-        return super::json_body(StatusCode::OK, body);
-    };
-    if if_none_match.is_some_and(|condition| condition.matches(etag)) {
-        super::not_modified(etag)
-    } else {
-        super::with_headers(body, tagged_headers(etag))
-    }
 }
 
 /// The 429 for a client past its budget of failed authentications: `Retry-After` only, since
