@@ -250,7 +250,7 @@ static EVENTS_PAGE_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock
 
 /// A `200` of JSON `body` with `link`, from a map with slots for it and the version's echo,
 /// which the answer's finish fills or takes out (see [`EVENTS_PAGE_HEADERS`]).
-pub(crate) fn json_with_link(body: Bytes, link: HeaderValue) -> Response<ApiBody> {
+pub(crate) fn events_page_with_link(body: Bytes, link: HeaderValue) -> Response<ApiBody> {
     let mut response = with_headers(ApiBody::new(body), EVENTS_PAGE_HEADERS.clone());
     response.headers_mut().insert(LINK, link);
     response

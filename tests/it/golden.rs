@@ -155,18 +155,23 @@ const HEADERS: &[&str] = &[
     "api-version",
 ];
 
+/// A request of the fixture: `method` on `path`, with `key` as its bearer when given.
+fn fixture_request(method: &str, path: &str, key: Option<&str>) -> http::request::Builder {
+    let request = Request::builder()
+        .method(Method::from_bytes(method.as_bytes()).unwrap())
+        .uri(path);
+    match key {
+        Some(key) => request.header("authorization", format!("Bearer {key}")),
+        None => request,
+    }
+}
+
 /// Every answer of the fixture at `version` (named in the header), as text.
 async fn answers(version: ApiVersion) -> String {
     let api = api();
     let mut text = String::new();
     for (method, path, key) in CASES {
-        let mut request = Request::builder()
-            .method(Method::from_bytes(method.as_bytes()).unwrap())
-            .uri(*path);
-        if let Some(key) = key {
-            request = request.header("authorization", format!("Bearer {key}"));
-        }
-        request = request.header(
+        let request = fixture_request(method, path, *key).header(
             "api-version",
             HeaderValue::from_str(&version.to_string()).unwrap(),
         );
@@ -316,14 +321,9 @@ async fn header_orders() -> String {
                     if conditional && etag.is_none() {
                         continue;
                     }
-                    let mut request = Request::builder()
-                        .method(Method::from_bytes(method.as_bytes()).unwrap())
-                        .uri(*path)
+                    let mut request = fixture_request(method, path, *key)
                         .header(version_header, version.to_string())
                         .header("x-request-id", "req-order");
-                    if let Some(key) = key {
-                        request = request.header("authorization", format!("Bearer {key}"));
-                    }
                     if let (true, Some(etag)) = (conditional, &etag) {
                         request = request.header("if-none-match", etag);
                     }

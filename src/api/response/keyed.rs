@@ -198,7 +198,7 @@ pub(crate) fn events(body: Bytes, link: Option<HeaderValue>, echo_slot: bool) ->
         // The common answer: the headers with slots for the `Link` and the echo, when
         // nothing comes between them (`echo_slot`: no rate limiter's headers, no deprecation
         // of the answer's version).
-        Some(link) if echo_slot => super::json_with_link(body, link),
+        Some(link) if echo_slot => super::events_page_with_link(body, link),
         link => with_link(super::json(StatusCode::OK, body), link),
     }
 }
